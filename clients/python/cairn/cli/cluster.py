@@ -1,0 +1,180 @@
+"""`cairn cluster up | down | status`: a whole Cairn cluster as local processes (cairn.localcluster)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from rich.text import Text
+
+from cairn.cli.errors import CliError
+from cairn.cli.groups import AliasedGroup
+from cairn.cli.output import build_table, console, print_renderable
+from cairn.cli.state import json_option
+from cairn.localcluster.paths import default_state_dir
+from cairn.localcluster.plan import ClusterOptions
+from cairn.localcluster.record import ClusterRecord, ProcessRecord
+from cairn.localcluster.supervisor import (
+    ClusterStartError,
+    cluster_status,
+    start_cluster,
+    stop_cluster,
+)
+
+_state_dir_option = click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where the cluster keeps its record, logs and data (default $CAIRN_STATE_DIR or "
+    "~/.local/share/cairn/cluster).",
+)
+
+
+@click.group(cls=AliasedGroup)
+def cluster() -> None:
+    """Run a Cairn cluster on this machine."""
+
+
+def _progress(message: str) -> None:
+    console(stderr=True).print(Text(message, style="dim"))
+
+
+def _address(process: ProcessRecord) -> str:
+    address = process.grpc_address or ""
+    if process.http_port:
+        address += f", http://{process.host}:{process.http_port}/"
+    return address
+
+
+def _processes_table(record: ClusterRecord) -> list[list[str]]:
+    return [[p.name, str(p.pid), _address(p), p.log_path] for p in record.processes]
+
+
+@cluster.command()
+@click.option("--agents", type=click.IntRange(min=0), default=1, show_default=True, help="Number of agents.")
+@click.option("--slots", type=click.IntRange(min=0), default=1, show_default=True, help="Slots per agent.")
+@click.option(
+    "--db-url", default=None, help="Database URL for the master (default: SQLite in the state dir)."
+)
+@_state_dir_option
+@click.option("--master-port", type=click.IntRange(0, 65535), default=8090, show_default=True)
+@click.option("--http-port", type=click.IntRange(0, 65535), default=8080, show_default=True)
+@click.option("--log-format", type=click.Choice(["console", "json"]), default="console", show_default=True)
+@click.option("--log-level", default="INFO", show_default=True)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    default=60.0,
+    show_default=True,
+    help="Seconds to wait for every process to be ready.",
+)
+def up(
+    agents: int,
+    slots: int,
+    db_url: str | None,
+    state_dir: Path | None,
+    master_port: int,
+    http_port: int,
+    log_format: str,
+    log_level: str,
+    timeout: float,
+) -> None:
+    """Start scheduler, searcher, checkpoint, master and agents as local processes."""
+    options = ClusterOptions(
+        state_dir=(state_dir or default_state_dir()).expanduser().resolve(),
+        agents=agents,
+        slots_per_agent=slots,
+        db_url=db_url,
+        master_port=master_port,
+        http_port=http_port,
+        log_format=log_format,
+        log_level=log_level,
+        timeout_s=timeout,
+    )
+    try:
+        record = start_cluster(options, progress=_progress)
+    except ClusterStartError as exc:
+        err = console(stderr=True)
+        err.print(Text(f"error: {exc}"))
+        if exc.tail:
+            err.print(Text(f"last {len(exc.tail)} lines of {exc.log_path}:"))
+            for line in exc.tail:
+                err.print(Text(f"  {line}"))
+        raise click.exceptions.Exit(1) from None
+    out = console()
+    out.print(Text(f"Cairn cluster is up (state in {options.state_dir})"))
+    print_renderable(build_table(("Process", "PID", "Address", "Log"), _processes_table(record)))
+    out.print(Text("Use it:"))
+    if record.master_grpc_address:
+        out.print(Text(f"  export CAIRN_MASTER={record.master_grpc_address}"))
+    out.print(Text("  cairn user login"))
+    if record.master_http_url:
+        out.print(Text(f"  WebUI: {record.master_http_url}"))
+    out.print(Text("Stop it with: cairn cluster down"))
+
+
+@cluster.command()
+@_state_dir_option
+def down(state_dir: Path | None) -> None:
+    """Stop the cluster: agents, then the master, then the rest; then leftover trial processes."""
+    directory = (state_dir or default_state_dir()).expanduser().resolve()
+    report = stop_cluster(directory, progress=_progress)
+    if not report.stopped_anything:
+        suffix = "" if report.had_record else f" (no cluster recorded in {directory})"
+        click.echo(f"Nothing was running{suffix}")
+        return
+    for process in report.processes:
+        click.echo(f"{process.name} (pid {process.pid}): {process.how}")
+    for swept in report.swept:
+        click.echo(f"leftover trial process group {swept.pgid} (container {swept.container}): killed")
+    click.echo("Cluster stopped")
+
+
+@cluster.command()
+@_state_dir_option
+@json_option
+def status(state_dir: Path | None, as_json: bool) -> None:
+    """Show the recorded processes: alive or not, and their health. Exit 1 if any is down."""
+    directory = (state_dir or default_state_dir()).expanduser().resolve()
+    result = cluster_status(directory)
+    if result is None:
+        if as_json:
+            click.echo(json.dumps({"stateDir": str(directory), "running": False, "processes": []}, indent=2))
+        else:
+            click.echo(f"No cluster recorded in {directory} (start one with `cairn cluster up`)")
+        return
+    if as_json:
+        data = {
+            "stateDir": str(directory),
+            "running": result.healthy,
+            "master": result.record.master_grpc_address,
+            "webui": result.record.master_http_url,
+            "processes": [
+                {
+                    "name": s.process.name,
+                    "pid": s.process.pid,
+                    "running": s.running,
+                    "health": s.health,
+                    "address": s.process.grpc_address,
+                    "log": s.process.log_path,
+                }
+                for s in result.processes
+            ],
+        }
+        click.echo(json.dumps(data, indent=2))
+    else:
+        rows = [
+            [
+                s.process.name,
+                str(s.process.pid),
+                "running" if s.running else "stopped",
+                s.health or "-",
+                _address(s.process),
+                s.process.log_path,
+            ]
+            for s in result.processes
+        ]
+        print_renderable(build_table(("Process", "PID", "Process state", "Health", "Address", "Log"), rows))
+    if not result.healthy:
+        raise CliError("some processes of the cluster are not running or not healthy")

@@ -1,0 +1,104 @@
+"""The `cairn` command: the root group, its global options, and the top-level error handler."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+
+import click
+import grpc
+
+from cairn.cli.agent import agent, resource_pool, slot
+from cairn.cli.checkpoint import checkpoint
+from cairn.cli.cluster import cluster
+from cairn.cli.errors import EXIT_INTERRUPTED, CliError, debug_enabled, translate
+from cairn.cli.experiment import experiment
+from cairn.cli.groups import RootGroup
+from cairn.cli.master import master
+from cairn.cli.state import CliState
+from cairn.cli.trial import trial
+from cairn.cli.user import user
+from cairn.client.address import DEFAULT_MASTER, MASTER_ENV
+from cairn.client.errors import CairnError
+
+# Determined's short names (`det e list`), plus `rp` for resource pools.
+COMMAND_ALIASES = {
+    "e": "experiment",
+    "t": "trial",
+    "c": "checkpoint",
+    "a": "agent",
+    "s": "slot",
+    "rp": "resource-pool",
+    "u": "user",
+}
+
+
+@click.group(cls=RootGroup, aliases=COMMAND_ALIASES, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "-m",
+    "--master",
+    "master_address",
+    envvar=MASTER_ENV,
+    default=None,
+    metavar="HOST:PORT",
+    help=f"The master's gRPC address (env {MASTER_ENV}; default {DEFAULT_MASTER}).",
+)
+@click.version_option(package_name="cairn", prog_name="cairn")
+@click.pass_context
+def cli(ctx: click.Context, master_address: str | None) -> None:
+    """Cairn: train deep-learning models on a cluster."""
+    state = ctx.ensure_object(CliState)
+    state.master_flag = master_address
+    ctx.call_on_close(state.close)
+
+
+for command in (user, master, experiment, trial, checkpoint, agent, slot, resource_pool, cluster):
+    cli.add_command(command)
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI and return its exit code; failures become one line on stderr."""
+    try:
+        result = cli.main(
+            args=list(argv) if argv is not None else None, prog_name="cairn", standalone_mode=False
+        )
+    except click.exceptions.Abort as exc:
+        if isinstance(exc.__context__, KeyboardInterrupt):
+            return EXIT_INTERRUPTED
+        click.echo("Aborted", err=True)
+        return 1
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except (grpc.RpcError, CairnError, OSError, KeyboardInterrupt) as exc:
+        # Raised outside a command (the root group translates those raised inside one).
+        replacement = translate(exc, "the master")
+        if isinstance(replacement, click.ClickException):
+            replacement.show()
+            return replacement.exit_code
+        return replacement.exit_code if replacement is not None else 1
+    except Exception as exc:
+        if debug_enabled():
+            raise
+        CliError(f"unexpected {type(exc).__name__}: {exc} (set CAIRN_DEBUG=1 for the traceback)").show()
+        return 1
+    return result if isinstance(result, int) else 0
+
+
+def main() -> None:
+    code = run()
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader has gone (`cairn e list | head`): point stdout at /dev/null so the
+        # interpreter's own flush at exit does not print a traceback.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = code or 1
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

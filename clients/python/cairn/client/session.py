@@ -1,0 +1,41 @@
+"""A session with a master: one channel, the public API stub, and the user's token on every call."""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+from cairn.api.v1 import api_pb2_grpc
+from cairn.client.address import MasterAddress
+from cairn.client.channel import DEFAULT_CALL_TIMEOUT_S, open_channel
+
+
+class Session:
+    """Calls go through `session.api` (the generated `Cairn` stub); close it when done."""
+
+    def __init__(
+        self,
+        master: MasterAddress,
+        token: str | None = None,
+        *,
+        username: str | None = None,
+        call_timeout: float | None = DEFAULT_CALL_TIMEOUT_S,
+    ) -> None:
+        self.master = master
+        self.token = token
+        self.username = username
+        self._channel, self._base_channel = open_channel(master.target, token, call_timeout)
+        self.api = api_pb2_grpc.CairnStub(self._channel)
+
+    def close(self) -> None:
+        self._base_channel.close()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -1,0 +1,171 @@
+"""What a trial process knows about itself on a cluster, read from the environment the master and
+the agent set (CAIRN_*), in the shape of Determined's `det.get_cluster_info()`."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from cairn.core.errors import ClusterInfoError
+
+ALLOCATION_ID_ENV = "CAIRN_ALLOCATION_ID"
+
+
+@dataclass(frozen=True)
+class TrialInfo:
+    trial_id: int
+    experiment_id: int
+    trial_seed: int
+    hparams: dict[str, Any]
+    # The expanded experiment config (checkpoint_storage, searcher, data, ...).
+    config: dict[str, Any]
+    # Batches the trial had completed when this allocation started (from its latest checkpoint).
+    steps_completed: int
+    # Which run (allocation) of the trial this is: 1 for the first, +1 on every restart.
+    trial_run_id: int
+    # The length the searcher set for the trial in promotion mode; 0 when it set none.
+    searcher_target: int = 0
+
+    # Determined keeps these three private; its users' scripts read them under these names.
+    @property
+    def _config(self) -> dict[str, Any]:
+        return self.config
+
+    @property
+    def _steps_completed(self) -> int:
+        return self.steps_completed
+
+    @property
+    def _trial_run_id(self) -> int:
+        return self.trial_run_id
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    master_address: str
+    allocation_id: str
+    allocation_token: str = field(repr=False)
+    task_id: str
+    agent_id: str
+    container_id: str
+    slot_ids: list[int]
+    trial: TrialInfo
+    # The uuid of the checkpoint to resume from; None for a fresh trial.
+    latest_checkpoint: str | None
+    # False for the stand-in `cairn.core.init()` builds off cluster.
+    on_cluster: bool = True
+    task_type: str = "TRIAL"
+
+    @property
+    def user_data(self) -> dict[str, Any]:
+        """The experiment config's `data` section."""
+        data = self.trial.config.get("data")
+        return dict(data) if isinstance(data, Mapping) else {}
+
+    @property
+    def master_url(self) -> str:
+        return f"grpc://{self.master_address}" if self.master_address else ""
+
+
+def _required(env: Mapping[str, str], name: str) -> str:
+    value = env.get(name, "").strip()
+    if not value:
+        raise ClusterInfoError(f"{name}: not set; the trial environment from the master is incomplete")
+    return value
+
+
+def _integer(env: Mapping[str, str], name: str, default: int | None = None) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        if default is None:
+            raise ClusterInfoError(f"{name}: not set; the trial environment from the master is incomplete")
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ClusterInfoError(f"{name}: must be an integer, not {raw!r}") from None
+
+
+def _json(env: Mapping[str, str], name: str, default: Any) -> Any:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ClusterInfoError(f"{name}: not valid JSON ({exc})") from None
+    if not isinstance(value, type(default)):
+        raise ClusterInfoError(f"{name}: must be a JSON {type(default).__name__}, not {type(value).__name__}")
+    return value
+
+
+def _master_address(env: Mapping[str, str]) -> str:
+    address = _required(env, "CAIRN_MASTER_ADDR")
+    for scheme in ("grpc://", "http://", "https://"):
+        if address.lower().startswith(scheme):
+            address = address[len(scheme) :]
+    return address.rstrip("/")
+
+
+def cluster_info_from_env(env: Mapping[str, str]) -> ClusterInfo | None:
+    """None when `env` is not a trial's environment (no allocation id)."""
+    if not env.get(ALLOCATION_ID_ENV, "").strip():
+        return None
+    experiment_id = _integer(env, "CAIRN_EXPERIMENT_ID")
+    trial_id = _integer(env, "CAIRN_TRIAL_ID")
+    slot_ids = _json(env, "CAIRN_SLOT_IDS", [])
+    if not all(isinstance(slot, int) and not isinstance(slot, bool) for slot in slot_ids):
+        raise ClusterInfoError(f"CAIRN_SLOT_IDS: must be a JSON list of integers, not {slot_ids!r}")
+    trial = TrialInfo(
+        trial_id=trial_id,
+        experiment_id=experiment_id,
+        trial_seed=_integer(env, "CAIRN_TRIAL_SEED", 0),
+        hparams=_json(env, "CAIRN_HPARAMS", {}),
+        config=_json(env, "CAIRN_EXPERIMENT_CONFIG", {}),
+        steps_completed=_integer(env, "CAIRN_STEPS_COMPLETED", 0),
+        trial_run_id=_integer(env, "CAIRN_TRIAL_RUN_ID"),
+        searcher_target=_integer(env, "CAIRN_SEARCHER_TARGET", 0),
+    )
+    return ClusterInfo(
+        master_address=_master_address(env),
+        allocation_id=_required(env, ALLOCATION_ID_ENV),
+        allocation_token=_required(env, "CAIRN_ALLOCATION_TOKEN"),
+        task_id=env.get("CAIRN_TASK_ID", "").strip() or f"{experiment_id}.{trial_id}",
+        agent_id=env.get("CAIRN_AGENT_ID", "").strip(),
+        container_id=env.get("CAIRN_CONTAINER_ID", "").strip(),
+        slot_ids=list(slot_ids),
+        trial=trial,
+        latest_checkpoint=env.get("CAIRN_LATEST_CHECKPOINT", "").strip() or None,
+    )
+
+
+def get_cluster_info() -> ClusterInfo | None:
+    """This trial's facts on a cluster; None when the process does not run on one."""
+    return cluster_info_from_env(os.environ)
+
+
+def local_info(hparams: Mapping[str, Any] | None) -> ClusterInfo:
+    """The stand-in off cluster: no master, trial 0, the hyperparameters the caller gave."""
+    return ClusterInfo(
+        master_address="",
+        allocation_id="",
+        allocation_token="",
+        task_id="",
+        agent_id="",
+        container_id="",
+        slot_ids=[],
+        trial=TrialInfo(
+            trial_id=0,
+            experiment_id=0,
+            trial_seed=0,
+            hparams=dict(hparams or {}),
+            config={},
+            steps_completed=0,
+            trial_run_id=0,
+        ),
+        latest_checkpoint=None,
+        on_cluster=False,
+    )

@@ -1,0 +1,69 @@
+"""The trial's connection to the master: one channel, the allocation token on every call, and
+unary calls retried through short outages."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, TypeVar
+
+import grpc
+
+from cairn.api.v1 import api_pb2_grpc
+from cairn.core.retry import call_with_retry
+from cairn.core.settings import CoreSettings
+
+Request = TypeVar("Request")
+Response = TypeVar("Response")
+
+# Determined's key for an allocation's token; the master accepts trial code's calls with it.
+ALLOCATION_TOKEN_KEY = "x-allocation-token"
+# Checkpoint metadata and metric batches are small, but a batch of 500 reports with per-batch
+# metrics can pass gRPC's 4 MiB default; the master accepts 128 MiB.
+MAX_MESSAGE_BYTES = 128 * 1024 * 1024
+
+CHANNEL_OPTIONS: list[tuple[str, Any]] = [
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    # The signal stream sits idle for hours; keepalives notice a vanished master.
+    ("grpc.keepalive_time_ms", 20_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+    # Come back quickly after a master restart.
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 5_000),
+]
+
+
+class MasterSession:
+    """Safe to share between threads (gRPC channels are)."""
+
+    def __init__(self, address: str, allocation_token: str, settings: CoreSettings) -> None:
+        self.address = address
+        self.settings = settings
+        self.metadata: tuple[tuple[str, str], ...] = ((ALLOCATION_TOKEN_KEY, f"Bearer {allocation_token}"),)
+        self._channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self.stub = api_pb2_grpc.CairnStub(self._channel)
+        # Set on close: retry pauses end at once instead of holding the process.
+        self.closing = threading.Event()
+
+    def call(
+        self,
+        method: grpc.UnaryUnaryMultiCallable[Request, Response],
+        request: Request,
+        *,
+        what: str,
+    ) -> Response:
+        """Call `method`, retrying transient failures; raises MasterCallError when it gives up."""
+        timeout = self.settings.call_timeout_s
+        return call_with_retry(
+            lambda: method(request, timeout=timeout, metadata=self.metadata),
+            self.settings.retry,
+            what=what,
+            master=self.address,
+            interrupt=self.closing,
+        )
+
+    def close(self) -> None:
+        self.closing.set()
+        self._channel.close()

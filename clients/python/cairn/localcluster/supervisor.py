@@ -1,0 +1,346 @@
+"""Start, stop and inspect a local cluster: the scheduler, searcher and checkpoint services, then
+the master wired to them, then the agents, each ready (ready file + gRPC health) before the next
+stage needs it. Whatever goes wrong while starting, nothing is left running."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import secrets
+import socket
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cairn.client.errors import CairnError
+from cairn.localcluster import plan as plans
+from cairn.localcluster.paths import ClusterPaths
+from cairn.localcluster.plan import ClusterOptions, LaunchPlan
+from cairn.localcluster.processes import (
+    exit_code,
+    is_recorded_process_running,
+    is_running,
+    log_tail,
+    spawn,
+    stop_process_groups,
+)
+from cairn.localcluster.readiness import SERVING, UNREACHABLE, health_status, read_ready_file
+from cairn.localcluster.record import ClusterRecord, ProcessRecord, load_record, remove_record, save_record
+from cairn.localcluster.sweep import SweptProcess, sweep_container_processes
+
+log = logging.getLogger(__name__)
+
+CLUSTER_TOKEN_ENV = "CAIRN_CLUSTER_TOKEN"
+DEFAULT_STOP_GRACE_S = 15.0
+# Stopping what a failed start left behind: no work is running yet, so less patience is needed.
+_ABORT_GRACE_S = 5.0
+_READY_POLL_S = 0.1
+LOG_TAIL_LINES = 20
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_message: str) -> None:
+    pass
+
+
+class ClusterError(CairnError):
+    pass
+
+
+class ClusterAlreadyRunning(ClusterError):
+    pass
+
+
+class ClusterStartError(ClusterError):
+    """A process failed to start; carries the end of its log for the user."""
+
+    def __init__(self, process: str, reason: str, log_path: Path, tail: list[str]) -> None:
+        super().__init__(f"{process} {reason}")
+        self.process = process
+        self.reason = reason
+        self.log_path = log_path
+        self.tail = tail
+
+
+# ---- start ----
+
+
+def _check_port_free(host: str, port: int, what: str, option: str) -> None:
+    if port == 0:
+        return
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            raise ClusterError(
+                f"{what} port {port} on {host} is already in use (another master?); "
+                f"stop whatever holds it or choose another port with {option}"
+            ) from None
+
+
+def _child_environment(options: ClusterOptions, token: str) -> dict[str, str]:
+    env = dict(os.environ)
+    # The token goes in the environment, not on command lines everyone can read with `ps`.
+    env[CLUSTER_TOKEN_ENV] = token
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(options.extra_env)
+    return env
+
+
+class _Startup:
+    def __init__(self, options: ClusterOptions, paths: ClusterPaths, progress: Progress) -> None:
+        self.options = options
+        self.paths = paths
+        self.progress = progress
+        token = secrets.token_urlsafe(32)
+        self.env = _child_environment(options, token)
+        self.record = ClusterRecord(
+            state_dir=str(paths.state_dir), cluster_token=token, created_at=time.time()
+        )
+        self.records: dict[str, ProcessRecord] = {}
+        self.deadline = time.monotonic() + options.timeout_s
+
+    def launch(self, launch: LaunchPlan) -> None:
+        launch.ready_file.unlink(missing_ok=True)
+        if launch.work_dir is not None:
+            launch.work_dir.mkdir(parents=True, exist_ok=True)
+        self.progress(f"starting {launch.name}")
+        process = spawn(launch.command, launch.log_path, self.env)
+        entry = ProcessRecord(
+            name=launch.name,
+            role=launch.role,
+            pid=process.pid,
+            command=launch.command,
+            log_path=str(launch.log_path),
+            ready_file=str(launch.ready_file),
+            started_at=time.time(),
+            host=self.options.host,
+            agent_id=launch.agent_id,
+            work_dir=str(launch.work_dir) if launch.work_dir else None,
+        )
+        self.records[launch.name] = entry
+        self.record.processes.append(entry)
+        # Recorded at once, so a `cairn cluster down` from elsewhere can find a half-started cluster.
+        save_record(self.paths.record_file, self.record)
+
+    def _failure(self, launch: LaunchPlan, reason: str) -> ClusterStartError:
+        return ClusterStartError(
+            launch.name, reason, launch.log_path, log_tail(launch.log_path, LOG_TAIL_LINES)
+        )
+
+    def _not_ready_reason(self, launch: LaunchPlan, last_health: str | None) -> str:
+        data = read_ready_file(launch.ready_file)
+        waited = f"within {self.options.timeout_s:g} s"
+        if data is None:
+            return f"did not write its ready file {launch.ready_file} {waited}"
+        missing = [key for key in launch.ready_keys if not data.get(key)]
+        if missing:
+            hint = " (has the master welcomed it?)" if "agent_id" in missing else ""
+            return f"was not ready {waited}: its ready file lacks {', '.join(missing)}{hint}"
+        return f"did not pass its gRPC health check {waited} (last answer: {last_health or UNREACHABLE})"
+
+    def wait_ready(self, launches: Sequence[LaunchPlan]) -> None:
+        pending = {launch.name: launch for launch in launches}
+        last_health: dict[str, str] = {}
+        while pending:
+            for name, launch in list(pending.items()):
+                entry = self.records[name]
+                if not is_running(entry.pid):
+                    code = exit_code(entry.pid)
+                    raise self._failure(launch, f"exited early (exit code {code})")
+                data = read_ready_file(launch.ready_file)
+                if data is None or any(not data.get(key) for key in launch.ready_keys):
+                    continue
+                address = f"{self.options.host}:{int(data['grpc_port'])}"
+                status = health_status(address, timeout_s=1.0)
+                last_health[name] = status
+                if status != SERVING:
+                    continue
+                entry.grpc_port = int(data["grpc_port"])
+                entry.http_port = int(data["http_port"]) if data.get("http_port") else None
+                entry.agent_id = str(data["agent_id"]) if data.get("agent_id") else entry.agent_id
+                del pending[name]
+                self.progress(f"{name} is ready at {address}")
+            save_record(self.paths.record_file, self.record)
+            if not pending:
+                return
+            if time.monotonic() >= self.deadline:
+                launch = next(iter(pending.values()))
+                raise self._failure(launch, self._not_ready_reason(launch, last_health.get(launch.name)))
+            time.sleep(_READY_POLL_S)
+
+    def run(self) -> ClusterRecord:
+        options, paths = self.options, self.paths
+        internal = [plans.internal_service(options, paths, role) for role in plans.INTERNAL_ROLES]
+        for launch in internal:
+            self.launch(launch)
+        self.wait_ready(internal)
+        addresses = {role: self.records[role].grpc_address or "" for role in plans.INTERNAL_ROLES}
+        master = plans.master(
+            options,
+            paths,
+            scheduler=addresses["scheduler"],
+            searcher=addresses["searcher"],
+            checkpoint=addresses["checkpoint"],
+        )
+        self.launch(master)
+        self.wait_ready([master])
+        master_entry = self.records["master"]
+        self.record.master_grpc_address = master_entry.grpc_address
+        if master_entry.http_port:
+            self.record.master_http_url = f"http://{options.host}:{master_entry.http_port}/"
+        agents = [
+            plans.agent(options, paths, index, master_entry.grpc_address or "")
+            for index in range(1, options.agents + 1)
+        ]
+        for launch in agents:
+            self.launch(launch)
+        self.wait_ready(agents)
+        save_record(paths.record_file, self.record)
+        return self.record
+
+
+def start_cluster(options: ClusterOptions, progress: Progress = _quiet) -> ClusterRecord:
+    """Start every service and return once all are ready; on any failure (or Ctrl-C) stop what
+    was started and raise (ClusterStartError names the process and carries its log tail)."""
+    if options.agents < 0:
+        raise ClusterError(f"agents: must be >= 0, got {options.agents}")
+    if options.slots_per_agent < 0:
+        raise ClusterError(f"slots per agent: must be >= 0, got {options.slots_per_agent}")
+    paths = ClusterPaths(options.state_dir)
+    paths.create()
+    existing = load_record(paths.record_file)
+    if existing is not None:
+        running = [p for p in existing.processes if is_recorded_process_running(p.pid, p.command)]
+        if running:
+            names = ", ".join(f"{p.name} (pid {p.pid})" for p in running)
+            raise ClusterAlreadyRunning(
+                f"a cluster from {paths.state_dir} is still running: {names}; "
+                "stop it with `cairn cluster down` (or use another --state-dir)"
+            )
+        # A cluster that died without `down`: its record is stale, its trials may not be.
+        sweep_container_processes(_agent_work_dirs(paths, existing))
+        remove_record(paths.record_file)
+    _check_port_free(options.host, options.master_port, "the master's gRPC", "--master-port")
+    _check_port_free(options.host, options.http_port, "the master's HTTP", "--http-port")
+
+    startup = _Startup(options, paths, progress)
+    try:
+        return startup.run()
+    except BaseException:
+        progress("start failed; stopping what was started")
+        _stop_processes(startup.record, _ABORT_GRACE_S, progress)
+        sweep_container_processes(_agent_work_dirs(paths, startup.record))
+        remove_record(paths.record_file)
+        raise
+
+
+# ---- stop ----
+
+
+@dataclass(frozen=True)
+class StoppedProcess:
+    name: str
+    pid: int
+    # "terminated", "killed" or "not running"
+    how: str
+
+
+@dataclass
+class StopReport:
+    had_record: bool
+    processes: list[StoppedProcess] = field(default_factory=list)
+    swept: list[SweptProcess] = field(default_factory=list)
+
+    @property
+    def stopped_anything(self) -> bool:
+        return bool(self.swept) or any(p.how != "not running" for p in self.processes)
+
+
+def _agent_work_dirs(paths: ClusterPaths, record: ClusterRecord | None) -> list[Path]:
+    dirs = {Path(p.work_dir) for p in record.processes if p.work_dir} if record else set()
+    if paths.agents_dir.is_dir():
+        dirs.update(child for child in paths.agents_dir.iterdir() if child.is_dir())
+    return sorted(dirs)
+
+
+def _stop_stages(record: ClusterRecord) -> list[list[ProcessRecord]]:
+    """Agents first (so trials stop while the master can still record it), then the master,
+    then the services it uses."""
+    agents = record.by_role("agent")
+    masters = record.by_role("master")
+    rest = [p for p in record.processes if p.role not in ("agent", "master")]
+    return [stage for stage in (agents, masters, rest) if stage]
+
+
+def _stop_processes(record: ClusterRecord, grace_s: float, progress: Progress) -> list[StoppedProcess]:
+    stopped: list[StoppedProcess] = []
+    for stage in _stop_stages(record):
+        alive = [p for p in stage if is_recorded_process_running(p.pid, p.command)]
+        if alive:
+            progress("stopping " + ", ".join(p.name for p in alive))
+        outcomes = stop_process_groups([p.pid for p in alive], grace_s)
+        for p in stage:
+            outcome = outcomes.get(p.pid)
+            stopped.append(StoppedProcess(p.name, p.pid, outcome.how if outcome else "not running"))
+    return stopped
+
+
+def stop_cluster(
+    state_dir: Path, grace_s: float = DEFAULT_STOP_GRACE_S, progress: Progress = _quiet
+) -> StopReport:
+    paths = ClusterPaths(state_dir)
+    record = load_record(paths.record_file)
+    report = StopReport(had_record=record is not None)
+    if record is not None:
+        report.processes = _stop_processes(record, grace_s, progress)
+    report.swept = sweep_container_processes(_agent_work_dirs(paths, record))
+    if record is not None:
+        for p in record.processes:
+            Path(p.ready_file).unlink(missing_ok=True)
+        remove_record(paths.record_file)
+    return report
+
+
+# ---- status ----
+
+
+@dataclass(frozen=True)
+class ProcessStatus:
+    process: ProcessRecord
+    running: bool
+    # The gRPC health answer, UNREACHABLE, or "" when the process is not running.
+    health: str
+
+
+@dataclass
+class ClusterStatus:
+    record: ClusterRecord
+    processes: list[ProcessStatus]
+
+    @property
+    def healthy(self) -> bool:
+        return all(p.running and p.health == SERVING for p in self.processes)
+
+
+def cluster_status(state_dir: Path, health_timeout_s: float = 1.0) -> ClusterStatus | None:
+    """None when no cluster is recorded in `state_dir`."""
+    paths = ClusterPaths(state_dir)
+    record = load_record(paths.record_file)
+    if record is None:
+        return None
+    statuses = []
+    for p in record.processes:
+        running = is_recorded_process_running(p.pid, p.command)
+        health = ""
+        if running:
+            address = p.grpc_address
+            health = health_status(address, health_timeout_s) if address else UNREACHABLE
+        statuses.append(ProcessStatus(process=p, running=running, health=health))
+    return ClusterStatus(record=record, processes=statuses)

@@ -1,0 +1,1 @@
+"""Cairn's services: master, scheduler, searcher, checkpoint and agent, one package each."""

@@ -1,0 +1,177 @@
+"""Putting an agent together and taking it apart: work dir, slots, the agent's own small server
+(health and reflection only), the container manager and its monitor thread, the session with the
+master; and the order in which they stop."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from importlib import metadata
+
+from services.agent import host
+from services.agent.containers.manager import KILL_BACKSTOP_SECONDS, SHIM_BACKSTOP_SECONDS, ContainerManager
+from services.agent.containers.outbox import Outbox
+from services.agent.containers.preparation import Preparer
+from services.agent.containers.task_env import MasterFacts
+from services.agent.runtime.process_runtime import ProcessRuntime
+from services.agent.session.context_download import ContextDownloader
+from services.agent.session.session import AgentIdentity, MasterSession
+from services.agent.settings import AgentSettings
+from services.agent.slots import SlotDiscoveryError, discover_slots
+from services.agent.work_dir import WorkDir, WorkDirBusyError
+from services.common.channels import internal_channel
+from services.common.logging import get_logger
+from services.common.server import ServiceServer, start_server, write_ready_file
+
+log = get_logger(__name__)
+
+# How often the monitor looks at the containers: event files, exits, overdue kills. It also bounds
+# how long a log line waits before it is sent.
+TICK_SECONDS = 0.05
+# On shutdown with a live stream, how long to wait for the final events to be handed to it.
+FLUSH_SECONDS = 5.0
+
+
+def agent_version() -> str:
+    try:
+        return metadata.version("cairn-services")
+    except metadata.PackageNotFoundError:
+        return "0.0.0+unknown"
+
+
+class Agent:
+    def __init__(self, settings: AgentSettings) -> None:
+        self.settings = settings
+        self._stop = threading.Event()
+        self._exit_code = 0
+        self._reason = ""
+        self._server: ServiceServer | None = None
+        self._ready_written = False
+
+    def request_stop(self, reason: str, exit_code: int) -> None:
+        if not self._stop.is_set():
+            self._reason, self._exit_code = reason, exit_code
+            self._stop.set()
+
+    def run(self) -> int:
+        s = self.settings
+        boot_time = time.time()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda signum, _frame: self.request_stop(f"{signal.Signals(signum).name}", 0))
+        work_dir = WorkDir(s.work_dir)
+        try:
+            work_dir.lock()
+            slots = discover_slots(s.agent_id, s.slot_type, s.slots)
+        except (WorkDirBusyError, SlotDiscoveryError) as exc:
+            log.error("agent cannot start", error=str(exc))
+            return 1
+        log.info("slots", agent_id=s.agent_id, slots=[(x.id, x.kind.value, x.brand) for x in slots])
+
+        try:
+            self._server = start_server("agent", lambda _server: [], host=s.host, port=s.port)
+        except OSError as exc:
+            log.error("agent cannot start", error=str(exc))
+            work_dir.unlock()
+            return 1
+        channel = internal_channel(s.master, s.cluster_token)
+        outbox = Outbox()
+        preparer = Preparer(
+            agent_id=s.agent_id,
+            slots=slots,
+            fetch_context=ContextDownloader(channel).fetch,
+            base_env=os.environ,
+            interpreter_dir=os.path.dirname(sys.executable) or None,
+        )
+        manager = ContainerManager(
+            containers_dir=work_dir.containers,
+            agent_id=s.agent_id,
+            runtime=ProcessRuntime(),
+            outbox=outbox,
+            preparer=preparer,
+            master=MasterFacts(grpc_address=s.master),
+        )
+        manager.restore()
+        session = MasterSession(
+            channel=channel,
+            master_address=s.master,
+            identity=AgentIdentity(
+                agent_id=s.agent_id,
+                version=agent_version(),
+                resource_pool=s.resource_pool,
+                hostname=host.hostname(),
+                addresses=tuple(host.ipv4_addresses()),
+                slots=tuple(slots),
+                boot_time=boot_time,
+            ),
+            manager=manager,
+            outbox=outbox,
+            reconnect_timeout=s.reconnect_timeout,
+            on_welcome=self._on_welcome,
+            on_fatal=lambda reason: self.request_stop(reason, 1),
+        )
+        monitor_stop = threading.Event()
+        monitor = threading.Thread(
+            target=self._monitor, args=(manager, monitor_stop), name="monitor", daemon=True
+        )
+        session_thread = threading.Thread(target=session.run, name="session", daemon=True)
+        monitor.start()
+        session_thread.start()
+
+        while not self._stop.wait(0.5):
+            pass
+        if self._exit_code:
+            log.error("agent stopping", reason=self._reason)
+        else:
+            log.info("agent stopping", reason=self._reason)
+        try:
+            if s.kill_containers_on_exit:
+                self._kill_containers(manager, session)
+            session.stop(thread=session_thread)
+        finally:
+            monitor_stop.set()
+            monitor.join(5)
+            manager.save_all()
+            self._server.stop(1)
+            channel.close()
+            work_dir.unlock()
+        log.info("agent stopped", exit_code=self._exit_code)
+        return self._exit_code
+
+    def _on_welcome(self) -> None:
+        if not self._ready_written and self._server is not None:
+            write_ready_file(
+                self.settings.ready_file, grpc_port=self._server.port, agent_id=self.settings.agent_id
+            )
+            self._ready_written = True
+
+    def _monitor(self, manager: ContainerManager, stop: threading.Event) -> None:
+        while not stop.wait(TICK_SECONDS):
+            try:
+                manager.tick()
+            except Exception:
+                log.exception("container monitor failed; continuing")
+
+    def _kill_containers(self, manager: ContainerManager, session: MasterSession) -> None:
+        """Kill everything, wait for the ends, and give a live stream the chance to report them."""
+        manager.kill_all()
+        deadline = (
+            time.monotonic()
+            + manager.longest_kill_grace()
+            + KILL_BACKSTOP_SECONDS
+            + SHIM_BACKSTOP_SECONDS
+            + 5
+        )
+        while not manager.all_terminated() and time.monotonic() < deadline:
+            time.sleep(TICK_SECONDS)
+        if not manager.all_terminated():
+            log.error("some containers did not end before the agent exits")
+        if not session.connected.is_set():
+            return
+        deadline = time.monotonic() + FLUSH_SECONDS
+        while time.monotonic() < deadline and not manager.all_delivered():
+            if manager.final_events_sent():
+                break
+            time.sleep(TICK_SECONDS)

@@ -1,0 +1,154 @@
+"""Getting a container ready to launch: check the request against this agent, fetch and unpack the
+model definition, expose mounts, and build the command line and environment."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from services.agent.containers.requests import StartRequest
+from services.agent.containers.states import FailureType
+from services.agent.containers.task_env import MasterFacts, task_environment
+from services.agent.runtime.context_archive import UnsafeArchiveError, unpack_context
+from services.agent.runtime.protocol import META_DIR_NAME, ContainerPaths
+from services.agent.slots import SlotInfo
+
+# Fetches an allocation's model definition: the gzip'd tar, in chunks. Raises ContextFetchError.
+ContextFetcher = Callable[[str], Iterable[bytes]]
+# Writes a line about the container into its log: (message, level).
+Note = Callable[[str, str], None]
+
+SUPPORTED_RUNTIMES = ("", "process")
+
+
+class ContextFetchError(RuntimeError):
+    """The master could not deliver the model definition; the message says why."""
+
+
+class StartError(Exception):
+    """The container cannot be started; it ends with `failure` and `message`."""
+
+    def __init__(self, failure: FailureType, message: str) -> None:
+        super().__init__(message)
+        self.failure = failure
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Prepared:
+    argv: list[str]
+    env: dict[str, str]
+
+
+def command_line(entrypoint: tuple[str, ...], shell: bool) -> list[str]:
+    """As Determined runs an entrypoint: a string through `sh -c`, a list exec'd as is."""
+    return ["sh", "-c", entrypoint[0]] if shell else list(entrypoint)
+
+
+class Preparer:
+    def __init__(
+        self,
+        *,
+        agent_id: str,
+        slots: Iterable[SlotInfo],
+        fetch_context: ContextFetcher,
+        base_env: Mapping[str, str],
+        interpreter_dir: str | None,
+    ) -> None:
+        self._agent_id = agent_id
+        self._slots = {slot.id: slot for slot in slots}
+        self._fetch_context = fetch_context
+        self._base_env = dict(base_env)
+        self._interpreter_dir = interpreter_dir
+
+    def problem(self, request: StartRequest) -> str | None:
+        """Why this agent cannot run `request` at all, naming the field; None when it can."""
+        if request.runtime not in SUPPORTED_RUNTIMES:
+            return (
+                f"start.spec.runtime: {request.runtime!r} is not supported by this agent (it runs 'process')"
+            )
+        if not request.entrypoint or not request.entrypoint[0]:
+            return "start.spec.entrypoint: required"
+        if request.shell and len(request.entrypoint) != 1:
+            return "start.spec.entrypoint: with shell, give exactly one command string"
+        if len(set(request.slot_ids)) != len(request.slot_ids):
+            return "start.slot_ids: a slot is listed twice"
+        unknown = [s for s in request.slot_ids if s not in self._slots]
+        if unknown:
+            have = ", ".join(sorted(self._slots)) or "none"
+            return f"start.slot_ids: no slot {unknown[0]!r} on agent {self._agent_id} (slots: {have})"
+        for mount in request.mounts:
+            target = mount.container_path
+            parts = Path(target).parts
+            if target and not os.path.isabs(target) and (".." in parts or parts[0] == META_DIR_NAME):
+                return f"start.spec.mounts: container_path {target!r} must stay inside the working directory"
+        return None
+
+    def prepare(
+        self,
+        request: StartRequest,
+        paths: ContainerPaths,
+        master: MasterFacts,
+        note: Note,
+        aborted: Callable[[], bool],
+    ) -> Prepared:
+        if request.has_context:
+            self._fetch_and_unpack(request, paths, note, aborted)
+        self._expose_mounts(request, paths, note)
+        env = task_environment(
+            base=self._base_env,
+            spec_environment=request.environment,
+            agent_id=self._agent_id,
+            container_id=request.container_id,
+            slots=[self._slots[s] for s in request.slot_ids],
+            workdir=paths.root,
+            master=master,
+            interpreter_dir=self._interpreter_dir,
+        )
+        return Prepared(argv=command_line(request.entrypoint, request.shell), env=env)
+
+    def _fetch_and_unpack(
+        self, request: StartRequest, paths: ContainerPaths, note: Note, aborted: Callable[[], bool]
+    ) -> None:
+        note("fetching the model definition from the master", "INFO")
+        size = 0
+        try:
+            with open(paths.context_archive, "wb") as archive:
+                for chunk in self._fetch_context(request.allocation_id):
+                    if aborted():
+                        raise StartError(FailureType.CONTAINER_ABORTED, "stopped before its command started")
+                    archive.write(chunk)
+                    size += len(chunk)
+        except ContextFetchError as exc:
+            raise StartError(FailureType.TASK_ERROR, f"cannot fetch the model definition: {exc}") from exc
+        try:
+            count = unpack_context(paths.context_archive, paths.root)
+        except UnsafeArchiveError as exc:
+            raise StartError(FailureType.TASK_ERROR, f"refused the model definition: {exc}") from exc
+        except OSError as exc:
+            raise StartError(FailureType.TASK_ERROR, f"cannot unpack the model definition: {exc}") from exc
+        finally:
+            paths.context_archive.unlink(missing_ok=True)
+        note(f"unpacked the model definition: {count} entries, {size} bytes", "INFO")
+
+    def _expose_mounts(self, request: StartRequest, paths: ContainerPaths, note: Note) -> None:
+        # The process runtime cannot mount: the command sees host paths as they are. A relative
+        # container path becomes a link in the working directory; an absolute one that differs
+        # from the host path cannot be honoured and is reported.
+        for mount in request.mounts:
+            target = mount.container_path
+            if not target or target == mount.host_path:
+                continue
+            if os.path.isabs(target):
+                note(
+                    f"mount {mount.host_path} -> {target}: the process runtime cannot remap absolute paths; "
+                    f"use {mount.host_path}",
+                    "WARNING",
+                )
+                continue
+            link = paths.root / target
+            link.parent.mkdir(parents=True, exist_ok=True)
+            if not link.exists() and not link.is_symlink():
+                link.symlink_to(mount.host_path)

@@ -1,0 +1,40 @@
+"""What the master asks of the agent, in the agent's own terms (converted from the proto at the edge)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class MountRequest:
+    host_path: str
+    container_path: str
+    read_only: bool = False
+
+
+@dataclass(frozen=True)
+class StartRequest:
+    container_id: str
+    allocation_id: str
+    slot_ids: tuple[str, ...]
+    entrypoint: tuple[str, ...]
+    shell: bool = False
+    environment: dict[str, str] = field(default_factory=dict)
+    runtime: str = "process"
+    image: str = ""
+    kill_grace_seconds: int = 0
+    has_context: bool = False
+    mounts: tuple[MountRequest, ...] = ()
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class ContainerReport:
+    """A container as the agent reports it in Hello (for reattachment)."""
+
+    container_id: str
+    allocation_id: str
+    state: str
+    slot_ids: tuple[str, ...]
+    exit_code: int | None
+    started_at: float | None

@@ -1,0 +1,121 @@
+"""The environment a container's command gets.
+
+Three layers, later ones winning: the basics of the agent's own environment (not all of it: the
+agent's credentials and settings are not the task's business), the task's own variables from the
+master (TaskSpec.environment), and what only the agent knows (its id, the container, the slots,
+the master as it reaches it), under Cairn names and Determined's (reference §3.8), so both
+Cairn's Core API and Determined's harness find them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from services.agent.slots import DeviceKind, SlotInfo
+
+# Taken from the agent's environment; LC_* variables too.
+BASIC_VARIABLES = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TERM")
+
+# The master's REST port when the Welcome did not say (the master's own default).
+DEFAULT_MASTER_HTTP_PORT = 8080
+
+
+@dataclass(frozen=True)
+class MasterFacts:
+    """What the agent learned about the master: from its flags and the Welcome."""
+
+    grpc_address: str  # --master, HOST:PORT
+    cluster_id: str = ""
+    master_id: str = ""
+    http_port: int = 0
+
+    @property
+    def host(self) -> str:
+        host, _, _ = split_host_port(self.grpc_address)
+        return host
+
+    @property
+    def rest_port(self) -> int:
+        return self.http_port or DEFAULT_MASTER_HTTP_PORT
+
+    @property
+    def rest_url(self) -> str:
+        host = self.host
+        shown = f"[{host}]" if ":" in host else host
+        return f"http://{shown}:{self.rest_port}"
+
+
+def split_host_port(address: str) -> tuple[str, int | None, str]:
+    """("host", port or None, error) for "host:port", "[v6]:port" or "host"."""
+    text = address.strip()
+    if text.startswith("["):
+        close = text.find("]")
+        if close < 0:
+            return text, None, f"{address!r}: unclosed '['"
+        host, rest = text[1:close], text[close + 1 :]
+        if not rest:
+            return host, None, ""
+        if not rest.startswith(":"):
+            return host, None, f"{address!r}: expected ':' after ']'"
+        port_text = rest[1:]
+    else:
+        host, sep, port_text = text.rpartition(":")
+        if not sep:
+            return text, None, ""
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        return host, None, f"{address!r}: port must be a number from 1 to 65535"
+    return host, int(port_text), ""
+
+
+def basic_environment(source: Mapping[str, str], interpreter_dir: str | None) -> dict[str, str]:
+    env = {k: v for k, v in source.items() if k in BASIC_VARIABLES or k.startswith("LC_")}
+    path = env.get("PATH", os.defpath)
+    # `python train.py` should find the interpreter the agent runs on (and the cairn client it has),
+    # as a Docker image's python would be found in the docker runtime.
+    if interpreter_dir and interpreter_dir not in path.split(os.pathsep):
+        path = os.pathsep.join([interpreter_dir, path])
+    env["PATH"] = path
+    return env
+
+
+def task_environment(
+    *,
+    base: Mapping[str, str],
+    spec_environment: Mapping[str, str],
+    agent_id: str,
+    container_id: str,
+    slots: Sequence[SlotInfo],
+    workdir: Path,
+    master: MasterFacts,
+    interpreter_dir: str | None,
+) -> dict[str, str]:
+    env = basic_environment(base, interpreter_dir)
+    env.update(spec_environment)
+    slot_ids = json.dumps([int(s.id) if s.id.isdigit() else s.index for s in slots], separators=(",", ":"))
+    gpus = [str(s.index) for s in slots if s.kind == DeviceKind.CUDA]
+    facts = {
+        "CAIRN_AGENT_ID": agent_id,
+        "CAIRN_CONTAINER_ID": container_id,
+        "CAIRN_SLOT_IDS": slot_ids,
+        "CAIRN_WORKDIR": str(workdir),
+        "CAIRN_MASTER_ADDR": master.grpc_address,
+        "DET_AGENT_ID": agent_id,
+        "DET_CONTAINER_ID": container_id,
+        "DET_SLOT_IDS": slot_ids,
+        "DET_WORKDIR": str(workdir),
+        "DET_CLUSTER_ID": master.cluster_id,
+        "DET_MASTER": master.rest_url,
+        "DET_MASTER_HOST": master.host,
+        "DET_MASTER_ADDR": master.host,
+        "DET_MASTER_PORT": str(master.rest_port),
+        # CPU-only allocations must not see (and grab) the machine's GPUs.
+        "CUDA_VISIBLE_DEVICES": ",".join(gpus),
+    }
+    if master.master_id:
+        facts["DET_MASTER_ID"] = master.master_id
+    env.update(facts)
+    return env

@@ -1,0 +1,109 @@
+"""The process runtime, agent side: start a container's supervisor (shim.py), signal it, ask it to
+kill, and learn how the command ended. Every call works the same whether this agent process
+started the shim or found it again after a restart."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from services.agent.runtime.jsonfile import read_json, write_json_atomic
+from services.agent.runtime.processes import is_running, signal_group, signal_process, start_ticks
+from services.agent.runtime.protocol import (
+    CONTROL_SIGNALS,
+    KILL_SIGNAL,
+    ContainerPaths,
+    ExitReport,
+    LaunchSpec,
+)
+
+# The folder that holds the `services` package: the shim is started with it on PYTHONPATH so it
+# runs from the same code as the agent, installed or not.
+_CODE_ROOT = Path(__file__).resolve().parents[3]
+
+
+@dataclass
+class ShimHandle:
+    pid: int
+    start_ticks: int | None
+    # Present when this agent process started the shim: it must reap it.
+    popen: subprocess.Popen[bytes] | None = None
+
+
+class ProcessRuntime:
+    name = "process"
+
+    def __init__(self, python: str = sys.executable) -> None:
+        self._python = python
+
+    def launch(self, paths: ContainerPaths, spec: LaunchSpec) -> ShimHandle:
+        write_json_atomic(paths.launch, spec.to_json())
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_CODE_ROOT), env.get("PYTHONPATH", "")) if p)
+        argv = [self._python, "-m", "services.agent.runtime.shim", str(paths.meta)]
+        with open(paths.shim_log, "ab") as log:
+            # The shim inherits this thread's signal mask: with the control signals blocked, one
+            # sent before the shim is ready stays pending instead of killing it (see shim.py).
+            previous = signal.pthread_sigmask(signal.SIG_BLOCK, CONTROL_SIGNALS)
+            try:
+                popen = subprocess.Popen(
+                    argv,
+                    cwd=paths.root,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    start_new_session=True,  # its own session: an agent crash or restart leaves it be
+                    close_fds=True,
+                )
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        return ShimHandle(pid=popen.pid, start_ticks=start_ticks(popen.pid), popen=popen)
+
+    def attach(self, pid: int, ticks: int | None) -> ShimHandle:
+        return ShimHandle(pid=pid, start_ticks=ticks)
+
+    def is_alive(self, handle: ShimHandle) -> bool:
+        if handle.popen is not None:
+            return handle.popen.poll() is None
+        return is_running(handle.pid, handle.start_ticks)
+
+    def send_signal(self, handle: ShimHandle, sig: signal.Signals) -> bool:
+        """SIGTERM/SIGINT: the shim forwards it to the command's process group."""
+        return self.is_alive(handle) and signal_process(handle.pid, sig)
+
+    def request_kill(self, handle: ShimHandle, paths: ContainerPaths, grace_seconds: float) -> bool:
+        write_json_atomic(paths.kill_request, {"grace_seconds": grace_seconds, "requested_at": time.time()})
+        return self.is_alive(handle) and signal_process(handle.pid, KILL_SIGNAL)
+
+    def kill_command_group(self, handle: ShimHandle | None, paths: ContainerPaths) -> None:
+        """SIGKILL the command's process group, bypassing the shim."""
+        child = read_json(paths.child_info)
+        if not child:
+            return
+        shim_alive = handle is not None and self.is_alive(handle)
+        # A shim that wrote exit.json swept the group itself, and after that the group id may be
+        # reused; before that (alive, or died without a report) the group is still the command's.
+        if shim_alive or not paths.exit_report.exists():
+            signal_group(int(child["pgid"]), signal.SIGKILL)
+
+    def force_kill(self, handle: ShimHandle | None, paths: ContainerPaths) -> None:
+        """The last resort when the shim does not do its job: SIGKILL the command's group and the
+        shim itself."""
+        self.kill_command_group(handle, paths)
+        if handle is not None and self.is_alive(handle):
+            signal_process(handle.pid, signal.SIGKILL)
+        if handle is not None and handle.popen is not None:
+            try:
+                handle.popen.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def exit_report(self, paths: ContainerPaths) -> ExitReport | None:
+        data = read_json(paths.exit_report)
+        return ExitReport.from_json(data) if data is not None else None

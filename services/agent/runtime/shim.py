@@ -1,0 +1,251 @@
+"""A container's supervisor: `python -m services.agent.runtime.shim <container dir>/.cairn-agent`.
+
+The agent starts one per container, in a session of its own, so the container outlives an agent
+crash or restart. The shim:
+  * runs the command (launch.json) in its own process group, stdin closed, in the container dir;
+  * writes RUNNING, then every line of the command's stdout and stderr (see log_lines.py), to
+    events.jsonl, continuing the container's sequence numbers from launch.json's first_seq;
+  * forwards SIGTERM and SIGINT to the command's process group; on KILL_SIGNAL it reads kill.json
+    and sends SIGTERM, then SIGKILL once the grace period is over (at once for grace 0), whether
+    or not the agent is still around to insist;
+  * when the command ends, kills whatever it left behind in its process group, writes its last
+    lines, and then exit.json (so once exit.json exists, events.jsonl is complete).
+
+The command also gets the kernel's parent-death signal (SIGKILL) so that even a SIGKILLed shim
+does not leave it running unsupervised.
+
+Signals are handled synchronously by one control thread (sigtimedwait) with the control signals
+blocked everywhere else. The agent starts the shim with them already blocked, so a signal sent
+before this interpreter is ready waits instead of killing it; a kill already waiting when the
+shim is about to start the command means the command never starts (exit.json says "aborted").
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO
+
+from services.agent.runtime.events import EventWriter, LogLine
+from services.agent.runtime.jsonfile import read_json, write_json_atomic
+from services.agent.runtime.log_lines import LineSplitter, parse_line
+from services.agent.runtime.processes import signal_group, start_ticks
+from services.agent.runtime.protocol import (
+    CONTROL_SIGNALS,
+    KILL_SIGNAL,
+    ContainerPaths,
+    ExitReport,
+    LaunchSpec,
+)
+
+# After the command ends and its group is swept, how long to wait for the output readers to see
+# the end of the pipes (a descendant that left the group may still hold them open).
+READER_DRAIN_SECONDS = 3.0
+_PR_SET_PDEATHSIG = 1
+
+
+def _parent_death_signal_setter() -> Callable[[], None] | None:
+    """prctl(PR_SET_PDEATHSIG, SIGKILL), resolved in the shim so the forked child only calls it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+    def set_it() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
+
+    return set_it
+
+
+def _child_setup(shim_pid: int) -> Callable[[], None]:
+    """Runs in the forked child before exec: unblock the signals the shim keeps blocked, and ask for
+    SIGKILL if the shim dies."""
+    set_parent_death_signal = _parent_death_signal_setter()
+
+    def setup() -> None:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, CONTROL_SIGNALS)
+        if set_parent_death_signal is not None:
+            set_parent_death_signal()
+            if os.getppid() != shim_pid:
+                os._exit(137)  # the shim died before we could ask to follow it
+
+    return setup
+
+
+class Shim:
+    def __init__(self, paths: ContainerPaths, spec: LaunchSpec) -> None:
+        self.paths = paths
+        self.spec = spec
+        self.events = EventWriter(paths.events, spec.first_seq)
+        # Orders signalling the command against reaping it (after which its pid may be reused).
+        self._lock = threading.Lock()
+        self._child: subprocess.Popen[bytes] | None = None
+        self._kill_deadline: float | None = None
+        self._killed_hard = False
+        self._ended = threading.Event()
+
+    # -- control: signals from the agent ------------------------------------------------------
+    def _control_loop(self) -> None:
+        while not self._ended.is_set():
+            timeout = 0.2
+            if self._kill_deadline is not None and not self._killed_hard:
+                timeout = max(0.0, min(timeout, self._kill_deadline - time.monotonic()))
+            info = signal.sigtimedwait(CONTROL_SIGNALS, timeout)
+            if info is not None:
+                self._on_signal(signal.Signals(info.si_signo))
+            with self._lock:
+                if (
+                    self._child is not None
+                    and not self._ended.is_set()
+                    and self._kill_deadline is not None
+                    and not self._killed_hard
+                    and time.monotonic() >= self._kill_deadline
+                ):
+                    self._note("grace period over: sending SIGKILL")
+                    self._killed_hard = True
+                    signal_group(self._child.pid, signal.SIGKILL)
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        with self._lock:
+            if self._child is None or self._ended.is_set():
+                return  # the command is reaped; its pid may already be someone else's
+            if sig == KILL_SIGNAL:
+                self._on_kill_request(self._child.pid)
+            else:
+                signal_group(self._child.pid, sig)
+
+    def _on_kill_request(self, pgid: int) -> None:
+        request = read_json(self.paths.kill_request) or {}
+        grace = max(0.0, float(request.get("grace_seconds") or 0))
+        deadline = time.monotonic() + grace
+        if grace <= 0 or self._killed_hard:
+            self._note("kill requested: sending SIGKILL")
+            self._killed_hard = True
+            signal_group(pgid, signal.SIGKILL)
+            return
+        if self._kill_deadline is None:
+            self._note(f"kill requested: sending SIGTERM, SIGKILL in {grace:g} s")
+            signal_group(pgid, signal.SIGTERM)
+            self._kill_deadline = deadline
+        elif deadline < self._kill_deadline:
+            self._kill_deadline = deadline
+
+    def _note(self, message: str) -> None:
+        self.events.write_logs([LogLine("stdout", message, "INFO", source="agent")])
+
+    # -- running the command -------------------------------------------------------------------
+    def run(self) -> int:
+        write_json_atomic(self.paths.shim_info, {"pid": os.getpid(), "start_ticks": start_ticks(os.getpid())})
+        # Signals sent so far are pending (blocked). A kill means the command must not start at all;
+        # SIGTERM/SIGINT stay pending for the control thread, which starts once the command runs.
+        if KILL_SIGNAL in signal.sigpending():
+            signal.sigtimedwait({KILL_SIGNAL}, 0)
+            self._finish(ExitReport(exit_code=None, aborted=True, finished_at=time.time()))
+            return 0
+        try:
+            # No other thread exists yet, so preexec_fn cannot deadlock on a lock held elsewhere.
+            child = subprocess.Popen(
+                self.spec.argv,
+                cwd=self.spec.cwd,
+                env=self.spec.env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                process_group=0,
+                close_fds=True,
+                preexec_fn=_child_setup(os.getpid()),  # noqa: PLW1509
+            )
+        except (OSError, ValueError, subprocess.SubprocessError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            command = self.spec.argv[0] if self.spec.argv else "(empty command)"
+            error = f"cannot start {command!r}: {reason}"
+            self.events.write_logs([LogLine("stderr", error, "ERROR", source="agent")])
+            self._finish(ExitReport(exit_code=None, error=error, finished_at=time.time()))
+            return 0
+        self._child = child
+        write_json_atomic(self.paths.child_info, {"pid": child.pid, "pgid": child.pid})
+        self.events.write_state("RUNNING")
+        threading.Thread(target=self._control_loop, name="shim-control", daemon=True).start()
+        assert child.stdout is not None and child.stderr is not None
+        readers = [
+            threading.Thread(target=self._pump, args=(child.stdout, "stdout"), daemon=True),
+            threading.Thread(target=self._pump, args=(child.stderr, "stderr"), daemon=True),
+        ]
+        for reader in readers:
+            reader.start()
+        os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)
+        # The command is gone but not yet reaped, so its pgid cannot be reused: sweep the group.
+        with self._lock:
+            signal_group(child.pid, signal.SIGKILL)
+            returncode = child.wait()
+            self._ended.set()
+        deadline = time.monotonic() + READER_DRAIN_SECONDS
+        for reader in readers:
+            reader.join(max(0.0, deadline - time.monotonic()))
+        if returncode < 0:
+            report = ExitReport(exit_code=128 - returncode, signal=-returncode, finished_at=time.time())
+        else:
+            report = ExitReport(exit_code=returncode, finished_at=time.time())
+        self._finish(report)
+        return 0
+
+    def _pump(self, stream: IO[bytes], stdtype: str) -> None:
+        splitter = LineSplitter()
+        fd = stream.fileno()
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            self._write(splitter.feed(chunk), stdtype)
+        self._write(splitter.flush(), stdtype)
+
+    def _write(self, texts: list[str], stdtype: str) -> None:
+        if not texts:
+            return
+        lines = []
+        for text in texts:
+            parsed = parse_line(text)
+            lines.append(LogLine(stdtype, parsed.message, parsed.level, parsed.rank))
+        self.events.write_logs(lines)
+
+    def _finish(self, report: ExitReport) -> None:
+        # Close the event file first: once exit.json exists nothing more may be appended.
+        self.events.close()
+        write_json_atomic(self.paths.exit_report, report.to_json())
+
+
+def main(argv: list[str] | None = None) -> int:
+    # Before any thread exists, so every thread inherits the mask (see the module docstring).
+    signal.pthread_sigmask(signal.SIG_BLOCK, CONTROL_SIGNALS)
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m services.agent.runtime.shim <container dir>/.cairn-agent", file=sys.stderr)
+        return 2
+    paths = ContainerPaths(Path(args[0]).resolve().parent)
+    data = read_json(paths.launch)
+    if data is None:
+        print(f"shim: no readable launch spec at {paths.launch}", file=sys.stderr)
+        write_json_atomic(
+            paths.exit_report,
+            ExitReport(
+                exit_code=None, error="launch spec missing or unreadable", finished_at=time.time()
+            ).to_json(),
+        )
+        return 1
+    return Shim(paths, LaunchSpec.from_json(data)).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,49 @@
+"""Downloading an allocation's model definition from the master (AgentService.FetchTaskContext)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import grpc
+
+from cairn.agent.v1 import agent_pb2 as apb
+from cairn.agent.v1 import agent_pb2_grpc
+from services.agent.containers.preparation import ContextFetchError
+from services.agent.session.backoff import Backoff
+from services.common.logging import get_logger
+
+log = get_logger(__name__)
+
+ATTEMPTS = 5
+# A model definition is at most ~100 MiB; this bounds a stalled download, not a slow one.
+TIMEOUT_SECONDS = 600.0
+
+
+class ContextDownloader:
+    def __init__(self, channel: grpc.Channel) -> None:
+        self._stub = agent_pb2_grpc.AgentServiceStub(channel)
+
+    def fetch(self, allocation_id: str) -> Iterator[bytes]:
+        """The archive's bytes in chunks. Retries while the master is unreachable and nothing has
+        been received yet; raises ContextFetchError otherwise."""
+        backoff = Backoff(initial=0.5, maximum=5.0)
+        request = apb.FetchTaskContextRequest(allocation_id=allocation_id)
+        for attempt in range(1, ATTEMPTS + 1):
+            received = False
+            try:
+                for chunk in self._stub.FetchTaskContext(request, timeout=TIMEOUT_SECONDS):
+                    received = True
+                    yield chunk.data
+                return
+            except grpc.RpcError as exc:
+                code = exc.code()
+                if code == grpc.StatusCode.UNAVAILABLE and not received and attempt < ATTEMPTS:
+                    delay = backoff.next_delay()
+                    log.warning(
+                        "model definition download failed; retrying", allocation_id=allocation_id, in_s=delay
+                    )
+                    time.sleep(delay)
+                    continue
+                name = code.name if code is not None else "UNKNOWN"
+                raise ContextFetchError(f"{name}: {exc.details()}") from exc

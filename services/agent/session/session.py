@@ -1,0 +1,296 @@
+"""The agent's session with the master: one AgentService.Connect stream at a time, reconnecting
+with backoff for as long as it takes (or --reconnect-timeout).
+
+Per stream: Hello first; nothing else goes out until the Welcome has been applied (it says what
+the master already stored, which decides what is resent). Then, from the request iterator that
+gRPC drains on its own thread: command acknowledgements, the outbox's state changes and log
+batches in seq order per container, and a heartbeat every heartbeat_interval_ms. This thread reads
+the master's messages and hands the commands to the container manager.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from cairn.agent.v1 import agent_pb2 as apb
+from cairn.agent.v1 import agent_pb2_grpc
+from services.agent.containers.manager import ContainerManager
+from services.agent.containers.outbox import Outbox
+from services.agent.containers.task_env import MasterFacts
+from services.agent.session import convert
+from services.agent.session.backoff import Backoff
+from services.agent.slots import SlotInfo
+from services.common.logging import get_logger
+
+log = get_logger(__name__)
+
+DEFAULT_HEARTBEAT_SECONDS = 5.0
+# Errors before the Welcome that retrying will not fix: the agent exits with the master's reason.
+REFUSALS = frozenset(
+    {
+        grpc.StatusCode.UNAUTHENTICATED,
+        grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.UNIMPLEMENTED,
+    }
+)
+
+
+@dataclass(frozen=True)
+class AgentIdentity:
+    agent_id: str
+    version: str
+    resource_pool: str
+    hostname: str
+    addresses: tuple[str, ...]
+    slots: tuple[SlotInfo, ...]
+    boot_time: float
+
+
+class _Stream:
+    """One Connect call's worth of state."""
+
+    def __init__(self, hello: apb.Hello) -> None:
+        self.hello = hello
+        self.closed = threading.Event()
+        self.welcomed = threading.Event()
+        self.acks: queue.SimpleQueue[apb.AgentMessage] = queue.SimpleQueue()
+        self.heartbeat_seconds = DEFAULT_HEARTBEAT_SECONDS
+        self.shutdown_reason: str | None = None
+        # The outbox epoch of this stream (set once welcomed).
+        self.epoch = -1
+        # The Connect call (an iterator of responses that can also be cancelled).
+        self.call: Any = None
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    welcomed: bool = False
+    fatal: str | None = None
+
+
+class MasterSession:
+    def __init__(
+        self,
+        *,
+        channel: grpc.Channel,
+        master_address: str,
+        identity: AgentIdentity,
+        manager: ContainerManager,
+        outbox: Outbox,
+        reconnect_timeout: float,
+        on_welcome: Callable[[], None],
+        on_fatal: Callable[[str], None],
+    ) -> None:
+        self._stub = agent_pb2_grpc.AgentServiceStub(channel)
+        self._master_address = master_address
+        self._identity = identity
+        self._manager = manager
+        self._outbox = outbox
+        self._reconnect_timeout = reconnect_timeout
+        self._on_welcome = on_welcome
+        self._on_fatal = on_fatal
+        self._stopping = threading.Event()
+        self._stream: _Stream | None = None
+        self._welcomed_before = False
+        # Set while a stream is up and welcomed.
+        self.connected = threading.Event()
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def run(self) -> None:
+        backoff = Backoff(initial=0.5, maximum=10.0)
+        down_since = time.monotonic()
+        while not self._stopping.is_set():
+            outcome = self._run_stream()
+            if outcome.fatal is not None:
+                self._on_fatal(outcome.fatal)
+                return
+            if self._stopping.is_set():
+                return
+            if outcome.welcomed:
+                backoff.reset()
+                down_since = time.monotonic()
+            if self._reconnect_timeout and time.monotonic() - down_since > self._reconnect_timeout:
+                self._on_fatal(
+                    f"no session with the master at {self._master_address} for "
+                    f"{self._reconnect_timeout:g} s (--reconnect-timeout)"
+                )
+                return
+            delay = backoff.next_delay()
+            log.info("reconnecting to the master", master=self._master_address, in_seconds=round(delay, 2))
+            self._stopping.wait(delay)
+
+    def stop(self, wait_seconds: float = 3.0, thread: threading.Thread | None = None) -> None:
+        """End the session: half-close the stream after what is queued, then wait for the master
+        to end it (cancel if it does not)."""
+        self._stopping.set()
+        stream = self._stream
+        if stream is not None:
+            stream.closed.set()
+            self._outbox.ready.set()
+        if thread is not None:
+            thread.join(wait_seconds)
+            # Still running: the master did not end the stream (or a new one was just opening).
+            stream = self._stream
+            if thread.is_alive() and stream is not None and stream.call is not None:
+                stream.call.cancel()
+                thread.join(wait_seconds)
+
+    # -- one stream ------------------------------------------------------------------------------
+    def _hello(self) -> apb.Hello:
+        ident = self._identity
+        return apb.Hello(
+            agent_id=ident.agent_id,
+            version=ident.version,
+            resource_pool=ident.resource_pool,
+            hostname=ident.hostname,
+            addresses=list(ident.addresses),
+            slots=[convert.slot_message(s) for s in ident.slots],
+            containers=[convert.running_container(r) for r in self._manager.hello_containers()],
+            reconnect=self._welcomed_before,
+            runtime="process",
+            boot_time=convert.timestamp(ident.boot_time),
+        )
+
+    def _run_stream(self) -> _Outcome:
+        stream = _Stream(self._hello())
+        self._stream = stream
+        welcomed = False
+        try:
+            call = self._stub.Connect(self._outgoing(stream))
+            stream.call = call
+            for message in call:
+                if not welcomed:
+                    if message.WhichOneof("msg") != "welcome":
+                        log.warning("the master's first message is not a welcome; reconnecting")
+                        return _Outcome()
+                    self._apply_welcome(stream, message.welcome)
+                    welcomed = True
+                    continue
+                self._dispatch(stream, message)
+                if stream.shutdown_reason is not None:
+                    return _Outcome(
+                        welcomed=True, fatal=f"the master shut the agent down: {stream.shutdown_reason}"
+                    )
+            if not self._stopping.is_set():
+                log.warning("the master ended the stream")
+        except grpc.RpcError as exc:
+            code = exc.code()
+            details = exc.details()
+            if not welcomed and code in REFUSALS:
+                return _Outcome(fatal=f"the master refused the agent ({code.name}): {details}")
+            if not self._stopping.is_set():
+                log.warning("stream to the master broke", code=code.name if code else None, details=details)
+        except Exception:
+            # A bug in handling one message must not end the agent: drop the stream and reconnect.
+            log.exception("failed handling the master's message; reconnecting")
+        finally:
+            stream.closed.set()
+            self._outbox.ready.set()
+            self.connected.clear()
+            if stream.call is not None:
+                stream.call.cancel()
+            self._stream = None
+        return _Outcome(welcomed=welcomed)
+
+    def _outgoing(self, stream: _Stream) -> Iterator[apb.AgentMessage]:
+        yield apb.AgentMessage(hello=stream.hello)
+        while not stream.welcomed.is_set():
+            if stream.closed.wait(0.02):
+                return
+        heartbeat_seq = 0
+        next_heartbeat = time.monotonic() + stream.heartbeat_seconds
+        ready = self._outbox.ready
+        while not stream.closed.is_set():
+            ready.clear()
+            while True:
+                try:
+                    yield stream.acks.get_nowait()
+                except queue.Empty:
+                    break
+            deliveries = self._outbox.take(stream.epoch)
+            for delivery in deliveries:
+                yield convert.delivery_message(delivery)
+            now = time.monotonic()
+            if now >= next_heartbeat:
+                heartbeat_seq += 1
+                yield apb.AgentMessage(
+                    heartbeat=apb.Heartbeat(seq=heartbeat_seq, sent_at=convert.timestamp(time.time()))
+                )
+                next_heartbeat = now + stream.heartbeat_seconds
+            if deliveries:
+                continue
+            ready.wait(max(0.0, min(next_heartbeat - time.monotonic(), 0.5)))
+        # Closing: what the acknowledgement queue still holds goes out before the half-close.
+        while True:
+            try:
+                yield stream.acks.get_nowait()
+            except queue.Empty:
+                return
+
+    def _apply_welcome(self, stream: _Stream, welcome: apb.Welcome) -> None:
+        master = MasterFacts(
+            grpc_address=self._master_address,
+            cluster_id=welcome.cluster_id,
+            master_id=welcome.master_id,
+            http_port=welcome.master_http_port,
+        )
+        self._manager.apply_welcome(list(welcome.keep_container_ids), dict(welcome.acked_seq), master)
+        stream.epoch = self._outbox.rewind()
+        if welcome.heartbeat_interval_ms > 0:
+            stream.heartbeat_seconds = welcome.heartbeat_interval_ms / 1000
+        log.info(
+            "connected to the master",
+            master=self._master_address,
+            master_id=welcome.master_id,
+            reconnect=self._welcomed_before,
+            kept=len(welcome.keep_container_ids),
+        )
+        self._welcomed_before = True
+        stream.welcomed.set()
+        self.connected.set()
+        self._on_welcome()
+
+    def _dispatch(self, stream: _Stream, message: apb.MasterMessage) -> None:
+        kind = message.WhichOneof("msg")
+        if kind in ("start", "signal", "kill"):
+            command = getattr(message, kind)
+            try:
+                error = self._command(command, kind)
+            except Exception as exc:
+                log.exception("command failed", kind=kind, container_id=command.container_id)
+                error = f"the agent failed to carry out {kind}: {exc}"
+            self._acknowledge(stream, command.command_id, error)
+        elif kind == "log_ack":
+            self._manager.ack(dict(message.log_ack.acked_seq))
+        elif kind == "shutdown":
+            stream.shutdown_reason = message.shutdown.reason or "(no reason given)"
+        elif kind == "welcome":
+            log.warning("ignoring a second welcome on the same stream")
+
+    def _command(self, command: Any, kind: str) -> str | None:
+        if kind == "start":
+            return self._manager.start(convert.start_request(command))
+        if kind == "kill":
+            return self._manager.kill(command.container_id, command.grace_seconds)
+        if command.signal == apb.SignalContainer.SIGNAL_TERMINATE:
+            return self._manager.signal(command.container_id, terminate=True)
+        if command.signal == apb.SignalContainer.SIGNAL_INTERRUPT:
+            return self._manager.signal(command.container_id, terminate=False)
+        return "signal.signal: required (TERMINATE or INTERRUPT)"
+
+    def _acknowledge(self, stream: _Stream, command_id: str, error: str | None) -> None:
+        if error:
+            log.warning("refused a command", command_id=command_id, error=error)
+        stream.acks.put(
+            apb.AgentMessage(ack=apb.CommandAck(command_id=command_id, ok=error is None, error=error or ""))
+        )
+        self._outbox.ready.set()

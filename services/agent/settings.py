@@ -1,0 +1,116 @@
+"""The agent's flags (with environment fallbacks) as typed settings."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from services.agent.containers.task_env import split_host_port
+from services.agent.slots import SlotType
+from services.common.args import add_common_flags
+
+DEFAULT_MASTER = "127.0.0.1:8090"
+_AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    master: str
+    agent_id: str
+    resource_pool: str
+    slots: int | None
+    slot_type: SlotType
+    work_dir: Path
+    kill_containers_on_exit: bool
+    reconnect_timeout: float
+    cluster_token: str | None
+    host: str
+    port: int
+    log_format: str
+    log_level: str
+    ready_file: str | None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cairn-agent",
+        description="Cairn agent: offers this machine's slots to the master and runs its containers.",
+    )
+    add_common_flags(parser, default_port=0)
+    parser.add_argument(
+        "--master",
+        default=os.environ.get("CAIRN_MASTER_ADDR", DEFAULT_MASTER),
+        help=f"the master's gRPC address HOST:PORT (env CAIRN_MASTER_ADDR; default {DEFAULT_MASTER})",
+    )
+    parser.add_argument("--agent-id", default=None, help="this agent's id (default: the hostname)")
+    parser.add_argument("--resource-pool", default="default", help="the pool to join (default 'default')")
+    parser.add_argument(
+        "--slots", type=int, default=None, help="CPU slots to declare (default 1 when there is no GPU)"
+    )
+    parser.add_argument(
+        "--slot-type",
+        choices=[t.value for t in SlotType],
+        default=SlotType.AUTO.value,
+        help="auto: GPUs when an NVIDIA driver answers, else CPU slots (default auto)",
+    )
+    parser.add_argument(
+        "--work-dir",
+        default=None,
+        help="containers' folders and state (default ~/.local/share/cairn/agent/<agent-id>)",
+    )
+    parser.add_argument(
+        "--kill-containers-on-exit",
+        action="store_true",
+        help="on SIGTERM kill the running containers before exiting (local clusters); "
+        "without it they keep running for a restarted agent to reattach",
+    )
+    parser.add_argument(
+        "--reconnect-timeout",
+        type=float,
+        default=0.0,
+        help="exit non-zero after this many seconds without the master; 0 = retry forever (default)",
+    )
+    return parser
+
+
+def parse_settings(argv: Sequence[str] | None = None) -> AgentSettings:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _host, port, error = split_host_port(args.master)
+    if error or port is None:
+        parser.error(f"--master: {error or f'{args.master!r}: expected HOST:PORT'}")
+    agent_id = args.agent_id or socket.gethostname()
+    if not _AGENT_ID.match(agent_id):
+        parser.error(f"--agent-id: {agent_id!r}: letters, digits, '.', '_' and '-' only")
+    if not args.resource_pool:
+        parser.error("--resource-pool: must not be empty")
+    if args.slots is not None and args.slots < 0:
+        parser.error("--slots: must be >= 0")
+    if args.reconnect_timeout < 0:
+        parser.error("--reconnect-timeout: must be >= 0")
+    work_dir = (
+        Path(args.work_dir).expanduser()
+        if args.work_dir
+        else (Path.home() / ".local" / "share" / "cairn" / "agent" / agent_id)
+    )
+    return AgentSettings(
+        master=args.master,
+        agent_id=agent_id,
+        resource_pool=args.resource_pool,
+        slots=args.slots,
+        slot_type=SlotType(args.slot_type),
+        work_dir=work_dir.resolve(),
+        kill_containers_on_exit=args.kill_containers_on_exit,
+        reconnect_timeout=args.reconnect_timeout,
+        cluster_token=args.cluster_token,
+        host=args.host,
+        port=args.port,
+        log_format=args.log_format,
+        log_level=args.log_level,
+        ready_file=args.ready_file,
+    )

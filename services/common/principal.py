@@ -1,0 +1,17 @@
+"""Who is calling a service. Kept apart from gRPC so domain code can take it as an argument."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Principal:
+    """A user (by session token), a running allocation (by its token), or an internal caller."""
+
+    user_id: int | None = None
+    username: str = ""
+    admin: bool = False
+    allocation_id: str | None = None
+    # Set for internal callers that presented the cluster token.
+    internal: bool = False

@@ -1,0 +1,118 @@
+"""Bootstrap for a Cairn gRPC service: thread-pool server, health checking, reflection, a ready
+file for supervisors, and a clean stop on SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+from collections.abc import Callable, Sequence
+from concurrent import futures
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from services.common.channels import MAX_MESSAGE_BYTES
+from services.common.logging import get_logger
+
+log = get_logger(__name__)
+
+SERVER_OPTIONS: list[tuple[str, Any]] = [
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    # Clients ping every 20 s; allow it even on idle connections.
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+    ("grpc.http2.max_ping_strikes", 0),
+    ("grpc.keepalive_time_ms", 20_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    # A restarted service must be able to take its port back at once.
+    ("grpc.so_reuseport", 0),
+]
+
+
+@dataclass
+class ServiceServer:
+    """A started gRPC server and what is needed to stop it."""
+
+    name: str
+    server: grpc.Server
+    port: int
+    health: health.HealthServicer
+    on_stop: list[Callable[[], None]] = field(default_factory=list)
+
+    def stop(self, grace: float = 5.0) -> None:
+        log.info("stopping", grace_seconds=grace)
+        self.health.enter_graceful_shutdown()
+        for hook in self.on_stop:
+            try:
+                hook()
+            except Exception:
+                log.exception("stop hook failed")
+        self.server.stop(grace).wait()
+        log.info("stopped")
+
+
+def start_server(
+    name: str,
+    register: Callable[[grpc.Server], Sequence[str]],
+    *,
+    host: str,
+    port: int,
+    interceptors: Sequence[grpc.ServerInterceptor] = (),
+    max_workers: int = 64,
+) -> ServiceServer:
+    """Start a server with the services `register` adds (it returns their full names).
+
+    `port` 0 binds a free port; the bound one is in the result.
+    """
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=f"{name}-rpc"),
+        interceptors=list(interceptors),
+        options=SERVER_OPTIONS,
+    )
+    service_names = list(register(server))
+    health_servicer = health.HealthServicer(experimental_non_blocking=True)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    for service in ["", *service_names]:
+        health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+    reflection.enable_server_reflection(
+        [*service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
+        server,
+    )
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        raise OSError(f"{name}: cannot bind {host}:{port}")
+    server.start()
+    log.info("serving", host=host, port=bound, services=service_names)
+    return ServiceServer(name=name, server=server, port=bound, health=health_servicer)
+
+
+def write_ready_file(path: str | None, **fields: int | str) -> None:
+    """Tell a supervisor (`cairn cluster up`) the service is up: its ports, and any other fields."""
+    if not path:
+        return
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(target.suffix + ".tmp")
+    tmp.write_text(json.dumps({"pid": os.getpid(), **fields}))
+    tmp.replace(target)  # atomic: a reader never sees half a file
+
+
+def wait_for_termination(stop: Callable[[], None]) -> None:
+    """Block until SIGTERM or SIGINT, then call `stop`."""
+    done = threading.Event()
+
+    def handle(signum: int, _frame: object) -> None:
+        log.info("signal received", signal=signal.Signals(signum).name)
+        done.set()
+
+    signal.signal(signal.SIGTERM, handle)
+    signal.signal(signal.SIGINT, handle)
+    done.wait()
+    stop()

@@ -1,0 +1,27 @@
+"""Entry point: `python -m services.master` (or `cairn-master`)."""
+
+from __future__ import annotations
+
+import sys
+
+from services.common.logging import configure_logging, get_logger
+from services.common.server import wait_for_termination
+from services.master.app import Master
+from services.master.settings import parse_settings
+
+
+def main(argv: list[str] | None = None) -> int:
+    settings = parse_settings(argv)
+    configure_logging("master", settings.log_format, settings.log_level)  # type: ignore[arg-type]
+    master = Master(settings)
+    try:
+        master.start()
+    except Exception:
+        get_logger(__name__).exception("master failed to start")
+        return 1
+    wait_for_termination(master.stop)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

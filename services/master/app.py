@@ -1,0 +1,153 @@
+"""Assembles the master: database, domain services, loops, gRPC and HTTP servers; starts and stops
+them in order."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+
+import grpc
+from sqlalchemy import select
+
+from cairn import __version__
+from cairn.agent.v1 import agent_pb2, agent_pb2_grpc
+from cairn.api.v1 import api_pb2, api_pb2_grpc
+from services.common.interceptors import AuthInterceptor
+from services.common.logging import get_logger
+from services.common.server import ServiceServer, start_server, write_ready_file
+from services.master.domain import agents as agent_registry
+from services.master.domain import deletion
+from services.master.domain.agent_hub import AgentHub
+from services.master.domain.auth import AuthService
+from services.master.domain.checkpoints import CheckpointGc
+from services.master.domain.clock import utcnow
+from services.master.domain.context import MasterContext
+from services.master.domain.liveness import LivenessLoop
+from services.master.domain.logs import LogStore
+from services.master.domain.scheduling import SchedulingLoop
+from services.master.domain.searcher_pump import SearcherPump
+from services.master.gateway.http_server import MasterHttpServer, health_routes, start_http
+from services.master.remotes.checkpoint import CheckpointClient
+from services.master.remotes.scheduler import SchedulerClient
+from services.master.remotes.searcher import SearcherDirectory
+from services.master.servicers.agent_stream import AgentStreamServicer
+from services.master.servicers.api.base import ApiDeps
+from services.master.servicers.api.service import CairnServicer
+from services.master.servicers.auth import PUBLIC_METHODS, master_authenticator
+from services.master.settings import Settings
+from services.master.store import models
+from services.master.store.db import Database
+
+log = get_logger(__name__)
+
+
+def _cluster_id(db: Database) -> str:
+    with db.transaction() as s:
+        row = s.scalar(select(models.ClusterInfo))
+        if row is None:
+            row = models.ClusterInfo(id=1, cluster_id=str(uuid.uuid4()), created_at=utcnow())
+            s.add(row)
+        return row.cluster_id
+
+
+class Master:
+    def __init__(self, settings: Settings) -> None:
+        settings.state_dir.mkdir(parents=True, exist_ok=True)
+        self.db = Database(settings.database_url)
+        self.settings = settings
+        self.grpc: ServiceServer | None = None
+        self.http: MasterHttpServer | None = None
+
+    def start(self) -> None:
+        log.info("migrating database", dialect=self.db.dialect)
+        self.db.migrate()
+        settings = self.settings
+        # HTTP first: with --http-port 0 the bound port must be known before anything reports it.
+        self.http, _ = start_http(settings.host, settings.http_port, [])
+        settings = dataclasses.replace(settings, http_port=self.http.server_address[1])
+        self.ctx = ctx = MasterContext(
+            settings=settings,
+            db=self.db,
+            searchers=SearcherDirectory(settings.searcher_addr, settings.cluster_token),
+            scheduler=SchedulerClient(settings.scheduler_addr, settings.cluster_token),
+            hub=AgentHub(),
+            master_id=str(uuid.uuid4()),
+            cluster_id=_cluster_id(self.db),
+        )
+        self.auth = AuthService(self.db, settings.session_ttl_seconds)
+        self.auth.ensure_builtin_users()
+        agent_registry.mark_all_disconnected_at_boot(ctx)
+        self.logs = LogStore(ctx)
+        self.scheduling = SchedulingLoop(ctx)
+        self.pump = SearcherPump(ctx)
+        self.liveness = LivenessLoop(ctx)
+        self.checkpoints = CheckpointClient(settings.checkpoint_addr, settings.cluster_token)
+        self.gc = CheckpointGc(ctx, self.checkpoints)
+        ctx.experiment_end_hooks.append(self.gc.on_experiment_end)
+        ctx.experiment_delete_hooks.append(self.gc.delete_experiment_files)
+        deps = ApiDeps(
+            ctx=ctx,
+            auth=self.auth,
+            logs=self.logs,
+            waiting=self.scheduling.waiting,
+            checkpoints=self.checkpoints,
+            gc=self.gc,
+            version=__version__,
+            database=self.db.dialect,
+        )
+        api = CairnServicer(deps)
+        agent_stream = AgentStreamServicer(ctx, self.logs)
+
+        def register(server: grpc.Server) -> list[str]:
+            api_pb2_grpc.add_CairnServicer_to_server(api, server)
+            agent_pb2_grpc.add_AgentServiceServicer_to_server(agent_stream, server)
+            return [
+                api_pb2.DESCRIPTOR.services_by_name["Cairn"].full_name,
+                agent_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name,
+            ]
+
+        self.grpc = start_server(
+            "master",
+            register,
+            host=settings.host,
+            port=settings.grpc_port,
+            interceptors=[
+                AuthInterceptor(master_authenticator(self.auth, settings.cluster_token), PUBLIC_METHODS)
+            ],
+            max_workers=256,
+        )
+        settings = dataclasses.replace(settings, grpc_port=self.grpc.port)
+        ctx.settings = settings
+        self.http.routes.extend(health_routes(ctx))
+        self.scheduling.start()
+        self.pump.start()
+        self.liveness.start()
+        deletion.resume_pending_deletions(ctx)
+        self.gc.resume_pending()
+        write_ready_file(settings.ready_file, grpc_port=self.grpc.port, http_port=settings.http_port)
+        log.info(
+            "master ready",
+            grpc_port=self.grpc.port,
+            http_port=settings.http_port,
+            database=self.db.dialect,
+            cluster_id=ctx.cluster_id,
+        )
+
+    def stop(self) -> None:
+        ctx = self.ctx
+        ctx.stopping.set()
+        ctx.topics.close()
+        ctx.hub.close_all()
+        ctx.scheduler_wakeup.set()
+        ctx.pump_wakeup.set()
+        if self.grpc is not None:
+            self.grpc.stop(grace=3.0)
+        if self.http is not None:
+            self.http.shutdown()
+            self.http.server_close()
+        for loop in (self.scheduling, self.pump, self.liveness):
+            loop.join(timeout=5.0)
+        ctx.searchers.shutdown()
+        ctx.scheduler.shutdown()
+        self.checkpoints.shutdown()
+        self.db.dispose()

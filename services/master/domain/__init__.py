@@ -1,0 +1,1 @@
+"""Master domain logic: experiments, trials, allocations, agents, auth. Knows nothing of gRPC."""

@@ -1,0 +1,101 @@
+"""Connected agents and the commands on their way to them.
+
+One AgentLink per connected agent holds its outgoing queue. Commands for an agent that is away
+(reconnecting) wait in a backlog and are replayed in order when it comes back: start and kill do
+not commute, so order matters.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+
+from cairn.agent.v1 import agent_pb2 as apb
+from services.common.logging import get_logger
+
+log = get_logger(__name__)
+
+# A backlog beyond this is a sign the agent is gone for good; drop the oldest.
+MAX_BACKLOG = 10_000
+
+
+@dataclass
+class AgentLink:
+    agent_id: str
+    outbox: queue.Queue[apb.MasterMessage | None] = field(default_factory=queue.Queue)
+    last_heard: float = field(default_factory=time.monotonic)
+    closed: threading.Event = field(default_factory=threading.Event)
+
+    def close(self) -> None:
+        if not self.closed.is_set():
+            self.closed.set()
+            self.outbox.put(None)  # wakes the sender so the stream ends
+
+
+class AgentHub:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._links: dict[str, AgentLink] = {}
+        self._backlog: dict[str, list[apb.MasterMessage]] = {}
+
+    def attach(self, agent_id: str) -> AgentLink:
+        """A new stream for `agent_id`; an older stream of the same agent is closed."""
+        link = AgentLink(agent_id)
+        with self._lock:
+            old = self._links.get(agent_id)
+            self._links[agent_id] = link
+        if old is not None:
+            log.info("agent replaced its stream", agent_id=agent_id)
+            old.close()
+        return link
+
+    def detach(self, link: AgentLink) -> bool:
+        """Forget `link`; False when a newer stream of the agent had already replaced it."""
+        link.close()
+        with self._lock:
+            if self._links.get(link.agent_id) is link:
+                del self._links[link.agent_id]
+                return True
+            return False
+
+    def send(self, agent_id: str, message: apb.MasterMessage) -> None:
+        with self._lock:
+            link = self._links.get(agent_id)
+            if link is None or link.closed.is_set():
+                backlog = self._backlog.setdefault(agent_id, [])
+                backlog.append(message)
+                if len(backlog) > MAX_BACKLOG:
+                    del backlog[0]
+                return
+        link.outbox.put(message)
+
+    def take_backlog(self, agent_id: str) -> list[apb.MasterMessage]:
+        with self._lock:
+            return self._backlog.pop(agent_id, [])
+
+    def backlog_container_ids(self, agent_id: str) -> set[str]:
+        """Containers whose start command is waiting for the agent to come back."""
+        with self._lock:
+            return {m.start.container_id for m in self._backlog.get(agent_id, []) if m.HasField("start")}
+
+    def drop_backlog(self, agent_id: str) -> None:
+        with self._lock:
+            self._backlog.pop(agent_id, None)
+
+    def is_connected(self, agent_id: str) -> bool:
+        with self._lock:
+            link = self._links.get(agent_id)
+            return link is not None and not link.closed.is_set()
+
+    def connected_ids(self) -> set[str]:
+        with self._lock:
+            return {a for a, link in self._links.items() if not link.closed.is_set()}
+
+    def close_all(self) -> None:
+        with self._lock:
+            links = list(self._links.values())
+            self._links.clear()
+        for link in links:
+            link.close()

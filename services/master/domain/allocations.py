@@ -1,0 +1,323 @@
+"""Allocations: one run of a trial on agent slots. Placement, signals (preempt, kill), container
+state changes, and the end of an allocation, which hands over to the trial's lifecycle.
+
+Exit classification (Determined's rules, see reference §1.6–1.7):
+  killed      — the master asked for a kill (user kill, or a graceful stop that timed out)
+  transient   — the infrastructure failed (agent lost, never started): retried, not counted
+  preempted   — a graceful stop that the code acknowledged and exited 0 from
+  clean       — exit 0 otherwise: the code decided it was done
+  error       — anything else: counts against max_restarts
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from enum import StrEnum
+
+from sqlalchemy import select
+
+from cairn.agent.v1 import agent_pb2 as apb
+from services.common.logging import get_logger
+from services.master.domain import trials as trial_lifecycle
+from services.master.domain.auth import hash_token, new_token
+from services.master.domain.clock import utcnow
+from services.master.domain.context import MasterContext, Work
+from services.master.domain.states import AllocationState as A
+from services.master.domain.states import allocation_advances
+from services.master.domain.task_spec import build_task_spec
+from services.master.domain.topics import allocation_topic, trial_topic
+from services.master.store import models
+
+log = get_logger(__name__)
+
+
+class Outcome(StrEnum):
+    KILLED = "killed"
+    TRANSIENT = "transient"
+    PREEMPTED = "preempted"
+    CLEAN = "clean"
+    ERROR = "error"
+
+
+# Failure types (as stored) that are the infrastructure's fault, not the code's.
+TRANSIENT_FAILURES = frozenset({"agent_failed", "aborted"})
+
+CONTAINER_STATE_NAMES = {
+    apb.CONTAINER_STATE_ASSIGNED: A.ASSIGNED,
+    apb.CONTAINER_STATE_PULLING: A.PULLING,
+    apb.CONTAINER_STATE_STARTING: A.STARTING,
+    apb.CONTAINER_STATE_RUNNING: A.RUNNING,
+    apb.CONTAINER_STATE_TERMINATED: A.TERMINATED,
+}
+
+FAILURE_NAMES = {
+    apb.FAILURE_TYPE_UNSPECIFIED: "",
+    apb.FAILURE_TYPE_CONTAINER_FAILED: "failed",
+    apb.FAILURE_TYPE_CONTAINER_ABORTED: "aborted",
+    apb.FAILURE_TYPE_TASK_ERROR: "task_error",
+    apb.FAILURE_TYPE_AGENT_FAILED: "agent_failed",
+    apb.FAILURE_TYPE_KILLED: "killed",
+}
+
+
+def classify(alloc: models.Allocation) -> Outcome:
+    if alloc.kill_requested:
+        return Outcome.KILLED
+    if alloc.failure_type in TRANSIENT_FAILURES:
+        return Outcome.TRANSIENT
+    if alloc.exit_code == 0 and alloc.preempt_requested and alloc.preempt_acked:
+        return Outcome.PREEMPTED
+    if alloc.exit_code == 0 and alloc.failure_type in ("", "killed"):
+        return Outcome.CLEAN
+    return Outcome.ERROR
+
+
+def live_allocation(w: Work, trial_id: int) -> models.Allocation | None:
+    return w.session.scalar(
+        select(models.Allocation)
+        .where(models.Allocation.trial_id == trial_id, models.Allocation.state != A.TERMINATED)
+        .order_by(models.Allocation.run_id.desc())
+        .limit(1)
+    )
+
+
+def containers_of(w: Work, alloc: models.Allocation) -> list[models.Container]:
+    return list(
+        w.session.scalars(
+            select(models.Container)
+            .where(models.Container.allocation_id == alloc.id)
+            .order_by(models.Container.rank)
+        )
+    )
+
+
+def _publish(ctx: MasterContext, w: Work, alloc: models.Allocation) -> None:
+    topics = (allocation_topic(alloc.id), trial_topic(alloc.trial_id))
+
+    def publish() -> None:
+        for topic in topics:
+            ctx.topics.publish(topic)
+
+    w.later(publish)
+
+
+def request(ctx: MasterContext, w: Work, trial: models.Trial, exp: models.Experiment) -> models.Allocation:
+    """A new allocation request for the trial; the scheduler places it."""
+    trial.run_id += 1
+    resources = exp.config.get("resources", {})
+    alloc = models.Allocation(
+        id=f"{exp.id}.{trial.id}.{trial.run_id}",
+        trial_id=trial.id,
+        run_id=trial.run_id,
+        state=A.PENDING,
+        slots=int(resources.get("slots_per_trial", 1)),
+        resource_pool=exp.resource_pool,
+        priority=resources.get("priority"),
+        requested_at=utcnow(),
+        placements=[],
+        token_hash="",
+        failure_type="",
+        preempt_requested=False,
+        preempt_reason="",
+        preempt_acked=False,
+        kill_requested=False,
+        is_ready=False,
+    )
+    w.session.add(alloc)
+    w.session.flush()
+    _publish(ctx, w, alloc)
+    w.later(ctx.scheduler_wakeup.set)
+    log.info("allocation requested", allocation_id=alloc.id, trial_id=trial.id, slots=alloc.slots)
+    return alloc
+
+
+def assign(
+    ctx: MasterContext, w: Work, alloc: models.Allocation, placements: list[dict[str, object]]
+) -> None:
+    """The scheduler placed the allocation: record it and tell the agents to start it."""
+    trial = w.session.get_one(models.Trial, alloc.trial_id)
+    exp = w.session.get_one(models.Experiment, trial.experiment_id)
+    owner = w.session.get_one(models.User, exp.owner_id)
+    token = new_token()
+    alloc.state = A.ASSIGNED
+    alloc.assigned_at = utcnow()
+    alloc.placements = placements
+    alloc.token_hash = hash_token(token)
+    spec = build_task_spec(ctx.settings, exp, trial, alloc, token, owner.username)
+    for rank, placement in enumerate(placements):
+        container_id = f"{alloc.id}.{rank}"
+        agent_id = str(placement["agent_id"])
+        slot_ids = [str(s) for s in placement["slot_ids"]]  # type: ignore[attr-defined]
+        w.session.add(
+            models.Container(
+                id=container_id,
+                allocation_id=alloc.id,
+                agent_id=agent_id,
+                rank=rank,
+                slot_ids=slot_ids,
+                state=A.ASSIGNED,
+                acked_seq=0,
+            )
+        )
+        command = apb.MasterMessage(
+            start=apb.StartContainer(
+                command_id=uuid.uuid4().hex,
+                container_id=container_id,
+                allocation_id=alloc.id,
+                slot_ids=slot_ids,
+                spec=spec,
+            )
+        )
+        w.later(lambda a=agent_id, c=command: ctx.hub.send(a, c))  # type: ignore[misc]
+    _publish(ctx, w, alloc)
+    log.info("allocation assigned", allocation_id=alloc.id, placements=placements)
+
+
+def _end_unplaced(ctx: MasterContext, w: Work, alloc: models.Allocation, reason: str) -> None:
+    alloc.state = A.TERMINATED
+    alloc.end_time = utcnow()
+    alloc.failure_type = "aborted"
+    alloc.exit_reason = reason
+    _publish(ctx, w, alloc)
+    trial_lifecycle.on_allocation_exit(ctx, w, alloc, Outcome.TRANSIENT)
+
+
+def preemption_timeout(ctx: MasterContext, exp: models.Experiment) -> int:
+    configured = exp.config.get("preemption_timeout")
+    return int(configured) if configured is not None else ctx.settings.preemption_timeout_s
+
+
+def request_preempt(ctx: MasterContext, w: Work, alloc: models.Allocation, reason: str) -> None:
+    """Ask the trial code to checkpoint and exit; it is killed if it has not after the timeout."""
+    if alloc.state == A.TERMINATED or alloc.kill_requested or alloc.preempt_requested:
+        return
+    if alloc.state == A.PENDING:
+        _end_unplaced(ctx, w, alloc, reason)
+        return
+    if alloc.state in (A.ASSIGNED, A.PULLING, A.STARTING):
+        # The code is not running yet, so nobody would see the signal: stop it right away.
+        request_kill(ctx, w, alloc, grace_seconds=ctx.settings.kill_grace_s, reason=reason)
+        return
+    trial = w.session.get_one(models.Trial, alloc.trial_id)
+    exp = w.session.get_one(models.Experiment, trial.experiment_id)
+    alloc.preempt_requested = True
+    alloc.preempt_reason = reason
+    alloc.kill_deadline = utcnow() + timedelta(seconds=preemption_timeout(ctx, exp))
+    _publish(ctx, w, alloc)
+    log.info("allocation preemption requested", allocation_id=alloc.id, reason=reason)
+
+
+def request_kill(
+    ctx: MasterContext, w: Work, alloc: models.Allocation, *, grace_seconds: int, reason: str
+) -> None:
+    if alloc.state == A.TERMINATED:
+        return
+    if alloc.state == A.PENDING:
+        _end_unplaced(ctx, w, alloc, reason)
+        return
+    first = not alloc.kill_requested
+    alloc.kill_requested = True
+    if alloc.exit_reason is None:
+        alloc.exit_reason = reason
+    if allocation_advances(alloc.state, A.TERMINATING):
+        alloc.state = A.TERMINATING
+    send_kills(ctx, w, alloc, grace_seconds)
+    _publish(ctx, w, alloc)
+    if first:
+        log.info("allocation kill requested", allocation_id=alloc.id, reason=reason, grace=grace_seconds)
+
+
+def send_kills(ctx: MasterContext, w: Work, alloc: models.Allocation, grace_seconds: int) -> None:
+    for container in containers_of(w, alloc):
+        if container.state == A.TERMINATED:
+            continue
+        command = apb.MasterMessage(
+            kill=apb.KillContainer(
+                command_id=uuid.uuid4().hex, container_id=container.id, grace_seconds=grace_seconds
+            )
+        )
+        w.later(lambda a=container.agent_id, c=command: ctx.hub.send(a, c))  # type: ignore[misc]
+
+
+def on_container_state(ctx: MasterContext, w: Work, message: apb.ContainerStateChanged) -> None:
+    container = w.session.get(models.Container, message.container_id)
+    if container is None:
+        log.warning("state change for unknown container", container_id=message.container_id)
+        return
+    if message.seq and message.seq <= container.acked_seq:
+        return  # resent after a reconnect; already applied
+    container.acked_seq = max(container.acked_seq, message.seq)
+    state = CONTAINER_STATE_NAMES.get(message.state)
+    if state is None:
+        return
+    alloc = w.session.get_one(models.Allocation, container.allocation_id)
+    if state == A.TERMINATED:
+        container_terminated(
+            ctx,
+            w,
+            container,
+            alloc,
+            exit_code=message.exit_code if message.HasField("exit_code") else None,
+            failure=FAILURE_NAMES.get(message.failure_type, "failed"),
+            reason=message.message,
+        )
+        return
+    container.state = state
+    if alloc.state != A.TERMINATED and allocation_advances(alloc.state, state):
+        alloc.state = state
+        if state == A.RUNNING and alloc.start_time is None:
+            alloc.start_time = utcnow()
+        _publish(ctx, w, alloc)
+
+
+def container_terminated(
+    ctx: MasterContext,
+    w: Work,
+    container: models.Container,
+    alloc: models.Allocation,
+    *,
+    exit_code: int | None,
+    failure: str,
+    reason: str,
+) -> None:
+    if container.state == A.TERMINATED:
+        return
+    container.state = A.TERMINATED
+    container.exit_code = exit_code
+    # The allocation's exit is that of its first container to end badly, else rank 0's.
+    if alloc.exit_code is None or (exit_code not in (0, None) and alloc.exit_code == 0):
+        alloc.exit_code = exit_code
+    if failure and alloc.failure_type in ("", "killed"):
+        alloc.failure_type = failure
+    if reason and not alloc.exit_reason:
+        alloc.exit_reason = reason
+    others = [c for c in containers_of(w, alloc) if c.id != container.id and c.state != A.TERMINATED]
+    if others:
+        if exit_code != 0 or failure not in ("", "killed"):
+            # One rank failing takes the others down, as in Determined.
+            request_kill(ctx, w, alloc, grace_seconds=ctx.settings.kill_grace_s, reason="another rank failed")
+        return
+    finish(ctx, w, alloc)
+
+
+def finish(ctx: MasterContext, w: Work, alloc: models.Allocation) -> None:
+    if alloc.state == A.TERMINATED:
+        return
+    alloc.state = A.TERMINATED
+    alloc.end_time = utcnow()
+    outcome = classify(alloc)
+    _publish(ctx, w, alloc)
+    log.info(
+        "allocation ended",
+        allocation_id=alloc.id,
+        exit_code=alloc.exit_code,
+        failure=alloc.failure_type,
+        outcome=outcome.value,
+    )
+    trial_lifecycle.on_allocation_exit(ctx, w, alloc, outcome)
+
+
+def fail_container_lost(ctx: MasterContext, w: Work, container: models.Container, reason: str) -> None:
+    alloc = w.session.get_one(models.Allocation, container.allocation_id)
+    container_terminated(ctx, w, container, alloc, exit_code=None, failure="agent_failed", reason=reason)

@@ -1,0 +1,76 @@
+"""Expanding a configuration: the full config with every default written out, as the master stores it.
+
+Three defaults are not the schema's to give but the master's, passed in as ConfigDefaults: the
+checkpoint storage used when the config names none, the pool that `resource_pool: ""` means, and
+the experiment seed (Determined uses the creation time).
+
+An experiment without a name is called "experiment-<8 hex digits>" (random), the same shape the
+master uses for other generated names; Determined's "Experiment (<three words>)" would need a word
+list for no gain.
+
+Hyperparameters are written out in Determined's expanded form: a bare value `lr: 0.1` becomes
+`{type: const, val: 0.1}`, so consumers see one shape per hyperparameter (nested groups stay groups).
+"""
+
+from __future__ import annotations
+
+import copy
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from services.master.domain.config.errors import ConfigError
+from services.master.domain.config.schema import EXPERIMENT_SCHEMA
+from services.master.domain.config.schema_walk import fill_defaults
+from services.master.domain.config.validation import SCHEMA_WALKER, normalized, problems_of_normalized
+
+
+@dataclass
+class ConfigDefaults:
+    """What the master decides for a config that leaves it open."""
+
+    checkpoint_storage: dict[str, Any]
+    resource_pool: str
+    experiment_seed: int
+
+
+def generated_name() -> str:
+    return f"experiment-{secrets.token_hex(4)}"
+
+
+def explicit_hyperparameters(hparams: dict[str, Any]) -> dict[str, Any]:
+    """Hyperparameters with every implicit const written as {type: const, val: ...}."""
+    result: dict[str, Any] = {}
+    for name, spec in hparams.items():
+        if not isinstance(spec, dict):
+            result[name] = {"type": "const", "val": spec}
+        elif "type" not in spec:
+            result[name] = explicit_hyperparameters(spec)
+        else:
+            result[name] = spec
+    return result
+
+
+def expand_config(raw: dict[str, Any], defaults: ConfigDefaults) -> dict[str, Any]:
+    """The configuration with every default filled (JSON data); ConfigError listing every problem."""
+    if not isinstance(raw, dict):
+        raise ConfigError(["config: must be a mapping"])
+    config = normalized(raw)
+    problems = problems_of_normalized(config)
+    if problems:
+        raise ConfigError(problems)
+
+    config.setdefault("name", generated_name())
+    config.setdefault("checkpoint_storage", copy.deepcopy(defaults.checkpoint_storage))
+    reproducibility = config.setdefault("reproducibility", {})
+    reproducibility.setdefault("experiment_seed", defaults.experiment_seed)
+    fill_defaults(SCHEMA_WALKER, config, EXPERIMENT_SCHEMA)
+    if not config["resources"]["resource_pool"]:
+        config["resources"]["resource_pool"] = defaults.resource_pool
+    config["hyperparameters"] = explicit_hyperparameters(config["hyperparameters"])
+
+    # What the master supplied must hold too (its default storage, its seed): check the result.
+    problems = problems_of_normalized(normalized(config))
+    if problems:
+        raise ConfigError(problems)
+    return config

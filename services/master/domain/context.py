@@ -1,0 +1,85 @@
+"""What the master's domain modules share: settings, database, clients, and units of work.
+
+A unit of work is one database transaction plus the side effects that must only happen once it has
+committed (commands to agents, wake-ups of streams and loops). All state transitions run inside
+one, under one process-wide lock, so two events about the same trial never interleave.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from sqlalchemy.orm import Session
+
+from services.common.logging import get_logger
+from services.master.domain.topics import Topics
+from services.master.settings import Settings
+from services.master.store import models
+from services.master.store.db import Database
+
+if TYPE_CHECKING:
+    from services.master.domain.agent_hub import AgentHub
+    from services.master.remotes.scheduler import SchedulerClient
+    from services.master.remotes.searcher import SearcherDirectory
+
+log = get_logger(__name__)
+
+
+@dataclass
+class Work:
+    session: Session
+    after_commit: list[Callable[[], None]] = field(default_factory=list)
+
+    def later(self, effect: Callable[[], None]) -> None:
+        self.after_commit.append(effect)
+
+
+class Wakeup:
+    """A flag plus an event: loops sleep until woken or until their period passes."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def set(self) -> None:
+        self._event.set()
+
+    def wait(self, timeout: float) -> None:
+        self._event.wait(timeout)
+        self._event.clear()
+
+
+@dataclass
+class MasterContext:
+    settings: Settings
+    db: Database
+    searchers: SearcherDirectory
+    scheduler: SchedulerClient
+    hub: AgentHub
+    master_id: str
+    cluster_id: str
+    topics: Topics = field(default_factory=Topics)
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    scheduler_wakeup: Wakeup = field(default_factory=Wakeup)
+    pump_wakeup: Wakeup = field(default_factory=Wakeup)
+    stopping: threading.Event = field(default_factory=threading.Event)
+    # Run inside the transaction that ends an experiment (checkpoint GC registers itself here).
+    experiment_end_hooks: list[Callable[[Work, models.Experiment], None]] = field(default_factory=list)
+    # Run before a deleted experiment's rows go (checkpoint files); raise to keep the rows.
+    experiment_delete_hooks: list[Callable[[int], None]] = field(default_factory=list)
+
+    @contextlib.contextmanager
+    def unit_of_work(self) -> Iterator[Work]:
+        with self.lock:
+            with self.db.transaction() as session:
+                work = Work(session)
+                yield work
+            # Committed: now it is safe to tell the world.
+            for effect in work.after_commit:
+                try:
+                    effect()
+                except Exception:
+                    log.exception("post-commit effect failed")

@@ -1,0 +1,151 @@
+"""Creating an experiment: validate the configuration, store the model definition, open the search
+session and apply its first answer — all or nothing."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from google.protobuf import struct_pb2
+from sqlalchemy import func, select
+
+from cairn.searcher.v1 import searcher_pb2 as spb
+from services.common.logging import get_logger
+from services.common.principal import Principal
+from services.master.domain import model_definition
+from services.master.domain.clock import utcnow
+from services.master.domain.config import ConfigDefaults, ConfigError, expand_config, parse_config_text
+from services.master.domain.context import MasterContext
+from services.master.domain.errors import InvalidArgument
+from services.master.domain.experiments import close_search_session, searcher_address
+from services.master.domain.searcher_actions import apply_response
+from services.master.domain.states import RunState
+from services.master.store import models
+
+log = get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class CreateRequest:
+    config_text: str
+    files: list[model_definition.ContextFile]
+    activate: bool
+    validate_only: bool
+    parent_id: int | None = None
+
+
+@dataclass(frozen=True)
+class Created:
+    experiment_id: int | None
+    config: dict[str, Any]
+    slots_exceeded: bool
+
+
+def default_storage(ctx: MasterContext) -> dict[str, Any]:
+    return {
+        "type": "shared_fs",
+        "host_path": str(ctx.settings.checkpoint_dir),
+        "save_experiment_best": 0,
+        "save_trial_best": 1,
+        "save_trial_latest": 1,
+    }
+
+
+def expanded_config(ctx: MasterContext, text: str) -> dict[str, Any]:
+    try:
+        raw = parse_config_text(text)
+        return expand_config(
+            raw,
+            ConfigDefaults(
+                checkpoint_storage=default_storage(ctx),
+                resource_pool=ctx.settings.default_pool,
+                experiment_seed=int(time.time()) % (2**31),
+            ),
+        )
+    except ConfigError as exc:
+        raise InvalidArgument(f"invalid experiment config: {exc}") from None
+
+
+def search_spec(config: dict[str, Any]) -> spb.SearchSpec:
+    searcher = struct_pb2.Struct()
+    searcher.update(config["searcher"])
+    hyperparameters = struct_pb2.Struct()
+    hyperparameters.update(config.get("hyperparameters") or {})
+    seed = int((config.get("reproducibility") or {}).get("experiment_seed") or 0)
+    return spb.SearchSpec(searcher=searcher, hyperparameters=hyperparameters, seed=seed)
+
+
+def _check_pool(ctx: MasterContext, config: dict[str, Any]) -> str:
+    resources = config.setdefault("resources", {})
+    pool = resources.get("resource_pool") or ctx.settings.default_pool
+    names = [p.name for p in ctx.settings.pools]
+    if pool not in names:
+        raise InvalidArgument(
+            f"invalid experiment config: resources.resource_pool: no resource pool '{pool}' "
+            f"(pools: {', '.join(names)})"
+        )
+    resources["resource_pool"] = pool
+    return str(pool)
+
+
+def _slots_exceeded(ctx: MasterContext, pool: str, slots_per_trial: int) -> bool:
+    with ctx.db.read() as s:
+        capacity = s.scalar(
+            select(func.count())
+            .select_from(models.AgentSlot)
+            .join(models.Agent, models.Agent.id == models.AgentSlot.agent_id)
+            .where(models.Agent.resource_pool == pool, models.AgentSlot.enabled.is_(True))
+        )
+    return slots_per_trial > int(capacity or 0)
+
+
+def create(ctx: MasterContext, principal: Principal, request: CreateRequest) -> Created:
+    if principal.user_id is None:
+        raise InvalidArgument("only a user can create experiments")
+    config = expanded_config(ctx, request.config_text)
+    pool = _check_pool(ctx, config)
+    archive = model_definition.pack(request.files, ctx.settings.max_model_definition_bytes)
+    slots_exceeded = _slots_exceeded(ctx, pool, int(config["resources"].get("slots_per_trial", 1)))
+    if request.validate_only:
+        return Created(experiment_id=None, config=config, slots_exceeded=slots_exceeded)
+
+    session_id = uuid.uuid4().hex
+    address = searcher_address(config)
+    searcher = ctx.searchers.for_address(address)
+    try:
+        response = searcher.start(session_id, search_spec(config))
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"invalid experiment config: {exc}") from None
+    try:
+        with ctx.unit_of_work() as w:
+            now = utcnow()
+            exp = models.Experiment(
+                name=str(config.get("name") or f"experiment-{session_id[:8]}"),
+                description=str(config.get("description") or ""),
+                labels=list(config.get("labels") or []),
+                state=RunState.ACTIVE if request.activate else RunState.PAUSED,
+                archived=False,
+                config=config,
+                original_config=request.config_text,
+                owner_id=principal.user_id,
+                start_time=now,
+                progress=0.0,
+                resource_pool=pool,
+                searcher_session_id=session_id,
+                model_definition_size=len(archive),
+                notes="",
+                parent_id=request.parent_id,
+            )
+            w.session.add(exp)
+            w.session.flush()
+            w.session.add(models.ModelDefinition(experiment_id=exp.id, archive=archive, size=len(archive)))
+            apply_response(ctx, w, exp, response)
+            experiment_id = exp.id
+    except BaseException:
+        # Nothing was stored: the session must not linger in the searcher either.
+        close_search_session(ctx, session_id, address)
+        raise
+    log.info("experiment created", experiment_id=experiment_id, user=principal.username, pool=pool)
+    return Created(experiment_id=experiment_id, config=config, slots_exceeded=slots_exceeded)

@@ -1,0 +1,318 @@
+"""Metrics intake: batched reports stored once each, trial summaries kept current, validations
+forwarded to the searcher in the same transaction (so a stored validation always reaches it).
+
+A report from an older run of the trial (a restart resumed from an earlier checkpoint) is refused;
+when a new run reports steps that an older run had already passed, the older run's rows past that
+point are archived, as Determined does, so curves show what the surviving run did.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select, update
+
+from cairn.searcher.v1 import searcher_pb2 as spb
+from services.common.logging import get_logger
+from services.common.principal import Principal
+from services.master.domain import trials as trial_lifecycle
+from services.master.domain.clock import utcnow
+from services.master.domain.context import MasterContext, Work
+from services.master.domain.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
+from services.master.domain.queries import smaller_is_better
+from services.master.domain.states import TERMINAL
+from services.master.domain.topics import trial_topic
+from services.master.store import models
+
+log = get_logger(__name__)
+
+TRAINING = "training"
+VALIDATION = "validation"
+# Determined's names for the two built-in groups inside summary_metrics.
+SUMMARY_KEYS = {TRAINING: "avg_metrics", VALIDATION: "validation_metrics"}
+
+
+@dataclass(frozen=True)
+class Report:
+    group: str
+    steps_completed: int
+    metrics: dict[str, Any]
+    report_time: datetime | None = None
+    batch_metrics: list[Any] | None = None
+    seq: int | None = None
+
+
+def sanitize(value: Any) -> Any:
+    """JSON has no NaN or infinity: store them as Determined does, as strings."""
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NaN"
+        if math.isinf(value):
+            return "Infinity" if value > 0 else "-Infinity"
+        return value
+    if isinstance(value, dict):
+        return {k: sanitize(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [sanitize(v) for v in value]
+    return value
+
+
+def _check_report(index: int, report: Report) -> None:
+    where = f"reports[{index}]"
+    if not report.group or "." in report.group:
+        raise InvalidArgument(f"{where}.group: must be a non-empty name without '.'")
+    if report.steps_completed < 0:
+        raise InvalidArgument(f"{where}.steps_completed: must be >= 0")
+    if report.seq is not None and report.seq <= 0:
+        raise InvalidArgument(f"{where}.seq: must be >= 1")
+
+
+def check_reporter(w: Work, principal: Principal, trial: models.Trial) -> None:
+    """Trial code may only report for its own trial; users (and Determined's harness) may report."""
+    if principal.user_id is not None or principal.internal:
+        return
+    alloc = w.session.get(models.Allocation, principal.allocation_id) if principal.allocation_id else None
+    if alloc is None or alloc.trial_id != trial.id:
+        raise PermissionDenied(f"allocation {principal.allocation_id} does not belong to trial {trial.id}")
+
+
+def _update_summary(trial: models.Trial, group: str, metrics: dict[str, Any]) -> None:
+    summary = dict(trial.summary_metrics or {})
+    key = SUMMARY_KEYS.get(group, group)
+    section = dict(summary.get(key) or {})
+    for name, value in metrics.items():
+        entry = dict(section.get(name) or {})
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            count = int(entry.get("count", 0)) + 1
+            total = float(entry.get("sum", 0.0)) + float(value)
+            entry.update(
+                count=count,
+                sum=total,
+                min=min(float(entry.get("min", value)), float(value)),
+                max=max(float(entry.get("max", value)), float(value)),
+                mean=total / count,
+                last=value,
+                type="number",
+            )
+        else:
+            entry.update(last=sanitize(value), type="string" if isinstance(value, str) else "other")
+        section[name] = entry
+    summary[key] = section
+    trial.summary_metrics = summary
+
+
+def _searcher_metric(exp: models.Experiment, metrics: dict[str, Any]) -> float | None:
+    name = (exp.config.get("searcher") or {}).get("metric")
+    value = metrics.get(name) if name else None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def _record_validation(
+    ctx: MasterContext, w: Work, trial: models.Trial, exp: models.Experiment, row: models.Metric
+) -> None:
+    trial.latest_validation_id = row.id
+    value = _searcher_metric(exp, row.metrics)
+    if value is not None:
+        smaller = smaller_is_better(exp.config)
+        best = trial.searcher_metric_value
+        if best is None or (value < best if smaller else value > best):
+            trial.searcher_metric_value = value
+            trial.best_validation_id = row.id
+    if exp.state not in TERMINAL:
+        event = spb.SearcherEvent(
+            validation_completed=spb.ValidationCompleted(
+                request_id=trial.request_id, steps_completed=row.steps_completed
+            )
+        )
+        numeric = {k: v for k, v in row.metrics.items() if isinstance(v, (int, float, str, bool))}
+        event.validation_completed.metrics.update(numeric)
+        trial_lifecycle.enqueue_searcher_event(ctx, w, exp.id, event)
+
+
+def _archive_superseded(w: Work, trial: models.Trial, run_id: int, group: str, steps: int) -> bool:
+    result = w.session.execute(
+        update(models.Metric)
+        .where(
+            models.Metric.trial_id == trial.id,
+            models.Metric.trial_run_id < run_id,
+            models.Metric.group_name == group,
+            models.Metric.steps_completed >= steps,
+            models.Metric.archived.is_(False),
+        )
+        .values(archived=True)
+    )
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+def _recompute_summary(w: Work, trial: models.Trial, exp: models.Experiment) -> None:
+    """After archiving, rebuild the trial's summary and best validation from what remains."""
+    trial.summary_metrics = {}
+    trial.searcher_metric_value = None
+    trial.best_validation_id = None
+    trial.latest_validation_id = None
+    smaller = smaller_is_better(exp.config)
+    rows = w.session.scalars(
+        select(models.Metric)
+        .where(models.Metric.trial_id == trial.id, models.Metric.archived.is_(False))
+        .order_by(models.Metric.id)
+    )
+    for row in rows:
+        _update_summary(trial, row.group_name, row.metrics)
+        if row.group_name == VALIDATION:
+            trial.latest_validation_id = row.id
+            value = _searcher_metric(exp, row.metrics)
+            best: float | None = trial.searcher_metric_value
+            if value is not None and (best is None or (value < best if smaller else value > best)):
+                trial.searcher_metric_value, trial.best_validation_id = value, row.id
+
+
+@dataclass(frozen=True)
+class ReportResult:
+    stored: int
+    duplicates: int
+    max_stored_seq: int
+
+
+def report(
+    ctx: MasterContext, principal: Principal, trial_id: int, run_id: int, reports: list[Report]
+) -> ReportResult:
+    """Store reports; says how many were new, how many were resends, and the highest seq stored."""
+    for index, item in enumerate(reports):
+        _check_report(index, item)
+    stored = duplicates = 0
+    with ctx.unit_of_work() as w:
+        trial = w.session.get(models.Trial, trial_id)
+        if trial is None:
+            raise NotFound(f"trial {trial_id} not found")
+        check_reporter(w, principal, trial)
+        if run_id != trial.run_id:
+            raise FailedPrecondition(
+                f"trial {trial_id} is on run {trial.run_id}; reports of run {run_id} are no longer accepted"
+            )
+        exp = w.session.get_one(models.Experiment, trial.experiment_id)
+        seqs = [r.seq for r in reports if r.seq is not None]
+        seen: set[int] = set()
+        if seqs:
+            seen = set(
+                w.session.scalars(
+                    select(models.Metric.seq).where(
+                        models.Metric.trial_id == trial_id,
+                        models.Metric.trial_run_id == run_id,
+                        models.Metric.seq.in_(seqs),
+                    )
+                )
+            )
+        archived_any = False
+        for item in reports:
+            if item.seq is not None and item.seq in seen:
+                duplicates += 1
+                continue
+            if item.seq is not None:
+                seen.add(item.seq)
+            metrics = sanitize(item.metrics)
+            if item.seq is None:
+                merged = _merge_unsequenced(w, trial, run_id, item, metrics)
+                if merged:
+                    stored += 1
+                    continue
+            if run_id > 1:
+                archived_any |= _archive_superseded(w, trial, run_id, item.group, item.steps_completed)
+            row = models.Metric(
+                trial_id=trial_id,
+                trial_run_id=run_id,
+                seq=item.seq,
+                group_name=item.group,
+                steps_completed=item.steps_completed,
+                report_time=item.report_time or utcnow(),
+                metrics=metrics,
+                batch_metrics=sanitize(item.batch_metrics) if item.batch_metrics else None,
+                archived=False,
+            )
+            w.session.add(row)
+            w.session.flush()
+            stored += 1
+            trial.total_batches = max(trial.total_batches, item.steps_completed)
+            _update_summary(trial, item.group, metrics)
+            if item.group == VALIDATION:
+                _record_validation(ctx, w, trial, exp, row)
+        if archived_any:
+            _recompute_summary(w, trial, exp)
+            trial.total_batches = max(r.steps_completed for r in reports)
+        max_seq = w.session.scalar(
+            select(func.max(models.Metric.seq)).where(
+                models.Metric.trial_id == trial_id, models.Metric.trial_run_id == run_id
+            )
+        )
+        if stored:
+            topic = trial_topic(trial_id)
+            w.later(lambda: ctx.topics.publish(topic))
+    return ReportResult(stored=stored, duplicates=duplicates, max_stored_seq=int(max_seq or 0))
+
+
+def _merge_unsequenced(
+    w: Work, trial: models.Trial, run_id: int, item: Report, metrics: dict[str, Any]
+) -> bool:
+    """Determined's clients send no sequence number: a report for a step already reported in the
+    same run and group is merged into it (a shallow union of keys), as Determined does."""
+    existing = w.session.scalar(
+        select(models.Metric).where(
+            models.Metric.trial_id == trial.id,
+            models.Metric.trial_run_id == run_id,
+            models.Metric.group_name == item.group,
+            models.Metric.steps_completed == item.steps_completed,
+            models.Metric.seq.is_(None),
+        )
+    )
+    if existing is None:
+        return False
+    existing.metrics = {**existing.metrics, **metrics}
+    return True
+
+
+def report_progress(ctx: MasterContext, principal: Principal, trial_id: int, progress: float) -> None:
+    if not 0.0 <= progress <= 1.0 or math.isnan(progress):
+        raise InvalidArgument("progress: must be between 0 and 1")
+    with ctx.unit_of_work() as w:
+        trial = w.session.get(models.Trial, trial_id)
+        if trial is None:
+            raise NotFound(f"trial {trial_id} not found")
+        check_reporter(w, principal, trial)
+        previous = trial.progress
+        trial.progress = progress
+        exp = w.session.get_one(models.Experiment, trial.experiment_id)
+        # The searcher only needs progress that moved visibly; every batch would flood it.
+        if exp.state not in TERMINAL and (abs(progress - previous) >= 0.01 or progress == 1.0):
+            event = spb.SearcherEvent(
+                trial_progress=spb.TrialProgress(request_id=trial.request_id, progress=progress)
+            )
+            trial_lifecycle.enqueue_searcher_event(ctx, w, exp.id, event)
+
+
+EARLY_EXIT_REASONS = {"INVALID_HP", "INIT_INVALID_HP", "USER_REQUESTED_STOP"}
+
+
+def report_early_exit(ctx: MasterContext, principal: Principal, trial_id: int, reason: str) -> None:
+    if reason not in EARLY_EXIT_REASONS:
+        raise InvalidArgument(f"early_exit.reason: must be one of {', '.join(sorted(EARLY_EXIT_REASONS))}")
+    with ctx.unit_of_work() as w:
+        trial = w.session.get(models.Trial, trial_id)
+        if trial is None:
+            raise NotFound(f"trial {trial_id} not found")
+        check_reporter(w, principal, trial)
+        if trial.early_exit_reason:
+            raise FailedPrecondition(
+                f"trial {trial_id} already reported an early exit ({trial.early_exit_reason})"
+            )
+        trial.early_exit_reason = reason
+        exp = w.session.get_one(models.Experiment, trial.experiment_id)
+        event = spb.SearcherEvent(
+            trial_exited_early=spb.TrialExitedEarly(
+                request_id=trial.request_id, reason=trial_lifecycle.EARLY_EXIT_EVENT_REASONS[reason]
+            )
+        )
+        trial_lifecycle.enqueue_searcher_event(ctx, w, exp.id, event)

@@ -1,0 +1,286 @@
+"""Read models for the API: experiments with their trial aggregates, trials, agents with slots.
+
+Lists are built with a fixed number of queries whatever their length (one for the page, one per
+aggregate over the page's ids), never one query per row.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Select, func, select
+from sqlalchemy.orm import Session
+
+from services.master.domain.paging import Page, page_of
+from services.master.domain.states import LIVE_ALLOCATION, PLACED_ALLOCATION
+from services.master.store import models
+
+
+@dataclass
+class TrialAggregate:
+    trial_ids: list[int] = field(default_factory=list)
+    best_metric: float | None = None
+    best_trial_id: int | None = None
+    states: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class ExperimentRow:
+    experiment: models.Experiment
+    username: str
+    display_name: str
+    trials: TrialAggregate
+    checkpoint_count: int = 0
+    checkpoint_size: int = 0
+    allocation_states: dict[str, int] = field(default_factory=dict)
+
+
+def smaller_is_better(config: dict[str, Any]) -> bool:
+    return bool((config.get("searcher") or {}).get("smaller_is_better", True))
+
+
+def _trial_aggregates(s: Session, experiments: list[models.Experiment]) -> dict[int, TrialAggregate]:
+    result: dict[int, TrialAggregate] = {e.id: TrialAggregate() for e in experiments}
+    if not experiments:
+        return result
+    direction = {e.id: smaller_is_better(e.config) for e in experiments}
+    rows = s.execute(
+        select(
+            models.Trial.experiment_id,
+            models.Trial.id,
+            models.Trial.state,
+            models.Trial.searcher_metric_value,
+        )
+        .where(models.Trial.experiment_id.in_(list(result)))
+        .order_by(models.Trial.id)
+    )
+    for experiment_id, trial_id, state, metric in rows:
+        agg = result[experiment_id]
+        agg.trial_ids.append(trial_id)
+        agg.states[state] = agg.states.get(state, 0) + 1
+        if metric is None:
+            continue
+        better = agg.best_metric is None or (
+            metric < agg.best_metric if direction[experiment_id] else metric > agg.best_metric
+        )
+        if better:
+            agg.best_metric, agg.best_trial_id = metric, trial_id
+    return result
+
+
+def _checkpoint_aggregates(s: Session, ids: list[int]) -> dict[int, tuple[int, int]]:
+    if not ids:
+        return {}
+    rows = s.execute(
+        select(
+            models.Trial.experiment_id,
+            func.count(models.Checkpoint.uuid),
+            func.coalesce(func.sum(models.Checkpoint.size), 0),
+        )
+        .join(models.Checkpoint, models.Checkpoint.trial_id == models.Trial.id)
+        .where(models.Trial.experiment_id.in_(ids), models.Checkpoint.state == "COMPLETED")
+        .group_by(models.Trial.experiment_id)
+    )
+    return {experiment_id: (int(count), int(size)) for experiment_id, count, size in rows}
+
+
+def _allocation_states(s: Session, ids: list[int]) -> dict[int, dict[str, int]]:
+    result: dict[int, dict[str, int]] = defaultdict(dict)
+    if not ids:
+        return result
+    rows = s.execute(
+        select(models.Trial.experiment_id, models.Allocation.state, func.count())
+        .join(models.Allocation, models.Allocation.trial_id == models.Trial.id)
+        .where(models.Trial.experiment_id.in_(ids), models.Allocation.state.in_(list(LIVE_ALLOCATION)))
+        .group_by(models.Trial.experiment_id, models.Allocation.state)
+    )
+    for experiment_id, state, count in rows:
+        result[experiment_id][state] = int(count)
+    return result
+
+
+def experiment_rows(s: Session, experiments: list[models.Experiment]) -> list[ExperimentRow]:
+    ids = [e.id for e in experiments]
+    users = {
+        u.id: u
+        for u in s.scalars(select(models.User).where(models.User.id.in_({e.owner_id for e in experiments})))
+    }
+    trials = _trial_aggregates(s, experiments)
+    checkpoints = _checkpoint_aggregates(s, ids)
+    allocs = _allocation_states(s, ids)
+    rows = []
+    for exp in experiments:
+        owner = users.get(exp.owner_id)
+        count, size = checkpoints.get(exp.id, (0, 0))
+        rows.append(
+            ExperimentRow(
+                experiment=exp,
+                username=owner.username if owner else "",
+                display_name=owner.display_name if owner else "",
+                trials=trials[exp.id],
+                checkpoint_count=count,
+                checkpoint_size=size,
+                allocation_states=dict(allocs.get(exp.id, {})),
+            )
+        )
+    return rows
+
+
+@dataclass(frozen=True)
+class ExperimentFilter:
+    name: str = ""
+    description: str = ""
+    labels: tuple[str, ...] = ()
+    archived: bool | None = None
+    states: tuple[str, ...] = ()
+    users: tuple[str, ...] = ()
+    user_ids: tuple[int, ...] = ()
+
+
+SORT_COLUMNS = {
+    "id": models.Experiment.id,
+    "description": models.Experiment.description,
+    "start_time": models.Experiment.start_time,
+    "end_time": models.Experiment.end_time,
+    "state": models.Experiment.state,
+    "progress": models.Experiment.progress,
+    "name": models.Experiment.name,
+    "resource_pool": models.Experiment.resource_pool,
+    "forked_from": models.Experiment.parent_id,
+    "user": models.User.username,
+}
+
+
+def _filtered(f: ExperimentFilter) -> Select[models.Experiment]:
+    q = (
+        select(models.Experiment)
+        .join(models.User, models.User.id == models.Experiment.owner_id)
+        .where(models.Experiment.state.not_in(["DELETING", "DELETED"]))
+    )
+    if f.name:
+        q = q.where(models.Experiment.name.contains(f.name, autoescape=True))
+    if f.description:
+        q = q.where(models.Experiment.description.contains(f.description, autoescape=True))
+    if f.archived is not None:
+        q = q.where(models.Experiment.archived.is_(f.archived))
+    if f.states:
+        q = q.where(models.Experiment.state.in_(f.states))
+    if f.users:
+        q = q.where(models.User.username.in_(f.users))
+    if f.user_ids:
+        q = q.where(models.Experiment.owner_id.in_(f.user_ids))
+    return q
+
+
+def list_experiments(
+    s: Session, f: ExperimentFilter, *, sort: str, descending: bool, offset: int, limit: int
+) -> tuple[list[ExperimentRow], Page]:
+    q = _filtered(f)
+    if f.labels:
+        # Labels live in a JSON list; filter in Python over the (small) candidate set's ids.
+        candidates = [e for e in s.scalars(q) if set(f.labels) <= set(e.labels or [])]
+        ids = [e.id for e in candidates]
+        q = _filtered(ExperimentFilter()).where(models.Experiment.id.in_(ids))
+    total = int(s.scalar(select(func.count()).select_from(q.subquery())) or 0)
+    page = page_of(total, offset, limit)
+    column = SORT_COLUMNS.get(sort)
+    if sort == "num_trials":
+        trial_count = (
+            select(func.count(models.Trial.id)).where(models.Trial.experiment_id == models.Experiment.id)
+        ).scalar_subquery()
+        order = [trial_count.desc() if descending else trial_count.asc()]
+    elif sort == "searcher_metric_val":
+        best = (
+            select(func.min(models.Trial.searcher_metric_value))
+            .where(models.Trial.experiment_id == models.Experiment.id)
+            .scalar_subquery()
+        )
+        order = [best.desc() if descending else best.asc()]
+    else:
+        column = column if column is not None else models.Experiment.id
+        order = [column.desc() if descending else column.asc()]
+    order.append(models.Experiment.id.desc() if descending else models.Experiment.id.asc())
+    q = q.order_by(*order).offset(page.start)
+    if page.limit >= 0:
+        q = q.limit(page.end - page.start)
+    experiments = list(s.scalars(q))
+    return experiment_rows(s, experiments), page
+
+
+@dataclass
+class TrialRow:
+    trial: models.Trial
+    allocation: models.Allocation | None
+    task_ids: list[str]
+    checkpoint_count: int = 0
+    checkpoint_size: int = 0
+    best_validation: models.Metric | None = None
+    latest_validation: models.Metric | None = None
+    best_checkpoint: models.Checkpoint | None = None
+
+
+def trial_rows(s: Session, trials: list[models.Trial]) -> list[TrialRow]:
+    ids = [t.id for t in trials]
+    if not ids:
+        return []
+    latest_alloc: dict[int, models.Allocation] = {}
+    for alloc in s.scalars(
+        select(models.Allocation)
+        .where(models.Allocation.trial_id.in_(ids))
+        .order_by(models.Allocation.run_id)
+    ):
+        latest_alloc[alloc.trial_id] = alloc
+    metric_ids = {i for t in trials for i in (t.best_validation_id, t.latest_validation_id) if i is not None}
+    metric_rows = (
+        {m.id: m for m in s.scalars(select(models.Metric).where(models.Metric.id.in_(metric_ids)))}
+        if metric_ids
+        else {}
+    )
+    best_steps = {
+        t.id: metric_rows[t.best_validation_id].steps_completed
+        for t in trials
+        if t.best_validation_id in metric_rows
+    }
+    best_checkpoints: dict[int, models.Checkpoint] = {}
+    if best_steps:
+        for ck in s.scalars(
+            select(models.Checkpoint).where(
+                models.Checkpoint.trial_id.in_(list(best_steps)), models.Checkpoint.state == "COMPLETED"
+            )
+        ):
+            if ck.steps_completed == best_steps.get(ck.trial_id):
+                best_checkpoints[ck.trial_id] = ck
+    ckpts: dict[int, tuple[int, int]] = {}
+    for trial_id, count, size in s.execute(
+        select(models.Checkpoint.trial_id, func.count(), func.coalesce(func.sum(models.Checkpoint.size), 0))
+        .where(models.Checkpoint.trial_id.in_(ids), models.Checkpoint.state == "COMPLETED")
+        .group_by(models.Checkpoint.trial_id)
+    ):
+        ckpts[trial_id] = (int(count), int(size))
+    return [
+        TrialRow(
+            trial=t,
+            allocation=latest_alloc.get(t.id),
+            task_ids=[f"{t.experiment_id}.{t.id}"],
+            checkpoint_count=ckpts.get(t.id, (0, 0))[0],
+            checkpoint_size=ckpts.get(t.id, (0, 0))[1],
+            best_validation=metric_rows.get(t.best_validation_id) if t.best_validation_id else None,
+            latest_validation=metric_rows.get(t.latest_validation_id) if t.latest_validation_id else None,
+            best_checkpoint=best_checkpoints.get(t.id),
+        )
+        for t in trials
+    ]
+
+
+def placed_slots(s: Session) -> dict[tuple[str, str], models.Allocation]:
+    """Which allocation holds each (agent, slot)."""
+    result: dict[tuple[str, str], models.Allocation] = {}
+    for alloc in s.scalars(
+        select(models.Allocation).where(models.Allocation.state.in_(list(PLACED_ALLOCATION)))
+    ):
+        for placement in alloc.placements:
+            for slot_id in placement.get("slot_ids", []):
+                result[(placement["agent_id"], str(slot_id))] = alloc
+    return result

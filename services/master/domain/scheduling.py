@@ -1,0 +1,184 @@
+"""The scheduling loop: sends the scheduler the cluster as the master sees it and applies its
+decisions (placements, preemptions). Runs when something changed, at most every interval, and
+re-checks every decision against the database before applying it: the cluster may have moved on
+while the scheduler was thinking."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+from google.protobuf.timestamp_pb2 import Timestamp
+from sqlalchemy import select
+
+from cairn.scheduler.v1 import scheduler_pb2 as pb
+from services.common.logging import get_logger
+from services.master.domain import allocations
+from services.master.domain.context import MasterContext
+from services.master.domain.errors import DomainError
+from services.master.domain.states import LIVE_ALLOCATION, PLACED_ALLOCATION
+from services.master.domain.states import AllocationState as A
+from services.master.store import models
+
+log = get_logger(__name__)
+
+FITTING = {"best": pb.FITTING_POLICY_BEST, "worst": pb.FITTING_POLICY_WORST}
+# Without any wake-up, look again this often (agents may have freed slots).
+MAX_IDLE_S = 2.0
+
+
+@dataclass
+class WaitingInfo:
+    """Why each pending allocation waits, from the last pass (shown by the API)."""
+
+    reasons: dict[str, tuple[str, int]] = field(default_factory=dict)
+
+
+def _ts(value: object) -> Timestamp:
+    ts = Timestamp()
+    ts.FromDatetime(value)  # type: ignore[arg-type]
+    return ts
+
+
+def build_request(ctx: MasterContext) -> tuple[pb.ScheduleRequest, bool]:
+    """The scheduler's view of the cluster, and whether anything is waiting for a place."""
+    request = pb.ScheduleRequest()
+    for pool in ctx.settings.pools:
+        request.pools.append(
+            pb.ResourcePool(
+                name=pool.name,
+                fitting_policy=FITTING.get(pool.fitting_policy, pb.FITTING_POLICY_BEST),
+                preemption_enabled=pool.preemption_enabled,
+                default_priority=pool.default_priority,
+            )
+        )
+    connected = ctx.hub.connected_ids()
+    with ctx.db.read() as s:
+        rows = s.execute(
+            select(models.Allocation, models.Experiment.start_time, models.Experiment.id)
+            .join(models.Trial, models.Trial.id == models.Allocation.trial_id)
+            .join(models.Experiment, models.Experiment.id == models.Trial.experiment_id)
+            .where(models.Allocation.state.in_(list(LIVE_ALLOCATION)))
+        ).all()
+        slot_owner: dict[tuple[str, str], str] = {}
+        any_pending = False
+        for alloc, job_submitted_at, experiment_id in rows:
+            req = pb.AllocationRequest(
+                allocation_id=alloc.id,
+                resource_pool=alloc.resource_pool,
+                slots_needed=alloc.slots,
+                priority=alloc.priority or 0,
+                job_submitted_at=_ts(job_submitted_at),
+                requested_at=_ts(alloc.requested_at),
+                job_id=f"exp-{experiment_id}",
+                preemptible=True,
+            )
+            if alloc.state in PLACED_ALLOCATION:
+                for placement in alloc.placements:
+                    slot_ids = [str(x) for x in placement.get("slot_ids", [])]
+                    req.placements.append(pb.Placement(agent_id=placement["agent_id"], slot_ids=slot_ids))
+                    for slot_id in slot_ids:
+                        slot_owner[(placement["agent_id"], slot_id)] = alloc.id
+            else:
+                any_pending = True
+            request.requests.append(req)
+        agents = list(s.scalars(select(models.Agent).order_by(models.Agent.id)))
+        slots = list(s.scalars(select(models.AgentSlot).order_by(models.AgentSlot.agent_id)))
+    by_agent: dict[str, list[models.AgentSlot]] = {}
+    for slot in slots:
+        by_agent.setdefault(slot.agent_id, []).append(slot)
+    for agent in agents:
+        request.agents.append(
+            pb.Agent(
+                id=agent.id,
+                resource_pool=agent.resource_pool,
+                # An agent that is away keeps its running work but gets nothing new.
+                enabled=agent.enabled and agent.id in connected,
+                draining=agent.draining,
+                slots=[
+                    pb.Slot(
+                        id=slot.slot_id,
+                        enabled=slot.enabled and not slot.draining,
+                        allocation_id=slot_owner.get((agent.id, slot.slot_id), ""),
+                    )
+                    for slot in by_agent.get(agent.id, [])
+                ],
+            )
+        )
+    return request, any_pending
+
+
+class SchedulingLoop:
+    def __init__(self, ctx: MasterContext) -> None:
+        self._ctx = ctx
+        self.waiting = WaitingInfo()
+        self._thread = threading.Thread(target=self._run, name="scheduling", daemon=True)
+        self._last_error = ""
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while not self._ctx.stopping.is_set():
+            started = time.monotonic()
+            try:
+                self.run_pass()
+            except Exception:
+                log.exception("scheduling pass failed")
+            # Bound the rate of passes, whatever wakes us (Determined: at most one per 500 ms).
+            elapsed = time.monotonic() - started
+            if elapsed < self._ctx.settings.scheduling_interval_s:
+                time.sleep(self._ctx.settings.scheduling_interval_s - elapsed)
+            self._ctx.scheduler_wakeup.wait(MAX_IDLE_S)
+
+    def run_pass(self) -> None:
+        request, any_pending = build_request(self._ctx)
+        if not any_pending:
+            self.waiting.reasons = {}
+            return
+        try:
+            decision = self._ctx.scheduler.schedule(request)
+        except DomainError as exc:
+            if str(exc) != self._last_error:
+                log.warning("scheduler call failed; retrying", error=str(exc))
+                self._last_error = str(exc)
+            return
+        self._last_error = ""
+        self.waiting.reasons = {w.allocation_id: (w.reason, w.queue_position) for w in decision.waiting}
+        if decision.assignments or decision.preemptions:
+            self._apply(decision)
+
+    def _apply(self, decision: pb.ScheduleResponse) -> None:
+        ctx = self._ctx
+        with ctx.unit_of_work() as w:
+            used: set[tuple[str, str]] = set()
+            for placed in w.session.scalars(
+                select(models.Allocation).where(models.Allocation.state.in_(list(PLACED_ALLOCATION)))
+            ):
+                for placement in placed.placements:
+                    used.update((placement["agent_id"], str(s)) for s in placement.get("slot_ids", []))
+            connected = ctx.hub.connected_ids()
+            for assignment in decision.assignments:
+                alloc = w.session.get(models.Allocation, assignment.allocation_id)
+                if alloc is None or alloc.state != A.PENDING:
+                    continue
+                wanted = {(p.agent_id, s) for p in assignment.placements for s in p.slot_ids}
+                if wanted & used or any(p.agent_id not in connected for p in assignment.placements):
+                    continue  # stale decision; the next pass decides again
+                used |= wanted
+                allocations.assign(
+                    ctx,
+                    w,
+                    alloc,
+                    [{"agent_id": p.agent_id, "slot_ids": list(p.slot_ids)} for p in assignment.placements],
+                )
+            for preemption in decision.preemptions:
+                alloc = w.session.get(models.Allocation, preemption.allocation_id)
+                if alloc is not None:
+                    allocations.request_preempt(
+                        ctx, w, alloc, f"preempted by the scheduler for {preemption.for_allocation_id}"
+                    )

@@ -1,0 +1,136 @@
+"""Delivers queued searcher events (the outbox in `searcher_events`) to each experiment's search
+session, one at a time and in order, and applies each answer with its snapshot in one transaction.
+
+A searcher that restarted answers NOT_FOUND, one that is out of step FAILED_PRECONDITION: either
+way the session is restored from the stored snapshot and the event is sent again. An unreachable
+searcher leaves the events queued; they are delivered when it is back.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from sqlalchemy import func, select
+
+from cairn.searcher.v1 import searcher_pb2 as spb
+from services.common.logging import get_logger
+from services.master.domain.context import MasterContext
+from services.master.domain.creation import search_spec
+from services.master.domain.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from services.master.domain.experiments import searcher_address
+from services.master.domain.searcher_actions import apply_response
+from services.master.domain.states import is_terminal
+from services.master.store import models
+
+log = get_logger(__name__)
+
+IDLE_POLL_S = 1.0
+# After a failure, an experiment's events wait this long before the next try.
+RETRY_BACKOFF_S = 2.0
+MAX_RESTORES_PER_EVENT = 3
+
+
+class SearcherPump:
+    def __init__(self, ctx: MasterContext) -> None:
+        self._ctx = ctx
+        self._thread = threading.Thread(target=self._run, name="searcher-pump", daemon=True)
+        self._retry_after: dict[int, float] = {}
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while not self._ctx.stopping.is_set():
+            try:
+                self.deliver_all()
+            except Exception:
+                log.exception("searcher pump pass failed")
+            self._ctx.pump_wakeup.wait(IDLE_POLL_S)
+
+    def deliver_all(self) -> None:
+        with self._ctx.db.read() as s:
+            experiment_ids = list(
+                s.scalars(
+                    select(models.SearcherEvent.experiment_id)
+                    .group_by(models.SearcherEvent.experiment_id)
+                    .order_by(func.min(models.SearcherEvent.id))
+                )
+            )
+        now = time.monotonic()
+        for experiment_id in experiment_ids:
+            if self._ctx.stopping.is_set():
+                return
+            if self._retry_after.get(experiment_id, 0.0) > now:
+                continue
+            try:
+                self._deliver(experiment_id)
+                self._retry_after.pop(experiment_id, None)
+            except Unavailable as exc:
+                log.warning(
+                    "searcher unavailable; events stay queued", experiment_id=experiment_id, error=str(exc)
+                )
+                self._retry_after[experiment_id] = time.monotonic() + RETRY_BACKOFF_S
+
+    def _deliver(self, experiment_id: int) -> None:
+        restores = 0
+        while not self._ctx.stopping.is_set():
+            with self._ctx.db.read() as s:
+                event_row = s.scalar(
+                    select(models.SearcherEvent)
+                    .where(models.SearcherEvent.experiment_id == experiment_id)
+                    .order_by(models.SearcherEvent.id)
+                    .limit(1)
+                )
+                if event_row is None:
+                    return
+                exp = s.get_one(models.Experiment, experiment_id)
+                snapshot = s.get(models.SearcherSnapshot, experiment_id)
+                if is_terminal(exp.state) or snapshot is None:
+                    self._drop_events(experiment_id)
+                    return
+                event_id, payload = event_row.id, event_row.payload
+                session_id, config = exp.searcher_session_id, exp.config
+                stored = spb.Snapshot(
+                    seq=snapshot.seq, state=snapshot.state, method=snapshot.method, version=snapshot.version
+                )
+            client = self._ctx.searchers.for_address(searcher_address(config))
+            event = spb.SearcherEvent.FromString(payload)
+            try:
+                response = client.handle(session_id, stored.seq, event)
+            except (NotFound, FailedPrecondition) as exc:
+                restores += 1
+                if restores > MAX_RESTORES_PER_EVENT:
+                    raise Unavailable(f"search session {session_id} cannot be restored: {exc}") from None
+                log.info("restoring search session", experiment_id=experiment_id, reason=str(exc))
+                client.restore(session_id, search_spec(config), stored)
+                continue
+            except InvalidArgument as exc:
+                # The searcher refuses this event for good; keeping it would block the search forever.
+                log.error(
+                    "searcher rejected an event; dropping it", experiment_id=experiment_id, error=str(exc)
+                )
+                with self._ctx.unit_of_work() as w:
+                    row = w.session.get(models.SearcherEvent, event_id)
+                    if row is not None:
+                        w.session.delete(row)
+                continue
+            with self._ctx.unit_of_work() as w:
+                row = w.session.get(models.SearcherEvent, event_id)
+                current = w.session.get(models.SearcherSnapshot, experiment_id)
+                if row is None or current is None or current.seq != stored.seq:
+                    continue  # the experiment ended or moved on meanwhile; re-read and retry
+                w.session.delete(row)
+                exp_now = w.session.get_one(models.Experiment, experiment_id)
+                apply_response(self._ctx, w, exp_now, response)
+            restores = 0
+
+    def _drop_events(self, experiment_id: int) -> None:
+        with self._ctx.unit_of_work() as w:
+            for row in w.session.scalars(
+                select(models.SearcherEvent).where(models.SearcherEvent.experiment_id == experiment_id)
+            ):
+                w.session.delete(row)

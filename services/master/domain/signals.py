@@ -1,0 +1,134 @@
+"""What trial code learns from the master while it runs: whether to stop (preemption) and how long
+to train (searcher operations)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from services.common.principal import Principal
+from services.master.domain.context import MasterContext
+from services.master.domain.errors import InvalidArgument, NotFound, PermissionDenied
+from services.master.domain.states import AllocationState as A
+from services.master.domain.topics import trial_topic
+from services.master.store import models
+
+
+@dataclass(frozen=True)
+class SignalState:
+    preempt: bool
+    reason: str
+    searcher_target: int
+    ended: bool
+
+
+def _check_owner(principal: Principal, allocation_id: str) -> None:
+    if principal.user_id is None and principal.allocation_id != allocation_id:
+        raise PermissionDenied(f"only allocation {allocation_id} itself may read its signals")
+
+
+def signal_state(ctx: MasterContext, allocation_id: str) -> tuple[SignalState, int]:
+    with ctx.db.read() as s:
+        alloc = s.get(models.Allocation, allocation_id)
+        if alloc is None:
+            raise NotFound(f"allocation {allocation_id} not found")
+        trial = s.get_one(models.Trial, alloc.trial_id)
+        return (
+            SignalState(
+                # A kill is a preemption the code may still see in its last moments.
+                preempt=alloc.preempt_requested or alloc.kill_requested,
+                reason=alloc.preempt_reason,
+                searcher_target=int(trial.searcher_target),
+                ended=alloc.state == A.TERMINATED,
+            ),
+            trial.id,
+        )
+
+
+def wait_preemption(ctx: MasterContext, principal: Principal, allocation_id: str, timeout_s: float) -> bool:
+    """Determined's long poll: answer at once if preempted, else when it happens or at the timeout."""
+    _check_owner(principal, allocation_id)
+    state, trial_id = signal_state(ctx, allocation_id)
+    topic = trial_topic(trial_id)
+    deadline = time.monotonic() + max(0.0, min(timeout_s, 3600.0))
+    while not state.preempt and not state.ended and not ctx.topics.closed:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        seen = ctx.topics.version(topic)
+        state, _ = signal_state(ctx, allocation_id)
+        if state.preempt or state.ended:
+            break
+        ctx.topics.wait(topic, seen, timeout=min(remaining, 5.0))
+        state, _ = signal_state(ctx, allocation_id)
+    return state.preempt
+
+
+def ack_preemption(ctx: MasterContext, principal: Principal, allocation_id: str) -> None:
+    _check_owner(principal, allocation_id)
+    with ctx.unit_of_work() as w:
+        alloc = w.session.get(models.Allocation, allocation_id)
+        if alloc is None:
+            raise NotFound(f"allocation {allocation_id} not found")
+        alloc.preempt_acked = True
+
+
+def watch(
+    ctx: MasterContext, principal: Principal, allocation_id: str, is_active: Callable[[], bool]
+) -> Iterator[SignalState]:
+    """The current state, then every change, until the allocation ends or the caller leaves."""
+    _check_owner(principal, allocation_id)
+    state, trial_id = signal_state(ctx, allocation_id)
+    topic = trial_topic(trial_id)
+    yield state
+    while not state.ended and is_active() and not ctx.topics.closed:
+        seen = ctx.topics.version(topic)
+        latest, _ = signal_state(ctx, allocation_id)
+        if latest == state:
+            ctx.topics.wait(topic, seen, timeout=5.0)
+            latest, _ = signal_state(ctx, allocation_id)
+        if latest != state:
+            state = latest
+            yield state
+
+
+def configured_length(config: dict[str, Any]) -> int:
+    """The training length the searcher section names (Determined 0.38's fabricated operation)."""
+    searcher = config.get("searcher") or {}
+    if searcher.get("max_time"):
+        return int(searcher["max_time"])
+    max_length = searcher.get("max_length")
+    if isinstance(max_length, dict):
+        values = [v for v in max_length.values() if isinstance(v, (int, float))]
+        return int(values[0]) if values else 0
+    if isinstance(max_length, (int, float)):
+        return int(max_length)
+    return 0
+
+
+def current_operation(ctx: MasterContext, trial_id: int) -> tuple[str, int, bool]:
+    """(request id, length, completed) of the trial's current searcher operation."""
+    with ctx.db.read() as s:
+        trial = s.get(models.Trial, trial_id)
+        if trial is None:
+            raise NotFound(f"trial {trial_id} not found")
+        exp = s.get_one(models.Experiment, trial.experiment_id)
+        length = int(trial.searcher_target) or configured_length(exp.config)
+        if length <= 0:
+            return trial.request_id, 0, True
+        completed = trial.searcher_stopped or trial.searcher_completed_length >= length
+        return trial.request_id, length, completed
+
+
+def complete_operation(ctx: MasterContext, trial_id: int, length: int) -> None:
+    if length <= 0:
+        raise InvalidArgument("completed_operation.validate_after.length: must be > 0")
+    with ctx.unit_of_work() as w:
+        trial = w.session.get(models.Trial, trial_id)
+        if trial is None:
+            raise NotFound(f"trial {trial_id} not found")
+        trial.searcher_completed_length = max(trial.searcher_completed_length, length)
+        topic = trial_topic(trial_id)
+        w.later(lambda: ctx.topics.publish(topic))

@@ -1,0 +1,134 @@
+"""State machines of experiments, trials and allocations, written as transition tables.
+
+The names are Determined's. A move not in a table is a bug or a bad request: `check_*` raises
+InvalidTransition naming both states, and callers turn that into FAILED_PRECONDITION.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class InvalidTransition(Exception):
+    pass
+
+
+class RunState(StrEnum):
+    """States shared by experiments and trials (Determined reuses one enum for both)."""
+
+    ACTIVE = "ACTIVE"
+    PAUSED = "PAUSED"
+    STOPPING_COMPLETED = "STOPPING_COMPLETED"
+    STOPPING_CANCELED = "STOPPING_CANCELED"
+    STOPPING_KILLED = "STOPPING_KILLED"
+    STOPPING_ERROR = "STOPPING_ERROR"
+    COMPLETED = "COMPLETED"
+    CANCELED = "CANCELED"
+    ERROR = "ERROR"
+    DELETING = "DELETING"
+    DELETE_FAILED = "DELETE_FAILED"
+    DELETED = "DELETED"
+
+
+S = RunState
+STOPPING = frozenset({S.STOPPING_COMPLETED, S.STOPPING_CANCELED, S.STOPPING_KILLED, S.STOPPING_ERROR})
+TERMINAL = frozenset({S.COMPLETED, S.CANCELED, S.ERROR})
+# Where each stopping state ends up once nothing runs any more.
+STOPPING_TO_TERMINAL = {
+    S.STOPPING_COMPLETED: S.COMPLETED,
+    S.STOPPING_CANCELED: S.CANCELED,
+    S.STOPPING_KILLED: S.CANCELED,
+    S.STOPPING_ERROR: S.ERROR,
+}
+# Severity order of stopping states: a stop can only be made more severe (kill wins over cancel).
+STOPPING_SEVERITY = [S.STOPPING_COMPLETED, S.STOPPING_CANCELED, S.STOPPING_KILLED, S.STOPPING_ERROR]
+
+EXPERIMENT_TRANSITIONS: dict[RunState, frozenset[RunState]] = {
+    S.ACTIVE: frozenset({S.PAUSED, *STOPPING, S.ERROR}),
+    S.PAUSED: frozenset({S.ACTIVE, *STOPPING, S.ERROR}),
+    # Unlike Determined, an experiment whose search has finished can still be canceled or killed
+    # while its last trials run: kill always wins.
+    S.STOPPING_COMPLETED: frozenset(
+        {S.COMPLETED, S.STOPPING_CANCELED, S.STOPPING_KILLED, S.STOPPING_ERROR, S.ERROR}
+    ),
+    S.STOPPING_CANCELED: frozenset({S.CANCELED, S.STOPPING_KILLED, S.STOPPING_ERROR, S.ERROR}),
+    S.STOPPING_KILLED: frozenset({S.CANCELED, S.STOPPING_ERROR, S.ERROR}),
+    S.STOPPING_ERROR: frozenset({S.ERROR}),
+    S.COMPLETED: frozenset({S.DELETING}),
+    S.CANCELED: frozenset({S.DELETING}),
+    S.ERROR: frozenset({S.DELETING}),
+    S.DELETING: frozenset({S.DELETED, S.DELETE_FAILED}),
+    S.DELETE_FAILED: frozenset({S.DELETING}),
+    S.DELETED: frozenset(),
+}
+
+TRIAL_TRANSITIONS: dict[RunState, frozenset[RunState]] = {
+    S.ACTIVE: frozenset({S.PAUSED, *STOPPING, S.COMPLETED, S.ERROR}),
+    S.PAUSED: frozenset({S.ACTIVE, *STOPPING, S.COMPLETED, S.ERROR}),
+    S.STOPPING_COMPLETED: frozenset(
+        {S.COMPLETED, S.STOPPING_CANCELED, S.STOPPING_KILLED, S.STOPPING_ERROR, S.ERROR}
+    ),
+    S.STOPPING_CANCELED: frozenset({S.CANCELED, S.STOPPING_KILLED, S.STOPPING_ERROR, S.ERROR}),
+    S.STOPPING_KILLED: frozenset({S.CANCELED, S.STOPPING_ERROR, S.ERROR}),
+    S.STOPPING_ERROR: frozenset({S.ERROR}),
+    S.COMPLETED: frozenset(),
+    S.CANCELED: frozenset(),
+    S.ERROR: frozenset(),
+}
+
+
+class AllocationState(StrEnum):
+    PENDING = "PENDING"
+    ASSIGNED = "ASSIGNED"
+    PULLING = "PULLING"
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    TERMINATING = "TERMINATING"
+    TERMINATED = "TERMINATED"
+
+
+A = AllocationState
+# Allocations only move forward ("most progressed" wins); any live state can end at once.
+ALLOCATION_ORDER = [A.PENDING, A.ASSIGNED, A.PULLING, A.STARTING, A.RUNNING, A.TERMINATING, A.TERMINATED]
+ALLOCATION_TRANSITIONS: dict[AllocationState, frozenset[AllocationState]] = {
+    state: frozenset(ALLOCATION_ORDER[i + 1 :]) for i, state in enumerate(ALLOCATION_ORDER)
+}
+LIVE_ALLOCATION = frozenset(ALLOCATION_ORDER[:-1])
+# States in which an allocation holds slots on agents.
+PLACED_ALLOCATION = frozenset({A.ASSIGNED, A.PULLING, A.STARTING, A.RUNNING, A.TERMINATING})
+
+
+def check_experiment(current: str, target: RunState) -> None:
+    _check("experiment", EXPERIMENT_TRANSITIONS, RunState(current), target)
+
+
+def check_trial(current: str, target: RunState) -> None:
+    _check("trial", TRIAL_TRANSITIONS, RunState(current), target)
+
+
+def can_experiment(current: str, target: RunState) -> bool:
+    return target in EXPERIMENT_TRANSITIONS[RunState(current)]
+
+
+def can_trial(current: str, target: RunState) -> bool:
+    return target in TRIAL_TRANSITIONS[RunState(current)]
+
+
+def allocation_advances(current: str, target: AllocationState) -> bool:
+    """Whether moving an allocation from `current` to `target` is progress (never backwards)."""
+    return target in ALLOCATION_TRANSITIONS[AllocationState(current)]
+
+
+def _check(
+    kind: str, table: dict[RunState, frozenset[RunState]], current: RunState, target: RunState
+) -> None:
+    if target not in table[current]:
+        raise InvalidTransition(f"{kind} cannot go from {current} to {target}")
+
+
+def is_terminal(state: str) -> bool:
+    return state in TERMINAL or state in {S.DELETING, S.DELETED, S.DELETE_FAILED}
+
+
+def is_stopping(state: str) -> bool:
+    return state in STOPPING

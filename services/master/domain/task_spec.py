@@ -1,0 +1,106 @@
+"""What an agent needs to run a trial's allocation: the command and the task environment.
+
+Every fact is given under a Cairn name (CAIRN_*) and, where Determined has one, under its DET_*
+name too (reference §3.8), so both Cairn's Core API and Determined's harness find what they read.
+The agent adds what only it knows (agent id, container id, slot ids, the master's address as it
+reaches it).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from cairn.agent.v1 import agent_pb2 as apb
+from services.master.settings import Settings
+from services.master.store import models
+
+
+def entrypoint_of(config: dict[str, object]) -> tuple[list[str], bool]:
+    """(command, run through `sh -c`) as Determined runs an entrypoint."""
+    entrypoint = config.get("entrypoint")
+    if isinstance(entrypoint, str):
+        return [entrypoint], True
+    if isinstance(entrypoint, list):
+        return [str(part) for part in entrypoint], False
+    return [], False
+
+
+def user_environment(config: dict[str, object]) -> dict[str, str]:
+    """environment.environment_variables as a dict (the cpu flavour of a per-device map)."""
+    environment = config.get("environment") or {}
+    assert isinstance(environment, dict)
+    variables = environment.get("environment_variables") or []
+    if isinstance(variables, dict):
+        variables = variables.get("cpu") or []
+    result: dict[str, str] = {}
+    for item in variables:
+        key, _, value = str(item).partition("=")
+        result[key] = value
+    return result
+
+
+def build_task_spec(
+    settings: Settings,
+    exp: models.Experiment,
+    trial: models.Trial,
+    alloc: models.Allocation,
+    allocation_token: str,
+    owner_username: str,
+) -> apb.TaskSpec:
+    command, shell = entrypoint_of(exp.config)
+    task_id = f"{exp.id}.{trial.id}"
+    facts = {
+        "ALLOCATION_ID": alloc.id,
+        "TASK_ID": task_id,
+        "TASK_TYPE": "TRIAL",
+        "TRIAL_ID": str(trial.id),
+        "EXPERIMENT_ID": str(exp.id),
+        "TRIAL_RUN_ID": str(trial.run_id),
+        "TRIAL_SEED": str(trial.seed),
+        "HPARAMS": json.dumps(trial.hparams),
+        "EXPERIMENT_CONFIG": json.dumps(exp.config),
+        "STEPS_COMPLETED": str(trial.total_batches),
+        "USER": owner_username,
+    }
+    env: dict[str, str] = {}
+    env.update(user_environment(exp.config))
+    for key, value in facts.items():
+        env[f"CAIRN_{key}"] = value
+        env[f"DET_{key}"] = value
+    env["CAIRN_ALLOCATION_TOKEN"] = allocation_token
+    env["DET_SESSION_TOKEN"] = allocation_token
+    env["CAIRN_SEARCHER_TARGET"] = str(trial.searcher_target)
+    env["CAIRN_MASTER_HTTP_PORT"] = str(settings.http_port)
+    if trial.latest_checkpoint_uuid:
+        env["CAIRN_LATEST_CHECKPOINT"] = trial.latest_checkpoint_uuid
+        env["DET_LATEST_CHECKPOINT"] = trial.latest_checkpoint_uuid
+    env["PYTHONUNBUFFERED"] = "1"
+    mounts = []
+    storage = exp.config.get("checkpoint_storage") or {}
+    if isinstance(storage, dict) and storage.get("type") == "shared_fs" and storage.get("host_path"):
+        mounts.append(
+            apb.Mount(host_path=str(storage["host_path"]), container_path=str(storage["host_path"]))
+        )
+    return apb.TaskSpec(
+        entrypoint=command,
+        shell=shell,
+        environment=env,
+        runtime="process",
+        image=_image(exp.config),
+        kill_grace_seconds=settings.kill_grace_s,
+        has_context=True,
+        mounts=mounts,
+        description=f"exp-{exp.id}-trial-{trial.id}: {shlex.join(command) if not shell else command[0]}"[
+            :200
+        ],
+    )
+
+
+def _image(config: dict[str, object]) -> str:
+    environment = config.get("environment") or {}
+    assert isinstance(environment, dict)
+    image = environment.get("image")
+    if isinstance(image, dict):
+        image = image.get("cpu") or image.get("cuda") or ""
+    return str(image or "")

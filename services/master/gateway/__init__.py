@@ -1,0 +1,1 @@
+"""The master's HTTP side: health, Prometheus metrics, REST gateway and WebUI files."""

@@ -1,0 +1,28 @@
+"""Client of the SchedulerService."""
+
+from __future__ import annotations
+
+import grpc
+
+from cairn.scheduler.v1 import scheduler_pb2 as pb
+from cairn.scheduler.v1 import scheduler_pb2_grpc
+from services.common.channels import internal_channel
+from services.master.remotes.errors import translate
+
+CALL_TIMEOUT_S = 10.0
+
+
+class SchedulerClient:
+    def __init__(self, address: str, cluster_token: str | None) -> None:
+        self.address = address
+        self._channel = internal_channel(address, cluster_token)
+        self._stub = scheduler_pb2_grpc.SchedulerServiceStub(self._channel)
+
+    def schedule(self, request: pb.ScheduleRequest) -> pb.ScheduleResponse:
+        try:
+            return self._stub.Schedule(request, timeout=CALL_TIMEOUT_S)
+        except grpc.RpcError as exc:
+            raise translate("scheduler", self.address, exc) from None
+
+    def shutdown(self) -> None:
+        self._channel.close()

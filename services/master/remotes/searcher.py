@@ -1,0 +1,73 @@
+"""Client of a SearcherService: the built-in searcher, or a custom one named in an experiment."""
+
+from __future__ import annotations
+
+import threading
+
+import grpc
+
+from cairn.searcher.v1 import searcher_pb2 as pb
+from cairn.searcher.v1 import searcher_pb2_grpc
+from services.common.channels import internal_channel
+from services.master.remotes.errors import translate
+
+CALL_TIMEOUT_S = 30.0
+
+
+class SearcherClient:
+    def __init__(self, address: str, cluster_token: str | None) -> None:
+        self.address = address
+        self._channel = internal_channel(address, cluster_token)
+        self._stub = searcher_pb2_grpc.SearcherServiceStub(self._channel)
+
+    def _call(self, method: str, request: object) -> object:
+        try:
+            return getattr(self._stub, method)(request, timeout=CALL_TIMEOUT_S)
+        except grpc.RpcError as exc:
+            raise translate("searcher", self.address, exc) from None
+
+    def start(self, session_id: str, spec: pb.SearchSpec) -> pb.SearcherResponse:
+        return self._call("StartSession", pb.StartSessionRequest(session_id=session_id, spec=spec))  # type: ignore[return-value]
+
+    def handle(self, session_id: str, after_seq: int, event: pb.SearcherEvent) -> pb.SearcherResponse:
+        request = pb.HandleEventRequest(session_id=session_id, after_seq=after_seq, event=event)
+        return self._call("HandleEvent", request)  # type: ignore[return-value]
+
+    def restore(self, session_id: str, spec: pb.SearchSpec, snapshot: pb.Snapshot) -> None:
+        self._call(
+            "RestoreSession", pb.RestoreSessionRequest(session_id=session_id, spec=spec, snapshot=snapshot)
+        )
+
+    def close(self, session_id: str) -> None:
+        self._call("CloseSession", pb.CloseSessionRequest(session_id=session_id))
+
+    def preview(self, spec: pb.SearchSpec) -> pb.PreviewSearchResponse:
+        return self._call("PreviewSearch", pb.PreviewSearchRequest(spec=spec))  # type: ignore[return-value]
+
+    def shutdown(self) -> None:
+        self._channel.close()
+
+
+class SearcherDirectory:
+    """The built-in searcher plus one client per custom searcher address, created on first use."""
+
+    def __init__(self, default_address: str, cluster_token: str | None) -> None:
+        self._token = cluster_token
+        self.default = SearcherClient(default_address, cluster_token)
+        self._custom: dict[str, SearcherClient] = {}
+        self._lock = threading.Lock()
+
+    def for_address(self, address: str | None) -> SearcherClient:
+        if not address:
+            return self.default
+        with self._lock:
+            client = self._custom.get(address)
+            if client is None:
+                # Custom searchers are the user's processes: they get no cluster token.
+                client = self._custom[address] = SearcherClient(address, None)
+            return client
+
+    def shutdown(self) -> None:
+        self.default.shutdown()
+        for client in self._custom.values():
+            client.shutdown()

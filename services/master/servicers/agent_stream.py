@@ -1,0 +1,140 @@
+"""AgentService: the bidirectional stream each agent holds with the master, and task contexts.
+
+Per agent stream, one reader thread applies what the agent sends, in order; the RPC's own thread
+sends what the master queues for the agent (Welcome first, then any backlog, then new commands).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Iterator
+
+import grpc
+from sqlalchemy import select
+
+from cairn.agent.v1 import agent_pb2 as apb
+from cairn.agent.v1 import agent_pb2_grpc
+from services.common.logging import get_logger
+from services.master.domain import agents as agent_registry
+from services.master.domain import allocations
+from services.master.domain.agent_hub import AgentLink
+from services.master.domain.context import MasterContext
+from services.master.domain.errors import DomainError
+from services.master.domain.logs import LogStore
+from services.master.domain.states import AllocationState as A
+from services.master.servicers.errors import CODES
+from services.master.store import models
+
+log = get_logger(__name__)
+
+CONTEXT_CHUNK = 1024 * 1024
+
+
+class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
+    def __init__(self, ctx: MasterContext, logs: LogStore) -> None:
+        self.ctx = ctx
+        self.logs = logs
+
+    def Connect(
+        self, request_iterator: Iterator[apb.AgentMessage], context: grpc.ServicerContext
+    ) -> Iterator[apb.MasterMessage]:
+        try:
+            first = next(request_iterator)
+        except StopIteration:
+            return
+        if first.WhichOneof("msg") != "hello":
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first message on the stream must be a hello")
+        hello = first.hello
+        try:
+            registration = agent_registry.register(self.ctx, hello)
+        except DomainError as exc:
+            context.abort(CODES.get(exc.kind, grpc.StatusCode.INTERNAL), str(exc))
+        agent_id = hello.agent_id
+        link = self.ctx.hub.attach(agent_id)
+        reader = threading.Thread(
+            target=self._read, args=(link, request_iterator), name=f"agent-{agent_id}-reader", daemon=True
+        )
+        try:
+            yield apb.MasterMessage(
+                welcome=apb.Welcome(
+                    master_id=self.ctx.master_id,
+                    cluster_id=self.ctx.cluster_id,
+                    heartbeat_interval_ms=self.ctx.settings.agent_heartbeat_interval_ms,
+                    keep_container_ids=registration.keep_container_ids,
+                    acked_seq=registration.acked_seq,
+                    master_http_port=self.ctx.settings.http_port,
+                )
+            )
+            yield from self.ctx.hub.take_backlog(agent_id)
+            reader.start()
+            yield from self._send(link, context)
+        finally:
+            if self.ctx.hub.detach(link):
+                agent_registry.mark_disconnected(self.ctx, agent_id)
+
+    def _send(self, link: AgentLink, context: grpc.ServicerContext) -> Iterator[apb.MasterMessage]:
+        timeout = self.ctx.settings.agent_heartbeat_timeout_s
+        while not link.closed.is_set() and context.is_active() and not self.ctx.stopping.is_set():
+            try:
+                message = link.outbox.get(timeout=0.5)
+            except queue.Empty:
+                if time.monotonic() - link.last_heard > timeout:
+                    log.warning("agent silent for too long; closing its stream", agent_id=link.agent_id)
+                    return
+                continue
+            if message is None:
+                return
+            yield message
+
+    def _read(self, link: AgentLink, messages: Iterator[apb.AgentMessage]) -> None:
+        agent_id = link.agent_id
+        try:
+            for message in messages:
+                link.last_heard = time.monotonic()
+                kind = message.WhichOneof("msg")
+                if kind == "heartbeat":
+                    continue
+                if kind == "container_state":
+                    change = message.container_state
+                    with self.ctx.unit_of_work() as w:
+                        allocations.on_container_state(self.ctx, w, change)
+                    if change.seq:
+                        # Stored: the agent may forget it (and retire a finished container).
+                        ack = apb.LogAck(acked_seq={change.container_id: change.seq})
+                        link.outbox.put(apb.MasterMessage(log_ack=ack))
+                elif kind == "log_batch":
+                    acked = self.logs.store(agent_id, message.log_batch)
+                    if acked:
+                        link.outbox.put(apb.MasterMessage(log_ack=apb.LogAck(acked_seq=acked)))
+                elif kind == "ack":
+                    if not message.ack.ok:
+                        log.warning("agent refused a command", agent_id=agent_id, error=message.ack.error)
+                elif kind == "slot_report":
+                    agent_registry.update_slots(self.ctx, agent_id, message.slot_report)
+                elif kind == "hello":
+                    log.warning("second hello on one stream; closing it", agent_id=agent_id)
+                    break
+        except grpc.RpcError:
+            pass  # the agent went away; the stream's end says the rest
+        except Exception:
+            log.exception("failed handling a message from an agent; closing its stream", agent_id=agent_id)
+        finally:
+            link.close()
+
+    def FetchTaskContext(
+        self, request: apb.FetchTaskContextRequest, context: grpc.ServicerContext
+    ) -> Iterator[apb.FetchTaskContextChunk]:
+        with self.ctx.db.read() as s:
+            row = s.execute(
+                select(models.ModelDefinition.archive)
+                .join(models.Trial, models.Trial.experiment_id == models.ModelDefinition.experiment_id)
+                .join(models.Allocation, models.Allocation.trial_id == models.Trial.id)
+                .where(models.Allocation.id == request.allocation_id, models.Allocation.state != A.TERMINATED)
+            ).first()
+        if row is None:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"no live allocation {request.allocation_id}")
+        archive: bytes = row[0]
+        for start in range(0, len(archive), CONTEXT_CHUNK):
+            yield apb.FetchTaskContextChunk(data=archive[start : start + CONTEXT_CHUNK])

@@ -1,0 +1,178 @@
+"""Agents, slots and resource pools."""
+
+from __future__ import annotations
+
+import grpc
+from sqlalchemy import select
+
+from cairn.api.v1 import agent_pb2 as apb
+from cairn.api.v1 import common_pb2
+from cairn.api.v1 import resourcepool_pb2 as rpb
+from services.master.domain import agents as agent_registry
+from services.master.domain.errors import NotFound, PermissionDenied
+from services.master.domain.paging import page_of
+from services.master.domain.queries import placed_slots
+from services.master.servicers.api import convert
+from services.master.servicers.api.base import ServicerBase
+from services.master.servicers.errors import rpc
+from services.master.store import models
+
+POLICIES = {
+    "best": rpb.ResourcePool.FITTING_POLICY_BEST,
+    "worst": rpb.ResourcePool.FITTING_POLICY_WORST,
+}
+
+
+class AgentsApi(ServicerBase):
+    def _agents(
+        self, agent_id: str | None = None, *, include_slots: bool = True, include_containers: bool = True
+    ) -> list[apb.Agent]:
+        connected = self.ctx.hub.connected_ids()
+        with self.ctx.db.read() as s:
+            q = select(models.Agent).order_by(models.Agent.id)
+            if agent_id is not None:
+                q = q.where(models.Agent.id == agent_id)
+            agents = list(s.scalars(q))
+            slots = list(s.scalars(select(models.AgentSlot)))
+            holders = placed_slots(s)
+        by_agent: dict[str, list[models.AgentSlot]] = {}
+        for slot in sorted(
+            slots, key=lambda x: (x.agent_id, int(x.slot_id) if x.slot_id.isdigit() else 0, x.slot_id)
+        ):
+            by_agent.setdefault(slot.agent_id, []).append(slot)
+        return [
+            convert.agent(
+                a,
+                by_agent.get(a.id, []),
+                holders,
+                connected=a.id in connected,
+                include_slots=include_slots,
+                include_containers=include_containers,
+            )
+            for a in agents
+        ]
+
+    def _one(self, agent_id: str) -> apb.Agent:
+        found = self._agents(agent_id)
+        if not found:
+            raise NotFound(f"agent {agent_id} not found")
+        return found[0]
+
+    def _admin(self, context: grpc.ServicerContext) -> None:
+        if not self.user(context).admin:
+            raise PermissionDenied("only an admin can enable or disable agents and slots")
+
+    @rpc
+    def GetAgents(
+        self, request: apb.GetAgentsRequest, context: grpc.ServicerContext
+    ) -> apb.GetAgentsResponse:
+        agents = self._agents(
+            include_slots=not request.exclude_slots, include_containers=not request.exclude_containers
+        )
+        if request.sort_by == apb.GetAgentsRequest.SORT_BY_TIME:
+            agents.sort(key=lambda a: a.registered_time.ToDatetime())
+        if request.order_by == common_pb2.ORDER_BY_DESC:
+            agents.reverse()
+        page = page_of(len(agents), request.offset, request.limit)
+        return apb.GetAgentsResponse(
+            agents=agents[page.start : page.end], pagination=convert.pagination(page)
+        )
+
+    @rpc
+    def GetAgent(self, request: apb.GetAgentRequest, context: grpc.ServicerContext) -> apb.GetAgentResponse:
+        return apb.GetAgentResponse(agent=self._one(request.agent_id))
+
+    @rpc
+    def GetSlots(self, request: apb.GetSlotsRequest, context: grpc.ServicerContext) -> apb.GetSlotsResponse:
+        agent = self._one(request.agent_id)
+        return apb.GetSlotsResponse(slots=list(agent.slots.values()))
+
+    @rpc
+    def GetSlot(self, request: apb.GetSlotRequest, context: grpc.ServicerContext) -> apb.GetSlotResponse:
+        agent = self._one(request.agent_id)
+        if request.slot_id not in agent.slots:
+            raise NotFound(f"slot {request.slot_id} of agent {request.agent_id} not found")
+        return apb.GetSlotResponse(slot=agent.slots[request.slot_id])
+
+    @rpc
+    def EnableAgent(
+        self, request: apb.EnableAgentRequest, context: grpc.ServicerContext
+    ) -> apb.EnableAgentResponse:
+        self._admin(context)
+        agent_registry.set_enabled(self.ctx, request.agent_id, True)
+        return apb.EnableAgentResponse(agent=self._one(request.agent_id))
+
+    @rpc
+    def DisableAgent(
+        self, request: apb.DisableAgentRequest, context: grpc.ServicerContext
+    ) -> apb.DisableAgentResponse:
+        self._admin(context)
+        agent_registry.set_enabled(self.ctx, request.agent_id, False, drain=request.drain)
+        return apb.DisableAgentResponse(agent=self._one(request.agent_id))
+
+    @rpc
+    def EnableSlot(
+        self, request: apb.EnableSlotRequest, context: grpc.ServicerContext
+    ) -> apb.EnableSlotResponse:
+        self._admin(context)
+        agent_registry.set_slot_enabled(self.ctx, request.agent_id, request.slot_id, True)
+        return apb.EnableSlotResponse(slot=self._one(request.agent_id).slots[request.slot_id])
+
+    @rpc
+    def DisableSlot(
+        self, request: apb.DisableSlotRequest, context: grpc.ServicerContext
+    ) -> apb.DisableSlotResponse:
+        self._admin(context)
+        agent_registry.set_slot_enabled(
+            self.ctx, request.agent_id, request.slot_id, False, drain=request.drain
+        )
+        return apb.DisableSlotResponse(slot=self._one(request.agent_id).slots[request.slot_id])
+
+    @rpc
+    def GetResourcePools(
+        self, request: rpb.GetResourcePoolsRequest, context: grpc.ServicerContext
+    ) -> rpb.GetResourcePoolsResponse:
+        agents = self._agents(include_containers=False)
+        waiting = self.deps.waiting.reasons
+        pools = []
+        with self.ctx.db.read() as s:
+            allocs = list(s.scalars(select(models.Allocation).where(models.Allocation.state != "TERMINATED")))
+        for settings in self.ctx.settings.pools:
+            members = [a for a in agents if settings.name in a.resource_pools]
+            slots = [slot for a in members for slot in a.slots.values()]
+            used = sum(1 for slot in slots if slot.HasField("container"))
+            slot_types = {slot.device.type for slot in slots}
+            pool_allocs = [a for a in allocs if a.resource_pool == settings.name]
+            pools.append(
+                rpb.ResourcePool(
+                    name=settings.name,
+                    description=settings.description,
+                    type=rpb.ResourcePool.TYPE_STATIC,
+                    num_agents=len(members),
+                    slots_available=sum(1 for slot in slots if slot.enabled),
+                    slots_used=used,
+                    slot_type=slot_types.pop() if len(slot_types) == 1 else common_pb2.TYPE_UNSPECIFIED,
+                    aux_container_capacity=100 * len(members),
+                    default_compute_pool=settings.name == self.ctx.settings.default_pool,
+                    default_aux_pool=settings.name == self.ctx.settings.default_pool,
+                    preemptible=settings.preemption_enabled,
+                    slots_per_agent=max((len(a.slots) for a in members), default=0),
+                    aux_container_capacity_per_agent=100,
+                    scheduler_type=rpb.ResourcePool.SCHEDULER_TYPE_PRIORITY,
+                    scheduler_fitting_policy=POLICIES.get(
+                        settings.fitting_policy, rpb.ResourcePool.FITTING_POLICY_BEST
+                    ),
+                    location="local",
+                    cluster_name=self.ctx.settings.cluster_name,
+                    stats=rpb.QueueStats(
+                        queued_count=sum(1 for a in pool_allocs if a.id in waiting),
+                        scheduled_count=sum(1 for a in pool_allocs if a.state != "PENDING"),
+                    ),
+                    default_priority=settings.default_priority,
+                    preemption_enabled=settings.preemption_enabled,
+                )
+            )
+        page = page_of(len(pools), request.offset, request.limit)
+        return rpb.GetResourcePoolsResponse(
+            resource_pools=pools[page.start : page.end], pagination=convert.pagination(page)
+        )

@@ -1,0 +1,41 @@
+"""Login, logout and the current user."""
+
+from __future__ import annotations
+
+import grpc
+
+from cairn.api.v1 import auth_pb2
+from services.common.metadata import user_token
+from services.master.servicers.api import convert
+from services.master.servicers.api.base import ServicerBase
+from services.master.servicers.errors import rpc
+
+
+class AuthApi(ServicerBase):
+    @rpc
+    def Login(self, request: auth_pb2.LoginRequest, context: grpc.ServicerContext) -> auth_pb2.LoginResponse:
+        token, info = self.deps.auth.login(request.username, request.password, request.is_hashed)
+        return auth_pb2.LoginResponse(token=token, user=convert.user(info))
+
+    @rpc
+    def Logout(
+        self, request: auth_pb2.LogoutRequest, context: grpc.ServicerContext
+    ) -> auth_pb2.LogoutResponse:
+        token = user_token(context.invocation_metadata())
+        if token:
+            self.deps.auth.logout(token)
+        return auth_pb2.LogoutResponse()
+
+    @rpc
+    def GetMe(self, request: auth_pb2.GetMeRequest, context: grpc.ServicerContext) -> auth_pb2.GetMeResponse:
+        principal = self.user(context)
+        assert principal.user_id is not None
+        return auth_pb2.GetMeResponse(user=convert.user(self.deps.auth.user(principal.user_id)))
+
+    @rpc
+    def CurrentUser(
+        self, request: auth_pb2.CurrentUserRequest, context: grpc.ServicerContext
+    ) -> auth_pb2.CurrentUserResponse:
+        principal = self.user(context)
+        assert principal.user_id is not None
+        return auth_pb2.CurrentUserResponse(user=convert.user(self.deps.auth.user(principal.user_id)))

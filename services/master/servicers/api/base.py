@@ -1,0 +1,49 @@
+"""What every part of the public servicer needs: the master's services and the caller."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import grpc
+
+from services.common.interceptors import current_principal
+from services.common.principal import Principal
+from services.master.domain.auth import AuthService
+from services.master.domain.checkpoints import CheckpointGc
+from services.master.domain.context import MasterContext
+from services.master.domain.logs import LogStore
+from services.master.domain.scheduling import WaitingInfo
+from services.master.remotes.checkpoint import CheckpointClient
+
+
+@dataclass
+class ApiDeps:
+    ctx: MasterContext
+    auth: AuthService
+    logs: LogStore
+    waiting: WaitingInfo
+    checkpoints: CheckpointClient
+    gc: CheckpointGc
+    version: str
+    database: str
+
+
+class ServicerBase:
+    def __init__(self, deps: ApiDeps) -> None:
+        self.deps = deps
+        self.ctx = deps.ctx
+
+    @staticmethod
+    def caller(context: grpc.ServicerContext) -> Principal:
+        principal = current_principal()
+        if principal is None:
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing credentials")
+        return principal
+
+    @staticmethod
+    def user(context: grpc.ServicerContext) -> Principal:
+        """The calling user; trial code's allocation token alone is not enough here."""
+        principal = current_principal()
+        if principal is None or principal.user_id is None:
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "this call needs a user's session token")
+        return principal

@@ -1,0 +1,277 @@
+"""Stored rows → public API messages."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from google.protobuf import struct_pb2
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from cairn.api.v1 import agent_pb2, auth_pb2, checkpoint_pb2, common_pb2, experiment_pb2, trial_pb2
+from services.master.domain.auth import UserInfo
+from services.master.domain.clock import utcnow
+from services.master.domain.paging import Page
+from services.master.domain.queries import ExperimentRow, TrialRow, smaller_is_better
+from services.master.store import models
+
+# Display: an ACTIVE experiment shows what its allocations are doing (as Determined does for the
+# WebUI). The stored state stays ACTIVE; this is only used where a caller asks for it.
+SUBSTATE_ORDER = ("RUNNING", "STARTING", "PULLING", "ASSIGNED", "PENDING")
+
+
+def ts(value: datetime | None) -> Timestamp | None:
+    if value is None:
+        return None
+    result = Timestamp()
+    result.FromDatetime(value)
+    return result
+
+
+def struct(value: dict[str, Any] | None) -> struct_pb2.Struct:
+    result = struct_pb2.Struct()
+    if value:
+        result.update(value)
+    return result
+
+
+def pagination(page: Page) -> common_pb2.Pagination:
+    return common_pb2.Pagination(
+        offset=page.offset, limit=page.limit, start_index=page.start, end_index=page.end, total=page.total
+    )
+
+
+def user(info: UserInfo) -> auth_pb2.User:
+    return auth_pb2.User(
+        id=info.id,
+        username=info.username,
+        admin=info.admin,
+        active=info.active,
+        display_name=info.display_name,
+        modified_at=info.modified_at,
+        last_auth_at=info.last_auth_at,
+    )
+
+
+def experiment(row: ExperimentRow) -> experiment_pb2.Experiment:
+    exp = row.experiment
+    searcher = exp.config.get("searcher") or {}
+    end = exp.end_time or utcnow()
+    message = experiment_pb2.Experiment(
+        id=exp.id,
+        description=exp.description,
+        labels=list(exp.labels or []),
+        start_time=ts(exp.start_time),
+        end_time=ts(exp.end_time),
+        state=experiment_pb2.Experiment.State.Value(f"STATE_{exp.state}"),
+        archived=exp.archived,
+        num_trials=len(row.trials.trial_ids),
+        trial_ids=row.trials.trial_ids,
+        display_name=row.display_name,
+        user_id=exp.owner_id,
+        username=row.username,
+        resource_pool=exp.resource_pool,
+        searcher_type=str(searcher.get("name", "")),
+        searcher_metric=str(searcher.get("metric", "")),
+        hyperparameters=struct(exp.config.get("hyperparameters") or {}),
+        name=exp.name,
+        notes=exp.notes,
+        job_id=f"exp-{exp.id}",
+        progress=exp.progress,
+        project_id=1,
+        project_name="Uncategorized",
+        workspace_id=1,
+        workspace_name="Uncategorized",
+        config=struct(exp.config),
+        original_config=exp.original_config,
+        checkpoint_size=row.checkpoint_size,
+        checkpoint_count=row.checkpoint_count,
+        duration=int((end - exp.start_time).total_seconds() * 1000),
+        model_definition_size=exp.model_definition_size,
+        smaller_is_better=smaller_is_better(exp.config),
+    )
+    if exp.parent_id is not None:
+        message.forked_from = exp.parent_id
+    if row.trials.best_metric is not None and row.trials.best_trial_id is not None:
+        message.best_trial_searcher_metric = row.trials.best_metric
+        message.best_trial_id = row.trials.best_trial_id
+    return message
+
+
+def metrics_workload(metric: models.Metric | None) -> trial_pb2.MetricsWorkload | None:
+    if metric is None:
+        return None
+    return trial_pb2.MetricsWorkload(
+        end_time=ts(metric.report_time),
+        metrics=trial_pb2.Metrics(avg_metrics=struct(metric.metrics)),
+        num_inputs=0,
+        total_batches=int(metric.steps_completed),
+    )
+
+
+def checkpoint_state(state: str) -> checkpoint_pb2.Checkpoint.State.ValueType:
+    return checkpoint_pb2.Checkpoint.State.Value(f"STATE_{state}")
+
+
+def trial(row: TrialRow) -> trial_pb2.Trial:
+    t = row.trial
+    alloc = row.allocation
+    end = t.end_time or utcnow()
+    message = trial_pb2.Trial(
+        id=t.id,
+        experiment_id=t.experiment_id,
+        start_time=ts(t.start_time),
+        end_time=ts(t.end_time),
+        state=trial_pb2.Trial.State.Value(f"STATE_{t.state}"),
+        restarts=t.restarts,
+        hparams=struct(t.hparams),
+        total_batches_processed=int(t.total_batches),
+        runner_state=alloc.state if alloc is not None else "",
+        wall_clock_time=(end - t.start_time).total_seconds(),
+        task_id=f"{t.experiment_id}.{t.id}",
+        total_checkpoint_size=row.checkpoint_size,
+        checkpoint_count=row.checkpoint_count,
+        summary_metrics=struct(t.summary_metrics),
+        task_ids=row.task_ids,
+        request_id=t.request_id,
+        seed=int(t.seed),
+        allocation_id=alloc.id if alloc is not None else "",
+        run_id=t.run_id,
+        searcher_target=int(t.searcher_target),
+        latest_checkpoint_uuid=t.latest_checkpoint_uuid or "",
+    )
+    if t.searcher_metric_value is not None:
+        message.searcher_metric_value = t.searcher_metric_value
+    best = metrics_workload(row.best_validation)
+    if best is not None:
+        message.best_validation.CopyFrom(best)
+    latest = metrics_workload(row.latest_validation)
+    if latest is not None:
+        message.latest_validation.CopyFrom(latest)
+    if row.best_checkpoint is not None:
+        ck = row.best_checkpoint
+        message.best_checkpoint.CopyFrom(
+            trial_pb2.CheckpointWorkload(
+                uuid=ck.uuid,
+                end_time=ts(ck.report_time),
+                state=checkpoint_state(ck.state),
+                resources={k: int(v) for k, v in ck.resources.items()},
+                total_batches=int(ck.steps_completed),
+                metadata=struct(ck.metadata_),
+            )
+        )
+    return message
+
+
+DEVICE_TYPES = {
+    "cpu": common_pb2.TYPE_CPU,
+    "cuda": common_pb2.TYPE_CUDA,
+    "rocm": common_pb2.TYPE_ROCM,
+}
+
+CONTAINER_STATES = {
+    "ASSIGNED": agent_pb2.Container.STATE_ASSIGNED,
+    "PULLING": agent_pb2.Container.STATE_PULLING,
+    "STARTING": agent_pb2.Container.STATE_STARTING,
+    "RUNNING": agent_pb2.Container.STATE_RUNNING,
+    "TERMINATING": agent_pb2.Container.STATE_RUNNING,
+    "TERMINATED": agent_pb2.Container.STATE_TERMINATED,
+}
+
+
+def device(slot: models.AgentSlot) -> agent_pb2.Device:
+    return agent_pb2.Device(
+        id=slot.device_index,
+        brand=slot.brand,
+        uuid=slot.uuid,
+        type=DEVICE_TYPES.get(slot.device_type, common_pb2.TYPE_CPU),
+        memory_bytes=slot.memory_bytes,
+    )
+
+
+def slot(
+    slot_row: models.AgentSlot,
+    agent_row: models.Agent,
+    holder: models.Allocation | None,
+) -> agent_pb2.Slot:
+    message = agent_pb2.Slot(
+        id=slot_row.slot_id,
+        device=device(slot_row),
+        enabled=slot_row.enabled and agent_row.enabled,
+        draining=slot_row.draining or agent_row.draining,
+    )
+    if holder is not None:
+        message.container.CopyFrom(
+            agent_pb2.Container(
+                parent=holder.id,
+                id=holder.id,
+                state=CONTAINER_STATES.get(holder.state, agent_pb2.Container.STATE_UNSPECIFIED),
+                devices=[device(slot_row)],
+            )
+        )
+    return message
+
+
+def agent(
+    agent_row: models.Agent,
+    slots: list[models.AgentSlot],
+    holders: dict[tuple[str, str], models.Allocation],
+    *,
+    connected: bool,
+    include_slots: bool = True,
+    include_containers: bool = True,
+) -> agent_pb2.Agent:
+    message = agent_pb2.Agent(
+        id=agent_row.id,
+        registered_time=ts(agent_row.registered_time),
+        addresses=list(agent_row.addresses or []),
+        enabled=agent_row.enabled,
+        draining=agent_row.draining,
+        version=agent_row.version,
+        resource_pools=[agent_row.resource_pool],
+        connected=connected,
+        last_heartbeat=ts(agent_row.last_seen),
+        hostname=agent_row.hostname,
+    )
+    type_stats: dict[str, agent_pb2.DeviceStats] = {}
+    for slot_row in slots:
+        holder = holders.get((agent_row.id, slot_row.slot_id))
+        slot_message = slot(slot_row, agent_row, holder)
+        if include_slots:
+            message.slots[slot_row.slot_id].CopyFrom(slot_message)
+        if include_containers and holder is not None and holder.id not in message.containers:
+            message.containers[holder.id].CopyFrom(slot_message.container)
+        type_name = common_pb2.DeviceType.Name(DEVICE_TYPES.get(slot_row.device_type, common_pb2.TYPE_CPU))
+        stats = type_stats.setdefault(type_name, agent_pb2.DeviceStats())
+        stats.total += 1
+        if not slot_message.enabled:
+            stats.disabled += 1
+        if slot_message.draining:
+            stats.draining += 1
+        if holder is not None:
+            state_name = agent_pb2.Container.State.Name(slot_message.container.state)
+            stats.states[state_name] = stats.states.get(state_name, 0) + 1
+    for name, stats in type_stats.items():
+        message.slot_stats.type_stats[name].CopyFrom(stats)
+    return message
+
+
+def from_value(value: struct_pb2.Value) -> Any:
+    kind = value.WhichOneof("kind")
+    if kind == "number_value":
+        return value.number_value
+    if kind == "string_value":
+        return value.string_value
+    if kind == "bool_value":
+        return value.bool_value
+    if kind == "struct_value":
+        return from_struct(value.struct_value)
+    if kind == "list_value":
+        return [from_value(v) for v in value.list_value.values]
+    return None
+
+
+def from_struct(message: struct_pb2.Struct) -> dict[str, Any]:
+    """A Struct as Python values. Unlike json_format, NaN and infinities pass through (metrics may
+    legitimately be NaN; the metrics store keeps them as strings)."""
+    return {key: from_value(value) for key, value in message.fields.items()}

@@ -1,0 +1,286 @@
+"""Experiments: create, read, list, lifecycle actions, and search previews."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import grpc
+import yaml
+from google.protobuf import json_format
+from sqlalchemy import select
+
+from cairn.api.v1 import experiment_pb2 as epb
+from cairn.api.v1 import trial_pb2 as tpb
+from services.master.domain import creation, deletion
+from services.master.domain import experiments as lifecycle
+from services.master.domain.errors import InvalidArgument, NotFound
+from services.master.domain.model_definition import ContextFile
+from services.master.domain.paging import page_of
+from services.master.domain.queries import ExperimentFilter, experiment_rows, list_experiments, trial_rows
+from services.master.servicers.api import convert
+from services.master.servicers.api.base import ServicerBase
+from services.master.servicers.errors import rpc
+from services.master.store import models
+
+S = epb.Experiment.State
+SORT_NAMES = {
+    epb.GetExperimentsRequest.SORT_BY_UNSPECIFIED: "id",
+    epb.GetExperimentsRequest.SORT_BY_ID: "id",
+    epb.GetExperimentsRequest.SORT_BY_DESCRIPTION: "description",
+    epb.GetExperimentsRequest.SORT_BY_START_TIME: "start_time",
+    epb.GetExperimentsRequest.SORT_BY_END_TIME: "end_time",
+    epb.GetExperimentsRequest.SORT_BY_STATE: "state",
+    epb.GetExperimentsRequest.SORT_BY_NUM_TRIALS: "num_trials",
+    epb.GetExperimentsRequest.SORT_BY_PROGRESS: "progress",
+    epb.GetExperimentsRequest.SORT_BY_USER: "user",
+    epb.GetExperimentsRequest.SORT_BY_NAME: "name",
+    epb.GetExperimentsRequest.SORT_BY_FORKED_FROM: "forked_from",
+    epb.GetExperimentsRequest.SORT_BY_RESOURCE_POOL: "resource_pool",
+    epb.GetExperimentsRequest.SORT_BY_PROJECT_ID: "id",
+    epb.GetExperimentsRequest.SORT_BY_CHECKPOINT_SIZE: "id",
+    epb.GetExperimentsRequest.SORT_BY_CHECKPOINT_COUNT: "id",
+    epb.GetExperimentsRequest.SORT_BY_SEARCHER_METRIC_VAL: "searcher_metric_val",
+}
+TRIAL_SORT = {
+    tpb.GetExperimentTrialsRequest.SORT_BY_UNSPECIFIED: models.Trial.id,
+    tpb.GetExperimentTrialsRequest.SORT_BY_ID: models.Trial.id,
+    tpb.GetExperimentTrialsRequest.SORT_BY_START_TIME: models.Trial.start_time,
+    tpb.GetExperimentTrialsRequest.SORT_BY_END_TIME: models.Trial.end_time,
+    tpb.GetExperimentTrialsRequest.SORT_BY_STATE: models.Trial.state,
+    tpb.GetExperimentTrialsRequest.SORT_BY_BEST_VALIDATION_METRIC: models.Trial.searcher_metric_value,
+    tpb.GetExperimentTrialsRequest.SORT_BY_LATEST_VALIDATION_METRIC: models.Trial.searcher_metric_value,
+    tpb.GetExperimentTrialsRequest.SORT_BY_BATCHES_PROCESSED: models.Trial.total_batches,
+    tpb.GetExperimentTrialsRequest.SORT_BY_RESTARTS: models.Trial.restarts,
+}
+
+
+def state_name(value: int) -> str:
+    return S.Name(value).removeprefix("STATE_")  # type: ignore[arg-type]
+
+
+class ExperimentsApi(ServicerBase):
+    def _row(self, experiment_id: int) -> Any:
+        with self.ctx.db.read() as s:
+            exp = s.get(models.Experiment, experiment_id)
+            if exp is None or exp.state in ("DELETING", "DELETED"):
+                raise NotFound(f"experiment {experiment_id} not found")
+            return experiment_rows(s, [exp])[0]
+
+    def _job_summary(self, row: Any) -> epb.JobSummary:
+        states = row.allocation_states
+        if states.get("PENDING"):
+            positions = [
+                pos
+                for alloc_id, (_reason, pos) in self.deps.waiting.reasons.items()
+                if alloc_id.startswith(f"{row.experiment.id}.")
+            ]
+            return epb.JobSummary(state=epb.JobSummary.STATE_QUEUED, jobs_ahead=min(positions, default=0))
+        if states:
+            return epb.JobSummary(state=epb.JobSummary.STATE_SCHEDULED, jobs_ahead=0)
+        return epb.JobSummary(state=epb.JobSummary.STATE_UNSPECIFIED, jobs_ahead=0)
+
+    @rpc
+    def CreateExperiment(
+        self, request: epb.CreateExperimentRequest, context: grpc.ServicerContext
+    ) -> epb.CreateExperimentResponse:
+        principal = self.user(context)
+        if not request.config.strip():
+            raise InvalidArgument("config: required (the experiment configuration as YAML text)")
+        files = [
+            ContextFile(path=f.path, type=f.type, content=f.content, mtime=f.mtime, mode=f.mode)
+            for f in request.model_definition
+        ]
+        created = creation.create(
+            self.ctx,
+            principal,
+            creation.CreateRequest(
+                config_text=request.config,
+                files=files,
+                activate=request.activate,
+                validate_only=request.validate_only,
+                parent_id=request.parent_id or None,
+            ),
+        )
+        response = epb.CreateExperimentResponse(config=convert.struct(created.config))
+        if created.slots_exceeded:
+            response.warnings.append(epb.LAUNCH_WARNING_CURRENT_SLOTS_EXCEEDED)
+        if created.experiment_id is not None:
+            response.experiment.CopyFrom(convert.experiment(self._row(created.experiment_id)))
+        return response
+
+    @rpc
+    def GetExperiment(
+        self, request: epb.GetExperimentRequest, context: grpc.ServicerContext
+    ) -> epb.GetExperimentResponse:
+        row = self._row(request.experiment_id)
+        return epb.GetExperimentResponse(
+            experiment=convert.experiment(row),
+            job_summary=self._job_summary(row),
+            config=convert.struct(row.experiment.config),
+        )
+
+    @rpc
+    def GetExperiments(
+        self, request: epb.GetExperimentsRequest, context: grpc.ServicerContext
+    ) -> epb.GetExperimentsResponse:
+        f = ExperimentFilter(
+            name=request.name,
+            description=request.description,
+            labels=tuple(request.labels),
+            archived=request.archived if request.HasField("archived") else None,
+            states=tuple(state_name(s) for s in request.states),
+            users=tuple(request.users),
+            user_ids=tuple(request.user_ids),
+        )
+        with self.ctx.db.read() as s:
+            rows, page = list_experiments(
+                s,
+                f,
+                sort=SORT_NAMES.get(request.sort_by, "id"),
+                descending=request.order_by == 2,
+                offset=request.offset,
+                limit=request.limit,
+            )
+        return epb.GetExperimentsResponse(
+            experiments=[convert.experiment(r) for r in rows], pagination=convert.pagination(page)
+        )
+
+    def _act(self, context: grpc.ServicerContext, experiment_id: int, action: Any) -> None:
+        principal = self.user(context)
+        with self.ctx.unit_of_work() as w:
+            exp = lifecycle.load(w, experiment_id)
+            lifecycle.check_can_modify(principal, exp)
+            action(w, exp)
+
+    @rpc
+    def ActivateExperiment(
+        self, request: epb.ActivateExperimentRequest, context: grpc.ServicerContext
+    ) -> epb.ActivateExperimentResponse:
+        self._act(context, request.id, lambda w, e: lifecycle.activate(self.ctx, w, e))
+        return epb.ActivateExperimentResponse()
+
+    @rpc
+    def PauseExperiment(
+        self, request: epb.PauseExperimentRequest, context: grpc.ServicerContext
+    ) -> epb.PauseExperimentResponse:
+        self._act(context, request.id, lambda w, e: lifecycle.pause(self.ctx, w, e))
+        return epb.PauseExperimentResponse()
+
+    @rpc
+    def CancelExperiment(
+        self, request: epb.CancelExperimentRequest, context: grpc.ServicerContext
+    ) -> epb.CancelExperimentResponse:
+        self._act(context, request.id, lambda w, e: lifecycle.cancel(self.ctx, w, e))
+        return epb.CancelExperimentResponse()
+
+    @rpc
+    def KillExperiment(
+        self, request: epb.KillExperimentRequest, context: grpc.ServicerContext
+    ) -> epb.KillExperimentResponse:
+        self._act(context, request.id, lambda w, e: lifecycle.kill(self.ctx, w, e))
+        return epb.KillExperimentResponse()
+
+    @rpc
+    def ArchiveExperiment(
+        self, request: epb.ArchiveExperimentRequest, context: grpc.ServicerContext
+    ) -> epb.ArchiveExperimentResponse:
+        self._act(context, request.id, lambda w, e: lifecycle.set_archived(w, e, True))
+        return epb.ArchiveExperimentResponse()
+
+    @rpc
+    def UnarchiveExperiment(
+        self, request: epb.UnarchiveExperimentRequest, context: grpc.ServicerContext
+    ) -> epb.UnarchiveExperimentResponse:
+        self._act(context, request.id, lambda w, e: lifecycle.set_archived(w, e, False))
+        return epb.UnarchiveExperimentResponse()
+
+    @rpc
+    def DeleteExperiment(
+        self, request: epb.DeleteExperimentRequest, context: grpc.ServicerContext
+    ) -> epb.DeleteExperimentResponse:
+        self._act(context, request.experiment_id, lambda w, e: lifecycle.mark_deleting(self.ctx, w, e))
+        deletion.delete_in_background(self.ctx, request.experiment_id)
+        return epb.DeleteExperimentResponse()
+
+    @rpc
+    def GetExperimentTrials(
+        self, request: tpb.GetExperimentTrialsRequest, context: grpc.ServicerContext
+    ) -> tpb.GetExperimentTrialsResponse:
+        self._row(request.experiment_id)
+        column = TRIAL_SORT.get(request.sort_by, models.Trial.id)
+        with self.ctx.db.read() as s:
+            q = select(models.Trial).where(models.Trial.experiment_id == request.experiment_id)
+            if request.states:
+                q = q.where(
+                    models.Trial.state.in_(
+                        [tpb.Trial.State.Name(x).removeprefix("STATE_") for x in request.states]
+                    )
+                )
+            trials = list(
+                s.scalars(
+                    q.order_by(column.desc() if request.order_by == 2 else column.asc(), models.Trial.id)
+                )
+            )
+            page = page_of(len(trials), request.offset, request.limit)
+            rows = trial_rows(s, trials[page.start : page.end])
+        return tpb.GetExperimentTrialsResponse(
+            trials=[convert.trial(r) for r in rows], pagination=convert.pagination(page)
+        )
+
+    @rpc
+    def GetModelDef(
+        self, request: epb.GetModelDefRequest, context: grpc.ServicerContext
+    ) -> epb.GetModelDefResponse:
+        self._row(request.experiment_id)
+        with self.ctx.db.read() as s:
+            model_def = s.get(models.ModelDefinition, request.experiment_id)
+            archive = model_def.archive if model_def is not None else b""
+        return epb.GetModelDefResponse(b64_tgz=base64.b64encode(archive).decode())
+
+    @rpc
+    def GetExperimentLabels(
+        self, request: epb.GetExperimentLabelsRequest, context: grpc.ServicerContext
+    ) -> epb.GetExperimentLabelsResponse:
+        with self.ctx.db.read() as s:
+            labels: set[str] = set()
+            for value in s.scalars(select(models.Experiment.labels)):
+                labels.update(value or [])
+        return epb.GetExperimentLabelsResponse(labels=sorted(labels))
+
+    @rpc
+    def PreviewHPSearch(
+        self, request: epb.PreviewHPSearchRequest, context: grpc.ServicerContext
+    ) -> epb.PreviewHPSearchResponse:
+        self.user(context)
+        if request.config_text:
+            text = request.config_text
+        elif request.config.fields:
+            text = yaml.safe_dump(json_format.MessageToDict(request.config))
+        else:
+            raise InvalidArgument("config: required")
+        config = creation.expanded_config(self.ctx, text)
+        spec = creation.search_spec(config)
+        if request.seed:
+            spec.seed = request.seed
+        preview = self.ctx.searchers.for_address(lifecycle.searcher_address(config)).preview(spec)
+        response = epb.PreviewHPSearchResponse(summary=epb.SearchSummary(config=convert.struct(config)))
+        counts: dict[tuple[int, ...], int] = {}
+        for trial in preview.trials:
+            key = tuple(trial.lengths)
+            counts[key] = counts.get(key, 0) + 1
+            response.previewed_trials.append(
+                epb.PreviewedTrial(
+                    request_id=trial.request_id,
+                    hparams=trial.hparams,
+                    lengths=trial.lengths,
+                    bracket=trial.bracket,
+                )
+            )
+        for lengths, count in sorted(counts.items()):
+            unit = epb.SearchUnit(max_length=not lengths)
+            if lengths:
+                unit.name = preview.unit or "batches"
+                unit.value = int(lengths[-1])
+            response.summary.trials.append(epb.TrialSummary(count=count, unit=unit))
+        return response

@@ -1,0 +1,128 @@
+"""Trials: read, kill, and their logs (a server stream that can follow the trial)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC
+
+import grpc
+from sqlalchemy import select
+
+from cairn.api.v1 import common_pb2
+from cairn.api.v1 import trial_pb2 as tpb
+from services.master.domain import experiments as experiment_lifecycle
+from services.master.domain import trials as trial_lifecycle
+from services.master.domain.errors import NotFound, PermissionDenied
+from services.master.domain.logs import LogFilter, read_logs
+from services.master.domain.queries import trial_rows
+from services.master.domain.states import TERMINAL, RunState
+from services.master.servicers.api import convert
+from services.master.servicers.api.base import ServicerBase
+from services.master.servicers.errors import rpc, stream_rpc
+from services.master.store import models
+
+LEVEL_NAMES = {
+    "TRACE": tpb.LOG_LEVEL_TRACE,
+    "DEBUG": tpb.LOG_LEVEL_DEBUG,
+    "INFO": tpb.LOG_LEVEL_INFO,
+    "WARNING": tpb.LOG_LEVEL_WARNING,
+    "ERROR": tpb.LOG_LEVEL_ERROR,
+    "CRITICAL": tpb.LOG_LEVEL_CRITICAL,
+}
+
+
+class TrialsApi(ServicerBase):
+    def trial_message(self, trial_id: int) -> tpb.Trial:
+        with self.ctx.db.read() as s:
+            trial = s.get(models.Trial, trial_id)
+            if trial is None:
+                raise NotFound(f"trial {trial_id} not found")
+            return convert.trial(trial_rows(s, [trial])[0])
+
+    def check_trial_access(self, context: grpc.ServicerContext, trial_id: int) -> None:
+        """Trial code may only touch its own trial."""
+        principal = self.caller(context)
+        if principal.user_id is not None or principal.allocation_id is None:
+            return
+        if not principal.allocation_id.startswith(f"{self._experiment_of(trial_id)}.{trial_id}."):
+            raise PermissionDenied(
+                f"allocation {principal.allocation_id} does not belong to trial {trial_id}"
+            )
+
+    def _experiment_of(self, trial_id: int) -> int:
+        with self.ctx.db.read() as s:
+            experiment_id = s.scalar(select(models.Trial.experiment_id).where(models.Trial.id == trial_id))
+        if experiment_id is None:
+            raise NotFound(f"trial {trial_id} not found")
+        return experiment_id
+
+    @rpc
+    def GetTrial(self, request: tpb.GetTrialRequest, context: grpc.ServicerContext) -> tpb.GetTrialResponse:
+        self.check_trial_access(context, request.trial_id)
+        return tpb.GetTrialResponse(trial=self.trial_message(request.trial_id))
+
+    @rpc
+    def KillTrial(
+        self, request: tpb.KillTrialRequest, context: grpc.ServicerContext
+    ) -> tpb.KillTrialResponse:
+        principal = self.user(context)
+        with self.ctx.unit_of_work() as w:
+            trial = w.session.get(models.Trial, request.id)
+            if trial is None:
+                raise NotFound(f"trial {request.id} not found")
+            exp = experiment_lifecycle.load(w, trial.experiment_id)
+            experiment_lifecycle.check_can_modify(principal, exp)
+            trial_lifecycle.stop(self.ctx, w, trial, exp, RunState.STOPPING_KILLED)
+        return tpb.KillTrialResponse()
+
+    @stream_rpc
+    def TrialLogs(
+        self, request: tpb.TrialLogsRequest, context: grpc.ServicerContext
+    ) -> Iterator[tpb.TrialLogsResponse]:
+        self.check_trial_access(context, request.trial_id)
+        self.trial_message(request.trial_id)  # NotFound before streaming starts
+        f = LogFilter(
+            trial_id=request.trial_id,
+            agent_ids=tuple(request.agent_ids),
+            container_ids=tuple(request.container_ids),
+            rank_ids=tuple(request.rank_ids),
+            levels=tuple(tpb.LogLevel.Name(x).removeprefix("LOG_LEVEL_") for x in request.levels),
+            stdtypes=tuple(request.stdtypes),
+            sources=tuple(request.sources),
+            search_text=request.search_text,
+            after=request.timestamp_after.ToDatetime(UTC) if request.HasField("timestamp_after") else None,
+            before=request.timestamp_before.ToDatetime(UTC) if request.HasField("timestamp_before") else None,
+        )
+
+        def trial_done() -> bool:
+            with self.ctx.db.read() as s:
+                state = s.scalar(select(models.Trial.state).where(models.Trial.id == request.trial_id))
+            return state is None or state in TERMINAL or not context.is_active()
+
+        for row in read_logs(
+            self.ctx,
+            f,
+            limit=request.limit,
+            descending=request.order_by == common_pb2.ORDER_BY_DESC,
+            follow=request.follow,
+            is_done=trial_done,
+        ):
+            if not context.is_active():
+                return
+            message = row.message if row.message.endswith("\n") else row.message + "\n"
+            response = tpb.TrialLogsResponse(
+                id=str(row.id),
+                timestamp=convert.ts(row.timestamp),
+                message=message,
+                level=LEVEL_NAMES.get(row.level, tpb.LOG_LEVEL_INFO),
+                trial_id=row.trial_id,
+                agent_id=row.agent_id,
+                container_id=row.container_id,
+                log=message,
+                source=row.source,
+                stdtype=row.stdtype,
+                allocation_id=row.allocation_id,
+            )
+            if row.rank is not None:
+                response.rank_id = row.rank
+            yield response

@@ -1,0 +1,87 @@
+"""Who may call what on the master.
+
+- The public API needs a user's session token, except Login and GetMaster.
+- Trial code holds only its allocation token, which opens the calls trial code makes (reporting,
+  checkpoints, signals, reading its own trial) and nothing else.
+- Agents present the cluster token on their stream.
+"""
+
+from __future__ import annotations
+
+import hmac
+
+import grpc
+
+from services.common.interceptors import Authenticate, AuthError
+from services.common.metadata import CLUSTER_TOKEN_KEY, Metadata, allocation_token, metadata_value, user_token
+from services.common.principal import Principal
+from services.master.domain.auth import AuthService
+from services.master.domain.errors import PermissionDenied, Unauthenticated
+
+API = "/cairn.api.v1.Cairn/"
+AGENT_SERVICE = "/cairn.agent.v1.AgentService/"
+
+PUBLIC_METHODS = frozenset({API + "Login", API + "GetMaster"})
+
+ALLOCATION_METHODS = frozenset(
+    API + name
+    for name in (
+        "GetTrial",
+        "ReportTrialMetrics",
+        "ReportTrialMetricsBatch",
+        "ReportTrialProgress",
+        "ReportTrialSearcherEarlyExit",
+        "GetCurrentTrialSearcherOperation",
+        "CompleteTrialSearcherValidation",
+        "GetBestSearcherValidationMetric",
+        "ReportCheckpoint",
+        "GetCheckpoint",
+        "PatchCheckpoints",
+        "AllocationPreemptionSignal",
+        "AckAllocationPreemptionSignal",
+        "WatchAllocationSignals",
+        "GetMaster",
+    )
+)
+
+
+def master_authenticator(auth: AuthService, cluster_token: str | None) -> Authenticate:
+    def authenticate(method: str, metadata: Metadata) -> Principal:
+        if method.startswith(AGENT_SERVICE):
+            if not cluster_token:
+                return Principal(internal=True, username="agent")
+            presented = metadata_value(metadata, CLUSTER_TOKEN_KEY) or ""
+            if not hmac.compare_digest(presented.encode(), cluster_token.encode()):
+                raise AuthError(f"agents must present the cluster token ({CLUSTER_TOKEN_KEY})")
+            return Principal(internal=True, username="agent")
+        try:
+            user = user_token(metadata)
+            alloc = allocation_token(metadata)
+            user_principal = auth.authenticate_user_token(user) if user else None
+            alloc_principal = auth.authenticate_allocation_token(alloc) if alloc else None
+        except Unauthenticated as exc:
+            raise AuthError(str(exc)) from None
+        except PermissionDenied as exc:
+            raise AuthError(str(exc), code=grpc.StatusCode.PERMISSION_DENIED) from None
+        if user_principal is not None:
+            if alloc_principal is not None:
+                return Principal(
+                    user_id=user_principal.user_id,
+                    username=user_principal.username,
+                    admin=user_principal.admin,
+                    allocation_id=alloc_principal.allocation_id,
+                )
+            return user_principal
+        if alloc_principal is not None:
+            if method not in ALLOCATION_METHODS:
+                raise AuthError(
+                    f"{method.rsplit('/', 1)[-1]} needs a user's session token; trial code's allocation "
+                    "token does not open it",
+                    code=grpc.StatusCode.PERMISSION_DENIED,
+                )
+            return alloc_principal
+        raise AuthError(
+            "missing credentials: log in (`cairn user login`) and send `authorization: Bearer <token>`"
+        )
+
+    return authenticate

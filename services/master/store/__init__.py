@@ -1,0 +1,1 @@
+"""Persistence: SQLAlchemy models, engine/session setup, Alembic migrations. No gRPC, no policy."""

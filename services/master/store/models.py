@@ -1,0 +1,314 @@
+"""SQLAlchemy models of everything the master keeps.
+
+The schema is owned by the Alembic migrations in store/migrations; these models mirror it (a test
+checks that the two agree on both SQLite and PostgreSQL).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """Timestamps are UTC and timezone-aware in Python on every backend (SQLite drops the zone)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime stored; use datetime.now(UTC)")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON, datetime: UtcDateTime()}
+
+
+class ClusterInfo(Base):
+    """One row: the cluster's identity, fixed at first boot."""
+
+    __tablename__ = "cluster_info"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    cluster_id: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime]
+
+
+class User(Base):
+    __tablename__ = "users"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    username: Mapped[str] = mapped_column(String(255), unique=True)
+    # PBKDF2 of the client-side salted hash; never the password itself.
+    password_hash: Mapped[str] = mapped_column(String(255))
+    admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    active: Mapped[bool] = mapped_column(Boolean, default=True)
+    display_name: Mapped[str] = mapped_column(String(255), default="")
+    created_at: Mapped[datetime]
+    modified_at: Mapped[datetime]
+    last_auth_at: Mapped[datetime | None]
+
+
+class UserSession(Base):
+    __tablename__ = "user_sessions"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    # sha256 of the token: a leaked database does not leak live sessions.
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime]
+    expires_at: Mapped[datetime]
+
+
+class Experiment(Base):
+    __tablename__ = "experiments"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(512))
+    description: Mapped[str] = mapped_column(Text, default="")
+    labels: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    state: Mapped[str] = mapped_column(String(32), index=True)
+    archived: Mapped[bool] = mapped_column(Boolean, default=False)
+    # The expanded configuration (defaults filled in) and the text as submitted.
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    original_config: Mapped[str] = mapped_column(Text)
+    owner_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    start_time: Mapped[datetime]
+    end_time: Mapped[datetime | None]
+    progress: Mapped[float] = mapped_column(Float, default=0.0)
+    resource_pool: Mapped[str] = mapped_column(String(255))
+    searcher_session_id: Mapped[str] = mapped_column(String(64))
+    model_definition_size: Mapped[int] = mapped_column(Integer, default=0)
+    notes: Mapped[str] = mapped_column(Text, default="")
+    parent_id: Mapped[int | None]
+    # Set once checkpoint GC has run after the experiment ended (re-run at boot if not).
+    checkpoint_gc_done: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class ModelDefinition(Base):
+    """The experiment's context directory as a gzip'd tarball."""
+
+    __tablename__ = "model_definitions"
+    experiment_id: Mapped[int] = mapped_column(
+        ForeignKey("experiments.id", ondelete="CASCADE"), primary_key=True
+    )
+    archive: Mapped[bytes] = mapped_column(LargeBinary)
+    size: Mapped[int] = mapped_column(Integer)
+
+
+class SearcherSnapshot(Base):
+    """The latest snapshot of an experiment's search session, stored with the actions it produced."""
+
+    __tablename__ = "searcher_snapshots"
+    experiment_id: Mapped[int] = mapped_column(
+        ForeignKey("experiments.id", ondelete="CASCADE"), primary_key=True
+    )
+    seq: Mapped[int] = mapped_column(BigInteger)
+    method: Mapped[str] = mapped_column(String(64))
+    version: Mapped[int] = mapped_column(Integer)
+    state: Mapped[bytes] = mapped_column(LargeBinary)
+    updated_at: Mapped[datetime]
+
+
+class SearcherEvent(Base):
+    """Outbox of events for the searcher, written in the transaction that caused them and removed in
+    the transaction that applies the searcher's answer: no event is lost or applied twice."""
+
+    __tablename__ = "searcher_events"
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id", ondelete="CASCADE"), index=True)
+    # A serialized cairn.searcher.v1.SearcherEvent.
+    payload: Mapped[bytes] = mapped_column(LargeBinary)
+    created_at: Mapped[datetime]
+
+
+class Trial(Base):
+    __tablename__ = "trials"
+    __table_args__ = (UniqueConstraint("experiment_id", "request_id", name="uq_trials_experiment_request"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id", ondelete="CASCADE"), index=True)
+    request_id: Mapped[str] = mapped_column(String(64))
+    state: Mapped[str] = mapped_column(String(32), index=True)
+    hparams: Mapped[dict[str, Any]] = mapped_column(JSON)
+    seed: Mapped[int] = mapped_column(BigInteger)
+    # Failures counted against max_restarts (infrastructure failures are not counted).
+    restarts: Mapped[int] = mapped_column(Integer, default=0)
+    # Number of allocations so far; the current allocation is run `run_id`.
+    run_id: Mapped[int] = mapped_column(Integer, default=0)
+    start_time: Mapped[datetime]
+    end_time: Mapped[datetime | None]
+    total_batches: Mapped[int] = mapped_column(BigInteger, default=0)
+    # Promotion mode: the length the searcher wants the trial trained to (0: none).
+    searcher_target: Mapped[int] = mapped_column(BigInteger, default=0)
+    # The searcher stopped the trial (Determined: EarlyStoppedBySearcher).
+    searcher_stopped: Mapped[bool] = mapped_column(Boolean, default=False)
+    # The trial's code exited early (invalid hyperparameters, user-requested stop).
+    early_exit_reason: Mapped[str | None] = mapped_column(String(64))
+    progress: Mapped[float] = mapped_column(Float, default=0.0)
+    latest_checkpoint_uuid: Mapped[str | None] = mapped_column(String(64))
+    searcher_metric_value: Mapped[float | None] = mapped_column(Float)
+    summary_metrics: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # The longest searcher operation the trial's code has reported complete (Core API).
+    searcher_completed_length: Mapped[int] = mapped_column(BigInteger, default=0)
+    best_validation_id: Mapped[int | None] = mapped_column(BigInteger)
+    latest_validation_id: Mapped[int | None] = mapped_column(BigInteger)
+
+
+class Allocation(Base):
+    """One run of a trial on agent slots (Determined's allocation)."""
+
+    __tablename__ = "allocations"
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"), index=True)
+    run_id: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(32), index=True)
+    slots: Mapped[int] = mapped_column(Integer)
+    resource_pool: Mapped[str] = mapped_column(String(255))
+    priority: Mapped[int | None]
+    requested_at: Mapped[datetime]
+    assigned_at: Mapped[datetime | None]
+    start_time: Mapped[datetime | None]
+    end_time: Mapped[datetime | None]
+    # [{"agent_id": ..., "slot_ids": [...]}]
+    placements: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    token_hash: Mapped[str] = mapped_column(String(64), index=True)
+    exit_code: Mapped[int | None]
+    exit_reason: Mapped[str | None] = mapped_column(Text)
+    # Why it ended: "", "failed", "killed", "agent_failed", "task_error", "aborted", "preempted".
+    failure_type: Mapped[str] = mapped_column(String(32), default="")
+    # Graceful stop requested (pause, cancel, searcher stop, scheduler preemption).
+    preempt_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    preempt_reason: Mapped[str] = mapped_column(String(255), default="")
+    preempt_acked: Mapped[bool] = mapped_column(Boolean, default=False)
+    kill_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    # When a graceful stop turns into a kill.
+    kill_deadline: Mapped[datetime | None]
+    is_ready: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class Container(Base):
+    """The part of an allocation on one agent."""
+
+    __tablename__ = "containers"
+    id: Mapped[str] = mapped_column(String(160), primary_key=True)
+    allocation_id: Mapped[str] = mapped_column(ForeignKey("allocations.id", ondelete="CASCADE"), index=True)
+    agent_id: Mapped[str] = mapped_column(String(255), index=True)
+    rank: Mapped[int] = mapped_column(Integer, default=0)
+    slot_ids: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    state: Mapped[str] = mapped_column(String(32))
+    exit_code: Mapped[int | None]
+    # Highest event/log sequence number stored for the container (the agent's acked_seq).
+    acked_seq: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class Agent(Base):
+    __tablename__ = "agents"
+    id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    resource_pool: Mapped[str] = mapped_column(String(255))
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+    draining: Mapped[bool] = mapped_column(Boolean, default=False)
+    hostname: Mapped[str] = mapped_column(String(255), default="")
+    addresses: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    version: Mapped[str] = mapped_column(String(64), default="")
+    runtime: Mapped[str] = mapped_column(String(32), default="process")
+    registered_time: Mapped[datetime]
+    last_seen: Mapped[datetime]
+    connected: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class AgentSlot(Base):
+    __tablename__ = "agent_slots"
+    agent_id: Mapped[str] = mapped_column(ForeignKey("agents.id", ondelete="CASCADE"), primary_key=True)
+    slot_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    device_type: Mapped[str] = mapped_column(String(16))
+    brand: Mapped[str] = mapped_column(String(255), default="")
+    uuid: Mapped[str] = mapped_column(String(64), default="")
+    memory_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    device_index: Mapped[int] = mapped_column(Integer, default=0)
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+    draining: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+Index("ix_allocations_trial_state", Allocation.trial_id, Allocation.state)
+
+
+class TaskLog(Base):
+    """One line of a trial's output. (container_id, seq) makes a resent line a no-op."""
+
+    __tablename__ = "task_logs"
+    __table_args__ = (
+        UniqueConstraint("container_id", "seq", name="uq_task_logs_container_seq"),
+        Index("ix_task_logs_trial_id_id", "trial_id", "id"),
+    )
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    trial_id: Mapped[int] = mapped_column(Integer)
+    allocation_id: Mapped[str] = mapped_column(String(128))
+    container_id: Mapped[str] = mapped_column(String(160))
+    seq: Mapped[int] = mapped_column(BigInteger)
+    agent_id: Mapped[str] = mapped_column(String(255), default="")
+    rank: Mapped[int | None]
+    stdtype: Mapped[str] = mapped_column(String(16), default="stdout")
+    level: Mapped[str] = mapped_column(String(16), default="")
+    source: Mapped[str] = mapped_column(String(32), default="task")
+    timestamp: Mapped[datetime]
+    message: Mapped[str] = mapped_column(Text)
+
+
+class Metric(Base):
+    """One metrics report of a trial (training, validation or a custom group)."""
+
+    __tablename__ = "metrics"
+    __table_args__ = (
+        # A report resent with the same sequence number is stored once (NULL seq: Determined clients).
+        UniqueConstraint("trial_id", "trial_run_id", "seq", name="uq_metrics_trial_run_seq"),
+        Index("ix_metrics_trial_group_steps", "trial_id", "group_name", "steps_completed"),
+    )
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"))
+    trial_run_id: Mapped[int] = mapped_column(Integer)
+    seq: Mapped[int | None] = mapped_column(BigInteger)
+    group_name: Mapped[str] = mapped_column(String(64))
+    steps_completed: Mapped[int] = mapped_column(BigInteger)
+    report_time: Mapped[datetime]
+    metrics: Mapped[dict[str, Any]] = mapped_column(JSON)
+    batch_metrics: Mapped[list[Any] | None] = mapped_column(JSON)
+    # Reports of an earlier run past the checkpoint a restart resumed from.
+    archived: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class Checkpoint(Base):
+    __tablename__ = "checkpoints"
+    uuid: Mapped[str] = mapped_column(String(64), primary_key=True)
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"), index=True)
+    allocation_id: Mapped[str] = mapped_column(String(128))
+    task_id: Mapped[str] = mapped_column(String(128))
+    report_time: Mapped[datetime]
+    state: Mapped[str] = mapped_column(String(32))
+    resources: Mapped[dict[str, Any]] = mapped_column(JSON)
+    metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSON)
+    steps_completed: Mapped[int] = mapped_column(BigInteger)
+    size: Mapped[int] = mapped_column(BigInteger, default=0)

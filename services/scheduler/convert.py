@@ -1,0 +1,101 @@
+"""Scheduler messages to domain data and back. Only the shape changes here, never the meaning."""
+
+from __future__ import annotations
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from cairn.scheduler.v1 import scheduler_pb2 as pb
+from services.scheduler.domain.errors import InvalidScheduleInput
+from services.scheduler.domain.model import (
+    Agent,
+    AllocationRequest,
+    ClusterState,
+    Decision,
+    FittingPolicy,
+    Placement,
+    ResourcePool,
+    Slot,
+)
+
+_POLICIES = {
+    # Determined's default policy is best fit.
+    pb.FITTING_POLICY_UNSPECIFIED: FittingPolicy.BEST,
+    pb.FITTING_POLICY_BEST: FittingPolicy.BEST,
+    pb.FITTING_POLICY_WORST: FittingPolicy.WORST,
+}
+
+
+def _nanoseconds(ts: Timestamp) -> int:
+    return ts.seconds * 1_000_000_000 + ts.nanos
+
+
+def _pool(index: int, msg: pb.ResourcePool) -> ResourcePool:
+    policy = _POLICIES.get(msg.fitting_policy)
+    if policy is None:
+        raise InvalidScheduleInput(f"pools[{index}].fitting_policy", f"unknown value {msg.fitting_policy}")
+    return ResourcePool(
+        name=msg.name,
+        fitting_policy=policy,
+        preemption_enabled=msg.preemption_enabled,
+        default_priority=msg.default_priority,
+    )
+
+
+def _agent(msg: pb.Agent) -> Agent:
+    return Agent(
+        id=msg.id,
+        resource_pool=msg.resource_pool,
+        enabled=msg.enabled,
+        draining=msg.draining,
+        slots=tuple(Slot(id=s.id, enabled=s.enabled, allocation_id=s.allocation_id) for s in msg.slots),
+    )
+
+
+def _placement(msg: pb.Placement) -> Placement:
+    return Placement(agent_id=msg.agent_id, slot_ids=tuple(msg.slot_ids))
+
+
+def _request(msg: pb.AllocationRequest) -> AllocationRequest:
+    return AllocationRequest(
+        allocation_id=msg.allocation_id,
+        resource_pool=msg.resource_pool,
+        slots_needed=msg.slots_needed,
+        priority=msg.priority,
+        job_submitted_at_ns=_nanoseconds(msg.job_submitted_at),
+        requested_at_ns=_nanoseconds(msg.requested_at),
+        job_id=msg.job_id,
+        preemptible=msg.preemptible,
+        single_agent=msg.single_agent,
+        placements=tuple(_placement(p) for p in msg.placements),
+    )
+
+
+def state_from_proto(msg: pb.ScheduleRequest) -> ClusterState:
+    return ClusterState(
+        pools=tuple(_pool(i, p) for i, p in enumerate(msg.pools)),
+        agents=tuple(_agent(a) for a in msg.agents),
+        requests=tuple(_request(r) for r in msg.requests),
+    )
+
+
+def _placement_to_proto(placement: Placement) -> pb.Placement:
+    return pb.Placement(agent_id=placement.agent_id, slot_ids=list(placement.slot_ids))
+
+
+def decision_to_proto(decision: Decision) -> pb.ScheduleResponse:
+    return pb.ScheduleResponse(
+        assignments=[
+            pb.Assignment(
+                allocation_id=a.allocation_id, placements=[_placement_to_proto(p) for p in a.placements]
+            )
+            for a in decision.assignments
+        ],
+        preemptions=[
+            pb.Preemption(allocation_id=p.allocation_id, for_allocation_id=p.for_allocation_id)
+            for p in decision.preemptions
+        ],
+        waiting=[
+            pb.Waiting(allocation_id=w.allocation_id, reason=w.reason, queue_position=w.queue_position)
+            for w in decision.waiting
+        ],
+    )

@@ -1,0 +1,182 @@
+"""A pool's agents as the scheduler sees them during one pass: which slots are free, which
+allocation holds each used slot, and how many zero-slot allocations each agent runs.
+
+Fits are applied to, and preempted work removed from, copies of this working state; the cluster
+itself is never touched (the master applies the decision). Counts are kept up to date on every
+change because fitting asks for them for every agent, for every request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from services.scheduler.domain.model import Agent, AllocationRequest
+
+
+def slot_order_key(slot_id: str) -> tuple[int, int, str]:
+    """Slot ids are usually "0", "1", ...: order those numerically ("2" before "10"), others after
+    them by text, so "the lowest-numbered free slots" means what a person expects."""
+    if slot_id.isdecimal():
+        return (0, int(slot_id), slot_id)
+    return (1, 0, slot_id)
+
+
+@dataclass
+class AgentCapacity:
+    agent_id: str
+    # Enabled and not draining: Determined counts a disabled or draining agent as having no empty
+    # slots, so it keeps what runs there but takes nothing new.
+    takes_new_work: bool
+    # Every slot, lowest-numbered first.
+    slot_ids: tuple[str, ...]
+    enabled_slots: frozenset[str]
+    # slot id -> the allocation holding it, or None when free.
+    occupant: dict[str, str | None]
+    # Zero-slot allocations placed on this agent.
+    zero_slot_allocations: set[str] = field(default_factory=set)
+    _num_free: int = field(init=False, repr=False, default=0)
+    _num_in_use: int = field(init=False, repr=False, default=0)
+
+    def __post_init__(self) -> None:
+        self._num_in_use = sum(1 for holder in self.occupant.values() if holder is not None)
+        self._num_free = sum(1 for s in self.slot_ids if self._offers(s) and self.occupant[s] is None)
+
+    def _offers(self, slot_id: str) -> bool:
+        return self.takes_new_work and slot_id in self.enabled_slots
+
+    def copy(self) -> AgentCapacity:
+        return AgentCapacity(
+            agent_id=self.agent_id,
+            takes_new_work=self.takes_new_work,
+            slot_ids=self.slot_ids,
+            enabled_slots=self.enabled_slots,
+            occupant=dict(self.occupant),
+            zero_slot_allocations=set(self.zero_slot_allocations),
+        )
+
+    def free_slots(self) -> list[str]:
+        """Slots new work may use, lowest-numbered first: only enabled, unoccupied slots of an
+        agent that takes new work."""
+        return [s for s in self.slot_ids if self._offers(s) and self.occupant[s] is None]
+
+    @property
+    def num_free(self) -> int:
+        return self._num_free
+
+    @property
+    def num_usable(self) -> int:
+        """Determined's `numSlots` for a schedulable agent: its enabled slots, used or not."""
+        return len(self.enabled_slots) if self.takes_new_work else 0
+
+    @property
+    def has_no_slot_in_use(self) -> bool:
+        """Determined's test for a dedicated multi-agent fit: no slot of the agent is in use."""
+        return self._num_in_use == 0
+
+    def take(self, slot_ids: Iterable[str], allocation_id: str) -> None:
+        for slot_id in slot_ids:
+            if self.occupant[slot_id] is not None:
+                raise AssertionError(f"slot {self.agent_id}/{slot_id} is already taken")
+            self.occupant[slot_id] = allocation_id
+            self._num_in_use += 1
+            if self._offers(slot_id):
+                self._num_free -= 1
+
+    def add_zero_slot(self, allocation_id: str) -> None:
+        self.zero_slot_allocations.add(allocation_id)
+
+    def release(self, allocation_id: str) -> None:
+        for slot_id, holder in self.occupant.items():
+            if holder == allocation_id:
+                self.occupant[slot_id] = None
+                self._num_in_use -= 1
+                if self._offers(slot_id):
+                    self._num_free += 1
+        self.zero_slot_allocations.discard(allocation_id)
+
+    def emptied(self) -> AgentCapacity:
+        """The agent with nothing running: what it could offer at best."""
+        return AgentCapacity(
+            agent_id=self.agent_id,
+            takes_new_work=self.takes_new_work,
+            slot_ids=self.slot_ids,
+            enabled_slots=self.enabled_slots,
+            occupant=dict.fromkeys(self.slot_ids),
+        )
+
+    def holders(self) -> set[str]:
+        return {h for h in self.occupant.values() if h is not None} | self.zero_slot_allocations
+
+
+@dataclass
+class PoolCapacity:
+    agents: dict[str, AgentCapacity]
+    # allocation id -> the agents it holds something on, so releasing one visits only those.
+    _hosts: dict[str, set[str]] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self._hosts:
+            for agent in self.agents.values():
+                for holder in agent.holders():
+                    self._hosts.setdefault(holder, set()).add(agent.agent_id)
+
+    def __iter__(self) -> Iterator[AgentCapacity]:
+        return iter(self.agents.values())
+
+    def copy(self) -> PoolCapacity:
+        return PoolCapacity(
+            {agent_id: agent.copy() for agent_id, agent in self.agents.items()},
+            {holder: set(hosts) for holder, hosts in self._hosts.items()},
+        )
+
+    def emptied(self) -> PoolCapacity:
+        return PoolCapacity({agent_id: agent.emptied() for agent_id, agent in self.agents.items()})
+
+    def take(self, agent_id: str, slot_ids: Iterable[str], allocation_id: str) -> None:
+        self.agents[agent_id].take(slot_ids, allocation_id)
+        self._hosts.setdefault(allocation_id, set()).add(agent_id)
+
+    def add_zero_slot(self, agent_id: str, allocation_id: str) -> None:
+        self.agents[agent_id].add_zero_slot(allocation_id)
+        self._hosts.setdefault(allocation_id, set()).add(agent_id)
+
+    def release(self, allocation_id: str) -> None:
+        for agent_id in self._hosts.pop(allocation_id, set()):
+            self.agents[agent_id].release(allocation_id)
+
+
+def build_pool_capacity(agents: Iterable[Agent], requests: Iterable[AllocationRequest]) -> PoolCapacity:
+    """The working state of `agents` given every running request in the cluster.
+
+    A slot is used when the agent says so (its `allocation_id`) or when a running request's
+    placement names it: the master may be mid-update, and either word is enough to keep new work
+    off the slot. Where both name an allocation, the agent's word wins.
+    """
+    pool_agents = list(agents)
+    agent_ids = {agent.id for agent in pool_agents}
+    claimed: dict[tuple[str, str], str] = {}
+    zero_slot: dict[str, set[str]] = {agent_id: set() for agent_id in agent_ids}
+    for request in requests:
+        for placement in request.placements:
+            if placement.agent_id not in agent_ids:
+                continue
+            if request.slots_needed == 0:
+                zero_slot[placement.agent_id].add(request.allocation_id)
+            for slot_id in placement.slot_ids:
+                claimed[(placement.agent_id, slot_id)] = request.allocation_id
+    capacities: dict[str, AgentCapacity] = {}
+    for agent in pool_agents:
+        slot_ids = tuple(sorted((slot.id for slot in agent.slots), key=slot_order_key))
+        occupant: dict[str, str | None] = {
+            slot.id: slot.allocation_id or claimed.get((agent.id, slot.id)) for slot in agent.slots
+        }
+        capacities[agent.id] = AgentCapacity(
+            agent_id=agent.id,
+            takes_new_work=agent.takes_new_work,
+            slot_ids=slot_ids,
+            enabled_slots=frozenset(slot.id for slot in agent.slots if slot.enabled),
+            occupant=occupant,
+            zero_slot_allocations=zero_slot[agent.id],
+        )
+    return PoolCapacity(capacities)

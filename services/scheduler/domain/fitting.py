@@ -1,0 +1,132 @@
+"""Where a request would go in a pool's working state (Determined's `findFits`).
+
+Order of attempts:
+1. Shared fit: one agent with enough free enabled slots, the best-scored by the pool's policy.
+2. Only for requests that may span agents and need more than one slot: a dedicated multi-agent fit
+   over agents with no slot in use, all of one size, each giving every free slot it has.
+Zero-slot requests (commands, TensorBoards, GC tasks) need no slot: any agent that takes new work.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from services.scheduler.domain.capacity import AgentCapacity, PoolCapacity
+from services.scheduler.domain.model import AllocationRequest, FittingPolicy, Placement
+
+_UINT64 = 1 << 64
+
+# A score from the policy: higher is better. Floats as in Determined: division is correctly
+# rounded, so equal ratios tie exactly, and ratios of slot counts are far too coarse to collide.
+Score = Callable[[AgentCapacity], float]
+
+
+@dataclass(frozen=True)
+class Fit:
+    placements: tuple[Placement, ...]
+
+
+def best_fit_score(agent: AgentCapacity) -> float:
+    # Determined's BestFit: 1/(1+empty) — the fullest agent wins, whole agents stay free.
+    return 1.0 / (1 + agent.num_free)
+
+
+def worst_fit_score(agent: AgentCapacity) -> float:
+    # Determined's WorstFit: empty/total — the emptiest agent wins, work spreads out.
+    return agent.num_free / agent.num_usable if agent.num_usable else 0.0
+
+
+def zero_slot_score(agent: AgentCapacity) -> float:
+    # Spread zero-slot work: the agent running the fewest zero-slot allocations wins. (Determined
+    # scores zero-slot units against `max_aux_containers_per_agent`, which this contract lacks.)
+    return 1.0 / (1 + len(agent.zero_slot_allocations))
+
+
+SCORES: dict[FittingPolicy, Score] = {
+    FittingPolicy.BEST: best_fit_score,
+    FittingPolicy.WORST: worst_fit_score,
+}
+
+
+@functools.lru_cache(maxsize=65536)
+def _hash64(text: str) -> int:
+    digest = hashlib.md5(text.encode(), usedforsecurity=False).digest()
+    return int.from_bytes(digest[:8], "little")
+
+
+def hash_distance(allocation_id: str, agent_id: str) -> int:
+    """Determined's tie-break between equally scored agents: a deterministic pseudo-random
+    distance, so equal agents share work instead of all ties landing on the same one."""
+    return (_hash64(allocation_id) - _hash64(agent_id)) % _UINT64
+
+
+def rank_agents(
+    request: AllocationRequest, candidates: Iterable[AgentCapacity], score: Score
+) -> list[AgentCapacity]:
+    """Best first: highest score, then smallest hash distance, then agent id."""
+    return sorted(
+        candidates,
+        key=lambda agent: (
+            -score(agent),
+            hash_distance(request.allocation_id, agent.agent_id),
+            agent.agent_id,
+        ),
+    )
+
+
+def find_fit(request: AllocationRequest, pool: PoolCapacity, policy: FittingPolicy) -> Fit | None:
+    if request.slots_needed == 0:
+        return _zero_slot_fit(request, pool)
+    shared = _shared_fit(request, pool, SCORES[policy])
+    if shared is not None:
+        return shared
+    if request.single_agent or request.slots_needed <= 1:
+        return None
+    return _dedicated_fit(request, pool, SCORES[policy])
+
+
+def apply_fit(pool: PoolCapacity, fit: Fit, allocation_id: str) -> None:
+    for placement in fit.placements:
+        if placement.slot_ids:
+            pool.take(placement.agent_id, placement.slot_ids, allocation_id)
+        else:
+            pool.add_zero_slot(placement.agent_id, allocation_id)
+
+
+def _zero_slot_fit(request: AllocationRequest, pool: PoolCapacity) -> Fit | None:
+    ranked = rank_agents(request, (a for a in pool if a.takes_new_work), zero_slot_score)
+    if not ranked:
+        return None
+    return Fit((Placement(ranked[0].agent_id, ()),))
+
+
+def _shared_fit(request: AllocationRequest, pool: PoolCapacity, score: Score) -> Fit | None:
+    candidates = [agent for agent in pool if agent.num_free >= request.slots_needed]
+    if not candidates:
+        return None
+    chosen = rank_agents(request, candidates, score)[0]
+    slots = tuple(chosen.free_slots()[: request.slots_needed])
+    return Fit((Placement(chosen.agent_id, slots),))
+
+
+def _dedicated_fit(request: AllocationRequest, pool: PoolCapacity, score: Score) -> Fit | None:
+    # Determined's assumptions: a multi-agent request gets the same number of slots on every agent
+    # (distributed training wants an even split) and every slot of each agent it uses. So group
+    # the agents with nothing in use by how many slots they offer and try the biggest size first
+    # (fewest agents). Heterogeneous fits (`allow_heterogeneous_fits`) are not in the contract.
+    by_size: dict[int, list[AgentCapacity]] = {}
+    for agent in pool:
+        size = agent.num_free
+        if size > 0 and agent.has_no_slot_in_use:
+            by_size.setdefault(size, []).append(agent)
+    needed = request.slots_needed
+    for size in sorted(by_size, reverse=True):
+        group = by_size[size]
+        if len(group) * size < needed or needed % size != 0:
+            continue
+        chosen = rank_agents(request, group, score)[: needed // size]
+        return Fit(tuple(Placement(agent.agent_id, tuple(agent.free_slots())) for agent in chosen))
+    return None

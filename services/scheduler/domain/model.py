@@ -1,0 +1,119 @@
+"""What the scheduler is given (pools, agents, requests) and what it answers (a decision)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+# Determined's `scheduler.priority.default_priority`; used where a pool sets none.
+DETERMINED_DEFAULT_PRIORITY = 42
+
+
+class FittingPolicy(enum.Enum):
+    # Pack work onto the fullest agent that fits, keeping whole agents free for large requests.
+    BEST = "best"
+    # Spread work onto the emptiest agent.
+    WORST = "worst"
+
+
+@dataclass(frozen=True)
+class ResourcePool:
+    name: str
+    fitting_policy: FittingPolicy = FittingPolicy.BEST
+    preemption_enabled: bool = False
+    # 0 means "not set": proto3 cannot tell an unset field from 0, and 0 is no Determined priority.
+    default_priority: int = 0
+
+    @property
+    def effective_default_priority(self) -> int:
+        return self.default_priority or DETERMINED_DEFAULT_PRIORITY
+
+
+@dataclass(frozen=True)
+class Slot:
+    id: str
+    enabled: bool = True
+    # The allocation using the slot; empty when free.
+    allocation_id: str = ""
+
+
+@dataclass(frozen=True)
+class Agent:
+    id: str
+    resource_pool: str
+    enabled: bool = True
+    # A draining agent keeps its running work but takes nothing new.
+    draining: bool = False
+    slots: tuple[Slot, ...] = ()
+
+    @property
+    def takes_new_work(self) -> bool:
+        return self.enabled and not self.draining
+
+
+@dataclass(frozen=True)
+class Placement:
+    agent_id: str
+    slot_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class AllocationRequest:
+    allocation_id: str
+    resource_pool: str
+    slots_needed: int
+    # Smaller runs first; 0 means the pool's default.
+    priority: int = 0
+    # Queue order within a priority: the job's submission time, then the request's (nanoseconds
+    # since the epoch; 0 when the master sent none).
+    job_submitted_at_ns: int = 0
+    requested_at_ns: int = 0
+    job_id: str = ""
+    preemptible: bool = False
+    single_agent: bool = False
+    # Empty while pending; where it runs once placed.
+    placements: tuple[Placement, ...] = ()
+
+    @property
+    def running(self) -> bool:
+        return bool(self.placements)
+
+    @property
+    def job_key(self) -> str:
+        """Which job the request belongs to; a request without a job is a job of its own."""
+        return self.job_id or f"allocation:{self.allocation_id}"
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    pools: tuple[ResourcePool, ...] = ()
+    agents: tuple[Agent, ...] = ()
+    requests: tuple[AllocationRequest, ...] = ()
+
+
+@dataclass(frozen=True)
+class Assignment:
+    allocation_id: str
+    placements: tuple[Placement, ...]
+
+
+@dataclass(frozen=True)
+class Preemption:
+    allocation_id: str
+    # The request it makes room for.
+    for_allocation_id: str
+
+
+@dataclass(frozen=True)
+class Waiting:
+    allocation_id: str
+    reason: str
+    # Position among the requests still waiting in its pool, 0-based.
+    queue_position: int
+
+
+@dataclass(frozen=True)
+class Decision:
+    assignments: tuple[Assignment, ...] = ()
+    preemptions: tuple[Preemption, ...] = ()
+    waiting: tuple[Waiting, ...] = ()

@@ -1,0 +1,44 @@
+"""The gRPC edge of the scheduler: convert the request, decide, convert the answer."""
+
+from __future__ import annotations
+
+import time
+
+import grpc
+
+from cairn.scheduler.v1 import scheduler_pb2 as pb
+from cairn.scheduler.v1 import scheduler_pb2_grpc
+from services.common.logging import get_logger
+from services.scheduler.convert import decision_to_proto, state_from_proto
+from services.scheduler.domain.errors import InvalidScheduleInput
+from services.scheduler.domain.schedule import schedule
+
+log = get_logger(__name__)
+
+
+class SchedulerServicer(scheduler_pb2_grpc.SchedulerServiceServicer):
+    def Schedule(self, request: pb.ScheduleRequest, context: grpc.ServicerContext) -> pb.ScheduleResponse:
+        started = time.monotonic()
+        try:
+            decision = schedule(state_from_proto(request))
+        except InvalidScheduleInput as exc:
+            log.warning("schedule request refused", field=exc.field, problem=exc.problem)
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        # Debug level: a victim is named again on every pass until it has released its slots.
+        for preemption in decision.preemptions:
+            log.debug(
+                "preempting",
+                allocation_id=preemption.allocation_id,
+                for_allocation_id=preemption.for_allocation_id,
+            )
+        log.debug(
+            "scheduled",
+            pools=len(request.pools),
+            agents=len(request.agents),
+            requests=len(request.requests),
+            assignments=len(decision.assignments),
+            preemptions=len(decision.preemptions),
+            waiting=len(decision.waiting),
+            elapsed_ms=round((time.monotonic() - started) * 1000, 2),
+        )
+        return decision_to_proto(decision)

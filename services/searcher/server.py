@@ -1,0 +1,31 @@
+"""Starting the searcher's gRPC server: the servicer, health, reflection and, when the cluster has
+a shared token, the check that every caller presents it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import grpc
+
+from cairn.searcher.v1 import searcher_pb2_grpc
+from services.common.interceptors import AuthInterceptor, cluster_token_authenticator
+from services.common.server import ServiceServer, start_server
+from services.searcher.domain.registry import MethodRegistry, builtin_registry
+from services.searcher.domain.sessions import SessionManager
+from services.searcher.servicer import SERVICE_NAME, SearcherServicer
+
+DEFAULT_PORT = 8092
+
+
+def serve(
+    host: str, port: int, cluster_token: str | None, registry: MethodRegistry | None = None
+) -> ServiceServer:
+    methods = registry or builtin_registry()
+    servicer = SearcherServicer(SessionManager(methods), methods)
+
+    def register(server: grpc.Server) -> Sequence[str]:
+        searcher_pb2_grpc.add_SearcherServiceServicer_to_server(servicer, server)
+        return [SERVICE_NAME]
+
+    interceptors = [AuthInterceptor(cluster_token_authenticator(cluster_token))] if cluster_token else []
+    return start_server("searcher", register, host=host, port=port, interceptors=interceptors)

@@ -1,0 +1,37 @@
+"""End-to-end fixtures: every test runs on SQLite and on PostgreSQL, against a real cluster."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.cluster import TestCluster, running_cluster
+from tests.support.databases import BACKENDS, fresh_database
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture(params=BACKENDS)
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str | None]:
+    with fresh_database(request.param, tmp_path) as url:
+        yield url
+
+
+@pytest.fixture
+def cluster(db_url: str | None, tmp_path: Path) -> Iterator[TestCluster]:
+    """One agent with two CPU slots."""
+    with running_cluster(tmp_path / "cluster", db_url, agents=1, slots=2) as c:
+        yield c
+
+
+@pytest.fixture
+def trial_dir() -> Path:
+    return FIXTURES / "trial"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "/e2e/" in str(item.fspath):
+            item.add_marker(pytest.mark.e2e)

@@ -1,0 +1,71 @@
+"""Small helpers for end-to-end tests: configs, model definitions, reading state back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from cairn.api.v1 import experiment_pb2, trial_pb2
+from cairn.client.model_definition import build_model_definition
+from tests.support.cluster import AuthedStub
+from tests.support.polling import wait_for
+
+TRIAL_DIR = Path(__file__).parent / "fixtures" / "trial"
+
+
+def config(**overrides: Any) -> str:
+    base: dict[str, Any] = {
+        "name": "e2e",
+        "entrypoint": "python3 trial.py",
+        "hyperparameters": {"steps": 6, "step_s": 0.05},
+        "searcher": {"name": "single", "metric": "validation_loss", "max_length": {"batches": 6}},
+        "max_restarts": 0,
+    }
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            base[key] = {**base[key], **value}
+        else:
+            base[key] = value
+    return yaml.safe_dump(base)
+
+
+def create(api: AuthedStub, text: str, model_dir: Path = TRIAL_DIR, activate: bool = True) -> int:
+    files = build_model_definition(model_dir)
+    response = api.CreateExperiment(
+        experiment_pb2.CreateExperimentRequest(config=text, model_definition=files, activate=activate)
+    )
+    return int(response.experiment.id)
+
+
+def experiment(api: AuthedStub, experiment_id: int) -> experiment_pb2.Experiment:
+    return api.GetExperiment(experiment_pb2.GetExperimentRequest(experiment_id=experiment_id)).experiment
+
+
+def state(api: AuthedStub, experiment_id: int) -> str:
+    return experiment_pb2.Experiment.State.Name(experiment(api, experiment_id).state).removeprefix("STATE_")
+
+
+def trials(api: AuthedStub, experiment_id: int) -> list[trial_pb2.Trial]:
+    return list(
+        api.GetExperimentTrials(trial_pb2.GetExperimentTrialsRequest(experiment_id=experiment_id)).trials
+    )
+
+
+def trial_state(t: trial_pb2.Trial) -> str:
+    return trial_pb2.Trial.State.Name(t.state).removeprefix("STATE_")
+
+
+def wait_state(api: AuthedStub, experiment_id: int, wanted: str, timeout: float = 120) -> None:
+    wait_for(
+        lambda: state(api, experiment_id) == wanted,
+        timeout=timeout,
+        what=f"experiment {experiment_id} to be {wanted} (is {state(api, experiment_id)})",
+    )
+
+
+def logs(api: AuthedStub, trial_id: int) -> list[str]:
+    return [
+        line.message.rstrip("\n") for line in api.TrialLogs(trial_pb2.TrialLogsRequest(trial_id=trial_id))
+    ]

@@ -1,0 +1,79 @@
+"""The issue's acceptance walk-through, driven through the `cairn` command itself:
+cluster up with two agents, agents and slots listed, login, create, list, a refused config,
+and cluster down leaving no process behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from tests.e2e.helpers import TRIAL_DIR, config
+from tests.support.cluster import _processes_mentioning
+
+CAIRN = [sys.executable, "-m", "cairn.cli.main"]
+
+
+def run(
+    args: list[str], env: dict[str, str], stdin: str = "", check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        CAIRN + args, env=env, input=stdin, capture_output=True, text=True, timeout=120, check=False
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(f"cairn {' '.join(args)} failed ({result.returncode}): {result.stderr}")
+    return result
+
+
+def test_cluster_walkthrough_with_the_cli(tmp_path: Path, db_url: str | None) -> None:
+    state_dir = tmp_path / "state"
+    env = {
+        **os.environ,
+        "CAIRN_STATE_DIR": str(state_dir),
+        "CAIRN_CONFIG_DIR": str(tmp_path / "config"),
+        "CAIRN_MASTER": "",
+    }
+    up = ["cluster", "up", "--agents", "2", "--slots", "1", "--master-port", "0", "--http-port", "0"]
+    if db_url:
+        up += ["--db-url", db_url]
+    run(up, env)
+    try:
+        record = json.loads((state_dir / "cluster.json").read_text())
+        env["CAIRN_MASTER"] = record["master_grpc_address"]
+
+        agents = json.loads(run(["agent", "list", "--json"], env).stdout)
+        assert sorted(a["id"] for a in agents["agents"]) == ["agent-1", "agent-2"]
+        assert all(len(a["slots"]) == 1 for a in agents["agents"])
+        slots = run(["slot", "list"], env).stdout
+        assert "agent-1" in slots and "agent-2" in slots
+
+        assert (
+            "determined" in run(["user", "login", "determined", "--password-stdin"], env, stdin="\n").stdout
+        )
+        assert "determined" in run(["user", "whoami"], env).stdout
+
+        config_file = tmp_path / "exp.yaml"
+        config_file.write_text(config(hyperparameters={"steps": 200, "step_s": 0.2}))
+        created = run(["experiment", "create", str(config_file), str(TRIAL_DIR)], env).stdout
+        assert "Created experiment 1" in created
+        listed = json.loads(run(["experiment", "list", "--json"], env).stdout)
+        assert [(e["id"], e["state"], e["numTrials"]) for e in listed["experiments"]] == [
+            (1, "STATE_ACTIVE", 1)
+        ]
+
+        bad = yaml.safe_load(config())
+        bad["searcher"] = {"name": "random", "metric": "loss", "max_trials": -1}
+        config_file.write_text(yaml.safe_dump(bad))
+        refused = run(["experiment", "create", str(config_file), str(TRIAL_DIR)], env, check=False)
+        assert refused.returncode != 0
+        assert "searcher.max_trials: must be >= 1" in refused.stderr
+        assert "Traceback" not in refused.stderr
+        assert json.loads(run(["experiment", "list", "--json"], env).stdout)["pagination"]["total"] == 1
+        run(["experiment", "kill", "1"], env)
+    finally:
+        run(["cluster", "down"], env)
+    assert not _processes_mentioning(str(state_dir)), "processes left behind after cluster down"

@@ -1,0 +1,1 @@
+"""Helpers shared by the test suites (database backends, clusters, polling)."""
