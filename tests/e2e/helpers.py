@@ -69,3 +69,18 @@ def logs(api: AuthedStub, trial_id: int) -> list[str]:
     return [
         line.message.rstrip("\n") for line in api.TrialLogs(trial_pb2.TrialLogsRequest(trial_id=trial_id))
     ]
+
+
+def ledger(lines: list[str]) -> dict[str, list[tuple[int, int]]]:
+    """What the test trial said it reported: group → [(steps, run)]."""
+    result: dict[str, list[tuple[int, int]]] = {"training": [], "validation": []}
+    for line in lines:
+        parts = line.split()
+        if len(parts) == 4 and parts[0] == "LEDGER":
+            result[parts[1]].append((int(parts[2]), int(parts[3])))
+    return result
+
+
+def stored_metrics(api: AuthedStub, trial_id: int, group: str) -> list[trial_pb2.MetricsReport]:
+    request = trial_pb2.GetMetricsRequest(trial_ids=[trial_id], group=group)
+    return [report for response in api.GetMetrics(request) for report in response.metrics]

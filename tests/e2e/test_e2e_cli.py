@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from tests.e2e.helpers import TRIAL_DIR, config
-from tests.support.cluster import _processes_mentioning
+from tests.support.cluster import TestCluster, _processes_mentioning
 
 CAIRN = [sys.executable, "-m", "cairn.cli.main"]
 
@@ -77,3 +77,31 @@ def test_cluster_walkthrough_with_the_cli(tmp_path: Path, db_url: str | None) ->
     finally:
         run(["cluster", "down"], env)
     assert not _processes_mentioning(str(state_dir)), "processes left behind after cluster down"
+
+
+def test_follow_exit_codes_logs_and_download_with_the_cli(cluster: TestCluster, tmp_path: Path) -> None:
+    env = {**os.environ, "CAIRN_MASTER": cluster.address, "CAIRN_CONFIG_DIR": str(tmp_path / "config")}
+    run(["user", "login", "determined", "--password-stdin"], env, stdin="\n")
+    config_file = tmp_path / "exp.yaml"
+
+    config_file.write_text(config(hyperparameters={"steps": 4, "step_s": 0.2, "ckpt_every": 2}))
+    followed = run(["experiment", "create", str(config_file), str(TRIAL_DIR), "--follow"], env)
+    assert "COMPLETED" in followed.stdout
+    logs = run(["trial", "logs", "1", "--follow"], env).stdout
+    assert "DONE" in logs and "LEDGER training 4 1" in logs
+
+    checkpoints = json.loads(run(["checkpoint", "list", "1", "--json"], env).stdout)["checkpoints"]
+    assert checkpoints
+    uuid = checkpoints[0]["uuid"]
+    run(["checkpoint", "download", uuid, str(tmp_path / "ckpt")], env)
+    host_path = Path(
+        json.loads(run(["experiment", "describe", "1", "--json"], env).stdout)["experiment"]["config"][
+            "checkpoint_storage"
+        ]["host_path"]
+    )
+    for name in ("state.json", "payload.bin", "metadata.json"):
+        assert (tmp_path / "ckpt" / name).read_bytes() == (host_path / uuid / name).read_bytes()
+
+    config_file.write_text(config(hyperparameters={"fail_always": True}))
+    failed = run(["experiment", "create", str(config_file), str(TRIAL_DIR), "--follow"], env, check=False)
+    assert failed.returncode == 1, failed.stdout + failed.stderr

@@ -85,12 +85,13 @@ def on_allocation_exit(
         finish(ctx, w, trial, exp, S.COMPLETED)
         return
     if outcome == Outcome.ERROR:
-        trial.restarts += 1
+        # As in Determined: max_restarts 2 means three runs in all, and the trial ends with restarts=2.
         limit = _max_restarts(exp)
-        if trial.restarts > limit:
+        if trial.restarts >= limit:
             log.info("trial failed too often", trial_id=trial.id, restarts=trial.restarts, max_restarts=limit)
             finish(ctx, w, trial, exp, S.ERROR)
             return
+        trial.restarts += 1
         log.info("restarting trial", trial_id=trial.id, restarts=trial.restarts, max_restarts=limit)
         ensure_running(ctx, w, trial, exp)
         return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import grpc
@@ -141,3 +142,27 @@ def test_resume_from_latest_checkpoint(cluster_env: ClusterEnv, monkeypatch: pyt
         assert core.info.latest_checkpoint == storage_id
         with core.checkpoint.restore_path(core.info.latest_checkpoint) as path:
             assert (path / "state").read_text() == "40"
+
+
+def test_a_checkpoint_is_reported_only_after_the_metrics_before_it_are_stored(
+    cluster_env: ClusterEnv,
+) -> None:
+    with cairn.core.init() as core:
+        cluster_env.master.metrics_gate.clear()  # the master holds metric batches for now
+        core.train.report_training_metrics(5, {"loss": 0.5})
+        done = threading.Event()
+
+        def checkpoint() -> None:
+            with core.checkpoint.store_path({"steps_completed": 5}) as (path, _uuid):
+                _write_model(path)
+            done.set()
+
+        thread = threading.Thread(target=checkpoint)
+        thread.start()
+        assert not done.wait(0.5)
+        assert cluster_env.master.calls.of("ReportCheckpoint") == []
+        cluster_env.master.metrics_gate.set()
+        assert done.wait(10)
+        thread.join()
+        assert [r.steps_completed for r in cluster_env.master.stored_reports] == [5]
+        assert len(cluster_env.master.calls.of("ReportCheckpoint")) == 1

@@ -297,3 +297,25 @@ def test_a_bad_master_default_storage_is_reported_too() -> None:
     raw = parse_config_text("entrypoint: x\nsearcher: {name: single, metric: m}")
     with pytest.raises(ConfigError, match=r"checkpoint_storage\.bucket: required"):
         expand_config(raw, broken)
+
+
+def test_partial_checkpoint_storage_is_merged_over_the_masters(defaults: ConfigDefaults) -> None:
+    base = "entrypoint: python3 train.py\nsearcher: {name: single, metric: loss}\n"
+    only_gc = expand_config(
+        parse_config_text(base + "checkpoint_storage: {save_trial_best: 0, save_experiment_best: 2}\n"),
+        defaults,
+    )
+    storage = only_gc["checkpoint_storage"]
+    assert {k: v for k, v in storage.items() if not k.startswith("save_")} == {
+        k: v for k, v in defaults.checkpoint_storage.items() if not k.startswith("save_")
+    }
+    assert (storage["save_trial_best"], storage["save_experiment_best"], storage["save_trial_latest"]) == (
+        0,
+        2,
+        1,
+    )
+    other_type = expand_config(
+        parse_config_text(base + "checkpoint_storage: {type: directory, container_path: /ckpt}\n"), defaults
+    )
+    assert other_type["checkpoint_storage"]["type"] == "directory"
+    assert "host_path" not in other_type["checkpoint_storage"]

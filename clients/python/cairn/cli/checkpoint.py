@@ -1,8 +1,8 @@
-"""`cairn checkpoint ...` (alias `c`): list an experiment's checkpoints, describe one.
-
-`download` joins this group once the master streams checkpoint files (its RPC comes later)."""
+"""`cairn checkpoint ...` (alias `c`): list an experiment's checkpoints, describe one, download one."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import click
 
@@ -22,6 +22,7 @@ from cairn.cli.output import (
 )
 from cairn.cli.paging import fetch_all
 from cairn.cli.state import CliState, json_option, pass_state
+from cairn.client.checkpoint_download import write_checkpoint
 
 Checkpoint = checkpoint_pb2.Checkpoint
 CHECKPOINT_COLUMNS = ("UUID", "Trial", "Steps", "State", "Size", "Searcher metric", "Reported")
@@ -117,3 +118,17 @@ def describe(state: CliState, uuid: str, as_json: bool) -> None:
     files = sorted(ckpt.resources.items())
     if files:
         print_renderable(build_table(("File", "Size"), [[name, bytes_text(size)] for name, size in files]))
+
+
+@checkpoint.command()
+@click.argument("uuid")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@pass_state
+def download(state: CliState, uuid: str, directory: Path) -> None:
+    """Download a checkpoint's files into DIRECTORY (through the master, whatever the storage)."""
+    api = state.session().api
+    chunks = api.DownloadCheckpoint(checkpoint_pb2.DownloadCheckpointRequest(checkpoint_uuid=uuid))
+    summary = write_checkpoint(chunks, directory)
+    click.echo(
+        f"Downloaded checkpoint {uuid}: {summary.files} files, {bytes_text(summary.bytes)} into {directory}"
+    )

@@ -138,6 +138,9 @@ def struct_to_dict(value: Struct) -> dict[str, Any]:
 def _scalar_text(value: Any) -> str:
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
+    if isinstance(value, float):
+        # Sampled values carry 16 digits nobody reads; five significant ones tell them apart.
+        return f"{value:.5g}"
     if isinstance(value, str):
         return value
     return json.dumps(value, separators=(",", ":"))

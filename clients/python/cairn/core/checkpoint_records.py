@@ -6,6 +6,7 @@ from __future__ import annotations
 import abc
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from google.protobuf import timestamp_pb2
@@ -34,12 +35,24 @@ class CheckpointRecords(abc.ABC):
 
 
 class MasterCheckpointRecords(CheckpointRecords):
-    def __init__(self, session: MasterSession, *, task_id: str, allocation_id: str) -> None:
+    def __init__(
+        self,
+        session: MasterSession,
+        *,
+        task_id: str,
+        allocation_id: str,
+        flush_metrics: Callable[[], object] | None = None,
+    ) -> None:
         self._session = session
         self._task_id = task_id
         self._allocation_id = allocation_id
+        self._flush_metrics = flush_metrics
 
     def report(self, checkpoint_uuid: str, resources: Resources, metadata: dict[str, JsonValue]) -> None:
+        if self._flush_metrics is not None:
+            # Metrics reported before the checkpoint are stored before it counts: a trial that
+            # dies right after and resumes from it has no hole in its curves.
+            self._flush_metrics()
         report_time = timestamp_pb2.Timestamp()
         report_time.GetCurrentTime()
         checkpoint = checkpoint_pb2.Checkpoint(

@@ -162,21 +162,21 @@ def cluster_context(
     trial = info.trial
     storage = cluster_storage(checkpoint_storage, trial.config)
     session = MasterSession(info.master_address, info.allocation_token, settings)
+    train = ClusterTrainContext(
+        session,
+        trial_id=trial.trial_id,
+        trial_run_id=trial.trial_run_id,
+        experiment_id=trial.experiment_id,
+        allocation_id=info.allocation_id,
+    )
+    records = MasterCheckpointRecords(
+        session, task_id=info.task_id, allocation_id=info.allocation_id, flush_metrics=train.flush
+    )
     return Context(
-        checkpoint=CheckpointContext(
-            distributed,
-            storage,
-            MasterCheckpointRecords(session, task_id=info.task_id, allocation_id=info.allocation_id),
-        ),
+        checkpoint=CheckpointContext(distributed, storage, records),
         distributed=distributed,
         preempt=ClusterPreemptContext(session, info.allocation_id, distributed, preempt_mode),
-        train=ClusterTrainContext(
-            session,
-            trial_id=trial.trial_id,
-            trial_run_id=trial.trial_run_id,
-            experiment_id=trial.experiment_id,
-            allocation_id=info.allocation_id,
-        ),
+        train=train,
         searcher=ClusterSearcherContext(
             session, trial_id=trial.trial_id, allocation_id=info.allocation_id, config=trial.config
         ),

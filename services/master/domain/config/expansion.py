@@ -51,11 +51,21 @@ def explicit_hyperparameters(hparams: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def _with_default_storage(config: dict[str, Any], default: dict[str, Any]) -> dict[str, Any]:
+    """As in Determined, an experiment's checkpoint_storage is merged over the master's: giving only
+    the GC fields (or the same type with some fields) keeps the rest of the default storage."""
+    storage = config.get("checkpoint_storage")
+    if isinstance(storage, dict) and storage.get("type", default.get("type")) == default.get("type"):
+        config = {**config, "checkpoint_storage": {**copy.deepcopy(default), **storage}}
+    return config
+
+
 def expand_config(raw: dict[str, Any], defaults: ConfigDefaults) -> dict[str, Any]:
     """The configuration with every default filled (JSON data); ConfigError listing every problem."""
     if not isinstance(raw, dict):
         raise ConfigError(["config: must be a mapping"])
     config = normalized(raw)
+    config = _with_default_storage(config, defaults.checkpoint_storage)
     problems = problems_of_normalized(config)
     if problems:
         raise ConfigError(problems)
