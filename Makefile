@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 PIP := $(BIN)/pip install -q -c constraints.txt
 STAMP := $(VENV)/.installed
 
-.PHONY: install proto test lint format demo clean postgres
+.PHONY: install proto test lint format demo clean postgres bench-install
 
 install: $(STAMP) proto
 
@@ -35,6 +35,11 @@ lint: install
 format: install
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
+
+# The peers the benchmarks compare against (Ray Tune, Optuna) live in their own environment.
+bench-install:
+	test -d .venv-bench || $(PYTHON) -m venv .venv-bench
+	.venv-bench/bin/pip install -q -r bench/requirements.txt
 
 # The main job: a local cluster and a hyperparameter search with a live view (README).
 demo: install

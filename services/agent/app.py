@@ -30,7 +30,7 @@ log = get_logger(__name__)
 
 # How often the monitor looks at the containers: event files, exits, overdue kills. It also bounds
 # how long a log line waits before it is sent.
-TICK_SECONDS = 0.05
+TICK_SECONDS = 0.02
 # On shutdown with a live stream, how long to wait for the final events to be handed to it.
 FLUSH_SECONDS = 5.0
 

@@ -51,7 +51,8 @@ class Settings:
     preemption_timeout_s: int = 300
     # Kill: seconds between SIGTERM and SIGKILL on the agent.
     kill_grace_s: int = 10
-    scheduling_interval_s: float = 0.5
+    # Passes run when something changed, at most this often (a pass is a few queries and one RPC).
+    scheduling_interval_s: float = 0.05
 
     @property
     def database_url(self) -> str:

@@ -7,11 +7,8 @@ reads back as ints where a field is one.
 
 from __future__ import annotations
 
-from typing import Any
-
-from google.protobuf import struct_pb2
-
 from cairn.searcher.v1 import searcher_pb2 as pb
+from cairn.wire import python_to_struct, struct_to_python
 from services.searcher.domain.actions import Action, CreateTrial, SetTrialTarget, StopTrial
 from services.searcher.domain.errors import InvalidEvent
 from services.searcher.domain.events import (
@@ -43,37 +40,10 @@ _EVENT_KINDS = (
 )
 
 
-def _value(value: struct_pb2.Value) -> Any:
-    kind = value.WhichOneof("kind")
-    if kind == "number_value":
-        return value.number_value
-    if kind == "string_value":
-        return value.string_value
-    if kind == "bool_value":
-        return value.bool_value
-    if kind == "struct_value":
-        return struct_to_dict(value.struct_value)
-    if kind == "list_value":
-        return [_value(item) for item in value.list_value.values]
-    return None
-
-
-def struct_to_dict(message: struct_pb2.Struct) -> dict[str, Any]:
-    # Walked by hand rather than through json_format, which raises on NaN and infinities before the
-    # spec check can name the field that holds one.
-    return {key: _value(item) for key, item in message.fields.items()}
-
-
-def dict_to_struct(values: dict[str, Any]) -> struct_pb2.Struct:
-    message = struct_pb2.Struct()
-    message.update(values)
-    return message
-
-
 def spec_from_proto(message: pb.SearchSpec) -> SearchSpec:
     return SearchSpec(
-        searcher=struct_to_dict(message.searcher),
-        hyperparameters=struct_to_dict(message.hyperparameters),
+        searcher=struct_to_python(message.searcher),
+        hyperparameters=struct_to_python(message.hyperparameters),
         seed=message.seed,
     )
 
@@ -84,7 +54,7 @@ def event_from_proto(message: pb.SearcherEvent) -> Event:
         return TrialCreated(message.trial_created.request_id)
     if kind == "validation_completed":
         v = message.validation_completed
-        return ValidationCompleted(v.request_id, struct_to_dict(v.metrics), v.steps_completed)
+        return ValidationCompleted(v.request_id, struct_to_python(v.metrics), v.steps_completed)
     if kind == "trial_progress":
         return TrialProgress(message.trial_progress.request_id, message.trial_progress.progress)
     if kind == "trial_exited_early":
@@ -106,7 +76,7 @@ def action_to_proto(action: Action) -> pb.SearcherAction:
         return pb.SearcherAction(
             create=pb.CreateTrial(
                 request_id=action.request_id,
-                hparams=dict_to_struct(action.hparams),
+                hparams=python_to_struct(action.hparams),
                 trial_seed=action.trial_seed,
                 target_length=action.target_length,
             )
@@ -143,7 +113,7 @@ def preview_to_proto(result: Preview) -> pb.PreviewSearchResponse:
         trials=[
             pb.PreviewedTrial(
                 request_id=trial.request_id,
-                hparams=dict_to_struct(trial.hparams),
+                hparams=python_to_struct(trial.hparams),
                 lengths=list(trial.lengths),
                 bracket=trial.bracket,
             )

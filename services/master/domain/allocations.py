@@ -177,6 +177,7 @@ def assign(
 def _end_unplaced(ctx: MasterContext, w: Work, alloc: models.Allocation, reason: str) -> None:
     alloc.state = A.TERMINATED
     alloc.end_time = utcnow()
+    w.later(ctx.scheduler_wakeup.set)
     alloc.failure_type = "aborted"
     alloc.exit_reason = reason
     _publish(ctx, w, alloc)
@@ -308,6 +309,8 @@ def finish(ctx: MasterContext, w: Work, alloc: models.Allocation) -> None:
     alloc.end_time = utcnow()
     outcome = classify(alloc)
     _publish(ctx, w, alloc)
+    # Its slots are free: whatever waits can start now, not at the next periodic pass.
+    w.later(ctx.scheduler_wakeup.set)
     log.info(
         "allocation ended",
         allocation_id=alloc.id,

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.searcher.convert import dict_to_struct, struct_to_dict
+from cairn.wire import python_to_struct, struct_to_python
 from services.searcher.domain.actions import Action, CreateTrial, Shutdown
 from services.searcher.domain.events import (
     Event,
@@ -25,7 +25,7 @@ REGISTRY = builtin_registry()
 
 
 def through_struct(values: dict[str, Any]) -> dict[str, Any]:
-    return struct_to_dict(dict_to_struct(values))
+    return struct_to_python(python_to_struct(values))
 
 
 def make_spec(searcher: dict[str, Any], hparams: dict[str, Any] | None = None, seed: int = 0) -> SearchSpec:

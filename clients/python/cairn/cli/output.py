@@ -19,6 +19,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from cairn.wire import struct_to_python
+
 # Wide enough that tables piped to a file or a test are not wrapped into unreadable columns.
 _PIPE_WIDTH = 200
 
@@ -132,7 +134,7 @@ def duration_text(seconds: float) -> str:
 
 
 def struct_to_dict(value: Struct) -> dict[str, Any]:
-    return json_format.MessageToDict(value)
+    return struct_to_python(value)
 
 
 def _scalar_text(value: Any) -> str:

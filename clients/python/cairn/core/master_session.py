@@ -4,35 +4,20 @@ unary calls retried through short outages."""
 from __future__ import annotations
 
 import threading
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import grpc
 
 from cairn.api.v1 import api_pb2_grpc
 from cairn.core.retry import call_with_retry
 from cairn.core.settings import CoreSettings
+from cairn.wire import CHANNEL_OPTIONS
 
 Request = TypeVar("Request")
 Response = TypeVar("Response")
 
 # Determined's key for an allocation's token; the master accepts trial code's calls with it.
 ALLOCATION_TOKEN_KEY = "x-allocation-token"
-# Checkpoint metadata and metric batches are small, but a batch of 500 reports with per-batch
-# metrics can pass gRPC's 4 MiB default; the master accepts 128 MiB.
-MAX_MESSAGE_BYTES = 128 * 1024 * 1024
-
-CHANNEL_OPTIONS: list[tuple[str, Any]] = [
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    # The signal stream sits idle for hours; keepalives notice a vanished master.
-    ("grpc.keepalive_time_ms", 20_000),
-    ("grpc.keepalive_timeout_ms", 10_000),
-    ("grpc.keepalive_permit_without_calls", 1),
-    ("grpc.http2.max_pings_without_data", 0),
-    # Come back quickly after a master restart.
-    ("grpc.initial_reconnect_backoff_ms", 200),
-    ("grpc.max_reconnect_backoff_ms", 5_000),
-]
 
 
 class MasterSession:

@@ -13,7 +13,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -83,21 +83,26 @@ class MetricsShipper:
         request = trial_pb2.ReportTrialMetricsBatchRequest(
             trial_id=self._trial_id, trial_run_id=self._trial_run_id
         )
-        stub = self._session.stub
-        timeout = self._settings.call_timeout_s
         try:
-            response = call_with_retry(
-                lambda: stub.ReportTrialMetricsBatch(
-                    request, timeout=timeout, metadata=self._session.metadata
-                ),
-                self._settings.retry,
-                what="ReportTrialMetricsBatch",
-                master=self._session.address,
-                interrupt=self._session.closing,
-            )
+            response = self._call(request)
         except MasterCallError as exc:
             raise MetricsReportError(f"metrics of trial {self._trial_id} cannot be reported: {exc}") from exc
         _continue_after(self._allocation_id, response.max_stored_seq)
+
+    def _call(
+        self,
+        request: trial_pb2.ReportTrialMetricsBatchRequest,
+        on_failed_attempt: Callable[[grpc.RpcError], None] | None = None,
+    ) -> trial_pb2.ReportTrialMetricsBatchResponse:
+        stub, timeout, metadata = self._session.stub, self._settings.call_timeout_s, self._session.metadata
+        return call_with_retry(
+            lambda: stub.ReportTrialMetricsBatch(request, timeout=timeout, metadata=metadata),
+            self._settings.retry,
+            what="ReportTrialMetricsBatch",
+            master=self._session.address,
+            interrupt=self._session.closing,
+            on_failed_attempt=on_failed_attempt,
+        )
 
     def raise_if_failed(self) -> None:
         with self._state:
@@ -140,6 +145,13 @@ class MetricsShipper:
         """Wait until every queued report is stored; False when `timeout` passed first.
         Raises the shipper's failure."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        with self._state:
+            pending = self._last_stored < self._last_queued
+        if pending:
+            try:
+                self._queue.put_nowait(_WAKE)  # cut the sender's linger short
+            except queue.Full:
+                pass  # a full queue is sent without lingering anyway
         with self._state:
             while self._failure is None and self._last_stored < self._last_queued:
                 remaining = None if deadline is None else deadline - time.monotonic()
@@ -210,8 +222,9 @@ class MetricsShipper:
                 item = self._queue.get(timeout=remaining) if remaining > 0 else self._queue.get_nowait()
             except queue.Empty:
                 break
-            if item is not _WAKE:
-                batch.append(item)
+            if item is _WAKE:
+                break  # someone waits for what is queued (a flush, a checkpoint, the exit): send now
+            batch.append(item)
         return batch
 
     def _send(self, batch: list[trial_pb2.MetricReport]) -> None:
@@ -230,19 +243,8 @@ class MetricsShipper:
                 describe(exc),
             )
 
-        stub = self._session.stub
-        timeout = self._settings.call_timeout_s
         try:
-            response = call_with_retry(
-                lambda: stub.ReportTrialMetricsBatch(
-                    request, timeout=timeout, metadata=self._session.metadata
-                ),
-                self._settings.retry,
-                what="ReportTrialMetricsBatch",
-                master=self._session.address,
-                interrupt=self._session.closing,
-                on_failed_attempt=note_failure,
-            )
+            response = self._call(request, on_failed_attempt=note_failure)
         except MasterCallError as exc:
             raise MetricsReportError(
                 f"metrics of trial {self._trial_id} could not be stored ({exc}); reports from seq "

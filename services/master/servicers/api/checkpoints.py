@@ -11,6 +11,7 @@ from sqlalchemy import select
 from cairn.api.v1 import checkpoint_pb2 as cpb
 from cairn.api.v1 import common_pb2
 from cairn.checkpoint.v1 import checkpoint_pb2 as service_pb
+from cairn.wire import struct_to_python
 from services.master.domain import checkpoints
 from services.master.domain.errors import InvalidArgument, NotFound
 from services.master.domain.paging import page_of
@@ -77,7 +78,7 @@ class CheckpointsApi(ServicerBase):
                 uuid=ck.uuid,
                 allocation_id=ck.allocation_id,
                 resources=dict(ck.resources),
-                metadata=convert.from_struct(ck.metadata),
+                metadata=struct_to_python(ck.metadata),
             ),
         )
         return cpb.ReportCheckpointResponse()

@@ -254,24 +254,3 @@ def agent(
     for name, stats in type_stats.items():
         message.slot_stats.type_stats[name].CopyFrom(stats)
     return message
-
-
-def from_value(value: struct_pb2.Value) -> Any:
-    kind = value.WhichOneof("kind")
-    if kind == "number_value":
-        return value.number_value
-    if kind == "string_value":
-        return value.string_value
-    if kind == "bool_value":
-        return value.bool_value
-    if kind == "struct_value":
-        return from_struct(value.struct_value)
-    if kind == "list_value":
-        return [from_value(v) for v in value.list_value.values]
-    return None
-
-
-def from_struct(message: struct_pb2.Struct) -> dict[str, Any]:
-    """A Struct as Python values. Unlike json_format, NaN and infinities pass through (metrics may
-    legitimately be NaN; the metrics store keeps them as strings)."""
-    return {key: from_value(value) for key, value in message.fields.items()}

@@ -9,6 +9,7 @@ import grpc
 from sqlalchemy import select
 
 from cairn.api.v1 import trial_pb2 as tpb
+from cairn.wire import struct_to_python
 from services.master.domain import metrics, signals
 from services.master.domain.downsample import downsample
 from services.master.domain.errors import InvalidArgument, NotFound
@@ -37,9 +38,9 @@ class MetricsApi(ServicerBase):
         report = metrics.Report(
             group=request.group,
             steps_completed=m.steps_completed,
-            metrics=convert.from_struct(m.metrics.avg_metrics),
+            metrics=struct_to_python(m.metrics.avg_metrics),
             report_time=m.report_time.ToDatetime(UTC) if m.HasField("report_time") else None,
-            batch_metrics=[convert.from_struct(b) for b in m.metrics.batch_metrics] or None,
+            batch_metrics=[struct_to_python(b) for b in m.metrics.batch_metrics] or None,
         )
         metrics.report(self.ctx, self.caller(context), m.trial_id, m.trial_run_id, [report])
         return tpb.ReportTrialMetricsResponse()
@@ -52,9 +53,9 @@ class MetricsApi(ServicerBase):
             metrics.Report(
                 group=r.group,
                 steps_completed=r.steps_completed,
-                metrics=convert.from_struct(r.metrics),
+                metrics=struct_to_python(r.metrics),
                 report_time=r.report_time.ToDatetime(UTC) if r.HasField("report_time") else None,
-                batch_metrics=[convert.from_struct(b) for b in r.batch_metrics] or None,
+                batch_metrics=[struct_to_python(b) for b in r.batch_metrics] or None,
                 seq=r.seq,
             )
             for r in request.reports
