@@ -5,10 +5,14 @@ VENV := .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/pip install -q -c constraints.txt
 STAMP := $(VENV)/.installed
+# The stock Determined client (`det`, Core API) the compatibility tests drive, in its own venv: its
+# pins (e.g. requests<2.32) must not constrain Cairn's.
+DET_VENV := .venv-det
+DET_STAMP := $(DET_VENV)/.installed
 
-.PHONY: install proto test lint format demo clean postgres bench-install
+.PHONY: install proto test lint format demo clean postgres bench-install webui chromium envoy
 
-install: $(STAMP) proto
+install: $(STAMP) proto webui $(DET_STAMP)
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml constraints.txt examples/digits/requirements.txt
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -16,15 +20,39 @@ $(STAMP): pyproject.toml clients/python/pyproject.toml constraints.txt examples/
 	$(PIP) -e clients/python -e '.[dev]' -r examples/digits/requirements.txt
 	touch $@
 
+$(DET_STAMP): requirements-determined.txt
+	test -d $(DET_VENV) || $(PYTHON) -m venv $(DET_VENV)
+	$(DET_VENV)/bin/pip install -q -r requirements-determined.txt
+	touch $@
+
 # Generated stubs are derived from proto/ and never edited by hand.
 proto: $(STAMP)
 	$(BIN)/python scripts/gen_proto.py
+
+# The WebUI the master serves at / (webui/dist); skipped with a note where npm is missing.
+WEBUI_SOURCES := $(shell find webui/src -type f 2>/dev/null) webui/index.html webui/package.json \
+	webui/package-lock.json webui/tsconfig.json webui/vite.config.ts
+webui: webui/dist/index.html
+webui/dist/index.html: $(WEBUI_SOURCES)
+	@if command -v npm >/dev/null 2>&1; then \
+		cd webui && npm ci --no-audit --no-fund && npm run build; \
+	else \
+		echo "make: npm not found: the WebUI is not built (the master's / says how to build it)" >&2; \
+	fi
+
+# The descriptor set Envoy's gRPC-JSON transcoder reads (deploy/envoy/README.md).
+envoy: proto
+	cp clients/python/cairn/gen/descriptor_set.binpb deploy/envoy/cairn_descriptor_set.binpb
+
+# Debian's Chromium for the WebUI's browser tests (CAIRN_TEST_BROWSER=skip to do without).
+chromium:
+	@scripts/ensure_chromium.sh
 
 # Starts a local PostgreSQL (where this machine can) so the suite runs on it as well as on SQLite.
 postgres:
 	@scripts/ensure_postgres.sh
 
-test: install postgres
+test: install postgres chromium
 	$(BIN)/pytest
 
 lint: install
@@ -38,6 +66,7 @@ format: install
 
 # The peers the benchmarks compare against (Ray Tune, Optuna) live in their own environment.
 bench-install:
+	command -v wrk >/dev/null || apt-get install -y -q wrk
 	test -d .venv-bench || $(PYTHON) -m venv .venv-bench
 	.venv-bench/bin/pip install -q -r bench/requirements.txt
 
@@ -46,6 +75,6 @@ demo: install
 	scripts/demo.sh
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache test-artifacts
+	rm -rf $(VENV) $(DET_VENV) .pytest_cache .mypy_cache .ruff_cache test-artifacts webui/dist webui/node_modules
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
 	rm -rf clients/python/cairn/{api,agent,scheduler,searcher,checkpoint,gen}

@@ -18,6 +18,8 @@ from cairn.localcluster.supervisor import start_cluster, stop_cluster
 
 
 class Api:
+    http_url: str = ""
+
     def __init__(self, address: str) -> None:
         self.channel = grpc.insecure_channel(address)
         stub = api_pb2_grpc.CairnStub(self.channel)
@@ -64,6 +66,7 @@ def cairn_cluster(state_dir: Path, *, agents: int, slots: int, db_url: str | Non
     record = start_cluster(options)
     assert record.master_grpc_address
     api = Api(record.master_grpc_address)
+    api.http_url = record.master_http_url or ""
     try:
         yield api
     finally:

@@ -12,6 +12,7 @@ import time
 from importlib import metadata
 
 from services.agent import host
+from services.agent.containers import determined_info
 from services.agent.containers.manager import KILL_BACKSTOP_SECONDS, SHIM_BACKSTOP_SECONDS, ContainerManager
 from services.agent.containers.outbox import Outbox
 from services.agent.containers.preparation import Preparer
@@ -84,6 +85,7 @@ class Agent:
             fetch_context=ContextDownloader(channel).fetch,
             base_env=os.environ,
             interpreter_dir=os.path.dirname(sys.executable) or None,
+            private_run_dir=determined_info.private_run_dir_supported(),
         )
         manager = ContainerManager(
             containers_dir=work_dir.containers,

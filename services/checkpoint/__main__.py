@@ -7,12 +7,13 @@ import argparse
 from services.checkpoint.server import DEFAULT_PORT, serve
 from services.common.args import add_common_flags
 from services.common.logging import configure_logging, get_logger
-from services.common.server import wait_for_termination, write_ready_file
+from services.common.server import install_termination_handlers, wait_for_termination, write_ready_file
 
 log = get_logger(__name__)
 
 
 def main(argv: list[str] | None = None) -> None:
+    install_termination_handlers()
     parser = argparse.ArgumentParser(
         prog="cairn-checkpoint",
         description="Cairn checkpoint service: storage backends, streamed transfer, deletion and GC.",

@@ -104,15 +104,24 @@ def write_ready_file(path: str | None, **fields: int | str) -> None:
     tmp.replace(target)  # atomic: a reader never sees half a file
 
 
-def wait_for_termination(stop: Callable[[], None]) -> None:
-    """Block until SIGTERM or SIGINT, then call `stop`."""
-    done = threading.Event()
+_termination = threading.Event()
+
+
+def install_termination_handlers() -> None:
+    """Turn SIGTERM/SIGINT into a request to stop. Call it first thing in a service's main: a
+    signal that arrives between its ready file and the wait must stop it cleanly, not kill it."""
 
     def handle(signum: int, _frame: object) -> None:
         log.info("signal received", signal=signal.Signals(signum).name)
-        done.set()
+        _termination.set()
 
     signal.signal(signal.SIGTERM, handle)
     signal.signal(signal.SIGINT, handle)
-    done.wait()
+
+
+def wait_for_termination(stop: Callable[[], None]) -> None:
+    """Block until SIGTERM or SIGINT (handlers installed now if they were not yet), then `stop`."""
+    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+        install_termination_handlers()
+    _termination.wait()
     stop()

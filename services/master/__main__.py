@@ -5,12 +5,13 @@ from __future__ import annotations
 import sys
 
 from services.common.logging import configure_logging, get_logger
-from services.common.server import wait_for_termination
+from services.common.server import install_termination_handlers, wait_for_termination
 from services.master.app import Master
 from services.master.settings import parse_settings
 
 
 def main(argv: list[str] | None = None) -> int:
+    install_termination_handlers()
     settings = parse_settings(argv)
     configure_logging("master", settings.log_format, settings.log_level)  # type: ignore[arg-type]
     master = Master(settings)

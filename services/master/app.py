@@ -24,9 +24,12 @@ from services.master.domain.clock import utcnow
 from services.master.domain.context import MasterContext
 from services.master.domain.liveness import LivenessLoop
 from services.master.domain.logs import LogStore
+from services.master.domain.samples import SampleCache
 from services.master.domain.scheduling import SchedulingLoop
 from services.master.domain.searcher_pump import SearcherPump
 from services.master.gateway.http_server import MasterHttpServer, health_routes, start_http
+from services.master.gateway.rest_gateway import rest_routes
+from services.master.gateway.webui import webui_routes
 from services.master.remotes.checkpoint import CheckpointClient
 from services.master.remotes.scheduler import SchedulerClient
 from services.master.remotes.searcher import SearcherDirectory
@@ -34,6 +37,7 @@ from services.master.servicers.agent_stream import AgentStreamServicer
 from services.master.servicers.api.base import ApiDeps
 from services.master.servicers.api.service import CairnServicer
 from services.master.servicers.auth import PUBLIC_METHODS, master_authenticator
+from services.master.servicers.read_cache import ReadCache
 from services.master.settings import Settings
 from services.master.store import models
 from services.master.store.db import Database
@@ -68,7 +72,9 @@ class Master:
         self.ctx = ctx = MasterContext(
             settings=settings,
             db=self.db,
-            searchers=SearcherDirectory(settings.searcher_addr, settings.cluster_token),
+            searchers=SearcherDirectory(
+                settings.searcher_addr, settings.cluster_token, dict(settings.searcher_plugins)
+            ),
             scheduler=SchedulerClient(settings.scheduler_addr, settings.cluster_token),
             hub=AgentHub(),
             master_id=str(uuid.uuid4()),
@@ -92,6 +98,8 @@ class Master:
             waiting=self.scheduling.waiting,
             checkpoints=self.checkpoints,
             gc=self.gc,
+            samples=SampleCache(ctx),
+            read_cache=ReadCache(ctx, settings.read_cache_entries),
             version=__version__,
             database=self.db.dialect,
         )
@@ -119,6 +127,12 @@ class Master:
         settings = dataclasses.replace(settings, grpc_port=self.grpc.port)
         ctx.settings = settings
         self.http.routes.extend(health_routes(ctx))
+        self.http.routes.extend(
+            rest_routes(
+                self.http, api_pb2.DESCRIPTOR.services_by_name["Cairn"], settings.host, self.grpc.port
+            )
+        )
+        self.http.routes.extend(webui_routes())  # last: it answers every other GET
         self.scheduling.start()
         self.pump.start()
         self.liveness.start()

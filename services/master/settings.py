@@ -38,6 +38,8 @@ class Settings:
     log_level: str = "INFO"
     ready_file: str | None = None
     pools: tuple[PoolSettings, ...] = field(default_factory=lambda: (PoolSettings("default"),))
+    # Custom searchers known by name: `searcher: {name: custom, plugin: NAME}`.
+    searcher_plugins: tuple[tuple[str, str], ...] = ()
     default_pool: str = "default"
     # Model definitions larger than this are refused (Determined allows about 95 MiB).
     max_model_definition_bytes: int = 96 * 1024 * 1024
@@ -53,6 +55,9 @@ class Settings:
     kill_grace_s: int = 10
     # Passes run when something changed, at most this often (a pass is a few queries and one RPC).
     scheduling_interval_s: float = 0.05
+    # Reads answered from memory while nothing changed (servicers/read_cache.py); env
+    # CAIRN_READ_CACHE=off turns it off, e.g. to measure the queries themselves.
+    read_cache_entries: int = 1024
 
     @property
     def database_url(self) -> str:
@@ -101,7 +106,16 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
         default=float(os.environ.get("CAIRN_AGENT_RECONNECT_WAIT", "30")),
         help="seconds a disconnected agent's work is kept before it is rescheduled",
     )
+    parser.add_argument(
+        "--searcher-plugin",
+        action="append",
+        default=[],
+        metavar="NAME=HOST:PORT",
+        help="register a custom searcher under a name (repeatable; env CAIRN_SEARCHER_PLUGINS=a=h:p,b=h:p)",
+    )
     args = parser.parse_args(argv)
+    from_env = os.environ.get("CAIRN_SEARCHER_PLUGINS", "").split(",")
+    plugins = _plugins([*from_env, *args.searcher_plugin], parser)
     state_dir = Path(args.state_dir).expanduser() if args.state_dir else Settings.state_dir
     return Settings(
         host=args.host,
@@ -119,4 +133,18 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
         ready_file=args.ready_file,
         preemption_timeout_s=args.preemption_timeout,
         agent_reconnect_wait_s=args.agent_reconnect_wait,
+        searcher_plugins=plugins,
+        read_cache_entries=0 if os.environ.get("CAIRN_READ_CACHE", "on") == "off" else 1024,
     )
+
+
+def _plugins(items: list[str], parser: argparse.ArgumentParser) -> tuple[tuple[str, str], ...]:
+    result: dict[str, str] = {}
+    for item in (i.strip() for i in items):
+        if not item:
+            continue
+        name, _, address = item.partition("=")
+        if not name or ":" not in address:
+            parser.error(f"--searcher-plugin: expected NAME=HOST:PORT, got {item!r}")
+        result[name] = address
+    return tuple(sorted(result.items()))

@@ -7,7 +7,7 @@ import sys
 
 from services.common.args import add_common_flags
 from services.common.logging import configure_logging, get_logger
-from services.common.server import wait_for_termination, write_ready_file
+from services.common.server import install_termination_handlers, wait_for_termination, write_ready_file
 from services.scheduler.app import DEFAULT_PORT, start_scheduler
 
 
@@ -20,6 +20,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    install_termination_handlers()
     args = parse_args(argv)
     configure_logging("scheduler", args.log_format, args.log_level)
     log = get_logger(__name__)

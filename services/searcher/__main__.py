@@ -6,13 +6,14 @@ import argparse
 
 from services.common.args import add_common_flags
 from services.common.logging import configure_logging, get_logger
-from services.common.server import wait_for_termination, write_ready_file
+from services.common.server import install_termination_handlers, wait_for_termination, write_ready_file
 from services.searcher.server import DEFAULT_PORT, serve
 
 log = get_logger("services.searcher")
 
 
 def main(argv: list[str] | None = None) -> None:
+    install_termination_handlers()
     parser = argparse.ArgumentParser(prog="cairn-searcher", description="Cairn searcher service")
     add_common_flags(parser, default_port=DEFAULT_PORT)
     args = parser.parse_args(argv)

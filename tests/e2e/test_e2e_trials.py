@@ -57,6 +57,17 @@ def test_random_search_stores_every_report_exactly_once(cluster: TestCluster) ->
         assert [s for s, _ in said["training"]] == list(range(1, 9))
     exp = experiment(api, experiment_id)
     assert exp.progress == 1.0 and exp.best_trial_id in {t.id for t in found}
+
+    # The learning curves the WebUI draws: best trial first, every validation point once.
+    (sample,) = list(api.TrialsSample(trial_pb2.TrialsSampleRequest(experiment_id=experiment_id)))
+    by_metric = sorted(found, key=lambda t: t.searcher_metric_value)
+    assert [t.trial_id for t in sample.trials] == [t.id for t in by_metric]
+    for series in sample.trials:
+        stored = {
+            m.total_batches: m.metrics["avg_metrics"]["validation_loss"]
+            for m in stored_metrics(api, series.trial_id, "validation")
+        }
+        assert {p.batches: p.value for p in series.data} == stored
     best = min(t.searcher_metric_value for t in found)
     assert abs(exp.best_trial_searcher_metric - best) < 1e-9
 

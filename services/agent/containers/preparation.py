@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from services.agent.containers import determined_info
 from services.agent.containers.requests import StartRequest
 from services.agent.containers.states import FailureType
 from services.agent.containers.task_env import MasterFacts, task_environment
@@ -56,7 +57,9 @@ class Preparer:
         fetch_context: ContextFetcher,
         base_env: Mapping[str, str],
         interpreter_dir: str | None,
+        private_run_dir: bool = False,
     ) -> None:
+        self._private_run_dir = private_run_dir
         self._agent_id = agent_id
         self._slots = {slot.id: slot for slot in slots}
         self._fetch_context = fetch_context
@@ -107,7 +110,24 @@ class Preparer:
             master=master,
             interpreter_dir=self._interpreter_dir,
         )
-        return Prepared(argv=command_line(request.entrypoint, request.shell), env=env)
+        argv = command_line(request.entrypoint, request.shell)
+        if determined_info.is_determined_task(env):
+            argv = self._determined_surroundings(argv, env, paths, note)
+        return Prepared(argv=argv, env=env)
+
+    def _determined_surroundings(
+        self, argv: list[str], env: dict[str, str], paths: ContainerPaths, note: Note
+    ) -> list[str]:
+        run_dir = paths.root / META_DIR_NAME / "run-determined"
+        determined_info.write_info_files(env, run_dir)
+        if not self._private_run_dir:
+            note(
+                "Determined's harness will not find /run/determined/info: this agent cannot give tasks a "
+                "private mount namespace (run it as root); Determined scripts run without cluster info",
+                "WARNING",
+            )
+            return argv
+        return determined_info.with_private_run_dir(argv, run_dir)
 
     def _fetch_and_unpack(
         self, request: StartRequest, paths: ContainerPaths, note: Note, aborted: Callable[[], bool]

@@ -89,6 +89,16 @@ class AgentHub:
             link = self._links.get(agent_id)
             return link is not None and not link.closed.is_set()
 
+    def last_heard(self) -> dict[str, float]:
+        """When each connected agent last sent anything, as a Unix time."""
+        now_wall, now_mono = time.time(), time.monotonic()
+        with self._lock:
+            return {
+                agent_id: now_wall - (now_mono - link.last_heard)
+                for agent_id, link in self._links.items()
+                if not link.closed.is_set()
+            }
+
     def connected_ids(self) -> set[str]:
         with self._lock:
             return {a for a, link in self._links.items() if not link.closed.is_set()}

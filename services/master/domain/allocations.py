@@ -114,7 +114,9 @@ def request(ctx: MasterContext, w: Work, trial: models.Trial, exp: models.Experi
         slots=int(resources.get("slots_per_trial", 1)),
         resource_pool=exp.resource_pool,
         priority=resources.get("priority"),
-        requested_at=utcnow(),
+        # Queue order within the experiment is the trials' order: a trial resumed (promoted,
+        # restarted, unpaused) goes before trials created after it.
+        requested_at=trial.start_time,
         placements=[],
         token_hash="",
         failure_type="",
@@ -142,6 +144,7 @@ def assign(
     token = new_token()
     alloc.state = A.ASSIGNED
     alloc.assigned_at = utcnow()
+    alloc.searcher_target = trial.searcher_target
     alloc.placements = placements
     alloc.token_hash = hash_token(token)
     spec = build_task_spec(ctx.settings, exp, trial, alloc, token, owner.username)

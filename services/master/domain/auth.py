@@ -109,7 +109,8 @@ class AuthService:
     def login(self, username: str, password: str, is_hashed: bool) -> tuple[str, UserInfo]:
         if not username:
             raise InvalidArgument("username: required")
-        salted = password if is_hashed else salt_and_hash(password)
+        # Determined's clients send an empty password as is, even with is_hashed set.
+        salted = password if is_hashed and password else salt_and_hash(password)
         with self._db.transaction() as s:
             user = s.scalar(select(models.User).where(models.User.username == username))
             # One message for "no such user" and "wrong password": do not reveal which.

@@ -54,6 +54,9 @@ class Wakeup:
 
 @dataclass
 class MasterContext:
+    """Shared by the domain modules. `data_changed` must follow every commit that changes what the
+    API reads: units of work do it themselves."""
+
     settings: Settings
     db: Database
     searchers: SearcherDirectory
@@ -66,10 +69,17 @@ class MasterContext:
     scheduler_wakeup: Wakeup = field(default_factory=Wakeup)
     pump_wakeup: Wakeup = field(default_factory=Wakeup)
     stopping: threading.Event = field(default_factory=threading.Event)
+    # Bumped after every committed change the API can read (see servicers/read_cache.py).
+    data_version: int = 0
     # Run inside the transaction that ends an experiment (checkpoint GC registers itself here).
     experiment_end_hooks: list[Callable[[Work, models.Experiment], None]] = field(default_factory=list)
     # Run before a deleted experiment's rows go (checkpoint files); raise to keep the rows.
     experiment_delete_hooks: list[Callable[[int], None]] = field(default_factory=list)
+
+    def data_changed(self) -> None:
+        # A plain increment is atomic enough here: readers only compare for equality, and a lost
+        # race between two writers still moves the version away from what any reader cached.
+        self.data_version += 1
 
     @contextlib.contextmanager
     def unit_of_work(self) -> Iterator[Work]:
@@ -77,6 +87,7 @@ class MasterContext:
             with self.db.transaction() as session:
                 work = Work(session)
                 yield work
+            self.data_changed()
             # Committed: now it is safe to tell the world.
             for effect in work.after_commit:
                 try:

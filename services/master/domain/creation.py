@@ -19,7 +19,7 @@ from services.master.domain.clock import utcnow
 from services.master.domain.config import ConfigDefaults, ConfigError, expand_config, parse_config_text
 from services.master.domain.context import MasterContext
 from services.master.domain.errors import InvalidArgument
-from services.master.domain.experiments import close_search_session, searcher_address
+from services.master.domain.experiments import close_search_session
 from services.master.domain.searcher_actions import apply_response
 from services.master.domain.states import RunState
 from services.master.store import models
@@ -112,8 +112,10 @@ def create(ctx: MasterContext, principal: Principal, request: CreateRequest) -> 
         return Created(experiment_id=None, config=config, slots_exceeded=slots_exceeded)
 
     session_id = uuid.uuid4().hex
-    address = searcher_address(config)
-    searcher = ctx.searchers.for_address(address)
+    try:
+        searcher = ctx.searchers.for_config(config)
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"invalid experiment config: {exc}") from None
     try:
         response = searcher.start(session_id, search_spec(config))
     except InvalidArgument as exc:
@@ -145,7 +147,7 @@ def create(ctx: MasterContext, principal: Principal, request: CreateRequest) -> 
             experiment_id = exp.id
     except BaseException:
         # Nothing was stored: the session must not linger in the searcher either.
-        close_search_session(ctx, session_id, address)
+        close_search_session(ctx, session_id, config)
         raise
     log.info("experiment created", experiment_id=experiment_id, user=principal.username, pool=pool)
     return Created(experiment_id=experiment_id, config=config, slots_exceeded=slots_exceeded)

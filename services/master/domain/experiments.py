@@ -3,6 +3,8 @@ end of an experiment once its search is over and its trials have ended."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import delete, select
 
 from services.common.logging import get_logger
@@ -123,25 +125,17 @@ def maybe_finish(ctx: MasterContext, w: Work, exp: models.Experiment) -> None:
     # The search is over: its pending events and snapshot have no further use.
     w.session.execute(delete(models.SearcherEvent).where(models.SearcherEvent.experiment_id == exp.id))
     w.session.execute(delete(models.SearcherSnapshot).where(models.SearcherSnapshot.experiment_id == exp.id))
-    session_id, address = exp.searcher_session_id, searcher_address(exp.config)
-    w.later(lambda: close_search_session(ctx, session_id, address))
+    session_id, config = exp.searcher_session_id, exp.config
+    w.later(lambda: close_search_session(ctx, session_id, config))
     for hook in ctx.experiment_end_hooks:
         hook(w, exp)
     _publish(ctx, w, exp)
     log.info("experiment ended", experiment_id=exp.id, state=target.value)
 
 
-def searcher_address(config: dict[str, object]) -> str | None:
-    searcher = config.get("searcher") or {}
-    assert isinstance(searcher, dict)
-    if searcher.get("name") == "custom" and searcher.get("address"):
-        return str(searcher["address"])
-    return None
-
-
-def close_search_session(ctx: MasterContext, session_id: str, address: str | None) -> None:
+def close_search_session(ctx: MasterContext, session_id: str, config: dict[str, Any]) -> None:
     try:
-        ctx.searchers.for_address(address).close(session_id)
+        ctx.searchers.for_config(config).close(session_id)
     except Exception as exc:  # the searcher drops idle sessions on restart anyway
         log.warning("could not close search session", session_id=session_id, error=str(exc))
 

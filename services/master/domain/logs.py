@@ -79,7 +79,8 @@ class LogStore:
                     "level": entry.level.upper() if entry.level.upper() in LEVELS else "",
                     "source": entry.source or "task",
                     "timestamp": timestamp,
-                    "message": entry.message,
+                    # Text columns cannot hold NUL on PostgreSQL; a program may well print one.
+                    "message": entry.message.replace("\x00", "\ufffd"),
                 }
             )
         if not rows:

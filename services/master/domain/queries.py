@@ -6,12 +6,14 @@ aggregate over the page's ids), never one query per row.
 
 from __future__ import annotations
 
-from collections import defaultdict
+import threading
+from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Select, func, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, defer
 
 from services.master.domain.paging import Page, page_of
 from services.master.domain.states import LIVE_ALLOCATION, PLACED_ALLOCATION
@@ -26,9 +28,63 @@ class TrialAggregate:
     states: dict[str, int] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class ExperimentConfig:
+    """What never changes once an experiment exists: its configuration and what derives from it.
+    Cached by (id, start time), so lists need not load and parse every config on every read."""
+
+    key: tuple[int, datetime]
+    config: dict[str, Any]
+    original_config: str
+    smaller_is_better: bool
+
+
+class _ConfigCache:
+    def __init__(self, max_entries: int = 20_000) -> None:
+        self._entries: OrderedDict[tuple[int, datetime], ExperimentConfig] = OrderedDict()
+        self._max = max_entries
+        self._lock = threading.Lock()
+
+    def get_many(self, s: Session, experiments: list[models.Experiment]) -> dict[int, ExperimentConfig]:
+        found: dict[int, ExperimentConfig] = {}
+        missing: dict[int, tuple[int, datetime]] = {}
+        with self._lock:
+            for exp in experiments:
+                key = (exp.id, exp.start_time)
+                entry = self._entries.get(key)
+                if entry is None:
+                    missing[exp.id] = key
+                else:
+                    found[exp.id] = entry
+        if missing:
+            rows = s.execute(
+                select(
+                    models.Experiment.id, models.Experiment.config, models.Experiment.original_config
+                ).where(models.Experiment.id.in_(list(missing)))
+            )
+            with self._lock:
+                for experiment_id, config, original in rows:
+                    entry = ExperimentConfig(
+                        missing[experiment_id], config, original, smaller_is_better(config)
+                    )
+                    found[experiment_id] = self._entries[entry.key] = entry
+                while len(self._entries) > self._max:
+                    self._entries.popitem(last=False)
+        return found
+
+
+EXPERIMENT_CONFIGS = _ConfigCache()
+
+
+def without_configs(query: Select[models.Experiment]) -> Select[models.Experiment]:
+    """Experiment rows without their (large) config columns: use EXPERIMENT_CONFIGS for those."""
+    return query.options(defer(models.Experiment.config), defer(models.Experiment.original_config))
+
+
 @dataclass
 class ExperimentRow:
     experiment: models.Experiment
+    static: ExperimentConfig
     username: str
     display_name: str
     trials: TrialAggregate
@@ -41,11 +97,13 @@ def smaller_is_better(config: dict[str, Any]) -> bool:
     return bool((config.get("searcher") or {}).get("smaller_is_better", True))
 
 
-def _trial_aggregates(s: Session, experiments: list[models.Experiment]) -> dict[int, TrialAggregate]:
+def _trial_aggregates(
+    s: Session, experiments: list[models.Experiment], configs: dict[int, ExperimentConfig]
+) -> dict[int, TrialAggregate]:
     result: dict[int, TrialAggregate] = {e.id: TrialAggregate() for e in experiments}
     if not experiments:
         return result
-    direction = {e.id: smaller_is_better(e.config) for e in experiments}
+    direction = {e.id: configs[e.id].smaller_is_better for e in experiments}
     rows = s.execute(
         select(
             models.Trial.experiment_id,
@@ -107,7 +165,8 @@ def experiment_rows(s: Session, experiments: list[models.Experiment]) -> list[Ex
         u.id: u
         for u in s.scalars(select(models.User).where(models.User.id.in_({e.owner_id for e in experiments})))
     }
-    trials = _trial_aggregates(s, experiments)
+    configs = EXPERIMENT_CONFIGS.get_many(s, experiments)
+    trials = _trial_aggregates(s, experiments, configs)
     checkpoints = _checkpoint_aggregates(s, ids)
     allocs = _allocation_states(s, ids)
     rows = []
@@ -117,6 +176,7 @@ def experiment_rows(s: Session, experiments: list[models.Experiment]) -> list[Ex
         rows.append(
             ExperimentRow(
                 experiment=exp,
+                static=configs[exp.id],
                 username=owner.username if owner else "",
                 display_name=owner.display_name if owner else "",
                 trials=trials[exp.id],
@@ -154,7 +214,7 @@ SORT_COLUMNS = {
 
 
 def _filtered(f: ExperimentFilter) -> Select[models.Experiment]:
-    q = (
+    q = without_configs(
         select(models.Experiment)
         .join(models.User, models.User.id == models.Experiment.owner_id)
         .where(models.Experiment.state.not_in(["DELETING", "DELETED"]))

@@ -138,7 +138,9 @@ class SchedulingLoop:
     def run_pass(self) -> None:
         request, any_pending = build_request(self._ctx)
         if not any_pending:
-            self.waiting.reasons = {}
+            if self.waiting.reasons:
+                self.waiting.reasons = {}
+                self._ctx.data_changed()
             return
         try:
             decision = self._ctx.scheduler.schedule(request)
@@ -148,7 +150,10 @@ class SchedulingLoop:
                 self._last_error = str(exc)
             return
         self._last_error = ""
-        self.waiting.reasons = {w.allocation_id: (w.reason, w.queue_position) for w in decision.waiting}
+        reasons = {w.allocation_id: (w.reason, w.queue_position) for w in decision.waiting}
+        if reasons != self.waiting.reasons:
+            self.waiting.reasons = reasons
+            self._ctx.data_changed()  # queue positions show in the API
         if decision.assignments or decision.preemptions:
             self._apply(decision)
 

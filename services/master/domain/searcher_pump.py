@@ -18,7 +18,6 @@ from services.common.logging import get_logger
 from services.master.domain.context import MasterContext
 from services.master.domain.creation import search_spec
 from services.master.domain.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
-from services.master.domain.experiments import searcher_address
 from services.master.domain.searcher_actions import apply_response
 from services.master.domain.states import is_terminal
 from services.master.store import models
@@ -97,7 +96,7 @@ class SearcherPump:
                 stored = spb.Snapshot(
                     seq=snapshot.seq, state=snapshot.state, method=snapshot.method, version=snapshot.version
                 )
-            client = self._ctx.searchers.for_address(searcher_address(config))
+            client = self._ctx.searchers.for_config(config)
             event = spb.SearcherEvent.FromString(payload)
             try:
                 response = client.handle(session_id, stored.seq, event)

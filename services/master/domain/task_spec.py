@@ -9,7 +9,9 @@ reaches it).
 from __future__ import annotations
 
 import json
+import os
 import shlex
+from typing import Any
 
 from cairn.agent.v1 import agent_pb2 as apb
 from services.master.settings import Settings
@@ -68,6 +70,7 @@ def build_task_spec(
     for key, value in facts.items():
         env[f"CAIRN_{key}"] = value
         env[f"DET_{key}"] = value
+    env["DET_EXPERIMENT_CONFIG"] = json.dumps(determined_view(exp.config))
     env["CAIRN_ALLOCATION_TOKEN"] = allocation_token
     env["DET_SESSION_TOKEN"] = allocation_token
     env["CAIRN_SEARCHER_TARGET"] = str(trial.searcher_target)
@@ -95,6 +98,21 @@ def build_task_spec(
             :200
         ],
     )
+
+
+def determined_view(config: dict[str, Any]) -> dict[str, Any]:
+    """The config as Determined's harness should see it in a process (no container): shared_fs is
+    mounted at /determined_shared_fs in Determined's containers, which a process does not have, so
+    the harness is told it is a directory at the host path (the same files)."""
+    storage = config.get("checkpoint_storage") or {}
+    if storage.get("type") != "shared_fs" or not storage.get("host_path"):
+        return config
+    base = os.path.normpath(os.path.join(str(storage["host_path"]), str(storage.get("storage_path") or "")))
+    directory = {"type": "directory", "container_path": base}
+    for key in ("save_experiment_best", "save_trial_best", "save_trial_latest"):
+        if key in storage:
+            directory[key] = storage[key]
+    return {**config, "checkpoint_storage": directory}
 
 
 def _image(config: dict[str, object]) -> str:

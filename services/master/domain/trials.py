@@ -101,7 +101,17 @@ def on_allocation_exit(
     if waiting_for_promotion(trial):
         w.later(lambda: ctx.topics.publish(trial_topic(trial.id)))
         return
+    if promoted_while_exiting(trial, alloc):
+        ensure_running(ctx, w, trial, exp)
+        return
     finish(ctx, w, trial, exp, S.COMPLETED)
+
+
+def promoted_while_exiting(trial: models.Trial, alloc: models.Allocation) -> bool:
+    """The code finished the target it was given, but the searcher raised the target after the code
+    had asked for its next operation: resume it rather than end it."""
+    started_with = alloc.searcher_target
+    return 0 < started_with <= trial.searcher_completed_length < trial.searcher_target
 
 
 def finish(

@@ -1,20 +1,37 @@
-"""The master's HTTP server. Routes are matched in order; later issues add the REST gateway and
-the WebUI behind the same server."""
+"""The master's HTTP server. Routes are matched in order; each either answers or passes.
+
+HTTP/1.1 with keep-alive: every answer carries a Content-Length or is chunked, and every request
+body is read to its end (or the connection is closed), so clients that reuse connections
+(requests.Session, browsers) see one answer per request. Streamed answers are chunked, one chunk
+per message, and a client that goes away cancels the producer behind the stream.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import select
+import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from cairn import __version__
 from services.common.logging import get_logger
 from services.master.domain.context import MasterContext
 from services.master.gateway import prometheus
 
 log = get_logger(__name__)
+
+# Model definitions travel as base64 JSON: 128 MiB of gRPC message is about 171 MiB of text.
+MAX_BODY_BYTES = 192 * 1024 * 1024
+# Unread bodies smaller than this are drained to keep the connection; larger ones close it.
+_DRAIN_LIMIT = 1024 * 1024
+# How often a streaming answer checks whether its client is still there.
+_DISCONNECT_POLL_S = 0.5
 
 
 @dataclass
@@ -25,28 +42,133 @@ class Response:
     headers: dict[str, str] | None = None
 
 
-# A route handler gets the request handler (method, path, headers, body reader) and answers.
-Route = Callable[["RequestHandler"], Response | None]
+@dataclass
+class StreamingResponse:
+    """An answer written as it is produced: each item of `chunks` goes out at once, as one chunk.
+
+    `cancel` stops the producer (it is called from another thread when the client disconnects);
+    `chunks` is closed in every case once the answer ends.
+    """
+
+    status: int
+    chunks: Iterator[bytes]
+    cancel: Callable[[], None]
+    content_type: str = "application/json"
+    headers: dict[str, str] | None = None
+
+
+class BodyError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+# A route handler gets the request handler (method, path, headers, body reader) and answers, or
+# returns None to let the next route try.
+Route = Callable[["RequestHandler"], Response | StreamingResponse | None]
 
 
 class RequestHandler(BaseHTTPRequestHandler):
     server: MasterHttpServer
     protocol_version = "HTTP/1.1"
+    # Headers and body leave in separate writes; with Nagle on, the second one waits for the
+    # client's delayed ACK (~40 ms) on reused connections.
+    disable_nagle_algorithm = True
+    # Idle keep-alive connections (and stalled clients) give their thread back after this.
+    timeout = 300
+
+    _body: bytes | None = None
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("http", request=self.requestline, detail=format % args)
 
-    def _dispatch(self) -> None:
-        for route in self.server.routes:
+    def read_body(self) -> bytes:
+        """The request body (read once, then cached); BodyError when it is malformed or too big."""
+        if self._body is not None:
+            return self._body
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            self._body = self._read_chunked()
+            return self._body
+        raw_length = self.headers.get("Content-Length")
+        try:
+            length = int(raw_length) if raw_length else 0
+        except ValueError:
+            self.close_connection = True
+            raise BodyError(HTTPStatus.BAD_REQUEST, f"bad Content-Length {raw_length!r}") from None
+        if length < 0:
+            self.close_connection = True
+            raise BodyError(HTTPStatus.BAD_REQUEST, f"bad Content-Length {raw_length!r}")
+        if length > MAX_BODY_BYTES:
+            self.close_connection = True
+            raise BodyError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"request body over {MAX_BODY_BYTES} bytes")
+        data = self.rfile.read(length) if length else b""
+        if len(data) != length:
+            self.close_connection = True
+            raise BodyError(HTTPStatus.BAD_REQUEST, "request body shorter than its Content-Length")
+        self._body = data
+        return data
+
+    def _read_chunked(self) -> bytes:
+        parts: list[bytes] = []
+        total = 0
+        while True:
+            line = self.rfile.readline(1024)
             try:
-                response = route(self)
-            except Exception:
-                log.exception("http handler failed", path=self.path)
-                response = Response(HTTPStatus.INTERNAL_SERVER_ERROR, b'{"error": "internal error"}')
-            if response is not None:
-                self.respond(response)
+                size = int(line.split(b";", 1)[0].strip(), 16)
+            except ValueError:
+                self.close_connection = True
+                raise BodyError(HTTPStatus.BAD_REQUEST, "malformed chunked request body") from None
+            total += size
+            if total > MAX_BODY_BYTES:
+                self.close_connection = True
+                raise BodyError(
+                    HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"request body over {MAX_BODY_BYTES} bytes"
+                )
+            if size == 0:
+                while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):
+                    pass  # trailers
+                return b"".join(parts)
+            parts.append(self.rfile.read(size))
+            self.rfile.readline(1024)
+
+    def _finish_body(self) -> None:
+        """Leave the connection at the start of the next request."""
+        if self._body is not None or self.close_connection:
+            return
+        chunked = "chunked" in (self.headers.get("Transfer-Encoding") or "").lower()
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if chunked or length < 0 or length > _DRAIN_LIMIT:
+            self.close_connection = True
+        elif length:
+            self.rfile.read(length)
+
+    def _dispatch(self) -> None:
+        self._body = None
+        try:
+            for route in self.server.routes:
+                try:
+                    response = route(self)
+                except BodyError as exc:
+                    response = Response(exc.status, json.dumps({"error": exc.message}).encode())
+                except Exception:
+                    log.exception("http handler failed", path=self.path)
+                    response = Response(HTTPStatus.INTERNAL_SERVER_ERROR, b'{"error": "internal error"}')
+                if response is None:
+                    continue
+                self._finish_body()
+                if isinstance(response, StreamingResponse):
+                    self.respond_stream(response)
+                else:
+                    self.respond(response)
                 return
-        self.respond(Response(HTTPStatus.NOT_FOUND, b'{"error": "not found"}'))
+            self._finish_body()
+            self.respond(Response(HTTPStatus.NOT_FOUND, b'{"error": "not found"}'))
+        finally:
+            self._body = None
 
     def respond(self, response: Response) -> None:
         self.send_response(response.status)
@@ -54,9 +176,52 @@ class RequestHandler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(response.body)))
         for key, value in (response.headers or {}).items():
             self.send_header(key, value)
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(response.body)
+
+    def respond_stream(self, response: StreamingResponse) -> None:
+        chunked = self.request_version != "HTTP/1.0"
+        done = threading.Event()
+        watcher: threading.Thread | None = None
+        finished = False
+        try:
+            self.send_response(response.status)
+            self.send_header("Content-Type", response.content_type)
+            for key, value in (response.headers or {}).items():
+                self.send_header(key, value)
+            if chunked:
+                self.send_header("Transfer-Encoding", "chunked")
+            else:
+                self.close_connection = True  # an HTTP/1.0 stream ends when the connection does
+                self.send_header("Connection", "close")
+            self.end_headers()
+            watcher = threading.Thread(
+                target=_watch_for_disconnect,
+                args=(self.connection, done, response.cancel),
+                name="http-stream-watch",
+                daemon=True,
+            )
+            watcher.start()
+            for chunk in response.chunks:
+                if chunk:
+                    self.wfile.write(b"%X\r\n%s\r\n" % (len(chunk), chunk) if chunked else chunk)
+            if chunked:
+                self.wfile.write(b"0\r\n\r\n")
+            finished = True
+        except OSError:
+            self.close_connection = True  # the client went away mid-stream
+        finally:
+            done.set()
+            if not finished:
+                response.cancel()  # the producer must not run on for nobody
+            close = getattr(response.chunks, "close", None)
+            if close is not None:
+                close()
+            if watcher is not None:
+                watcher.join(timeout=2 * _DISCONNECT_POLL_S)
 
     do_GET = _dispatch
     do_POST = _dispatch
@@ -66,13 +231,46 @@ class RequestHandler(BaseHTTPRequestHandler):
     do_HEAD = _dispatch
 
 
+def _watch_for_disconnect(sock: socket.socket, done: threading.Event, cancel: Callable[[], None]) -> None:
+    """Cancel the stream when its client closes the connection, even while the stream is idle
+    (a followed log with no new lines never writes, so a failed write would come too late)."""
+    while not done.is_set():
+        try:
+            readable, _, _ = select.select([sock], [], [], _DISCONNECT_POLL_S)
+            if not readable:
+                continue
+            if sock.recv(1, socket.MSG_PEEK) == b"":
+                cancel()
+                return
+        except (OSError, ValueError):
+            cancel()
+            return
+        # The client sent its next request early: the connection lives; wait for the stream's end.
+        done.wait()
+        return
+
+
 class MasterHttpServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # Bursts of clients connecting at once must not overflow the listen backlog (default 5),
+    # which costs them a SYN retransmit (a second or more).
+    request_queue_size = 1024
 
     def __init__(self, address: tuple[str, int], routes: list[Route]) -> None:
         super().__init__(address, RequestHandler)
         self.routes = routes
+        # Run by server_close: routes that hold resources (channels) register their cleanup here.
+        self.close_hooks: list[Callable[[], None]] = []
+
+    def server_close(self) -> None:
+        super().server_close()
+        for hook in self.close_hooks:
+            with contextlib.suppress(Exception):
+                hook()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        log.debug("http connection error", client=str(client_address), exc_info=True)
 
 
 def health_routes(ctx: MasterContext) -> list[Route]:
@@ -88,7 +286,21 @@ def health_routes(ctx: MasterContext) -> list[Route]:
             return None
         return Response(HTTPStatus.OK, prometheus.render(ctx).encode(), "text/plain; version=0.0.4")
 
-    return [healthz, metrics]
+    def info(req: RequestHandler) -> Response | None:
+        # Determined's clients ask /info (outside the API) for the master's version before anything.
+        if req.path.split("?")[0] != "/info":
+            return None
+        body = {
+            "version": __version__,
+            "master_id": ctx.master_id,
+            "cluster_id": ctx.cluster_id,
+            "cluster_name": ctx.settings.cluster_name,
+            "telemetry": {"enabled": False},
+            "product": "cairn",
+        }
+        return Response(HTTPStatus.OK, json.dumps(body).encode())
+
+    return [healthz, metrics, info]
 
 
 def start_http(host: str, port: int, routes: list[Route]) -> tuple[MasterHttpServer, threading.Thread]:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
+from typing import Any
 
 import grpc
 
 from cairn.searcher.v1 import searcher_pb2 as pb
 from cairn.searcher.v1 import searcher_pb2_grpc
 from services.common.channels import internal_channel
+from services.master.domain.errors import InvalidArgument
 from services.master.remotes.errors import translate
 
 CALL_TIMEOUT_S = 30.0
@@ -49,17 +52,35 @@ class SearcherClient:
 
 
 class SearcherDirectory:
-    """The built-in searcher plus one client per custom searcher address, created on first use."""
+    """Which searcher runs an experiment's search: the built-in one, a custom one at the address its
+    config names, or a registered plug-in (`--searcher-plugin NAME=HOST:PORT`). Clients are made on
+    first use and kept."""
 
-    def __init__(self, default_address: str, cluster_token: str | None) -> None:
+    def __init__(
+        self, default_address: str, cluster_token: str | None, plugins: Mapping[str, str] | None = None
+    ) -> None:
         self._token = cluster_token
         self.default = SearcherClient(default_address, cluster_token)
+        self._plugins = dict(plugins or {})
         self._custom: dict[str, SearcherClient] = {}
         self._lock = threading.Lock()
 
-    def for_address(self, address: str | None) -> SearcherClient:
-        if not address:
+    def for_config(self, config: Mapping[str, Any]) -> SearcherClient:
+        """The searcher of an experiment config; InvalidArgument for an unknown plug-in name."""
+        searcher = config.get("searcher") or {}
+        if searcher.get("name") != "custom":
             return self.default
+        if searcher.get("address"):
+            return self._client(str(searcher["address"]))
+        plugin = str(searcher.get("plugin") or "")
+        if plugin not in self._plugins:
+            known = ", ".join(sorted(self._plugins)) or "none"
+            raise InvalidArgument(
+                f"searcher.plugin: no searcher plug-in named '{plugin}' (registered: {known})"
+            )
+        return self._client(self._plugins[plugin])
+
+    def _client(self, address: str) -> SearcherClient:
         with self._lock:
             client = self._custom.get(address)
             if client is None:

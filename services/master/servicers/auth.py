@@ -41,6 +41,7 @@ ALLOCATION_METHODS = frozenset(
         "AckAllocationPreemptionSignal",
         "WatchAllocationSignals",
         "GetMaster",
+        "RunPrepareForReporting",
     )
 )
 

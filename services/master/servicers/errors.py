@@ -9,8 +9,9 @@ from typing import Any, TypeVar
 import grpc
 
 from services.common.logging import get_logger
-from services.master.domain.errors import DomainError
+from services.master.domain.errors import DomainError, InvalidArgument
 from services.master.domain.states import InvalidTransition
+from services.master.servicers.request_checks import nul_field
 
 log = get_logger(__name__)
 
@@ -35,12 +36,19 @@ def _abort(context: grpc.ServicerContext, exc: Exception) -> None:
     context.abort(CODES.get(exc.kind, grpc.StatusCode.INTERNAL), str(exc))
 
 
+def _check_request(request: Any) -> None:
+    field = nul_field(request)
+    if field is not None:
+        raise InvalidArgument(f"{field}: must not contain NUL characters")
+
+
 def rpc(fn: F) -> F:
     """Unary handler: domain errors become the matching status with their message."""
 
     @functools.wraps(fn)
     def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
         try:
+            _check_request(request)
             return fn(self, request, context)
         except (DomainError, InvalidTransition) as exc:
             _abort(context, exc)
@@ -54,6 +62,7 @@ def stream_rpc(fn: F) -> F:
     @functools.wraps(fn)
     def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
         try:
+            _check_request(request)
             yield from fn(self, request, context)
         except (DomainError, InvalidTransition) as exc:
             _abort(context, exc)

@@ -208,6 +208,8 @@ class Allocation(Base):
     # When a graceful stop turns into a kill.
     kill_deadline: Mapped[datetime | None]
     is_ready: Mapped[bool] = mapped_column(Boolean, default=False)
+    # The trial's searcher target when this allocation was placed (promotion mode).
+    searcher_target: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
 
 class Container(Base):

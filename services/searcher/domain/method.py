@@ -53,9 +53,15 @@ class SearchContext:
 
 @dataclass(frozen=True)
 class TrialPlan:
-    """What a preview shows of one trial: its lengths rung by rung, and its bracket."""
+    """What a preview knows of one trial before it runs.
+
+    `lengths`: how far it trains, when that is fixed up front (a legacy max_length). `rungs`: for a
+    search that decides at validations (ASHA), the lengths at which it decides; how many of them the
+    trial reaches depends on its results, which a preview simulates. `bracket`: its bracket.
+    """
 
     lengths: tuple[int, ...] = ()
+    rungs: tuple[int, ...] = ()
     bracket: int = 0
 
 

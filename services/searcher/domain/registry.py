@@ -1,5 +1,5 @@
 """Search methods by name. The session layer builds methods only through a registry, so a new method
-(async_halving, adaptive_asha, an in-process plug-in) is one `register` call away."""
+(an in-process plug-in) is one `register` call away."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from services.searcher.domain.errors import InvalidSpec
 from services.searcher.domain.hyperparameters import HyperparameterSpace
 from services.searcher.domain.method import SearchMethod
 from services.searcher.domain.methods.grid_search import build_grid
+from services.searcher.domain.methods.halving import build_adaptive_asha, build_async_halving
 from services.searcher.domain.methods.random_search import build_random, build_single
 
 # Builds a method from the `searcher` section and the parsed hyperparameters, raising InvalidSpec
@@ -46,4 +47,6 @@ def builtin_registry() -> MethodRegistry:
     registry.register("single", build_single)
     registry.register("random", build_random)
     registry.register("grid", build_grid)
+    registry.register("async_halving", build_async_halving)
+    registry.register("adaptive_asha", build_adaptive_asha)
     return registry

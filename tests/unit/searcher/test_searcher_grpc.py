@@ -185,7 +185,10 @@ def test_status_codes(stub: searcher_pb2_grpc.SearcherServiceStub) -> None:
         )
     )
     assert code == grpc.StatusCode.INVALID_ARGUMENT
-    assert details == "searcher.name: unknown searcher 'foo' (this searcher runs: grid, random, single)"
+    assert details == (
+        "searcher.name: unknown searcher 'foo' "
+        "(this searcher runs: adaptive_asha, async_halving, grid, random, single)"
+    )
 
     not_a_number = search_spec()
     not_a_number.hyperparameters.fields["lr"].struct_value.fields["minval"].number_value = float("nan")

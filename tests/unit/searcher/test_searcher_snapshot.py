@@ -25,6 +25,7 @@ from services.searcher.domain.events import (
 from services.searcher.domain.sessions import Answer, SessionManager
 from services.searcher.domain.snapshot import SNAPSHOT_VERSION
 from services.searcher.domain.spec import SearchSpec
+from tests.unit.searcher.searcher_asha_builders import halving_spec
 from tests.unit.searcher.searcher_builders import REGISTRY, creates, grid_spec, random_spec, single_spec
 
 GRID = {
@@ -32,6 +33,8 @@ GRID = {
     "opt": {"lr": {"type": "log", "minval": -3, "maxval": -1, "base": 10, "count": 2}, "m": 0.9},
 }
 MAX_EVENTS = 40
+# Validations report one of these lengths: below, at and between the halving specs' rungs (100, 300, 900).
+LENGTHS = (0, 50, 100, 300, 500, 900, 1000)
 
 
 @dataclass
@@ -63,13 +66,13 @@ class Trials:
             self.running.remove(event.request_id)
 
 
-def make_event(kind: str, rid: str, fraction: float, reason: ExitReason) -> Event:
+def make_event(kind: str, rid: str, fraction: float, reason: ExitReason, length: int) -> Event:
     if kind == "created":
         return TrialCreated(rid)
     if kind == "progress":
         return TrialProgress(rid, fraction)
     if kind == "validation":
-        return ValidationCompleted(rid, {"loss": fraction, "batches": 100}, 100)
+        return ValidationCompleted(rid, {"loss": fraction, "batches": length}, length)
     if kind == "early":
         return TrialExitedEarly(rid, reason)
     return TrialExited(rid)
@@ -82,6 +85,7 @@ class Choose(Protocol):
     def option(self, options: list[tuple[str, str]]) -> tuple[str, str]: ...
     def fraction(self) -> float: ...
     def reason(self) -> ExitReason: ...
+    def length(self) -> int: ...
 
 
 class SeededChoose(Choose):
@@ -100,6 +104,9 @@ class SeededChoose(Choose):
     def reason(self) -> ExitReason:
         return self.rng.choice(list(ExitReason))
 
+    def length(self) -> int:
+        return self.rng.choice(LENGTHS)
+
 
 class DrawnChoose(Choose):
     def __init__(self, data: st.DataObject) -> None:
@@ -117,6 +124,9 @@ class DrawnChoose(Choose):
     def reason(self) -> ExitReason:
         return self.data.draw(st.sampled_from(list(ExitReason)))
 
+    def length(self) -> int:
+        return self.data.draw(st.sampled_from(LENGTHS))
+
 
 def record(spec: SearchSpec, choose: Choose) -> tuple[list[Event], list[Answer]]:
     """Run a session on events chosen by `choose`; answers[i] is the answer at seq i."""
@@ -130,7 +140,7 @@ def record(spec: SearchSpec, choose: Choose) -> tuple[list[Event], list[Answer]]
         if not options:
             break
         kind, rid = choose.option(options)
-        event = make_event(kind, rid, choose.fraction(), choose.reason())
+        event = make_event(kind, rid, choose.fraction(), choose.reason(), choose.length())
         answer = manager.handle("s", len(events), event)
         assert answer.snapshot.seq == len(events) + 1
         events.append(event)
@@ -152,6 +162,19 @@ SPECS = {
     "random-unlimited": lambda seed: random_spec(3, 0, seed=seed),
     "grid": lambda seed: grid_spec(GRID, concurrency=2, seed=seed),
     "single": lambda seed: single_spec(seed=seed),
+    "async-halving": lambda seed: halving_spec(max_trials=5, max_concurrent_trials=2, seed=seed),
+    "async-halving-promotion": lambda seed: halving_spec(
+        stop_once=False, max_trials=5, max_concurrent_trials=2, seed=seed
+    ),
+    "async-halving-promotion-unlimited": lambda seed: halving_spec(
+        stop_once=False, max_trials=4, max_concurrent_trials=0, seed=seed
+    ),
+    "adaptive-asha": lambda seed: halving_spec(
+        "adaptive_asha", max_trials=6, max_concurrent_trials=3, max_rungs=3, seed=seed
+    ),
+    "adaptive-asha-promotion": lambda seed: halving_spec(
+        "adaptive_asha", stop_once=False, max_trials=6, max_concurrent_trials=3, max_rungs=3, seed=seed
+    ),
 }
 
 

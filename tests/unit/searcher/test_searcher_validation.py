@@ -20,9 +20,15 @@ HP = {"lr": {"type": "double", "minval": 0.1, "maxval": 1.0, "count": 2}}
         (
             {"name": "foo", "metric": "loss"},
             HP,
-            "searcher.name: unknown searcher 'foo' (this searcher runs: grid, random, single)",
+            "searcher.name: unknown searcher 'foo' "
+            "(this searcher runs: adaptive_asha, async_halving, grid, random, single)",
         ),
-        ({"metric": "loss"}, HP, "searcher.name: required (this searcher runs: grid, random, single)"),
+        (
+            {"metric": "loss"},
+            HP,
+            "searcher.name: required "
+            "(this searcher runs: adaptive_asha, async_halving, grid, random, single)",
+        ),
         ({"name": 3, "metric": "loss"}, HP, "searcher.name: must be a string"),
         ({"name": "random", "metric": "loss"}, HP, "searcher.max_trials: required for random search"),
         ({"name": "random", "max_trials": 0}, HP, "searcher.max_trials: must be >= 1, got 0"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import grpc
 from sqlalchemy import select
 
@@ -27,7 +29,7 @@ class AgentsApi(ServicerBase):
     def _agents(
         self, agent_id: str | None = None, *, include_slots: bool = True, include_containers: bool = True
     ) -> list[apb.Agent]:
-        connected = self.ctx.hub.connected_ids()
+        heard = self.ctx.hub.last_heard()
         with self.ctx.db.read() as s:
             q = select(models.Agent).order_by(models.Agent.id)
             if agent_id is not None:
@@ -45,7 +47,8 @@ class AgentsApi(ServicerBase):
                 a,
                 by_agent.get(a.id, []),
                 holders,
-                connected=a.id in connected,
+                connected=a.id in heard,
+                last_heard=datetime.fromtimestamp(heard[a.id], UTC) if a.id in heard else None,
                 include_slots=include_slots,
                 include_containers=include_containers,
             )

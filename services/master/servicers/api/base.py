@@ -12,8 +12,10 @@ from services.master.domain.auth import AuthService
 from services.master.domain.checkpoints import CheckpointGc
 from services.master.domain.context import MasterContext
 from services.master.domain.logs import LogStore
+from services.master.domain.samples import SampleCache
 from services.master.domain.scheduling import WaitingInfo
 from services.master.remotes.checkpoint import CheckpointClient
+from services.master.servicers.read_cache import ReadCache
 
 
 @dataclass
@@ -24,6 +26,8 @@ class ApiDeps:
     waiting: WaitingInfo
     checkpoints: CheckpointClient
     gc: CheckpointGc
+    samples: SampleCache
+    read_cache: ReadCache
     version: str
     database: str
 
@@ -32,6 +36,7 @@ class ServicerBase:
     def __init__(self, deps: ApiDeps) -> None:
         self.deps = deps
         self.ctx = deps.ctx
+        self.cache = deps.read_cache
 
     @staticmethod
     def caller(context: grpc.ServicerContext) -> Principal:

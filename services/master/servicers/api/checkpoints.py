@@ -35,6 +35,8 @@ class CheckpointsApi(ServicerBase):
             trial_id=ck.trial_id,
             experiment_id=trial.experiment_id if trial is not None else 0,
             experiment_config=convert.struct(exp.config if exp is not None else {}),
+            training_metrics=common_pb2.Metrics(avg_metrics=convert.struct({})),
+            validation_metrics=common_pb2.Metrics(avg_metrics=convert.struct({})),
             hparams=convert.struct(trial.hparams if trial is not None else {}),
         )
         metric_name = ((exp.config.get("searcher") or {}).get("metric") if exp is not None else None) or ""
@@ -51,7 +53,7 @@ class CheckpointsApi(ServicerBase):
                 .limit(1)
             )
             if row is not None:
-                getattr(training, field).update({"avg_metrics": row.metrics})
+                getattr(training, field).avg_metrics.update(row.metrics)
                 value = row.metrics.get(metric_name)
                 if group == "validation" and isinstance(value, (int, float)) and not isinstance(value, bool):
                     training.searcher_metric = float(value)
@@ -104,8 +106,7 @@ class CheckpointsApi(ServicerBase):
             name = request.sort_by_metric
 
             def metric(m: cpb.Checkpoint) -> float:
-                value = m.training.validation_metrics.fields.get("avg_metrics")
-                found = value.struct_value.fields.get(name) if value is not None else None
+                found = m.training.validation_metrics.avg_metrics.fields.get(name)
                 return found.number_value if found is not None else float("inf")
 
             messages.sort(key=metric, reverse=descending)
@@ -128,6 +129,13 @@ class CheckpointsApi(ServicerBase):
     @rpc
     def GetExperimentCheckpoints(
         self, request: cpb.GetExperimentCheckpointsRequest, context: grpc.ServicerContext
+    ) -> cpb.GetExperimentCheckpointsResponse:
+        return self.cache.get(
+            "GetExperimentCheckpoints", request, lambda: self._experiment_checkpoints(request)
+        )
+
+    def _experiment_checkpoints(
+        self, request: cpb.GetExperimentCheckpointsRequest
     ) -> cpb.GetExperimentCheckpointsResponse:
         with self.ctx.db.read() as s:
             if s.get(models.Experiment, request.id) is None:

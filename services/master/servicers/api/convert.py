@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from datetime import datetime
 from typing import Any
 
@@ -12,7 +14,7 @@ from cairn.api.v1 import agent_pb2, auth_pb2, checkpoint_pb2, common_pb2, experi
 from services.master.domain.auth import UserInfo
 from services.master.domain.clock import utcnow
 from services.master.domain.paging import Page
-from services.master.domain.queries import ExperimentRow, TrialRow, smaller_is_better
+from services.master.domain.queries import ExperimentConfig, ExperimentRow, TrialRow
 from services.master.store import models
 
 # Display: an ACTIVE experiment shows what its allocations are doing (as Determined does for the
@@ -53,42 +55,83 @@ def user(info: UserInfo) -> auth_pb2.User:
     )
 
 
-def experiment(row: ExperimentRow) -> experiment_pb2.Experiment:
+class _StaticParts:
+    """The converted form of what never changes about an experiment (its config as Structs, the
+    text as submitted, searcher facts), kept as serialized message bytes: merging bytes into a new
+    message is far cheaper than building Structs from dicts on every read."""
+
+    def __init__(self, max_entries: int = 20_000) -> None:
+        self._entries: OrderedDict[tuple[tuple[int, datetime], bool], bytes] = OrderedDict()
+        self._max = max_entries
+        self._lock = threading.Lock()
+
+    def bytes_of(self, static: ExperimentConfig, *, with_config: bool = True) -> bytes:
+        key = (static.key, with_config)
+        with self._lock:
+            found = self._entries.get(key)
+        if found is not None:
+            return found
+        config = static.config
+        searcher = config.get("searcher") or {}
+        message = experiment_pb2.Experiment(
+            searcher_type=str(searcher.get("name", "")),
+            searcher_metric=str(searcher.get("metric", "")),
+            hyperparameters=struct(config.get("hyperparameters") or {}),
+            smaller_is_better=static.smaller_is_better,
+        )
+        if with_config:
+            message.config.CopyFrom(struct(config))
+            message.original_config = static.original_config
+        else:
+            message.config.SetInParent()  # present but empty: Determined's clients require the key
+        data = message.SerializeToString()
+        with self._lock:
+            self._entries[key] = data
+            while len(self._entries) > self._max:
+                self._entries.popitem(last=False)
+        return data
+
+
+STATIC_PARTS = _StaticParts()
+
+
+def config_struct(static: ExperimentConfig) -> struct_pb2.Struct:
+    message = experiment_pb2.Experiment.FromString(STATIC_PARTS.bytes_of(static))
+    return message.config
+
+
+def experiment(row: ExperimentRow, *, with_config: bool = True) -> experiment_pb2.Experiment:
     exp = row.experiment
-    searcher = exp.config.get("searcher") or {}
     end = exp.end_time or utcnow()
-    message = experiment_pb2.Experiment(
-        id=exp.id,
-        description=exp.description,
-        labels=list(exp.labels or []),
-        start_time=ts(exp.start_time),
-        end_time=ts(exp.end_time),
-        state=experiment_pb2.Experiment.State.Value(f"STATE_{exp.state}"),
-        archived=exp.archived,
-        num_trials=len(row.trials.trial_ids),
-        trial_ids=row.trials.trial_ids,
-        display_name=row.display_name,
-        user_id=exp.owner_id,
-        username=row.username,
-        resource_pool=exp.resource_pool,
-        searcher_type=str(searcher.get("name", "")),
-        searcher_metric=str(searcher.get("metric", "")),
-        hyperparameters=struct(exp.config.get("hyperparameters") or {}),
-        name=exp.name,
-        notes=exp.notes,
-        job_id=f"exp-{exp.id}",
-        progress=exp.progress,
-        project_id=1,
-        project_name="Uncategorized",
-        workspace_id=1,
-        workspace_name="Uncategorized",
-        config=struct(exp.config),
-        original_config=exp.original_config,
-        checkpoint_size=row.checkpoint_size,
-        checkpoint_count=row.checkpoint_count,
-        duration=int((end - exp.start_time).total_seconds() * 1000),
-        model_definition_size=exp.model_definition_size,
-        smaller_is_better=smaller_is_better(exp.config),
+    message = experiment_pb2.Experiment.FromString(STATIC_PARTS.bytes_of(row.static, with_config=with_config))
+    message.MergeFrom(
+        experiment_pb2.Experiment(
+            id=exp.id,
+            description=exp.description,
+            labels=list(exp.labels or []),
+            start_time=ts(exp.start_time),
+            end_time=ts(exp.end_time),
+            state=experiment_pb2.Experiment.State.Value(f"STATE_{exp.state}"),
+            archived=exp.archived,
+            num_trials=len(row.trials.trial_ids),
+            trial_ids=row.trials.trial_ids,
+            display_name=row.display_name,
+            user_id=exp.owner_id,
+            username=row.username,
+            resource_pool=exp.resource_pool,
+            name=exp.name,
+            notes=exp.notes,
+            job_id=f"exp-{exp.id}",
+            progress=exp.progress,
+            project_id=1,
+            project_name="Uncategorized",
+            workspace_id=1,
+            workspace_name="Uncategorized",
+            checkpoint_size=row.checkpoint_size,
+            checkpoint_count=row.checkpoint_count,
+            duration=int((end - exp.start_time).total_seconds() * 1000),
+            model_definition_size=exp.model_definition_size,
+        )
     )
     if exp.parent_id is not None:
         message.forked_from = exp.parent_id
@@ -103,7 +146,7 @@ def metrics_workload(metric: models.Metric | None) -> trial_pb2.MetricsWorkload 
         return None
     return trial_pb2.MetricsWorkload(
         end_time=ts(metric.report_time),
-        metrics=trial_pb2.Metrics(avg_metrics=struct(metric.metrics)),
+        metrics=common_pb2.Metrics(avg_metrics=struct(metric.metrics)),
         num_inputs=0,
         total_batches=int(metric.steps_completed),
     )
@@ -218,6 +261,7 @@ def agent(
     holders: dict[tuple[str, str], models.Allocation],
     *,
     connected: bool,
+    last_heard: datetime | None = None,
     include_slots: bool = True,
     include_containers: bool = True,
 ) -> agent_pb2.Agent:
@@ -230,7 +274,7 @@ def agent(
         version=agent_row.version,
         resource_pools=[agent_row.resource_pool],
         connected=connected,
-        last_heartbeat=ts(agent_row.last_seen),
+        last_heartbeat=ts(last_heard or agent_row.last_seen),
         hostname=agent_row.hostname,
     )
     type_stats: dict[str, agent_pb2.DeviceStats] = {}

@@ -113,17 +113,23 @@ class ExperimentsApi(ServicerBase):
     def GetExperiment(
         self, request: epb.GetExperimentRequest, context: grpc.ServicerContext
     ) -> epb.GetExperimentResponse:
+        return self.cache.get("GetExperiment", request, lambda: self._get_experiment(request))
+
+    def _get_experiment(self, request: epb.GetExperimentRequest) -> epb.GetExperimentResponse:
         row = self._row(request.experiment_id)
         return epb.GetExperimentResponse(
             experiment=convert.experiment(row),
             job_summary=self._job_summary(row),
-            config=convert.struct(row.experiment.config),
+            config=convert.config_struct(row.static),
         )
 
     @rpc
     def GetExperiments(
         self, request: epb.GetExperimentsRequest, context: grpc.ServicerContext
     ) -> epb.GetExperimentsResponse:
+        return self.cache.get("GetExperiments", request, lambda: self._get_experiments(request))
+
+    def _get_experiments(self, request: epb.GetExperimentsRequest) -> epb.GetExperimentsResponse:
         f = ExperimentFilter(
             name=request.name,
             description=request.description,
@@ -143,7 +149,8 @@ class ExperimentsApi(ServicerBase):
                 limit=request.limit,
             )
         return epb.GetExperimentsResponse(
-            experiments=[convert.experiment(r) for r in rows], pagination=convert.pagination(page)
+            experiments=[convert.experiment(r, with_config=request.include_config) for r in rows],
+            pagination=convert.pagination(page),
         )
 
     def _act(self, context: grpc.ServicerContext, experiment_id: int, action: Any) -> None:
@@ -207,6 +214,11 @@ class ExperimentsApi(ServicerBase):
     def GetExperimentTrials(
         self, request: tpb.GetExperimentTrialsRequest, context: grpc.ServicerContext
     ) -> tpb.GetExperimentTrialsResponse:
+        return self.cache.get("GetExperimentTrials", request, lambda: self._get_experiment_trials(request))
+
+    def _get_experiment_trials(
+        self, request: tpb.GetExperimentTrialsRequest
+    ) -> tpb.GetExperimentTrialsResponse:
         self._row(request.experiment_id)
         column = TRIAL_SORT.get(request.sort_by, models.Trial.id)
         with self.ctx.db.read() as s:
@@ -263,11 +275,12 @@ class ExperimentsApi(ServicerBase):
         spec = creation.search_spec(config)
         if request.seed:
             spec.seed = request.seed
-        preview = self.ctx.searchers.for_address(lifecycle.searcher_address(config)).preview(spec)
+        preview = self.ctx.searchers.for_config(config).preview(spec)
         response = epb.PreviewHPSearchResponse(summary=epb.SearchSummary(config=convert.struct(config)))
-        counts: dict[tuple[int, ...], int] = {}
+        # Determined's summary: how many trials train to each final length.
+        counts: dict[int, int] = {}
         for trial in preview.trials:
-            key = tuple(trial.lengths)
+            key = int(trial.lengths[-1]) if trial.lengths else 0
             counts[key] = counts.get(key, 0) + 1
             response.previewed_trials.append(
                 epb.PreviewedTrial(
@@ -277,10 +290,10 @@ class ExperimentsApi(ServicerBase):
                     bracket=trial.bracket,
                 )
             )
-        for lengths, count in sorted(counts.items()):
-            unit = epb.SearchUnit(max_length=not lengths)
-            if lengths:
+        for length, count in sorted(counts.items()):
+            unit = epb.SearchUnit(max_length=not length)
+            if length:
                 unit.name = preview.unit or "batches"
-                unit.value = int(lengths[-1])
+                unit.value = length
             response.summary.trials.append(epb.TrialSummary(count=count, unit=unit))
         return response

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import zlib
 from collections.abc import Iterator
 from datetime import UTC
 
@@ -13,6 +15,7 @@ from cairn.wire import struct_to_python
 from services.master.domain import metrics, signals
 from services.master.domain.downsample import downsample
 from services.master.domain.errors import InvalidArgument, NotFound
+from services.master.domain.paging import page_of
 from services.master.domain.queries import smaller_is_better
 from services.master.servicers.api import convert
 from services.master.servicers.api.base import ServicerBase
@@ -73,6 +76,9 @@ class MetricsApi(ServicerBase):
     ) -> Iterator[tpb.GetMetricsResponse]:
         if not request.trial_ids:
             raise InvalidArgument("trial_ids: required")
+        yield from self.cache.get("GetMetrics", request, lambda: list(self._metrics(request)))
+
+    def _metrics(self, request: tpb.GetMetricsRequest) -> Iterator[tpb.GetMetricsResponse]:
         group = request.group or "training"
         for trial_id in request.trial_ids:
             with self.ctx.db.read() as s:
@@ -164,3 +170,112 @@ class MetricsApi(ServicerBase):
                 raise NotFound(f"experiment {request.experiment_id} has no validation metric yet")
             best = min(values) if smaller_is_better(exp.config) else max(values)
         return tpb.GetBestSearcherValidationMetricResponse(metric=best)
+
+
+class SamplesApi(ServicerBase):
+    @stream_rpc
+    def TrialsSample(
+        self, request: tpb.TrialsSampleRequest, context: grpc.ServicerContext
+    ) -> Iterator[tpb.TrialsSampleResponse]:
+        previous: set[int] | None = None
+        while context.is_active():
+            series, ended = self.deps.samples.sample(
+                request.experiment_id,
+                metric_name=request.metric_name,
+                group=request.group,
+                max_trials=request.max_trials,
+                max_datapoints=request.max_datapoints,
+                start_batches=request.start_batches,
+                end_batches=request.end_batches,
+            )
+            ids = {t.trial_id for t in series}
+            yield tpb.TrialsSampleResponse(
+                trials=[
+                    tpb.TrialsSampleResponse.Trial(
+                        trial_id=t.trial_id,
+                        hparams=convert.struct(t.hparams),
+                        data=[
+                            tpb.DataPoint(batches=p.batches, value=p.value, time=convert.ts(p.time))
+                            for p in t.points
+                        ],
+                    )
+                    for t in series
+                ],
+                promoted_trials=sorted(ids - previous) if previous is not None else [],
+                demoted_trials=sorted(previous - ids) if previous is not None else [],
+            )
+            previous = ids
+            if request.period_seconds <= 0 or ended:
+                return
+            self.ctx.stopping.wait(min(float(request.period_seconds), 60.0))
+            if self.ctx.stopping.is_set():
+                return
+
+
+class WorkloadsApi(ServicerBase):
+    """What Determined's harness and CLI ask of a trial beyond metrics: a run announcing itself,
+    and the trial's history as workloads."""
+
+    @rpc
+    def RunPrepareForReporting(
+        self, request: tpb.RunPrepareForReportingRequest, context: grpc.ServicerContext
+    ) -> tpb.RunPrepareForReportingResponse:
+        principal = self.caller(context)
+        with self.ctx.unit_of_work() as w:
+            trial = w.session.get(models.Trial, request.run_id)
+            if trial is None:
+                raise NotFound(f"run {request.run_id} not found")
+            metrics.check_reporter(w, principal, trial)
+        storage = json.dumps(struct_to_python(request.checkpoint_storage), sort_keys=True)
+        return tpb.RunPrepareForReportingResponse(storage_id=zlib.crc32(storage.encode()) & 0x7FFFFFFF)
+
+    @rpc
+    def GetTrialWorkloads(
+        self, request: tpb.GetTrialWorkloadsRequest, context: grpc.ServicerContext
+    ) -> tpb.GetTrialWorkloadsResponse:
+        F = tpb.GetTrialWorkloadsRequest
+        wanted_groups = {
+            F.FILTER_OPTION_UNSPECIFIED: ("training", "validation"),
+            F.FILTER_OPTION_VALIDATION: ("validation",),
+            F.FILTER_OPTION_CHECKPOINT_OR_VALIDATION: ("validation",),
+            F.FILTER_OPTION_CHECKPOINT: (),
+        }[request.filter]
+        with_checkpoints = request.filter != F.FILTER_OPTION_VALIDATION
+        items: list[tuple[int, int, tpb.Workload]] = []
+        with self.ctx.db.read() as s:
+            if s.get(models.Trial, request.trial_id) is None:
+                raise NotFound(f"trial {request.trial_id} not found")
+            if wanted_groups:
+                for row in s.scalars(
+                    select(models.Metric).where(
+                        models.Metric.trial_id == request.trial_id,
+                        models.Metric.group_name.in_(wanted_groups),
+                        models.Metric.archived.is_(False),
+                    )
+                ):
+                    workload = convert.metrics_workload(row)
+                    assert workload is not None
+                    if request.include_batch_metrics and row.batch_metrics:
+                        workload.metrics.batch_metrics.extend(convert.struct(b) for b in row.batch_metrics)
+                    if row.group_name == "training":
+                        items.append((int(row.steps_completed), 0, tpb.Workload(training=workload)))
+                    else:
+                        items.append((int(row.steps_completed), 1, tpb.Workload(validation=workload)))
+            if with_checkpoints:
+                for ck in s.scalars(
+                    select(models.Checkpoint).where(models.Checkpoint.trial_id == request.trial_id)
+                ):
+                    workload_ck = tpb.CheckpointWorkload(
+                        uuid=ck.uuid,
+                        end_time=convert.ts(ck.report_time),
+                        state=convert.checkpoint_state(ck.state),
+                        resources={k: int(v) for k, v in ck.resources.items()},
+                        total_batches=int(ck.steps_completed),
+                        metadata=convert.struct(ck.metadata_),
+                    )
+                    items.append((int(ck.steps_completed), 2, tpb.Workload(checkpoint=workload_ck)))
+        items.sort(key=lambda item: (item[0], item[1]), reverse=request.order_by == 2)
+        page = page_of(len(items), request.offset, request.limit)
+        return tpb.GetTrialWorkloadsResponse(
+            workloads=[w for _, _, w in items[page.start : page.end]], pagination=convert.pagination(page)
+        )

@@ -8,7 +8,7 @@ from services.master.servicers.api.auth import AuthApi
 from services.master.servicers.api.checkpoints import CheckpointsApi
 from services.master.servicers.api.experiments import ExperimentsApi
 from services.master.servicers.api.master import MasterApi
-from services.master.servicers.api.metrics import MetricsApi
+from services.master.servicers.api.metrics import MetricsApi, SamplesApi, WorkloadsApi
 from services.master.servicers.api.tasks import SignalsApi, TasksApi
 from services.master.servicers.api.trials import TrialsApi
 
@@ -19,6 +19,8 @@ class CairnServicer(
     ExperimentsApi,
     TrialsApi,
     MetricsApi,
+    SamplesApi,
+    WorkloadsApi,
     CheckpointsApi,
     AgentsApi,
     TasksApi,

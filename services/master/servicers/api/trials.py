@@ -59,7 +59,9 @@ class TrialsApi(ServicerBase):
     @rpc
     def GetTrial(self, request: tpb.GetTrialRequest, context: grpc.ServicerContext) -> tpb.GetTrialResponse:
         self.check_trial_access(context, request.trial_id)
-        return tpb.GetTrialResponse(trial=self.trial_message(request.trial_id))
+        return self.cache.get(
+            "GetTrial", request, lambda: tpb.GetTrialResponse(trial=self.trial_message(request.trial_id))
+        )
 
     @rpc
     def KillTrial(

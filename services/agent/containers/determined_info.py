@@ -1,0 +1,105 @@
+"""What Determined's harness needs from a task's surroundings, for Determined scripts run by Cairn.
+
+Determined's `det.get_cluster_info()` reads /run/determined/info/{cluster,trial,rendezvous,
+resources}.json — a fixed path that Determined's containers each have privately. The process
+runtime gives each allocation the same privacy with a mount namespace: the agent writes the files
+into the container's own folder, and the command starts under `unshare --mount` with that folder
+bind-mounted on /run/determined, visible to that process tree only. Without the privilege to do
+so (the agent is not root), Determined scripts still run but see no cluster info, and the
+container's log says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+
+RUN_DIR = "/run/determined"
+# Runs inside the new mount namespace; $0 is the folder to expose, "$@" the task's command.
+_BIND_AND_EXEC = f'mkdir -p {RUN_DIR} && mount --bind "$0" {RUN_DIR} && exec "$@"'
+
+
+def private_run_dir_supported() -> bool:
+    """Whether this agent can give each task its own /run/determined (root, unshare and mount)."""
+    if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("mount"):
+        return False
+    try:
+        probe = subprocess.run(
+            ["unshare", "--mount", "--propagation", "private", "--", "true"],
+            capture_output=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return probe.returncode == 0
+
+
+def is_determined_task(env: Mapping[str, str]) -> bool:
+    return "DET_TASK_ID" in env and "DET_ALLOCATION_ID" in env
+
+
+def write_info_files(env: Mapping[str, str], directory: Path) -> None:
+    """The files Determined's prep step would write, from the DET_* environment of the task."""
+    info = directory / "info"
+    info.mkdir(parents=True, exist_ok=True)
+    slot_ids = json.loads(env.get("DET_SLOT_IDS", "[]"))
+    cluster = {
+        "master_url": env.get("DET_MASTER", ""),
+        "cluster_id": env.get("DET_CLUSTER_ID", ""),
+        "agent_id": env.get("DET_AGENT_ID", ""),
+        "slot_ids": slot_ids,
+        "task_id": env["DET_TASK_ID"],
+        "allocation_id": env["DET_ALLOCATION_ID"],
+        "session_token": env.get("DET_SESSION_TOKEN", ""),
+        "task_type": env.get("DET_TASK_TYPE", "TRIAL"),
+        "master_cert_name": env.get("DET_MASTER_CERT_NAME"),
+        "master_cert_file": env.get("DET_MASTER_CERT_FILE"),
+        "latest_checkpoint": env.get("DET_LATEST_CHECKPOINT"),
+    }
+    files: dict[str, object] = {
+        "cluster.json": cluster,
+        # One container per allocation on this agent: rank 0 of 1, reachable on loopback.
+        "rendezvous.json": {
+            "container_addrs": ["127.0.0.1"],
+            "container_rank": 0,
+            "container_slot_counts": [len(slot_ids)],
+        },
+        "resources.json": {"gpu_uuids": [u for u in env.get("CAIRN_GPU_UUIDS", "").split(",") if u]},
+    }
+    if "DET_TRIAL_ID" in env:
+        config = json.loads(env.get("DET_EXPERIMENT_CONFIG", "{}"))
+        files["trial.json"] = {
+            "trial_id": int(env["DET_TRIAL_ID"]),
+            "experiment_id": int(env.get("DET_EXPERIMENT_ID", "0")),
+            "trial_seed": int(env.get("DET_TRIAL_SEED", "0")),
+            "hparams": json.loads(env.get("DET_HPARAMS", "{}")),
+            "config": config,
+            "steps_completed": int(env.get("DET_STEPS_COMPLETED", "0")),
+            "trial_run_id": int(env.get("DET_TRIAL_RUN_ID", "1")),
+            "debug": bool(config.get("debug", False)),
+            "inter_node_network_interface": env.get("DET_INTER_NODE_NETWORK_INTERFACE"),
+        }
+    for name, content in files.items():
+        (info / name).write_text(json.dumps(content))
+
+
+def with_private_run_dir(argv: list[str], run_dir: Path) -> list[str]:
+    """`argv` started in its own mount namespace with `run_dir` on /run/determined. unshare and
+    sh both exec, so the task's process keeps the pid and process group the shim gave it."""
+    return [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "--",
+        "sh",
+        "-c",
+        _BIND_AND_EXEC,
+        str(run_dir),
+        *argv,
+    ]

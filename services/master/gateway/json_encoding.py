@@ -1,0 +1,270 @@
+"""Protobuf messages to JSON-ready Python objects, the way grpc-gateway's marshaler writes them.
+
+The output is what `json_format.MessageToDict(m, always_print_fields_with_no_presence=True)` gives
+(lowerCamelCase names, every field without presence printed with its default, enums by name,
+64-bit integers as strings, bytes as base64, Timestamps as RFC 3339), with two differences taken
+from Go's protojson, which Determined's master uses:
+
+- a whole number inside a Struct/Value prints as an integer (`"batches": 100`, not `100.0`):
+  configs and hyperparameters go through Struct, which keeps only doubles, and clients compare
+  these values with the integers they submitted;
+- NaN and infinities inside a Struct/Value print as the strings "NaN", "Infinity", "-Infinity"
+  (json_format refuses them; a diverging loss must not turn a metrics read into an error).
+
+json_format walks descriptors on every call; listing 100 experiments with their configs spent
+most of its time there. Here each message type is compiled once into a list of field plans, and
+the larger messages that carry Structs (experiments, trials, configs) are memoized by their
+serialized bytes: most of them never change once written, and the same bytes always print the
+same JSON. Memoized objects are shared between responses, so callers must not modify them.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, cast
+
+from google.protobuf import json_format
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.internal import type_checkers
+from google.protobuf.message import Message
+
+Converter = Callable[[Any], Any]
+
+_INT64_TYPES = frozenset(
+    {
+        FieldDescriptor.TYPE_INT64,
+        FieldDescriptor.TYPE_UINT64,
+        FieldDescriptor.TYPE_SINT64,
+        FieldDescriptor.TYPE_FIXED64,
+        FieldDescriptor.TYPE_SFIXED64,
+    }
+)
+_WRAPPERS = frozenset(
+    f"google.protobuf.{name}Value"
+    for name in ("Double", "Float", "Int64", "UInt64", "Int32", "UInt32", "Bool", "String", "Bytes")
+)
+_STRING_WKTS = frozenset(
+    {"google.protobuf.Timestamp", "google.protobuf.Duration", "google.protobuf.FieldMask"}
+)
+# Beyond this a double no longer holds every integer exactly; Go switches to exponent form at 1e21.
+_LARGEST_PRINTED_AS_INTEGER = 1e21
+
+
+def _int64(value: int) -> str:
+    return str(value)
+
+
+def _bytes(value: bytes) -> str:
+    return base64.b64encode(value).decode("ascii")
+
+
+def _double(value: float) -> float | str:
+    if math.isfinite(value):
+        return value
+    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+
+
+def _float(value: float) -> float | str:
+    if math.isfinite(value):
+        return type_checkers.ToShortestFloat(value)
+    return _double(value)
+
+
+def _struct_number(value: float) -> float | int | str:
+    if not math.isfinite(value):
+        return _double(value)
+    if value.is_integer() and abs(value) < _LARGEST_PRINTED_AS_INTEGER:
+        return int(value)
+    return value
+
+
+def _value(value: Any) -> Any:
+    kind = value.WhichOneof("kind")
+    if kind == "string_value":
+        return value.string_value
+    if kind == "number_value":
+        return _struct_number(value.number_value)
+    if kind == "bool_value":
+        return value.bool_value
+    if kind == "struct_value":
+        return _struct(value.struct_value)
+    if kind == "list_value":
+        return [_value(v) for v in value.list_value.values]
+    return None  # unset or null_value
+
+
+def _struct(struct: Any) -> dict[str, Any]:
+    return {key: _value(v) for key, v in struct.fields.items()}
+
+
+def _list_value(lst: Any) -> list[Any]:
+    return [_value(v) for v in lst.values]
+
+
+def _to_json_string(message: Any) -> str:
+    return str(message.ToJsonString())
+
+
+class _Memo:
+    """A bounded LRU from (type, deterministic serialization) to the converted object."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self._entries: OrderedDict[tuple[str, bytes], Any] = OrderedDict()
+        self._bytes = 0
+        self._max_bytes = max_bytes
+        self._lock = threading.Lock()
+
+    def wrap(self, type_name: str, convert: Converter) -> Converter:
+        def memoized(message: Any) -> Any:
+            size = message.ByteSize()
+            if size < MEMO_MIN_BYTES or size > self._max_bytes // 64:
+                return convert(message)
+            key = (type_name, message.SerializeToString(deterministic=True))
+            with self._lock:
+                found = self._entries.get(key, _MISSING)
+                if found is not _MISSING:
+                    self._entries.move_to_end(key)
+                    return found
+            value = convert(message)
+            with self._lock:
+                if key not in self._entries:
+                    self._entries[key] = value
+                    self._bytes += size
+                    while self._bytes > self._max_bytes:
+                        (_name, old), _value = self._entries.popitem(last=False)
+                        self._bytes -= len(old)
+            return value
+
+        return memoized
+
+
+_MISSING = object()
+# Below this, converting is about as cheap as serializing to look the result up.
+MEMO_MIN_BYTES = 256
+# Serialized bytes kept as keys; the converted objects take a few times as much.
+MEMO_MAX_BYTES = 16 * 1024 * 1024
+
+
+def _contains_struct(descriptor: Descriptor, seen: set[str] | None = None) -> bool:
+    seen = set() if seen is None else seen
+    if descriptor.full_name in seen:
+        return False
+    seen.add(descriptor.full_name)
+    for field in descriptor.fields:
+        sub = field.message_type
+        if sub is None:
+            continue
+        if sub.full_name == "google.protobuf.Struct" or _contains_struct(sub, seen):
+            return True
+    return False
+
+
+def _map_key(key: Any) -> str:
+    if isinstance(key, bool):
+        return "true" if key else "false"
+    return str(key)
+
+
+class JsonEncoder:
+    """Compiles and caches one converter per message type; safe to share between threads."""
+
+    def __init__(self, memo_max_bytes: int = MEMO_MAX_BYTES) -> None:
+        self._converters: dict[str, Converter] = {}
+        self._lock = threading.RLock()
+        self._memo = _Memo(memo_max_bytes) if memo_max_bytes > 0 else None
+
+    def to_object(self, message: Message) -> Any:
+        return self.converter(cast(Descriptor, message.DESCRIPTOR))(message)
+
+    def converter(self, descriptor: Descriptor) -> Converter:
+        found = self._converters.get(descriptor.full_name)
+        if found is not None:
+            return found
+        with self._lock:
+            return self._compile(descriptor)
+
+    def _compile(self, descriptor: Descriptor) -> Converter:
+        """Called with the lock held (nested message types compile from inside)."""
+        name = descriptor.full_name
+        if name in self._converters:
+            return self._converters[name]
+        # Recursive types refer to themselves: a forwarding entry breaks the cycle.
+        self._converters[name] = lambda m: self._converters[name](m)  # noqa: PLW0108 (late lookup)
+        converter = self._build(descriptor)
+        self._converters[name] = converter
+        return converter
+
+    def _build(self, descriptor: Descriptor) -> Converter:
+        name = descriptor.full_name
+        if name == "google.protobuf.Struct":
+            return self._memo.wrap(name, _struct) if self._memo else _struct
+        if name == "google.protobuf.Value":
+            return _value
+        if name == "google.protobuf.ListValue":
+            return _list_value
+        if name in _STRING_WKTS:
+            return _to_json_string
+        if name in _WRAPPERS:
+            inner = self._value_converter(descriptor.fields_by_name["value"])
+            return (lambda m: m.value) if inner is None else (lambda m: inner(m.value))
+        if name == "google.protobuf.Any":
+            return lambda m: json_format.MessageToDict(m, always_print_fields_with_no_presence=True)
+        regular = self._regular(descriptor)
+        if self._memo is not None and _contains_struct(descriptor):
+            return self._memo.wrap(name, regular)
+        return regular
+
+    def _regular(self, descriptor: Descriptor) -> Converter:
+        # (attribute, json name, only when present, converter or None for values printed as is)
+        plans: list[tuple[str, str, bool, Converter | None]] = []
+        for field in descriptor.fields:
+            plans.append((field.name, field.json_name, field.has_presence, self._field_converter(field)))
+
+        def convert(message: Any) -> dict[str, Any]:
+            out: dict[str, Any] = {}
+            for attribute, json_name, presence, fn in plans:
+                if presence and not message.HasField(attribute):
+                    continue
+                value = getattr(message, attribute)
+                out[json_name] = value if fn is None else fn(value)
+            return out
+
+        return convert
+
+    def _field_converter(self, field: FieldDescriptor) -> Converter | None:
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            value_converter = self._value_converter(field.message_type.fields_by_name["value"])
+            if value_converter is None:
+                return lambda m: {_map_key(k): v for k, v in m.items()}
+            vc = value_converter
+            return lambda m: {_map_key(k): vc(v) for k, v in m.items()}
+        element = self._value_converter(field)
+        if field.is_repeated:
+            if element is None:
+                return list
+            el = element
+            return lambda values: [el(v) for v in values]
+        return element
+
+    def _value_converter(self, field: FieldDescriptor) -> Converter | None:
+        """How one value of `field` (an element, for repeated fields) prints; None: as it is."""
+        if field.message_type is not None:
+            return self._compile(field.message_type)
+        if field.enum_type is not None:
+            if field.enum_type.full_name == "google.protobuf.NullValue":
+                return lambda _v: None
+            names = {v.number: v.name for v in field.enum_type.values}
+            return lambda v: names.get(v, v)
+        if field.type in _INT64_TYPES:
+            return _int64
+        if field.type == FieldDescriptor.TYPE_BYTES:
+            return _bytes
+        if field.type == FieldDescriptor.TYPE_DOUBLE:
+            return _double
+        if field.type == FieldDescriptor.TYPE_FLOAT:
+            return _float
+        return None

@@ -1,0 +1,50 @@
+"""JSON bodies of large unary replies, keyed by the reply's own bytes.
+
+The gateway still makes every gRPC call (authentication and all); when the reply is byte for byte
+one it has already encoded — the same page of a list, polled by many clients while nothing changed
+— the JSON is taken from here instead of being built again. Small replies are not worth it, and
+replies that carry secrets (the login token) are never stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+
+# Below this many protobuf bytes, encoding is cheaper than hashing and bookkeeping.
+MIN_REPLY_BYTES = 4096
+MAX_TOTAL_BYTES = 64 * 1024 * 1024
+
+
+class ReplyCache:
+    def __init__(self, max_total_bytes: int = MAX_TOTAL_BYTES) -> None:
+        self._entries: OrderedDict[tuple[str, bool, bytes], bytes] = OrderedDict()
+        self._total = 0
+        self._max = max_total_bytes
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(method: str, pretty: bool, reply: bytes) -> tuple[str, bool, bytes] | None:
+        if len(reply) < MIN_REPLY_BYTES:
+            return None
+        return (method, pretty, hashlib.blake2b(reply, digest_size=20).digest())
+
+    def get(self, key: tuple[str, bool, bytes]) -> bytes | None:
+        with self._lock:
+            body = self._entries.get(key)
+            if body is not None:
+                self._entries.move_to_end(key)
+            return body
+
+    def put(self, key: tuple[str, bool, bytes], body: bytes) -> None:
+        if len(body) > self._max // 8:
+            return
+        with self._lock:
+            if key in self._entries:
+                return
+            self._entries[key] = body
+            self._total += len(body)
+            while self._total > self._max:
+                _, dropped = self._entries.popitem(last=False)
+                self._total -= len(dropped)

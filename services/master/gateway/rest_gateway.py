@@ -1,0 +1,245 @@
+"""The REST API: HTTP requests under /api/ transcoded to the public gRPC service and back.
+
+Per request: route (most specific template) → request message (path, query, body) → gRPC call
+through the master's own port with the caller's credentials → JSON answer. Unary answers are one
+JSON document (`?pretty` indents it); server streams are chunked NDJSON, one `{"result": ...}`
+line per message, flushed as it comes, and a failure after the first message ends the stream
+with one `{"error": {...}}` line. A failure before the first message is an ordinary error
+answer, with the HTTP status of the gRPC code.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from http import HTTPStatus
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+import grpc
+from google.protobuf.descriptor import ServiceDescriptor
+from google.protobuf.message import Message
+
+from services.common.logging import get_logger
+from services.master.gateway import credentials
+from services.master.gateway.errors import (
+    GatewayError,
+    error_body,
+    http_status,
+    rpc_error_parts,
+    stream_error_line,
+)
+from services.master.gateway.http_rules import HttpBinding, RpcMethod, http_bindings
+from services.master.gateway.http_server import (
+    BodyError,
+    MasterHttpServer,
+    RequestHandler,
+    Response,
+    Route,
+    StreamingResponse,
+)
+from services.master.gateway.json_encoding import JsonEncoder
+from services.master.gateway.openapi import openapi_document
+from services.master.gateway.reply_cache import ReplyCache
+from services.master.gateway.request_builder import MAX_QUERY_PARAMS, RequestBuilder
+from services.master.gateway.router import MethodNotAllowed, NoRoute, Router
+from services.master.gateway.upstream import StreamCall, Upstream
+
+log = get_logger(__name__)
+
+API_PREFIX = "/api/"
+# Where the OpenAPI document is served: Cairn's name and Determined's.
+OPENAPI_PATHS = ("/api/v1/openapi.json", "/api/v1/api.swagger.json")
+
+# After these calls succeed the gateway sets or clears the session cookie (Determined's response
+# hook does the same for its WebUI).
+_SETS_COOKIE = "Login"
+_CLEARS_COOKIE = "Logout"
+
+
+def _split_target(target: str) -> tuple[str, str]:
+    """Path and query of a request target; the path stays percent-encoded for matching."""
+    if target.startswith(("http://", "https://")):  # absolute form, as sent to proxies
+        url = urlsplit(target)
+        return url.path or "/", url.query
+    path, _, query = target.partition("?")
+    return path, query.partition("#")[0]
+
+
+def _compact(obj: Any) -> bytes:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _pretty(obj: Any) -> bytes:
+    return json.dumps(obj, ensure_ascii=False, indent=2).encode()
+
+
+class RestGateway:
+    def __init__(self, service: ServiceDescriptor, bindings: list[HttpBinding], upstream: Upstream) -> None:
+        self.router = Router(bindings)
+        self.builders: dict[tuple[str, str], RequestBuilder] = {
+            (b.http_method, b.template): RequestBuilder(b) for b in bindings
+        }
+        self.upstream = upstream
+        self.encoder = JsonEncoder()
+        # Compile every response converter now, not during the first requests.
+        for binding in bindings:
+            self.encoder.converter(binding.rpc.response_descriptor)
+        self.openapi_json = _compact(openapi_document(service, bindings))
+        self.replies = ReplyCache()
+
+    def handle(self, req: RequestHandler) -> Response | StreamingResponse | None:
+        path, raw_query = _split_target(req.path)
+        if not path.startswith(API_PREFIX):
+            return None
+        try:
+            return self._handle(req, path, raw_query)
+        except Exception:
+            # A bug here must still answer in the error format clients parse.
+            log.exception("rest gateway failed", path=path, method=req.command)
+            return self._error(GatewayError(grpc.StatusCode.INTERNAL, "internal error in the REST gateway"))
+
+    def _handle(self, req: RequestHandler, path: str, raw_query: str) -> Response | StreamingResponse:
+        try:
+            query = parse_qsl(raw_query, keep_blank_values=True, max_num_fields=MAX_QUERY_PARAMS)
+        except ValueError as exc:
+            return self._error(GatewayError(grpc.StatusCode.INVALID_ARGUMENT, f"bad query string: {exc}"))
+        pretty = any(key == "pretty" for key, _ in query)
+        if path in OPENAPI_PATHS and req.command in ("GET", "HEAD"):
+            return Response(HTTPStatus.OK, self.openapi_json)
+        try:
+            match = self.router.match(req.command, path)
+        except NoRoute:
+            return self._error(GatewayError(grpc.StatusCode.NOT_FOUND, f"no API route for {path}"))
+        except MethodNotAllowed as exc:
+            response = self._error(
+                GatewayError(
+                    grpc.StatusCode.UNIMPLEMENTED,
+                    f"{req.command} is not allowed on {path}; allowed: {', '.join(exc.allowed)}",
+                    http_status_override=HTTPStatus.METHOD_NOT_ALLOWED,
+                )
+            )
+            response.headers = {"Allow": ", ".join(exc.allowed)}
+            return response
+        binding = match.binding
+        try:
+            body = req.read_body() if binding.body else b""
+            request = self.builders[(binding.http_method, binding.template)].build(
+                match.path_params, query, body
+            )
+            metadata = credentials.forwarded_metadata(req.headers, req.client_address[0])
+        except BodyError as exc:
+            code = grpc.StatusCode.INVALID_ARGUMENT
+            return self._error(GatewayError(code, exc.message, http_status_override=exc.status))
+        except GatewayError as exc:
+            return self._error(exc)
+        if binding.rpc.server_streaming:
+            return self._stream(binding, request, metadata)
+        return self._unary(binding, request, metadata, pretty)
+
+    def _unary(
+        self, binding: HttpBinding, request: Message, metadata: list[tuple[str, str]], pretty: bool
+    ) -> Response:
+        rpc = binding.rpc
+        try:
+            raw = self.upstream.call_unary_raw(rpc, request, metadata)
+        except grpc.RpcError as exc:
+            code, message = rpc_error_parts(exc)
+            return self._rpc_error(rpc, code, message)
+        cacheable = rpc.name not in (_SETS_COOKIE, _CLEARS_COOKIE)
+        key = ReplyCache.key(rpc.full_path, pretty, raw) if cacheable else None
+        body = self.replies.get(key) if key is not None else None
+        if body is not None:
+            return Response(HTTPStatus.OK, body)
+        reply = rpc.response_type.FromString(raw)
+        payload = self._payload(binding, reply)
+        response = Response(HTTPStatus.OK, _pretty(payload) if pretty else _compact(payload))
+        if key is not None:
+            self.replies.put(key, response.body)
+        token = getattr(reply, "token", "") if rpc.name == _SETS_COOKIE else ""
+        if token:
+            response.headers = {"Set-Cookie": credentials.login_cookie(str(token))}
+        elif rpc.name == _CLEARS_COOKIE:
+            response.headers = {"Set-Cookie": credentials.logout_cookie()}
+        return response
+
+    def _payload(self, binding: HttpBinding, reply: Message) -> Any:
+        if not binding.response_body:
+            return self.encoder.to_object(reply)
+        # `response_body: "field"` answers with that field alone.
+        whole = self.encoder.to_object(reply)
+        field = reply.DESCRIPTOR.fields_by_name[binding.response_body]
+        return whole.get(field.json_name)
+
+    def _stream(
+        self, binding: HttpBinding, request: Message, metadata: list[tuple[str, str]]
+    ) -> Response | StreamingResponse:
+        rpc = binding.rpc
+        call = self.upstream.call_stream(rpc, request, metadata)
+        messages = iter(call)
+        try:
+            first = next(messages)
+        except StopIteration:
+            return Response(HTTPStatus.OK, b"")
+        except grpc.RpcError as exc:
+            code, message = rpc_error_parts(exc)
+            return self._rpc_error(rpc, code, message)
+        return StreamingResponse(HTTPStatus.OK, self._lines(binding, call, first, messages), call.cancel)
+
+    def _lines(
+        self, binding: HttpBinding, call: StreamCall, first: Message, rest: Iterator[Message]
+    ) -> Iterator[bytes]:
+        try:
+            yield _compact({"result": self._payload(binding, first)}) + b"\n"
+            for message in rest:
+                yield _compact({"result": self._payload(binding, message)}) + b"\n"
+        except grpc.RpcError as exc:
+            code, message_text = rpc_error_parts(exc)
+            if code != grpc.StatusCode.CANCELLED:
+                log.info("rest stream failed", method=binding.rpc.name, code=code.name, error=message_text)
+            yield _compact(stream_error_line(code, message_text)) + b"\n"
+        except Exception:
+            log.exception("rest stream failed in the gateway", method=binding.rpc.name)
+            yield (
+                _compact(stream_error_line(grpc.StatusCode.INTERNAL, "internal error in the REST gateway"))
+                + b"\n"
+            )
+        finally:
+            call.cancel()  # a no-op once the stream has ended; stops it when the answer was cut short
+
+    def _rpc_error(self, rpc: RpcMethod, code: grpc.StatusCode, message: str) -> Response:
+        status = http_status(code)
+        if status >= 500:
+            log.warning("rest call failed", method=rpc.name, code=code.name, error=message)
+        return Response(status, _compact(error_body(code, message)))
+
+    @staticmethod
+    def _error(error: GatewayError) -> Response:
+        return Response(error.status, _compact(error_body(error.code, error.message)))
+
+
+def _dial_address(host: str, port: int) -> str:
+    """Where the gateway reaches the gRPC server bound to `host`: wildcard binds are reached
+    on loopback."""
+    if host in ("", "0.0.0.0"):
+        host = "127.0.0.1"
+    elif host in ("::", "[::]"):
+        host = "::1"
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"{host}:{port}"
+
+
+def rest_routes(
+    server: MasterHttpServer, service: ServiceDescriptor, grpc_host: str, grpc_port: int
+) -> list[Route]:
+    """The REST gateway for `service` as routes of `server`, dialing the gRPC server at
+    grpc_host:grpc_port; its channel closes with the HTTP server."""
+    bindings = http_bindings(service)
+    upstream = Upstream(
+        _dial_address(grpc_host, grpc_port), {b.rpc.full_path: b.rpc for b in bindings}.values()
+    )
+    server.close_hooks.append(upstream.close)
+    gateway = RestGateway(service, bindings, upstream)
+    log.info("rest gateway ready", routes=len(bindings), grpc=upstream.address)
+    return [gateway.handle]

@@ -1,0 +1,47 @@
+"""A cache of read answers that is never stale: an entry is used only while no change has been
+committed since it was computed (MasterContext.data_version).
+
+On a large, quiet database — the common case for lists and dashboards, and what many clients
+polling the same pages look like — repeated reads cost a dictionary lookup instead of queries and
+message building. Any committed write makes every entry outdated at once; an entry computed while
+a write was in flight is stored under the version it started from, so it is never served after it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import TypeVar
+
+from google.protobuf.message import Message
+
+from services.master.domain.context import MasterContext
+
+T = TypeVar("T")
+
+
+class ReadCache:
+    def __init__(self, ctx: MasterContext, max_entries: int = 1024) -> None:
+        self._ctx = ctx
+        self._max = max_entries
+        self._entries: OrderedDict[tuple[str, bytes], tuple[int, object]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, method: str, request: Message, compute: Callable[[], T]) -> T:
+        if self._max <= 0:
+            return compute()
+        key = (method, request.SerializeToString(deterministic=True))
+        version = self._ctx.data_version
+        with self._lock:
+            hit = self._entries.get(key)
+            if hit is not None and hit[0] == version:
+                self._entries.move_to_end(key)
+                return hit[1]  # type: ignore[return-value]
+        result = compute()
+        with self._lock:
+            self._entries[key] = (version, result)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self._max:
+                self._entries.popitem(last=False)
+        return result

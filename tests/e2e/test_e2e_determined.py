@@ -1,0 +1,149 @@
+"""The stock Determined client against a Cairn cluster: PyPI's determined==0.38.1 (`make install`
+puts it in .venv-det). Its `det` CLI drives the cluster over REST, and a script written against
+Determined's Core API runs as a Cairn trial with its metrics and checkpoints stored."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.helpers import stored_metrics, trial_state, trials, wait_state
+from tests.support.cluster import TestCluster
+from tests.support.polling import wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+DET_PYTHON = REPO / ".venv-det" / "bin" / "python"
+DET = REPO / ".venv-det" / "bin" / "det"
+DET_TRIAL_DIR = Path(__file__).parent / "fixtures" / "det_trial"
+
+
+@pytest.fixture
+def det(cluster: TestCluster, tmp_path: Path):  # type: ignore[no-untyped-def]
+    if not DET.exists():
+        pytest.fail("the stock Determined client is missing: run `make install` (it builds .venv-det)")
+    assert cluster.record is not None and cluster.record.master_http_url
+    env = {
+        **os.environ,
+        "DET_MASTER": cluster.record.master_http_url.rstrip("/"),
+        "HOME": str(tmp_path / "home"),  # det keeps its token cache under the home directory
+    }
+
+    def run(*args: str, stdin: str = "", check: bool = True) -> str:
+        result = subprocess.run(
+            [str(DET), *args], env=env, input=stdin, capture_output=True, text=True, timeout=180, check=False
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(
+                f"det {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"
+            )
+        return result.stdout
+
+    run("user", "login", "determined", stdin="\n")
+    return run
+
+
+def det_config(tmp_path: Path, steps: int, step_s: float = 0.1) -> Path:
+    path = tmp_path / "det.yaml"
+    path.write_text(
+        f"""
+name: determined-core-api
+entrypoint: {DET_PYTHON} det_core_trial.py
+hyperparameters:
+  steps: {steps}
+  step_s: {step_s}
+  increment_by: 2
+searcher:
+  name: single
+  metric: x
+  smaller_is_better: false
+  max_length:
+    batches: {steps}
+max_restarts: 0
+"""
+    )
+    return path
+
+
+def test_det_cli_and_a_determined_core_api_trial(cluster: TestCluster, det, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    info = det("master", "info", "--json")
+    assert json.loads(info)["clusterId"]
+    agents = det("agent", "list", "--json")
+    assert [a["id"] for a in json.loads(agents)] == ["agent-1"]
+    slots = det("slot", "list")
+    assert "agent-1" in slots and "FREE" in slots
+
+    created = det("experiment", "create", str(det_config(tmp_path, steps=9)), str(DET_TRIAL_DIR), "-f")
+    assert "Created experiment 1" in created and "DET-DONE" in created
+    api = cluster.login()
+    wait_state(api, 1, "COMPLETED")
+    listed = det("experiment", "list")
+    assert "determined-core-api" in listed and "COMPLETED" in listed
+    described = det("experiment", "describe", "1")
+    assert "Workloads" in described and "COMPLETED" in described
+
+    # What the Determined script reported is in Cairn, as Cairn stores it.
+    (trial,) = trials(api, 1)
+    training = [
+        (m.total_batches, m.metrics["avg_metrics"]["x"]) for m in stored_metrics(api, trial.id, "training")
+    ]
+    assert training == [(step, 2.0 * step) for step in range(1, 10)]
+    validation = [m.total_batches for m in stored_metrics(api, trial.id, "validation")]
+    assert validation == [2, 4, 6, 8]
+    assert trial.searcher_metric_value == 16.0
+    # Checkpoints at steps 3, 6 and 9; the GC policy (best 1, latest 1) keeps 6 (x=12, validated)
+    # and 9 (the latest) once the experiment ends.
+    listed_checkpoints = det("experiment", "list-checkpoints", "1")
+    at_3, at_6, at_9 = logs_of_checkpoints(det, trial.id)
+    assert at_6 in listed_checkpoints and at_9 in listed_checkpoints and at_3 not in listed_checkpoints
+    logs = det("trial", "logs", str(trial.id))
+    assert "DET-INFO trial=1" in logs and "DET-DONE" in logs
+
+
+def logs_of_checkpoints(det, trial_id: int) -> list[str]:  # type: ignore[no-untyped-def]
+    """The uuids the Determined script printed for its checkpoints."""
+    return [
+        line.split()[-1]
+        for line in det("trial", "logs", str(trial_id)).splitlines()
+        if "DET-CHECKPOINT" in line
+    ]
+
+
+def test_det_pause_activate_kill_and_follow_logs(cluster: TestCluster, det, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    det("experiment", "create", str(det_config(tmp_path, steps=300, step_s=0.1)), str(DET_TRIAL_DIR))
+    api = cluster.login()
+    trial_id = wait_for(lambda: trials(api, 1), timeout=60, what="trial")[0].id
+    wait_for(lambda: len(stored_metrics(api, trial_id, "training")) >= 8, timeout=90, what="reports")
+
+    det("experiment", "pause", "1")
+    wait_state(api, 1, "PAUSED")
+    wait_for(lambda: trials(api, 1)[0].runner_state == "TERMINATED", timeout=90, what="graceful stop")
+    det("experiment", "activate", "1")
+    wait_for(
+        lambda: trials(api, 1)[0].run_id == 2 and trials(api, 1)[0].runner_state == "RUNNING",
+        timeout=90,
+        what="resumed",
+    )
+    wait_for(lambda: "DET-RESUMED" in det("trial", "logs", str(trial_id)), timeout=60, what="resume line")
+    lines = det("trial", "logs", str(trial_id))
+    preempted = int(
+        next(
+            line.split("DET-PREEMPTED ")[1].split()[0]
+            for line in lines.splitlines()
+            if "DET-PREEMPTED" in line
+        )
+    )
+    resumed = int(
+        next(line.split("DET-RESUMED ")[1].split()[0] for line in lines.splitlines() if "DET-RESUMED" in line)
+    )
+    assert 0 < resumed <= preempted and resumed % 3 == 0
+
+    det("experiment", "kill", "1")
+    wait_state(api, 1, "CANCELED", timeout=90)
+    # Following the logs of an ended trial prints them and returns.
+    followed = det("trial", "logs", "-f", str(trial_id))
+    assert "DET-RESUMED" in followed
+    assert trial_state(trials(api, 1)[0]) == "CANCELED"

@@ -1,0 +1,430 @@
+"""The WebUI end to end: Debian's Chromium, driven by Playwright, against a real cluster whose
+master serves the built WebUI and the REST API. A person's path through it — log in, the
+experiments list, an experiment with its curves, trials, hyperparameters and checkpoints, a trial
+with its charts and logs, the cluster's slot map, pause and activate from the UI, log out — and a
+learning curve of many trials. Screenshots of every page go to test-artifacts/webui/.
+
+Needs /usr/bin/chromium (scripts/ensure_chromium.sh installs it) and the `playwright` package; the
+WebUI is built here when webui/dist is missing, which needs npm. Without any of them the tests
+skip, saying which is missing.
+"""
+
+from __future__ import annotations
+
+import gzip
+import http.client
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from google.protobuf import struct_pb2
+
+from cairn.api.v1 import trial_pb2
+from services.master.gateway.http_server import start_http
+from services.master.gateway.webui import webui_routes
+from tests.e2e.helpers import config, create, state, trials, wait_state
+from tests.support.cluster import AuthedStub, TestCluster
+from tests.support.polling import wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+WEBUI = REPO / "webui"
+SCREENSHOTS = REPO / "test-artifacts" / "webui"
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+UI_TIMEOUT_MS = 30_000
+
+
+def _build_webui() -> None:
+    """Builds webui/dist when it is missing (as `make install` does where npm exists)."""
+    if (WEBUI / "dist" / "index.html").is_file():
+        return
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.skip("npm not found and webui/dist is not built: WebUI tests NOT RUN")
+    if not (WEBUI / "node_modules").is_dir():
+        subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=WEBUI, check=True, timeout=600)
+    subprocess.run([npm, "run", "build"], cwd=WEBUI, check=True, timeout=300)
+    assert (WEBUI / "dist" / "index.html").is_file(), "npm run build made no webui/dist/index.html"
+
+
+@pytest.fixture(scope="session")
+def playwright_api() -> Any:
+    return pytest.importorskip(
+        "playwright.sync_api", reason="the `playwright` package is not installed: WebUI tests NOT RUN"
+    )
+
+
+def expect(locator: Any) -> Any:
+    from playwright.sync_api import expect as playwright_expect
+
+    return playwright_expect(locator)
+
+
+@pytest.fixture(scope="session")
+def webui_built(playwright_api: Any) -> None:
+    if os.environ.get("CAIRN_TEST_BROWSER") == "skip":
+        pytest.skip("CAIRN_TEST_BROWSER=skip: WebUI browser tests NOT RUN")
+    if not CHROMIUM.exists():
+        pytest.skip("/usr/bin/chromium is missing (run scripts/ensure_chromium.sh): WebUI tests NOT RUN")
+    _build_webui()
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+
+
+@dataclass
+class Browser:
+    """One page in a fresh Chromium profile, recording script errors and every URL it requested."""
+
+    page: Any
+    base_url: str
+    page_errors: list[str] = field(default_factory=list)
+    requested: list[str] = field(default_factory=list)
+
+    def goto(self, path: str) -> None:
+        self.page.goto(self.base_url + path, timeout=UI_TIMEOUT_MS)
+
+    def shot(self, name: str) -> None:
+        self.page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True, timeout=UI_TIMEOUT_MS)
+
+    def check_clean(self) -> None:
+        assert not self.page_errors, f"script errors in the page: {self.page_errors}"
+        foreign = [u for u in self.requested if not u.startswith((self.base_url, "data:"))]
+        assert not foreign, f"the page fetched from outside the master: {foreign}"
+
+
+@pytest.fixture
+def browser(
+    playwright_api: Any, webui_built: None, cluster: TestCluster, tmp_path: Path
+) -> Iterator[Browser]:
+    assert cluster.record is not None and cluster.record.master_http_url
+    base_url = cluster.record.master_http_url.rstrip("/")
+    with playwright_api.sync_playwright() as pw:
+        context = pw.chromium.launch_persistent_context(
+            str(tmp_path / "chromium-profile"),
+            executable_path=str(CHROMIUM),
+            args=CHROMIUM_ARGS,
+            headless=True,
+            viewport={"width": 1400, "height": 1000},
+            timeout=60_000,
+        )
+        try:
+            context.set_default_timeout(UI_TIMEOUT_MS)
+            page = context.pages[0] if context.pages else context.new_page()
+            result = Browser(page=page, base_url=base_url)
+            page.on("pageerror", lambda error: result.page_errors.append(str(error)))
+            page.on("request", lambda request: result.requested.append(request.url))
+            yield result
+        finally:
+            context.close()
+
+
+def _log_in(b: Browser) -> None:
+    page = b.page
+    page.wait_for_url(re.compile(r"/login"))
+    page.get_by_label("Username").fill("determined")
+    page.get_by_label("Password").fill("")
+    page.get_by_role("button", name="Sign in").click()
+
+
+def _state_badge(b: Browser) -> Any:
+    return b.page.locator(".page-head .badge").first
+
+
+def test_webui_pages_and_experiment_actions(cluster: TestCluster, browser: Browser) -> None:
+    api = cluster.login()
+    text = config(
+        name="webui-e2e",
+        hyperparameters={
+            "steps": 40,
+            "step_s": 0.25,
+            "val_every": 4,
+            "ckpt_every": 10,
+            "scale": {"type": "double", "minval": 0.5, "maxval": 2.0},
+            "width": {"type": "categorical", "vals": [16, 32, 64]},
+        },
+        searcher={
+            "name": "random",
+            "metric": "validation_loss",
+            "max_trials": 3,
+            "max_length": {"batches": 40},
+        },
+    )
+    experiment_id = create(api, text)
+    b, page = browser, browser.page
+
+    # On the real master, health and the REST API come before the WebUI's catch-all route.
+    port = int(b.base_url.rsplit(":", 1)[1])
+    assert _fetch(port, "/healthz").status == 200
+    assert _fetch(port, "/api/v1/master").headers["content-type"].startswith("application/json")
+    assert _fetch(port, "/api/v1/experiments").status == 401
+    assert _fetch(port, f"/experiments/{experiment_id}").headers["content-type"].startswith("text/html")
+
+    # Any page without a session lands on the login page, and comes back after it.
+    b.goto(f"/experiments/{experiment_id}")
+    b.shot("01-login")
+    _log_in(b)
+    page.wait_for_url(re.compile(rf"/experiments/{experiment_id}$"))
+
+    b.goto("/experiments")
+    row = page.locator(f"tr[data-experiment-id='{experiment_id}']")
+    expect(row).to_contain_text("webui-e2e")
+    expect(row.get_by_role("progressbar")).to_be_visible()
+    b.shot("02-experiments")
+
+    # While trials run, the slot map names the allocations on the slots.
+    page.get_by_role("link", name="Cluster").click()
+    expect(page.locator(".slot-alloc").first).to_have_text(re.compile(rf"^{experiment_id}\.\d+\.\d+$"))
+    expect(page.locator("[data-agent-id]")).to_have_count(1)
+    b.shot("03-cluster-busy")
+
+    # Pause and activate from the experiment page; the master's state follows.
+    b.goto(f"/experiments/{experiment_id}")
+    expect(page.get_by_role("heading", name=re.compile("webui-e2e"))).to_be_visible()
+    page.get_by_role("button", name="Pause").click()
+    wait_for(lambda: state(api, experiment_id) == "PAUSED", timeout=30, what="PAUSED after Pause")
+    expect(_state_badge(b)).to_have_text("Paused")
+    b.shot("04-experiment-paused")
+    page.get_by_role("button", name="Activate").click()
+    wait_for(
+        lambda: state(api, experiment_id) in ("ACTIVE", "QUEUED", "PULLING", "STARTING", "RUNNING"),
+        timeout=30,
+        what="ACTIVE after Activate",
+    )
+    expect(page.get_by_role("button", name="Pause")).to_be_visible()
+
+    # Kill asks first; dismissing the dialog changes nothing.
+    page.get_by_role("button", name="Kill").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_contain_text("Kill experiment?")
+    dialog.get_by_role("button", name="Cancel", exact=True).click()
+    expect(dialog).to_be_hidden()
+
+    wait_state(api, experiment_id, "COMPLETED", timeout=240)
+    expect(_state_badge(b)).to_have_text("Completed")
+    expect(page.get_by_test_id("curve-summary")).to_have_text(re.compile(r"^3 trials, [1-9]\d* points"))
+    expect(page.locator(".chart canvas").first).to_be_visible()
+    b.shot("05-experiment-curves")
+
+    page.get_by_role("tab", name="Trials").click()
+    expect(page.locator("tr[data-trial-id]")).to_have_count(3)
+    b.shot("06-experiment-trials")
+
+    page.get_by_role("tab", name="Hyperparameters").click()
+    expect(page.locator("figure.scatter figcaption", has_text="scale vs. validation_loss")).to_be_visible()
+    expect(page.locator("figure.scatter canvas").first).to_be_visible()
+    b.shot("07-experiment-hparams")
+
+    page.get_by_role("tab", name="Checkpoints").click()
+    expect(page.locator("table tbody tr code").first).to_be_visible()
+    b.shot("08-experiment-checkpoints")
+
+    # A trial: its metric charts (training and validation), logs, checkpoints.
+    first_trial = min(t.id for t in trials(api, experiment_id))
+    page.get_by_role("tab", name="Trials").click()
+    page.locator(f"tr[data-trial-id='{first_trial}'] a").first.click()
+    page.wait_for_url(re.compile(rf"/trials/{first_trial}$"))
+    expect(page.locator("figure.metric-chart[data-metric='validation_loss'] canvas")).to_be_visible()
+    expect(page.locator("figure.metric-chart[data-metric='loss'] canvas")).to_be_visible()
+    expect(page.get_by_role("table").filter(has_text="scale")).to_be_visible()
+    b.shot("09-trial-overview")
+
+    page.get_by_role("tab", name="Logs").click()
+    expect(page.get_by_role("log").locator(".log-line", has_text="DONE")).to_have_count(1)
+    expect(page.get_by_role("log")).to_contain_text("LEDGER training 40")
+    b.shot("10-trial-logs")
+
+    page.get_by_role("tab", name="Checkpoints").click()
+    expect(page.locator("table tbody tr code").first).to_be_visible()
+    b.shot("11-trial-checkpoints")
+
+    page.get_by_role("link", name="Cluster").click()
+    expect(page.locator("[data-slot-state='free']")).to_have_count(2)
+    expect(page.locator("tr[data-pool='default']")).to_be_visible()
+    b.shot("12-cluster-idle")
+
+    # Logging out ends the session: the next page asks to log in again.
+    page.get_by_role("button", name="Log out").click()
+    page.wait_for_url(re.compile(r"/login"))
+    b.goto("/experiments")
+    page.wait_for_url(re.compile(r"/login\?redirect="))
+    b.check_clean()
+
+
+def _report_curves(api: AuthedStub, trial: trial_pb2.Trial, points: int) -> None:
+    reports = []
+    for i in range(points):
+        values = struct_pb2.Struct()
+        values.update({"curve_loss": (1.0 + trial.id % 13) / (i + 1) + 0.01 * (trial.id % 7)})
+        reports.append(
+            trial_pb2.MetricReport(seq=i + 1, group="curve", steps_completed=(i + 1) * 10, metrics=values)
+        )
+    api.ReportTrialMetricsBatch(
+        trial_pb2.ReportTrialMetricsBatchRequest(
+            trial_id=trial.id, trial_run_id=trial.run_id, reports=reports
+        )
+    )
+
+
+def test_learning_curve_chart_renders_many_trials(cluster: TestCluster, browser: Browser) -> None:
+    trial_count, points = 150, 200
+    api = cluster.login()
+    # A paused random search creates all its trials at once and runs none of them; the curves are
+    # reported straight to the master as a custom group, so the searcher is not involved.
+    text = config(
+        name="many-curves",
+        hyperparameters={"scale": {"type": "double", "minval": 0.5, "maxval": 2.0}},
+        searcher={
+            "name": "random",
+            "metric": "validation_loss",
+            "max_trials": trial_count,
+            "max_concurrent_trials": 0,
+            "max_length": {"batches": points * 10},
+        },
+    )
+    experiment_id = create(api, text, activate=False)
+    listed = api.GetExperimentTrials(
+        trial_pb2.GetExperimentTrialsRequest(experiment_id=experiment_id, limit=-1)
+    ).trials
+    assert len(listed) == trial_count
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        list(pool.map(lambda t: _report_curves(api, t, points), listed))
+
+    b, page = browser, browser.page
+    # Web Crypto is missing on plain-http origins other than localhost: login must still work.
+    page.add_init_script("Object.defineProperty(globalThis.crypto, 'subtle', {value: undefined});")
+    b.goto(f"/experiments/{experiment_id}")
+    _log_in(b)
+    page.wait_for_url(re.compile(rf"/experiments/{experiment_id}$"))
+
+    started = time.monotonic()
+    page.get_by_label("Metric").select_option(label="curve_loss (curve)")
+    page.get_by_label("Top trials").select_option("500")
+    expect(page.get_by_test_id("curve-summary")).to_have_text(
+        re.compile(rf"^{trial_count} trials, {trial_count * points} points"), timeout=60_000
+    )
+    rendered_s = time.monotonic() - started
+    assert rendered_s < 30, f"{trial_count} curves took {rendered_s:.1f}s to arrive and draw"
+
+    # Hovering finds the nearest curve among all of them and names its trial.
+    over = page.locator(".chart .u-over").first
+    box = over.bounding_box()
+    assert box is not None
+    tip = page.locator(".chart-tip").first
+    named = False
+    for step in range(40):
+        page.mouse.move(box["x"] + box["width"] * 0.01, box["y"] + box["height"] * step / 40)
+        if tip.is_visible() and re.match(r"^Trial \d+ ·", tip.text_content() or ""):
+            named = True
+            break
+    assert named, "hovering the learning curves never named a trial"
+    b.shot("13-learning-curves-many-trials")
+    b.check_clean()
+    assert state(api, experiment_id) == "PAUSED"
+
+
+# ---- Serving the files: content types, caching, SPA fallback, no build ----
+
+
+@dataclass
+class Fetched:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+
+def _fetch(port: int, path: str, headers: dict[str, str] | None = None, method: str = "GET") -> Fetched:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        connection.request(method, path, headers=headers or {})
+        response = connection.getresponse()
+        return Fetched(response.status, {k.lower(): v for k, v in response.getheaders()}, response.read())
+    finally:
+        connection.close()
+
+
+@pytest.fixture
+def fake_dist(tmp_path: Path) -> Path:
+    """A build laid out as Vite writes it: index.html and hashed files under assets/."""
+    dist = tmp_path / "dist"
+    (dist / "assets").mkdir(parents=True)
+    (dist / "index.html").write_text(
+        '<!doctype html><script type="module" src="/assets/app-1a2b3c.js"></script>'
+    )
+    (dist / "assets" / "app-1a2b3c.js").write_text("console.log('cairn');\n" * 200)
+    (dist / "assets" / "app-1a2b3c.css").write_text("body { color: black; }\n")
+    (tmp_path / "secret.txt").write_text("outside the build")
+    return dist
+
+
+def _serve(dist: Path) -> Iterator[int]:
+    server, _ = start_http("127.0.0.1", 0, webui_routes(dist))
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def served(fake_dist: Path) -> Iterator[int]:
+    yield from _serve(fake_dist)
+
+
+def test_webui_files_have_types_and_cache_rules(served: int) -> None:
+    index = _fetch(served, "/")
+    assert index.status == 200 and index.headers["content-type"].startswith("text/html")
+    assert index.headers["cache-control"] == "no-cache"
+    assert "default-src 'self'" in index.headers["content-security-policy"]
+    script = _fetch(served, "/assets/app-1a2b3c.js")
+    assert script.headers["content-type"].startswith("text/javascript")
+    assert (
+        "immutable" in script.headers["cache-control"]
+        and "max-age=31536000" in script.headers["cache-control"]
+    )
+    assert _fetch(served, "/assets/app-1a2b3c.css").headers["content-type"].startswith("text/css")
+    zipped = _fetch(served, "/assets/app-1a2b3c.js", {"Accept-Encoding": "gzip, br"})
+    assert zipped.headers["content-encoding"] == "gzip"
+    assert gzip.decompress(zipped.body) == script.body
+    unchanged = _fetch(served, "/", {"If-None-Match": index.headers["etag"]})
+    assert unchanged.status == 304 and unchanged.body == b""
+    head = _fetch(served, "/", method="HEAD")
+    assert head.status == 200 and head.body == b"" and head.headers["content-length"] == str(len(index.body))
+
+
+def test_webui_falls_back_to_the_app_but_not_for_files_or_the_api(served: int) -> None:
+    index = _fetch(served, "/").body
+    for deep_link in ("/experiments/7", "/trials/3?tab=logs", "/cluster", "/login?redirect=%2Fexperiments"):
+        found = _fetch(served, deep_link)
+        assert found.status == 200 and found.body == index, deep_link
+    assert _fetch(served, "/assets/missing-123.js").status == 404
+    assert _fetch(served, "/favicon.ico").status == 404
+    api = _fetch(served, "/api/v1/unknown")
+    assert api.status == 404 and api.headers["content-type"] == "application/json"
+    assert _fetch(served, "/api/v1/experiments", method="POST").status == 404
+    for escape in ("/../secret.txt", "/assets/%2e%2e/%2e%2e/secret.txt", "/%2e%2e/secret.txt"):
+        found = _fetch(served, escape)
+        assert b"outside the build" not in found.body, escape
+
+
+def test_webui_without_a_build_says_how_to_make_one(tmp_path: Path) -> None:
+    for port in _serve(tmp_path / "no-such-dist"):
+        page = _fetch(port, "/experiments")
+        assert page.status == 503 and page.headers["content-type"].startswith("text/html")
+        assert b"npm run build" in page.body
+        assert _fetch(port, "/api/v1/master").status == 404

@@ -1,0 +1,118 @@
+"""A real HTTP server with the real REST gateway, dialing a real gRPC server on port 0 that
+serves a few Cairn methods with behaviour the tests control: errors by code, streams of a given
+length that fail or run until cancelled, and an echo of the metadata the gateway forwarded."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from concurrent import futures
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf import json_format
+
+from cairn.api.v1 import api_pb2, api_pb2_grpc, auth_pb2, experiment_pb2, master_pb2, trial_pb2
+from services.master.gateway.http_server import MasterHttpServer, start_http
+from services.master.gateway.rest_gateway import rest_routes
+
+
+@dataclass
+class Observed:
+    """What the scripted service saw, for the tests to check."""
+
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    last_metadata: dict[str, str] = field(default_factory=dict)
+
+
+class ScriptedCairn(api_pb2_grpc.CairnServicer):
+    """GetTrial(trial_id) aborts with status code `trial_id` when it is a gRPC code other than OK;
+    TrialLogs streams `limit` lines, then fails with NOT_FOUND when search_text is "fail", or
+    keeps going until cancelled when `follow` is set."""
+
+    def __init__(self, observed: Observed) -> None:
+        self.observed = observed
+
+    def _remember(self, context: grpc.ServicerContext) -> dict[str, str]:
+        metadata = {k: v for k, v in context.invocation_metadata() if isinstance(v, str)}
+        self.observed.last_metadata = metadata
+        return metadata
+
+    def GetMaster(self, request: Any, context: grpc.ServicerContext) -> master_pb2.GetMasterResponse:
+        return master_pb2.GetMasterResponse(version="test", cluster_name="scripted")
+
+    def Login(self, request: auth_pb2.LoginRequest, context: grpc.ServicerContext) -> auth_pb2.LoginResponse:
+        if request.password != "right":
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "invalid credentials")
+        return auth_pb2.LoginResponse(token=f"token-of-{request.username}")
+
+    def Logout(self, request: Any, context: grpc.ServicerContext) -> auth_pb2.LogoutResponse:
+        self._remember(context)
+        return auth_pb2.LogoutResponse()
+
+    def GetMe(self, request: Any, context: grpc.ServicerContext) -> auth_pb2.GetMeResponse:
+        metadata = self._remember(context)
+        if metadata.get("authorization") != "Bearer token-of-ann":
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing credentials")
+        return auth_pb2.GetMeResponse(user=auth_pb2.User(id=7, username="ann", active=True))
+
+    def GetExperiments(
+        self, request: experiment_pb2.GetExperimentsRequest, context: grpc.ServicerContext
+    ) -> experiment_pb2.GetExperimentsResponse:
+        # Echo the request, so the tests see how the query string was read.
+        return experiment_pb2.GetExperimentsResponse(
+            experiments=[experiment_pb2.Experiment(id=1, description=json.dumps(_fields(request)))]
+        )
+
+    def GetTrial(self, request: trial_pb2.GetTrialRequest, context: grpc.ServicerContext) -> Any:
+        self._remember(context)
+        for code in grpc.StatusCode:
+            if code.value[0] == request.trial_id and code != grpc.StatusCode.OK:
+                context.abort(code, f"scripted {code.name}")
+        return trial_pb2.GetTrialResponse(
+            trial=trial_pb2.Trial(id=request.trial_id, total_checkpoint_size=2**40)
+        )
+
+    def TrialLogs(self, request: trial_pb2.TrialLogsRequest, context: grpc.ServicerContext) -> Iterator[Any]:
+        for i in range(request.limit):
+            yield trial_pb2.TrialLogsResponse(id=str(i), trial_id=request.trial_id, message=f"line {i}\n")
+        if request.search_text == "fail":
+            context.abort(grpc.StatusCode.NOT_FOUND, "the trial went away")
+        if request.follow:
+            done = threading.Event()
+            context.add_callback(done.set)
+            if done.wait(timeout=30):
+                self.observed.cancelled.set()
+
+
+def _fields(request: Any) -> dict[str, Any]:
+    return json_format.MessageToDict(request, preserving_proto_field_name=True)
+
+
+@dataclass
+class Gateway:
+    base: str
+    observed: Observed
+    http: MasterHttpServer
+
+
+@pytest.fixture(scope="module")
+def gateway() -> Iterator[Gateway]:
+    observed = Observed()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
+    # Only some methods are served: the others answer UNIMPLEMENTED, as gRPC's base class does.
+    scripted = ScriptedCairn(observed)  # type: ignore[abstract]
+    api_pb2_grpc.add_CairnServicer_to_server(scripted, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    http, _thread = start_http("127.0.0.1", 0, [])
+    http.routes.extend(rest_routes(http, api_pb2.DESCRIPTOR.services_by_name["Cairn"], "127.0.0.1", port))
+    try:
+        yield Gateway(f"http://127.0.0.1:{http.server_address[1]}", observed, http)
+    finally:
+        http.shutdown()
+        http.server_close()
+        server.stop(grace=None)

@@ -1,0 +1,214 @@
+"""The gateway over real sockets: error mapping, NDJSON streams, credentials, cookies,
+keep-alive, disconnects and the served OpenAPI document."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import time
+
+import grpc
+import pytest
+import requests
+
+from tests.unit.gateway.conftest import Gateway
+
+EXPECTED_STATUS = {
+    grpc.StatusCode.CANCELLED: (499, "Canceled"),
+    grpc.StatusCode.UNKNOWN: (500, "Unknown"),
+    grpc.StatusCode.INVALID_ARGUMENT: (400, "InvalidArgument"),
+    grpc.StatusCode.DEADLINE_EXCEEDED: (504, "DeadlineExceeded"),
+    grpc.StatusCode.NOT_FOUND: (404, "NotFound"),
+    grpc.StatusCode.ALREADY_EXISTS: (409, "AlreadyExists"),
+    grpc.StatusCode.PERMISSION_DENIED: (403, "PermissionDenied"),
+    grpc.StatusCode.RESOURCE_EXHAUSTED: (429, "ResourceExhausted"),
+    grpc.StatusCode.FAILED_PRECONDITION: (400, "FailedPrecondition"),
+    grpc.StatusCode.ABORTED: (409, "Aborted"),
+    grpc.StatusCode.OUT_OF_RANGE: (400, "OutOfRange"),
+    grpc.StatusCode.UNIMPLEMENTED: (501, "Unimplemented"),
+    grpc.StatusCode.INTERNAL: (500, "Internal"),
+    grpc.StatusCode.UNAVAILABLE: (503, "Unavailable"),
+    grpc.StatusCode.DATA_LOSS: (500, "DataLoss"),
+    grpc.StatusCode.UNAUTHENTICATED: (401, "Unauthenticated"),
+}
+
+
+@pytest.mark.parametrize("code", list(EXPECTED_STATUS), ids=lambda c: c.name)
+def test_grpc_codes_become_http_statuses_and_error_bodies(gateway: Gateway, code: grpc.StatusCode) -> None:
+    number = code.value[0]
+    response = requests.get(f"{gateway.base}/api/v1/trials/{number}", timeout=10)
+    status, reason = EXPECTED_STATUS[code]
+    assert response.status_code == status
+    assert response.headers["Content-Type"] == "application/json"
+    message = f"scripted {code.name}"
+    assert response.json() == {
+        "error": {"code": number, "reason": reason, "error": message},
+        "code": number,
+        "message": message,
+        "details": [],
+    }
+
+
+def test_unary_json_emits_defaults_and_int64_as_strings(gateway: Gateway) -> None:
+    response = requests.get(f"{gateway.base}/api/v1/trials/100", timeout=10)
+    trial = response.json()["trial"]
+    assert trial["id"] == 100 and trial["totalCheckpointSize"] == str(2**40)
+    assert trial["state"] == "STATE_UNSPECIFIED" and trial["taskIds"] == [] and trial["restarts"] == 0
+    assert b"\n" not in response.content
+    pretty = requests.get(f"{gateway.base}/api/v1/trials/100?pretty", timeout=10)
+    assert pretty.json() == response.json() and pretty.text.startswith('{\n  "trial": {')
+
+
+def test_query_string_reaches_the_service(gateway: Gateway) -> None:
+    response = requests.get(
+        f"{gateway.base}/api/v1/experiments",
+        params=[
+            ("states", "STATE_ACTIVE"),
+            ("states", "STATE_PAUSED"),
+            ("orderBy", "2"),
+            ("archived", "true"),
+        ],
+        timeout=10,
+    )
+    echoed = json.loads(response.json()["experiments"][0]["description"])
+    assert echoed == {
+        "states": ["STATE_ACTIVE", "STATE_PAUSED"],
+        "order_by": "ORDER_BY_DESC",
+        "archived": True,
+    }
+
+
+def test_stream_is_ndjson_and_ends_with_the_error_line(gateway: Gateway) -> None:
+    ok = requests.get(f"{gateway.base}/api/v1/trials/5/logs?limit=3", stream=True, timeout=10)
+    assert ok.status_code == 200 and ok.headers["Transfer-Encoding"] == "chunked"
+    assert ok.headers["Content-Type"] == "application/json"
+    lines = [json.loads(line) for line in ok.iter_lines()]
+    assert [line["result"]["message"] for line in lines] == ["line 0\n", "line 1\n", "line 2\n"]
+    assert lines[0]["result"]["trialId"] == 5 and lines[0]["result"]["level"] == "LOG_LEVEL_UNSPECIFIED"
+
+    failed = requests.get(f"{gateway.base}/api/v1/trials/5/logs?limit=2&searchText=fail", timeout=10)
+    assert failed.status_code == 200
+    *results, last = [json.loads(line) for line in failed.text.splitlines()]
+    assert len(results) == 2
+    assert last == {
+        "error": {
+            "grpcCode": 5,
+            "httpCode": 404,
+            "message": "the trial went away",
+            "httpStatus": "Not Found",
+            "details": [],
+        }
+    }
+
+
+def test_a_stream_failing_before_its_first_message_is_an_ordinary_error(gateway: Gateway) -> None:
+    response = requests.get(f"{gateway.base}/api/v1/trials/5/logs?limit=0&searchText=fail", timeout=10)
+    assert response.status_code == 404 and response.json()["error"]["error"] == "the trial went away"
+    empty = requests.get(f"{gateway.base}/api/v1/trials/5/logs?limit=0", timeout=10)
+    assert empty.status_code == 200 and empty.content == b""
+
+
+def test_a_client_disconnect_cancels_the_grpc_stream(gateway: Gateway) -> None:
+    gateway.observed.cancelled.clear()
+    port = gateway.http.server_address[1]
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(b"GET /api/v1/trials/5/logs?limit=1&follow=true HTTP/1.1\r\nHost: x\r\n\r\n")
+        received = b""
+        deadline = time.monotonic() + 10
+        while b"line 0" not in received and time.monotonic() < deadline:
+            received += sock.recv(4096)
+        assert b"line 0" in received
+    # The stream is idle (no new lines): only the disconnect watch can notice the client left.
+    assert gateway.observed.cancelled.wait(timeout=10)
+
+
+def test_credentials_and_grpc_metadata_headers_are_forwarded(gateway: Gateway) -> None:
+    headers = {
+        "Authorization": "Bearer abc",
+        "Grpc-Metadata-X-Allocation-Token": "Bearer alloc",
+        "Cookie": "auth=ignored-when-authorization-is-present",
+    }
+    requests.get(f"{gateway.base}/api/v1/trials/100", headers=headers, timeout=10)
+    seen = gateway.observed.last_metadata
+    assert seen["authorization"] == "Bearer abc" and seen["x-allocation-token"] == "Bearer alloc"
+    assert seen["x-forwarded-for"] == "127.0.0.1"
+    for header in ("Grpc-Metadata-Bad$Key", "Grpc-Metadata-Grpc-Status"):
+        bad = requests.get(f"{gateway.base}/api/v1/trials/100", headers={header: "x"}, timeout=10)
+        assert bad.status_code == 400 and header in bad.json()["message"]
+
+
+def test_login_sets_the_cookie_and_the_cookie_authenticates(gateway: Gateway) -> None:
+    session = requests.Session()
+    wrong = session.post(
+        f"{gateway.base}/api/v1/auth/login", json={"username": "ann", "password": "no"}, timeout=10
+    )
+    assert wrong.status_code == 401 and "Set-Cookie" not in wrong.headers
+    assert session.get(f"{gateway.base}/api/v1/me", timeout=10).status_code == 401
+    login = session.post(
+        f"{gateway.base}/api/v1/auth/login", json={"username": "ann", "password": "right"}, timeout=10
+    )
+    assert login.status_code == 200 and login.json()["token"] == "token-of-ann"
+    cookie = login.headers["Set-Cookie"]
+    assert cookie.startswith("auth=token-of-ann;") and "HttpOnly" in cookie and "SameSite=Lax" in cookie
+    me = session.get(f"{gateway.base}/api/v1/me", timeout=10)  # the cookie alone
+    assert me.status_code == 200 and me.json()["user"]["username"] == "ann"
+    logout = session.post(f"{gateway.base}/api/v1/auth/logout", timeout=10)
+    assert logout.status_code == 200 and "Max-Age=0" in logout.headers["Set-Cookie"]
+    assert gateway.observed.last_metadata["authorization"] == "Bearer token-of-ann"
+    assert "auth" not in session.cookies
+
+
+def test_unknown_paths_wrong_methods_and_bad_bodies(gateway: Gateway) -> None:
+    missing = requests.get(f"{gateway.base}/api/v1/no/such/thing", timeout=10)
+    assert missing.status_code == 404 and missing.json()["error"]["reason"] == "NotFound"
+    wrong = requests.put(f"{gateway.base}/api/v1/master", timeout=10)
+    assert wrong.status_code == 405 and wrong.headers["Allow"] == "GET"
+    bad = requests.post(f"{gateway.base}/api/v1/auth/login", data=b"{oops", timeout=10)
+    assert bad.status_code == 400 and "not valid JSON" in bad.json()["error"]["error"]
+    other = requests.get(f"{gateway.base}/healthz-not-mine", timeout=10)
+    assert other.status_code == 404  # outside /api/: not the gateway's
+
+
+def test_keep_alive_serves_many_requests_on_one_connection(gateway: Gateway) -> None:
+    port = gateway.http.server_address[1]
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        for i in range(5):
+            # A body on a bodiless route must be read too, or it would be taken for the next request.
+            connection.request("POST", "/api/v1/auth/logout", body=b"ignored")
+            assert connection.getresponse().read() == b"{}"
+            connection.request("GET", f"/api/v1/trials/5/logs?limit={i + 1}")
+            response = connection.getresponse()
+            assert len(response.read().splitlines()) == i + 1
+        assert connection.sock is not None  # never reconnected
+    finally:
+        connection.close()
+
+
+def test_the_openapi_document_is_served_on_both_paths(gateway: Gateway) -> None:
+    ours = requests.get(f"{gateway.base}/api/v1/openapi.json", timeout=10)
+    determined = requests.get(f"{gateway.base}/api/v1/api.swagger.json", timeout=10)
+    assert ours.status_code == determined.status_code == 200
+    assert ours.json() == determined.json() and ours.json()["openapi"].startswith("3.0")
+
+
+def test_chunked_request_bodies_and_http_1_0_streams(gateway: Gateway) -> None:
+    port = gateway.http.server_address[1]
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        parts = iter([b'{"username": "ann",', b' "password": "right"}'])
+        connection.request("POST", "/api/v1/auth/login", body=parts, encode_chunked=True)
+        response = connection.getresponse()
+        assert response.status == 200 and json.loads(response.read())["token"] == "token-of-ann"
+    finally:
+        connection.close()
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        # HTTP/1.0 has no chunked encoding: the stream is the raw lines, ended by closing.
+        sock.sendall(b"GET /api/v1/trials/5/logs?limit=2 HTTP/1.0\r\n\r\n")
+        received = b""
+        while chunk := sock.recv(4096):
+            received += chunk
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert b"Transfer-Encoding" not in head and b"Connection: close" in head
+    assert [json.loads(line)["result"]["id"] for line in body.splitlines()] == ["0", "1"]

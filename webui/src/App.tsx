@@ -1,0 +1,103 @@
+// The shell: who is logged in, the navigation, and which page the path names.
+
+import { useEffect, useState } from "preact/hooks";
+import { getMe, logout } from "./api/endpoints";
+import { setToken, setUnauthorizedHandler } from "./api/http";
+import type { User } from "./api/types";
+import { Link } from "./components/Link";
+import { ClusterPage } from "./pages/ClusterPage";
+import { ExperimentPage } from "./pages/ExperimentPage";
+import { ExperimentsPage } from "./pages/ExperimentsPage";
+import { LoginPage } from "./pages/LoginPage";
+import { TrialPage } from "./pages/TrialPage";
+import { match, navigate, useLocation } from "./router";
+
+function loginPath(): string {
+  const here = location.pathname + location.search;
+  return here.startsWith("/login") ? here : `/login?redirect=${encodeURIComponent(here)}`;
+}
+
+setUnauthorizedHandler(() => {
+  setToken(null);
+  if (!location.pathname.startsWith("/login")) navigate(loginPath(), { replace: true });
+});
+
+export function App() {
+  const { path } = useLocation();
+  const [user, setUser] = useState<User | null | undefined>(undefined);
+
+  useEffect(() => {
+    if (path.startsWith("/login") || user) return;
+    const controller = new AbortController();
+    getMe(controller.signal)
+      .then((response) => setUser(response.user))
+      .catch(() => setUser(null));
+    return () => controller.abort();
+  }, [path, user]);
+
+  if (path.startsWith("/login")) {
+    return <LoginPage onLogin={(u) => setUser(u)} />;
+  }
+
+  const onLogout = async () => {
+    try {
+      await logout();
+    } catch {
+      // The session may already be gone; forgetting it here is what matters.
+    }
+    setToken(null);
+    setUser(undefined);
+    navigate("/login", { replace: true });
+  };
+
+  return (
+    <div class="shell">
+      <header class="topbar">
+        <Link href="/experiments" class="brand">
+          Cairn
+        </Link>
+        <nav aria-label="Main">
+          <Link href="/experiments" class={path.startsWith("/experiments") || path.startsWith("/trials") ? "active" : ""}>
+            Experiments
+          </Link>
+          <Link href="/cluster" class={path.startsWith("/cluster") ? "active" : ""}>
+            Cluster
+          </Link>
+        </nav>
+        <div class="user">
+          {user ? <span aria-label="Signed in as">{user.displayName || user.username}</span> : null}
+          <button type="button" onClick={onLogout}>
+            Log out
+          </button>
+        </div>
+      </header>
+      <main>
+        <Page path={path} />
+      </main>
+    </div>
+  );
+}
+
+function Redirect(props: { to: string }) {
+  useEffect(() => navigate(props.to, { replace: true }), [props.to]);
+  return null;
+}
+
+function Page(props: { path: string }) {
+  const { path } = props;
+  if (path === "/" || path === "") return <Redirect to="/experiments" />;
+  if (match("/experiments", path)) return <ExperimentsPage />;
+  const experiment = match("/experiments/:id", path);
+  if (experiment) return <ExperimentPage key={experiment.id} id={Number(experiment.id)} />;
+  const trial = match("/trials/:id", path) ?? match("/experiments/:eid/trials/:id", path);
+  if (trial) return <TrialPage key={trial.id} id={Number(trial.id)} />;
+  if (match("/cluster", path)) return <ClusterPage />;
+  return (
+    <section>
+      <h1>Not found</h1>
+      <p>
+        There is no page at <code>{path}</code>. <Link href="/experiments">Go to the experiments</Link>.
+      </p>
+    </section>
+  );
+}

@@ -1,0 +1,120 @@
+// One function per REST call the WebUI makes; paths and parameters are the google.api.http rules
+// of proto/cairn/api/v1/api.proto, with query parameters in their JSON (lowerCamelCase) names.
+
+import { get, post, stream } from "./http";
+import type {
+  GetAgentsResponse,
+  GetCheckpointsResponse,
+  GetExperimentResponse,
+  GetExperimentsResponse,
+  GetExperimentTrialsResponse,
+  GetMetricsResponse,
+  GetResourcePoolsResponse,
+  LoginResponse,
+  Trial,
+  TrialLogLine,
+  TrialsSampleResponse,
+  User,
+} from "./types";
+
+export const login = (username: string, hashedPassword: string) =>
+  post<LoginResponse>("/api/v1/auth/login", { username, password: hashedPassword, isHashed: true });
+
+export const logout = () => post<object>("/api/v1/auth/logout");
+
+export const getMe = (signal?: AbortSignal) => get<{ user: User }>("/api/v1/me", undefined, signal);
+
+export interface ExperimentsQuery {
+  sortBy: string;
+  orderBy: "ORDER_BY_ASC" | "ORDER_BY_DESC";
+  offset: number;
+  limit: number;
+  states: string[];
+  archived?: boolean;
+  name?: string;
+}
+
+export const getExperiments = (q: ExperimentsQuery, signal?: AbortSignal) =>
+  get<GetExperimentsResponse>("/api/v1/experiments", { ...q }, signal);
+
+export const getExperiment = (id: number, signal?: AbortSignal) =>
+  get<GetExperimentResponse>(`/api/v1/experiments/${id}`, undefined, signal);
+
+export type ExperimentAction = "activate" | "pause" | "cancel" | "kill" | "archive" | "unarchive";
+
+export const experimentAction = (id: number, action: ExperimentAction) =>
+  post<object>(`/api/v1/experiments/${id}/${action}`);
+
+export const getExperimentTrials = (id: number, signal?: AbortSignal) =>
+  get<GetExperimentTrialsResponse>(`/api/v1/experiments/${id}/trials`, { limit: -1 }, signal);
+
+export interface CheckpointsQuery {
+  sortByAttr: string;
+  orderBy: "ORDER_BY_ASC" | "ORDER_BY_DESC";
+  offset: number;
+  limit: number;
+}
+
+export const getExperimentCheckpoints = (id: number, q: CheckpointsQuery, signal?: AbortSignal) =>
+  get<GetCheckpointsResponse>(`/api/v1/experiments/${id}/checkpoints`, { ...q }, signal);
+
+export const getTrial = (id: number, signal?: AbortSignal) =>
+  get<{ trial: Trial }>(`/api/v1/trials/${id}`, undefined, signal);
+
+export const getTrialCheckpoints = (id: number, signal?: AbortSignal) =>
+  get<GetCheckpointsResponse>(
+    `/api/v1/trials/${id}/checkpoints`,
+    { sortByAttr: "SORT_BY_BATCH_NUMBER", orderBy: "ORDER_BY_DESC", limit: -1 },
+    signal,
+  );
+
+/** Every stored report of one group of a trial, downsampled by the master to maxDatapoints. */
+export async function getTrialMetrics(
+  trialId: number,
+  group: string,
+  maxDatapoints: number,
+  signal: AbortSignal,
+) {
+  const reports: GetMetricsResponse["metrics"] = [];
+  await stream<GetMetricsResponse>(
+    "/api/v1/trials/metrics/trial_metrics",
+    { trialIds: [trialId], group, maxDatapoints },
+    (message) => reports.push(...(message.metrics ?? [])),
+    signal,
+  );
+  return reports;
+}
+
+export interface SampleQuery {
+  metricName: string;
+  group: string;
+  maxTrials: number;
+  maxDatapoints: number;
+  periodSeconds: number;
+}
+
+export const streamTrialsSample = (
+  experimentId: number,
+  q: SampleQuery,
+  onMessage: (m: TrialsSampleResponse) => void,
+  signal: AbortSignal,
+) =>
+  stream<TrialsSampleResponse>(
+    `/api/v1/experiments/${experimentId}/metrics-stream/trials-sample`,
+    { ...q },
+    onMessage,
+    signal,
+  );
+
+export const streamTrialLogs = (
+  trialId: number,
+  follow: boolean,
+  onLine: (line: TrialLogLine) => void,
+  signal: AbortSignal,
+) => stream<TrialLogLine>(`/api/v1/trials/${trialId}/logs`, { follow }, onLine, signal);
+
+export const getAgents = (signal?: AbortSignal) =>
+  get<GetAgentsResponse>("/api/v1/agents", { sortBy: "SORT_BY_ID", limit: -1 }, signal);
+
+export const getResourcePools = (signal?: AbortSignal) =>
+  get<GetResourcePoolsResponse>("/api/v1/resource-pools", { limit: -1 }, signal);

@@ -1,0 +1,222 @@
+// The JSON shapes of Cairn's REST API (proto/cairn/api/v1), as the gateway writes them:
+// lowerCamelCase names, enums as their names, int64 as strings, Timestamps as RFC 3339 text,
+// doubles that are not finite as "NaN"/"Infinity". Only the fields the WebUI reads are listed;
+// proto3 `optional` fields and unset sub-messages may be missing.
+
+export type JsonObject = Record<string, unknown>;
+export type Num = number | string; // a double: a number, or "NaN" / "Infinity" / "-Infinity"
+
+export interface User {
+  id: number;
+  username: string;
+  admin: boolean;
+  displayName: string;
+}
+
+export interface LoginResponse {
+  token: string;
+  user?: User;
+}
+
+export interface Pagination {
+  offset: number;
+  limit: number;
+  startIndex: number;
+  endIndex: number;
+  total: number;
+}
+
+export interface Experiment {
+  id: number;
+  name: string;
+  description: string;
+  labels: string[];
+  startTime?: string;
+  endTime?: string;
+  state: string;
+  archived: boolean;
+  numTrials: number;
+  trialIds: number[];
+  username: string;
+  resourcePool: string;
+  searcherType: string;
+  searcherMetric: string;
+  hyperparameters?: JsonObject;
+  progress?: Num;
+  checkpointSize: string;
+  checkpointCount: number;
+  bestTrialSearcherMetric?: Num;
+  bestTrialId?: number;
+  duration?: number;
+  smallerIsBetter: boolean;
+  config?: JsonObject;
+  originalConfig?: string;
+}
+
+export interface GetExperimentsResponse {
+  experiments: Experiment[];
+  pagination?: Pagination;
+}
+
+export interface GetExperimentResponse {
+  experiment: Experiment;
+  jobSummary?: { state: string; jobsAhead: number };
+  config?: JsonObject;
+}
+
+export interface MetricsWorkload {
+  endTime?: string;
+  metrics?: { avgMetrics?: JsonObject };
+  totalBatches: number;
+}
+
+export interface Trial {
+  id: number;
+  experimentId: number;
+  startTime?: string;
+  endTime?: string;
+  state: string;
+  restarts: number;
+  hparams?: JsonObject;
+  totalBatchesProcessed: number;
+  bestValidation?: MetricsWorkload;
+  latestValidation?: MetricsWorkload;
+  bestCheckpoint?: { uuid: string; totalBatches: number; state: string };
+  runnerState: string;
+  wallClockTime: Num;
+  taskId: string;
+  totalCheckpointSize: string;
+  checkpointCount: number;
+  // {avg_metrics: {name: {count, min, max, last, type, ...}}, validation_metrics: {...}, <group>: ...}
+  summaryMetrics?: JsonObject;
+  searcherMetricValue?: Num;
+  allocationId: string;
+  runId: number;
+  latestCheckpointUuid: string;
+}
+
+export interface GetExperimentTrialsResponse {
+  trials: Trial[];
+  pagination?: Pagination;
+}
+
+export interface Checkpoint {
+  taskId: string;
+  allocationId?: string;
+  uuid: string;
+  reportTime?: string;
+  resources: Record<string, string>;
+  metadata?: JsonObject;
+  state: string;
+  training?: {
+    trialId?: number;
+    experimentId?: number;
+    searcherMetric?: Num;
+    validationMetrics?: JsonObject;
+  };
+}
+
+export interface GetCheckpointsResponse {
+  checkpoints: Checkpoint[];
+  pagination?: Pagination;
+}
+
+export interface MetricsReport {
+  trialId: number;
+  endTime?: string;
+  // {avg_metrics: {...}, batch_metrics: [...]}, as Determined stores a report.
+  metrics?: JsonObject;
+  totalBatches: number;
+  trialRunId: number;
+  group: string;
+}
+
+export interface GetMetricsResponse {
+  metrics: MetricsReport[];
+}
+
+export interface DataPoint {
+  batches: number;
+  value: Num;
+  time?: string;
+}
+
+export interface TrialsSampleResponse {
+  trials: { trialId: number; hparams?: JsonObject; data: DataPoint[] }[];
+  promotedTrials: number[];
+  demotedTrials: number[];
+}
+
+export interface TrialLogLine {
+  id: string;
+  timestamp?: string;
+  message: string;
+  level: string;
+  trialId: number;
+  agentId?: string;
+  containerId?: string;
+  rankId?: number;
+  stdtype?: string;
+  allocationId: string;
+}
+
+export interface Device {
+  id: number;
+  brand: string;
+  uuid: string;
+  type: string;
+}
+
+export interface Container {
+  parent: string;
+  id: string;
+  state: string;
+  devices: Device[];
+}
+
+export interface Slot {
+  id: string;
+  device?: Device;
+  enabled: boolean;
+  container?: Container;
+  draining: boolean;
+}
+
+export interface Agent {
+  id: string;
+  registeredTime?: string;
+  slots: Record<string, Slot>;
+  addresses: string[];
+  enabled: boolean;
+  draining: boolean;
+  version: string;
+  resourcePools: string[];
+  connected: boolean;
+  lastHeartbeat?: string;
+  hostname: string;
+}
+
+export interface GetAgentsResponse {
+  agents: Agent[];
+}
+
+export interface ResourcePool {
+  name: string;
+  description: string;
+  type: string;
+  numAgents: number;
+  slotsAvailable: number;
+  slotsUsed: number;
+  slotType: string;
+  schedulerType: string;
+  schedulerFittingPolicy: string;
+  defaultComputePool: boolean;
+  defaultAuxPool: boolean;
+  stats?: { queuedCount: number; scheduledCount: number };
+  defaultPriority: number;
+  preemptionEnabled: boolean;
+}
+
+export interface GetResourcePoolsResponse {
+  resourcePools: ResourcePool[];
+}

@@ -1,0 +1,2 @@
+// Vite turns CSS imports into stylesheets of the build.
+declare module "*.css";

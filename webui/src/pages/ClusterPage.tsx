@@ -1,0 +1,108 @@
+// The cluster: agents, a map of every slot and what runs on it, and the resource pools.
+
+import { getAgents, getResourcePools } from "../api/endpoints";
+import { ErrorNote } from "../components/ErrorNote";
+import { SlotMap } from "../components/SlotMap";
+import { formatTime } from "../format";
+import { usePoll } from "../hooks";
+
+export function ClusterPage() {
+  const agentsPoll = usePoll((signal) => getAgents(signal), 3000, []);
+  const poolsPoll = usePoll((signal) => getResourcePools(signal), 10000, []);
+  const agents = agentsPoll.data?.agents ?? [];
+  const pools = poolsPoll.data?.resourcePools ?? [];
+  const slots = agents.flatMap((a) => Object.values(a.slots ?? {}));
+  const busy = slots.filter((s) => s.container && s.container.state !== "STATE_TERMINATED").length;
+
+  return (
+    <section aria-labelledby="cluster-title">
+      <div class="page-head">
+        <h1 id="cluster-title">Cluster</h1>
+        <span class="muted">
+          {agents.filter((a) => a.connected).length} of {agents.length} agents connected · {busy} of {slots.length} slots
+          in use
+        </span>
+      </div>
+      <ErrorNote error={agentsPoll.error} what="agents" />
+      <h2>Slots</h2>
+      {agentsPoll.data && agents.length === 0 ? <p class="empty">No agent has registered yet.</p> : null}
+      <SlotMap agents={agents} />
+      <h2>Agents</h2>
+      <div class="table-wrap">
+        <table class="table">
+          <caption class="visually-hidden">Agents</caption>
+          <thead>
+            <tr>
+              <th scope="col">ID</th>
+              <th scope="col">Connected</th>
+              <th scope="col">Scheduling</th>
+              <th scope="col">Resource pool</th>
+              <th scope="col">Slots</th>
+              <th scope="col">Addresses</th>
+              <th scope="col">Last heartbeat</th>
+            </tr>
+          </thead>
+          <tbody>
+            {agents.map((a) => (
+              <tr key={a.id} data-agent-id={a.id}>
+                <td>
+                  {a.id}
+                  {a.hostname && a.hostname !== a.id ? <span class="muted"> ({a.hostname})</span> : null}
+                </td>
+                <td>
+                  <span class={`badge badge-${a.connected ? "completed" : "error"}`}>{a.connected ? "Connected" : "Disconnected"}</span>
+                </td>
+                <td>{a.enabled ? (a.draining ? "Draining" : "Enabled") : "Disabled"}</td>
+                <td>{(a.resourcePools ?? []).join(", ")}</td>
+                <td class="num">{Object.keys(a.slots ?? {}).length}</td>
+                <td>{(a.addresses ?? []).join(", ") || "–"}</td>
+                <td>{formatTime(a.lastHeartbeat)}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      </div>
+      <h2>Resource pools</h2>
+      <ErrorNote error={poolsPoll.error} what="resource pools" />
+      <div class="table-wrap">
+        <table class="table">
+          <caption class="visually-hidden">Resource pools</caption>
+          <thead>
+            <tr>
+              <th scope="col">Name</th>
+              <th scope="col">Type</th>
+              <th scope="col">Agents</th>
+              <th scope="col">Slots used</th>
+              <th scope="col">Slot type</th>
+              <th scope="col">Scheduler</th>
+              <th scope="col">Queued</th>
+              <th scope="col">Default</th>
+            </tr>
+          </thead>
+          <tbody>
+            {pools.map((p) => (
+              <tr key={p.name} data-pool={p.name}>
+                <td>
+                  {p.name}
+                  {p.description ? <span class="muted"> — {p.description}</span> : null}
+                </td>
+                <td>{p.type.replace(/^TYPE_/, "").toLowerCase()}</td>
+                <td class="num">{p.numAgents}</td>
+                <td class="num">
+                  {p.slotsUsed} / {p.slotsAvailable}
+                </td>
+                <td>{p.slotType.replace(/^TYPE_/, "")}</td>
+                <td>
+                  {p.schedulerType.replace(/^SCHEDULER_TYPE_/, "").toLowerCase().replace("_", " ")}
+                  {p.preemptionEnabled ? <span class="muted"> · preemptive</span> : null}
+                </td>
+                <td class="num">{p.stats?.queuedCount ?? 0}</td>
+                <td>{[p.defaultComputePool ? "compute" : "", p.defaultAuxPool ? "aux" : ""].filter(Boolean).join(", ") || "–"}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      </div>
+    </section>
+  );
+}

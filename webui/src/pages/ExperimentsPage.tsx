@@ -1,0 +1,185 @@
+// The experiments list: server-side sort, state filter and paging (GetExperiments), archived
+// toggle, refreshed every few seconds. The view is kept in the URL so it survives a reload.
+
+import { getExperiments } from "../api/endpoints";
+import type { Experiment } from "../api/types";
+import { ErrorNote } from "../components/ErrorNote";
+import { Link } from "../components/Link";
+import { Pager } from "../components/Pager";
+import { ProgressBar } from "../components/ProgressBar";
+import { type Sort, SortHeader } from "../components/SortHeader";
+import { StateBadge } from "../components/StateBadge";
+import { durationBetween, formatDuration, formatMetric, formatTime, num } from "../format";
+import { usePoll } from "../hooks";
+import { setQuery, useLocation } from "../router";
+
+const PAGE_SIZE = 25;
+const POLL_MS = 4000;
+
+// Column key → GetExperimentsRequest.SortBy.
+const SORT_BY: Record<string, string> = {
+  id: "SORT_BY_ID",
+  name: "SORT_BY_NAME",
+  state: "SORT_BY_STATE",
+  progress: "SORT_BY_PROGRESS",
+  trials: "SORT_BY_NUM_TRIALS",
+  metric: "SORT_BY_SEARCHER_METRIC_VAL",
+  user: "SORT_BY_USER",
+  start: "SORT_BY_START_TIME",
+};
+
+// What the filter offers, and the stored states each choice covers.
+const STATE_FILTERS: { label: string; value: string; states: string[] }[] = [
+  { label: "All states", value: "", states: [] },
+  { label: "Active", value: "active", states: ["STATE_ACTIVE"] },
+  { label: "Paused", value: "paused", states: ["STATE_PAUSED"] },
+  {
+    label: "Stopping",
+    value: "stopping",
+    states: ["STATE_STOPPING_COMPLETED", "STATE_STOPPING_CANCELED", "STATE_STOPPING_KILLED", "STATE_STOPPING_ERROR"],
+  },
+  { label: "Completed", value: "completed", states: ["STATE_COMPLETED"] },
+  { label: "Canceled", value: "canceled", states: ["STATE_CANCELED"] },
+  { label: "Error", value: "error", states: ["STATE_ERROR"] },
+];
+
+export function ExperimentsPage() {
+  const { query } = useLocation();
+  const sort: Sort = { key: query.get("sort") ?? "id", desc: query.get("order") !== "asc" };
+  const offset = Math.max(0, Number(query.get("offset") ?? 0) || 0);
+  const stateFilter = STATE_FILTERS.find((f) => f.value === (query.get("state") ?? "")) ?? STATE_FILTERS[0];
+  const archived = query.get("archived") === "1";
+
+  const { data, error } = usePoll(
+    (signal) =>
+      getExperiments(
+        {
+          sortBy: SORT_BY[sort.key] ?? "SORT_BY_ID",
+          orderBy: sort.desc ? "ORDER_BY_DESC" : "ORDER_BY_ASC",
+          offset,
+          limit: PAGE_SIZE,
+          states: stateFilter.states,
+          // Unset shows both; the toggle adds archived ones to the unarchived.
+          archived: archived ? undefined : false,
+        },
+        signal,
+      ),
+    POLL_MS,
+    [sort.key, sort.desc, offset, stateFilter.value, archived],
+  );
+
+  const experiments = data?.experiments ?? [];
+  const total = data?.pagination?.total ?? experiments.length;
+
+  return (
+    <section aria-labelledby="experiments-title">
+      <div class="page-head">
+        <h1 id="experiments-title">Experiments</h1>
+        <div class="filters">
+          <label>
+            State{" "}
+            <select
+              value={stateFilter.value}
+              onChange={(e) => setQuery({ state: (e.target as HTMLSelectElement).value, offset: null })}
+            >
+              {STATE_FILTERS.map((f) => (
+                <option key={f.value} value={f.value}>
+                  {f.label}
+                </option>
+              ))}
+            </select>
+          </label>
+          <label class="checkbox">
+            <input
+              type="checkbox"
+              checked={archived}
+              onChange={(e) => setQuery({ archived: (e.target as HTMLInputElement).checked ? "1" : null, offset: null })}
+            />{" "}
+            Show archived
+          </label>
+        </div>
+      </div>
+      <ErrorNote error={error} what="experiments" />
+      <div class="table-wrap">
+        <table class="table" aria-describedby="experiments-title">
+          <thead>
+            <tr>
+              {(
+                [
+                  ["id", "ID"],
+                  ["name", "Name"],
+                  ["state", "State"],
+                  ["progress", "Progress"],
+                  ["trials", "Trials"],
+                  ["metric", "Best metric"],
+                  ["user", "User"],
+                  ["start", "Started"],
+                ] as const
+              ).map(([key, label]) => (
+                <SortHeader
+                  key={key}
+                  sortKey={key}
+                  sort={sort}
+                  onSort={(s) => setQuery({ sort: s.key, order: s.desc ? null : "asc", offset: null })}
+                >
+                  {label}
+                </SortHeader>
+              ))}
+              <th scope="col">Duration</th>
+            </tr>
+          </thead>
+          <tbody>
+            {experiments.map((e) => (
+              <ExperimentRow key={e.id} experiment={e} />
+            ))}
+            {data && experiments.length === 0 ? (
+              <tr>
+                <td colSpan={9} class="empty">
+                  No experiments{stateFilter.value ? ` in state “${stateFilter.label}”` : ""}. Create one with{" "}
+                  <code>cairn experiment create config.yaml .</code>
+                </td>
+              </tr>
+            ) : null}
+          </tbody>
+        </table>
+      </div>
+      <Pager
+        label="Experiment pages"
+        offset={offset}
+        limit={PAGE_SIZE}
+        total={total}
+        onChange={(next) => setQuery({ offset: next ? String(next) : null })}
+      />
+    </section>
+  );
+}
+
+function ExperimentRow(props: { experiment: Experiment }) {
+  const e = props.experiment;
+  const metric = num(e.bestTrialSearcherMetric);
+  return (
+    <tr data-experiment-id={e.id}>
+      <td class="num">
+        <Link href={`/experiments/${e.id}`}>{e.id}</Link>
+      </td>
+      <td>
+        <Link href={`/experiments/${e.id}`}>{e.name || `Experiment ${e.id}`}</Link>
+        {e.archived ? <span class="tag">archived</span> : null}
+      </td>
+      <td>
+        <StateBadge state={e.state} />
+      </td>
+      <td>
+        <ProgressBar value={num(e.progress)} label={`Progress of experiment ${e.id}`} />
+      </td>
+      <td class="num">{e.numTrials}</td>
+      <td class="num" title={e.searcherMetric}>
+        {formatMetric(metric)}
+        {metric !== null && e.searcherMetric ? <span class="muted"> {e.searcherMetric}</span> : null}
+      </td>
+      <td>{e.username}</td>
+      <td>{formatTime(e.startTime)}</td>
+      <td class="num">{formatDuration(e.duration ?? durationBetween(e.startTime, e.endTime))}</td>
+    </tr>
+  );
+}
