@@ -71,7 +71,7 @@ bench-install:
 	.venv-bench/bin/pip install -q -r bench/requirements.txt
 
 # The main job: a local cluster and a hyperparameter search with a live view (README).
-demo: install
+demo: $(STAMP) proto webui
 	scripts/demo.sh
 
 clean:

@@ -28,6 +28,7 @@ fi
 cat <<HINT
 
 Look further:
+  WebUI: http://127.0.0.1:8080/  (user determined, empty password): learning curves, trials, logs, the slot map
   source .venv/bin/activate; export CAIRN_MASTER=${CAIRN_MASTER}
   cairn experiment list                 # every experiment
   cairn trial logs <trial id>           # a trial's output (-f to follow a running one)

@@ -25,6 +25,12 @@ def _finished(api, experiment_id: int) -> int:  # type: ignore[no-untyped-def]
     return sum(1 for t in trials(api, experiment_id) if trial_state(t) in ("COMPLETED", "ERROR", "CANCELED"))
 
 
+def _active(api, experiment_id: int) -> int:  # type: ignore[no-untyped-def]
+    return sum(
+        1 for t in trials(api, experiment_id) if trial_state(t) not in ("COMPLETED", "ERROR", "CANCELED")
+    )
+
+
 def test_killing_the_searcher_and_the_master_mid_search_loses_and_duplicates_nothing(
     cluster: TestCluster,
 ) -> None:
@@ -45,7 +51,13 @@ def test_killing_the_searcher_and_the_master_mid_search_loses_and_duplicates_not
         reproducibility={"experiment_seed": 7},
     )
     experiment_id = create(api, text)
-    wait_for(lambda: _finished(api, experiment_id) >= 2, timeout=120, what="two trials done")
+    # Killed while two trials run (not in the gap between a trial's exit and its replacement's
+    # creation), so two more trials can end while the searcher is away.
+    wait_for(
+        lambda: _finished(api, experiment_id) >= 2 and _active(api, experiment_id) == 2,
+        timeout=120,
+        what="two trials done and two running",
+    )
 
     cluster.kill("searcher", signal.SIGKILL)
     # Trials keep running without the searcher; their exits queue up for it.
