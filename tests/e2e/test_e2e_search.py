@@ -157,6 +157,39 @@ def test_promotion_resumes_from_the_checkpoint_of_the_first_allocation(cluster: 
     assert any(t.run_id >= 2 for t in promoted), "at least one promotion resumed a stopped trial"
 
 
+def test_promotion_ranks_trials_by_their_completed_operations_when_validations_lack_the_metric(
+    cluster: TestCluster,
+) -> None:
+    """Trials that report no validation at all (val_every past the end) still get ranked and
+    promoted: op.report_completed(value) gives the searcher its result."""
+    api = cluster.login()
+    text = config(
+        hyperparameters={
+            "follow_ops": True,
+            "step_s": 0.02,
+            "val_every": 1000,
+            "ckpt_every": 100,
+            "scale": {"type": "double", "minval": 0.5, "maxval": 4.0},
+        },
+        searcher={
+            "name": "async_halving",
+            "metric": "validation_loss",
+            "max_trials": 4,
+            "num_rungs": 2,
+            "divisor": 2,
+            "time_metric": "batches",
+            "max_time": 4,
+            "stop_once": False,
+            "max_concurrent_trials": 2,
+        },
+    )
+    experiment_id = create(api, text)
+    wait_state(api, experiment_id, "COMPLETED", timeout=180)
+    found = trials(api, experiment_id)
+    assert len(found) == 4 and all(trial_state(t) == "COMPLETED" for t in found)
+    assert sorted(t.total_batches_processed for t in found) == [2, 2, 4, 4]
+
+
 def test_a_custom_tpe_searcher_runs_a_search_by_plugin_name(db_url: str | None, tmp_path: Path) -> None:
     ready = tmp_path / "tpe.json"
     searcher = subprocess.Popen(

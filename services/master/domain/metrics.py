@@ -134,6 +134,56 @@ def _record_validation(
         trial_lifecycle.enqueue_searcher_event(ctx, w, exp.id, event)
 
 
+def _time_unit(searcher: dict[str, Any]) -> str:
+    """The unit a searcher counts training in: `time_metric`, else the legacy max_length's unit
+    (`batches` for a bare number)."""
+    if searcher.get("time_metric"):
+        return str(searcher["time_metric"])
+    max_length = searcher.get("max_length")
+    if isinstance(max_length, dict) and max_length:
+        return str(next(iter(max_length)))
+    return "batches"
+
+
+def _tells_searcher(exp: models.Experiment, row: models.Metric | None, length: int) -> bool:
+    """Whether a validation already gave the searcher this trial's result at `length`."""
+    if row is None or _searcher_metric(exp, row.metrics) is None:
+        return False
+    unit = _time_unit(exp.config.get("searcher") or {})
+    elapsed = row.metrics.get(unit)
+    if elapsed is None and unit == "batches":
+        elapsed = row.steps_completed
+    return isinstance(elapsed, (int, float)) and not isinstance(elapsed, bool) and elapsed >= length
+
+
+def forward_operation_result(
+    ctx: MasterContext, w: Work, trial: models.Trial, length: int, value: float
+) -> bool:
+    """A searcher operation was completed with `op.report_completed(value)`. The searcher ranks trials
+    by their validations; where the latest one does not carry the searcher metric at the operation's
+    length, the completed operation is forwarded as that validation. Without it, a promotion-mode
+    search waits forever on a trial that stopped at its rung without reporting the metric."""
+    if not math.isfinite(value):
+        return False
+    exp = w.session.get_one(models.Experiment, trial.experiment_id)
+    if exp.state in TERMINAL:
+        return False
+    latest = w.session.get(models.Metric, trial.latest_validation_id) if trial.latest_validation_id else None
+    if _tells_searcher(exp, latest, length):
+        return False
+    searcher = exp.config.get("searcher") or {}
+    metrics: dict[str, Any] = {_time_unit(searcher): length}
+    if searcher.get("metric"):
+        metrics[str(searcher["metric"])] = value
+    event = spb.SearcherEvent(
+        validation_completed=spb.ValidationCompleted(request_id=trial.request_id, steps_completed=length)
+    )
+    event.validation_completed.metrics.update(metrics)
+    trial_lifecycle.enqueue_searcher_event(ctx, w, exp.id, event)
+    log.info("searcher result taken from the completed operation", trial_id=trial.id, length=length)
+    return True
+
+
 def _archive_superseded(w: Work, trial: models.Trial, run_id: int, group: str, steps: int) -> bool:
     result = w.session.execute(
         update(models.Metric)

@@ -11,6 +11,7 @@ from typing import Any
 from services.common.principal import Principal
 from services.master.domain.context import MasterContext
 from services.master.domain.errors import InvalidArgument, NotFound, PermissionDenied
+from services.master.domain.metrics import forward_operation_result
 from services.master.domain.states import AllocationState as A
 from services.master.domain.topics import trial_topic
 from services.master.store import models
@@ -122,13 +123,15 @@ def current_operation(ctx: MasterContext, trial_id: int) -> tuple[str, int, bool
         return trial.request_id, length, completed
 
 
-def complete_operation(ctx: MasterContext, trial_id: int, length: int) -> None:
+def complete_operation(ctx: MasterContext, trial_id: int, length: int, searcher_metric: float) -> None:
     if length <= 0:
         raise InvalidArgument("completed_operation.validate_after.length: must be > 0")
     with ctx.unit_of_work() as w:
         trial = w.session.get(models.Trial, trial_id)
         if trial is None:
             raise NotFound(f"trial {trial_id} not found")
+        if length > trial.searcher_completed_length:
+            forward_operation_result(ctx, w, trial, length, searcher_metric)
         trial.searcher_completed_length = max(trial.searcher_completed_length, length)
         topic = trial_topic(trial_id)
         w.later(lambda: ctx.topics.publish(topic))

@@ -147,7 +147,10 @@ class MetricsApi(ServicerBase):
         self, request: tpb.CompleteTrialSearcherValidationRequest, context: grpc.ServicerContext
     ) -> tpb.CompleteTrialSearcherValidationResponse:
         signals.complete_operation(
-            self.ctx, request.trial_id, int(request.completed_operation.validate_after.length)
+            self.ctx,
+            request.trial_id,
+            int(request.completed_operation.validate_after.length),
+            request.searcher_metric,
         )
         return tpb.CompleteTrialSearcherValidationResponse()
 
