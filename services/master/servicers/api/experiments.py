@@ -67,6 +67,13 @@ class ExperimentsApi(ServicerBase):
                 raise NotFound(f"experiment {experiment_id} not found")
             return experiment_rows(s, [exp])[0]
 
+    def _check_exists(self, experiment_id: int) -> None:
+        """NotFound unless the experiment is there: one indexed lookup, not the listing's aggregates."""
+        with self.ctx.db.read() as s:
+            state = s.scalar(select(models.Experiment.state).where(models.Experiment.id == experiment_id))
+        if state is None or state in ("DELETING", "DELETED"):
+            raise NotFound(f"experiment {experiment_id} not found")
+
     def _job_summary(self, row: Any) -> epb.JobSummary:
         states = row.allocation_states
         if states.get("PENDING"):
@@ -219,7 +226,7 @@ class ExperimentsApi(ServicerBase):
     def _get_experiment_trials(
         self, request: tpb.GetExperimentTrialsRequest
     ) -> tpb.GetExperimentTrialsResponse:
-        self._row(request.experiment_id)
+        self._check_exists(request.experiment_id)
         column = TRIAL_SORT.get(request.sort_by, models.Trial.id)
         with self.ctx.db.read() as s:
             q = select(models.Trial).where(models.Trial.experiment_id == request.experiment_id)
@@ -244,7 +251,7 @@ class ExperimentsApi(ServicerBase):
     def GetModelDef(
         self, request: epb.GetModelDefRequest, context: grpc.ServicerContext
     ) -> epb.GetModelDefResponse:
-        self._row(request.experiment_id)
+        self._check_exists(request.experiment_id)
         with self.ctx.db.read() as s:
             model_def = s.get(models.ModelDefinition, request.experiment_id)
             archive = model_def.archive if model_def is not None else b""
