@@ -118,14 +118,16 @@ def test_adaptive_asha_stops_the_worst_and_completes_with_every_trial(cluster: T
         assert any(line.startswith("PREEMPTED") for line in logs(api, t.id)), t.id
 
 
-def test_promotion_resumes_from_the_checkpoint_of_the_first_allocation(cluster: TestCluster) -> None:
-    api = cluster.login()
-    text = config(
+def _promotion_config(max_time: int, concurrent: int = 2, **hyperparameters: object) -> str:
+    """Promotion ASHA over 4 trials in 2 rungs (max_time / 2, max_time), trials following their ops;
+    the same 4 hyperparameter draws every time."""
+    return config(
+        reproducibility={"experiment_seed": 3},
         hyperparameters={
             "follow_ops": True,
-            "step_s": 0.05,
             "ckpt_every": 100,
             "scale": {"type": "double", "minval": 0.5, "maxval": 4.0},
+            **hyperparameters,
         },
         searcher={
             "name": "async_halving",
@@ -134,11 +136,18 @@ def test_promotion_resumes_from_the_checkpoint_of_the_first_allocation(cluster: 
             "num_rungs": 2,
             "divisor": 2,
             "time_metric": "batches",
-            "max_time": 8,
+            "max_time": max_time,
             "stop_once": False,
-            "max_concurrent_trials": 2,
+            "max_concurrent_trials": concurrent,
         },
     )
+
+
+def test_promotion_resumes_from_the_checkpoint_of_the_first_allocation(cluster: TestCluster) -> None:
+    api = cluster.login()
+    # One trial at a time: each trial has exited before the next one's result can promote it, so
+    # whether a promotion resumes an exited trial depends only on the (seeded) draws.
+    text = _promotion_config(max_time=8, concurrent=1, step_s=0.05)
     experiment_id = create(api, text)
     wait_state(api, experiment_id, "COMPLETED", timeout=300)
     found = trials(api, experiment_id)
@@ -163,31 +172,15 @@ def test_promotion_ranks_trials_by_their_completed_operations_when_validations_l
     """Trials that report no validation at all (val_every past the end) still get ranked and
     promoted: op.report_completed(value) gives the searcher its result."""
     api = cluster.login()
-    text = config(
-        hyperparameters={
-            "follow_ops": True,
-            "step_s": 0.02,
-            "val_every": 1000,
-            "ckpt_every": 100,
-            "scale": {"type": "double", "minval": 0.5, "maxval": 4.0},
-        },
-        searcher={
-            "name": "async_halving",
-            "metric": "validation_loss",
-            "max_trials": 4,
-            "num_rungs": 2,
-            "divisor": 2,
-            "time_metric": "batches",
-            "max_time": 4,
-            "stop_once": False,
-            "max_concurrent_trials": 2,
-        },
-    )
+    text = _promotion_config(max_time=4, step_s=0.02, val_every=1000)
     experiment_id = create(api, text)
     wait_state(api, experiment_id, "COMPLETED", timeout=180)
     found = trials(api, experiment_id)
     assert len(found) == 4 and all(trial_state(t) == "COMPLETED" for t in found)
-    assert sorted(t.total_batches_processed for t in found) == [2, 2, 4, 4]
+    reached = [t.total_batches_processed for t in found]
+    # Ranked by their reported results: the best go on to 4 (how many depends on the order results
+    # arrive in), the worst of all is never in a rung's top half.
+    assert set(reached) == {2, 4}, reached
 
 
 def test_a_custom_tpe_searcher_runs_a_search_by_plugin_name(db_url: str | None, tmp_path: Path) -> None:
