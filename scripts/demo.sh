@@ -29,11 +29,11 @@ cat <<HINT
 
 Look further:
   WebUI: http://127.0.0.1:8080/  (user determined, empty password): learning curves, trials, logs, the slot map
-  source .venv/bin/activate; export CAIRN_MASTER=${CAIRN_MASTER}
+  source .venv/bin/activate; export CAIRN_MASTER=${CAIRN_MASTER} CAIRN_STATE_DIR=${CAIRN_STATE_DIR}
   cairn experiment list                 # every experiment
   cairn trial logs <trial id>           # a trial's output (-f to follow a running one)
   cairn checkpoint list ${experiment_id:-<experiment id>}          # what the GC policy kept
   cairn agent list; cairn slot list     # the cluster
-  cairn cluster down                    # stop everything (state stays in ${CAIRN_STATE_DIR})
+  cairn cluster down                    # stop everything (the state stays in CAIRN_STATE_DIR)
 HINT
 exit "${status}"
