@@ -68,7 +68,7 @@ format: install
 bench-install:
 	command -v wrk >/dev/null || apt-get install -y -q wrk
 	test -d .venv-bench || $(PYTHON) -m venv .venv-bench
-	.venv-bench/bin/pip install -q -r bench/requirements.txt
+	.venv-bench/bin/pip install -q -r bench/requirements.txt -r examples/digits/requirements.txt
 
 # The main job: a local cluster and a hyperparameter search with a live view (README).
 demo: $(STAMP) proto webui
