@@ -218,7 +218,8 @@ def test_webui_pages_and_experiment_actions(cluster: TestCluster, browser: Brows
     wait_state(api, experiment_id, "COMPLETED", timeout=240)
     expect(_state_badge(b)).to_have_text("Completed")
     expect(page.get_by_test_id("curve-summary")).to_have_text(re.compile(r"^3 trials, [1-9]\d* points"))
-    expect(page.locator(".chart canvas").first).to_be_visible()
+    expect(page.locator(".chart canvas")).to_have_count(1)
+    _expect_drawn(page.locator(".chart canvas"))
     b.shot("05-experiment-curves")
 
     page.get_by_role("tab", name="Trials").click()
@@ -336,6 +337,89 @@ def test_learning_curve_chart_renders_many_trials(cluster: TestCluster, browser:
     b.shot("13-learning-curves-many-trials")
     b.check_clean()
     assert state(api, experiment_id) == "PAUSED"
+
+
+# Pixels of a canvas in a series colour: saturated, unlike the greys of the grid, axes and ticks.
+_COLOURED_PIXELS_JS = """canvas => {
+  const {data} = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height);
+  let n = 0;
+  for (let i = 0; i < data.length; i += 4) {
+    const [r, g, b, a] = [data[i], data[i + 1], data[i + 2], data[i + 3]];
+    if (a > 128 && Math.max(r, g, b) - Math.min(r, g, b) > 80) n++;
+  }
+  return n;
+}"""
+
+
+def _expect_drawn(canvas: Any) -> None:
+    """The chart drew its data: some of its pixels are in a series colour."""
+    wait_for(
+        lambda: canvas.evaluate(_COLOURED_PIXELS_JS) >= 10, timeout=10, what="the chart to draw its data"
+    )
+
+
+def _hover_names(page: Any, chart: Any, pattern: str) -> None:
+    """Moves the mouse down the middle of a chart's plot area until the hover readout matches."""
+    box = chart.locator(".u-over").bounding_box()
+    assert box is not None, "the chart has no plot area"
+    tip = chart.locator(".chart-tip")
+    seen = ""
+    for step in range(41):
+        page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] * step / 40)
+        if tip.is_visible():
+            seen = tip.text_content() or ""
+            if re.match(pattern, seen):
+                return
+    raise AssertionError(f"hovering the chart never showed {pattern!r} (last readout: {seen!r})")
+
+
+def test_charts_of_one_point_per_trial_render(cluster: TestCluster, browser: Browser) -> None:
+    """Early in a search every trial has one validation, all at the same step: a chart whose x
+    range is a single value (uPlot failed on it with "Invalid array length" and drew nothing)."""
+    api = cluster.login()
+    text = config(
+        name="one-point-curves",
+        hyperparameters={"scale": {"type": "double", "minval": 0.5, "maxval": 2.0}},
+        searcher={
+            "name": "random",
+            "metric": "validation_loss",
+            "max_trials": 3,
+            "max_concurrent_trials": 0,
+            "max_length": {"batches": 100},
+        },
+    )
+    experiment_id = create(api, text, activate=False)
+    listed = api.GetExperimentTrials(
+        trial_pb2.GetExperimentTrialsRequest(experiment_id=experiment_id, limit=-1)
+    ).trials
+    for t in listed:
+        values = struct_pb2.Struct()
+        values.update({"validation_loss": 1.0 / t.id})
+        report = trial_pb2.MetricReport(seq=1, group="validation", steps_completed=10, metrics=values)
+        api.ReportTrialMetricsBatch(
+            trial_pb2.ReportTrialMetricsBatchRequest(trial_id=t.id, trial_run_id=t.run_id, reports=[report])
+        )
+
+    b, page = browser, browser.page
+    b.goto(f"/experiments/{experiment_id}")
+    _log_in(b)
+    page.wait_for_url(re.compile(rf"/experiments/{experiment_id}$"))
+    expect(page.get_by_test_id("curve-summary")).to_have_text(re.compile(r"^3 trials, 3 points"))
+    expect(page.locator(".chart canvas")).to_have_count(1)
+    expect(page.locator(".chart canvas")).to_be_visible()
+    _expect_drawn(page.locator(".chart canvas"))
+    _hover_names(page, page.locator(".chart").first, r"^Trial \d+ · Batches 10 ·")
+
+    b.goto(f"/trials/{listed[0].id}")
+    expect(page.locator("figure.metric-chart[data-metric='validation_loss'] canvas")).to_be_visible()
+    _expect_drawn(page.locator("figure.metric-chart[data-metric='validation_loss'] canvas"))
+    _hover_names(
+        page,
+        page.locator("figure.metric-chart[data-metric='validation_loss'] .chart"),
+        r"^validation · Batches 10 · validation_loss ",
+    )
+    b.shot("14-one-point-per-trial")
+    b.check_clean()
 
 
 # ---- Serving the files: content types, caching, SPA fallback, no build ----

@@ -61,6 +61,28 @@ function scatterPaths(diameter: number): uPlot.Series.PathBuilder {
   };
 }
 
+// A line needs two points: a trial with one validation so far, or a point between gaps, would
+// draw nothing. Such lone points get a ring on the line's own path.
+function linesWithLonePoints(): uPlot.Series.PathBuilder {
+  const linear = uPlot.paths.linear!();
+  return (u, seriesIdx, idx0, idx1) => {
+    const paths = linear(u, seriesIdx, idx0, idx1);
+    const stroke = paths?.stroke;
+    if (!(stroke instanceof Path2D)) return paths;
+    const [xs, ys] = (u.data as unknown as [ArrayLike<number>, ArrayLike<number | null>][])[seriesIdx];
+    const radius = 2.5 * uPlot.pxRatio;
+    const present = (i: number) => i >= 0 && i < ys.length && ys[i] !== null && Number.isFinite(ys[i]);
+    for (let i = 0; i < xs.length; i++) {
+      if (!present(i) || present(i - 1) || present(i + 1)) continue;
+      const cx = u.valToPos(xs[i], "x", true);
+      const cy = u.valToPos(ys[i] as number, "y", true);
+      stroke.moveTo(cx + radius, cy);
+      stroke.arc(cx, cy, radius, 0, 2 * Math.PI);
+    }
+    return paths;
+  };
+}
+
 function seriesOptions(s: XYSeries, kind: XYChartProps["kind"]): uPlot.Series {
   const lines = kind === "lines";
   return {
@@ -68,7 +90,7 @@ function seriesOptions(s: XYSeries, kind: XYChartProps["kind"]): uPlot.Series {
     stroke: lines ? s.color : "rgba(255,255,255,0.9)",
     fill: lines ? undefined : s.color,
     width: lines ? 1.25 : 1,
-    paths: lines ? uPlot.paths.linear!() : scatterPaths(8),
+    paths: lines ? linesWithLonePoints() : scatterPaths(8),
     points: { show: false },
     facets: [
       { scale: "x", auto: true },
@@ -87,6 +109,18 @@ const paddedRange: uPlot.Range.Function = (_u, min, max) => {
   if (min == null || max == null) return [0, 1];
   const span = max - min || Math.abs(max) || 1;
   return [min - span * 0.08, max + span * 0.08];
+};
+
+/**
+ * The data's own range, widened when it is a single value: uPlot's faceted mode has no fallback for
+ * a zero-width linear x range and throws "Invalid array length" building its ticks — which is what
+ * a chart of trials that each have one validation, all at the same step, looks like.
+ */
+const spanningRange: uPlot.Range.Function = (_u, min, max) => {
+  if (min == null || max == null) return [0, 1];
+  if (min !== max) return [min, max];
+  const pad = Math.abs(min) * 0.1 || 1;
+  return [min - pad, max + pad];
 };
 
 function categoryRange(categories: string[]): uPlot.Range.Function {
@@ -130,7 +164,14 @@ export function XYChart(props: XYChartProps) {
           time: false,
           auto: !categories,
           distr: props.xLog ? 3 : 1,
-          range: categories ? categoryRange(categories) : points && !props.xLog ? paddedRange : undefined,
+          // A log scale pads a single value by itself; a linear one needs it done here.
+          range: categories
+            ? categoryRange(categories)
+            : props.xLog
+              ? undefined
+              : points
+                ? paddedRange
+                : spanningRange,
         },
         y: { auto: true, range: points ? paddedRange : undefined },
       },
