@@ -118,6 +118,45 @@ def test_adaptive_asha_stops_the_worst_and_completes_with_every_trial(cluster: T
         assert any(line.startswith("PREEMPTED") for line in logs(api, t.id)), t.id
 
 
+def test_stopping_asha_trials_that_follow_operations_train_no_step_past_a_rung(cluster: TestCluster) -> None:
+    """Stopping ASHA gives each trial its next rung as the operation's length; a trial that follows
+    its operations hears the verdict at each rung before it trains on, so a stopped trial ends exactly
+    at a rung, in its first allocation, and none is preempted mid-rung."""
+    api = cluster.login()
+    text = config(
+        reproducibility={"experiment_seed": 5},
+        hyperparameters={
+            "follow_ops": True,
+            "step_s": 0.05,
+            "ckpt_every": 100,
+            "scale": {"type": "double", "minval": 0.5, "maxval": 4.0},
+        },
+        searcher={
+            "name": "async_halving",
+            "metric": "validation_loss",
+            "max_trials": 6,
+            "num_rungs": 3,
+            "divisor": 2,
+            "time_metric": "batches",
+            "max_time": 8,
+            "stop_once": True,
+            "max_concurrent_trials": 2,
+        },
+    )
+    experiment_id = create(api, text)
+    wait_state(api, experiment_id, "COMPLETED", timeout=300)
+    found = trials(api, experiment_id)
+    assert len(found) == 6 and all(trial_state(t) == "COMPLETED" for t in found)
+    reached = sorted(t.total_batches_processed for t in found)
+    assert set(reached) <= {2, 4, 8}, f"a trial trained past a rung (rungs 2, 4, 8): {reached}"
+    assert reached[-1] == 8 and reached[0] < 8, reached
+    for t in found:
+        lines = logs(api, t.id)
+        assert t.run_id == 1, f"trial {t.id} was restarted: the verdict should reach it while it waits"
+        assert not any(line.startswith("PREEMPTED") for line in lines), t.id
+        assert f"OP-DONE {t.total_batches_processed}" in lines, t.id
+
+
 def _promotion_config(max_time: int, concurrent: int = 2, **hyperparameters: object) -> str:
     """Promotion ASHA over 4 trials in 2 rungs (max_time / 2, max_time), trials following their ops;
     the same 4 hyperparameter draws every time."""

@@ -15,11 +15,12 @@ from sqlalchemy import func, select
 
 from cairn.searcher.v1 import searcher_pb2 as spb
 from services.common.logging import get_logger
-from services.master.domain.context import MasterContext
+from services.master.domain.context import MasterContext, Work
 from services.master.domain.creation import search_spec
 from services.master.domain.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from services.master.domain.searcher_actions import apply_response
 from services.master.domain.states import is_terminal
+from services.master.domain.topics import searcher_answers_topic
 from services.master.store import models
 
 log = get_logger(__name__)
@@ -116,6 +117,7 @@ class SearcherPump:
                     row = w.session.get(models.SearcherEvent, event_id)
                     if row is not None:
                         w.session.delete(row)
+                    self._announce(w, experiment_id)
                 continue
             with self._ctx.unit_of_work() as w:
                 row = w.session.get(models.SearcherEvent, event_id)
@@ -125,7 +127,12 @@ class SearcherPump:
                 w.session.delete(row)
                 exp_now = w.session.get_one(models.Experiment, experiment_id)
                 apply_response(self._ctx, w, exp_now, response)
+                self._announce(w, experiment_id)
             restores = 0
+
+    def _announce(self, w: Work, experiment_id: int) -> None:
+        topic = searcher_answers_topic(experiment_id)
+        w.later(lambda: self._ctx.topics.publish(topic))
 
     def _drop_events(self, experiment_id: int) -> None:
         with self._ctx.unit_of_work() as w:
@@ -133,3 +140,4 @@ class SearcherPump:
                 select(models.SearcherEvent).where(models.SearcherEvent.experiment_id == experiment_id)
             ):
                 w.session.delete(row)
+            self._announce(w, experiment_id)

@@ -8,12 +8,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy import exists, func, select
+from sqlalchemy.orm import Session
+
 from services.common.principal import Principal
 from services.master.domain.context import MasterContext
 from services.master.domain.errors import InvalidArgument, NotFound, PermissionDenied
 from services.master.domain.metrics import forward_operation_result
+from services.master.domain.states import TERMINAL
 from services.master.domain.states import AllocationState as A
-from services.master.domain.topics import trial_topic
+from services.master.domain.topics import searcher_answers_topic, trial_topic
 from services.master.store import models
 
 
@@ -109,18 +113,71 @@ def configured_length(config: dict[str, Any]) -> int:
     return 0
 
 
-def current_operation(ctx: MasterContext, trial_id: int) -> tuple[str, int, bool]:
-    """(request id, length, completed) of the trial's current searcher operation."""
+# How long GetCurrentTrialSearcherOperation waits for the searcher's verdict on a result the trial
+# just reported at its target. The searcher answers in milliseconds; past this (a searcher that is
+# down), the trial is told it is done, exits and waits idle to be resumed or stopped, and its slot is
+# free meanwhile.
+VERDICT_WAIT_S = 10.0
+# Re-read at least this often while waiting, whatever wake-ups were missed.
+VERDICT_POLL_S = 0.5
+
+
+@dataclass(frozen=True)
+class Operation:
+    request_id: str
+    length: int
+    completed: bool
+    # The trial is at its target and the searcher has not yet answered its result there.
+    verdict_pending: bool = False
+
+
+def _read_operation(s: Session, trial_id: int, horizon: int | None) -> tuple[Operation, int | None]:
+    """The trial's operation, and the newest searcher event id its verdict depends on."""
+    trial = s.get(models.Trial, trial_id)
+    if trial is None:
+        raise NotFound(f"trial {trial_id} not found")
+    exp = s.get_one(models.Experiment, trial.experiment_id)
+    length = int(trial.searcher_target) or configured_length(exp.config)
+    if length <= 0:
+        return Operation(trial.request_id, 0, True), horizon
+    completed = trial.searcher_stopped or trial.searcher_completed_length >= length
+    at_target = completed and not trial.searcher_stopped and trial.searcher_target > 0
+    if not at_target or exp.state in TERMINAL:
+        return Operation(trial.request_id, length, completed), horizon
+    # Events queue in order, so once every event up to the newest one queued when the trial asked
+    # has been answered, the answer to its result is in (a new target, a stop, or neither).
+    if horizon is None:
+        horizon = s.scalar(
+            select(func.max(models.SearcherEvent.id)).where(models.SearcherEvent.experiment_id == exp.id)
+        )
+    pending = horizon is not None and s.scalar(
+        select(
+            exists().where(models.SearcherEvent.experiment_id == exp.id, models.SearcherEvent.id <= horizon)
+        )
+    )
+    return Operation(trial.request_id, length, completed, verdict_pending=bool(pending)), horizon
+
+
+def current_operation(ctx: MasterContext, trial_id: int, wait_s: float = VERDICT_WAIT_S) -> Operation:
+    """The trial's current searcher operation. A trial that completed its target asks right after
+    reporting its result; rather than tell it "done" while the searcher is still deciding (it would
+    exit, and be started again from its checkpoint if sent on), wait for the verdict."""
     with ctx.db.read() as s:
         trial = s.get(models.Trial, trial_id)
         if trial is None:
             raise NotFound(f"trial {trial_id} not found")
-        exp = s.get_one(models.Experiment, trial.experiment_id)
-        length = int(trial.searcher_target) or configured_length(exp.config)
-        if length <= 0:
-            return trial.request_id, 0, True
-        completed = trial.searcher_stopped or trial.searcher_completed_length >= length
-        return trial.request_id, length, completed
+        experiment_id = trial.experiment_id
+    topic = searcher_answers_topic(experiment_id)
+    deadline = time.monotonic() + wait_s
+    horizon: int | None = None
+    while True:
+        seen = ctx.topics.version(topic)
+        with ctx.db.read() as s:
+            operation, horizon = _read_operation(s, trial_id, horizon)
+        remaining = deadline - time.monotonic()
+        if not operation.verdict_pending or remaining <= 0 or ctx.topics.closed:
+            return operation
+        ctx.topics.wait(topic, seen, timeout=min(remaining, VERDICT_POLL_S))
 
 
 def complete_operation(ctx: MasterContext, trial_id: int, length: int, searcher_metric: float) -> None:

@@ -61,3 +61,9 @@ def trial_topic(trial_id: int) -> str:
 
 def experiment_topic(experiment_id: int) -> str:
     return f"experiment:{experiment_id}"
+
+
+def searcher_answers_topic(experiment_id: int) -> str:
+    """Published each time the master applied a searcher answer for the experiment (or dropped its
+    queued events)."""
+    return f"searcher-answers:{experiment_id}"

@@ -3,8 +3,8 @@
 Order of checks when an allocation ends (Determined's, reference §1.6): a stopping trial ends; a
 paused one waits; a trial the searcher stopped, or whose code exited early on purpose, completes;
 an infrastructure failure retries without counting; an error counts against max_restarts; a clean
-exit completes the trial — except in promotion mode, where a trial that reached the searcher's
-target waits idle to be promoted or stopped.
+exit completes the trial — except where the searcher gave the trial a target (halving searches):
+a trial that reached it waits idle for the searcher's verdict, to be sent on or stopped.
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ def enqueue_searcher_event(ctx: MasterContext, w: Work, experiment_id: int, even
     w.later(ctx.pump_wakeup.set)
 
 
-def waiting_for_promotion(trial: models.Trial) -> bool:
-    """Promotion mode: the trial trained to the searcher's target and now waits for its verdict."""
+def awaiting_verdict(trial: models.Trial) -> bool:
+    """The trial trained to the searcher's target and waits to be sent on (a new target) or stopped."""
     return trial.searcher_target > 0 and trial.searcher_completed_length >= trial.searcher_target
 
 
@@ -57,7 +57,7 @@ def ensure_running(ctx: MasterContext, w: Work, trial: models.Trial, exp: models
     """Request an allocation if the trial should be running and has none."""
     if exp.state != S.ACTIVE or trial.state != S.ACTIVE or trial.searcher_stopped:
         return
-    if waiting_for_promotion(trial) or allocations.live_allocation(w, trial.id) is not None:
+    if awaiting_verdict(trial) or allocations.live_allocation(w, trial.id) is not None:
         return
     allocations.request(ctx, w, trial, exp)
 
@@ -98,7 +98,7 @@ def on_allocation_exit(
     if outcome in (Outcome.TRANSIENT, Outcome.PREEMPTED, Outcome.KILLED):
         ensure_running(ctx, w, trial, exp)
         return
-    if waiting_for_promotion(trial):
+    if awaiting_verdict(trial):
         w.later(lambda: ctx.topics.publish(trial_topic(trial.id)))
         return
     if promoted_while_exiting(trial, alloc):

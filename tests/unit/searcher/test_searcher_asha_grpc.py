@@ -127,8 +127,10 @@ def test_stopping_adaptive_asha_and_preview_over_the_wire(searcher_server: Servi
     with stub_for(searcher_server) as stub:
         session = Session(stub, "exp-adaptive", spec)
         a, b = (action.create.request_id for action in session.latest.actions)
-        assert all(action.create.target_length == 0 for action in session.latest.actions)
-        assert session.validate(a, 0.2, 100) == []
+        # Each trial trains to its next rung and hears the verdict before it goes on.
+        assert all(action.create.target_length == 100 for action in session.latest.actions)
+        (goes_on,) = session.validate(a, 0.2, 100)
+        assert goes_on.set_target.request_id == a and goes_on.set_target.target_length == 200
         stop, create = session.validate(b, 0.9, 100)
         assert stop.stop.request_id == b and create.WhichOneof("action") == "create"
         # A validation without the searcher metric changes nothing.

@@ -27,25 +27,26 @@ def stopping_master(**fields: Any) -> HalvingMaster:
 
 def test_scripted_stopping_decisions() -> None:
     m = stopping_master()
-    assert m.answer == [("create", "T0", 0), ("create", "T1", 0)]
+    # Every trial is created to train to rung 0, and told the next rung when it goes on.
+    assert m.answer == [("create", "T0", 100), ("create", "T1", 100)]
     # Alone in rung 0 (keep max(1, floor(1/2)) = 1): T0 goes on.
-    assert m.validate("T0", 0.5, 100) == []
+    assert m.validate("T0", 0.5, 100) == [("target", "T0", 200)]
     # Second of two in rung 0 (keep 1): stopped, and replaced.
-    assert m.validate("T1", 0.7, 100) == [("stop", "T1"), ("create", "T2", 0)]
+    assert m.validate("T1", 0.7, 100) == [("stop", "T1"), ("create", "T2", 100)]
     # One validation at 250 passes rungs 0 (first of three) and 1 (first of one); 400 not reached.
-    assert m.validate("T2", 0.4, 250) == []
+    assert m.validate("T2", 0.4, 250) == [("target", "T2", 400)]
     # T0 reaches rung 1 behind T2 (keep 1 of 2).
-    assert m.validate("T0", 0.45, 200) == [("stop", "T0"), ("create", "T3", 0)]
+    assert m.validate("T0", 0.45, 200) == [("stop", "T0"), ("create", "T3", 100)]
     # An equal result ranks ahead of the ones already there (Determined's insert): T3 goes on.
-    assert m.validate("T3", 0.4, 100) == []
+    assert m.validate("T3", 0.4, 100) == [("target", "T3", 200)]
     assert m.rung(0) == ["T3", "T2", "T0", "T1"]
     # The top rung stops even the best trial; the fifth and last trial replaces it.
-    assert m.validate("T2", 0.3, 400) == [("stop", "T2"), ("create", "T4", 0)]
+    assert m.validate("T2", 0.3, 400) == [("stop", "T2"), ("create", "T4", 100)]
     # An errored trial ranks last at its rung; the budget is spent, so no replacement.
     assert m.exit("T4", ExitReason.ERRORED) == []
     assert m.searcher.progress() == pytest.approx(5 / 6)  # rung 0: T3 T2 T0 T1 T4 — full
     # Invalid hyperparameters: out of every rung and out of max_trials, so always replaced.
-    assert m.exit("T3", ExitReason.INVALID_HP) == [("stop", "T3"), ("create", "T5", 0)]
+    assert m.exit("T3", ExitReason.INVALID_HP) == [("stop", "T3"), ("create", "T5", 100)]
     assert m.searcher.progress() == pytest.approx(4 / 6)
     assert m.rung(0) == ["T2", "T0", "T1", "T4"] and m.rung(1) == ["T2", "T0"] and m.rung(2) == ["T2"]
     assert m.exit_stopped() == []
@@ -56,10 +57,10 @@ def test_scripted_stopping_decisions() -> None:
 
 def test_larger_is_better_negates_the_metric() -> None:
     m = stopping_master(smaller_is_better=False)
-    assert m.validate("T0", 0.5, 100) == []
-    assert m.validate("T1", 0.7, 100) == []  # better than T0: goes on
-    assert m.validate("T0", 0.9, 200) == []
-    assert m.validate("T1", 0.1, 200) == [("stop", "T1"), ("create", "T2", 0)]
+    assert m.validate("T0", 0.5, 100) == [("target", "T0", 200)]
+    assert m.validate("T1", 0.7, 100) == [("target", "T1", 200)]  # better than T0: goes on
+    assert m.validate("T0", 0.9, 200) == [("target", "T0", 400)]
+    assert m.validate("T1", 0.1, 200) == [("stop", "T1"), ("create", "T2", 100)]
 
 
 def test_time_metric_and_intermediate_validations() -> None:
@@ -69,7 +70,7 @@ def test_time_metric_and_intermediate_validations() -> None:
     a, b = m.ids
     assert m.send(ValidationCompleted(a, {"loss": 0.5, "epochs": 0}, 5000)) == []
     assert m.rung(0) == []
-    assert m.send(ValidationCompleted(a, {"loss": 0.5, "epochs": 1}, 5000)) == []
+    assert m.send(ValidationCompleted(a, {"loss": 0.5, "epochs": 1}, 5000)) == [("target", "T0", 3)]
     assert m.send(ValidationCompleted(b, {"loss": 0.9, "epochs": 1}, 10)) == [("stop", "T1")]
     # The time is the time metric, never steps_completed.
     assert m.send(ValidationCompleted(a, {"loss": 0.5}, 10_000)) == []
@@ -87,8 +88,8 @@ def test_validation_missing_the_metric_or_time_changes_nothing() -> None:
 
 def test_what_a_decided_trial_reports_afterwards_is_ignored() -> None:
     m = stopping_master()
-    assert m.validate("T0", 0.5, 100) == []
-    assert m.validate("T1", 0.7, 100) == [("stop", "T1"), ("create", "T2", 0)]
+    assert m.validate("T0", 0.5, 100) == [("target", "T0", 200)]
+    assert m.validate("T1", 0.7, 100) == [("stop", "T1"), ("create", "T2", 100)]
     before = m.searcher.to_state()
     # A late validation and an error while stopping neither rank T1 again nor replace it twice.
     assert m.validate("T1", 0.1, 400) == []
@@ -105,7 +106,7 @@ def test_legacy_max_length_counts_batches_from_steps_completed() -> None:
     assert m.searcher.method.length_unit() == "batches"
     assert m.bracket.lengths == (300, 900)
     a, b, _ = m.ids
-    assert m.send(ValidationCompleted(a, {"loss": 0.2}, 300)) == []
+    assert m.send(ValidationCompleted(a, {"loss": 0.2}, 300)) == [("target", "T0", 900)]
     assert m.send(ValidationCompleted(b, {"loss": 0.3}, 300)) == [("stop", "T1")]
     assert m.send(ValidationCompleted(a, {"loss": 0.2}, 900)) == [("stop", "T0")]
 
@@ -117,7 +118,7 @@ def test_legacy_max_length_counts_batches_from_steps_completed() -> None:
 )
 def test_initial_trials(concurrency: int, max_trials: int, initial: int) -> None:
     m = stopping_master(max_concurrent_trials=concurrency, max_trials=max_trials)
-    assert m.answer == [("create", f"T{i}", 0) for i in range(initial)]
+    assert m.answer == [("create", f"T{i}", 100) for i in range(initial)]
 
 
 @pytest.mark.parametrize(
@@ -127,7 +128,7 @@ def test_initial_trials(concurrency: int, max_trials: int, initial: int) -> None
 def test_shutdown_when_every_trial_exited(reason: ExitReason, expected: tuple[bool, bool]) -> None:
     m = stopping_master(max_trials=3)
     # Each early exit is replaced while the budget lasts.
-    assert m.exit("T0", reason) == [("create", "T2", 0)]
+    assert m.exit("T0", reason) == [("create", "T2", 100)]
     assert m.exit("T1", reason) == []
     assert m.shutdown is None
     assert m.exit("T2", reason) == [("shutdown", *expected)]
@@ -152,7 +153,7 @@ def test_determined_asha_stopping_run() -> None:
             created += [a[1] for a in answer if a[0] == "create"]
         waiting = created
     assert stops == 9 and len(m.ids) == 10
-    assert m.validate("T0", loss, 300) == []
+    assert m.validate("T0", loss, 300) == [("target", "T0", 900)]
     assert m.validate("T0", loss, 900) == [("stop", "T0")]
 
 

@@ -135,11 +135,11 @@ class MetricsApi(ServicerBase):
     def GetCurrentTrialSearcherOperation(
         self, request: tpb.GetCurrentTrialSearcherOperationRequest, context: grpc.ServicerContext
     ) -> tpb.GetCurrentTrialSearcherOperationResponse:
-        request_id, length, completed = signals.current_operation(self.ctx, request.trial_id)
-        response = tpb.GetCurrentTrialSearcherOperationResponse(completed=completed)
-        if length > 0:
-            response.op.validate_after.request_id = request_id
-            response.op.validate_after.length = length
+        operation = signals.current_operation(self.ctx, request.trial_id)
+        response = tpb.GetCurrentTrialSearcherOperationResponse(completed=operation.completed)
+        if operation.length > 0:
+            response.op.validate_after.request_id = operation.request_id
+            response.op.validate_after.length = operation.length
         return response
 
     @rpc

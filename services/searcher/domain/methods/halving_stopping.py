@@ -1,6 +1,14 @@
 """Stopping ASHA (`stop_once: true`, Determined 0.38's asha_stopping.go): trials train on their own and
 the search only decides, at each validation, whether a trial may go on.
 
+The decisions are Determined's; Cairn adds targets so no epoch is trained in vain. Every trial is
+created with rung 0's length as its target, and a trial that goes on past a rung gets the next rung's
+length (SetTrialTarget). Code that follows `core.searcher.operations()` trains to a rung, reports and
+learns the verdict before it trains further, instead of training on while a stop is on its way (with
+two epochs where one was needed at the bottom rung, stopping ASHA spent up to twice its budget there).
+Code that trains to max_time on its own and polls `should_preempt()` ignores the targets and is
+stopped as in Determined.
+
 A validation reports the searcher metric and how far the trial has trained. From the trial's current
 rung upwards, every rung whose length the trial has reached takes its result; the trial goes on only
 while it ranks in the top max(1, floor(n / divisor)) of each such rung, and is stopped at the top rung.
@@ -23,7 +31,7 @@ from collections.abc import Mapping, Set
 from typing import Any
 
 from services.common.logging import get_logger
-from services.searcher.domain.actions import Action, CreateTrial, StopTrial
+from services.searcher.domain.actions import Action, CreateTrial, SetTrialTarget, StopTrial
 from services.searcher.domain.events import ExitReason
 from services.searcher.domain.method import SearchContext, SearchMethod, TrialPlan
 from services.searcher.domain.methods.halving_config import HalvingConfig
@@ -71,7 +79,7 @@ class StoppingHalving(SearchMethod):
     # --- decisions ------------------------------------------------------------------------------
 
     def _create(self, ctx: SearchContext) -> CreateTrial:
-        action = ctx.create_trial(ctx.sample())
+        action = ctx.create_trial(ctx.sample(), target_length=self.lengths[0])
         self.trial_rungs[action.request_id] = 0
         return action
 
@@ -105,6 +113,7 @@ class StoppingHalving(SearchMethod):
             return []
         actions: list[Action] = []
         top = len(self.rungs) - 1
+        passed = False
         # One validation can pass several rungs: trials report when they like.
         for index in range(self.trial_rungs[request_id], len(self.rungs)):
             self.trial_rungs[request_id] = index
@@ -116,8 +125,12 @@ class StoppingHalving(SearchMethod):
                 self.stopped.add(request_id)
                 actions.append(StopTrial(request_id))
                 break
+            passed = True
         if actions and self._budget_left():
             actions.append(self._create(ctx))
+        if passed and not actions:
+            # It goes on: to the rung it now heads for (the loop left trial_rungs there).
+            actions.append(SetTrialTarget(request_id, self.lengths[self.trial_rungs[request_id]]))
         return actions
 
     def trial_exited_early(self, ctx: SearchContext, request_id: str, reason: ExitReason) -> list[Action]:
