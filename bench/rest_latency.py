@@ -3,7 +3,7 @@ experiment's trial list and a trial's metrics, with 1,000 experiments and 10,000
 metrics and checkpoints) stored in PostgreSQL. Reports p50 and p95 per endpoint and concurrency.
 
     .venv/bin/python -m bench.rest_latency [--experiments 1000] [--trials-per-experiment 10]
-        [--seconds 20] [--concurrency 10,25] [--cache on|off]
+        [--seconds 20] [--concurrency 10,25] [--cache on|off] [--model closed,determined]
 
 The load comes from wrk (Debian's `wrk`, `make bench-install`), which shares this 2-core machine
 with the master: the numbers are pessimistic. `--cache off` measures the master without its
@@ -163,11 +163,28 @@ def seed(url: str, experiments: int, trials_per: int) -> None:
 WRK_SCRIPT = Path(__file__).parent / "wrk" / "random_reads.lua"
 
 
+# Determined's published load test (performance/src/api_performance_tests.ts, k6): 25 virtual users,
+# each running its suite of ~50 GETs one after another and then sleeping 1 s, over and over.
+DETERMINED_SUITE = 48
+DETERMINED_SLEEP_MS = 1000
+
+
 def load(
-    base: str, token: str, kind: str, clients: int, seconds: int, experiments: int, trials: int, hot: int = 0
+    base: str,
+    token: str,
+    kind: str,
+    clients: int,
+    seconds: int,
+    experiments: int,
+    trials: int,
+    hot: int = 0,
+    model: str = "closed",
 ) -> dict[str, Any]:
-    """`clients` connections kept busy for `seconds` by wrk (a C load generator: it leaves the CPU
-    to the master, unlike Python clients on the same two cores)."""
+    """`clients` connections loaded for `seconds` by wrk (a C load generator: it leaves the CPU to the
+    master, unlike Python clients on the same two cores). `model` "closed": every client sends its
+    next request as soon as the last one is answered; "determined": Determined's k6 load, each
+    client a virtual user sending DETERMINED_SUITE requests back to back, then sleeping 1 s."""
+    suite = DETERMINED_SUITE if model == "determined" else 0
     env = {
         **os.environ,
         "CAIRN_TOKEN": token,
@@ -175,11 +192,14 @@ def load(
         "CAIRN_EXPERIMENTS": str(experiments),
         "CAIRN_TRIALS": str(trials),
         "CAIRN_WORKING_SET": str(hot),
+        "CAIRN_ITERATION": str(suite),
+        "CAIRN_SLEEP_MS": str(DETERMINED_SLEEP_MS if suite else 0),
     }
     command = [
         "wrk",
         "-t",
-        "2",
+        # A virtual user's requests are counted per wrk thread: one connection each.
+        str(clients if suite else 2),
         "-c",
         str(clients),
         "-d",
@@ -195,6 +215,7 @@ def load(
     if result["non_2xx"] or result["socket_errors"]:
         raise RuntimeError(f"{kind} with {clients} clients: errors in {result}")
     return {
+        "model": model,
         "endpoint": kind,
         "clients": clients,
         "working_set": hot or "all",
@@ -217,6 +238,12 @@ def main() -> None:
     )
     parser.add_argument("--cache", choices=["on", "off"], default="on", help="the master's read cache")
     parser.add_argument("--concurrency", default="10,25")
+    parser.add_argument(
+        "--model",
+        default="closed",
+        help="comma-separated: closed (no pause between requests) and/or determined (Determined's k6 "
+        f"load: {DETERMINED_SUITE} requests, then 1 s of sleep, per virtual user)",
+    )
     parser.add_argument("--endpoints", default="experiments,trials,metrics")
     args = parser.parse_args()
     name = f"cairn_bench_rest_{uuid.uuid4().hex[:8]}"
@@ -241,22 +268,32 @@ def main() -> None:
                 timeout=30,
             ).json()["token"]
             trials = args.experiments * args.trials_per_experiment
-            for kind in args.endpoints.split(","):
-                for concurrency in (int(c) for c in args.concurrency.split(",")):
-                    load(
-                        base, token, kind, concurrency, 3, args.experiments, trials, args.working_set
-                    )  # warm-up
-                    result = load(
-                        base,
-                        token,
-                        kind,
-                        concurrency,
-                        args.seconds,
-                        args.experiments,
-                        trials,
-                        args.working_set,
-                    )
-                    print(json.dumps({"cache": args.cache, **result}), flush=True)
+            for model in args.model.split(","):
+                for kind in args.endpoints.split(","):
+                    for concurrency in (int(c) for c in args.concurrency.split(",")):
+                        load(
+                            base,
+                            token,
+                            kind,
+                            concurrency,
+                            3,
+                            args.experiments,
+                            trials,
+                            args.working_set,
+                            model,
+                        )  # warm-up
+                        result = load(
+                            base,
+                            token,
+                            kind,
+                            concurrency,
+                            args.seconds,
+                            args.experiments,
+                            trials,
+                            args.working_set,
+                            model,
+                        )
+                        print(json.dumps({"cache": args.cache, **result}), flush=True)
     finally:
         with admin.cursor() as cursor:
             cursor.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

@@ -12,12 +12,26 @@ if hot > 0 then
 end
 local pages = hot > 0 and hot or nil
 local headers = { ["Authorization"] = "Bearer " .. token }
+-- Determined's k6 load model: each virtual user sends a suite of requests back to back, then sleeps.
+-- 0 requests per iteration: a closed loop with no sleep at all. Run with one connection per wrk
+-- thread (-t N -c N): each thread has its own Lua state, so the counter is its connection's.
+local per_iteration = tonumber(os.getenv("CAIRN_ITERATION") or "0")
+local sleep_ms = tonumber(os.getenv("CAIRN_SLEEP_MS") or "0")
+local sent = 0
+
+function delay()
+  if per_iteration > 0 and sent > 0 and sent % per_iteration == 0 then
+    return sleep_ms
+  end
+  return 0
+end
 
 function init(args)
   math.randomseed(os.time() + tonumber(tostring({}):sub(8), 16))
 end
 
 function request()
+  sent = sent + 1
   local path
   if kind == "experiments" then
     local offset = pages and (100 * math.random(0, pages - 1)) or math.random(0, math.max(0, experiments - 100))

@@ -13,6 +13,7 @@ from cairn import __version__
 from cairn.agent.v1 import agent_pb2, agent_pb2_grpc
 from cairn.api.v1 import api_pb2, api_pb2_grpc
 from services.common.interceptors import AuthInterceptor
+from services.common.local_calls import LocalCalls
 from services.common.logging import get_logger
 from services.common.server import ServiceServer, start_server, write_ready_file
 from services.master.domain import agents as agent_registry
@@ -114,14 +115,15 @@ class Master:
                 agent_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name,
             ]
 
+        interceptors = [
+            AuthInterceptor(master_authenticator(self.auth, settings.cluster_token), PUBLIC_METHODS)
+        ]
         self.grpc = start_server(
             "master",
             register,
             host=settings.host,
             port=settings.grpc_port,
-            interceptors=[
-                AuthInterceptor(master_authenticator(self.auth, settings.cluster_token), PUBLIC_METHODS)
-            ],
+            interceptors=interceptors,
             max_workers=256,
         )
         settings = dataclasses.replace(settings, grpc_port=self.grpc.port)
@@ -129,7 +131,12 @@ class Master:
         self.http.routes.extend(health_routes(ctx))
         self.http.routes.extend(
             rest_routes(
-                self.http, api_pb2.DESCRIPTOR.services_by_name["Cairn"], settings.host, self.grpc.port
+                self.http,
+                api_pb2.DESCRIPTOR.services_by_name["Cairn"],
+                settings.host,
+                self.grpc.port,
+                # The same servicers behind the same interceptors, called in the HTTP thread.
+                local=LocalCalls(register, interceptors),
             )
         )
         self.http.routes.extend(webui_routes())  # last: it answers every other GET

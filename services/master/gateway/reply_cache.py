@@ -12,6 +12,8 @@ import hashlib
 import threading
 from collections import OrderedDict
 
+from google.protobuf.message import Message
+
 # Below this many protobuf bytes, encoding is cheaper than hashing and bookkeeping.
 MIN_REPLY_BYTES = 4096
 MAX_TOTAL_BYTES = 64 * 1024 * 1024
@@ -29,6 +31,13 @@ class ReplyCache:
         if len(reply) < MIN_REPLY_BYTES:
             return None
         return (method, pretty, hashlib.blake2b(reply, digest_size=20).digest())
+
+    @staticmethod
+    def key_of(method: str, pretty: bool, reply: Message) -> tuple[str, bool, bytes] | None:
+        """The key of a reply message; its size is known without serializing it."""
+        if reply.ByteSize() < MIN_REPLY_BYTES:
+            return None
+        return ReplyCache.key(method, pretty, reply.SerializeToString())
 
     def get(self, key: tuple[str, bool, bytes]) -> bytes | None:
         with self._lock:

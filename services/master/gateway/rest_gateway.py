@@ -20,6 +20,7 @@ import grpc
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import Message
 
+from services.common.local_calls import LocalCalls
 from services.common.logging import get_logger
 from services.master.gateway import credentials
 from services.master.gateway.errors import (
@@ -135,23 +136,27 @@ class RestGateway:
             return self._error(exc)
         if binding.rpc.server_streaming:
             return self._stream(binding, request, metadata)
-        return self._unary(binding, request, metadata, pretty)
+        return self._unary(binding, request, metadata, pretty, f"http:{req.client_address[0]}")
 
     def _unary(
-        self, binding: HttpBinding, request: Message, metadata: list[tuple[str, str]], pretty: bool
+        self,
+        binding: HttpBinding,
+        request: Message,
+        metadata: list[tuple[str, str]],
+        pretty: bool,
+        peer: str,
     ) -> Response:
         rpc = binding.rpc
         try:
-            raw = self.upstream.call_unary_raw(rpc, request, metadata)
+            reply = self.upstream.call_unary(rpc, request, metadata, peer)
         except grpc.RpcError as exc:
             code, message = rpc_error_parts(exc)
             return self._rpc_error(rpc, code, message)
         cacheable = rpc.name not in (_SETS_COOKIE, _CLEARS_COOKIE)
-        key = ReplyCache.key(rpc.full_path, pretty, raw) if cacheable else None
+        key = ReplyCache.key_of(rpc.full_path, pretty, reply) if cacheable else None
         body = self.replies.get(key) if key is not None else None
         if body is not None:
             return Response(HTTPStatus.OK, body)
-        reply = rpc.response_type.FromString(raw)
         payload = self._payload(binding, reply)
         response = Response(HTTPStatus.OK, _pretty(payload) if pretty else _compact(payload))
         if key is not None:
@@ -231,15 +236,22 @@ def _dial_address(host: str, port: int) -> str:
 
 
 def rest_routes(
-    server: MasterHttpServer, service: ServiceDescriptor, grpc_host: str, grpc_port: int
+    server: MasterHttpServer,
+    service: ServiceDescriptor,
+    grpc_host: str,
+    grpc_port: int,
+    local: LocalCalls | None = None,
 ) -> list[Route]:
-    """The REST gateway for `service` as routes of `server`, dialing the gRPC server at
-    grpc_host:grpc_port; its channel closes with the HTTP server."""
+    """The REST gateway for `service` as routes of `server`. Unary calls run through `local` (the
+    master's own handlers, in-process) when given; streams, and everything without `local`, dial the
+    gRPC server at grpc_host:grpc_port. The channel closes with the HTTP server."""
     bindings = http_bindings(service)
     upstream = Upstream(
-        _dial_address(grpc_host, grpc_port), {b.rpc.full_path: b.rpc for b in bindings}.values()
+        _dial_address(grpc_host, grpc_port), {b.rpc.full_path: b.rpc for b in bindings}.values(), local=local
     )
     server.close_hooks.append(upstream.close)
     gateway = RestGateway(service, bindings, upstream)
-    log.info("rest gateway ready", routes=len(bindings), grpc=upstream.address)
+    log.info(
+        "rest gateway ready", routes=len(bindings), grpc=upstream.address, in_process=upstream.in_process
+    )
     return [gateway.handle]

@@ -1,8 +1,11 @@
-"""The gateway's side of the gRPC hop: one channel to the master's own gRPC port, and a callable
-per RPC built from its descriptors (as grpc-gateway dials back into its own server).
+"""How the gateway reaches the gRPC API: unary calls run in-process through the server's own
+interceptors and servicers (services/common/local_calls.py) when the master hands them over;
+server streams, and every call where no local handlers are given, go through one channel to the
+master's own gRPC port (as grpc-gateway dials back into its own server).
 
-Going through the real gRPC server, rather than calling servicers directly, means REST callers
-pass the same interceptors (authentication, principals) and see the same errors as gRPC callers.
+Either way REST callers pass the same interceptors (authentication, principals) and see the same
+errors as gRPC callers; the local path only skips the loopback hop, which a long-lived stream does
+not notice but a list read pays on every request.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import grpc
 from google.protobuf.message import Message
 
 from cairn.wire import CHANNEL_OPTIONS
+from services.common.local_calls import LocalCalls
 from services.master.gateway.http_rules import RpcMethod
 
 # Unary calls give up after this; streams (followed logs, signal watches) run without a deadline.
@@ -36,10 +40,17 @@ class StreamCall:
 
 
 class Upstream:
-    def __init__(self, address: str, methods: Iterable[RpcMethod], unary_timeout_s: float = UNARY_TIMEOUT_S):
+    def __init__(
+        self,
+        address: str,
+        methods: Iterable[RpcMethod],
+        unary_timeout_s: float = UNARY_TIMEOUT_S,
+        local: LocalCalls | None = None,
+    ):
         self.address = address
         self.channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
         self._unary_timeout_s = unary_timeout_s
+        self._local = local
         self._unary: dict[str, grpc.UnaryUnaryMultiCallable] = {}
         self._streams: dict[str, grpc.UnaryStreamMultiCallable] = {}
         for method in methods:
@@ -50,19 +61,24 @@ class Upstream:
                     method.full_path, request_serializer=serialize, response_deserializer=deserialize
                 )
             else:
-                # Replies arrive as bytes: the gateway may have encoded the very same bytes before.
                 self._unary[method.full_path] = self.channel.unary_unary(
-                    method.full_path, request_serializer=serialize, response_deserializer=None
+                    method.full_path, request_serializer=serialize, response_deserializer=deserialize
                 )
 
-    def call_unary_raw(self, method: RpcMethod, request: Message, metadata: Metadata) -> bytes:
-        """The serialized response; grpc.RpcError when the call fails."""
-        callable_ = self._unary[method.full_path]
-        return cast(bytes, callable_(request, timeout=self._unary_timeout_s, metadata=tuple(metadata)))
+    @property
+    def in_process(self) -> bool:
+        return self._local is not None
 
-    def call_unary(self, method: RpcMethod, request: Message, metadata: Metadata) -> Message:
+    def call_unary(
+        self, method: RpcMethod, request: Message, metadata: Metadata, peer: str | None = None
+    ) -> Message:
         """The response; grpc.RpcError when the call fails."""
-        return method.response_type.FromString(self.call_unary_raw(method, request, metadata))
+        if self._local is not None:
+            return self._local.unary(
+                method.full_path, request, metadata, timeout_s=self._unary_timeout_s, peer=peer
+            )
+        callable_ = self._unary[method.full_path]
+        return cast(Message, callable_(request, timeout=self._unary_timeout_s, metadata=tuple(metadata)))
 
     def call_stream(self, method: RpcMethod, request: Message, metadata: Metadata) -> StreamCall:
         return StreamCall(self._streams[method.full_path](request, metadata=tuple(metadata)))

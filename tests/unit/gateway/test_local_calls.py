@@ -1,0 +1,131 @@
+"""Local calls answer as the real gRPC server does: each case runs once over a channel to a server
+started with the same handlers and interceptors, and once in-process, and both must agree."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf import wrappers_pb2
+
+from services.common.interceptors import AuthError, AuthInterceptor, current_principal
+from services.common.local_calls import LocalCallError, LocalCalls
+from services.common.metadata import Metadata, user_token
+from services.common.principal import Principal
+from services.common.server import start_server
+
+SERVICE = "cairn.test.Echo"
+PUBLIC = f"/{SERVICE}/Public"
+
+
+def _echo(request: wrappers_pb2.StringValue, context: grpc.ServicerContext) -> wrappers_pb2.StringValue:
+    principal = current_principal()
+    if request.value == "abort":
+        context.abort(grpc.StatusCode.NOT_FOUND, "nothing called abort")
+    if request.value == "raise":
+        raise RuntimeError("boom")
+    if request.value == "none":
+        return None  # type: ignore[return-value]
+    if request.value == "set-code":
+        context.set_code(grpc.StatusCode.FAILED_PRECONDITION)
+        context.set_details("not now")
+        return wrappers_pb2.StringValue()
+    who = principal.username if principal else "nobody"
+    return wrappers_pb2.StringValue(value=f"{who}:{request.value}")
+
+
+def _public(request: wrappers_pb2.StringValue, context: grpc.ServicerContext) -> wrappers_pb2.StringValue:
+    # A public method runs without a check: a principal seen here could only have leaked.
+    principal = current_principal()
+    return wrappers_pb2.StringValue(value=principal.username if principal else "nobody")
+
+
+def _register(server: Any) -> Sequence[str]:
+    handlers = {
+        name: grpc.unary_unary_rpc_method_handler(
+            fn,
+            request_deserializer=wrappers_pb2.StringValue.FromString,
+            response_serializer=wrappers_pb2.StringValue.SerializeToString,
+        )
+        for name, fn in (("Echo", _echo), ("Public", _public))
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
+    return [SERVICE]
+
+
+def _authenticate(method: str, metadata: Metadata) -> Principal:
+    token = user_token(metadata)
+    if token != "good":
+        raise AuthError(f"{method}: bad token")
+    return Principal(user_id=1, username="alice")
+
+
+INTERCEPTORS = [AuthInterceptor(_authenticate, frozenset({PUBLIC}))]
+
+
+@pytest.fixture(scope="module")
+def channel() -> Iterator[grpc.Channel]:
+    server = start_server("echo", _register, host="127.0.0.1", port=0, interceptors=INTERCEPTORS)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{server.port}") as ch:
+            yield ch
+    finally:
+        server.server.stop(grace=0)
+
+
+def _over_channel(channel: grpc.Channel, method: str, value: str, token: str) -> tuple[Any, ...]:
+    call = channel.unary_unary(
+        method,
+        request_serializer=wrappers_pb2.StringValue.SerializeToString,
+        response_deserializer=wrappers_pb2.StringValue.FromString,
+    )
+    try:
+        reply = call(wrappers_pb2.StringValue(value=value), metadata=(("authorization", f"Bearer {token}"),))
+    except grpc.RpcError as exc:
+        return ("error", exc.code(), exc.details())  # type: ignore[attr-defined]
+    return ("ok", reply.value)
+
+
+def _in_process(local: LocalCalls, method: str, value: str, token: str) -> tuple[Any, ...]:
+    try:
+        reply = local.unary(
+            method, wrappers_pb2.StringValue(value=value), (("authorization", f"Bearer {token}"),), timeout_s=5
+        )
+    except LocalCallError as exc:
+        return ("error", exc.code(), exc.details())
+    assert isinstance(reply, wrappers_pb2.StringValue)
+    return ("ok", reply.value)
+
+
+@pytest.mark.parametrize(
+    ("method", "value", "token"),
+    [
+        (f"/{SERVICE}/Echo", "hello", "good"),
+        (f"/{SERVICE}/Echo", "hello", "bad"),
+        (f"/{SERVICE}/Echo", "abort", "good"),
+        (f"/{SERVICE}/Echo", "set-code", "good"),
+        (f"/{SERVICE}/Echo", "none", "good"),
+        (PUBLIC, "", "bad"),
+        (f"/{SERVICE}/Missing", "", "good"),
+    ],
+)
+def test_local_calls_answer_as_the_server_does(channel: grpc.Channel, method: str, value: str, token: str) -> None:
+    local = LocalCalls(_register, INTERCEPTORS)
+    assert _in_process(local, method, value, token) == _over_channel(channel, method, value, token)
+
+
+def test_an_escaping_exception_is_unknown_like_the_server(channel: grpc.Channel) -> None:
+    local = LocalCalls(_register, INTERCEPTORS)
+    served = _over_channel(channel, f"/{SERVICE}/Echo", "raise", "good")
+    local_answer = _in_process(local, f"/{SERVICE}/Echo", "raise", "good")
+    assert served[:2] == local_answer[:2] == ("error", grpc.StatusCode.UNKNOWN)
+    assert "boom" in local_answer[2]
+
+
+def test_a_principal_does_not_leak_into_the_next_call() -> None:
+    local = LocalCalls(_register, INTERCEPTORS)
+    assert _in_process(local, f"/{SERVICE}/Echo", "x", "good") == ("ok", "alice:x")
+    # Same thread, next call: a public method must not see the previous caller.
+    assert _in_process(local, PUBLIC, "", "none") == ("ok", "nobody")
