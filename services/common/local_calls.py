@@ -16,11 +16,12 @@ is UNKNOWN, as the real server reports it.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import math
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -144,6 +145,61 @@ class _Context(grpc.ServicerContext):
                 log.exception("local call callback failed")
 
 
+class LocalStream:
+    """A server stream run in the consuming thread: each message is the handler's next one.
+
+    cancel() may come from any thread (a client that went away): the handler sees is_active()
+    turn False. close() ends the handler's generator and must come from the consuming thread, when
+    it no longer iterates."""
+
+    def __init__(
+        self, method: str, messages: Iterator[Message], context: _Context, run: contextvars.Context
+    ) -> None:
+        self._method = method
+        self._messages = messages
+        self._context = context
+        self._run = run
+        self._done = False
+
+    def __iter__(self) -> LocalStream:
+        return self
+
+    def __next__(self) -> Message:
+        if self._done:
+            raise StopIteration
+        try:
+            # Every step in the same context: the principal the interceptor set stays visible.
+            return self._run.run(next, self._messages)
+        except StopIteration:
+            self._end()
+            if self._context.status_code not in (None, grpc.StatusCode.OK):
+                raise LocalCallError(self._context.status_code, self._context.status_details) from None
+            raise
+        except LocalCallError:
+            self._end()
+            raise
+        except Exception as exc:
+            self._end()
+            log.exception("local stream failed in its handler", method=self._method)
+            raise LocalCallError(grpc.StatusCode.UNKNOWN, f"Exception iterating responses: {exc}") from exc
+
+    def cancel(self) -> None:
+        self._context.cancel()
+
+    def close(self) -> None:
+        self._context.cancel()
+        if not self._done:
+            self._end()
+
+    def _end(self) -> None:
+        self._done = True
+        close = getattr(self._messages, "close", None)
+        if close is not None:
+            with contextlib.suppress(Exception):
+                self._run.run(close)
+        self._context.finish()
+
+
 class HandlerTable:
     """Collects the method handlers a generated `add_*Servicer_to_server` registers; it stands where
     the server would, so the very same registration code fills it."""
@@ -228,3 +284,32 @@ class LocalCalls:
             # What the server reports when a handler returns nothing without setting a status.
             raise LocalCallError(grpc.StatusCode.INTERNAL, "Failed to serialize response!")
         return reply
+
+    def stream(
+        self,
+        method: str,
+        request: Message,
+        metadata: Metadata = (),
+        timeout_s: float | None = None,
+        peer: str | None = None,
+    ) -> LocalStream:
+        """The messages of server-streaming `method`; iterating raises LocalCallError on failure."""
+        pairs: tuple[tuple[str, str | bytes], ...] = tuple((str(k), str(v)) for k, v in metadata)
+        handler = self._resolve(_CallDetails(method, pairs))
+        if handler is None:
+            raise LocalCallError(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+        if handler.unary_stream is None:
+            raise LocalCallError(grpc.StatusCode.UNIMPLEMENTED, f"{method} is not a server stream")
+        context = _Context(pairs, peer or self._peer, timeout_s)
+        run = contextvars.copy_context()
+        # A generator handler runs nothing until the first next(): checks and errors come then.
+        try:
+            messages = run.run(handler.unary_stream, request, context)
+        except LocalCallError:
+            context.finish()
+            raise
+        except Exception as exc:
+            context.finish()
+            log.exception("local stream failed in its handler", method=method)
+            raise LocalCallError(grpc.StatusCode.UNKNOWN, f"Exception calling application: {exc}") from exc
+        return LocalStream(method, iter(messages), context, run)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import select
+import selectors
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -184,8 +184,7 @@ class RequestHandler(BaseHTTPRequestHandler):
 
     def respond_stream(self, response: StreamingResponse) -> None:
         chunked = self.request_version != "HTTP/1.0"
-        done = threading.Event()
-        watcher: threading.Thread | None = None
+        watching = False
         finished = False
         try:
             self.send_response(response.status)
@@ -198,13 +197,8 @@ class RequestHandler(BaseHTTPRequestHandler):
                 self.close_connection = True  # an HTTP/1.0 stream ends when the connection does
                 self.send_header("Connection", "close")
             self.end_headers()
-            watcher = threading.Thread(
-                target=_watch_for_disconnect,
-                args=(self.connection, done, response.cancel),
-                name="http-stream-watch",
-                daemon=True,
-            )
-            watcher.start()
+            self.server.disconnects.watch(self.connection, response.cancel)
+            watching = True
             for chunk in response.chunks:
                 if chunk:
                     self.wfile.write(b"%X\r\n%s\r\n" % (len(chunk), chunk) if chunked else chunk)
@@ -214,14 +208,13 @@ class RequestHandler(BaseHTTPRequestHandler):
         except OSError:
             self.close_connection = True  # the client went away mid-stream
         finally:
-            done.set()
+            if watching:
+                self.server.disconnects.unwatch(self.connection)
             if not finished:
                 response.cancel()  # the producer must not run on for nobody
             close = getattr(response.chunks, "close", None)
             if close is not None:
                 close()
-            if watcher is not None:
-                watcher.join(timeout=2 * _DISCONNECT_POLL_S)
 
     do_GET = _dispatch
     do_POST = _dispatch
@@ -231,23 +224,88 @@ class RequestHandler(BaseHTTPRequestHandler):
     do_HEAD = _dispatch
 
 
-def _watch_for_disconnect(sock: socket.socket, done: threading.Event, cancel: Callable[[], None]) -> None:
-    """Cancel the stream when its client closes the connection, even while the stream is idle
-    (a followed log with no new lines never writes, so a failed write would come too late)."""
-    while not done.is_set():
-        try:
-            readable, _, _ = select.select([sock], [], [], _DISCONNECT_POLL_S)
-            if not readable:
-                continue
-            if sock.recv(1, socket.MSG_PEEK) == b"":
-                cancel()
+class DisconnectWatcher:
+    """Cancels a streamed answer when its client closes the connection, even while the stream is
+    idle (a followed log with no new lines never writes, so a failed write would come too late).
+
+    One thread watches every streaming connection with a selector; a stream registers its socket
+    when it starts and leaves when it ends. (A thread per stream cost more than the rest of a short
+    stream — a trial's metrics — put together.)
+    """
+
+    def __init__(self) -> None:
+        self._selector = selectors.DefaultSelector()
+        self._lock = threading.Lock()
+        # Wakes the selector when the set of sockets changes.
+        self._wake_read, self._wake_write = socket.socketpair()
+        self._wake_read.setblocking(False)
+        self._selector.register(self._wake_read, selectors.EVENT_READ, None)
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="http-stream-watch", daemon=True)
+        self._thread.start()
+
+    def watch(self, sock: socket.socket, cancel: Callable[[], None]) -> None:
+        with self._lock:
+            if self._closed:
                 return
-        except (OSError, ValueError):
-            cancel()
+            self._selector.register(sock, selectors.EVENT_READ, cancel)
+        self._wake()
+
+    def unwatch(self, sock: socket.socket) -> None:
+        with self._lock, contextlib.suppress(KeyError, ValueError, OSError):
+            self._selector.unregister(sock)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+        self._wake()
+        self._thread.join(timeout=2)
+
+    def _wake(self) -> None:
+        with contextlib.suppress(OSError):
+            self._wake_write.send(b"x")
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                if self._closed:
+                    break
+            events = self._selector.select(timeout=_DISCONNECT_POLL_S)
+            for key, _ in events:
+                if key.data is None:
+                    with contextlib.suppress(OSError):
+                        while self._wake_read.recv(4096):
+                            pass
+                    continue
+                self._check(key)
+        with self._lock:
+            self._selector.close()
+        self._wake_read.close()
+        self._wake_write.close()
+
+    def _check(self, key: selectors.SelectorKey) -> None:
+        sock = key.fileobj
+        assert isinstance(sock, socket.socket)
+        try:
+            gone = sock.recv(1, socket.MSG_PEEK) == b""
+        except BlockingIOError:
             return
-        # The client sent its next request early: the connection lives; wait for the stream's end.
-        done.wait()
-        return
+        except (OSError, ValueError):
+            gone = True
+        with self._lock:
+            # Only act on a registration that is still this one: the stream may have ended (and
+            # its descriptor been reused) since select() returned.
+            try:
+                current = self._selector.get_key(sock)
+            except (KeyError, ValueError):
+                return
+            if current.data is not key.data:
+                return
+            # Either way this connection needs no more watching: gone, or the client already sent
+            # its next request (the connection lives; the stream ends in its own time).
+            self._selector.unregister(sock)
+        if gone:
+            key.data()
 
 
 class MasterHttpServer(ThreadingHTTPServer):
@@ -260,11 +318,13 @@ class MasterHttpServer(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], routes: list[Route]) -> None:
         super().__init__(address, RequestHandler)
         self.routes = routes
+        self.disconnects = DisconnectWatcher()
         # Run by server_close: routes that hold resources (channels) register their cleanup here.
         self.close_hooks: list[Callable[[], None]] = []
 
     def server_close(self) -> None:
         super().server_close()
+        self.disconnects.close()
         for hook in self.close_hooks:
             with contextlib.suppress(Exception):
                 hook()

@@ -135,7 +135,7 @@ class RestGateway:
         except GatewayError as exc:
             return self._error(exc)
         if binding.rpc.server_streaming:
-            return self._stream(binding, request, metadata)
+            return self._stream(binding, request, metadata, f"http:{req.client_address[0]}")
         return self._unary(binding, request, metadata, pretty, f"http:{req.client_address[0]}")
 
     def _unary(
@@ -177,10 +177,14 @@ class RestGateway:
         return whole.get(field.json_name)
 
     def _stream(
-        self, binding: HttpBinding, request: Message, metadata: list[tuple[str, str]]
+        self, binding: HttpBinding, request: Message, metadata: list[tuple[str, str]], peer: str
     ) -> Response | StreamingResponse:
         rpc = binding.rpc
-        call = self.upstream.call_stream(rpc, request, metadata)
+        try:
+            call = self.upstream.call_stream(rpc, request, metadata, peer)
+        except grpc.RpcError as exc:
+            code, message = rpc_error_parts(exc)
+            return self._rpc_error(rpc, code, message)
         messages = iter(call)
         try:
             first = next(messages)
@@ -210,7 +214,7 @@ class RestGateway:
                 + b"\n"
             )
         finally:
-            call.cancel()  # a no-op once the stream has ended; stops it when the answer was cut short
+            call.close()  # a no-op once the stream has ended; stops it when the answer was cut short
 
     def _rpc_error(self, rpc: RpcMethod, code: grpc.StatusCode, message: str) -> Response:
         status = http_status(code)

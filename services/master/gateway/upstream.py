@@ -1,11 +1,9 @@
-"""How the gateway reaches the gRPC API: unary calls run in-process through the server's own
-interceptors and servicers (services/common/local_calls.py) when the master hands them over;
-server streams, and every call where no local handlers are given, go through one channel to the
-master's own gRPC port (as grpc-gateway dials back into its own server).
+"""How the gateway reaches the gRPC API: in-process through the server's own interceptors and
+servicers (services/common/local_calls.py) when the master hands them over, otherwise through one
+channel to the master's own gRPC port (as grpc-gateway dials back into its own server).
 
 Either way REST callers pass the same interceptors (authentication, principals) and see the same
-errors as gRPC callers; the local path only skips the loopback hop, which a long-lived stream does
-not notice but a list read pays on every request.
+errors as gRPC callers; the local path only skips the loopback hop that every read paid for.
 """
 
 from __future__ import annotations
@@ -17,7 +15,7 @@ import grpc
 from google.protobuf.message import Message
 
 from cairn.wire import CHANNEL_OPTIONS
-from services.common.local_calls import LocalCalls
+from services.common.local_calls import LocalCalls, LocalStream
 from services.master.gateway.http_rules import RpcMethod
 
 # Unary calls give up after this; streams (followed logs, signal watches) run without a deadline.
@@ -27,7 +25,8 @@ Metadata = Sequence[tuple[str, str]]
 
 
 class StreamCall:
-    """A started server stream: iterate for messages; cancel() from any thread stops it."""
+    """A started server stream: iterate for messages; cancel() from any thread stops it; close()
+    from the thread that iterated, once it stopped, releases it."""
 
     def __init__(self, call: Any) -> None:
         self._call = call
@@ -37,6 +36,12 @@ class StreamCall:
 
     def cancel(self) -> None:
         self._call.cancel()
+
+    def close(self) -> None:
+        if isinstance(self._call, LocalStream):
+            self._call.close()
+        else:
+            self._call.cancel()
 
 
 class Upstream:
@@ -80,7 +85,12 @@ class Upstream:
         callable_ = self._unary[method.full_path]
         return cast(Message, callable_(request, timeout=self._unary_timeout_s, metadata=tuple(metadata)))
 
-    def call_stream(self, method: RpcMethod, request: Message, metadata: Metadata) -> StreamCall:
+    def call_stream(
+        self, method: RpcMethod, request: Message, metadata: Metadata, peer: str | None = None
+    ) -> StreamCall:
+        """A started stream; its messages raise grpc.RpcError when it fails."""
+        if self._local is not None:
+            return StreamCall(self._local.stream(method.full_path, request, metadata, peer=peer))
         return StreamCall(self._streams[method.full_path](request, metadata=tuple(metadata)))
 
     def close(self) -> None:
