@@ -38,7 +38,7 @@ from services.master.servicers.agent_stream import AgentStreamServicer
 from services.master.servicers.api.base import ApiDeps
 from services.master.servicers.api.service import CairnServicer
 from services.master.servicers.auth import PUBLIC_METHODS, master_authenticator
-from services.master.servicers.read_cache import ReadCache
+from services.master.servicers.read_cache import ReadCache, RowCache
 from services.master.settings import Settings
 from services.master.store import models
 from services.master.store.db import Database
@@ -101,6 +101,8 @@ class Master:
             gc=self.gc,
             samples=SampleCache(ctx),
             read_cache=ReadCache(ctx, settings.read_cache_entries),
+            # A page holds many rows: room for the rows of twenty times as many pages.
+            experiment_rows=RowCache(ctx, settings.read_cache_entries * 20),
             version=__version__,
             database=self.db.dialect,
         )

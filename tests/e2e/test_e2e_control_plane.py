@@ -83,7 +83,14 @@ def test_lifecycle_actions(cluster: TestCluster) -> None:
     assert experiment(api, experiment_id).archived
     unarchived = api.GetExperiments(experiment_pb2.GetExperimentsRequest(archived=False))
     assert unarchived.pagination.total == 0
+    listed = api.GetExperiments(experiment_pb2.GetExperimentsRequest()).experiments
+    assert [(e.id, e.archived) for e in listed] == [(experiment_id, True)]
     api.UnarchiveExperiment(experiment_pb2.UnarchiveExperimentRequest(id=experiment_id))
+    # An ended experiment's listing row is cached; a change to it shows in the next list at once,
+    # whatever the page (a different request, the same row).
+    for request in (experiment_pb2.GetExperimentsRequest(), experiment_pb2.GetExperimentsRequest(limit=5)):
+        listed = api.GetExperiments(request).experiments
+        assert [(e.id, e.archived) for e in listed] == [(experiment_id, False)]
     api.DeleteExperiment(experiment_pb2.DeleteExperimentRequest(experiment_id=experiment_id))
 
     def gone() -> bool:

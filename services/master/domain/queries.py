@@ -234,9 +234,10 @@ def _filtered(f: ExperimentFilter) -> Select[models.Experiment]:
     return q
 
 
-def list_experiments(
+def list_experiment_ids(
     s: Session, f: ExperimentFilter, *, sort: str, descending: bool, offset: int, limit: int
-) -> tuple[list[ExperimentRow], Page]:
+) -> tuple[list[int], Page]:
+    """The ids on the requested page, in order, and the page (total included)."""
     q = _filtered(f)
     if f.labels:
         # Labels live in a JSON list; filter in Python over the (small) candidate set's ids.
@@ -262,11 +263,28 @@ def list_experiments(
         column = column if column is not None else models.Experiment.id
         order = [column.desc() if descending else column.asc()]
     order.append(models.Experiment.id.desc() if descending else models.Experiment.id.asc())
-    q = q.order_by(*order).offset(page.start)
+    on_page = q.with_only_columns(models.Experiment.id).order_by(*order).offset(page.start)
     if page.limit >= 0:
-        q = q.limit(page.end - page.start)
-    experiments = list(s.scalars(q))
-    return experiment_rows(s, experiments), page
+        on_page = on_page.limit(page.end - page.start)
+    return list(s.scalars(on_page)), page
+
+
+def experiment_rows_by_id(s: Session, ids: list[int]) -> list[ExperimentRow]:
+    """The listing rows of these experiments, in the order of `ids` (missing ids are left out)."""
+    if not ids:
+        return []
+    found = {
+        e.id: e
+        for e in s.scalars(without_configs(select(models.Experiment).where(models.Experiment.id.in_(ids))))
+    }
+    return experiment_rows(s, [found[i] for i in ids if i in found])
+
+
+def list_experiments(
+    s: Session, f: ExperimentFilter, *, sort: str, descending: bool, offset: int, limit: int
+) -> tuple[list[ExperimentRow], Page]:
+    ids, page = list_experiment_ids(s, f, sort=sort, descending=descending, offset=offset, limit=limit)
+    return experiment_rows_by_id(s, ids), page
 
 
 @dataclass

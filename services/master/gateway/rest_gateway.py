@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 import grpc
+import orjson
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import Message
 
@@ -68,11 +69,19 @@ def _split_target(target: str) -> tuple[str, str]:
 
 
 def _compact(obj: Any) -> bytes:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+    # orjson writes a page of a hundred experiments in a tenth of the time json does. What it
+    # refuses (integers past 64 bits, non-string keys) the standard library still writes.
+    try:
+        return orjson.dumps(obj)
+    except orjson.JSONEncodeError:
+        return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def _pretty(obj: Any) -> bytes:
-    return json.dumps(obj, ensure_ascii=False, indent=2).encode()
+    try:
+        return orjson.dumps(obj, option=orjson.OPT_INDENT_2)
+    except orjson.JSONEncodeError:
+        return json.dumps(obj, ensure_ascii=False, indent=2).encode()
 
 
 class RestGateway:

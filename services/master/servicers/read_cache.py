@@ -12,13 +12,15 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from google.protobuf.message import Message
 
 from services.master.domain.context import MasterContext
 
 T = TypeVar("T")
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 class ReadCache:
@@ -27,6 +29,10 @@ class ReadCache:
         self._max = max_entries
         self._entries: OrderedDict[tuple[str, bytes], tuple[int, object]] = OrderedDict()
         self._lock = threading.Lock()
+
+    @property
+    def max_entries(self) -> int:
+        return self._max
 
     def get(self, method: str, request: Message, compute: Callable[[], T]) -> T:
         if self._max <= 0:
@@ -45,3 +51,46 @@ class ReadCache:
             while len(self._entries) > self._max:
                 self._entries.popitem(last=False)
         return result
+
+
+class RowCache(Generic[K, V]):
+    """Per-row read answers under the same rule as ReadCache: a row computed at data version v is
+    served only while the version is still v.
+
+    A list page shares most of its rows with its neighbours (offset 300 and offset 301 have 99
+    experiments in common), so caching whole answers keyed by the request recomputes the same rows
+    for every offset, sort order and page size; rows cached one by one are built once.
+    """
+
+    def __init__(self, ctx: MasterContext, max_entries: int) -> None:
+        self._ctx = ctx
+        self._max = max_entries
+        self._entries: OrderedDict[K, tuple[int, V]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @property
+    def enabled(self) -> bool:
+        return self._max > 0
+
+    def get_many(self, keys: list[K], version: int) -> dict[K, V]:
+        found: dict[K, V] = {}
+        if self._max <= 0:
+            return found
+        with self._lock:
+            for key in keys:
+                hit = self._entries.get(key)
+                if hit is not None and hit[0] == version:
+                    self._entries.move_to_end(key)
+                    found[key] = hit[1]
+        return found
+
+    def put_many(self, version: int, rows: dict[K, V]) -> None:
+        """Store rows computed from reads that started at `version` (read before the queries)."""
+        if self._max <= 0 or not rows:
+            return
+        with self._lock:
+            for key, value in rows.items():
+                self._entries[key] = (version, value)
+                self._entries.move_to_end(key)
+            while len(self._entries) > self._max:
+                self._entries.popitem(last=False)

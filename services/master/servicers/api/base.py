@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import grpc
 
+from cairn.api.v1 import experiment_pb2
 from services.common.interceptors import current_principal
 from services.common.principal import Principal
 from services.master.domain.auth import AuthService
@@ -15,7 +16,7 @@ from services.master.domain.logs import LogStore
 from services.master.domain.samples import SampleCache
 from services.master.domain.scheduling import WaitingInfo
 from services.master.remotes.checkpoint import CheckpointClient
-from services.master.servicers.read_cache import ReadCache
+from services.master.servicers.read_cache import ReadCache, RowCache
 
 
 @dataclass
@@ -30,6 +31,8 @@ class ApiDeps:
     read_cache: ReadCache
     version: str
     database: str
+    # Experiments-list rows by (experiment id, with config); see GetExperiments.
+    experiment_rows: RowCache[tuple[int, bool], experiment_pb2.Experiment]
 
 
 class ServicerBase:

@@ -17,13 +17,20 @@ from services.master.domain import experiments as lifecycle
 from services.master.domain.errors import InvalidArgument, NotFound
 from services.master.domain.model_definition import ContextFile
 from services.master.domain.paging import page_of
-from services.master.domain.queries import ExperimentFilter, experiment_rows, list_experiments, trial_rows
+from services.master.domain.queries import (
+    ExperimentFilter,
+    experiment_rows,
+    experiment_rows_by_id,
+    list_experiment_ids,
+    trial_rows,
+)
 from services.master.servicers.api import convert
 from services.master.servicers.api.base import ServicerBase
 from services.master.servicers.errors import rpc
 from services.master.store import models
 
 S = epb.Experiment.State
+TERMINAL_EXPERIMENT_STATES = frozenset({S.STATE_COMPLETED, S.STATE_CANCELED, S.STATE_ERROR})
 SORT_NAMES = {
     epb.GetExperimentsRequest.SORT_BY_UNSPECIFIED: "id",
     epb.GetExperimentsRequest.SORT_BY_ID: "id",
@@ -146,8 +153,11 @@ class ExperimentsApi(ServicerBase):
             users=tuple(request.users),
             user_ids=tuple(request.user_ids),
         )
+        with_config = request.include_config
+        # Read before the queries: rows built now are stored under it, never served after a change.
+        version = self.ctx.data_version
         with self.ctx.db.read() as s:
-            rows, page = list_experiments(
+            ids, page = list_experiment_ids(
                 s,
                 f,
                 sort=SORT_NAMES.get(request.sort_by, "id"),
@@ -155,8 +165,20 @@ class ExperimentsApi(ServicerBase):
                 offset=request.offset,
                 limit=request.limit,
             )
+            keys = [(i, with_config) for i in ids]
+            messages = self.deps.experiment_rows.get_many(keys, version)
+            missing = [i for i, key in zip(ids, keys, strict=True) if key not in messages]
+            built = {
+                (row.experiment.id, with_config): convert.experiment(row, with_config=with_config)
+                for row in experiment_rows_by_id(s, missing)
+            }
+        messages.update(built)
+        # A running experiment's duration moves with the clock: only ended ones are kept.
+        self.deps.experiment_rows.put_many(
+            version, {key: m for key, m in built.items() if m.state in TERMINAL_EXPERIMENT_STATES}
+        )
         return epb.GetExperimentsResponse(
-            experiments=[convert.experiment(r, with_config=request.include_config) for r in rows],
+            experiments=[messages[key] for key in keys if key in messages],
             pagination=convert.pagination(page),
         )
 
