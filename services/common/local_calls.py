@@ -22,7 +22,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import grpc
 from google.protobuf.message import Message
@@ -252,6 +252,20 @@ class LocalCalls:
 
         return through(0)(details)
 
+    def _start(
+        self, method: str, metadata: Metadata, timeout_s: float | None, peer: str | None, streaming: bool
+    ) -> tuple[Callable[[Any, grpc.ServicerContext], Any], _Context]:
+        """The handler's behaviour for `method`, behind the interceptors, and the call's context."""
+        pairs: tuple[tuple[str, str | bytes], ...] = tuple((str(k), str(v)) for k, v in metadata)
+        handler = self._resolve(_CallDetails(method, pairs))
+        if handler is None:
+            raise LocalCallError(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+        behaviour = handler.unary_stream if streaming else handler.unary_unary
+        if behaviour is None:
+            kind = "server stream" if streaming else "unary call"
+            raise LocalCallError(grpc.StatusCode.UNIMPLEMENTED, f"{method} is not a {kind}")
+        return behaviour, _Context(pairs, peer or self._peer, timeout_s)
+
     def unary(
         self,
         method: str,
@@ -261,21 +275,13 @@ class LocalCalls:
         peer: str | None = None,
     ) -> Message:
         """The reply of `method` (its full path) to `request`; LocalCallError when the call fails."""
-        pairs: tuple[tuple[str, str | bytes], ...] = tuple((str(k), str(v)) for k, v in metadata)
-        handler = self._resolve(_CallDetails(method, pairs))
-        if handler is None:
-            raise LocalCallError(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
-        if handler.unary_unary is None:
-            raise LocalCallError(grpc.StatusCode.UNIMPLEMENTED, f"{method} is not a unary call")
-        context = _Context(pairs, peer or self._peer, timeout_s)
+        behaviour, context = self._start(method, metadata, timeout_s, peer, streaming=False)
         try:
-            reply = contextvars.copy_context().run(handler.unary_unary, request, context)
+            reply = contextvars.copy_context().run(behaviour, request, context)
         except LocalCallError:
             raise
         except Exception as exc:
-            # The real server's answer to a handler that raised: UNKNOWN, and the error in its log.
-            log.exception("local call failed in its handler", method=method)
-            raise LocalCallError(grpc.StatusCode.UNKNOWN, f"Exception calling application: {exc}") from exc
+            raise _handler_failed(method, exc) from exc
         finally:
             context.finish()
         if context.status_code not in (None, grpc.StatusCode.OK):
@@ -283,7 +289,7 @@ class LocalCalls:
         if reply is None:
             # What the server reports when a handler returns nothing without setting a status.
             raise LocalCallError(grpc.StatusCode.INTERNAL, "Failed to serialize response!")
-        return reply
+        return cast(Message, reply)
 
     def stream(
         self,
@@ -294,22 +300,21 @@ class LocalCalls:
         peer: str | None = None,
     ) -> LocalStream:
         """The messages of server-streaming `method`; iterating raises LocalCallError on failure."""
-        pairs: tuple[tuple[str, str | bytes], ...] = tuple((str(k), str(v)) for k, v in metadata)
-        handler = self._resolve(_CallDetails(method, pairs))
-        if handler is None:
-            raise LocalCallError(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
-        if handler.unary_stream is None:
-            raise LocalCallError(grpc.StatusCode.UNIMPLEMENTED, f"{method} is not a server stream")
-        context = _Context(pairs, peer or self._peer, timeout_s)
+        behaviour, context = self._start(method, metadata, timeout_s, peer, streaming=True)
         run = contextvars.copy_context()
         # A generator handler runs nothing until the first next(): checks and errors come then.
         try:
-            messages = run.run(handler.unary_stream, request, context)
+            messages = run.run(behaviour, request, context)
         except LocalCallError:
             context.finish()
             raise
         except Exception as exc:
             context.finish()
-            log.exception("local stream failed in its handler", method=method)
-            raise LocalCallError(grpc.StatusCode.UNKNOWN, f"Exception calling application: {exc}") from exc
+            raise _handler_failed(method, exc) from exc
         return LocalStream(method, iter(messages), context, run)
+
+
+def _handler_failed(method: str, exc: Exception) -> LocalCallError:
+    """The real server's answer to a handler that raised: UNKNOWN, and the error in its log."""
+    log.exception("local call failed in its handler", method=method)
+    return LocalCallError(grpc.StatusCode.UNKNOWN, f"Exception calling application: {exc}")
