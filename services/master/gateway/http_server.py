@@ -245,11 +245,13 @@ class DisconnectWatcher:
         self._thread.start()
 
     def watch(self, sock: socket.socket, cancel: Callable[[], None]) -> None:
+        # epoll sees a socket registered while select() waits; with other selectors the socket is
+        # watched from the next pass, at most _DISCONNECT_POLL_S later. No wake-up either way: a
+        # write to the wake socket per stream cost more than the watching.
         with self._lock:
             if self._closed:
                 return
             self._selector.register(sock, selectors.EVENT_READ, cancel)
-        self._wake()
 
     def unwatch(self, sock: socket.socket) -> None:
         with self._lock, contextlib.suppress(KeyError, ValueError, OSError):

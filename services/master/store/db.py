@@ -88,6 +88,15 @@ class Database:
             self.engine = create_engine(self.url, pool_size=16, max_overflow=32)
             _ping_idle_connections(self.engine)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        # Reads on PostgreSQL run without a transaction: under READ COMMITTED every statement takes
+        # its own snapshot whether or not a transaction wraps it, so BEGIN and ROLLBACK (a round
+        # trip each, on every read) bought nothing. Same pool; SQLite keeps its transactions.
+        read_engine = (
+            self.engine.execution_options(isolation_level="AUTOCOMMIT")
+            if self.dialect == "postgresql"
+            else self.engine
+        )
+        self._read_sessions = sessionmaker(read_engine, expire_on_commit=False)
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Session]:
@@ -97,8 +106,8 @@ class Database:
 
     @contextlib.contextmanager
     def read(self) -> Iterator[Session]:
-        """A session for reads only."""
-        with self._sessions() as session:
+        """A session for reads only (on PostgreSQL, outside any transaction)."""
+        with self._read_sessions() as session:
             yield session
 
     def migrate(self) -> None:

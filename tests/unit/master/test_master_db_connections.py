@@ -75,3 +75,12 @@ def test_a_connection_back_from_use_moments_ago_is_not_pinged(
     backends = {_backend_pid(pg) for _ in range(4)}
     assert len(backends) == 1
     assert len(pings) == 1, "only the first checkout (a new connection, never returned) is pinged"
+
+
+def test_reads_run_outside_a_transaction_and_writes_inside_one(pg: Database) -> None:
+    with pg.read() as s:
+        # now() is when the transaction began; outside one, that is the statement's own start.
+        assert s.scalar(text("SELECT now() = statement_timestamp()")) is True
+    with pg.transaction() as s:
+        s.execute(text("SELECT pg_sleep(0.01)"))
+        assert s.scalar(text("SELECT now() = statement_timestamp()")) is False
