@@ -105,6 +105,7 @@ def write_ready_file(path: str | None, **fields: int | str) -> None:
 
 
 _termination = threading.Event()
+TERMINATION_POLL_S = 0.2
 
 
 def install_termination_handlers() -> None:
@@ -123,5 +124,9 @@ def wait_for_termination(stop: Callable[[], None]) -> None:
     """Block until SIGTERM or SIGINT (handlers installed now if they were not yet), then `stop`."""
     if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
         install_termination_handlers()
-    _termination.wait()
+    # Wake up now and then: the kernel may hand the signal to one of gRPC's threads, and Python runs
+    # its handler only when the main thread next executes bytecode. A wait without a timeout never
+    # does, and the service went on serving a SIGTERM it had received.
+    while not _termination.wait(timeout=TERMINATION_POLL_S):
+        pass
     stop()
