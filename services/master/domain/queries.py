@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session, defer
 
-from services.master.domain.paging import Page, page_of
+from services.master.domain.paging import DEFAULT_LIMIT, Page, page_of
 from services.master.domain.states import LIVE_ALLOCATION, PLACED_ALLOCATION
 from services.master.store import models
 
@@ -234,18 +234,7 @@ def _filtered(f: ExperimentFilter) -> Select[models.Experiment]:
     return q
 
 
-def list_experiment_ids(
-    s: Session, f: ExperimentFilter, *, sort: str, descending: bool, offset: int, limit: int
-) -> tuple[list[int], Page]:
-    """The ids on the requested page, in order, and the page (total included)."""
-    q = _filtered(f)
-    if f.labels:
-        # Labels live in a JSON list; filter in Python over the (small) candidate set's ids.
-        candidates = [e for e in s.scalars(q) if set(f.labels) <= set(e.labels or [])]
-        ids = [e.id for e in candidates]
-        q = _filtered(ExperimentFilter()).where(models.Experiment.id.in_(ids))
-    total = int(s.scalar(select(func.count()).select_from(q.subquery())) or 0)
-    page = page_of(total, offset, limit)
+def _experiment_order(sort: str, descending: bool) -> list[Any]:
     column = SORT_COLUMNS.get(sort)
     if sort == "num_trials":
         trial_count = (
@@ -263,6 +252,32 @@ def list_experiment_ids(
         column = column if column is not None else models.Experiment.id
         order = [column.desc() if descending else column.asc()]
     order.append(models.Experiment.id.desc() if descending else models.Experiment.id.asc())
+    return order
+
+
+def list_experiment_ids(
+    s: Session, f: ExperimentFilter, *, sort: str, descending: bool, offset: int, limit: int
+) -> tuple[list[int], Page]:
+    """The ids on the requested page, in order, and the page (total included)."""
+    q = _filtered(f)
+    if f.labels:
+        # Labels live in a JSON list; filter in Python over the (small) candidate set's ids.
+        candidates = [e for e in s.scalars(q) if set(f.labels) <= set(e.labels or [])]
+        ids = [e.id for e in candidates]
+        q = _filtered(ExperimentFilter()).where(models.Experiment.id.in_(ids))
+    order = _experiment_order(sort, descending)
+    if offset >= 0:
+        # One round trip for the page and the total; only an empty page needs a count of its own.
+        effective_limit = DEFAULT_LIMIT if limit == 0 else limit
+        counted = q.with_only_columns(models.Experiment.id, func.count().over()).order_by(*order)
+        counted = counted.offset(offset)
+        if effective_limit >= 0:
+            counted = counted.limit(effective_limit)
+        rows = s.execute(counted).all()
+        if rows:
+            return [row[0] for row in rows], page_of(int(rows[0][1]), offset, limit)
+    total = int(s.scalar(select(func.count()).select_from(q.subquery())) or 0)
+    page = page_of(total, offset, limit)
     on_page = q.with_only_columns(models.Experiment.id).order_by(*order).offset(page.start)
     if page.limit >= 0:
         on_page = on_page.limit(page.end - page.start)
