@@ -30,6 +30,20 @@ EARLY_EXIT_NAMES = {
 }
 
 
+# What a MetricsReport carries, read as columns.
+_REPORT_COLUMNS = (
+    models.Metric.id,
+    models.Metric.trial_id,
+    models.Metric.trial_run_id,
+    models.Metric.group_name,
+    models.Metric.steps_completed,
+    models.Metric.report_time,
+    models.Metric.metrics,
+    models.Metric.batch_metrics,
+    models.Metric.archived,
+)
+
+
 class MetricsApi(ServicerBase):
     @rpc
     def ReportTrialMetrics(
@@ -82,17 +96,17 @@ class MetricsApi(ServicerBase):
         group = request.group or "training"
         for trial_id in request.trial_ids:
             with self.ctx.db.read() as s:
-                rows = list(
-                    s.scalars(
-                        select(models.Metric)
-                        .where(
-                            models.Metric.trial_id == trial_id,
-                            models.Metric.group_name == group,
-                            models.Metric.archived.is_(False),
-                        )
-                        .order_by(models.Metric.steps_completed, models.Metric.id)
+                # Plain rows, not ORM objects: nothing here is changed, and building a mapped object
+                # per report cost more than the query.
+                rows = s.execute(
+                    select(*_REPORT_COLUMNS)
+                    .where(
+                        models.Metric.trial_id == trial_id,
+                        models.Metric.group_name == group,
+                        models.Metric.archived.is_(False),
                     )
-                )
+                    .order_by(models.Metric.steps_completed, models.Metric.id)
+                ).all()
             if request.max_datapoints > 0:
                 rows = downsample(rows, request.max_datapoints)
             for start in range(0, len(rows), REPORTS_PER_MESSAGE):
