@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from services.common.heap import settle_after_startup
 from services.common.logging import configure_logging, get_logger
 from services.common.server import install_termination_handlers, wait_for_termination
 from services.master.app import Master
@@ -20,6 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception:
         get_logger(__name__).exception("master failed to start")
         return 1
+    settle_after_startup()
     wait_for_termination(master.stop)
     return 0
 

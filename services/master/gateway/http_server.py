@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import selectors
-import socket
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -23,6 +21,7 @@ from cairn import __version__
 from services.common.logging import get_logger
 from services.master.domain.context import MasterContext
 from services.master.gateway import prometheus
+from services.master.gateway.disconnects import DisconnectWatcher
 
 log = get_logger(__name__)
 
@@ -30,8 +29,6 @@ log = get_logger(__name__)
 MAX_BODY_BYTES = 192 * 1024 * 1024
 # Unread bodies smaller than this are drained to keep the connection; larger ones close it.
 _DRAIN_LIMIT = 1024 * 1024
-# How often a streaming answer checks whether its client is still there.
-_DISCONNECT_POLL_S = 0.5
 
 
 @dataclass
@@ -222,92 +219,6 @@ class RequestHandler(BaseHTTPRequestHandler):
     do_PATCH = _dispatch
     do_DELETE = _dispatch
     do_HEAD = _dispatch
-
-
-class DisconnectWatcher:
-    """Cancels a streamed answer when its client closes the connection, even while the stream is
-    idle (a followed log with no new lines never writes, so a failed write would come too late).
-
-    One thread watches every streaming connection with a selector; a stream registers its socket
-    when it starts and leaves when it ends. (A thread per stream cost more than the rest of a short
-    stream — a trial's metrics — put together.)
-    """
-
-    def __init__(self) -> None:
-        self._selector = selectors.DefaultSelector()
-        self._lock = threading.Lock()
-        # Wakes the selector when the set of sockets changes.
-        self._wake_read, self._wake_write = socket.socketpair()
-        self._wake_read.setblocking(False)
-        self._selector.register(self._wake_read, selectors.EVENT_READ, None)
-        self._closed = False
-        self._thread = threading.Thread(target=self._run, name="http-stream-watch", daemon=True)
-        self._thread.start()
-
-    def watch(self, sock: socket.socket, cancel: Callable[[], None]) -> None:
-        # epoll sees a socket registered while select() waits; with other selectors the socket is
-        # watched from the next pass, at most _DISCONNECT_POLL_S later. No wake-up either way: a
-        # write to the wake socket per stream cost more than the watching.
-        with self._lock:
-            if self._closed:
-                return
-            self._selector.register(sock, selectors.EVENT_READ, cancel)
-
-    def unwatch(self, sock: socket.socket) -> None:
-        with self._lock, contextlib.suppress(KeyError, ValueError, OSError):
-            self._selector.unregister(sock)
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-        self._wake()
-        self._thread.join(timeout=2)
-
-    def _wake(self) -> None:
-        with contextlib.suppress(OSError):
-            self._wake_write.send(b"x")
-
-    def _run(self) -> None:
-        while True:
-            with self._lock:
-                if self._closed:
-                    break
-            events = self._selector.select(timeout=_DISCONNECT_POLL_S)
-            for key, _ in events:
-                if key.data is None:
-                    with contextlib.suppress(OSError):
-                        while self._wake_read.recv(4096):
-                            pass
-                    continue
-                self._check(key)
-        with self._lock:
-            self._selector.close()
-        self._wake_read.close()
-        self._wake_write.close()
-
-    def _check(self, key: selectors.SelectorKey) -> None:
-        sock = key.fileobj
-        assert isinstance(sock, socket.socket)
-        try:
-            gone = sock.recv(1, socket.MSG_PEEK) == b""
-        except BlockingIOError:
-            return
-        except (OSError, ValueError):
-            gone = True
-        with self._lock:
-            # Only act on a registration that is still this one: the stream may have ended (and
-            # its descriptor been reused) since select() returned.
-            try:
-                current = self._selector.get_key(sock)
-            except (KeyError, ValueError):
-                return
-            if current.data is not key.data:
-                return
-            # Either way this connection needs no more watching: gone, or the client already sent
-            # its next request (the connection lives; the stream ends in its own time).
-            self._selector.unregister(sock)
-        if gone:
-            key.data()
 
 
 class MasterHttpServer(ThreadingHTTPServer):

@@ -8,6 +8,7 @@ replies that carry secrets (the login token) are never stored.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import threading
 from collections import OrderedDict
@@ -40,11 +41,13 @@ class ReplyCache:
         return ReplyCache.key(method, pretty, reply.SerializeToString())
 
     def get(self, key: tuple[str, bool, bytes]) -> bytes | None:
-        with self._lock:
-            body = self._entries.get(key)
-            if body is not None:
+        # No lock on hits (the lock guards inserts and evictions): a lookup and a move_to_end are
+        # each atomic under the GIL, and an entry evicted between the two only misses its refresh.
+        body = self._entries.get(key)
+        if body is not None:
+            with contextlib.suppress(KeyError):
                 self._entries.move_to_end(key)
-            return body
+        return body
 
     def put(self, key: tuple[str, bool, bytes], body: bytes) -> None:
         if len(body) > self._max // 8:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from google.protobuf.message import Message
 
@@ -21,6 +21,19 @@ from services.master.domain.context import MasterContext
 T = TypeVar("T")
 K = TypeVar("K")
 V = TypeVar("V")
+
+
+def _refresh(entries: OrderedDict[K, Any], key: K) -> None:
+    """Mark a hit as recently used, without the lock that guards inserts and evictions.
+
+    A lookup and a move_to_end are each atomic under the GIL, and an entry evicted between the two
+    only loses its refresh. Taking the lock on hits made request threads queue behind whichever
+    holder the interpreter had switched away from.
+    """
+    try:
+        entries.move_to_end(key)
+    except KeyError:
+        pass
 
 
 class ReadCache:
@@ -39,11 +52,10 @@ class ReadCache:
             return compute()
         key = (method, request.SerializeToString(deterministic=True))
         version = self._ctx.data_version
-        with self._lock:
-            hit = self._entries.get(key)
-            if hit is not None and hit[0] == version:
-                self._entries.move_to_end(key)
-                return hit[1]  # type: ignore[return-value]
+        hit = self._entries.get(key)
+        if hit is not None and hit[0] == version:
+            _refresh(self._entries, key)
+            return hit[1]  # type: ignore[return-value]
         result = compute()
         with self._lock:
             self._entries[key] = (version, result)
@@ -76,12 +88,11 @@ class RowCache(Generic[K, V]):
         found: dict[K, V] = {}
         if self._max <= 0:
             return found
-        with self._lock:
-            for key in keys:
-                hit = self._entries.get(key)
-                if hit is not None and hit[0] == version:
-                    self._entries.move_to_end(key)
-                    found[key] = hit[1]
+        for key in keys:
+            hit = self._entries.get(key)
+            if hit is not None and hit[0] == version:
+                _refresh(self._entries, key)
+                found[key] = hit[1]
         return found
 
     def put_many(self, version: int, rows: dict[K, V]) -> None:

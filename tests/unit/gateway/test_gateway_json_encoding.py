@@ -152,7 +152,11 @@ def test_memoized_conversions_follow_the_message_content() -> None:
     trial.hparams.update({f"p{i}": "x" * 20 for i in range(20)})
     assert trial.ByteSize() >= MEMO_MIN_BYTES
     first = encoder.to_object(trial)
-    assert encoder.to_object(trial) == first
+    again = encoder.to_object(trial)
+    assert again == first
+    # A hit is a copy of its own: what one response does to it no other sees.
+    again["hparams"]["p1"] = "mutated"
+    assert encoder.to_object(trial)["hparams"]["p1"] == "x" * 20
     trial.hparams["p0"] = "changed"
     trial.state = trial_pb2.Trial.STATE_COMPLETED
     second = encoder.to_object(trial)

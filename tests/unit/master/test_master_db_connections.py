@@ -84,3 +84,18 @@ def test_reads_run_outside_a_transaction_and_writes_inside_one(pg: Database) -> 
     with pg.transaction() as s:
         s.execute(text("SELECT pg_sleep(0.01)"))
         assert s.scalar(text("SELECT now() = statement_timestamp()")) is False
+
+
+def test_reads_leave_the_write_pool_transactional(pg: Database) -> None:
+    """Reads have their own autocommit pool: however many ran, a failed transaction still rolls
+    back everything it did."""
+    for _ in range(5):
+        with pg.read() as s:
+            s.execute(text("SELECT 1"))
+    with pg.transaction() as s:
+        s.execute(text("CREATE TABLE rollback_probe (id int)"))
+    with pytest.raises(RuntimeError), pg.transaction() as s:
+        s.execute(text("INSERT INTO rollback_probe VALUES (1)"))
+        raise RuntimeError("abandon")
+    with pg.read() as s:
+        assert s.scalar(text("SELECT count(*) FROM rollback_probe")) == 0
