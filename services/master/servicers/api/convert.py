@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from google.protobuf import struct_pb2
@@ -22,12 +22,18 @@ from services.master.store import models
 SUBSTATE_ORDER = ("RUNNING", "STARTING", "PULLING", "ASSIGNED", "PENDING")
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def ts(value: datetime | None) -> Timestamp | None:
+    """A Timestamp of a datetime (naive ones are UTC, as Timestamp.FromDatetime takes them),
+    by integer arithmetic: FromDatetime's time tuples cost a tenth of building a metrics reply."""
     if value is None:
         return None
-    result = Timestamp()
-    result.FromDatetime(value)
-    return result
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    delta = value - _EPOCH
+    return Timestamp(seconds=delta.days * 86400 + delta.seconds, nanos=delta.microseconds * 1000)
 
 
 def struct(value: dict[str, Any] | None) -> struct_pb2.Struct:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from datetime import UTC
 
 import grpc
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 
 from cairn.api.v1 import trial_pb2 as tpb
 from cairn.wire import struct_to_python
@@ -30,17 +30,27 @@ EARLY_EXIT_NAMES = {
 }
 
 
-# What a MetricsReport carries, read as columns.
-_REPORT_COLUMNS = (
-    models.Metric.id,
-    models.Metric.trial_id,
-    models.Metric.trial_run_id,
-    models.Metric.group_name,
-    models.Metric.steps_completed,
-    models.Metric.report_time,
-    models.Metric.metrics,
-    models.Metric.batch_metrics,
-    models.Metric.archived,
+# What a MetricsReport carries, read as plain rows (not ORM objects: nothing here is changed, and
+# building a mapped object per report cost more than the query). Built once with bound parameters:
+# constructing the statement anew cost a fifth of a metrics read.
+_REPORTS_OF_TRIAL = (
+    select(
+        models.Metric.id,
+        models.Metric.trial_id,
+        models.Metric.trial_run_id,
+        models.Metric.group_name,
+        models.Metric.steps_completed,
+        models.Metric.report_time,
+        models.Metric.metrics,
+        models.Metric.batch_metrics,
+        models.Metric.archived,
+    )
+    .where(
+        models.Metric.trial_id == bindparam("trial_id"),
+        models.Metric.group_name == bindparam("group"),
+        models.Metric.archived.is_(False),
+    )
+    .order_by(models.Metric.steps_completed, models.Metric.id)
 )
 
 
@@ -96,17 +106,7 @@ class MetricsApi(ServicerBase):
         group = request.group or "training"
         for trial_id in request.trial_ids:
             with self.ctx.db.read() as s:
-                # Plain rows, not ORM objects: nothing here is changed, and building a mapped object
-                # per report cost more than the query.
-                rows = s.execute(
-                    select(*_REPORT_COLUMNS)
-                    .where(
-                        models.Metric.trial_id == trial_id,
-                        models.Metric.group_name == group,
-                        models.Metric.archived.is_(False),
-                    )
-                    .order_by(models.Metric.steps_completed, models.Metric.id)
-                ).all()
+                rows = s.execute(_REPORTS_OF_TRIAL, {"trial_id": trial_id, "group": group}).all()
             if request.max_datapoints > 0:
                 rows = downsample(rows, request.max_datapoints)
             for start in range(0, len(rows), REPORTS_PER_MESSAGE):
