@@ -108,26 +108,35 @@ def _ray_continues(previous: list[float], error: float) -> bool:
     return error <= cutoff
 
 
-def replay_stopping(replay: Replay, rule: str) -> None:
-    workers = [replay.new_trial() for _ in range(WORKERS)]
+def _drive(replay: Replay, next_job: Callable[[], Trial], done_with: Callable[[Trial], bool]) -> None:
+    """The workers train an epoch each in turn until the budget is spent; a worker whose trial
+    `done_with` releases (stopped, finished, or paused at a rung) takes `next_job()`."""
+    workers = [next_job() for _ in range(WORKERS)]
     while not replay.over:
         for index, trial in enumerate(workers):
             replay.train_epoch(trial)
             if replay.over:
                 return
-            error, epoch = trial.curve[trial.epochs - 1], trial.epochs
-            if epoch == MAX_EPOCHS:
-                workers[index] = replay.new_trial()
-            elif epoch in replay.rungs:
-                rung = replay.rungs[epoch]
-                if rule == "determined":
-                    rung.append((error, trial.key))
-                    goes_on = _determined_continues(rung, error)
-                else:
-                    goes_on = _ray_continues([e for e, _ in rung], error)
-                    rung.append((error, trial.key))
-                if not goes_on:
-                    workers[index] = replay.new_trial()
+            if done_with(trial):
+                workers[index] = next_job()
+
+
+def replay_stopping(replay: Replay, rule: str) -> None:
+    def done_with(trial: Trial) -> bool:
+        error, epoch = trial.curve[trial.epochs - 1], trial.epochs
+        if epoch == MAX_EPOCHS:
+            return True
+        if epoch not in replay.rungs:
+            return False
+        rung = replay.rungs[epoch]
+        if rule == "determined":
+            rung.append((error, trial.key))
+            return not _determined_continues(rung, error)
+        goes_on = _ray_continues([e for e, _ in rung], error)
+        rung.append((error, trial.key))
+        return not goes_on
+
+    _drive(replay, replay.new_trial, done_with)
 
 
 def replay_promotion(replay: Replay) -> None:
@@ -147,29 +156,19 @@ def replay_promotion(replay: Replay) -> None:
                     return trial
         return replay.new_trial()
 
-    workers = [next_job() for _ in range(WORKERS)]
-    while not replay.over:
-        for index, trial in enumerate(workers):
-            replay.train_epoch(trial)
-            if replay.over:
-                return
-            if trial.epochs < trial.target:
-                continue
-            if trial.epochs < MAX_EPOCHS:
-                replay.rungs[trial.epochs].append((trial.curve[trial.epochs - 1], trial.key))
-                idle[trial.key] = trial
-            workers[index] = next_job()
+    def done_with(trial: Trial) -> bool:
+        if trial.epochs < trial.target:
+            return False
+        if trial.epochs < MAX_EPOCHS:
+            replay.rungs[trial.epochs].append((trial.curve[trial.epochs - 1], trial.key))
+            idle[trial.key] = trial
+        return True
+
+    _drive(replay, next_job, done_with)
 
 
 def replay_random(replay: Replay) -> None:
-    workers = [replay.new_trial() for _ in range(WORKERS)]
-    while not replay.over:
-        for index, trial in enumerate(workers):
-            replay.train_epoch(trial)
-            if replay.over:
-                return
-            if trial.epochs == MAX_EPOCHS:
-                workers[index] = replay.new_trial()
+    _drive(replay, replay.new_trial, lambda trial: trial.epochs == MAX_EPOCHS)
 
 
 Policy = Callable[[Replay], None]

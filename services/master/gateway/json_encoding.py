@@ -23,7 +23,6 @@ from __future__ import annotations
 import base64
 import math
 import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -32,6 +31,8 @@ from google.protobuf import json_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.internal import type_checkers
 from google.protobuf.message import Message
+
+from services.common.lru import BoundedLru
 
 Converter = Callable[[Any], Any]
 
@@ -120,11 +121,15 @@ class _Memo:
     """
 
     def __init__(self, max_bytes: int) -> None:
-        self._entries: OrderedDict[tuple[str, bytes], bytes] = OrderedDict()
-        self._bytes = 0
-        self._max_bytes = max_bytes
+        self._entries: BoundedLru[tuple[str, bytes], bytes] = BoundedLru(
+            max_bytes, cost=lambda key, encoded: len(key[1]) + len(encoded)
+        )
         self._max_entry_bytes = min(MEMO_MAX_ENTRY_BYTES, max_bytes // 16)
-        self._lock = threading.Lock()
+
+    @property
+    def bytes(self) -> int:
+        """Keys and JSON values held, together."""
+        return self._entries.total_cost
 
     def wrap(self, type_name: str, convert: Converter) -> Converter:
         def memoized(message: Any) -> Any:
@@ -132,28 +137,14 @@ class _Memo:
             if size < MEMO_MIN_BYTES or size > self._max_entry_bytes:
                 return convert(message)
             key = (type_name, message.SerializeToString(deterministic=True))
-            # Hits take no lock: a dict lookup and move_to_end are each atomic under the GIL, and
-            # an entry evicted between the two is only a lost refresh. With a lock here, request
-            # threads queued behind whichever one the interpreter had switched away from inside it.
             found = self._entries.get(key)
             if found is not None:
-                try:
-                    self._entries.move_to_end(key)
-                except KeyError:
-                    pass
                 return orjson.loads(found)
             value = convert(message)
             try:
-                encoded = orjson.dumps(value)
+                self._entries.put(key, orjson.dumps(value))
             except orjson.JSONEncodeError:
-                return value  # what orjson cannot write (integers past 64 bits) is not kept
-            with self._lock:
-                if key not in self._entries:
-                    self._entries[key] = encoded
-                    self._bytes += len(key[1]) + len(encoded)
-                    while self._bytes > self._max_bytes:
-                        (_name, old), old_value = self._entries.popitem(last=False)
-                        self._bytes -= len(old) + len(old_value)
+                pass  # what orjson cannot write (integers past 64 bits) is not kept
             return value
 
         return memoized

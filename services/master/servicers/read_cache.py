@@ -9,43 +9,24 @@ a write was in flight is stored under the version it started from, so it is neve
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
-from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
 
 from google.protobuf.message import Message
 
+from services.common.lru import BoundedLru
 from services.master.domain.context import MasterContext
 
 T = TypeVar("T")
-K = TypeVar("K")
+K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
-
-
-def _refresh(entries: OrderedDict[K, Any], key: K) -> None:
-    """Mark a hit as recently used, without the lock that guards inserts and evictions.
-
-    A lookup and a move_to_end are each atomic under the GIL, and an entry evicted between the two
-    only loses its refresh. Taking the lock on hits made request threads queue behind whichever
-    holder the interpreter had switched away from.
-    """
-    try:
-        entries.move_to_end(key)
-    except KeyError:
-        pass
 
 
 class ReadCache:
     def __init__(self, ctx: MasterContext, max_entries: int = 1024) -> None:
         self._ctx = ctx
         self._max = max_entries
-        self._entries: OrderedDict[tuple[str, bytes], tuple[int, object]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    @property
-    def max_entries(self) -> int:
-        return self._max
+        self._entries: BoundedLru[tuple[str, bytes], tuple[int, object]] = BoundedLru(max_entries)
 
     def get(self, method: str, request: Message, compute: Callable[[], T]) -> T:
         if self._max <= 0:
@@ -54,14 +35,9 @@ class ReadCache:
         version = self._ctx.data_version
         hit = self._entries.get(key)
         if hit is not None and hit[0] == version:
-            _refresh(self._entries, key)
             return hit[1]  # type: ignore[return-value]
         result = compute()
-        with self._lock:
-            self._entries[key] = (version, result)
-            self._entries.move_to_end(key)
-            while len(self._entries) > self._max:
-                self._entries.popitem(last=False)
+        self._entries.put(key, (version, result))
         return result
 
 
@@ -77,12 +53,7 @@ class RowCache(Generic[K, V]):
     def __init__(self, ctx: MasterContext, max_entries: int) -> None:
         self._ctx = ctx
         self._max = max_entries
-        self._entries: OrderedDict[K, tuple[int, V]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    @property
-    def enabled(self) -> bool:
-        return self._max > 0
+        self._entries: BoundedLru[K, tuple[int, V]] = BoundedLru(max_entries)
 
     def get_many(self, keys: list[K], version: int) -> dict[K, V]:
         found: dict[K, V] = {}
@@ -91,17 +62,10 @@ class RowCache(Generic[K, V]):
         for key in keys:
             hit = self._entries.get(key)
             if hit is not None and hit[0] == version:
-                _refresh(self._entries, key)
                 found[key] = hit[1]
         return found
 
     def put_many(self, version: int, rows: dict[K, V]) -> None:
         """Store rows computed from reads that started at `version` (read before the queries)."""
-        if self._max <= 0 or not rows:
-            return
-        with self._lock:
-            for key, value in rows.items():
-                self._entries[key] = (version, value)
-                self._entries.move_to_end(key)
-            while len(self._entries) > self._max:
-                self._entries.popitem(last=False)
+        if self._max > 0:
+            self._entries.put_many({key: (version, value) for key, value in rows.items()})

@@ -169,4 +169,4 @@ def test_a_full_memo_evicts_the_oldest() -> None:
         struct = struct_pb2.Struct()
         struct.update({"i": i, "pad": "y" * 400})
         assert encoder.to_object(struct) == {"i": i, "pad": "y" * 400}
-    assert encoder._memo is not None and encoder._memo._bytes <= 64 * 1024
+    assert encoder._memo is not None and encoder._memo.bytes <= 64 * 1024

@@ -24,13 +24,13 @@ from services.master.domain.queries import (
     list_experiment_ids,
     trial_rows,
 )
+from services.master.domain.states import TERMINAL
 from services.master.servicers.api import convert
 from services.master.servicers.api.base import ServicerBase
 from services.master.servicers.errors import rpc
 from services.master.store import models
 
 S = epb.Experiment.State
-TERMINAL_EXPERIMENT_STATES = frozenset({S.STATE_COMPLETED, S.STATE_CANCELED, S.STATE_ERROR})
 SORT_NAMES = {
     epb.GetExperimentsRequest.SORT_BY_UNSPECIFIED: "id",
     epb.GetExperimentsRequest.SORT_BY_ID: "id",
@@ -168,15 +168,14 @@ class ExperimentsApi(ServicerBase):
             keys = [(i, with_config) for i in ids]
             messages = self.deps.experiment_rows.get_many(keys, version)
             missing = [i for i, key in zip(ids, keys, strict=True) if key not in messages]
-            built = {
-                (row.experiment.id, with_config): convert.experiment(row, with_config=with_config)
-                for row in experiment_rows_by_id(s, missing)
-            }
-        messages.update(built)
-        # A running experiment's duration moves with the clock: only ended ones are kept.
-        self.deps.experiment_rows.put_many(
-            version, {key: m for key, m in built.items() if m.state in TERMINAL_EXPERIMENT_STATES}
-        )
+            ended: dict[tuple[int, bool], epb.Experiment] = {}
+            for row in experiment_rows_by_id(s, missing):
+                key = (row.experiment.id, with_config)
+                messages[key] = convert.experiment(row, with_config=with_config)
+                # A running experiment's duration moves with the clock: only ended ones are kept.
+                if row.experiment.state in TERMINAL:
+                    ended[key] = messages[key]
+        self.deps.experiment_rows.put_many(version, ended)
         return epb.GetExperimentsResponse(
             experiments=[messages[key] for key in keys if key in messages],
             pagination=convert.pagination(page),
