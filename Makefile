@@ -5,14 +5,15 @@ VENV := .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/pip install -q -c constraints.txt
 STAMP := $(VENV)/.installed
-# The stock Determined client (`det`, Core API) the compatibility tests drive, in its own venv: its
-# pins (e.g. requests<2.32) must not constrain Cairn's.
-DET_VENV := .venv-det
-DET_STAMP := $(DET_VENV)/.installed
+# The task environment trials run in on a local cluster (requirements-task.txt): Cairn's client,
+# Determined's package (its `det` CLI is the one the compatibility tests drive) and PyTorch, in a
+# venv of its own so Determined's pins (e.g. requests<2.32) never constrain the services'.
+TASK_VENV := .venv-task
+TASK_STAMP := $(TASK_VENV)/.installed
 
 .PHONY: install proto test lint format demo clean postgres bench-install webui chromium envoy
 
-install: $(STAMP) proto webui $(DET_STAMP)
+install: $(STAMP) proto webui $(TASK_STAMP)
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml constraints.txt examples/digits/requirements.txt
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -20,9 +21,9 @@ $(STAMP): pyproject.toml clients/python/pyproject.toml constraints.txt examples/
 	$(PIP) -e clients/python -e '.[dev]' -r examples/digits/requirements.txt
 	touch $@
 
-$(DET_STAMP): requirements-determined.txt
-	test -d $(DET_VENV) || $(PYTHON) -m venv $(DET_VENV)
-	$(DET_VENV)/bin/pip install -q -r requirements-determined.txt
+$(TASK_STAMP): requirements-task.txt clients/python/pyproject.toml
+	test -d $(TASK_VENV) || $(PYTHON) -m venv $(TASK_VENV)
+	$(TASK_VENV)/bin/pip install -q -r requirements-task.txt
 	touch $@
 
 # Generated stubs are derived from proto/ and never edited by hand.
@@ -71,10 +72,10 @@ bench-install:
 	.venv-bench/bin/pip install -q -r bench/requirements.txt -r examples/digits/requirements.txt
 
 # The main job: a local cluster and a hyperparameter search with a live view (README).
-demo: $(STAMP) proto webui
+demo: $(STAMP) proto webui $(TASK_STAMP)
 	scripts/demo.sh
 
 clean:
-	rm -rf $(VENV) $(DET_VENV) .pytest_cache .mypy_cache .ruff_cache test-artifacts webui/dist webui/node_modules
+	rm -rf $(VENV) $(TASK_VENV) .venv-det .pytest_cache .mypy_cache .ruff_cache test-artifacts webui/dist webui/node_modules
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
 	rm -rf clients/python/cairn/{api,agent,scheduler,searcher,checkpoint,gen}

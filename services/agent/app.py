@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import threading
 import time
 from importlib import metadata
@@ -34,6 +33,14 @@ log = get_logger(__name__)
 TICK_SECONDS = 0.02
 # On shutdown with a live stream, how long to wait for the final events to be handed to it.
 FLUSH_SECONDS = 5.0
+
+
+def advertised_addresses(advertise: str) -> list[str]:
+    """The machine's addresses, the one other agents' containers should use first."""
+    found = host.ipv4_addresses()
+    if advertise:
+        return [advertise, *(a for a in found if a != advertise)]
+    return found
 
 
 def agent_version() -> str:
@@ -84,7 +91,7 @@ class Agent:
             slots=slots,
             fetch_context=ContextDownloader(channel).fetch,
             base_env=os.environ,
-            interpreter_dir=os.path.dirname(sys.executable) or None,
+            python_envs=s.python_envs(),
             private_run_dir=determined_info.private_run_dir_supported(),
         )
         manager = ContainerManager(
@@ -104,7 +111,7 @@ class Agent:
                 version=agent_version(),
                 resource_pool=s.resource_pool,
                 hostname=host.hostname(),
-                addresses=tuple(host.ipv4_addresses()),
+                addresses=tuple(advertised_addresses(s.advertise_address)),
                 slots=tuple(slots),
                 boot_time=boot_time,
             ),

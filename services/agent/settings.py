@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from services.agent.containers.python_envs import PythonEnv, PythonEnvError, PythonEnvs, parse_task_env
 from services.agent.containers.task_env import split_host_port
 from services.agent.slots import SlotType
 from services.common.args import add_common_flags
@@ -34,6 +35,13 @@ class AgentSettings:
     log_format: str
     log_level: str
     ready_file: str | None
+    # Where the containers of a multi-agent allocation reach this agent's containers; "" = guess.
+    advertise_address: str = ""
+    task_envs: tuple[PythonEnv, ...] = ()
+    default_task_env: str | None = None
+
+    def python_envs(self) -> PythonEnvs:
+        return PythonEnvs(self.task_envs, self.default_task_env)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,6 +78,27 @@ def build_parser() -> argparse.ArgumentParser:
         "without it they keep running for a restarted agent to reattach",
     )
     parser.add_argument(
+        "--advertise-address",
+        default=os.environ.get("CAIRN_AGENT_ADVERTISE_ADDRESS", ""),
+        help="the address the containers of a multi-agent trial reach this machine's containers at "
+        "(env CAIRN_AGENT_ADVERTISE_ADDRESS; default: its first non-loopback IPv4 address)",
+    )
+    parser.add_argument(
+        "--task-env",
+        action="append",
+        default=[],
+        metavar="NAME=DIR",
+        help="a Python environment (virtualenv folder) the process runtime runs tasks in, chosen by a "
+        "config's environment.image NAME; repeatable; the first is the default",
+    )
+    parser.add_argument(
+        "--default-task-env",
+        default=None,
+        metavar="NAME",
+        help="the task environment of tasks whose image names none (default: the first --task-env, "
+        "else 'agent': the agent's own interpreter)",
+    )
+    parser.add_argument(
         "--reconnect-timeout",
         type=float,
         default=0.0,
@@ -93,6 +122,11 @@ def parse_settings(argv: Sequence[str] | None = None) -> AgentSettings:
         parser.error("--slots: must be >= 0")
     if args.reconnect_timeout < 0:
         parser.error("--reconnect-timeout: must be >= 0")
+    try:
+        task_envs = tuple(parse_task_env(text) for text in args.task_env)
+        PythonEnvs(task_envs, args.default_task_env)
+    except PythonEnvError as exc:
+        parser.error(f"--task-env: {exc}")
     work_dir = (
         Path(args.work_dir).expanduser()
         if args.work_dir
@@ -113,4 +147,7 @@ def parse_settings(argv: Sequence[str] | None = None) -> AgentSettings:
         log_format=args.log_format,
         log_level=args.log_level,
         ready_file=args.ready_file,
+        advertise_address=args.advertise_address.strip(),
+        task_envs=task_envs,
+        default_task_env=args.default_task_env,
     )

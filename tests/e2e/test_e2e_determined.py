@@ -1,6 +1,8 @@
 """The stock Determined client against a Cairn cluster: PyPI's determined==0.38.1 (`make install`
-puts it in .venv-det). Its `det` CLI drives the cluster over REST, and a script written against
-Determined's Core API runs as a Cairn trial with its metrics and checkpoints stored."""
+puts it in .venv-task, the task environment a local cluster's trials run in). Its `det` CLI drives
+the cluster over REST; scripts written against Determined's Core API (`python3 script.py` with
+`import determined`, as a user of a default cluster writes them), its own torch launcher, and a
+PyTorchTrial with a legacy `model_def:Trial` entrypoint run as Cairn trials."""
 
 from __future__ import annotations
 
@@ -12,19 +14,19 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.helpers import stored_metrics, trial_state, trials, wait_state
-from tests.support.cluster import TestCluster
+from tests.support.cluster import TestCluster, running_cluster
 from tests.support.polling import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
-DET_PYTHON = REPO / ".venv-det" / "bin" / "python"
-DET = REPO / ".venv-det" / "bin" / "det"
-DET_TRIAL_DIR = Path(__file__).parent / "fixtures" / "det_trial"
+DET = REPO / ".venv-task" / "bin" / "det"
+FIXTURES = Path(__file__).parent / "fixtures"
+DET_TRIAL_DIR = FIXTURES / "det_trial"
 
 
 @pytest.fixture
 def det(cluster: TestCluster, tmp_path: Path):  # type: ignore[no-untyped-def]
     if not DET.exists():
-        pytest.fail("the stock Determined client is missing: run `make install` (it builds .venv-det)")
+        pytest.fail("the stock Determined client is missing: run `make install` (it builds .venv-task)")
     assert cluster.record is not None and cluster.record.master_http_url
     env = {
         **os.environ,
@@ -51,7 +53,7 @@ def det_config(tmp_path: Path, steps: int, step_s: float = 0.1) -> Path:
     path.write_text(
         f"""
 name: determined-core-api
-entrypoint: {DET_PYTHON} det_core_trial.py
+entrypoint: python3 det_core_trial.py
 hyperparameters:
   steps: {steps}
   step_s: {step_s}
@@ -147,3 +149,72 @@ def test_det_pause_activate_kill_and_follow_logs(cluster: TestCluster, det, tmp_
     followed = det("trial", "logs", "-f", str(trial_id))
     assert "DET-RESUMED" in followed
     assert trial_state(trials(api, 1)[0]) == "CANCELED"
+
+
+@pytest.fixture
+def two_slots(db_url: str | None, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """One agent with two slots: one container whose launcher starts two workers."""
+    with running_cluster(tmp_path / "cluster2", db_url, agents=1, slots=2) as c:
+        yield c
+
+
+def test_determined_launcher_and_a_pytorch_trial(two_slots: TestCluster, tmp_path: Path) -> None:
+    cluster = two_slots
+    assert cluster.record is not None
+    env = {
+        **os.environ,
+        "DET_MASTER": cluster.record.master_http_url.rstrip("/"),
+        "HOME": str(tmp_path / "home"),
+    }
+
+    def det(*args: str, stdin: str = "") -> str:
+        result = subprocess.run(
+            [str(DET), *args], env=env, input=stdin, capture_output=True, text=True, timeout=300, check=False
+        )
+        assert result.returncode == 0, f"det {' '.join(args)}: {result.stdout}\n{result.stderr}"
+        return result.stdout
+
+    det("user", "login", "determined", stdin="\n")
+    api = cluster.login()
+    # Determined's own launcher: two workers in the one container, torch.distributed over gloo,
+    # Determined's DistributedContext, every line tagged with its rank by Determined's wrap_rank.
+    launcher = tmp_path / "dist.yaml"
+    launcher.write_text(
+        """
+name: determined-launcher
+entrypoint: python3 -m determined.launch.torch_distributed python3 det_dist.py
+searcher: {name: single, metric: sum, max_length: {batches: 3}}
+resources: {slots_per_trial: 2}
+max_restarts: 0
+"""
+    )
+    det("experiment", "create", str(launcher), str(FIXTURES / "det_dist"), "-f")
+    wait_state(api, 1, "COMPLETED", timeout=180)
+    (trial,) = trials(api, 1)
+    for rank in (0, 1):
+        only = det("trial", "logs", str(trial.id), "--rank-id", str(rank))
+        assert f"DET-DIST rank={rank} size=2 allreduce=3.0 allgather=[0, 2]" in only
+        assert f"DET-DIST rank={1 - rank}" not in only
+    assert [m.total_batches for m in stored_metrics(api, trial.id, "training")] == [1, 2, 3]
+
+    # A PyTorchTrial through Determined's harness, from a legacy trial-class entrypoint.
+    legacy = tmp_path / "trial.yaml"
+    legacy.write_text(
+        """
+name: pytorch-trial
+entrypoint: model_def:MyTrial
+hyperparameters: {lr: 0.5, global_batch_size: 16}
+searcher: {name: single, metric: validation_loss, max_length: {batches: 40}}
+min_validation_period: {batches: 20}
+max_restarts: 0
+"""
+    )
+    det("experiment", "create", str(legacy), str(FIXTURES / "det_pytorch_trial"), "-f")
+    wait_state(api, 2, "COMPLETED", timeout=180)
+    (trial,) = trials(api, 2)
+    validation = [
+        (m.total_batches, m.metrics["avg_metrics"]["accuracy"])
+        for m in stored_metrics(api, trial.id, "validation")
+    ]
+    assert [steps for steps, _ in validation] == [20, 40] and validation[-1][1] > 0.8
+    assert trial.checkpoint_count >= 1 and trial.runner_status

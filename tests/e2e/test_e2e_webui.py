@@ -27,11 +27,11 @@ from typing import Any
 import pytest
 from google.protobuf import struct_pb2
 
-from cairn.api.v1 import trial_pb2
+from cairn.api.v1 import experiment_pb2, trial_pb2
 from services.master.gateway.http_server import start_http
 from services.master.gateway.webui import webui_routes
 from tests.e2e.helpers import config, create, state, trials, wait_state
-from tests.support.cluster import AuthedStub, TestCluster
+from tests.support.cluster import AuthedStub, TestCluster, running_cluster
 from tests.support.polling import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -112,6 +112,10 @@ class Browser:
 def browser(
     playwright_api: Any, webui_built: None, cluster: TestCluster, tmp_path: Path
 ) -> Iterator[Browser]:
+    yield from _open_browser(playwright_api, cluster, tmp_path)
+
+
+def _open_browser(playwright_api: Any, cluster: TestCluster, tmp_path: Path) -> Iterator[Browser]:
     assert cluster.record is not None and cluster.record.master_http_url
     base_url = cluster.record.master_http_url.rstrip("/")
     with playwright_api.sync_playwright() as pw:
@@ -512,3 +516,52 @@ def test_webui_without_a_build_says_how_to_make_one(tmp_path: Path) -> None:
         assert page.status == 503 and page.headers["content-type"].startswith("text/html")
         assert b"npm run build" in page.body
         assert _fetch(port, "/api/v1/master").status == 404
+
+
+DIST_TRIAL = Path(__file__).parent / "fixtures" / "dist_trial"
+
+
+@pytest.fixture
+def browser_on_two_agents(
+    playwright_api: Any, webui_built: None, db_url: str | None, tmp_path: Path
+) -> Iterator[tuple[TestCluster, Browser]]:
+    with running_cluster(tmp_path / "cluster2", db_url, agents=2, slots=1) as two:
+        for b in _open_browser(playwright_api, two, tmp_path):
+            yield two, b
+
+
+def test_a_multi_slot_trial_on_the_slot_map_and_its_logs_by_rank(
+    browser_on_two_agents: tuple[TestCluster, Browser],
+) -> None:
+    cluster, b = browser_on_two_agents
+    api = cluster.login()
+    text = config(
+        name="two-ranks",
+        entrypoint="python3 -m cairn.launch.torch_distributed python3 dist_trial.py",
+        resources={"slots_per_trial": 2},
+        hyperparameters={"steps": 300, "step_s": 0.1},
+    )
+    experiment_id = create(api, text, DIST_TRIAL)
+    trial_id = wait_for(lambda: trials(api, experiment_id), timeout=30, what="trial")[0].id
+    wait_for(lambda: trials(api, experiment_id)[0].runner_state == "RUNNING", timeout=60, what="running")
+    page = b.page
+    b.goto("/cluster")
+    _log_in(b)
+    page.wait_for_url(re.compile(r"/cluster"))
+    # Both agents' slots carry the one allocation, each with the container it runs.
+    allocation = f"{experiment_id}.{trial_id}.1"
+    expect(page.locator(".slot-alloc", has_text=allocation)).to_have_count(2)
+    expect(page.locator(".slot-rank")).to_have_text(["container 0/2", "container 1/2"])
+    b.shot("20-cluster-multi-slot")
+
+    b.goto(f"/trials/{trial_id}?tab=logs")
+    log = page.get_by_role("log")
+    expect(log.locator(".log-line", has_text="RANK 1 size 2")).to_have_count(1)
+    page.get_by_label("Show the lines of rank").select_option("1")
+    expect(log.locator(".log-line", has_text="RANK 1 size 2")).to_have_count(1)
+    expect(log.locator(".log-line", has_text="RANK 0 size 2")).to_have_count(0)
+    expect(log.locator(".log-rank").first).to_have_text("[1]")
+    b.shot("21-trial-logs-rank-1")
+    api.KillExperiment(experiment_pb2.KillExperimentRequest(id=experiment_id))
+    wait_state(api, experiment_id, "CANCELED", timeout=90)
+    b.check_clean()

@@ -18,6 +18,8 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
+from services.agent.containers.requests import RendezvousInfo
+
 RUN_DIR = "/run/determined"
 # Runs inside the new mount namespace; $0 is the folder to expose, "$@" the task's command.
 _BIND_AND_EXEC = f'mkdir -p {RUN_DIR} && mount --bind "$0" {RUN_DIR} && exec "$@"'
@@ -43,8 +45,23 @@ def is_determined_task(env: Mapping[str, str]) -> bool:
     return "DET_TASK_ID" in env and "DET_ALLOCATION_ID" in env
 
 
-def write_info_files(env: Mapping[str, str], directory: Path) -> None:
-    """The files Determined's prep step would write, from the DET_* environment of the task."""
+def rendezvous_file(rendezvous: RendezvousInfo | None, slot_count: int) -> dict[str, object]:
+    """rendezvous.json: every container's address and slot count by rank, and this one's rank."""
+    if rendezvous is None:
+        # From a master that sent none: one container, reachable on loopback.
+        return {"container_addrs": ["127.0.0.1"], "container_rank": 0, "container_slot_counts": [slot_count]}
+    return {
+        "container_addrs": list(rendezvous.container_addrs),
+        "container_rank": rendezvous.container_rank,
+        "container_slot_counts": list(rendezvous.container_slot_counts),
+    }
+
+
+def write_info_files(
+    env: Mapping[str, str], directory: Path, rendezvous: RendezvousInfo | None = None
+) -> None:
+    """The files Determined's prep step would write, from the DET_* environment of the task and the
+    allocation's rendezvous info."""
     info = directory / "info"
     info.mkdir(parents=True, exist_ok=True)
     slot_ids = json.loads(env.get("DET_SLOT_IDS", "[]"))
@@ -63,12 +80,7 @@ def write_info_files(env: Mapping[str, str], directory: Path) -> None:
     }
     files: dict[str, object] = {
         "cluster.json": cluster,
-        # One container per allocation on this agent: rank 0 of 1, reachable on loopback.
-        "rendezvous.json": {
-            "container_addrs": ["127.0.0.1"],
-            "container_rank": 0,
-            "container_slot_counts": [len(slot_ids)],
-        },
+        "rendezvous.json": rendezvous_file(rendezvous, len(slot_ids)),
         "resources.json": {"gpu_uuids": [u for u in env.get("CAIRN_GPU_UUIDS", "").split(",") if u]},
     }
     if "DET_TRIAL_ID" in env:
@@ -86,6 +98,18 @@ def write_info_files(env: Mapping[str, str], directory: Path) -> None:
         }
     for name, content in files.items():
         (info / name).write_text(json.dumps(content))
+
+
+def copy_model_definition(workdir: Path, run_dir: Path, skip: str) -> None:
+    """/run/determined/train/model: the pristine copy of the model definition that Determined's
+    harness copies into each checkpoint (its MANAGED_TRAINING_MODEL_COPY). Taken right after the
+    unpack, before the task runs, without the agent's bookkeeping folder `skip`."""
+    target = run_dir / "train" / "model"
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(
+        workdir, target, symlinks=True, ignore=lambda folder, names: [skip] if Path(folder) == workdir else []
+    )
 
 
 def with_private_run_dir(argv: list[str], run_dir: Path) -> list[str]:

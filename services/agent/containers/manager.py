@@ -332,7 +332,8 @@ class ContainerManager:
             )
             return None
 
-    def kill(self, container_id: str, grace_seconds: int, reason: str = _MASTER_KILL_REASON) -> str | None:
+    def kill(self, container_id: str, grace_seconds: int, reason: str | None = None) -> str | None:
+        reason = f"killed on the master's request: {reason}" if reason else _MASTER_KILL_REASON
         with self._lock:
             c = self._containers.get(container_id)
             if c is None:

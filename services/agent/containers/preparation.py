@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from services.agent.containers import determined_info
+from services.agent.containers.python_envs import PythonEnvs
 from services.agent.containers.requests import StartRequest
 from services.agent.containers.states import FailureType
 from services.agent.containers.task_env import MasterFacts, task_environment
@@ -56,7 +57,7 @@ class Preparer:
         slots: Iterable[SlotInfo],
         fetch_context: ContextFetcher,
         base_env: Mapping[str, str],
-        interpreter_dir: str | None,
+        python_envs: PythonEnvs | None = None,
         private_run_dir: bool = False,
     ) -> None:
         self._private_run_dir = private_run_dir
@@ -64,7 +65,7 @@ class Preparer:
         self._slots = {slot.id: slot for slot in slots}
         self._fetch_context = fetch_context
         self._base_env = dict(base_env)
-        self._interpreter_dir = interpreter_dir
+        self._python_envs = python_envs or PythonEnvs([])
 
     def problem(self, request: StartRequest) -> str | None:
         """Why this agent cannot run `request` at all, naming the field; None when it can."""
@@ -78,6 +79,19 @@ class Preparer:
             return "start.spec.entrypoint: with shell, give exactly one command string"
         if len(set(request.slot_ids)) != len(request.slot_ids):
             return "start.slot_ids: a slot is listed twice"
+        rendezvous = request.rendezvous
+        if rendezvous is not None:
+            count = len(rendezvous.container_addrs)
+            if not 0 <= rendezvous.container_rank < count:
+                return f"start.rendezvous.container_rank: {rendezvous.container_rank} is not in [0, {count})"
+            if len(rendezvous.container_slot_counts) != count:
+                return "start.rendezvous.container_slot_counts: one count per container address, please"
+            if rendezvous.container_slot_counts[rendezvous.container_rank] != len(request.slot_ids):
+                return (
+                    "start.rendezvous.container_slot_counts: this container's count "
+                    f"({rendezvous.container_slot_counts[rendezvous.container_rank]}) is not its "
+                    f"{len(request.slot_ids)} slot ids"
+                )
         unknown = [s for s in request.slot_ids if s not in self._slots]
         if unknown:
             have = ", ".join(sorted(self._slots)) or "none"
@@ -100,6 +114,9 @@ class Preparer:
         if request.has_context:
             self._fetch_and_unpack(request, paths, note, aborted)
         self._expose_mounts(request, paths, note)
+        choice = self._python_envs.choose(request.image)
+        if choice.note:
+            note(choice.note, "WARNING")
         env = task_environment(
             base=self._base_env,
             spec_environment=request.environment,
@@ -108,18 +125,21 @@ class Preparer:
             slots=[self._slots[s] for s in request.slot_ids],
             workdir=paths.root,
             master=master,
-            interpreter_dir=self._interpreter_dir,
+            python_env=choice.env,
+            rendezvous=request.rendezvous,
         )
         argv = command_line(request.entrypoint, request.shell)
         if determined_info.is_determined_task(env):
-            argv = self._determined_surroundings(argv, env, paths, note)
+            argv = self._determined_surroundings(argv, env, request, paths, note)
         return Prepared(argv=argv, env=env)
 
     def _determined_surroundings(
-        self, argv: list[str], env: dict[str, str], paths: ContainerPaths, note: Note
+        self, argv: list[str], env: dict[str, str], request: StartRequest, paths: ContainerPaths, note: Note
     ) -> list[str]:
         run_dir = paths.root / META_DIR_NAME / "run-determined"
-        determined_info.write_info_files(env, run_dir)
+        determined_info.write_info_files(env, run_dir, request.rendezvous)
+        if request.has_context:
+            determined_info.copy_model_definition(paths.root, run_dir, skip=META_DIR_NAME)
         if not self._private_run_dir:
             note(
                 "Determined's harness will not find /run/determined/info: this agent cannot give tasks a "

@@ -13,6 +13,23 @@ class MountRequest:
 
 
 @dataclass(frozen=True)
+class RendezvousInfo:
+    """Where the containers of the allocation find each other (see the proto's Rendezvous)."""
+
+    container_addrs: tuple[str, ...]
+    container_slot_counts: tuple[int, ...]
+    container_rank: int
+    c10d_port: int = 0
+    collectives_port: int = 0
+    det_pub_port: int = 0
+    det_pull_port: int = 0
+
+    @property
+    def chief_ip(self) -> str:
+        return self.container_addrs[0]
+
+
+@dataclass(frozen=True)
 class StartRequest:
     container_id: str
     allocation_id: str
@@ -26,6 +43,8 @@ class StartRequest:
     has_context: bool = False
     mounts: tuple[MountRequest, ...] = ()
     description: str = ""
+    # None from a master that sent none: the container is then rank 0 of 1.
+    rendezvous: RendezvousInfo | None = None
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from services.agent.containers.python_envs import PythonEnv
+from services.agent.containers.requests import RendezvousInfo
 from services.agent.slots import DeviceKind, SlotInfo
 
 # Taken from the agent's environment; LC_* variables too.
@@ -71,14 +73,43 @@ def split_host_port(address: str) -> tuple[str, int | None, str]:
     return host, int(port_text), ""
 
 
-def basic_environment(source: Mapping[str, str], interpreter_dir: str | None) -> dict[str, str]:
+def basic_environment(source: Mapping[str, str], python_env: PythonEnv | None) -> dict[str, str]:
     env = {k: v for k, v in source.items() if k in BASIC_VARIABLES or k.startswith("LC_")}
     path = env.get("PATH", os.defpath)
-    # `python train.py` should find the interpreter the agent runs on (and the cairn client it has),
-    # as a Docker image's python would be found in the docker runtime.
-    if interpreter_dir and interpreter_dir not in path.split(os.pathsep):
-        path = os.pathsep.join([interpreter_dir, path])
+    # `python3 train.py` should find the task environment's interpreter (and the packages it has),
+    # as a Docker image's python would be found in the docker runtime: as an activated virtualenv.
+    if python_env is not None:
+        bin_dir = str(python_env.bin_dir)
+        path = os.pathsep.join([bin_dir, *(p for p in path.split(os.pathsep) if p != bin_dir)])
+        env["VIRTUAL_ENV"] = str(python_env.prefix)
     env["PATH"] = path
+    return env
+
+
+def rendezvous_environment(rendezvous: RendezvousInfo | None, container_id: str) -> dict[str, str]:
+    """Where this container stands among the allocation's containers, and the ports their processes
+    meet on, under Cairn's names and the variables Determined's launchers and DistributedContext
+    read (C10D_PORT, INTER_TRAIN_PROCESS_COMM_PORT_1/_2, DET_CHIEF_IP)."""
+    if rendezvous is None:
+        return {"CAIRN_CONTAINER_RANK": "0", "DET_RESOURCES_ID": container_id}
+    env = {
+        "CAIRN_CONTAINER_RANK": str(rendezvous.container_rank),
+        "CAIRN_CONTAINER_ADDRS": json.dumps(list(rendezvous.container_addrs), separators=(",", ":")),
+        "CAIRN_CONTAINER_SLOT_COUNTS": json.dumps(
+            list(rendezvous.container_slot_counts), separators=(",", ":")
+        ),
+        "CAIRN_CHIEF_IP": rendezvous.chief_ip,
+        "DET_CHIEF_IP": rendezvous.chief_ip,
+        "DET_RESOURCES_ID": container_id,
+    }
+    ports = {
+        "CAIRN_C10D_PORT": rendezvous.c10d_port,
+        "C10D_PORT": rendezvous.c10d_port,
+        "CAIRN_COLLECTIVES_PORT": rendezvous.collectives_port,
+        "INTER_TRAIN_PROCESS_COMM_PORT_1": rendezvous.det_pub_port,
+        "INTER_TRAIN_PROCESS_COMM_PORT_2": rendezvous.det_pull_port,
+    }
+    env.update({name: str(port) for name, port in ports.items() if port})
     return env
 
 
@@ -91,12 +122,14 @@ def task_environment(
     slots: Sequence[SlotInfo],
     workdir: Path,
     master: MasterFacts,
-    interpreter_dir: str | None,
+    python_env: PythonEnv | None,
+    rendezvous: RendezvousInfo | None = None,
 ) -> dict[str, str]:
-    env = basic_environment(base, interpreter_dir)
+    env = basic_environment(base, python_env)
     env.update(spec_environment)
     slot_ids = json.dumps([int(s.id) if s.id.isdigit() else s.index for s in slots], separators=(",", ":"))
     gpus = [str(s.index) for s in slots if s.kind == DeviceKind.CUDA]
+    gpu_uuids = [s.uuid for s in slots if s.kind == DeviceKind.CUDA and s.uuid]
     facts = {
         "CAIRN_AGENT_ID": agent_id,
         "CAIRN_CONTAINER_ID": container_id,
@@ -114,8 +147,10 @@ def task_environment(
         "DET_MASTER_PORT": str(master.rest_port),
         # CPU-only allocations must not see (and grab) the machine's GPUs.
         "CUDA_VISIBLE_DEVICES": ",".join(gpus),
+        "CAIRN_GPU_UUIDS": ",".join(gpu_uuids),
     }
     if master.master_id:
         facts["DET_MASTER_ID"] = master.master_id
+    facts.update(rendezvous_environment(rendezvous, container_id))
     env.update(facts)
     return env

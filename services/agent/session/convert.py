@@ -6,7 +6,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from cairn.agent.v1 import agent_pb2 as apb
 from services.agent.containers.outbox import Delivery
-from services.agent.containers.requests import ContainerReport, MountRequest, StartRequest
+from services.agent.containers.requests import ContainerReport, MountRequest, RendezvousInfo, StartRequest
 from services.agent.runtime.events import LogEvent, StateEvent
 from services.agent.slots import DeviceKind, SlotInfo
 
@@ -93,6 +93,21 @@ def delivery_message(delivery: Delivery) -> apb.AgentMessage:
     return apb.AgentMessage(log_batch=apb.LogBatch(entries=entries))
 
 
+def rendezvous_info(start: apb.StartContainer) -> RendezvousInfo | None:
+    if not start.HasField("rendezvous"):
+        return None
+    r = start.rendezvous
+    return RendezvousInfo(
+        container_addrs=tuple(r.container_addrs),
+        container_slot_counts=tuple(r.container_slot_counts),
+        container_rank=r.container_rank,
+        c10d_port=r.c10d_port,
+        collectives_port=r.collectives_port,
+        det_pub_port=r.det_pub_port,
+        det_pull_port=r.det_pull_port,
+    )
+
+
 def start_request(start: apb.StartContainer) -> StartRequest:
     spec = start.spec
     return StartRequest(
@@ -108,4 +123,5 @@ def start_request(start: apb.StartContainer) -> StartRequest:
         has_context=spec.has_context,
         mounts=tuple(MountRequest(m.host_path, m.container_path, m.read_only) for m in spec.mounts),
         description=spec.description,
+        rendezvous=rendezvous_info(start),
     )

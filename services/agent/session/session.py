@@ -280,7 +280,7 @@ class MasterSession:
         if kind == "start":
             return self._manager.start(convert.start_request(command))
         if kind == "kill":
-            return self._manager.kill(command.container_id, command.grace_seconds)
+            return self._manager.kill(command.container_id, command.grace_seconds, command.reason or None)
         if command.signal == apb.SignalContainer.SIGNAL_TERMINATE:
             return self._manager.signal(command.container_id, terminate=True)
         if command.signal == apb.SignalContainer.SIGNAL_INTERRUPT:

@@ -4,9 +4,15 @@ state changes, and the end of an allocation, which hands over to the trial's lif
 Exit classification (Determined's rules, see reference §1.6–1.7):
   killed      — the master asked for a kill (user kill, or a graceful stop that timed out)
   transient   — the infrastructure failed (agent lost, never started): retried, not counted
+  error       — a container failed (its code exited non-zero, or could not start): the others
+                were stopped because of it, and the allocation counts once against max_restarts
   preempted   — a graceful stop that the code acknowledged and exited 0 from
   clean       — exit 0 otherwise: the code decided it was done
-  error       — anything else: counts against max_restarts
+
+A multi-container allocation lives and dies as one unit (Determined's `crash`): the first container
+that fails is recorded (`failed_rank`) and every other container is stopped. Stopping those
+siblings is the consequence of the failure, not a kill the master was asked for, so it never turns
+the failure into "killed" (retried forever) or "transient" (not counted).
 """
 
 from __future__ import annotations
@@ -23,8 +29,9 @@ from services.master.domain import trials as trial_lifecycle
 from services.master.domain.auth import hash_token, new_token
 from services.master.domain.clock import utcnow
 from services.master.domain.context import MasterContext, Work
+from services.master.domain.rendezvous import agent_address, free_port_offset, rendezvous_for
+from services.master.domain.states import LIVE_ALLOCATION, allocation_advances
 from services.master.domain.states import AllocationState as A
-from services.master.domain.states import allocation_advances
 from services.master.domain.task_spec import build_task_spec
 from services.master.domain.topics import allocation_topic, trial_topic
 from services.master.store import models
@@ -66,6 +73,8 @@ def classify(alloc: models.Allocation) -> Outcome:
         return Outcome.KILLED
     if alloc.failure_type in TRANSIENT_FAILURES:
         return Outcome.TRANSIENT
+    if alloc.failed_rank is not None:
+        return Outcome.ERROR
     if alloc.exit_code == 0 and alloc.preempt_requested and alloc.preempt_acked:
         return Outcome.PREEMPTED
     if alloc.exit_code == 0 and alloc.failure_type in ("", "killed"):
@@ -137,7 +146,8 @@ def request(ctx: MasterContext, w: Work, trial: models.Trial, exp: models.Experi
 def assign(
     ctx: MasterContext, w: Work, alloc: models.Allocation, placements: list[dict[str, object]]
 ) -> None:
-    """The scheduler placed the allocation: record it and tell the agents to start it."""
+    """The scheduler placed the allocation: record it and tell the agents to start it, one container
+    per agent, each with the allocation's rendezvous info and its own container rank."""
     trial = w.session.get_one(models.Trial, alloc.trial_id)
     exp = w.session.get_one(models.Experiment, trial.experiment_id)
     owner = w.session.get_one(models.User, exp.owner_id)
@@ -147,11 +157,24 @@ def assign(
     alloc.searcher_target = trial.searcher_target
     alloc.placements = placements
     alloc.token_hash = hash_token(token)
+    alloc.port_offset = free_port_offset(
+        w.session.scalars(
+            select(models.Allocation.port_offset).where(
+                models.Allocation.state.in_(list(LIVE_ALLOCATION)), models.Allocation.id != alloc.id
+            )
+        )
+    )
     spec = build_task_spec(ctx.settings, exp, trial, alloc, token, owner.username)
-    for rank, placement in enumerate(placements):
+    agent_ids = [str(p["agent_id"]) for p in placements]
+    addresses = {
+        agent.id: agent_address(agent.addresses)
+        for agent in w.session.scalars(select(models.Agent).where(models.Agent.id.in_(agent_ids)))
+    }
+    slot_lists = [[str(s) for s in p["slot_ids"]] for p in placements]  # type: ignore[attr-defined]
+    container_addrs = [addresses.get(a, "") for a in agent_ids]
+    slot_counts = [len(slots) for slots in slot_lists]
+    for rank, (agent_id, slot_ids) in enumerate(zip(agent_ids, slot_lists, strict=True)):
         container_id = f"{alloc.id}.{rank}"
-        agent_id = str(placement["agent_id"])
-        slot_ids = [str(s) for s in placement["slot_ids"]]  # type: ignore[attr-defined]
         w.session.add(
             models.Container(
                 id=container_id,
@@ -170,6 +193,7 @@ def assign(
                 allocation_id=alloc.id,
                 slot_ids=slot_ids,
                 spec=spec,
+                rendezvous=rendezvous_for(container_addrs, slot_counts, rank, alloc.port_offset),
             )
         )
         w.later(lambda a=agent_id, c=command: ctx.hub.send(a, c))  # type: ignore[misc]
@@ -226,19 +250,29 @@ def request_kill(
         alloc.exit_reason = reason
     if allocation_advances(alloc.state, A.TERMINATING):
         alloc.state = A.TERMINATING
-    send_kills(ctx, w, alloc, grace_seconds)
+    send_kills(ctx, w, alloc, grace_seconds, reason)
     _publish(ctx, w, alloc)
     if first:
         log.info("allocation kill requested", allocation_id=alloc.id, reason=reason, grace=grace_seconds)
 
 
-def send_kills(ctx: MasterContext, w: Work, alloc: models.Allocation, grace_seconds: int) -> None:
+def is_being_stopped(alloc: models.Allocation) -> bool:
+    """Its containers are being killed: on the master's request, or because one of them failed."""
+    return alloc.kill_requested or alloc.failed_rank is not None
+
+
+def send_kills(
+    ctx: MasterContext, w: Work, alloc: models.Allocation, grace_seconds: int, reason: str = ""
+) -> None:
     for container in containers_of(w, alloc):
         if container.state == A.TERMINATED:
             continue
         command = apb.MasterMessage(
             kill=apb.KillContainer(
-                command_id=uuid.uuid4().hex, container_id=container.id, grace_seconds=grace_seconds
+                command_id=uuid.uuid4().hex,
+                container_id=container.id,
+                grace_seconds=grace_seconds,
+                reason=reason,
             )
         )
         w.later(lambda a=container.agent_id, c=command: ctx.hub.send(a, c))  # type: ignore[misc]
@@ -289,20 +323,52 @@ def container_terminated(
         return
     container.state = A.TERMINATED
     container.exit_code = exit_code
+    failed = exit_code not in (0, None) or failure not in ("", "killed")
     # The allocation's exit is that of its first container to end badly, else rank 0's.
-    if alloc.exit_code is None or (exit_code not in (0, None) and alloc.exit_code == 0):
+    if alloc.exit_code is None or (failed and alloc.exit_code == 0):
         alloc.exit_code = exit_code
     if failure and alloc.failure_type in ("", "killed"):
         alloc.failure_type = failure
-    if reason and not alloc.exit_reason:
-        alloc.exit_reason = reason
     others = [c for c in containers_of(w, alloc) if c.id != container.id and c.state != A.TERMINATED]
+    if failed and not alloc.kill_requested and alloc.failed_rank is None:
+        crash(ctx, w, alloc, container, reason, others)
+    elif reason and not alloc.exit_reason:
+        alloc.exit_reason = reason
+    if not others:
+        finish(ctx, w, alloc)
+
+
+def crash(
+    ctx: MasterContext,
+    w: Work,
+    alloc: models.Allocation,
+    failed: models.Container,
+    reason: str,
+    others: list[models.Container],
+) -> None:
+    """The first container of the allocation failed: the allocation fails with it, once, and every
+    other container is stopped (Determined's `crash`). The stop is not a kill: see classify()."""
+    alloc.failed_rank = failed.rank
     if others:
-        if exit_code != 0 or failure not in ("", "killed"):
-            # One rank failing takes the others down, as in Determined.
-            request_kill(ctx, w, alloc, grace_seconds=ctx.settings.kill_grace_s, reason="another rank failed")
+        alloc.exit_reason = (
+            f"rank {failed.rank} (agent {failed.agent_id}) failed: {reason or 'no reason given'}"
+        )
+    elif reason:
+        alloc.exit_reason = reason
+    if not others:
         return
-    finish(ctx, w, alloc)
+    if allocation_advances(alloc.state, A.TERMINATING):
+        alloc.state = A.TERMINATING
+    send_kills(
+        ctx, w, alloc, ctx.settings.kill_grace_s, reason=f"rank {failed.rank} of the allocation failed"
+    )
+    _publish(ctx, w, alloc)
+    log.info(
+        "a container failed; stopping the allocation's other containers",
+        allocation_id=alloc.id,
+        failed_rank=failed.rank,
+        stopping=[c.id for c in others],
+    )
 
 
 def finish(ctx: MasterContext, w: Work, alloc: models.Allocation) -> None:

@@ -20,6 +20,7 @@ from services.master.domain.config import ConfigDefaults, ConfigError, expand_co
 from services.master.domain.context import MasterContext
 from services.master.domain.errors import InvalidArgument
 from services.master.domain.experiments import close_search_session
+from services.master.domain.scheduling import never_fits
 from services.master.domain.searcher_actions import apply_response
 from services.master.domain.states import RunState
 from services.master.store import models
@@ -107,7 +108,14 @@ def create(ctx: MasterContext, principal: Principal, request: CreateRequest) -> 
     config = expanded_config(ctx, request.config_text)
     pool = _check_pool(ctx, config)
     archive = model_definition.pack(request.files, ctx.settings.max_model_definition_bytes)
-    slots_exceeded = _slots_exceeded(ctx, pool, int(config["resources"].get("slots_per_trial", 1)))
+    slots_per_trial = int(config["resources"].get("slots_per_trial", 1))
+    unplaceable = never_fits(ctx, pool, slots_per_trial)
+    if unplaceable:
+        raise InvalidArgument(
+            f"invalid experiment config: resources.slots_per_trial: {slots_per_trial} slots can never be "
+            f"placed in resource pool '{pool}', even with all its agents idle: {unplaceable}"
+        )
+    slots_exceeded = _slots_exceeded(ctx, pool, slots_per_trial)
     if request.validate_only:
         return Created(experiment_id=None, config=config, slots_exceeded=slots_exceeded)
 

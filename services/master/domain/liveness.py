@@ -1,5 +1,6 @@
 """Periodic checks that turn silence into decisions: graceful stops that ran out of time become
-kills, kills the agent has not confirmed are sent again, and the containers of an agent that stayed
+kills, kills the agent has not confirmed (the master's, or those stopping the siblings of a failed
+container) are sent again, and the containers of an agent that stayed
 away longer than the reconnect window are given up (their trials are rescheduled)."""
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ from __future__ import annotations
 import threading
 from datetime import timedelta
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 
 from services.common.logging import get_logger
 from services.master.domain import agents as agent_registry
@@ -75,7 +76,11 @@ class LivenessLoop:
             pending = list(
                 s.scalars(
                     select(models.Allocation.id).where(
-                        models.Allocation.state != A.TERMINATED, models.Allocation.kill_requested.is_(True)
+                        models.Allocation.state != A.TERMINATED,
+                        or_(
+                            models.Allocation.kill_requested.is_(True),
+                            models.Allocation.failed_rank.is_not(None),
+                        ),
                     )
                 )
             )
@@ -88,7 +93,7 @@ class LivenessLoop:
             with ctx.unit_of_work() as w:
                 alloc = w.session.get_one(models.Allocation, allocation_id)
                 log.info("kill not confirmed yet; sending again", allocation_id=allocation_id)
-                allocations.send_kills(ctx, w, alloc, grace_seconds=0)
+                allocations.send_kills(ctx, w, alloc, grace_seconds=0, reason="kill not confirmed; again")
 
     def _give_up_on_absent_agents(self) -> None:
         ctx = self._ctx

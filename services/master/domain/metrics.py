@@ -343,6 +343,22 @@ def report_progress(ctx: MasterContext, principal: Principal, trial_id: int, pro
             trial_lifecycle.enqueue_searcher_event(ctx, w, exp.id, event)
 
 
+# Determined's harness sets a word or two ("training", "validating"); anything longer is refused.
+MAX_RUNNER_STATUS = 256
+
+
+def report_runner_status(ctx: MasterContext, principal: Principal, trial_id: int, status: str) -> None:
+    """What the trial's harness says it is doing (Determined's runner metadata)."""
+    if len(status) > MAX_RUNNER_STATUS:
+        raise InvalidArgument(f"metadata.state: at most {MAX_RUNNER_STATUS} characters, not {len(status)}")
+    with ctx.unit_of_work() as w:
+        trial = w.session.get(models.Trial, trial_id)
+        if trial is None:
+            raise NotFound(f"trial {trial_id} not found")
+        check_reporter(w, principal, trial)
+        trial.runner_status = status
+
+
 EARLY_EXIT_REASONS = {"INVALID_HP", "INIT_INVALID_HP", "USER_REQUESTED_STOP"}
 
 

@@ -15,6 +15,7 @@ from sqlalchemy import select
 from cairn.scheduler.v1 import scheduler_pb2 as pb
 from services.common.logging import get_logger
 from services.master.domain import allocations
+from services.master.domain.clock import utcnow
 from services.master.domain.context import MasterContext
 from services.master.domain.errors import DomainError
 from services.master.domain.states import LIVE_ALLOCATION, PLACED_ALLOCATION
@@ -107,6 +108,64 @@ def build_request(ctx: MasterContext) -> tuple[pb.ScheduleRequest, bool]:
             )
         )
     return request, any_pending
+
+
+def never_fits(ctx: MasterContext, pool: str, slots: int) -> str | None:
+    """Why a request for `slots` could never be placed in `pool`, even with every agent ever
+    registered there enabled and idle; None when it could, or when that cannot be known (no agent
+    has joined the pool yet, or the scheduler is not reachable). The scheduler's own fitting rules
+    decide (a multi-agent fit takes whole agents of one size), so the answer never disagrees with
+    what it would do."""
+    if slots <= 1:
+        return None
+    with ctx.db.read() as s:
+        agents = list(s.scalars(select(models.Agent).where(models.Agent.resource_pool == pool)))
+        slots_of: dict[str, list[str]] = {}
+        for slot in s.scalars(
+            select(models.AgentSlot).where(models.AgentSlot.agent_id.in_([a.id for a in agents]))
+        ):
+            slots_of.setdefault(slot.agent_id, []).append(slot.slot_id)
+    if not agents:
+        return None
+    config = next((p for p in ctx.settings.pools if p.name == pool), None)
+    request = pb.ScheduleRequest(
+        pools=[
+            pb.ResourcePool(
+                name=pool,
+                fitting_policy=FITTING.get(
+                    config.fitting_policy if config else "best", pb.FITTING_POLICY_BEST
+                ),
+            )
+        ],
+        agents=[
+            pb.Agent(
+                id=agent.id,
+                resource_pool=pool,
+                enabled=True,
+                slots=[pb.Slot(id=slot_id, enabled=True) for slot_id in slots_of.get(agent.id, [])],
+            )
+            for agent in agents
+        ],
+        requests=[
+            pb.AllocationRequest(
+                allocation_id="capacity-check",
+                resource_pool=pool,
+                slots_needed=slots,
+                job_submitted_at=_ts(utcnow()),
+                requested_at=_ts(utcnow()),
+                job_id="capacity-check",
+            )
+        ],
+    )
+    try:
+        decision = ctx.scheduler.schedule(request)
+    except DomainError as exc:
+        log.warning("could not ask the scheduler whether a request can ever fit", error=str(exc))
+        return None
+    if decision.assignments:
+        return None
+    reason = next((w.reason for w in decision.waiting), "")
+    return reason or f"no placement for {slots} slots"
 
 
 class SchedulingLoop:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 from typing import Any
 
@@ -17,10 +18,16 @@ from cairn.agent.v1 import agent_pb2 as apb
 from services.master.settings import Settings
 from services.master.store import models
 
+# Determined's legacy trial-class entrypoint, "model_def:MyTrial" (its util.match_legacy_trial_class).
+LEGACY_TRIAL_CLASS = re.compile(r"^[a-zA-Z0-9_.]+:[a-zA-Z0-9_]+$")
+
 
 def entrypoint_of(config: dict[str, object]) -> tuple[list[str], bool]:
-    """(command, run through `sh -c`) as Determined runs an entrypoint."""
+    """(command, run through `sh -c`) as Determined runs an entrypoint. A legacy trial class runs
+    through Determined's own harness under its torch launcher, as Determined's launch layer does."""
     entrypoint = config.get("entrypoint")
+    if isinstance(entrypoint, str) and LEGACY_TRIAL_CLASS.match(entrypoint):
+        return ["python3", "-m", "determined.launch.torch_distributed", "--", "--trial", entrypoint], False
     if isinstance(entrypoint, str):
         return [entrypoint], True
     if isinstance(entrypoint, list):

@@ -30,6 +30,7 @@ ALLOCATION_METHODS = frozenset(
         "ReportTrialMetrics",
         "ReportTrialMetricsBatch",
         "ReportTrialProgress",
+        "PostTrialRunnerMetadata",
         "ReportTrialSearcherEarlyExit",
         "GetCurrentTrialSearcherOperation",
         "CompleteTrialSearcherValidation",

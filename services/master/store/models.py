@@ -176,6 +176,8 @@ class Trial(Base):
     searcher_completed_length: Mapped[int] = mapped_column(BigInteger, default=0)
     best_validation_id: Mapped[int | None] = mapped_column(BigInteger)
     latest_validation_id: Mapped[int | None] = mapped_column(BigInteger)
+    # What the trial's harness last said it was doing (Determined's runner metadata state).
+    runner_status: Mapped[str] = mapped_column(Text, default="", server_default="")
 
 
 class Allocation(Base):
@@ -210,6 +212,11 @@ class Allocation(Base):
     is_ready: Mapped[bool] = mapped_column(Boolean, default=False)
     # The trial's searcher target when this allocation was placed (promotion mode).
     searcher_target: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    # The container rank whose failure ended the allocation: its siblings were stopped because of
+    # it, and the allocation counts as one failure. None while no container has failed.
+    failed_rank: Mapped[int | None]
+    # The allocation's block of meeting ports (see domain/rendezvous.py); None until placed.
+    port_offset: Mapped[int | None]
 
 
 class Container(Base):

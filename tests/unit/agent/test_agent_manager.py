@@ -56,9 +56,7 @@ def running_container(root: Path) -> ContainerPaths:
 
 
 def manager(root: Path, runtime: ProcessRuntime, outbox: Outbox) -> ContainerManager:
-    preparer = Preparer(
-        agent_id="x", slots=[], fetch_context=lambda _a: iter(()), base_env={}, interpreter_dir=None
-    )
+    preparer = Preparer(agent_id="x", slots=[], fetch_context=lambda _a: iter(()), base_env={})
     return ContainerManager(
         containers_dir=root / "containers",
         agent_id="x",

@@ -19,7 +19,6 @@ def preparer() -> Preparer:
         slots=cpu_slots("a1", 2, brand="cpu"),
         fetch_context=lambda _allocation: iter(()),
         base_env={"PATH": "/bin"},
-        interpreter_dir=None,
     )
 
 

@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from services.agent.containers.determined_info import rendezvous_file
+from services.agent.containers.python_envs import PythonEnv, PythonEnvError, PythonEnvs, parse_task_env
+from services.agent.containers.requests import RendezvousInfo
 from services.agent.containers.task_env import MasterFacts, split_host_port, task_environment
 from services.agent.settings import parse_settings
 from services.agent.slots import DeviceKind, SlotInfo, SlotType
@@ -23,7 +26,7 @@ def environment(slots: list[SlotInfo], **overrides: object) -> dict[str, str]:
         "slots": slots,
         "workdir": Path("/w/c1"),
         "master": MasterFacts("master.example:8090", cluster_id="cl", master_id="m", http_port=8443),
-        "interpreter_dir": "/opt/venv/bin",
+        "python_env": PythonEnv("task", Path("/opt/venv")),
     }
     options.update(overrides)
     return task_environment(**options)  # type: ignore[arg-type]
@@ -32,6 +35,7 @@ def environment(slots: list[SlotInfo], **overrides: object) -> dict[str, str]:
 def test_basics_spec_and_agent_facts_in_that_order() -> None:
     env = environment([GPUS[1], GPUS[3]])
     assert env["PATH"] == "/opt/venv/bin:/usr/bin"
+    assert env["VIRTUAL_ENV"] == "/opt/venv"
     assert env["HOME"] == "/home/u" and env["LC_ALL"] == "C"
     assert "AWS_SECRET_ACCESS_KEY" not in env
     assert env["DET_TRIAL_ID"] == "7"
@@ -89,3 +93,53 @@ def test_flags_defaults_and_errors(
         with pytest.raises(SystemExit):
             parse_settings(argv)
         assert field in capsys.readouterr().err
+
+
+def test_rendezvous_facts_for_launchers_and_determined() -> None:
+    rendezvous = RendezvousInfo(
+        container_addrs=("10.0.0.1", "10.0.0.2"),
+        container_slot_counts=(2, 2),
+        container_rank=1,
+        c10d_port=29407,
+        collectives_port=30407,
+        det_pub_port=12374,
+        det_pull_port=12375,
+    )
+    env = environment(GPUS[2:], rendezvous=rendezvous)
+    assert env["CAIRN_CONTAINER_RANK"] == "1"
+    assert json.loads(env["CAIRN_CONTAINER_ADDRS"]) == ["10.0.0.1", "10.0.0.2"]
+    assert json.loads(env["CAIRN_CONTAINER_SLOT_COUNTS"]) == [2, 2]
+    assert env["CAIRN_CHIEF_IP"] == env["DET_CHIEF_IP"] == "10.0.0.1"
+    assert env["C10D_PORT"] == env["CAIRN_C10D_PORT"] == "29407"
+    assert env["CAIRN_COLLECTIVES_PORT"] == "30407"
+    assert env["INTER_TRAIN_PROCESS_COMM_PORT_1"] == "12374"
+    assert env["INTER_TRAIN_PROCESS_COMM_PORT_2"] == "12375"
+    assert env["DET_RESOURCES_ID"] == "c1"
+    assert env["CAIRN_GPU_UUIDS"] == "GPU-2,GPU-3" and env["CUDA_VISIBLE_DEVICES"] == "2,3"
+    assert rendezvous_file(rendezvous, 2) == {
+        "container_addrs": ["10.0.0.1", "10.0.0.2"],
+        "container_rank": 1,
+        "container_slot_counts": [2, 2],
+    }
+    # From a master that sends no rendezvous: rank 0 of 1.
+    assert environment([])["CAIRN_CONTAINER_RANK"] == "0"
+    assert rendezvous_file(None, 3)["container_slot_counts"] == [3]
+
+
+def test_task_environments_are_chosen_by_image(tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python3").touch()
+    task = parse_task_env(f"cairn-task={venv}")
+    envs = PythonEnvs([task])
+    assert envs.choose("").env == task and envs.choose("cairn-task").note == ""
+    assert envs.choose("agent").env.name == "agent"
+    other = envs.choose("determinedai/pytorch-ngc-dev:0736b6d")
+    assert other.env == task and "runs no images" in other.note and "cairn-task" in other.note
+    assert PythonEnvs([]).default.name == "agent"
+    with pytest.raises(PythonEnvError, match="expected NAME=DIR"):
+        parse_task_env(str(venv))
+    with pytest.raises(PythonEnvError, match="does not exist"):
+        parse_task_env(f"x={tmp_path / 'missing'}")
+    with pytest.raises(PythonEnvError, match="is none of the task environments"):
+        PythonEnvs([task], default="nope")

@@ -106,9 +106,9 @@ def test_distributed_context_is_single_process() -> None:
     assert cairn.core.DummyDistributedContext().is_chief
 
 
-def test_multi_process_contexts_are_not_supported_yet() -> None:
-    with pytest.raises(NotImplementedError, match="multi-slot trials are not supported yet"):
-        cairn.core.DistributedContext(rank=1, size=2, local_rank=1, local_size=2, cross_rank=0, cross_size=1)
+def test_rank_arguments_are_checked() -> None:
+    with pytest.raises(ValueError, match="chief_ip: required when the job spans machines"):
+        cairn.core.DistributedContext(rank=1, size=2, local_rank=0, local_size=1, cross_rank=1, cross_size=2)
     with pytest.raises(ValueError, match=r"rank: must be in \[0, size\)"):
         cairn.core.DistributedContext(rank=1, size=1, local_rank=0, local_size=1, cross_rank=0, cross_size=1)
     with pytest.raises(TypeError, match="local_size: must be an integer"):
@@ -123,6 +123,8 @@ def test_multi_process_contexts_are_not_supported_yet() -> None:
 
 
 def test_torch_distributed_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CAIRN_CHIEF_IP", raising=False)
+    monkeypatch.delenv("DET_CHIEF_IP", raising=False)
     for name, value in {
         "RANK": "0",
         "WORLD_SIZE": "1",
@@ -133,7 +135,6 @@ def test_torch_distributed_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     }.items():
         monkeypatch.setenv(name, value)
     assert cairn.core.DistributedContext.from_torch_distributed().get_size() == 1
-    monkeypatch.setenv("WORLD_SIZE", "4")
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
-    with pytest.raises(NotImplementedError):
+    monkeypatch.setenv("GROUP_WORLD_SIZE", "x")
+    with pytest.raises(ValueError, match="GROUP_WORLD_SIZE: must be an integer"):
         cairn.core.DistributedContext.from_torch_distributed()

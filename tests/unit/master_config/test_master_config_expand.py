@@ -63,7 +63,17 @@ searcher: {name: single, metric: loss}
         "bind_mounts": [],
         "debug": False,
         "profiling": {"enabled": False, "begin_on_batch": 0, "sync_timings": True},
-        "optimizations": {},
+        "optimizations": {
+            "aggregation_frequency": 1,
+            "average_aggregated_gradients": True,
+            "average_training_metrics": True,
+            "gradient_compression": False,
+            "grad_updates_size_file": None,
+            "mixed_precision": "O0",
+            "tensor_fusion_threshold": 64,
+            "tensor_fusion_cycle_time": 1,
+            "auto_tune_tensor_fusion": False,
+        },
         "log_policies": [],
     }
 

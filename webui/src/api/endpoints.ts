@@ -106,12 +106,14 @@ export const streamTrialsSample = (
     signal,
   );
 
+/** A trial's log lines; with `rankIds`, only the lines launchers tagged with those ranks. */
 export const streamTrialLogs = (
   trialId: number,
   follow: boolean,
   onLine: (line: TrialLogLine) => void,
   signal: AbortSignal,
-) => stream<TrialLogLine>(`/api/v1/trials/${trialId}/logs`, { follow }, onLine, signal);
+  rankIds: number[] = [],
+) => stream<TrialLogLine>(`/api/v1/trials/${trialId}/logs`, { follow, rank_ids: rankIds }, onLine, signal);
 
 export const getAgents = (signal?: AbortSignal) =>
   get<GetAgentsResponse>("/api/v1/agents", { sortBy: "SORT_BY_ID", limit: -1 }, signal);

@@ -1,5 +1,6 @@
 // Each agent's slots as boxes, coloured by what occupies them and labelled with the allocation
-// ("<experiment>.<trial>.<run>") running there, linked to its trial.
+// ("<experiment>.<trial>.<run>") running there, linked to its trial. An allocation that spans
+// several agents (a multi-slot trial) shows on each which of its containers runs there.
 
 import type { Agent, Slot } from "../api/types";
 import { parseAllocationId } from "../format";
@@ -23,7 +24,27 @@ function slotOrder(a: Slot, b: Slot): number {
   return Number.isFinite(x) && Number.isFinite(y) ? x - y : a.id.localeCompare(b.id);
 }
 
+/** allocation id -> the agents it runs on. */
+function agentsByAllocation(agents: Agent[]): Map<string, Set<string>> {
+  const found = new Map<string, Set<string>>();
+  for (const agent of agents) {
+    for (const slot of Object.values(agent.slots ?? {})) {
+      const parent = slot.container?.state !== "STATE_TERMINATED" ? slot.container?.parent : undefined;
+      if (!parent) continue;
+      if (!found.has(parent)) found.set(parent, new Set());
+      found.get(parent)?.add(agent.id);
+    }
+  }
+  return found;
+}
+
+function containerRank(containerId: string | undefined): string {
+  const rank = containerId?.split(".").pop();
+  return rank && /^\d+$/.test(rank) ? rank : "";
+}
+
 export function SlotMap(props: { agents: Agent[] }) {
+  const spans = agentsByAllocation(props.agents);
   return (
     <div class="slot-map">
       {props.agents.map((agent) => {
@@ -38,6 +59,8 @@ export function SlotMap(props: { agents: Agent[] }) {
                 const { kind, label } = slotState(slot, agent);
                 const allocation = slot.container?.state !== "STATE_TERMINATED" ? slot.container?.parent : undefined;
                 const parsed = allocation ? parseAllocationId(allocation) : null;
+                const agentsOfIt = allocation ? (spans.get(allocation)?.size ?? 1) : 1;
+                const rank = agentsOfIt > 1 ? containerRank(slot.container?.id) : "";
                 const device = slot.device ? `${slot.device.type.replace(/^TYPE_/, "")} ${slot.device.brand}` : "";
                 return (
                   <li
@@ -56,6 +79,11 @@ export function SlotMap(props: { agents: Agent[] }) {
                       ) : (
                         <span class="slot-alloc">{allocation}</span>
                       )
+                    ) : null}
+                    {rank ? (
+                      <span class="slot-rank" title={`container ${rank} of ${agentsOfIt}, one per agent`}>
+                        container {rank}/{agentsOfIt}
+                      </span>
                     ) : null}
                   </li>
                 );

@@ -13,7 +13,7 @@ from cairn.cli.groups import AliasedGroup
 from cairn.cli.output import build_table, console, print_renderable
 from cairn.cli.state import json_option
 from cairn.localcluster.paths import default_state_dir
-from cairn.localcluster.plan import ClusterOptions
+from cairn.localcluster.plan import ClusterOptions, default_task_env
 from cairn.localcluster.record import ClusterRecord, ProcessRecord
 from cairn.localcluster.supervisor import (
     ClusterStartError,
@@ -69,6 +69,13 @@ def _processes_table(record: ClusterRecord) -> list[list[str]]:
     show_default=True,
     help="Seconds to wait for every process to be ready.",
 )
+@click.option(
+    "--task-env",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="The Python environment (a virtualenv's folder) trials run in (default $CAIRN_TASK_ENV, else "
+    "the .venv-task that `make install` builds: Cairn's client, Determined's package, PyTorch).",
+)
 def up(
     agents: int,
     slots: int,
@@ -79,8 +86,11 @@ def up(
     log_format: str,
     log_level: str,
     timeout: float,
+    task_env: Path | None,
 ) -> None:
     """Start scheduler, searcher, checkpoint, master and agents as local processes."""
+    if task_env is not None and not (task_env / "bin" / "python3").exists():
+        raise CliError(f"--task-env: {task_env / 'bin' / 'python3'} does not exist")
     options = ClusterOptions(
         state_dir=(state_dir or default_state_dir()).expanduser().resolve(),
         agents=agents,
@@ -91,6 +101,7 @@ def up(
         log_format=log_format,
         log_level=log_level,
         timeout_s=timeout,
+        task_env=task_env.resolve() if task_env is not None else default_task_env(),
     )
     try:
         record = start_cluster(options, progress=_progress)

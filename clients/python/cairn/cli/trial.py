@@ -48,11 +48,20 @@ def describe(state: CliState, trial_id: int, as_json: bool) -> None:
 @click.argument("trial_id", type=int)
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until the trial ends.")
 @click.option("--tail", type=click.IntRange(min=1), default=None, help="Start with the last N lines.")
+@click.option(
+    "--rank",
+    "ranks",
+    type=click.IntRange(min=0),
+    multiple=True,
+    help="Only the lines of this rank (repeatable); launchers tag each worker's lines with its rank.",
+)
 @json_option
 @pass_state
-def logs(state: CliState, trial_id: int, follow: bool, tail: int | None, as_json: bool) -> None:
+def logs(
+    state: CliState, trial_id: int, follow: bool, tail: int | None, ranks: tuple[int, ...], as_json: bool
+) -> None:
     """Print a trial's logs (Ctrl-C stops following)."""
-    for entry in trial_log_entries(state.session(), trial_id, follow=follow, tail=tail):
+    for entry in trial_log_entries(state.session(), trial_id, follow=follow, tail=tail, ranks=ranks):
         if as_json:
             print_json_line(entry)
         else:

@@ -15,8 +15,12 @@ from cairn.client.session import Session
 
 
 def log_text(entry: trial_pb2.TrialLogsResponse) -> str:
+    """The line as printed; a line a launcher tagged with its rank keeps the tag in front."""
     text = entry.log if entry.HasField("log") else entry.message
-    return text.rstrip("\r\n")
+    text = text.rstrip("\r\n")
+    if entry.HasField("rank_id"):
+        return f"[rank={entry.rank_id}] {text}"
+    return text
 
 
 def _just_before(ts: Timestamp) -> Timestamp:
@@ -26,23 +30,32 @@ def _just_before(ts: Timestamp) -> Timestamp:
 
 
 def trial_log_entries(
-    session: Session, trial_id: int, *, follow: bool, tail: int | None
+    session: Session,
+    trial_id: int,
+    *,
+    follow: bool,
+    tail: int | None,
+    ranks: tuple[int, ...] = (),
 ) -> Iterator[trial_pb2.TrialLogsResponse]:
     """Entries in order: the whole log (or its last `tail` lines), then new ones while the trial
-    runs when `follow` is set."""
+    runs when `follow` is set; only the lines of `ranks` when given."""
     if not tail:
-        yield from session.api.TrialLogs(trial_pb2.TrialLogsRequest(trial_id=trial_id, follow=follow))
+        yield from session.api.TrialLogs(
+            trial_pb2.TrialLogsRequest(trial_id=trial_id, follow=follow, rank_ids=ranks)
+        )
         return
     newest_first = list(
         session.api.TrialLogs(
-            trial_pb2.TrialLogsRequest(trial_id=trial_id, limit=tail, order_by=common_pb2.ORDER_BY_DESC)
+            trial_pb2.TrialLogsRequest(
+                trial_id=trial_id, limit=tail, order_by=common_pb2.ORDER_BY_DESC, rank_ids=ranks
+            )
         )
     )
     last_lines = newest_first[:tail][::-1]
     yield from last_lines
     if not follow:
         return
-    request = trial_pb2.TrialLogsRequest(trial_id=trial_id, follow=True)
+    request = trial_pb2.TrialLogsRequest(trial_id=trial_id, follow=True, rank_ids=ranks)
     if last_lines:
         request.timestamp_after.CopyFrom(_just_before(last_lines[-1].timestamp))
     seen = {entry.id for entry in last_lines if entry.id}

@@ -58,6 +58,20 @@ class ClusterInfo:
     # False for the stand-in `cairn.core.init()` builds off cluster.
     on_cluster: bool = True
     task_type: str = "TRIAL"
+    # The allocation's containers (one per agent it runs on): their addresses and slot counts by
+    # container rank, and this one's rank (Determined's rendezvous info).
+    container_addrs: list[str] = field(default_factory=lambda: ["127.0.0.1"])
+    container_slot_counts: list[int] = field(default_factory=list)
+    container_rank: int = 0
+
+    @property
+    def chief_ip(self) -> str:
+        """Where the chief (rank 0) runs: the first container's address."""
+        return self.container_addrs[0]
+
+    @property
+    def num_containers(self) -> int:
+        return len(self.container_addrs)
 
     @property
     def user_data(self) -> dict[str, Any]:
@@ -129,6 +143,17 @@ def cluster_info_from_env(env: Mapping[str, str]) -> ClusterInfo | None:
         trial_run_id=_integer(env, "CAIRN_TRIAL_RUN_ID"),
         searcher_target=_integer(env, "CAIRN_SEARCHER_TARGET", 0),
     )
+    addrs = _json(env, "CAIRN_CONTAINER_ADDRS", ["127.0.0.1"])
+    counts = _json(env, "CAIRN_CONTAINER_SLOT_COUNTS", [len(slot_ids)])
+    if not addrs or not all(isinstance(a, str) and a for a in addrs):
+        raise ClusterInfoError(f"CAIRN_CONTAINER_ADDRS: must be a JSON list of addresses, not {addrs!r}")
+    if len(counts) != len(addrs) or not all(isinstance(c, int) and not isinstance(c, bool) for c in counts):
+        raise ClusterInfoError(
+            f"CAIRN_CONTAINER_SLOT_COUNTS: must be a JSON list of one integer per container, not {counts!r}"
+        )
+    container_rank = _integer(env, "CAIRN_CONTAINER_RANK", 0)
+    if not 0 <= container_rank < len(addrs):
+        raise ClusterInfoError(f"CAIRN_CONTAINER_RANK: {container_rank} is not in [0, {len(addrs)})")
     return ClusterInfo(
         master_address=_master_address(env),
         allocation_id=_required(env, ALLOCATION_ID_ENV),
@@ -139,6 +164,9 @@ def cluster_info_from_env(env: Mapping[str, str]) -> ClusterInfo | None:
         slot_ids=list(slot_ids),
         trial=trial,
         latest_checkpoint=env.get("CAIRN_LATEST_CHECKPOINT", "").strip() or None,
+        container_addrs=list(addrs),
+        container_slot_counts=list(counts),
+        container_rank=container_rank,
     )
 
 
@@ -168,4 +196,5 @@ def local_info(hparams: Mapping[str, Any] | None) -> ClusterInfo:
         ),
         latest_checkpoint=None,
         on_cluster=False,
+        container_slot_counts=[1],
     )

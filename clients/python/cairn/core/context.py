@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import os
 import sys
 from collections.abc import Mapping
 from types import TracebackType
@@ -109,7 +110,7 @@ class Context:
         clean = (
             exc_val is None or invalid_hp or (isinstance(exc_val, SystemExit) and exc_val.code in (0, None))
         )
-        if invalid_hp:
+        if invalid_hp and self.distributed.is_chief:
             try:
                 self.train.report_early_exit(EarlyExitReason.INVALID_HP)
             except BaseException:
@@ -140,9 +141,45 @@ def local_context(
         distributed=distributed,
         preempt=LocalPreemptContext(preempt_mode),
         train=LocalTrainContext(),
-        searcher=LocalSearcherContext(local_searcher_length(searcher_length)),
+        searcher=LocalSearcherContext(local_searcher_length(searcher_length), is_chief=distributed.is_chief),
         info=local_info(hparams),
     )
+
+
+# What torchrun (and cairn.launch.torch_distributed through it) sets for each worker.
+TORCH_DISTRIBUTED_ENV = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+)
+
+
+def cluster_distributed(info: ClusterInfo) -> DistributedContext:
+    """The distributed context of a process on a cluster when the caller gave none: a worker that a
+    launcher started (torchrun's variables), one process per container when the allocation spans
+    several and runs its entrypoint as is, else rank 0 of 1."""
+    if all(name in os.environ for name in TORCH_DISTRIBUTED_ENV):
+        return DistributedContext.from_torch_distributed(chief_ip=info.chief_ip)
+    if info.num_containers > 1:
+        return DistributedContext(
+            rank=info.container_rank,
+            size=info.num_containers,
+            local_rank=0,
+            local_size=1,
+            cross_rank=info.container_rank,
+            cross_size=info.num_containers,
+            chief_ip=info.chief_ip,
+        )
+    if len(info.slot_ids) > 1:
+        log.info(
+            "trial has %d slots in one container and no launcher; running as one process (rank 0 of 1): "
+            "use python3 -m cairn.launch.torch_distributed to run one process per slot",
+            len(info.slot_ids),
+        )
+    return DistributedContext.single()
 
 
 def cluster_context(
@@ -156,9 +193,7 @@ def cluster_context(
     """The on-cluster context, talking to the master at `info.master_address`."""
     settings = settings or CoreSettings()
     if distributed is None:
-        if len(info.slot_ids) > 1:
-            log.info("trial has %d slots; running as one process (rank 0 of 1)", len(info.slot_ids))
-        distributed = DistributedContext.single()
+        distributed = cluster_distributed(info)
     trial = info.trial
     storage = cluster_storage(checkpoint_storage, trial.config)
     session = MasterSession(info.master_address, info.allocation_token, settings)
@@ -168,6 +203,7 @@ def cluster_context(
         trial_run_id=trial.trial_run_id,
         experiment_id=trial.experiment_id,
         allocation_id=info.allocation_id,
+        is_chief=distributed.is_chief,
     )
     records = MasterCheckpointRecords(
         session, task_id=info.task_id, allocation_id=info.allocation_id, flush_metrics=train.flush
@@ -178,7 +214,11 @@ def cluster_context(
         preempt=ClusterPreemptContext(session, info.allocation_id, distributed, preempt_mode),
         train=train,
         searcher=ClusterSearcherContext(
-            session, trial_id=trial.trial_id, allocation_id=info.allocation_id, config=trial.config
+            session,
+            trial_id=trial.trial_id,
+            allocation_id=info.allocation_id,
+            config=trial.config,
+            distributed=distributed,
         ),
         info=info,
         session=session,

@@ -1,16 +1,33 @@
 """`core.distributed`: the ranks of a trial's processes and collectives between them (Determined's
 DistributedContext).
 
-Cairn runs one process per trial for now. The collectives sit behind `Collectives`, so that an
-implementation that moves objects between processes can take the place of the single-process one
-without changing the context's surface.
+A trial of N slots runs N processes when a launcher starts one per slot (cairn.launch.torch_distributed,
+torchrun, Determined's launchers), or one process per container when it runs its entrypoint as is.
+`rank`/`size` count all processes, `local_*` those on this machine (container), `cross_*` the
+machines. The collectives (gather, allgather, broadcast and their `_local` forms) move picklable
+Python objects through a hub the chief runs (tcp_collectives.py); they are for coordination, not
+for tensors (use torch.distributed for those).
 """
 
 from __future__ import annotations
 
 import abc
+import logging
 import os
+from collections.abc import Mapping
 from typing import Any
+
+from cairn.core.tcp_collectives import GLOBAL, Member, TcpCollectives
+
+log = logging.getLogger(__name__)
+
+# Where the chief's hub listens when nothing says otherwise (on a cluster the master gives each
+# allocation its own port: CAIRN_COLLECTIVES_PORT).
+DEFAULT_COLLECTIVES_PORT = 30400
+PORT_ENV = "CAIRN_COLLECTIVES_PORT"
+# The secret the processes of one trial share; on a cluster, the allocation's token.
+KEY_ENVS = ("CAIRN_COLLECTIVES_KEY", "CAIRN_ALLOCATION_TOKEN", "DET_SESSION_TOKEN")
+LOCAL = "local"
 
 
 class Collectives(abc.ABC):
@@ -64,6 +81,45 @@ class SingleProcessCollectives(Collectives):
         """Nothing was opened."""
 
 
+class HubCollectives(Collectives):
+    """Collectives through the chief's hub (several processes)."""
+
+    def __init__(self, connection: TcpCollectives, local_size: int) -> None:
+        self._connection = connection
+        self._local_size = local_size
+
+    def gather(self, stuff: Any) -> list[Any] | None:
+        result: list[Any] | None = self._connection.run("gather", GLOBAL, stuff)
+        return result
+
+    def gather_local(self, stuff: Any) -> list[Any] | None:
+        if self._local_size == 1:
+            return [stuff]
+        result: list[Any] | None = self._connection.run("gather", LOCAL, stuff)
+        return result
+
+    def allgather(self, stuff: Any) -> list[Any]:
+        result: list[Any] = self._connection.run("allgather", GLOBAL, stuff)
+        return result
+
+    def allgather_local(self, stuff: Any) -> list[Any]:
+        if self._local_size == 1:
+            return [stuff]
+        result: list[Any] = self._connection.run("allgather", LOCAL, stuff)
+        return result
+
+    def broadcast(self, stuff: Any) -> Any:
+        return self._connection.run("broadcast", GLOBAL, stuff)
+
+    def broadcast_local(self, stuff: Any) -> Any:
+        if self._local_size == 1:
+            return stuff
+        return self._connection.run("broadcast", LOCAL, stuff)
+
+    def close(self) -> None:
+        self._connection.close()
+
+
 def _check_rank(name: str, rank: Any, size_name: str, size: Any) -> None:
     for label, value in ((size_name, size), (name, rank)):
         if isinstance(value, bool) or not isinstance(value, int):
@@ -74,20 +130,35 @@ def _check_rank(name: str, rank: Any, size_name: str, size: Any) -> None:
         raise ValueError(f"{name}: must be in [0, {size_name}) = [0, {size}), not {rank}")
 
 
-def collectives_for(size: int) -> Collectives:
-    if size == 1:
-        return SingleProcessCollectives()
-    raise NotImplementedError(
-        f"multi-slot trials are not supported yet: a DistributedContext of size {size} needs collectives "
-        "between processes, which Cairn's Core API does not have yet; run one process per trial "
-        "(resources.slots_per_trial: 1, or one process using all of its slots)"
-    )
+def _collectives_key(env: Mapping[str, str]) -> bytes:
+    for name in KEY_ENVS:
+        value = env.get(name, "")
+        if value:
+            return value.encode()
+    log.info("no allocation token in the environment: the collectives hub accepts any peer that reaches it")
+    return b""
+
+
+def _env_port(env: Mapping[str, str]) -> int:
+    raw = env.get(PORT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_COLLECTIVES_PORT
+    try:
+        port = int(raw)
+    except ValueError:
+        raise ValueError(f"{PORT_ENV}: must be a port number, not {raw!r}") from None
+    if not 0 < port < 65536:
+        raise ValueError(f"{PORT_ENV}: must be a port number from 1 to 65535, not {port}")
+    return port
 
 
 class DistributedContext:
     """Where this process stands among the trial's processes, and collectives among them.
 
-    `rank`/`size` count all processes, `local_*` those on this node, `cross_*` the nodes.
+    `rank`/`size` count all processes, `local_*` those on this node, `cross_*` the nodes. With
+    `size > 1` the context connects to the chief's collectives hub at once (the chief starts it):
+    `chief_ip` (required when `cross_size > 1`; default $CAIRN_CHIEF_IP or $DET_CHIEF_IP) and `port`
+    (default $CAIRN_COLLECTIVES_PORT, else 30400).
     """
 
     def __init__(
@@ -100,20 +171,51 @@ class DistributedContext:
         cross_rank: int,
         cross_size: int,
         chief_ip: str | None = None,
+        port: int | None = None,
     ) -> None:
         _check_rank("rank", rank, "size", size)
         _check_rank("local_rank", local_rank, "local_size", local_size)
         _check_rank("cross_rank", cross_rank, "cross_size", cross_size)
         if local_size > size:
             raise ValueError(f"local_size: must be <= size ({size}), not {local_size}")
+        env = os.environ
+        chief_ip = chief_ip or env.get("CAIRN_CHIEF_IP") or env.get("DET_CHIEF_IP") or None
+        if cross_size > 1 and not chief_ip:
+            raise ValueError(
+                f"chief_ip: required when the job spans machines (cross_size {cross_size}); "
+                "pass it or set CAIRN_CHIEF_IP"
+            )
         self.rank = rank
         self.size = size
         self.local_rank = local_rank
         self.local_size = local_size
         self.cross_rank = cross_rank
         self.cross_size = cross_size
-        self.chief_ip = chief_ip
-        self._collectives = collectives_for(size)
+        # On one machine the chief is always reachable on loopback.
+        self.chief_ip: str = chief_ip or "127.0.0.1"
+        self._collectives: Collectives
+        if size == 1:
+            self._collectives = SingleProcessCollectives()
+        else:
+            member = Member(
+                rank=rank, size=size, cross_rank=cross_rank, local_rank=local_rank, local_size=local_size
+            )
+            connection = TcpCollectives(
+                member,
+                self.chief_ip if cross_size > 1 else "127.0.0.1",
+                port if port is not None else _env_port(env),
+                _collectives_key(env),
+            )
+            self._collectives = HubCollectives(connection, local_size)
+            log.info(
+                "distributed context: rank %d of %d (local %d of %d, node %d of %d)",
+                rank,
+                size,
+                local_rank,
+                local_size,
+                cross_rank,
+                cross_size,
+            )
 
     @classmethod
     def single(cls) -> DistributedContext:
@@ -122,13 +224,17 @@ class DistributedContext:
 
     @classmethod
     def from_torch_distributed(cls, chief_ip: str | None = None) -> DistributedContext:
-        """From the variables torchrun sets (RANK, WORLD_SIZE, LOCAL_RANK, ...)."""
+        """From the variables torchrun sets (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+        GROUP_RANK, GROUP_WORLD_SIZE), as in Determined."""
 
         def number(name: str) -> int:
             raw = os.environ.get(name)
             if raw is None:
                 raise ValueError(f"{name}: not set; is this process started by torchrun?")
-            return int(raw)
+            try:
+                return int(raw)
+            except ValueError:
+                raise ValueError(f"{name}: must be an integer, not {raw!r}") from None
 
         return cls(
             rank=number("RANK"),
@@ -137,12 +243,17 @@ class DistributedContext:
             local_size=number("LOCAL_WORLD_SIZE"),
             cross_rank=number("GROUP_RANK"),
             cross_size=number("GROUP_WORLD_SIZE"),
-            chief_ip=chief_ip or os.environ.get("MASTER_ADDR"),
+            # torchrun's rendezvous host is the chief's machine.
+            chief_ip=chief_ip or os.environ.get("CAIRN_CHIEF_IP") or os.environ.get("MASTER_ADDR"),
         )
 
     @property
     def is_chief(self) -> bool:
         return self.rank == 0
+
+    @property
+    def is_local_chief(self) -> bool:
+        return self.local_rank == 0
 
     def get_rank(self) -> int:
         return self.rank

@@ -51,6 +51,11 @@ class PreemptContext(abc.ABC):
 
 
 class ClusterPreemptContext(PreemptContext):
+    """Who watches the master depends on the mode (Determined's): the chief alone, which tells the
+    others through a broadcast on each call, so every rank sees should_preempt() flip at the same
+    call (WorkersAskChief, the default: every rank must call it equally often); the chief alone,
+    with no other rank calling it (ChiefOnly); or every rank on its own (WorkersAskMaster)."""
+
     def __init__(
         self,
         session: MasterSession,
@@ -62,28 +67,43 @@ class ClusterPreemptContext(PreemptContext):
         self._allocation_id = allocation_id
         self._distributed = distributed
         self.mode = PreemptMode(mode)
-        self.watcher = AllocationSignalWatcher(session, allocation_id)
+        self.watcher: AllocationSignalWatcher | None = None
+        if distributed.is_chief or self.mode == PreemptMode.WorkersAskMaster:
+            self.watcher = AllocationSignalWatcher(session, allocation_id)
+        self._started = False
         self._ack_lock = threading.Lock()
         self._acknowledged = False
 
     def start(self) -> None:
-        self.watcher.start()
+        self._started = True
+        if self.watcher is not None:
+            self.watcher.start()
 
     def close(self) -> None:
-        self.watcher.close()
+        if self.watcher is not None:
+            self.watcher.close()
 
     def should_preempt(self, auto_ack: bool = True) -> bool:
-        if not self.watcher.started:
+        if not self._started:
             raise RuntimeError(
                 "the Core API is not running: call should_preempt() inside `with cairn.core.init() as core:`"
             )
-        if not self.watcher.preempted:
-            return False
-        if auto_ack:
+        if self.watcher is None:
+            if self.mode == PreemptMode.ChiefOnly:
+                raise RuntimeError(
+                    "preempt_mode is ChiefOnly but should_preempt() was called on rank "
+                    f"{self._distributed.rank}"
+                )
+            answer = self._distributed.broadcast(None)
+            return bool(answer)
+        preempted = self.watcher.preempted
+        if preempted and auto_ack:
             with self._ack_lock:
                 if not self._acknowledged:
                     self._send_ack()
-        return True
+        if self.mode == PreemptMode.WorkersAskChief and self._distributed.size > 1:
+            self._distributed.broadcast(preempted)
+        return preempted
 
     def acknowledge_preemption_signal(self) -> None:
         with self._ack_lock:

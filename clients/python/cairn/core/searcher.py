@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from cairn.api.v1 import task_pb2, trial_pb2
+from cairn.core.distributed import DistributedContext
 from cairn.core.errors import SearcherNotConfiguredError
 from cairn.core.json_values import plain_count, plain_number
 from cairn.core.master_session import MasterSession
@@ -117,13 +118,24 @@ def _require_completed(op: SearcherOperation) -> None:
 
 
 class ClusterSearcherContext(SearcherContext):
+    """The chief asks the master for operations. In WorkersAskChief mode (the default) every rank
+    iterates operations() and the chief hands each operation's length to the others (a broadcast),
+    so all ranks train to the same length and stop together; in ChiefOnly mode only the chief may."""
+
     def __init__(
-        self, session: MasterSession, *, trial_id: int, allocation_id: str, config: Mapping[str, Any]
+        self,
+        session: MasterSession,
+        *,
+        trial_id: int,
+        allocation_id: str,
+        config: Mapping[str, Any],
+        distributed: DistributedContext | None = None,
     ) -> None:
         self._session = session
         self._trial_id = trial_id
         self._allocation_id = allocation_id
         self._config = config
+        self._distributed = distributed or DistributedContext.single()
 
     def _current(self) -> trial_pb2.GetCurrentTrialSearcherOperationResponse:
         return self._session.call(
@@ -135,25 +147,42 @@ class ClusterSearcherContext(SearcherContext):
     def operations(
         self, searcher_mode: SearcherMode = SearcherMode.WorkersAskChief, auto_ack: bool = True
     ) -> Iterator[SearcherOperation]:
-        SearcherMode(searcher_mode)
+        mode = SearcherMode(searcher_mode)
+        dist = self._distributed
+        shared = mode == SearcherMode.WorkersAskChief and dist.size > 1
+        if not dist.is_chief:
+            if mode == SearcherMode.ChiefOnly:
+                raise RuntimeError(
+                    f"searcher_mode is ChiefOnly but operations() was called on rank {dist.rank}"
+                )
+            yield from self._worker_operations()
+            return
         last_completed = 0
         first = True
         while True:
-            response = self._current()
-            length = int(response.op.validate_after.length)
-            if length == 0 and first:
-                raise SearcherNotConfiguredError(
-                    "the experiment gives the searcher no training length, so there are no searcher "
-                    "operations: set searcher.max_time (with searcher.time_metric) or "
-                    "searcher.max_length in the experiment config, or train for a length of your own "
-                    "and exit 0 when done"
-                )
+            try:
+                response = self._current()
+                length = int(response.op.validate_after.length)
+                if length == 0 and first:
+                    raise SearcherNotConfiguredError(
+                        "the experiment gives the searcher no training length, so there are no searcher "
+                        "operations: set searcher.max_time (with searcher.time_metric) or "
+                        "searcher.max_length in the experiment config, or train for a length of your own "
+                        "and exit 0 when done"
+                    )
+            except Exception as exc:
+                if shared:
+                    dist.broadcast(("error", str(exc)))
+                raise
             first = False
-            if response.completed or length == 0:
-                break
-            if length <= last_completed:
+            done = response.completed or length == 0
+            if not done and length <= last_completed:
                 # The master would hand out an operation already done; training it again would loop.
                 log.warning("searcher operation of length %d was already completed; stopping", length)
+                done = True
+            if shared:
+                dist.broadcast(("end", 0) if done else ("op", length))
+            if done:
                 break
             op = self._operation(response.op)
             yield op
@@ -161,6 +190,20 @@ class ClusterSearcherContext(SearcherContext):
             last_completed = length
         if auto_ack:
             self.acknowledge_out_of_ops()
+
+    def _worker_operations(self) -> Iterator[SearcherOperation]:
+        """A non-chief rank's operations: the lengths the chief broadcasts; only the chief reports."""
+
+        def not_here(_: float) -> None:
+            raise RuntimeError("only the chief (rank 0) reports on searcher operations")
+
+        while True:
+            kind, value = self._distributed.broadcast(None)
+            if kind == "error":
+                raise RuntimeError(f"the chief could not get a searcher operation: {value}")
+            if kind == "end":
+                return
+            yield SearcherOperation(int(value), on_progress=not_here, on_completed=not_here, is_chief=False)
 
     def _operation(self, wire: trial_pb2.TrialOperation) -> SearcherOperation:
         length = int(wire.validate_after.length)
@@ -192,6 +235,8 @@ class ClusterSearcherContext(SearcherContext):
         return SearcherOperation(length, on_progress=progress, on_completed=completed)
 
     def acknowledge_out_of_ops(self) -> None:
+        if not self._distributed.is_chief:
+            return
         self._session.call(
             self._session.stub.AckAllocationPreemptionSignal,
             task_pb2.AckAllocationPreemptionSignalRequest(allocation_id=self._allocation_id),
@@ -223,8 +268,10 @@ class LocalSearcherContext(SearcherContext):
     """Off cluster: one operation of the length the caller gave (init(searcher_length=N) or
     $CAIRN_SEARCHER_LENGTH), 1 when none was given."""
 
-    def __init__(self, length: int | None) -> None:
+    def __init__(self, length: int | None, is_chief: bool = True) -> None:
         self._length = length
+        # Under torchrun off the cluster every rank iterates; only the chief reports.
+        self._is_chief = is_chief
 
     def operations(
         self, searcher_mode: SearcherMode = SearcherMode.WorkersAskChief, auto_ack: bool = True
@@ -245,9 +292,10 @@ class LocalSearcherContext(SearcherContext):
         def completed(metric: float) -> None:
             log.info("searcher operation completed: length=%d searcher_metric=%s", length, metric)
 
-        op = SearcherOperation(length, on_progress=progress, on_completed=completed)
+        op = SearcherOperation(length, on_progress=progress, on_completed=completed, is_chief=self._is_chief)
         yield op
-        _require_completed(op)
+        if self._is_chief:
+            _require_completed(op)
 
     def acknowledge_out_of_ops(self) -> None:
         pass

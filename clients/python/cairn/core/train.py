@@ -162,26 +162,40 @@ class ClusterTrainContext(TrainContext):
         trial_run_id: int,
         experiment_id: int,
         allocation_id: str,
+        is_chief: bool = True,
     ) -> None:
         self._session = session
         self._trial_id = trial_id
         self._experiment_id = experiment_id
+        # Only the chief reports: the others' reports would be a second copy of the same steps.
+        self._is_chief = is_chief
         self._shipper = MetricsShipper(
             session, trial_id=trial_id, trial_run_id=trial_run_id, allocation_id=allocation_id
         )
 
     def start(self) -> None:
-        self._shipper.start()
+        if self._is_chief:
+            self._shipper.start()
 
     def close(self, flush_timeout: float | None = None) -> None:
-        self._shipper.close(flush_timeout)
+        if self._is_chief:
+            self._shipper.close(flush_timeout)
+
+    def _check_chief(self, what: str) -> None:
+        if not self._is_chief:
+            raise RuntimeError(
+                f"only the chief (rank 0) may {what}: guard it with `if core.distributed.rank == 0:`"
+            )
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every metric reported so far is stored by the master."""
+        if not self._is_chief:
+            return True
         return self._shipper.flush(timeout)
 
     def _raise_if_failed(self) -> None:
-        self._shipper.raise_if_failed()
+        if self._is_chief:
+            self._shipper.raise_if_failed()
 
     def _submit(
         self,
@@ -190,9 +204,11 @@ class ClusterTrainContext(TrainContext):
         metrics: dict[str, JsonValue],
         batch_metrics: list[dict[str, JsonValue]] | None,
     ) -> None:
+        self._check_chief("report metrics")
         self._shipper.submit(group, steps_completed, metrics, batch_metrics)
 
     def _send_progress(self, progress: float) -> None:
+        self._check_chief("report progress")
         self._session.call(
             self._session.stub.ReportTrialProgress,
             trial_pb2.ReportTrialProgressRequest(trial_id=self._trial_id, progress=progress, is_raw=True),
@@ -200,6 +216,7 @@ class ClusterTrainContext(TrainContext):
         )
 
     def _send_early_exit(self, reason: EarlyExitReason) -> None:
+        self._check_chief("report an early exit")
         request = trial_pb2.ReportTrialSearcherEarlyExitRequest(
             trial_id=self._trial_id, early_exit=trial_pb2.TrialEarlyExit(reason=_EARLY_EXIT_WIRE[reason])
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -22,6 +23,23 @@ DEFAULT_SERVICE_MODULES: Mapping[str, str] = MappingProxyType(
 )
 
 
+# The name the agents give the task environment, for configs that choose it by environment.image.
+TASK_ENV_NAME = "cairn-task"
+
+
+def default_task_env() -> Path | None:
+    """The Python environment trials run in: $CAIRN_TASK_ENV, else the `.venv-task` that
+    `make install` builds beside the virtualenv Cairn runs from (Cairn's client, Determined's
+    package, PyTorch, scikit-learn); None when there is neither (trials then run on the agent's own
+    interpreter)."""
+    configured = os.environ.get("CAIRN_TASK_ENV", "").strip()
+    candidates = [Path(configured).expanduser()] if configured else [Path(sys.prefix).parent / ".venv-task"]
+    for candidate in candidates:
+        if (candidate / "bin" / "python3").exists():
+            return candidate.resolve()
+    return None
+
+
 @dataclass(frozen=True)
 class ClusterOptions:
     state_dir: Path
@@ -36,6 +54,8 @@ class ClusterOptions:
     host: str = "127.0.0.1"
     cluster_name: str = "cairn"
     python: str = sys.executable
+    # The Python environment the agents run trials in (see default_task_env); None: the agents' own.
+    task_env: Path | None = field(default_factory=default_task_env)
     # Which module runs each role; tests swap in stand-ins.
     service_modules: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_SERVICE_MODULES))
     extra_env: Mapping[str, str] = field(default_factory=dict)
@@ -126,7 +146,12 @@ def agent(options: ClusterOptions, paths: ClusterPaths, index: int, master_addre
         "--work-dir",
         str(work_dir),
         "--kill-containers-on-exit",
+        # Every agent of a local cluster is on this machine.
+        "--advertise-address",
+        options.host,
     ]
+    if options.task_env is not None:
+        command += ["--task-env", f"{TASK_ENV_NAME}={options.task_env}"]
     return LaunchPlan(
         name=agent_id,
         role="agent",

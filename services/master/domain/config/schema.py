@@ -433,7 +433,25 @@ _EXPERIMENT_PROPERTIES: dict[str, Schema] = {
         },
         {},
     ),
-    "optimizations": _defaulted(_FREE_OBJECT, {}),
+    # Horovod-era knobs, deprecated in Determined 0.38 but still read by its PyTorchTrial harness
+    # (which fails on a missing key), so they get Determined's defaults.
+    "optimizations": _defaulted(
+        {
+            "type": "object",
+            "properties": {
+                "aggregation_frequency": _defaulted(_integer(1), 1),
+                "average_aggregated_gradients": _defaulted(_boolean(), True),
+                "average_training_metrics": _defaulted(_boolean(), True),
+                "gradient_compression": _defaulted(_boolean(), False),
+                "grad_updates_size_file": _defaulted(_string(), None),
+                "mixed_precision": _defaulted(_string(), "O0"),
+                "tensor_fusion_threshold": _defaulted(_integer(1), 64),
+                "tensor_fusion_cycle_time": _defaulted(_integer(1), 1),
+                "auto_tune_tensor_fusion": _defaulted(_boolean(), False),
+            },
+        },
+        {},
+    ),
     "log_policies": _defaulted({"type": "array", "items": _FREE_OBJECT}, []),
     "retention_policy": {"type": "object", "properties": {"log_retention_days": _integer(-1)}},
     "integrations": _FREE_OBJECT,

@@ -188,6 +188,7 @@ def trial(row: TrialRow) -> trial_pb2.Trial:
         run_id=t.run_id,
         searcher_target=int(t.searcher_target),
         latest_checkpoint_uuid=t.latest_checkpoint_uuid or "",
+        runner_status=t.runner_status or "",
     )
     if t.searcher_metric_value is not None:
         message.searcher_metric_value = t.searcher_metric_value
@@ -250,10 +251,15 @@ def slot(
         draining=slot_row.draining or agent_row.draining,
     )
     if holder is not None:
+        # The allocation's container on this agent: "<allocation>.<container rank>" (one per agent).
+        rank = next(
+            (i for i, p in enumerate(holder.placements) if p.get("agent_id") == agent_row.id),
+            0,
+        )
         message.container.CopyFrom(
             agent_pb2.Container(
                 parent=holder.id,
-                id=holder.id,
+                id=f"{holder.id}.{rank}",
                 state=CONTAINER_STATES.get(holder.state, agent_pb2.Container.STATE_UNSPECIFIED),
                 devices=[device(slot_row)],
             )

@@ -136,6 +136,13 @@ class MetricsApi(ServicerBase):
         return tpb.ReportTrialProgressResponse()
 
     @rpc
+    def PostTrialRunnerMetadata(
+        self, request: tpb.PostTrialRunnerMetadataRequest, context: grpc.ServicerContext
+    ) -> tpb.PostTrialRunnerMetadataResponse:
+        metrics.report_runner_status(self.ctx, self.caller(context), request.trial_id, request.metadata.state)
+        return tpb.PostTrialRunnerMetadataResponse()
+
+    @rpc
     def ReportTrialSearcherEarlyExit(
         self, request: tpb.ReportTrialSearcherEarlyExitRequest, context: grpc.ServicerContext
     ) -> tpb.ReportTrialSearcherEarlyExitResponse:

@@ -1,0 +1,74 @@
+"""Multi-container allocations, pure parts: how an allocation's end is classified when one rank
+failed and its siblings were stopped, and the rendezvous info and meeting ports each container gets."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.master.domain.allocations import Outcome, classify
+from services.master.domain.rendezvous import PORT_BLOCKS, free_port_offset, ports_for, rendezvous_for
+from services.master.domain.task_spec import entrypoint_of
+from services.master.store import models
+
+
+def allocation(**fields: object) -> models.Allocation:
+    base: dict[str, object] = {
+        "kill_requested": False,
+        "failure_type": "",
+        "failed_rank": None,
+        "exit_code": 0,
+        "preempt_requested": False,
+        "preempt_acked": False,
+    }
+    base.update(fields)
+    return models.Allocation(**base)
+
+
+@pytest.mark.parametrize(
+    ("fields", "outcome"),
+    [
+        # rank 1 exited 3; rank 0 was stopped because of it: one failure, never "killed"
+        ({"failed_rank": 1, "exit_code": 3, "failure_type": "failed"}, Outcome.ERROR),
+        # the first failure was an agent lost: an infrastructure failure, not counted
+        ({"failed_rank": 0, "exit_code": None, "failure_type": "agent_failed"}, Outcome.TRANSIENT),
+        # a user kill wins over whatever the containers did as they died
+        (
+            {"kill_requested": True, "failed_rank": 1, "exit_code": 137, "failure_type": "killed"},
+            Outcome.KILLED,
+        ),
+        ({"exit_code": 0, "preempt_requested": True, "preempt_acked": True}, Outcome.PREEMPTED),
+        ({"exit_code": 0}, Outcome.CLEAN),
+        ({"exit_code": 1, "failure_type": "failed"}, Outcome.ERROR),
+    ],
+)
+def test_exit_classification(fields: dict[str, object], outcome: Outcome) -> None:
+    assert classify(allocation(**fields)) == outcome
+
+
+def test_port_offsets_are_unique_among_live_allocations() -> None:
+    assert free_port_offset([]) == 0
+    assert free_port_offset([0, 1, 3, None]) == 2
+    assert free_port_offset(range(PORT_BLOCKS)) == 0  # all taken: the least shared
+    ports = [ports_for(offset) for offset in range(PORT_BLOCKS)]
+    used = [p for block in ports for p in (block.c10d, block.collectives, block.det_pub, block.det_pull)]
+    assert len(used) == len(set(used)), "two blocks share a port"
+    assert max(used) < 32768, "below Linux's ephemeral ports"
+    assert (ports[0].c10d, ports[0].det_pub, ports[0].det_pull) == (29400, 12360, 12361)
+
+
+def test_rendezvous_by_rank_and_loopback_on_one_machine() -> None:
+    two_hosts = rendezvous_for(["10.0.0.1", "10.0.0.2"], [2, 2], 1, 7)
+    assert list(two_hosts.container_addrs) == ["10.0.0.1", "10.0.0.2"]
+    assert (two_hosts.container_rank, list(two_hosts.container_slot_counts)) == (1, [2, 2])
+    assert two_hosts.c10d_port == 29407
+    one_host = rendezvous_for(["10.0.0.1", "10.0.0.1"], [1, 1], 0, 0)
+    assert list(one_host.container_addrs) == ["127.0.0.1", "127.0.0.1"]
+
+
+def test_a_legacy_trial_class_entrypoint_runs_through_determineds_launcher() -> None:
+    assert entrypoint_of({"entrypoint": "model_def:MyTrial"}) == (
+        ["python3", "-m", "determined.launch.torch_distributed", "--", "--trial", "model_def:MyTrial"],
+        False,
+    )
+    assert entrypoint_of({"entrypoint": "python3 train.py"}) == (["python3 train.py"], True)
+    assert entrypoint_of({"entrypoint": ["python3", "a:b"]}) == (["python3", "a:b"], False)
