@@ -324,6 +324,14 @@ def _merge_unsequenced(
     return True
 
 
+# Trial progress reaches the searcher in steps of this size (20 events per trial at most).
+PROGRESS_STEP = 0.05
+
+
+def progress_mark(progress: float) -> int:
+    return math.floor(progress / PROGRESS_STEP + 1e-9)
+
+
 def report_progress(ctx: MasterContext, principal: Principal, trial_id: int, progress: float) -> None:
     if not 0.0 <= progress <= 1.0 or math.isnan(progress):
         raise InvalidArgument("progress: must be between 0 and 1")
@@ -335,8 +343,12 @@ def report_progress(ctx: MasterContext, principal: Principal, trial_id: int, pro
         previous = trial.progress
         trial.progress = progress
         exp = w.session.get_one(models.Experiment, trial.experiment_id)
-        # The searcher only needs progress that moved visibly; every batch would flood it.
-        if exp.state not in TERMINAL and (abs(progress - previous) >= 0.01 or progress == 1.0):
+        # The searcher only needs progress that moved visibly (it shows in the experiment's
+        # progress): each report would cost a searcher round trip and a snapshot. So it hears when
+        # the trial passes a PROGRESS_STEP mark, and at the end.
+        if exp.state not in TERMINAL and (
+            progress_mark(progress) != progress_mark(previous) or progress == 1.0
+        ):
             event = spb.SearcherEvent(
                 trial_progress=spb.TrialProgress(request_id=trial.request_id, progress=progress)
             )
