@@ -15,10 +15,11 @@ TASK_STAMP := $(TASK_VENV)/.installed
 
 install: $(STAMP) proto webui $(TASK_STAMP)
 
-$(STAMP): pyproject.toml clients/python/pyproject.toml constraints.txt examples/digits/requirements.txt
+# The services, the CLI and the tools: no PyTorch here (trials get it from the task environment).
+$(STAMP): pyproject.toml clients/python/pyproject.toml constraints.txt
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(PIP) --upgrade pip
-	$(PIP) -e clients/python -e '.[dev]' -r examples/digits/requirements.txt
+	$(PIP) -e clients/python -e '.[dev]'
 	touch $@
 
 $(TASK_STAMP): requirements-task.txt clients/python/pyproject.toml

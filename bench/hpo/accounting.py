@@ -72,3 +72,12 @@ def best_at_budget(curve: Sequence[CurvePoint], budget: float, max_epochs: int) 
 
 def consumed_budget(curve: Sequence[CurvePoint], max_epochs: int) -> float:
     return curve[-1].epochs / max_epochs if curve else 0.0
+
+
+def quantile(values: list[float], q: float) -> float:
+    """Linear interpolation between order statistics (numpy's default)."""
+    ordered = sorted(values)
+    position = q * (len(ordered) - 1)
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)

@@ -18,15 +18,13 @@ from pathlib import Path
 
 from bench.cairn_cluster import Api, cairn_cluster
 from bench.hpo.accounting import EpochReport, epochs_for
+from bench.hpo.budget import MAX_EPOCHS, NUM_RUNGS, REDUCTION_FACTOR
 from bench.hpo.record import ENDED_BY_BUDGET, ENDED_BY_SEARCH, RunRecord
 from bench.hpo.task import (
     BATCH_SIZES,
     DEPTH,
     DROPOUT,
     LEARNING_RATE,
-    MAX_EPOCHS,
-    NUM_RUNGS,
-    REDUCTION_FACTOR,
     WEIGHT_DECAY,
     WIDTH,
 )
@@ -98,7 +96,7 @@ def model_definition(into: Path) -> Path:
     package.mkdir(parents=True)
     (into / "bench" / "__init__.py").write_text("")
     (package / "__init__.py").write_text("")
-    for name in ("task.py", "cairn_trial.py"):
+    for name in ("budget.py", "task.py", "cairn_trial.py"):
         shutil.copy(HERE / name, package / name)
     return into
 

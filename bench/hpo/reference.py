@@ -19,7 +19,9 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from bench.hpo.task import MAX_EPOCHS, Training, sample_hyperparameters
+from bench.hpo.accounting import quantile
+from bench.hpo.budget import MAX_EPOCHS
+from bench.hpo.task import Training, sample_hyperparameters
 from services.common.logging import configure_logging, get_logger
 
 log = get_logger(__name__)
@@ -43,15 +45,6 @@ def train_one(index: int) -> dict[str, object]:
         "final_error": errors[-1],
         "seconds": round(time.monotonic() - started, 2),
     }
-
-
-def quantile(values: list[float], q: float) -> float:
-    """Linear interpolation between order statistics (numpy's default)."""
-    ordered = sorted(values)
-    position = q * (len(ordered) - 1)
-    low = int(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 def main() -> None:

@@ -29,8 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.hpo.budget import MAX_EPOCHS, NUM_RUNGS, REDUCTION_FACTOR
 from bench.hpo.report import BASELINE, load
-from bench.hpo.task import MAX_EPOCHS, NUM_RUNGS, REDUCTION_FACTOR
 
 RUNGS = [MAX_EPOCHS // REDUCTION_FACTOR ** (NUM_RUNGS - 1 - i) for i in range(NUM_RUNGS)]
 WORKERS = 2

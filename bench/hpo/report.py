@@ -20,10 +20,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.hpo.accounting import EpochReport, best_at_budget, best_so_far, consumed_budget, time_to_target
+from bench.hpo.accounting import (
+    EpochReport,
+    best_at_budget,
+    best_so_far,
+    consumed_budget,
+    quantile,
+    time_to_target,
+)
+from bench.hpo.budget import MAX_EPOCHS, NUM_RUNGS, REDUCTION_FACTOR
 from bench.hpo.record import RunRecord, read_record
-from bench.hpo.reference import quantile
-from bench.hpo.task import MAX_EPOCHS, NUM_RUNGS, REDUCTION_FACTOR
 
 LABELS = {
     "cairn_asha_stop": "Cairn ASHA, stopping (`stop_once: true`)",

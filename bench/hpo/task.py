@@ -25,11 +25,6 @@ from typing import Any
 import torch
 from torch import nn
 
-# One full training; the unit every budget in the benchmark is counted in.
-MAX_EPOCHS = 27
-# ASHA's reduction factor for every system: rungs at 1, 3, 9 and 27 epochs.
-REDUCTION_FACTOR = 3
-NUM_RUNGS = 4
 DATA_SEED = 20261122
 SAMPLES = 12_000
 VALIDATION_SAMPLES = 4_000

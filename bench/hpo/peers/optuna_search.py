@@ -24,14 +24,13 @@ from pathlib import Path
 import optuna
 
 from bench.hpo.accounting import EpochReport, epochs_for
+from bench.hpo.budget import MAX_EPOCHS, REDUCTION_FACTOR
 from bench.hpo.record import ENDED_BY_BUDGET, ENDED_BY_SEARCH, RunRecord, write_record
 from bench.hpo.task import (
     BATCH_SIZES,
     DEPTH,
     DROPOUT,
     LEARNING_RATE,
-    MAX_EPOCHS,
-    REDUCTION_FACTOR,
     WEIGHT_DECAY,
     WIDTH,
     Hyperparameters,

@@ -29,14 +29,13 @@ from ray.tune.schedulers import ASHAScheduler  # type: ignore[import-not-found]
 from ray.tune.search.basic_variant import BasicVariantGenerator  # type: ignore[import-not-found]
 
 from bench.hpo.accounting import EpochReport, epochs_for
+from bench.hpo.budget import MAX_EPOCHS, REDUCTION_FACTOR
 from bench.hpo.record import ENDED_BY_BUDGET, ENDED_BY_SEARCH, RunRecord, write_record
 from bench.hpo.task import (
     BATCH_SIZES,
     DEPTH,
     DROPOUT,
     LEARNING_RATE,
-    MAX_EPOCHS,
-    REDUCTION_FACTOR,
     WEIGHT_DECAY,
     WIDTH,
     Hyperparameters,

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from bench.hpo import replay
-from bench.hpo.task import MAX_EPOCHS
+from bench.hpo.budget import MAX_EPOCHS
 from tests.unit.searcher.searcher_asha_builders import HalvingMaster, halving_spec
 
 
