@@ -8,7 +8,7 @@ meeting on loopback. Measured from the script's own TIMING lines (rank 0):
     process is spawned (torchrun), to the end of the first training step;
   * steps per second of the training loop (forward, backward, DDP all-reduce, optimizer step).
 
-    .venv/bin/python -m bench.ddp_launch [--runs 3] [--epochs 40] [--hidden 256]
+    .venv/bin/python -m bench.ddp_launch [--runs 3] [--epochs 40] [--hidden 256] [--report-every 1]
 
 Cairn's trials run in the task environment (.venv-task), where torchrun comes from too.
 """
@@ -45,16 +45,17 @@ def parse_timing(lines: list[str]) -> tuple[float, float]:
     return first, rate
 
 
-def config(epochs: int, hidden: int) -> str:
+def config(epochs: int, hidden: int, report_every: int) -> str:
     text = (EXAMPLE / "distributed.yaml").read_text()
-    return text.replace("epochs: 15", f"epochs: {epochs}").replace(
+    text = text.replace("epochs: 15", f"epochs: {epochs}").replace(
         "hidden_size: 64", f"hidden_size: {hidden}"
     )
+    return text.replace("hyperparameters:\n", f"hyperparameters:\n  report_every: {report_every}\n")
 
 
-def cairn_run(api, epochs: int, hidden: int) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+def cairn_run(api, epochs: int, hidden: int, every: int) -> tuple[float, float]:  # type: ignore[no-untyped-def]
     sent = time.time()
-    experiment_id = api.create(config(epochs, hidden), EXAMPLE)
+    experiment_id = api.create(config(epochs, hidden, every), EXAMPLE)
     state = api.wait_terminal(experiment_id, timeout=900)
     if state != "COMPLETED":
         raise RuntimeError(f"experiment {experiment_id} ended {state}")
@@ -68,7 +69,7 @@ def cairn_run(api, epochs: int, hidden: int) -> tuple[float, float]:  # type: ig
     return first - sent, rate
 
 
-def torchrun_run(nodes: int, epochs: int, hidden: int, port: int) -> tuple[float, float]:
+def torchrun_run(nodes: int, epochs: int, hidden: int, every: int, port: int) -> tuple[float, float]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CAIRN_", "DET_", "VIRTUAL_ENV"))}
     env.update(
         {
@@ -77,7 +78,7 @@ def torchrun_run(nodes: int, epochs: int, hidden: int, port: int) -> tuple[float
         }
     )
     torchrun = str(TASK_BIN / "torchrun")
-    script = ["train.py", "--epochs", str(epochs), "--hidden-size", str(hidden)]
+    script = ["train.py", "--epochs", str(epochs), "--hidden-size", str(hidden), "--report-every", str(every)]
     if nodes == 1:
         commands = [[torchrun, "--nproc_per_node", "2", *script]]
     else:
@@ -115,6 +116,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=40)
     parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--report-every", type=int, default=1, help="epochs between the chief's reports")
     args = parser.parse_args()
     results: dict[str, dict[str, object]] = {}
     for agents, slots in ((1, 2), (2, 1)):
@@ -125,10 +127,11 @@ def main() -> None:
             tempfile.TemporaryDirectory() as state,
             cairn_cluster(Path(state), agents=agents, slots=slots) as api,
         ):
-            cairn_run(api, 2, args.hidden)  # warm-up: page cache, first imports
+            cairn_run(api, 2, args.hidden, 1)  # warm-up: page cache, first imports
             for run in range(args.runs):
-                plain.append(torchrun_run(agents, args.epochs, args.hidden, 29700 + 2 * run))
-                cairn.append(cairn_run(api, args.epochs, args.hidden))
+                every = args.report_every
+                plain.append(torchrun_run(agents, args.epochs, args.hidden, every, 29700 + 2 * run))
+                cairn.append(cairn_run(api, args.epochs, args.hidden, every))
         first_cairn = statistics.median(c[0] for c in cairn)
         first_plain = statistics.median(p[0] for p in plain)
         rate_cairn = statistics.median(c[1] for c in cairn)
@@ -142,7 +145,8 @@ def main() -> None:
             "steps_per_s_ratio": round(rate_cairn / rate_plain, 3),
             "runs": {"cairn": cairn, "torchrun": plain},
         }
-    print(json.dumps({"epochs": args.epochs, "hidden": args.hidden, "results": results}, indent=2))
+    settings = {"epochs": args.epochs, "hidden": args.hidden, "report_every": args.report_every}
+    print(json.dumps({**settings, "results": results}, indent=2))
 
 
 if __name__ == "__main__":

@@ -32,7 +32,14 @@ import cairn.core
 
 log = logging.getLogger("digits-ddp")
 
-DEFAULT_HPARAMS = {"learning_rate": 0.01, "hidden_size": 64, "dropout": 0.2, "batch_size": 32}
+# report_every: the chief validates and reports every this many epochs (and at the end).
+DEFAULT_HPARAMS = {
+    "learning_rate": 0.01,
+    "hidden_size": 64,
+    "dropout": 0.2,
+    "batch_size": 32,
+    "report_every": 1,
+}
 CHECKPOINT_EVERY_EPOCHS = 5
 
 
@@ -131,7 +138,8 @@ def main(core: cairn.core.Context, device: torch.device) -> None:
             timed_seconds += time.perf_counter() - started
             epoch += 1
             batches += steps
-            if distributed.is_chief:
+            report_now = epoch % int(hparams["report_every"]) == 0 or epoch >= op.length
+            if distributed.is_chief and report_now:
                 validation = evaluate(model, x_val, y_val)
                 core.train.report_training_metrics(
                     steps_completed=batches, metrics={"loss": total_loss / steps, "epochs": epoch}
@@ -162,8 +170,9 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--epochs", type=int, default=15)
     parser.add_argument("--hidden-size", type=int, default=DEFAULT_HPARAMS["hidden_size"])
+    parser.add_argument("--report-every", type=int, default=DEFAULT_HPARAMS["report_every"])
     args = parser.parse_args()
-    local_hparams = {**DEFAULT_HPARAMS, "hidden_size": args.hidden_size}
+    local_hparams = {**DEFAULT_HPARAMS, "hidden_size": args.hidden_size, "report_every": args.report_every}
     launched = "WORLD_SIZE" in os.environ  # by torchrun or Cairn's launcher
     device = device_for(int(os.environ.get("LOCAL_RANK", "0")))
     if launched:

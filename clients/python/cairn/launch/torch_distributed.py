@@ -14,6 +14,7 @@ what is set here. Off a cluster it runs one worker unless told otherwise (--npro
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
@@ -86,12 +87,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ClusterInfoError as exc:
         print(f"torch_distributed: {exc}", file=sys.stderr)
         return 2
-    try:
-        import torch.distributed.run  # noqa: F401 - only to fail early and clearly
-    except ImportError as exc:
+    # Only looked up, not imported: importing torch here would cost a second of the trial's start,
+    # and torchrun imports it anyway.
+    if importlib.util.find_spec("torch") is None:
         print(
-            f"torch_distributed: PyTorch is not installed in this task environment ({exc}); "
-            "choose one that has it (environment.image) or install torch",
+            "torch_distributed: PyTorch is not installed in this task environment; choose one that "
+            "has it (environment.image) or install torch",
             file=sys.stderr,
         )
         return 2
