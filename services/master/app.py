@@ -17,7 +17,7 @@ from services.common.local_calls import LocalCalls
 from services.common.logging import get_logger
 from services.common.server import ServiceServer, start_server, write_ready_file
 from services.master.domain import agents as agent_registry
-from services.master.domain import deletion
+from services.master.domain import deletion, wiring
 from services.master.domain.agent_hub import AgentHub
 from services.master.domain.auth import AuthService
 from services.master.domain.checkpoints import CheckpointGc
@@ -70,17 +70,20 @@ class Master:
         # HTTP first: with --http-port 0 the bound port must be known before anything reports it.
         self.http, _ = start_http(settings.host, settings.http_port, [])
         settings = dataclasses.replace(settings, http_port=self.http.server_address[1])
+        self.searchers = SearcherDirectory(
+            settings.searcher_addr, settings.cluster_token, dict(settings.searcher_plugins)
+        )
+        self.scheduler = SchedulerClient(settings.scheduler_addr, settings.cluster_token)
         self.ctx = ctx = MasterContext(
             settings=settings,
             db=self.db,
-            searchers=SearcherDirectory(
-                settings.searcher_addr, settings.cluster_token, dict(settings.searcher_plugins)
-            ),
-            scheduler=SchedulerClient(settings.scheduler_addr, settings.cluster_token),
+            searchers=self.searchers,
+            scheduler=self.scheduler,
             hub=AgentHub(),
             master_id=str(uuid.uuid4()),
             cluster_id=_cluster_id(self.db),
         )
+        wiring.connect(ctx)
         self.auth = AuthService(self.db, settings.session_ttl_seconds)
         self.auth.ensure_builtin_users()
         agent_registry.mark_all_disconnected_at_boot(ctx)
@@ -170,7 +173,7 @@ class Master:
             self.http.server_close()
         for loop in (self.scheduling, self.pump, self.liveness):
             loop.join(timeout=5.0)
-        ctx.searchers.shutdown()
-        ctx.scheduler.shutdown()
+        self.searchers.shutdown()
+        self.scheduler.shutdown()
         self.checkpoints.shutdown()
         self.db.dispose()

@@ -25,10 +25,9 @@ from sqlalchemy import select
 
 from cairn.agent.v1 import agent_pb2 as apb
 from services.common.logging import get_logger
-from services.master.domain import trials as trial_lifecycle
 from services.master.domain.auth import hash_token, new_token
 from services.master.domain.clock import utcnow
-from services.master.domain.context import MasterContext, Work
+from services.master.domain.context import NOT_CONNECTED, MasterContext, Work
 from services.master.domain.rendezvous import agent_address, free_port_offset, rendezvous_for
 from services.master.domain.states import LIVE_ALLOCATION, allocation_advances
 from services.master.domain.states import AllocationState as A
@@ -80,6 +79,42 @@ def classify(alloc: models.Allocation) -> Outcome:
     if alloc.exit_code == 0 and alloc.failure_type in ("", "killed"):
         return Outcome.CLEAN
     return Outcome.ERROR
+
+
+def transition(ctx: MasterContext, w: Work, alloc: models.Allocation, target: A, reason: str = "") -> bool:
+    """Every change of an allocation's state: forward only ("most progressed wins": agents' reports
+    may arrive late or twice, and a stale one is refused, returning False), stamping the times,
+    logging the reason and publishing the change."""
+    if not allocation_advances(alloc.state, target):
+        return False
+    previous = alloc.state
+    alloc.state = target
+    now = utcnow()
+    if target == A.ASSIGNED:
+        alloc.assigned_at = now
+    elif target == A.RUNNING and alloc.start_time is None:
+        alloc.start_time = now
+    elif target == A.TERMINATED:
+        alloc.end_time = now
+        # Its slots are free: whatever waits can start now, not at the next periodic pass.
+        w.later(ctx.scheduler_wakeup.set)
+    _publish(ctx, w, alloc)
+    log.info(
+        "allocation state",
+        allocation_id=alloc.id,
+        previous=previous,
+        state=target.value,
+        reason=reason or None,
+    )
+    return True
+
+
+def _exited(ctx: MasterContext, w: Work, alloc: models.Allocation, outcome: Outcome) -> None:
+    """Tell the allocation's owner (the trial lifecycle, through the hooks wiring.py registers)."""
+    if not ctx.allocation_exit_hooks:
+        raise RuntimeError(NOT_CONNECTED)
+    for hook in ctx.allocation_exit_hooks:
+        hook(w, alloc, outcome.value)
 
 
 def live_allocation(w: Work, trial_id: int) -> models.Allocation | None:
@@ -152,8 +187,6 @@ def assign(
     exp = w.session.get_one(models.Experiment, trial.experiment_id)
     owner = w.session.get_one(models.User, exp.owner_id)
     token = new_token()
-    alloc.state = A.ASSIGNED
-    alloc.assigned_at = utcnow()
     alloc.searcher_target = trial.searcher_target
     alloc.placements = placements
     alloc.token_hash = hash_token(token)
@@ -197,18 +230,14 @@ def assign(
             )
         )
         w.later(lambda a=agent_id, c=command: ctx.hub.send(a, c))  # type: ignore[misc]
-    _publish(ctx, w, alloc)
-    log.info("allocation assigned", allocation_id=alloc.id, placements=placements)
+    transition(ctx, w, alloc, A.ASSIGNED, f"placed on {', '.join(agent_ids)}")
 
 
 def _end_unplaced(ctx: MasterContext, w: Work, alloc: models.Allocation, reason: str) -> None:
-    alloc.state = A.TERMINATED
-    alloc.end_time = utcnow()
-    w.later(ctx.scheduler_wakeup.set)
     alloc.failure_type = "aborted"
     alloc.exit_reason = reason
-    _publish(ctx, w, alloc)
-    trial_lifecycle.on_allocation_exit(ctx, w, alloc, Outcome.TRANSIENT)
+    transition(ctx, w, alloc, A.TERMINATED, f"ended before it was placed: {reason}")
+    _exited(ctx, w, alloc, Outcome.TRANSIENT)
 
 
 def preemption_timeout(ctx: MasterContext, exp: models.Experiment) -> int:
@@ -232,6 +261,7 @@ def request_preempt(ctx: MasterContext, w: Work, alloc: models.Allocation, reaso
     alloc.preempt_requested = True
     alloc.preempt_reason = reason
     alloc.kill_deadline = utcnow() + timedelta(seconds=preemption_timeout(ctx, exp))
+    # Not a state change: the allocation runs on until its code exits (or the deadline passes).
     _publish(ctx, w, alloc)
     log.info("allocation preemption requested", allocation_id=alloc.id, reason=reason)
 
@@ -248,10 +278,9 @@ def request_kill(
     alloc.kill_requested = True
     if alloc.exit_reason is None:
         alloc.exit_reason = reason
-    if allocation_advances(alloc.state, A.TERMINATING):
-        alloc.state = A.TERMINATING
+    if not transition(ctx, w, alloc, A.TERMINATING, f"kill: {reason}"):
+        _publish(ctx, w, alloc)  # the kill itself is news to the code's signal watchers
     send_kills(ctx, w, alloc, grace_seconds, reason)
-    _publish(ctx, w, alloc)
     if first:
         log.info("allocation kill requested", allocation_id=alloc.id, reason=reason, grace=grace_seconds)
 
@@ -302,11 +331,7 @@ def on_container_state(ctx: MasterContext, w: Work, message: apb.ContainerStateC
         )
         return
     container.state = state
-    if alloc.state != A.TERMINATED and allocation_advances(alloc.state, state):
-        alloc.state = state
-        if state == A.RUNNING and alloc.start_time is None:
-            alloc.start_time = utcnow()
-        _publish(ctx, w, alloc)
+    transition(ctx, w, alloc, state, f"container {container.id} is {state.value}")
 
 
 def container_terminated(
@@ -357,12 +382,9 @@ def crash(
         alloc.exit_reason = reason
     if not others:
         return
-    if allocation_advances(alloc.state, A.TERMINATING):
-        alloc.state = A.TERMINATING
-    send_kills(
-        ctx, w, alloc, ctx.settings.kill_grace_s, reason=f"rank {failed.rank} of the allocation failed"
-    )
-    _publish(ctx, w, alloc)
+    because = f"rank {failed.rank} of the allocation failed"
+    transition(ctx, w, alloc, A.TERMINATING, because)
+    send_kills(ctx, w, alloc, ctx.settings.kill_grace_s, reason=because)
     log.info(
         "a container failed; stopping the allocation's other containers",
         allocation_id=alloc.id,
@@ -372,14 +394,10 @@ def crash(
 
 
 def finish(ctx: MasterContext, w: Work, alloc: models.Allocation) -> None:
-    if alloc.state == A.TERMINATED:
-        return
-    alloc.state = A.TERMINATED
-    alloc.end_time = utcnow()
+    """Every container has ended: the allocation ends, classified, and its trial hears of it."""
     outcome = classify(alloc)
-    _publish(ctx, w, alloc)
-    # Its slots are free: whatever waits can start now, not at the next periodic pass.
-    w.later(ctx.scheduler_wakeup.set)
+    if not transition(ctx, w, alloc, A.TERMINATED, f"ended: {outcome.value}"):
+        return
     log.info(
         "allocation ended",
         allocation_id=alloc.id,
@@ -387,7 +405,7 @@ def finish(ctx: MasterContext, w: Work, alloc: models.Allocation) -> None:
         failure=alloc.failure_type,
         outcome=outcome.value,
     )
-    trial_lifecycle.on_allocation_exit(ctx, w, alloc, outcome)
+    _exited(ctx, w, alloc, outcome)
 
 
 def fail_container_lost(ctx: MasterContext, w: Work, container: models.Container, reason: str) -> None:

@@ -19,10 +19,10 @@ from services.common.principal import Principal
 from services.master.domain.clock import utcnow
 from services.master.domain.context import MasterContext, Work
 from services.master.domain.errors import InvalidArgument, NotFound, PermissionDenied
+from services.master.domain.ports import CheckpointService, storage_struct
 from services.master.domain.queries import smaller_is_better
 from services.master.domain.states import TERMINAL
 from services.master.domain.topics import trial_topic
-from services.master.remotes.checkpoint import CheckpointClient, storage_struct
 from services.master.store import models
 
 log = get_logger(__name__)
@@ -138,7 +138,7 @@ def apply_deletions(ctx: MasterContext, results: list[cpb.DeletedCheckpoint]) ->
     return errors
 
 
-def delete(ctx: MasterContext, client: CheckpointClient, principal: Principal, uuids: list[str]) -> None:
+def delete(ctx: MasterContext, client: CheckpointService, principal: Principal, uuids: list[str]) -> None:
     if not uuids:
         raise InvalidArgument("checkpoint_uuids: required")
     by_storage: dict[str, tuple[dict[str, Any], list[str]]] = {}
@@ -165,7 +165,7 @@ def delete(ctx: MasterContext, client: CheckpointClient, principal: Principal, u
 class CheckpointGc:
     """Garbage collection by the experiment's policy once it has ended; retried at boot until done."""
 
-    def __init__(self, ctx: MasterContext, client: CheckpointClient) -> None:
+    def __init__(self, ctx: MasterContext, client: CheckpointService) -> None:
         self._ctx = ctx
         self._client = client
         self._lock = threading.Lock()

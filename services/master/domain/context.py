@@ -23,10 +23,12 @@ from services.master.store.db import Database
 
 if TYPE_CHECKING:
     from services.master.domain.agent_hub import AgentHub
-    from services.master.remotes.scheduler import SchedulerClient
-    from services.master.remotes.searcher import SearcherDirectory
+    from services.master.domain.ports import Scheduler, Searchers
 
 log = get_logger(__name__)
+
+# Raised where an ending finds no hook to tell: the master (or a test) skipped wiring.connect(ctx).
+NOT_CONNECTED = "the master's lifecycles are not connected: call wiring.connect(ctx) at start-up"
 
 
 @dataclass
@@ -59,8 +61,8 @@ class MasterContext:
 
     settings: Settings
     db: Database
-    searchers: SearcherDirectory
-    scheduler: SchedulerClient
+    searchers: Searchers
+    scheduler: Scheduler
     hub: AgentHub
     master_id: str
     cluster_id: str
@@ -71,6 +73,12 @@ class MasterContext:
     stopping: threading.Event = field(default_factory=threading.Event)
     # Bumped after every committed change the API can read (see servicers/read_cache.py).
     data_version: int = 0
+    # Endings travel up through hooks registered at start-up (wiring.py), while commands go down
+    # (experiment -> trial -> allocation): so the lifecycle modules never import their owners.
+    # Run inside the transaction that ends an allocation, with its outcome (allocations.Outcome).
+    allocation_exit_hooks: list[Callable[[Work, models.Allocation, str], None]] = field(default_factory=list)
+    # Run inside the transaction that ends a trial.
+    trial_end_hooks: list[Callable[[Work, models.Trial], None]] = field(default_factory=list)
     # Run inside the transaction that ends an experiment (checkpoint GC registers itself here).
     experiment_end_hooks: list[Callable[[Work, models.Experiment], None]] = field(default_factory=list)
     # Run before a deleted experiment's rows go (checkpoint files); raise to keep the rows.

@@ -12,6 +12,7 @@ import threading
 from sqlalchemy import delete, select
 
 from services.common.logging import get_logger
+from services.master.domain import experiments
 from services.master.domain.context import MasterContext
 from services.master.domain.states import RunState
 from services.master.store import models
@@ -28,7 +29,9 @@ def delete_now(ctx: MasterContext, experiment_id: int) -> None:
         with ctx.unit_of_work() as w:
             exp = w.session.get(models.Experiment, experiment_id)
             if exp is not None:
-                exp.state = RunState.DELETE_FAILED
+                experiments.transition(
+                    ctx, w, exp, RunState.DELETE_FAILED, f"deleting its files failed: {exc}"
+                )
         return
     with ctx.unit_of_work() as w:
         trial_ids = list(

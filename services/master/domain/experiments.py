@@ -1,5 +1,8 @@
 """Experiment lifecycle: the user's actions (pause, activate, cancel, kill, archive, delete) and the
-end of an experiment once its search is over and its trials have ended."""
+end of an experiment once its search is over and its trials have ended.
+
+Every state change goes through `transition`. The experiment commands its trials (it imports the
+trial lifecycle); a trial's end reaches it through the trial-end hook (wiring.py)."""
 
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from services.master.domain.states import (
     TERMINAL,
     RunState,
     can_experiment,
+    check_experiment,
     is_stopping,
 )
 from services.master.domain.topics import experiment_topic
@@ -52,30 +56,41 @@ def _publish(ctx: MasterContext, w: Work, exp: models.Experiment) -> None:
     w.later(lambda: ctx.topics.publish(topic))
 
 
-def _move(exp: models.Experiment, target: RunState, verb: str) -> None:
+def transition(ctx: MasterContext, w: Work, exp: models.Experiment, target: RunState, reason: str) -> None:
+    """Every change of an experiment's state: checked against the table (InvalidTransition
+    otherwise), stamped, logged with its reason and published."""
+    previous = exp.state
+    check_experiment(previous, target)
+    exp.state = target
+    if target in TERMINAL:
+        exp.end_time = utcnow()
+        if target == S.COMPLETED:
+            exp.progress = 1.0
+    _publish(ctx, w, exp)
+    log.info("experiment state", experiment_id=exp.id, previous=previous, state=target.value, reason=reason)
+
+
+def _move(ctx: MasterContext, w: Work, exp: models.Experiment, target: RunState, verb: str) -> None:
+    """A user's request: a move the table forbids is refused with a message, not an error."""
     if not can_experiment(exp.state, target):
         raise FailedPrecondition(f"experiment {exp.id} is {exp.state}; it cannot be {verb}")
-    exp.state = target
+    transition(ctx, w, exp, target, f"{verb} by a user")
 
 
 def pause(ctx: MasterContext, w: Work, exp: models.Experiment) -> None:
     if exp.state == S.PAUSED:
         return
-    _move(exp, S.PAUSED, "paused")
+    _move(ctx, w, exp, S.PAUSED, "paused")
     for trial in _trials(w, exp):
         trial_lifecycle.pause(ctx, w, trial)
-    _publish(ctx, w, exp)
-    log.info("experiment paused", experiment_id=exp.id)
 
 
 def activate(ctx: MasterContext, w: Work, exp: models.Experiment) -> None:
     if exp.state == S.ACTIVE:
         return
-    _move(exp, S.ACTIVE, "activated")
+    _move(ctx, w, exp, S.ACTIVE, "activated")
     for trial in _trials(w, exp):
         trial_lifecycle.activate(ctx, w, trial, exp)
-    _publish(ctx, w, exp)
-    log.info("experiment activated", experiment_id=exp.id)
 
 
 def _stop(ctx: MasterContext, w: Work, exp: models.Experiment, target: RunState, verb: str) -> None:
@@ -83,11 +98,9 @@ def _stop(ctx: MasterContext, w: Work, exp: models.Experiment, target: RunState,
         raise FailedPrecondition(f"experiment {exp.id} is {exp.state}; it cannot be {verb}")
     if exp.state == target or (target == S.STOPPING_CANCELED and exp.state == S.STOPPING_KILLED):
         return
-    _move(exp, target, verb)
+    _move(ctx, w, exp, target, verb)
     for trial in _trials(w, exp):
         trial_lifecycle.stop(ctx, w, trial, exp, target)
-    _publish(ctx, w, exp)
-    log.info("experiment stopping", experiment_id=exp.id, state=target.value)
     maybe_finish(ctx, w, exp)
 
 
@@ -107,9 +120,7 @@ def shutdown_search(
         maybe_finish(ctx, w, exp)
         return
     target = S.STOPPING_ERROR if failure else S.STOPPING_CANCELED if cancel else S.STOPPING_COMPLETED
-    exp.state = target
-    _publish(ctx, w, exp)
-    log.info("search finished", experiment_id=exp.id, state=target.value)
+    transition(ctx, w, exp, target, "the search is over")
     maybe_finish(ctx, w, exp)
 
 
@@ -118,10 +129,7 @@ def maybe_finish(ctx: MasterContext, w: Work, exp: models.Experiment) -> None:
     if not is_stopping(exp.state) or trial_lifecycle.live_trial_count(w, exp.id) > 0:
         return
     target = STOPPING_TO_TERMINAL[RunState(exp.state)]
-    exp.state = target
-    exp.end_time = utcnow()
-    if target == S.COMPLETED:
-        exp.progress = 1.0
+    transition(ctx, w, exp, target, "no trial is left running")
     # The search is over: its pending events and snapshot have no further use.
     w.session.execute(delete(models.SearcherEvent).where(models.SearcherEvent.experiment_id == exp.id))
     w.session.execute(delete(models.SearcherSnapshot).where(models.SearcherSnapshot.experiment_id == exp.id))
@@ -129,8 +137,11 @@ def maybe_finish(ctx: MasterContext, w: Work, exp: models.Experiment) -> None:
     w.later(lambda: close_search_session(ctx, session_id, config))
     for hook in ctx.experiment_end_hooks:
         hook(w, exp)
-    _publish(ctx, w, exp)
-    log.info("experiment ended", experiment_id=exp.id, state=target.value)
+
+
+def on_trial_end(ctx: MasterContext, w: Work, trial: models.Trial) -> None:
+    """One of the experiment's trials ended (registered as a trial-end hook by wiring.py)."""
+    maybe_finish(ctx, w, w.session.get_one(models.Experiment, trial.experiment_id))
 
 
 def close_search_session(ctx: MasterContext, session_id: str, config: dict[str, Any]) -> None:
@@ -153,5 +164,4 @@ def set_archived(w: Work, exp: models.Experiment, archived: bool) -> None:
 def mark_deleting(ctx: MasterContext, w: Work, exp: models.Experiment) -> None:
     if exp.state not in TERMINAL:
         raise FailedPrecondition(f"experiment {exp.id} is {exp.state}: cancel or kill it before deleting it")
-    exp.state = S.DELETING
-    _publish(ctx, w, exp)
+    transition(ctx, w, exp, S.DELETING, "deleted by a user")

@@ -18,7 +18,7 @@ from sqlalchemy import func, select, update
 from cairn.searcher.v1 import searcher_pb2 as spb
 from services.common.logging import get_logger
 from services.common.principal import Principal
-from services.master.domain import trials as trial_lifecycle
+from services.master.domain import searcher_outbox
 from services.master.domain.clock import utcnow
 from services.master.domain.context import MasterContext, Work
 from services.master.domain.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
@@ -131,7 +131,7 @@ def _record_validation(
         )
         numeric = {k: v for k, v in row.metrics.items() if isinstance(v, (int, float, str, bool))}
         event.validation_completed.metrics.update(numeric)
-        trial_lifecycle.enqueue_searcher_event(ctx, w, exp.id, event)
+        searcher_outbox.enqueue(ctx, w, exp.id, event)
 
 
 def _time_unit(searcher: dict[str, Any]) -> str:
@@ -179,7 +179,7 @@ def forward_operation_result(
         validation_completed=spb.ValidationCompleted(request_id=trial.request_id, steps_completed=length)
     )
     event.validation_completed.metrics.update(metrics)
-    trial_lifecycle.enqueue_searcher_event(ctx, w, exp.id, event)
+    searcher_outbox.enqueue(ctx, w, exp.id, event)
     log.info("searcher result taken from the completed operation", trial_id=trial.id, length=length)
     return True
 
@@ -352,7 +352,7 @@ def report_progress(ctx: MasterContext, principal: Principal, trial_id: int, pro
             event = spb.SearcherEvent(
                 trial_progress=spb.TrialProgress(request_id=trial.request_id, progress=progress)
             )
-            trial_lifecycle.enqueue_searcher_event(ctx, w, exp.id, event)
+            searcher_outbox.enqueue(ctx, w, exp.id, event)
 
 
 # Determined's harness sets a word or two ("training", "validating"); anything longer is refused.
@@ -390,7 +390,7 @@ def report_early_exit(ctx: MasterContext, principal: Principal, trial_id: int, r
         exp = w.session.get_one(models.Experiment, trial.experiment_id)
         event = spb.SearcherEvent(
             trial_exited_early=spb.TrialExitedEarly(
-                request_id=trial.request_id, reason=trial_lifecycle.EARLY_EXIT_EVENT_REASONS[reason]
+                request_id=trial.request_id, reason=searcher_outbox.EARLY_EXIT_EVENT_REASONS[reason]
             )
         )
-        trial_lifecycle.enqueue_searcher_event(ctx, w, exp.id, event)
+        searcher_outbox.enqueue(ctx, w, exp.id, event)

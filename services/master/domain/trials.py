@@ -5,6 +5,10 @@ paused one waits; a trial the searcher stopped, or whose code exited early on pu
 an infrastructure failure retries without counting; an error counts against max_restarts; a clean
 exit completes the trial — except where the searcher gave the trial a target (halving searches):
 a trial that reached it waits idle for the searcher's verdict, to be sent on or stopped.
+
+Every state change goes through `transition`. This module commands allocations (it imports them);
+it hears of their ends, and tells its experiment of its own end, through the context's hooks
+(wiring.py), so it never imports the experiment lifecycle.
 """
 
 from __future__ import annotations
@@ -13,8 +17,7 @@ from sqlalchemy import func, select
 
 from cairn.searcher.v1 import searcher_pb2 as spb
 from services.common.logging import get_logger
-from services.master.domain import allocations
-from services.master.domain import experiments as experiment_lifecycle
+from services.master.domain import allocations, searcher_outbox
 from services.master.domain.clock import utcnow
 from services.master.domain.context import MasterContext, Work
 from services.master.domain.states import (
@@ -32,20 +35,28 @@ log = get_logger(__name__)
 
 S = RunState
 
-EARLY_EXIT_EVENT_REASONS = {
-    "INVALID_HP": spb.TrialExitedEarly.REASON_INVALID_HP,
-    "INIT_INVALID_HP": spb.TrialExitedEarly.REASON_INIT_INVALID_HP,
-    "USER_REQUESTED_STOP": spb.TrialExitedEarly.REASON_USER_CANCELED,
-}
 
-
-def enqueue_searcher_event(ctx: MasterContext, w: Work, experiment_id: int, event: spb.SearcherEvent) -> None:
-    w.session.add(
-        models.SearcherEvent(
-            experiment_id=experiment_id, payload=event.SerializeToString(), created_at=utcnow()
-        )
-    )
-    w.later(ctx.pump_wakeup.set)
+def transition(ctx: MasterContext, w: Work, trial: models.Trial, target: RunState, reason: str) -> None:
+    """Every change of a trial's state: checked against the table (InvalidTransition otherwise),
+    stamped, logged with its reason and published; a terminal state tells the hooks (the
+    experiment may end)."""
+    previous = trial.state
+    check_trial(previous, target)
+    trial.state = target
+    if target in TERMINAL:
+        trial.end_time = utcnow()
+        if target == S.COMPLETED:
+            trial.progress = 1.0
+    topic = trial_topic(trial.id)
+    w.later(lambda: ctx.topics.publish(topic))
+    log.info("trial state", trial_id=trial.id, previous=previous, state=target.value, reason=reason)
+    if target in TERMINAL:
+        if not ctx.trial_end_hooks:
+            raise RuntimeError(
+                "the master's lifecycles are not connected: call wiring.connect(ctx) at start-up"
+            )
+        for hook in ctx.trial_end_hooks:
+            hook(w, trial)
 
 
 def awaiting_verdict(trial: models.Trial) -> bool:
@@ -69,6 +80,7 @@ def _max_restarts(exp: models.Experiment) -> int:
 def on_allocation_exit(
     ctx: MasterContext, w: Work, alloc: models.Allocation, outcome: allocations.Outcome
 ) -> None:
+    """An allocation of the trial ended (registered as an allocation-exit hook by wiring.py)."""
     trial = w.session.get_one(models.Trial, alloc.trial_id)
     exp = w.session.get_one(models.Experiment, trial.experiment_id)
     state = RunState(trial.state)
@@ -77,19 +89,23 @@ def on_allocation_exit(
         target = STOPPING_TO_TERMINAL[state]
         if outcome == Outcome.ERROR and state == S.STOPPING_COMPLETED:
             target = S.ERROR
-        finish(ctx, w, trial, exp, target)
+        finish(ctx, w, trial, exp, target, f"stopped; its allocation ended: {outcome.value}")
         return
     if state != S.ACTIVE:
         return  # PAUSED: resumes on activate; terminal: nothing left to do
     if trial.searcher_stopped or trial.early_exit_reason:
-        finish(ctx, w, trial, exp, S.COMPLETED)
+        why = (
+            "stopped by the searcher"
+            if trial.searcher_stopped
+            else f"exited early: {trial.early_exit_reason}"
+        )
+        finish(ctx, w, trial, exp, S.COMPLETED, why)
         return
     if outcome == Outcome.ERROR:
         # As in Determined: max_restarts 2 means three runs in all, and the trial ends with restarts=2.
         limit = _max_restarts(exp)
         if trial.restarts >= limit:
-            log.info("trial failed too often", trial_id=trial.id, restarts=trial.restarts, max_restarts=limit)
-            finish(ctx, w, trial, exp, S.ERROR)
+            finish(ctx, w, trial, exp, S.ERROR, f"failed {trial.restarts + 1} times (max_restarts {limit})")
             return
         trial.restarts += 1
         log.info("restarting trial", trial_id=trial.id, restarts=trial.restarts, max_restarts=limit)
@@ -104,7 +120,7 @@ def on_allocation_exit(
     if promoted_while_exiting(trial, alloc):
         ensure_running(ctx, w, trial, exp)
         return
-    finish(ctx, w, trial, exp, S.COMPLETED)
+    finish(ctx, w, trial, exp, S.COMPLETED, "its code exited 0")
 
 
 def promoted_while_exiting(trial: models.Trial, alloc: models.Allocation) -> bool:
@@ -115,37 +131,29 @@ def promoted_while_exiting(trial: models.Trial, alloc: models.Allocation) -> boo
 
 
 def finish(
-    ctx: MasterContext, w: Work, trial: models.Trial, exp: models.Experiment, target: RunState
+    ctx: MasterContext, w: Work, trial: models.Trial, exp: models.Experiment, target: RunState, reason: str
 ) -> None:
     """Move the trial to a terminal state and tell the searcher."""
     if trial.state in TERMINAL:
         return
-    check_trial(trial.state, target)
-    trial.state = target
-    trial.end_time = utcnow()
-    if target == S.COMPLETED:
-        trial.progress = 1.0
     if target == S.CANCELED:
         event = spb.SearcherEvent(
             trial_exited_early=spb.TrialExitedEarly(
                 request_id=trial.request_id, reason=spb.TrialExitedEarly.REASON_USER_CANCELED
             )
         )
-        enqueue_searcher_event(ctx, w, exp.id, event)
+        searcher_outbox.enqueue(ctx, w, exp.id, event)
     elif target == S.ERROR:
         event = spb.SearcherEvent(
             trial_exited_early=spb.TrialExitedEarly(
                 request_id=trial.request_id, reason=spb.TrialExitedEarly.REASON_ERRORED
             )
         )
-        enqueue_searcher_event(ctx, w, exp.id, event)
-    enqueue_searcher_event(
+        searcher_outbox.enqueue(ctx, w, exp.id, event)
+    searcher_outbox.enqueue(
         ctx, w, exp.id, spb.SearcherEvent(trial_exited=spb.TrialExited(request_id=trial.request_id))
     )
-    topic = trial_topic(trial.id)
-    w.later(lambda: ctx.topics.publish(topic))
-    log.info("trial ended", trial_id=trial.id, experiment_id=exp.id, state=target.value)
-    experiment_lifecycle.maybe_finish(ctx, w, exp)
+    transition(ctx, w, trial, target, reason)
 
 
 def stop(ctx: MasterContext, w: Work, trial: models.Trial, exp: models.Experiment, target: RunState) -> None:
@@ -155,13 +163,10 @@ def stop(ctx: MasterContext, w: Work, trial: models.Trial, exp: models.Experimen
         return
     if is_stopping(current) and STOPPING_SEVERITY.index(target) <= STOPPING_SEVERITY.index(current):
         return  # a stop can only become more severe
-    check_trial(current, target)
-    trial.state = target
-    topic = trial_topic(trial.id)
-    w.later(lambda: ctx.topics.publish(topic))
+    transition(ctx, w, trial, target, "stop requested")
     alloc = allocations.live_allocation(w, trial.id)
     if alloc is None:
-        finish(ctx, w, trial, exp, STOPPING_TO_TERMINAL[target])
+        finish(ctx, w, trial, exp, STOPPING_TO_TERMINAL[target], "stopped with nothing running")
         return
     if target in (S.STOPPING_KILLED, S.STOPPING_ERROR):
         allocations.request_kill(ctx, w, alloc, grace_seconds=0, reason=f"trial {target.value.lower()}")
@@ -173,7 +178,7 @@ def stop(ctx: MasterContext, w: Work, trial: models.Trial, exp: models.Experimen
 def pause(ctx: MasterContext, w: Work, trial: models.Trial) -> None:
     if trial.state != S.ACTIVE:
         return
-    trial.state = S.PAUSED
+    transition(ctx, w, trial, S.PAUSED, "experiment paused")
     alloc = allocations.live_allocation(w, trial.id)
     if alloc is not None:
         allocations.request_preempt(ctx, w, alloc, "experiment paused")
@@ -182,7 +187,7 @@ def pause(ctx: MasterContext, w: Work, trial: models.Trial) -> None:
 def activate(ctx: MasterContext, w: Work, trial: models.Trial, exp: models.Experiment) -> None:
     if trial.state != S.PAUSED:
         return
-    trial.state = S.ACTIVE
+    transition(ctx, w, trial, S.ACTIVE, "experiment activated")
     ensure_running(ctx, w, trial, exp)
 
 

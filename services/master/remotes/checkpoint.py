@@ -6,20 +6,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import grpc
-from google.protobuf import struct_pb2
 
 from cairn.checkpoint.v1 import checkpoint_pb2 as pb
 from cairn.checkpoint.v1 import checkpoint_pb2_grpc
 from services.common.channels import internal_channel
+from services.master.domain.ports import storage_struct
 from services.master.remotes.errors import translate
 
 CALL_TIMEOUT_S = 120.0
-
-
-def storage_struct(storage: dict[str, Any]) -> struct_pb2.Struct:
-    result = struct_pb2.Struct()
-    result.update(storage)
-    return result
 
 
 class CheckpointClient:

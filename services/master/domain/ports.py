@@ -1,0 +1,59 @@
+"""What the master's domain needs from the other services, as protocols: the gRPC clients in
+remotes/ implement them for a running cluster, and the domain's in-process tests implement them with
+the scheduler's and searcher's own domain code. So domain code imports no gRPC, and its tests need
+no other process."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from google.protobuf import struct_pb2
+
+from cairn.checkpoint.v1 import checkpoint_pb2 as cpb
+from cairn.scheduler.v1 import scheduler_pb2 as schpb
+from cairn.searcher.v1 import searcher_pb2 as spb
+
+
+class Scheduler(Protocol):
+    """Placement decisions (SchedulerService). Raises DomainError when it cannot be asked."""
+
+    def schedule(self, request: schpb.ScheduleRequest) -> schpb.ScheduleResponse: ...
+
+
+class Searcher(Protocol):
+    """One searcher's sessions (SearcherService). Raises NotFound / FailedPrecondition /
+    InvalidArgument / Unavailable as the service answers."""
+
+    def start(self, session_id: str, spec: spb.SearchSpec) -> spb.SearcherResponse: ...
+
+    def handle(self, session_id: str, after_seq: int, event: spb.SearcherEvent) -> spb.SearcherResponse: ...
+
+    def restore(self, session_id: str, spec: spb.SearchSpec, snapshot: spb.Snapshot) -> None: ...
+
+    def close(self, session_id: str) -> None: ...
+
+    def preview(self, spec: spb.SearchSpec) -> spb.PreviewSearchResponse: ...
+
+
+class Searchers(Protocol):
+    """Which searcher runs an experiment's search (the built-in one, a custom one, a plug-in)."""
+
+    def for_config(self, config: Mapping[str, Any]) -> Searcher: ...
+
+
+class CheckpointService(Protocol):
+    """Checkpoint files in storage (CheckpointService): deletion and garbage collection."""
+
+    def collect_garbage(self, request: cpb.CollectGarbageRequest) -> cpb.CollectGarbageResponse: ...
+
+    def delete(
+        self, storage: dict[str, Any], uuids: list[str], globs: list[str] | None = None
+    ) -> cpb.DeleteResponse: ...
+
+
+def storage_struct(storage: Mapping[str, Any]) -> struct_pb2.Struct:
+    """A checkpoint_storage section as the checkpoint service's contract carries it."""
+    result = struct_pb2.Struct()
+    result.update(dict(storage))
+    return result
