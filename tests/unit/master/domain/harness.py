@@ -1,0 +1,307 @@
+"""The master's domain in one process: a real MasterContext on SQLite, wired as the master wires it,
+with the scheduler's and searcher's own domain code behind the domain's ports, and a hub that
+records what would go to agents instead of sending it. Tests drive it step by step: a scheduling
+pass, the searcher pump, an agent's report, with nothing running in the background."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from sqlalchemy import select
+
+from cairn.agent.v1 import agent_pb2 as apb
+from cairn.scheduler.v1 import scheduler_pb2 as schpb
+from cairn.searcher.v1 import searcher_pb2 as spb
+from services.common.principal import Principal
+from services.master.domain import agents, allocations, creation, metrics, wiring
+from services.master.domain.agent_hub import AgentHub
+from services.master.domain.auth import AuthService
+from services.master.domain.context import MasterContext
+from services.master.domain.errors import FailedPrecondition, InvalidArgument, NotFound
+from services.master.domain.model_definition import ContextFile
+from services.master.domain.scheduling import SchedulingLoop
+from services.master.domain.searcher_pump import SearcherPump
+from services.master.settings import Settings
+from services.master.store import models
+from services.master.store.db import Database
+from services.scheduler.convert import decision_to_proto, state_from_proto
+from services.scheduler.domain.schedule import schedule
+from services.searcher import convert as searcher_convert
+from services.searcher.domain.errors import SearcherError
+from services.searcher.domain.preview import preview
+from services.searcher.domain.registry import builtin_registry
+from services.searcher.domain.sessions import SessionManager
+
+
+class RecordingHub(AgentHub):
+    """Agents that are "connected" by the test, and every command the master sends them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.connected: set[str] = set()
+        self.sent: list[tuple[str, apb.MasterMessage]] = []
+
+    def send(self, agent_id: str, message: apb.MasterMessage) -> None:
+        self.sent.append((agent_id, message))
+
+    def connected_ids(self) -> set[str]:
+        return set(self.connected)
+
+    def commands(self, kind: str) -> list[tuple[str, Any]]:
+        """(agent, command) for every command of `kind` ("start", "kill") sent so far."""
+        return [(agent, getattr(m, kind)) for agent, m in self.sent if m.WhichOneof("msg") == kind]
+
+
+class InProcessScheduler:
+    """The scheduler service's decision function, behind the domain's Scheduler port."""
+
+    def schedule(self, request: schpb.ScheduleRequest) -> schpb.ScheduleResponse:
+        return decision_to_proto(schedule(state_from_proto(request)))
+
+
+_SEARCHER_ERRORS = {"NOT_FOUND": NotFound, "FAILED_PRECONDITION": FailedPrecondition}
+
+
+class InProcessSearcher:
+    """The searcher service's session table, behind the domain's Searcher port. `restart()` forgets
+    every session, as a restarted searcher process would."""
+
+    def __init__(self) -> None:
+        self.registry = builtin_registry()
+        self.sessions = SessionManager(self.registry)
+
+    def restart(self) -> None:
+        self.sessions = SessionManager(self.registry)
+
+    def _call(self, fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except SearcherError as exc:
+            raise _SEARCHER_ERRORS.get(exc.kind, InvalidArgument)(str(exc)) from None
+
+    def start(self, session_id: str, spec: spb.SearchSpec) -> spb.SearcherResponse:
+        answer = self._call(self.sessions.start, session_id, searcher_convert.spec_from_proto(spec))
+        return searcher_convert.answer_to_proto(answer)
+
+    def handle(self, session_id: str, after_seq: int, event: spb.SearcherEvent) -> spb.SearcherResponse:
+        converted = searcher_convert.event_from_proto(event)
+        return searcher_convert.answer_to_proto(
+            self._call(self.sessions.handle, session_id, after_seq, converted)
+        )
+
+    def restore(self, session_id: str, spec: spb.SearchSpec, snapshot: spb.Snapshot) -> None:
+        self._call(
+            self.sessions.restore,
+            session_id,
+            searcher_convert.spec_from_proto(spec),
+            searcher_convert.snapshot_from_proto(snapshot),
+        )
+
+    def close(self, session_id: str) -> None:
+        self._call(self.sessions.close, session_id)
+
+    def preview(self, spec: spb.SearchSpec) -> spb.PreviewSearchResponse:
+        return searcher_convert.preview_to_proto(
+            preview(searcher_convert.spec_from_proto(spec), self.registry)
+        )
+
+
+@dataclass
+class InProcessSearchers:
+    searcher: InProcessSearcher = field(default_factory=InProcessSearcher)
+
+    def for_config(self, config: Mapping[str, Any]) -> InProcessSearcher:
+        return self.searcher
+
+
+BASE_CONFIG: dict[str, Any] = {
+    "name": "domain",
+    "entrypoint": "python3 train.py",
+    "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": 10}},
+    "max_restarts": 1,
+}
+
+
+def config_text(**overrides: Any) -> str:
+    config = {**BASE_CONFIG, **overrides}
+    return yaml.safe_dump(config)
+
+
+class Master:
+    """The domain with its loops driven by hand."""
+
+    def __init__(self, state_dir: Path, *, pools: Iterable[Any] = ()) -> None:
+        settings = Settings(state_dir=state_dir, db_url=f"sqlite:///{state_dir / 'master.db'}")
+        if pools:
+            settings = Settings(state_dir=state_dir, db_url=settings.db_url, pools=tuple(pools))
+        state_dir.mkdir(parents=True, exist_ok=True)
+        self.db = Database(settings.database_url)
+        self.db.migrate()
+        self.hub = RecordingHub()
+        self.searchers = InProcessSearchers()
+        self.ctx = MasterContext(
+            settings=settings,
+            db=self.db,
+            searchers=self.searchers,
+            scheduler=InProcessScheduler(),
+            hub=self.hub,
+            master_id=uuid.uuid4().hex,
+            cluster_id="test-cluster",
+        )
+        wiring.connect(self.ctx)
+        AuthService(self.db, 3600).ensure_builtin_users()
+        with self.db.read() as s:
+            admin = s.scalar(select(models.User).where(models.User.username == "admin"))
+            assert admin is not None
+            self.admin = Principal(user_id=admin.id, username=admin.username, admin=True)
+        self.scheduling = SchedulingLoop(self.ctx)
+        self.pump = SearcherPump(self.ctx)
+
+    def close(self) -> None:
+        self.db.dispose()
+
+    # -- the cluster ------------------------------------------------------------------------------
+    def add_agent(self, agent_id: str, slots: int = 1, address: str = "") -> None:
+        hello = apb.Hello(
+            agent_id=agent_id,
+            resource_pool="default",
+            hostname=agent_id,
+            addresses=[address] if address else [],
+            slots=[
+                apb.Slot(id=str(i), type=apb.DEVICE_TYPE_CPU, uuid=f"{agent_id}-{i}") for i in range(slots)
+            ],
+            runtime="process",
+        )
+        agents.register(self.ctx, hello)
+        self.hub.connected.add(agent_id)
+
+    def create(self, text: str | None = None, **overrides: Any) -> int:
+        request = creation.CreateRequest(
+            config_text=text or config_text(**overrides),
+            files=[
+                ContextFile(path="train.py", type=ord("0"), content=b"print('hi')\n", mtime=0, mode=0o644)
+            ],
+            activate=True,
+            validate_only=False,
+        )
+        created = creation.create(self.ctx, self.admin, request)
+        assert created.experiment_id is not None
+        self.settle()
+        return created.experiment_id
+
+    def settle(self, passes: int = 10) -> None:
+        """Deliver searcher events and run scheduling passes until nothing moves (bounded)."""
+        for _ in range(passes):
+            before = (len(self.hub.sent), self._events())
+            self.pump.deliver_all()
+            self.scheduling.run_pass()
+            if (len(self.hub.sent), self._events()) == before:
+                return
+
+    def _events(self) -> int:
+        with self.db.read() as s:
+            return len(list(s.scalars(select(models.SearcherEvent.id))))
+
+    # -- what agents would report ----------------------------------------------------------------
+    def container_state(
+        self,
+        container_id: str,
+        state: int,
+        *,
+        exit_code: int | None = None,
+        failure: int = apb.FAILURE_TYPE_UNSPECIFIED,
+        message: str = "",
+    ) -> None:
+        change = apb.ContainerStateChanged(
+            container_id=container_id, state=state, failure_type=failure, message=message
+        )
+        if exit_code is not None:
+            change.exit_code = exit_code
+        with self.ctx.unit_of_work() as w:
+            allocations.on_container_state(self.ctx, w, change)
+        self.settle()
+
+    def run_containers(self, allocation_id: str) -> list[str]:
+        """Every container of the allocation reports RUNNING; returns their ids by rank."""
+        ids = [c.id for c in self.containers(allocation_id)]
+        for container_id in ids:
+            self.container_state(container_id, apb.CONTAINER_STATE_RUNNING)
+        return ids
+
+    def exit(self, container_id: str, code: int, failure: int = apb.FAILURE_TYPE_CONTAINER_FAILED) -> None:
+        if code == 0 and failure == apb.FAILURE_TYPE_CONTAINER_FAILED:
+            failure = apb.FAILURE_TYPE_UNSPECIFIED
+        self.container_state(container_id, apb.CONTAINER_STATE_TERMINATED, exit_code=code, failure=failure)
+
+    def lose(self, container_id: str) -> None:
+        """The container's agent went away for good."""
+        with self.ctx.unit_of_work() as w:
+            container = w.session.get_one(models.Container, container_id)
+            allocations.fail_container_lost(self.ctx, w, container, "agent lost")
+        self.settle()
+
+    def report(
+        self, trial_id: int, run_id: int, group: str, steps: int, seq: int | None, **values: float
+    ) -> int:
+        result = metrics.report(
+            self.ctx, self.admin, trial_id, run_id, [metrics.Report(group, steps, dict(values), seq=seq)]
+        )
+        self.settle()
+        return result.stored
+
+    # -- reading back ------------------------------------------------------------------------------
+    def experiment(self, experiment_id: int) -> models.Experiment:
+        with self.db.read() as s:
+            return s.get_one(models.Experiment, experiment_id)
+
+    def trials(self, experiment_id: int) -> list[models.Trial]:
+        with self.db.read() as s:
+            return list(
+                s.scalars(
+                    select(models.Trial)
+                    .where(models.Trial.experiment_id == experiment_id)
+                    .order_by(models.Trial.id)
+                )
+            )
+
+    def allocations(self, trial_id: int) -> list[models.Allocation]:
+        with self.db.read() as s:
+            return list(
+                s.scalars(
+                    select(models.Allocation)
+                    .where(models.Allocation.trial_id == trial_id)
+                    .order_by(models.Allocation.run_id)
+                )
+            )
+
+    def live(self, trial_id: int) -> models.Allocation:
+        found = [a for a in self.allocations(trial_id) if a.state != "TERMINATED"]
+        assert len(found) == 1, [(a.id, a.state) for a in self.allocations(trial_id)]
+        return found[0]
+
+    def containers(self, allocation_id: str) -> list[models.Container]:
+        with self.db.read() as s:
+            return list(
+                s.scalars(
+                    select(models.Container)
+                    .where(models.Container.allocation_id == allocation_id)
+                    .order_by(models.Container.rank)
+                )
+            )
+
+    def stored_steps(self, trial_id: int, group: str = "training", archived: bool = False) -> list[int]:
+        with self.db.read() as s:
+            return sorted(
+                s.scalars(
+                    select(models.Metric.steps_completed).where(
+                        models.Metric.trial_id == trial_id,
+                        models.Metric.group_name == group,
+                        models.Metric.archived.is_(archived),
+                    )
+                )
+            )

@@ -1,0 +1,147 @@
+"""Pause, activate and kill in order; metric reports stored once and archived past a restart's
+checkpoint; the searcher pump restoring a session after the searcher lost it; scheduling decisions
+that the cluster overtook; and the transition tables refusing forbidden moves."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import select
+
+from cairn.agent.v1 import agent_pb2 as apb
+from cairn.scheduler.v1 import scheduler_pb2 as schpb
+from services.master.domain import allocations, experiments, trials
+from services.master.domain.states import AllocationState, InvalidTransition, RunState
+from services.master.store import models
+from tests.unit.master.domain.harness import Master
+
+
+def test_pause_is_graceful_activate_resumes_and_kill_wins(master: Master) -> None:
+    master.add_agent("a1")
+    experiment_id = master.create()
+    (trial,) = master.trials(experiment_id)
+    (container,) = master.run_containers(master.live(trial.id).id)
+
+    with master.ctx.unit_of_work() as w:
+        experiments.pause(master.ctx, w, experiments.load(w, experiment_id))
+    alloc = master.live(trial.id)
+    assert alloc.preempt_requested and not alloc.kill_requested  # a preemption, not a kill
+    assert master.trials(experiment_id)[0].state == "PAUSED"
+    with master.ctx.unit_of_work() as w:  # the code hears it and acknowledges
+        w.session.get_one(models.Allocation, alloc.id).preempt_acked = True
+    master.exit(container, 0)
+    trial = master.trials(experiment_id)[0]
+    assert (trial.state, trial.restarts, trial.run_id) == ("PAUSED", 0, 1)
+
+    with master.ctx.unit_of_work() as w:
+        experiments.activate(master.ctx, w, experiments.load(w, experiment_id))
+    master.settle()
+    resumed = master.live(trial.id)
+    assert resumed.run_id == 2
+    (container,) = master.run_containers(resumed.id)
+
+    with master.ctx.unit_of_work() as w:
+        experiments.kill(master.ctx, w, experiments.load(w, experiment_id))
+    killed = master.live(trial.id)
+    assert killed.kill_requested and killed.state == "TERMINATING"
+    assert master.hub.commands("kill")[-1][1].container_id == container
+    master.exit(container, 137, apb.FAILURE_TYPE_KILLED)
+    trial = master.trials(experiment_id)[0]
+    assert (trial.state, trial.restarts) == ("CANCELED", 0)
+    assert master.experiment(experiment_id).state == "CANCELED"
+
+
+def test_reports_are_stored_once_and_a_restart_archives_what_its_checkpoint_lost(master: Master) -> None:
+    master.add_agent("a1")
+    experiment_id = master.create(max_restarts=1)
+    (trial,) = master.trials(experiment_id)
+    (container,) = master.run_containers(master.live(trial.id).id)
+    for step in (1, 2, 3, 4):
+        assert master.report(trial.id, 1, "training", step, step, loss=1.0 / step) == 1
+    assert master.report(trial.id, 1, "training", 2, 2, loss=0.5) == 0  # a resend: stored once
+    master.exit(container, 1)
+    (container,) = master.run_containers(master.live(trial.id).id)
+    # The second run resumed from a checkpoint at step 2 and reports step 3 again.
+    master.report(trial.id, 2, "training", 3, 1, loss=0.3)
+    assert master.stored_steps(trial.id) == [1, 2, 3]
+    assert master.stored_steps(trial.id, archived=True) == [3, 4]
+
+
+def test_the_pump_restores_a_session_the_searcher_lost(master: Master) -> None:
+    master.add_agent("a1")
+    experiment_id = master.create(
+        searcher={
+            "name": "random",
+            "metric": "loss",
+            "max_trials": 2,
+            "max_concurrent_trials": 1,
+            "max_length": {"batches": 10},
+        },
+        hyperparameters={"x": {"type": "double", "minval": 0, "maxval": 1}},
+    )
+    first = master.trials(experiment_id)
+    assert len(first) == 1  # one at a time
+    master.searchers.searcher.restart()  # the searcher process restarted and lost the session
+    session_id = master.experiment(experiment_id).searcher_session_id
+    assert session_id not in master.searchers.searcher.sessions
+    (container,) = master.run_containers(master.live(first[0].id).id)
+    master.report(first[0].id, 1, "validation", 10, 1, loss=0.4)
+    master.exit(container, 0)
+    trials_now = master.trials(experiment_id)
+    assert trials_now[0].state == "COMPLETED"
+    assert len(trials_now) == 2  # the search went on from the stored snapshot
+    assert session_id in master.searchers.searcher.sessions
+
+
+def test_a_decision_the_cluster_overtook_is_not_applied(master: Master) -> None:
+    master.add_agent("a1")
+    experiment_id = master.create()
+    (trial,) = master.trials(experiment_id)
+    placed = master.live(trial.id)
+    # A decision taken for this allocation before it was placed: it is no longer pending.
+    stale = schpb.ScheduleResponse(
+        assignments=[
+            schpb.Assignment(
+                allocation_id=placed.id, placements=[schpb.Placement(agent_id="a1", slot_ids=["0"])]
+            )
+        ]
+    )
+    starts = len(master.hub.commands("start"))
+    master.scheduling._apply(stale)
+    assert len(master.hub.commands("start")) == starts
+    # And one for a slot another allocation holds is not applied either.
+    other = master.create()
+    (waiting_trial,) = master.trials(other)
+    waiting = master.live(waiting_trial.id)
+    assert waiting.state == "PENDING"
+    master.scheduling._apply(
+        schpb.ScheduleResponse(
+            assignments=[
+                schpb.Assignment(
+                    allocation_id=waiting.id, placements=[schpb.Placement(agent_id="a1", slot_ids=["0"])]
+                )
+            ]
+        )
+    )
+    assert master.live(waiting_trial.id).state == "PENDING"
+    assert len(master.hub.commands("start")) == starts
+
+
+def test_the_tables_refuse_forbidden_moves(master: Master) -> None:
+    master.add_agent("a1")
+    experiment_id = master.create()
+    (trial,) = master.trials(experiment_id)
+    (container,) = master.run_containers(master.live(trial.id).id)
+    master.exit(container, 0)
+    with master.ctx.unit_of_work() as w:
+        exp = w.session.get_one(models.Experiment, experiment_id)
+        done = w.session.get_one(models.Trial, trial.id)
+        with pytest.raises(InvalidTransition, match="experiment cannot go from COMPLETED to ACTIVE"):
+            experiments.transition(master.ctx, w, exp, RunState.ACTIVE, "test")
+        with pytest.raises(InvalidTransition, match="trial cannot go from COMPLETED to ACTIVE"):
+            trials.transition(master.ctx, w, done, RunState.ACTIVE, "test")
+        ended = w.session.scalars(
+            select(models.Allocation).where(models.Allocation.trial_id == trial.id)
+        ).one()
+        # Allocations only move forward: a late report of an earlier state is refused.
+        assert not allocations.transition(master.ctx, w, ended, AllocationState.RUNNING, "late report")
+        assert ended.state == "TERMINATED"

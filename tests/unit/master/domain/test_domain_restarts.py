@@ -1,0 +1,78 @@
+"""How an allocation's end is read and what follows for its trial: failures count against
+max_restarts once per allocation whatever its slots, infrastructure failures do not, and a trial
+that always fails ends in ERROR after max_restarts + 1 runs (the multi-slot restart loop that once
+burned a cluster)."""
+
+from __future__ import annotations
+
+from cairn.agent.v1 import agent_pb2 as apb
+from tests.unit.master.domain.harness import Master
+
+
+def test_a_failing_single_slot_trial_errors_after_max_restarts_plus_one_runs(master: Master) -> None:
+    master.add_agent("a1")
+    experiment_id = master.create(max_restarts=2)
+    (trial,) = master.trials(experiment_id)
+    for run in (1, 2, 3):
+        alloc = master.live(trial.id)
+        assert alloc.run_id == run
+        (container,) = master.run_containers(alloc.id)
+        master.exit(container, 1)
+    (trial,) = master.trials(experiment_id)
+    assert (trial.state, trial.restarts, trial.run_id) == ("ERROR", 2, 3)
+    assert master.experiment(experiment_id).state == "ERROR"
+    assert [a.state for a in master.allocations(trial.id)] == ["TERMINATED"] * 3
+
+
+def test_a_failing_rank_stops_its_siblings_and_counts_once(master: Master) -> None:
+    master.add_agent("a1")
+    master.add_agent("a2")
+    experiment_id = master.create(max_restarts=1, resources={"slots_per_trial": 2})
+    (trial,) = master.trials(experiment_id)
+    for run in (1, 2):
+        alloc = master.live(trial.id)
+        rank0, rank1 = master.run_containers(alloc.id)
+        kills_before = len(master.hub.commands("kill"))
+        master.exit(rank1, 3)
+        # The sibling is stopped, and the stop says why.
+        kills = master.hub.commands("kill")[kills_before:]
+        assert [(agent, k.container_id) for agent, k in kills] == [("a1", rank0)]
+        assert "rank 1" in kills[0][1].reason
+        stopping = master.allocations(trial.id)[run - 1]
+        assert stopping.state == "TERMINATING" and stopping.failed_rank == 1 and not stopping.kill_requested
+        # The sibling dies of the kill: still one failure, never "killed" (which would retry forever).
+        master.exit(rank0, 137, apb.FAILURE_TYPE_KILLED)
+        assert master.trials(experiment_id)[0].restarts == 1  # counted once per allocation, capped at 1
+    (trial,) = master.trials(experiment_id)
+    assert (trial.state, trial.restarts, trial.run_id) == ("ERROR", 1, 2)
+    ended = master.allocations(trial.id)
+    assert all(a.exit_reason and a.exit_reason.startswith("rank 1 (agent a2) failed") for a in ended)
+
+
+def test_a_lost_agent_is_an_uncounted_infrastructure_failure(master: Master) -> None:
+    master.add_agent("a1")
+    master.add_agent("a2")
+    experiment_id = master.create(max_restarts=0, resources={"slots_per_trial": 2})
+    (trial,) = master.trials(experiment_id)
+    rank0, rank1 = master.run_containers(master.live(trial.id).id)
+    master.lose(rank1)
+    master.exit(rank0, 137, apb.FAILURE_TYPE_KILLED)
+    (trial,) = master.trials(experiment_id)
+    # Restarted without counting, though max_restarts is 0.
+    assert (trial.state, trial.restarts, trial.run_id) == ("ACTIVE", 0, 2)
+    assert master.live(trial.id).run_id == 2
+
+
+def test_a_clean_exit_completes_the_trial_and_the_experiment(master: Master) -> None:
+    master.add_agent("a1", slots=2)
+    experiment_id = master.create(resources={"slots_per_trial": 2})
+    (trial,) = master.trials(experiment_id)
+    alloc = master.live(trial.id)
+    assert len(master.containers(alloc.id)) == 1  # both slots on one agent: one container
+    (container,) = master.run_containers(alloc.id)
+    master.report(trial.id, 1, "validation", 10, 1, loss=0.5)
+    master.exit(container, 0)
+    (trial,) = master.trials(experiment_id)
+    assert (trial.state, trial.restarts, trial.progress) == ("COMPLETED", 0, 1.0)
+    exp = master.experiment(experiment_id)
+    assert exp.state == "COMPLETED" and exp.end_time is not None
