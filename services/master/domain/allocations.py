@@ -27,6 +27,7 @@ from cairn.agent.v1 import agent_pb2 as apb
 from services.common.logging import get_logger
 from services.master.domain.auth import hash_token, new_token
 from services.master.domain.clock import utcnow
+from services.master.domain.config import config_view
 from services.master.domain.context import NOT_CONNECTED, MasterContext, Work
 from services.master.domain.rendezvous import agent_address, free_port_offset, rendezvous_for
 from services.master.domain.states import LIVE_ALLOCATION, allocation_advances
@@ -149,15 +150,15 @@ def _publish(ctx: MasterContext, w: Work, alloc: models.Allocation) -> None:
 def request(ctx: MasterContext, w: Work, trial: models.Trial, exp: models.Experiment) -> models.Allocation:
     """A new allocation request for the trial; the scheduler places it."""
     trial.run_id += 1
-    resources = exp.config.get("resources", {})
+    view = config_view(exp.config)
     alloc = models.Allocation(
         id=f"{exp.id}.{trial.id}.{trial.run_id}",
         trial_id=trial.id,
         run_id=trial.run_id,
         state=A.PENDING,
-        slots=int(resources.get("slots_per_trial", 1)),
+        slots=view.slots_per_trial,
         resource_pool=exp.resource_pool,
-        priority=resources.get("priority"),
+        priority=view.priority,
         # Queue order within the experiment is the trials' order: a trial resumed (promoted,
         # restarted, unpaused) goes before trials created after it.
         requested_at=trial.start_time,
@@ -241,8 +242,8 @@ def _end_unplaced(ctx: MasterContext, w: Work, alloc: models.Allocation, reason:
 
 
 def preemption_timeout(ctx: MasterContext, exp: models.Experiment) -> int:
-    configured = exp.config.get("preemption_timeout")
-    return int(configured) if configured is not None else ctx.settings.preemption_timeout_s
+    configured = config_view(exp.config).preemption_timeout
+    return configured if configured is not None else ctx.settings.preemption_timeout_s
 
 
 def request_preempt(ctx: MasterContext, w: Work, alloc: models.Allocation, reason: str) -> None:

@@ -17,10 +17,10 @@ from cairn.checkpoint.v1 import checkpoint_pb2 as cpb
 from services.common.logging import get_logger
 from services.common.principal import Principal
 from services.master.domain.clock import utcnow
+from services.master.domain.config import config_view
 from services.master.domain.context import MasterContext, Work
 from services.master.domain.errors import InvalidArgument, NotFound, PermissionDenied
 from services.master.domain.ports import CheckpointService, storage_struct
-from services.master.domain.queries import smaller_is_better
 from services.master.domain.states import TERMINAL
 from services.master.domain.topics import trial_topic
 from services.master.store import models
@@ -78,12 +78,6 @@ def report(ctx: MasterContext, principal: Principal, item: ReportedCheckpoint) -
         topic = trial_topic(trial.id)
         w.later(lambda: ctx.topics.publish(topic))
     log.info("checkpoint reported", checkpoint_uuid=item.uuid, allocation_id=alloc_id, steps=steps)
-
-
-def storage_of(w: Work, checkpoint: models.Checkpoint) -> dict[str, Any]:
-    trial = w.session.get_one(models.Trial, checkpoint.trial_id)
-    exp = w.session.get_one(models.Experiment, trial.experiment_id)
-    return dict(exp.config.get("checkpoint_storage") or {})
 
 
 def _validation_at(w: Work, trial_id: int, steps: int) -> models.Metric | None:
@@ -151,7 +145,7 @@ def delete(ctx: MasterContext, client: CheckpointService, principal: Principal, 
             exp = w.session.get_one(models.Experiment, trial.experiment_id)
             if not (principal.admin or principal.user_id == exp.owner_id):
                 raise PermissionDenied(f"checkpoint {uuid} belongs to another user's experiment")
-            storage = dict(exp.config.get("checkpoint_storage") or {})
+            storage = config_view(exp.config).checkpoint_storage
             key = repr(sorted(storage.items()))
             by_storage.setdefault(key, (storage, []))[1].append(uuid)
     errors: list[str] = []
@@ -196,8 +190,8 @@ class CheckpointGc:
             exp = w.session.get(models.Experiment, experiment_id)
             if exp is None or exp.checkpoint_gc_done or exp.state not in TERMINAL:
                 return
-            storage = dict(exp.config.get("checkpoint_storage") or {})
-            metric_name = (exp.config.get("searcher") or {}).get("metric")
+            storage = config_view(exp.config).checkpoint_storage
+            metric_name = config_view(exp.config).searcher_metric
             candidates = []
             rows = w.session.execute(
                 select(models.Checkpoint)
@@ -219,7 +213,7 @@ class CheckpointGc:
                 save_experiment_best=int(storage.get("save_experiment_best", 0)),
                 save_trial_best=int(storage.get("save_trial_best", 1)),
                 save_trial_latest=int(storage.get("save_trial_latest", 1)),
-                smaller_is_better=smaller_is_better(exp.config),
+                smaller_is_better=config_view(exp.config).smaller_is_better,
             )
         if candidates:
             response = self._client.collect_garbage(
@@ -260,7 +254,7 @@ class CheckpointGc:
             exp = s.get(models.Experiment, experiment_id)
             if exp is None:
                 return
-            storage = dict(exp.config.get("checkpoint_storage") or {})
+            storage = config_view(exp.config).checkpoint_storage
             uuids = list(
                 s.scalars(
                     select(models.Checkpoint.uuid)

@@ -16,7 +16,13 @@ from services.common.logging import get_logger
 from services.common.principal import Principal
 from services.master.domain import model_definition
 from services.master.domain.clock import utcnow
-from services.master.domain.config import ConfigDefaults, ConfigError, expand_config, parse_config_text
+from services.master.domain.config import (
+    ConfigDefaults,
+    ConfigError,
+    config_view,
+    expand_config,
+    parse_config_text,
+)
 from services.master.domain.context import MasterContext
 from services.master.domain.errors import InvalidArgument
 from services.master.domain.experiments import close_search_session
@@ -108,7 +114,7 @@ def create(ctx: MasterContext, principal: Principal, request: CreateRequest) -> 
     config = expanded_config(ctx, request.config_text)
     pool = _check_pool(ctx, config)
     archive = model_definition.pack(request.files, ctx.settings.max_model_definition_bytes)
-    slots_per_trial = int(config["resources"].get("slots_per_trial", 1))
+    slots_per_trial = config_view(config).slots_per_trial
     unplaceable = never_fits(ctx, pool, slots_per_trial)
     if unplaceable:
         raise InvalidArgument(

@@ -14,15 +14,16 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
 
 from cairn.searcher.v1 import searcher_pb2 as spb
 from services.common.logging import get_logger
 from services.common.principal import Principal
 from services.master.domain import searcher_outbox
 from services.master.domain.clock import utcnow
+from services.master.domain.config import config_view
 from services.master.domain.context import MasterContext, Work
 from services.master.domain.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
-from services.master.domain.queries import smaller_is_better
 from services.master.domain.states import TERMINAL
 from services.master.domain.topics import trial_topic
 from services.master.store import models
@@ -70,11 +71,12 @@ def _check_report(index: int, report: Report) -> None:
         raise InvalidArgument(f"{where}.seq: must be >= 1")
 
 
-def check_reporter(w: Work, principal: Principal, trial: models.Trial) -> None:
+def check_reporter(w: Work | Session, principal: Principal, trial: models.Trial) -> None:
     """Trial code may only report for its own trial; users (and Determined's harness) may report."""
     if principal.user_id is not None or principal.internal:
         return
-    alloc = w.session.get(models.Allocation, principal.allocation_id) if principal.allocation_id else None
+    session = w.session if isinstance(w, Work) else w
+    alloc = session.get(models.Allocation, principal.allocation_id) if principal.allocation_id else None
     if alloc is None or alloc.trial_id != trial.id:
         raise PermissionDenied(f"allocation {principal.allocation_id} does not belong to trial {trial.id}")
 
@@ -105,7 +107,7 @@ def _update_summary(trial: models.Trial, group: str, metrics: dict[str, Any]) ->
 
 
 def _searcher_metric(exp: models.Experiment, metrics: dict[str, Any]) -> float | None:
-    name = (exp.config.get("searcher") or {}).get("metric")
+    name = config_view(exp.config).searcher_metric
     value = metrics.get(name) if name else None
     if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
@@ -118,7 +120,7 @@ def _record_validation(
     trial.latest_validation_id = row.id
     value = _searcher_metric(exp, row.metrics)
     if value is not None:
-        smaller = smaller_is_better(exp.config)
+        smaller = config_view(exp.config).smaller_is_better
         best = trial.searcher_metric_value
         if best is None or (value < best if smaller else value > best):
             trial.searcher_metric_value = value
@@ -134,22 +136,11 @@ def _record_validation(
         searcher_outbox.enqueue(ctx, w, exp.id, event)
 
 
-def _time_unit(searcher: dict[str, Any]) -> str:
-    """The unit a searcher counts training in: `time_metric`, else the legacy max_length's unit
-    (`batches` for a bare number)."""
-    if searcher.get("time_metric"):
-        return str(searcher["time_metric"])
-    max_length = searcher.get("max_length")
-    if isinstance(max_length, dict) and max_length:
-        return str(next(iter(max_length)))
-    return "batches"
-
-
 def _tells_searcher(exp: models.Experiment, row: models.Metric | None, length: int) -> bool:
     """Whether a validation already gave the searcher this trial's result at `length`."""
     if row is None or _searcher_metric(exp, row.metrics) is None:
         return False
-    unit = _time_unit(exp.config.get("searcher") or {})
+    unit = config_view(exp.config).time_unit
     elapsed = row.metrics.get(unit)
     if elapsed is None and unit == "batches":
         elapsed = row.steps_completed
@@ -171,10 +162,10 @@ def forward_operation_result(
     latest = w.session.get(models.Metric, trial.latest_validation_id) if trial.latest_validation_id else None
     if _tells_searcher(exp, latest, length):
         return False
-    searcher = exp.config.get("searcher") or {}
-    metrics: dict[str, Any] = {_time_unit(searcher): length}
-    if searcher.get("metric"):
-        metrics[str(searcher["metric"])] = value
+    view = config_view(exp.config)
+    metrics: dict[str, Any] = {view.time_unit: length}
+    if view.searcher_metric:
+        metrics[view.searcher_metric] = value
     event = spb.SearcherEvent(
         validation_completed=spb.ValidationCompleted(request_id=trial.request_id, steps_completed=length)
     )
@@ -205,7 +196,7 @@ def _recompute_summary(w: Work, trial: models.Trial, exp: models.Experiment) -> 
     trial.searcher_metric_value = None
     trial.best_validation_id = None
     trial.latest_validation_id = None
-    smaller = smaller_is_better(exp.config)
+    smaller = config_view(exp.config).smaller_is_better
     rows = w.session.scalars(
         select(models.Metric)
         .where(models.Metric.trial_id == trial.id, models.Metric.archived.is_(False))
@@ -322,6 +313,15 @@ def _merge_unsequenced(
         return False
     existing.metrics = {**existing.metrics, **metrics}
     return True
+
+
+def check_run_reporter(ctx: MasterContext, principal: Principal, run_id: int) -> None:
+    """Determined's harness announces a run (its trial) before reporting: it must be the caller's."""
+    with ctx.db.read() as s:
+        trial = s.get(models.Trial, run_id)
+        if trial is None:
+            raise NotFound(f"run {run_id} not found")
+        check_reporter(s, principal, trial)
 
 
 # Trial progress reaches the searcher in steps of this size (20 events per trial at most).

@@ -17,10 +17,10 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, func, select
 
+from services.master.domain.config import config_view
 from services.master.domain.context import MasterContext
 from services.master.domain.downsample import downsample_by
 from services.master.domain.errors import InvalidArgument, NotFound
-from services.master.domain.queries import smaller_is_better
 from services.master.store import models
 
 MAX_CACHED_SERIES_SETS = 32
@@ -145,10 +145,10 @@ class SampleCache:
             exp = s.get(models.Experiment, experiment_id)
             if exp is None:
                 raise NotFound(f"experiment {experiment_id} not found")
-            metric = metric_name or str((exp.config.get("searcher") or {}).get("metric") or "")
+            metric = metric_name or str(config_view(exp.config).searcher_metric or "")
             if not metric:
                 raise InvalidArgument("metric_name: required (the experiment has no searcher metric)")
-            smaller = smaller_is_better(exp.config)
+            smaller = config_view(exp.config).smaller_is_better
             trials = list(
                 s.execute(
                     select(models.Trial.id, models.Trial.hparams, models.Trial.searcher_metric_value).where(

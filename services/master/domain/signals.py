@@ -6,12 +6,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy import exists, func, select
 from sqlalchemy.orm import Session
 
 from services.common.principal import Principal
+from services.master.domain.config import config_view
 from services.master.domain.context import MasterContext
 from services.master.domain.errors import InvalidArgument, NotFound, PermissionDenied
 from services.master.domain.metrics import forward_operation_result
@@ -99,20 +99,6 @@ def watch(
             yield state
 
 
-def configured_length(config: dict[str, Any]) -> int:
-    """The training length the searcher section names (Determined 0.38's fabricated operation)."""
-    searcher = config.get("searcher") or {}
-    if searcher.get("max_time"):
-        return int(searcher["max_time"])
-    max_length = searcher.get("max_length")
-    if isinstance(max_length, dict):
-        values = [v for v in max_length.values() if isinstance(v, (int, float))]
-        return int(values[0]) if values else 0
-    if isinstance(max_length, (int, float)):
-        return int(max_length)
-    return 0
-
-
 # How long GetCurrentTrialSearcherOperation waits for the searcher's verdict on a result the trial
 # just reported at its target. The searcher answers in milliseconds; past this (a searcher that is
 # down), the trial is told it is done, exits and waits idle to be resumed or stopped, and its slot is
@@ -137,7 +123,7 @@ def _read_operation(s: Session, trial_id: int, horizon: int | None) -> tuple[Ope
     if trial is None:
         raise NotFound(f"trial {trial_id} not found")
     exp = s.get_one(models.Experiment, trial.experiment_id)
-    length = int(trial.searcher_target) or configured_length(exp.config)
+    length = int(trial.searcher_target) or config_view(exp.config).training_length
     if length <= 0:
         return Operation(trial.request_id, 0, True), horizon
     completed = trial.searcher_stopped or trial.searcher_completed_length >= length

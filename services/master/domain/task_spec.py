@@ -15,6 +15,7 @@ import shlex
 from typing import Any
 
 from cairn.agent.v1 import agent_pb2 as apb
+from services.master.domain.config import config_view
 from services.master.settings import Settings
 from services.master.store import models
 
@@ -22,31 +23,20 @@ from services.master.store import models
 LEGACY_TRIAL_CLASS = re.compile(r"^[a-zA-Z0-9_.]+:[a-zA-Z0-9_]+$")
 
 
-def entrypoint_of(config: dict[str, object]) -> tuple[list[str], bool]:
+def entrypoint_of(config: dict[str, Any]) -> tuple[list[str], bool]:
     """(command, run through `sh -c`) as Determined runs an entrypoint. A legacy trial class runs
     through Determined's own harness under its torch launcher, as Determined's launch layer does."""
-    entrypoint = config.get("entrypoint")
-    if isinstance(entrypoint, str) and LEGACY_TRIAL_CLASS.match(entrypoint):
-        return ["python3", "-m", "determined.launch.torch_distributed", "--", "--trial", entrypoint], False
-    if isinstance(entrypoint, str):
-        return [entrypoint], True
-    if isinstance(entrypoint, list):
-        return [str(part) for part in entrypoint], False
-    return [], False
-
-
-def user_environment(config: dict[str, object]) -> dict[str, str]:
-    """environment.environment_variables as a dict (the cpu flavour of a per-device map)."""
-    environment = config.get("environment") or {}
-    assert isinstance(environment, dict)
-    variables = environment.get("environment_variables") or []
-    if isinstance(variables, dict):
-        variables = variables.get("cpu") or []
-    result: dict[str, str] = {}
-    for item in variables:
-        key, _, value = str(item).partition("=")
-        result[key] = value
-    return result
+    view = config_view(config)
+    if view.entrypoint_is_shell and LEGACY_TRIAL_CLASS.match(view.entrypoint[0]):
+        return [
+            "python3",
+            "-m",
+            "determined.launch.torch_distributed",
+            "--",
+            "--trial",
+            view.entrypoint[0],
+        ], False
+    return view.entrypoint, view.entrypoint_is_shell
 
 
 def build_task_spec(
@@ -57,6 +47,7 @@ def build_task_spec(
     allocation_token: str,
     owner_username: str,
 ) -> apb.TaskSpec:
+    view = config_view(exp.config)
     command, shell = entrypoint_of(exp.config)
     task_id = f"{exp.id}.{trial.id}"
     facts = {
@@ -73,7 +64,7 @@ def build_task_spec(
         "USER": owner_username,
     }
     env: dict[str, str] = {}
-    env.update(user_environment(exp.config))
+    env.update(view.environment_variables)
     for key, value in facts.items():
         env[f"CAIRN_{key}"] = value
         env[f"DET_{key}"] = value
@@ -87,8 +78,8 @@ def build_task_spec(
         env["DET_LATEST_CHECKPOINT"] = trial.latest_checkpoint_uuid
     env["PYTHONUNBUFFERED"] = "1"
     mounts = []
-    storage = exp.config.get("checkpoint_storage") or {}
-    if isinstance(storage, dict) and storage.get("type") == "shared_fs" and storage.get("host_path"):
+    storage = view.checkpoint_storage
+    if storage.get("type") == "shared_fs" and storage.get("host_path"):
         mounts.append(
             apb.Mount(host_path=str(storage["host_path"]), container_path=str(storage["host_path"]))
         )
@@ -97,7 +88,7 @@ def build_task_spec(
         shell=shell,
         environment=env,
         runtime="process",
-        image=_image(exp.config),
+        image=view.image or "",
         kill_grace_seconds=settings.kill_grace_s,
         has_context=True,
         mounts=mounts,
@@ -120,12 +111,3 @@ def determined_view(config: dict[str, Any]) -> dict[str, Any]:
         if key in storage:
             directory[key] = storage[key]
     return {**config, "checkpoint_storage": directory}
-
-
-def _image(config: dict[str, object]) -> str:
-    environment = config.get("environment") or {}
-    assert isinstance(environment, dict)
-    image = environment.get("image")
-    if isinstance(image, dict):
-        image = image.get("cpu") or image.get("cuda") or ""
-    return str(image or "")

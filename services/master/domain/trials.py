@@ -19,7 +19,9 @@ from cairn.searcher.v1 import searcher_pb2 as spb
 from services.common.logging import get_logger
 from services.master.domain import allocations, searcher_outbox
 from services.master.domain.clock import utcnow
-from services.master.domain.context import MasterContext, Work
+from services.master.domain.config import config_view
+from services.master.domain.context import NOT_CONNECTED, MasterContext, Work
+from services.master.domain.errors import NotFound
 from services.master.domain.states import (
     STOPPING_SEVERITY,
     STOPPING_TO_TERMINAL,
@@ -52,11 +54,16 @@ def transition(ctx: MasterContext, w: Work, trial: models.Trial, target: RunStat
     log.info("trial state", trial_id=trial.id, previous=previous, state=target.value, reason=reason)
     if target in TERMINAL:
         if not ctx.trial_end_hooks:
-            raise RuntimeError(
-                "the master's lifecycles are not connected: call wiring.connect(ctx) at start-up"
-            )
+            raise RuntimeError(NOT_CONNECTED)
         for hook in ctx.trial_end_hooks:
             hook(w, trial)
+
+
+def load(w: Work, trial_id: int) -> models.Trial:
+    trial = w.session.get(models.Trial, trial_id)
+    if trial is None:
+        raise NotFound(f"trial {trial_id} not found")
+    return trial
 
 
 def awaiting_verdict(trial: models.Trial) -> bool:
@@ -71,10 +78,6 @@ def ensure_running(ctx: MasterContext, w: Work, trial: models.Trial, exp: models
     if awaiting_verdict(trial) or allocations.live_allocation(w, trial.id) is not None:
         return
     allocations.request(ctx, w, trial, exp)
-
-
-def _max_restarts(exp: models.Experiment) -> int:
-    return int(exp.config.get("max_restarts", 5))
 
 
 def on_allocation_exit(
@@ -103,7 +106,7 @@ def on_allocation_exit(
         return
     if outcome == Outcome.ERROR:
         # As in Determined: max_restarts 2 means three runs in all, and the trial ends with restarts=2.
-        limit = _max_restarts(exp)
+        limit = config_view(exp.config).max_restarts
         if trial.restarts >= limit:
             finish(ctx, w, trial, exp, S.ERROR, f"failed {trial.restarts + 1} times (max_restarts {limit})")
             return

@@ -12,7 +12,6 @@ import time
 from collections.abc import Iterator
 
 import grpc
-from sqlalchemy import select
 
 from cairn.agent.v1 import agent_pb2 as apb
 from cairn.agent.v1 import agent_pb2_grpc
@@ -23,9 +22,8 @@ from services.master.domain.agent_hub import AgentLink
 from services.master.domain.context import MasterContext
 from services.master.domain.errors import DomainError
 from services.master.domain.logs import LogStore
-from services.master.domain.states import AllocationState as A
+from services.master.domain.reads.tasks import task_context_archive
 from services.master.servicers.errors import CODES
-from services.master.store import models
 
 log = get_logger(__name__)
 
@@ -127,14 +125,8 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
         self, request: apb.FetchTaskContextRequest, context: grpc.ServicerContext
     ) -> Iterator[apb.FetchTaskContextChunk]:
         with self.ctx.db.read() as s:
-            row = s.execute(
-                select(models.ModelDefinition.archive)
-                .join(models.Trial, models.Trial.experiment_id == models.ModelDefinition.experiment_id)
-                .join(models.Allocation, models.Allocation.trial_id == models.Trial.id)
-                .where(models.Allocation.id == request.allocation_id, models.Allocation.state != A.TERMINATED)
-            ).first()
-        if row is None:
+            archive = task_context_archive(s, request.allocation_id)
+        if archive is None:
             context.abort(grpc.StatusCode.NOT_FOUND, f"no live allocation {request.allocation_id}")
-        archive: bytes = row[0]
         for start in range(0, len(archive), CONTEXT_CHUNK):
             yield apb.FetchTaskContextChunk(data=archive[start : start + CONTEXT_CHUNK])

@@ -13,9 +13,9 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from services.master.domain import queries
 from services.master.domain.auth import AuthService
 from services.master.domain.paging import Page, page_of
+from services.master.domain.reads import listings as queries
 from services.master.store import models
 from services.master.store.db import Database
 from tests.support.databases import BACKENDS, fresh_database

@@ -21,13 +21,14 @@ from services.master.domain.config.errors import ConfigError
 from services.master.domain.config.expansion import ConfigDefaults, expand_config
 from services.master.domain.config.grid import grid_size
 from services.master.domain.config.validation import validate_config
-from services.master.domain.config.view import ExperimentConfigView
+from services.master.domain.config.view import ExperimentConfigView, config_view
 from services.master.domain.config.yaml_text import parse_config_text
 
 __all__ = [
     "ConfigDefaults",
     "ConfigError",
     "ExperimentConfigView",
+    "config_view",
     "expand_config",
     "grid_size",
     "parse_config_text",

@@ -490,3 +490,41 @@ EXPERIMENT_SCHEMA: Schema = {
         "environment": _ENVIRONMENT,
     },
 }
+
+
+def schema_default(*path: str) -> Any:
+    """The default the schema gives the field at `path` ("resources", "slots_per_trial"): the one
+    place defaults are written, for code that reads a config that might predate a field. Looks
+    through $refs and the searcher's per-name branches; KeyError for a field without a default."""
+    node: Schema = EXPERIMENT_SCHEMA
+    for key in path:
+        node = _resolve(node)
+        found = _property(node, key)
+        if found is None:
+            raise KeyError(f"no field {'.'.join(path)} in the experiment schema")
+        node = found
+    node = _resolve(node)
+    if "default" not in node:
+        raise KeyError(f"{'.'.join(path)} has no default in the experiment schema")
+    return node["default"]
+
+
+def _resolve(node: Schema) -> Schema:
+    ref = node.get("$ref")
+    if isinstance(ref, str):
+        name = ref.rsplit("/", 1)[-1]
+        return {**EXPERIMENT_SCHEMA["definitions"][name], **{k: v for k, v in node.items() if k != "$ref"}}
+    return node
+
+
+def _property(node: Schema, key: str) -> Schema | None:
+    properties = node.get("properties") or {}
+    if key in properties:
+        return properties[key]
+    # Conditional branches (the searcher's per-name fields): the first that declares the key.
+    for branch in [*(node.get("allOf") or []), *(node.get("oneOf") or []), *(node.get("anyOf") or [])]:
+        for candidate in (branch.get("then") or {}, branch):
+            found = _property(_resolve(candidate), key) if isinstance(candidate, dict) else None
+            if found is not None:
+                return found
+    return None

@@ -1,12 +1,18 @@
-"""A typed, read-only view of an expanded configuration, for master code that reads single fields."""
+"""A typed, read-only view of an expanded configuration: how master code reads a config's fields.
+
+Stored configs are expanded (every default written in), so the view reads what is there; a field a
+config lacks (one stored before the field existed) falls back to the schema's own default
+(schema_default), never to a number written here again. The view holds the config's own nested
+values, not copies: it is for reading.
+"""
 
 from __future__ import annotations
 
-import copy
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from services.master.domain.config.schema import DEVICE_FLAVOURS
+from services.master.domain.config.schema import DEVICE_FLAVOURS, schema_default
 
 # Searchers whose trial count is fixed by the config's max_trials (grid's comes from its grid).
 _MAX_TRIALS_SEARCHERS = ("random", "adaptive_asha", "async_halving", "custom")
@@ -70,12 +76,40 @@ class ExperimentConfigView:
     preemption_timeout: int | None
     data: dict[str, Any]
 
+    @property
+    def time_unit(self) -> str:
+        """What the searcher counts training in: `time_metric`, else the legacy max_length's unit
+        (`batches` for a bare number)."""
+        if self.searcher.get("time_metric"):
+            return str(self.searcher["time_metric"])
+        max_length = self.searcher.get("max_length")
+        if isinstance(max_length, dict) and max_length:
+            return str(next(iter(max_length)))
+        return "batches"
+
+    @property
+    def training_length(self) -> int:
+        """The length the searcher section names (max_time, else max_length); 0 when none."""
+        if self.searcher.get("max_time"):
+            return int(self.searcher["max_time"])
+        max_length = self.searcher.get("max_length")
+        if isinstance(max_length, dict):
+            values = [v for v in max_length.values() if isinstance(v, (int, float))]
+            return int(values[0]) if values else 0
+        if isinstance(max_length, (int, float)):
+            return int(max_length)
+        return 0
+
     @classmethod
-    def from_expanded(cls, cfg: dict[str, Any]) -> ExperimentConfigView:
-        """The view of a config returned by expand_config (copies: the view shares nothing with it)."""
+    def from_expanded(cls, cfg: Mapping[str, Any]) -> ExperimentConfigView:
+        """The view of a config returned by expand_config (and stored with the experiment)."""
         searcher = cfg.get("searcher") or {}
         resources = cfg.get("resources") or {}
         environment = cfg.get("environment") or {}
+
+        def field(section: Mapping[str, Any], *path: str) -> Any:
+            return section[path[-1]] if path[-1] in section else schema_default(*path)
+
         entrypoint, shell = _entrypoint(cfg.get("entrypoint"))
         name = str(searcher.get("name", ""))
         max_trials = searcher.get("max_trials") if name in _MAX_TRIALS_SEARCHERS else None
@@ -87,22 +121,27 @@ class ExperimentConfigView:
             labels=[str(label) for label in cfg.get("labels") or []],
             entrypoint=entrypoint,
             entrypoint_is_shell=shell,
-            searcher=copy.deepcopy(searcher),
+            searcher=dict(searcher),
             searcher_name=name,
             searcher_metric=str(searcher.get("metric", "")),
-            smaller_is_better=bool(searcher.get("smaller_is_better", True)),
+            smaller_is_better=bool(field(searcher, "searcher", "smaller_is_better")),
             max_trials=_optional_int(max_trials),
-            hyperparameters=copy.deepcopy(cfg.get("hyperparameters") or {}),
-            slots_per_trial=int(resources.get("slots_per_trial", 1)),
+            hyperparameters=dict(cfg.get("hyperparameters") or {}),
+            slots_per_trial=int(field(resources, "resources", "slots_per_trial")),
             resource_pool=str(resources.get("resource_pool") or ""),
-            priority=_optional_int(resources.get("priority")),
-            weight=float(resources.get("weight", 1)),
-            max_slots=_optional_int(resources.get("max_slots")),
-            max_restarts=int(cfg.get("max_restarts", 5)),
-            checkpoint_storage=copy.deepcopy(cfg.get("checkpoint_storage") or {}),
+            priority=_optional_int(field(resources, "resources", "priority")),
+            weight=float(field(resources, "resources", "weight")),
+            max_slots=_optional_int(field(resources, "resources", "max_slots")),
+            max_restarts=int(field(cfg, "max_restarts")),
+            checkpoint_storage=dict(cfg.get("checkpoint_storage") or {}),
             environment_variables=_environment_variables(environment.get("environment_variables")),
             image=_image(environment.get("image")),
             experiment_seed=int((cfg.get("reproducibility") or {}).get("experiment_seed", 0)),
-            preemption_timeout=_optional_int(cfg.get("preemption_timeout")),
-            data=copy.deepcopy(cfg.get("data") or {}),
+            preemption_timeout=_optional_int(field(cfg, "preemption_timeout")),
+            data=dict(cfg.get("data") or {}),
         )
+
+
+def config_view(config: Mapping[str, Any]) -> ExperimentConfigView:
+    """The typed view of a stored (expanded) experiment config."""
+    return ExperimentConfigView.from_expanded(config)

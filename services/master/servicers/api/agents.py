@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import grpc
-from sqlalchemy import select
 
 from cairn.api.v1 import agent_pb2 as apb
 from cairn.api.v1 import common_pb2
@@ -13,11 +12,11 @@ from cairn.api.v1 import resourcepool_pb2 as rpb
 from services.master.domain import agents as agent_registry
 from services.master.domain.errors import NotFound, PermissionDenied
 from services.master.domain.paging import page_of
-from services.master.domain.queries import placed_slots
+from services.master.domain.reads.agents import agents_with_slots, live_allocations_by_pool
+from services.master.domain.states import AllocationState
 from services.master.servicers.api import convert
 from services.master.servicers.api.base import ServicerBase
 from services.master.servicers.errors import rpc
-from services.master.store import models
 
 POLICIES = {
     "best": rpb.ResourcePool.FITTING_POLICY_BEST,
@@ -31,28 +30,18 @@ class AgentsApi(ServicerBase):
     ) -> list[apb.Agent]:
         heard = self.ctx.hub.last_heard()
         with self.ctx.db.read() as s:
-            q = select(models.Agent).order_by(models.Agent.id)
-            if agent_id is not None:
-                q = q.where(models.Agent.id == agent_id)
-            agents = list(s.scalars(q))
-            slots = list(s.scalars(select(models.AgentSlot)))
-            holders = placed_slots(s)
-        by_agent: dict[str, list[models.AgentSlot]] = {}
-        for slot in sorted(
-            slots, key=lambda x: (x.agent_id, int(x.slot_id) if x.slot_id.isdigit() else 0, x.slot_id)
-        ):
-            by_agent.setdefault(slot.agent_id, []).append(slot)
+            found = agents_with_slots(s, agent_id)
         return [
             convert.agent(
                 a,
-                by_agent.get(a.id, []),
-                holders,
+                found.slots.get(a.id, []),
+                found.holders,
                 connected=a.id in heard,
                 last_heard=datetime.fromtimestamp(heard[a.id], UTC) if a.id in heard else None,
                 include_slots=include_slots,
                 include_containers=include_containers,
             )
-            for a in agents
+            for a in found.agents
         ]
 
     def _one(self, agent_id: str) -> apb.Agent:
@@ -139,13 +128,13 @@ class AgentsApi(ServicerBase):
         waiting = self.deps.waiting.reasons
         pools = []
         with self.ctx.db.read() as s:
-            allocs = list(s.scalars(select(models.Allocation).where(models.Allocation.state != "TERMINATED")))
+            live = live_allocations_by_pool(s)
         for settings in self.ctx.settings.pools:
             members = [a for a in agents if settings.name in a.resource_pools]
             slots = [slot for a in members for slot in a.slots.values()]
             used = sum(1 for slot in slots if slot.HasField("container"))
             slot_types = {slot.device.type for slot in slots}
-            pool_allocs = [a for a in allocs if a.resource_pool == settings.name]
+            pool_allocs = live.get(settings.name, [])
             pools.append(
                 rpb.ResourcePool(
                     name=settings.name,
@@ -169,7 +158,7 @@ class AgentsApi(ServicerBase):
                     cluster_name=self.ctx.settings.cluster_name,
                     stats=rpb.QueueStats(
                         queued_count=sum(1 for a in pool_allocs if a.id in waiting),
-                        scheduled_count=sum(1 for a in pool_allocs if a.state != "PENDING"),
+                        scheduled_count=sum(1 for a in pool_allocs if a.state != AllocationState.PENDING),
                     ),
                     default_priority=settings.default_priority,
                     preemption_enabled=settings.preemption_enabled,

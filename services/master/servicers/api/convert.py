@@ -14,7 +14,7 @@ from cairn.api.v1 import agent_pb2, auth_pb2, checkpoint_pb2, common_pb2, experi
 from services.master.domain.auth import UserInfo
 from services.master.domain.clock import utcnow
 from services.master.domain.paging import Page
-from services.master.domain.queries import ExperimentConfig, ExperimentRow, TrialRow
+from services.master.domain.reads.listings import ExperimentConfig, ExperimentRow, TrialRow
 from services.master.store import models
 
 # Display: an ACTIVE experiment shows what its allocations are doing (as Determined does for the

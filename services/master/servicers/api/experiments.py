@@ -8,27 +8,20 @@ from typing import Any
 import grpc
 import yaml
 from google.protobuf import json_format
-from sqlalchemy import select
 
+from cairn.api.v1 import common_pb2
 from cairn.api.v1 import experiment_pb2 as epb
 from cairn.api.v1 import trial_pb2 as tpb
 from services.master.domain import creation, deletion
 from services.master.domain import experiments as lifecycle
-from services.master.domain.errors import InvalidArgument, NotFound
+from services.master.domain.errors import InvalidArgument
 from services.master.domain.model_definition import ContextFile
-from services.master.domain.paging import page_of
-from services.master.domain.queries import (
-    ExperimentFilter,
-    experiment_rows,
-    experiment_rows_by_id,
-    list_experiment_ids,
-    trial_rows,
-)
-from services.master.domain.states import TERMINAL
+from services.master.domain.reads import experiments as reads
+from services.master.domain.reads.listings import ExperimentFilter, experiment_rows_by_id, list_experiment_ids
+from services.master.domain.states import TERMINAL, AllocationState
 from services.master.servicers.api import convert
 from services.master.servicers.api.base import ServicerBase
 from services.master.servicers.errors import rpc
-from services.master.store import models
 
 S = epb.Experiment.State
 SORT_NAMES = {
@@ -50,15 +43,15 @@ SORT_NAMES = {
     epb.GetExperimentsRequest.SORT_BY_SEARCHER_METRIC_VAL: "searcher_metric_val",
 }
 TRIAL_SORT = {
-    tpb.GetExperimentTrialsRequest.SORT_BY_UNSPECIFIED: models.Trial.id,
-    tpb.GetExperimentTrialsRequest.SORT_BY_ID: models.Trial.id,
-    tpb.GetExperimentTrialsRequest.SORT_BY_START_TIME: models.Trial.start_time,
-    tpb.GetExperimentTrialsRequest.SORT_BY_END_TIME: models.Trial.end_time,
-    tpb.GetExperimentTrialsRequest.SORT_BY_STATE: models.Trial.state,
-    tpb.GetExperimentTrialsRequest.SORT_BY_BEST_VALIDATION_METRIC: models.Trial.searcher_metric_value,
-    tpb.GetExperimentTrialsRequest.SORT_BY_LATEST_VALIDATION_METRIC: models.Trial.searcher_metric_value,
-    tpb.GetExperimentTrialsRequest.SORT_BY_BATCHES_PROCESSED: models.Trial.total_batches,
-    tpb.GetExperimentTrialsRequest.SORT_BY_RESTARTS: models.Trial.restarts,
+    tpb.GetExperimentTrialsRequest.SORT_BY_UNSPECIFIED: "id",
+    tpb.GetExperimentTrialsRequest.SORT_BY_ID: "id",
+    tpb.GetExperimentTrialsRequest.SORT_BY_START_TIME: "start_time",
+    tpb.GetExperimentTrialsRequest.SORT_BY_END_TIME: "end_time",
+    tpb.GetExperimentTrialsRequest.SORT_BY_STATE: "state",
+    tpb.GetExperimentTrialsRequest.SORT_BY_BEST_VALIDATION_METRIC: "searcher_metric",
+    tpb.GetExperimentTrialsRequest.SORT_BY_LATEST_VALIDATION_METRIC: "searcher_metric",
+    tpb.GetExperimentTrialsRequest.SORT_BY_BATCHES_PROCESSED: "batches",
+    tpb.GetExperimentTrialsRequest.SORT_BY_RESTARTS: "restarts",
 }
 
 
@@ -69,21 +62,11 @@ def state_name(value: int) -> str:
 class ExperimentsApi(ServicerBase):
     def _row(self, experiment_id: int) -> Any:
         with self.ctx.db.read() as s:
-            exp = s.get(models.Experiment, experiment_id)
-            if exp is None or exp.state in ("DELETING", "DELETED"):
-                raise NotFound(f"experiment {experiment_id} not found")
-            return experiment_rows(s, [exp])[0]
-
-    def _check_exists(self, experiment_id: int) -> None:
-        """NotFound unless the experiment is there: one indexed lookup, not the listing's aggregates."""
-        with self.ctx.db.read() as s:
-            state = s.scalar(select(models.Experiment.state).where(models.Experiment.id == experiment_id))
-        if state is None or state in ("DELETING", "DELETED"):
-            raise NotFound(f"experiment {experiment_id} not found")
+            return reads.experiment_row(s, experiment_id)
 
     def _job_summary(self, row: Any) -> epb.JobSummary:
         states = row.allocation_states
-        if states.get("PENDING"):
+        if states.get(AllocationState.PENDING):
             positions = [
                 pos
                 for alloc_id, (_reason, pos) in self.deps.waiting.reasons.items()
@@ -161,7 +144,7 @@ class ExperimentsApi(ServicerBase):
                 s,
                 f,
                 sort=SORT_NAMES.get(request.sort_by, "id"),
-                descending=request.order_by == 2,
+                descending=request.order_by == common_pb2.ORDER_BY_DESC,
                 offset=request.offset,
                 limit=request.limit,
             )
@@ -247,23 +230,16 @@ class ExperimentsApi(ServicerBase):
     def _get_experiment_trials(
         self, request: tpb.GetExperimentTrialsRequest
     ) -> tpb.GetExperimentTrialsResponse:
-        self._check_exists(request.experiment_id)
-        column = TRIAL_SORT.get(request.sort_by, models.Trial.id)
         with self.ctx.db.read() as s:
-            q = select(models.Trial).where(models.Trial.experiment_id == request.experiment_id)
-            if request.states:
-                q = q.where(
-                    models.Trial.state.in_(
-                        [tpb.Trial.State.Name(x).removeprefix("STATE_") for x in request.states]
-                    )
-                )
-            trials = list(
-                s.scalars(
-                    q.order_by(column.desc() if request.order_by == 2 else column.asc(), models.Trial.id)
-                )
+            rows, page = reads.experiment_trials(
+                s,
+                request.experiment_id,
+                states=[tpb.Trial.State.Name(x).removeprefix("STATE_") for x in request.states],
+                sort=TRIAL_SORT.get(request.sort_by, "id"),
+                descending=request.order_by == common_pb2.ORDER_BY_DESC,
+                offset=request.offset,
+                limit=request.limit,
             )
-            page = page_of(len(trials), request.offset, request.limit)
-            rows = trial_rows(s, trials[page.start : page.end])
         return tpb.GetExperimentTrialsResponse(
             trials=[convert.trial(r) for r in rows], pagination=convert.pagination(page)
         )
@@ -272,10 +248,8 @@ class ExperimentsApi(ServicerBase):
     def GetModelDef(
         self, request: epb.GetModelDefRequest, context: grpc.ServicerContext
     ) -> epb.GetModelDefResponse:
-        self._check_exists(request.experiment_id)
         with self.ctx.db.read() as s:
-            model_def = s.get(models.ModelDefinition, request.experiment_id)
-            archive = model_def.archive if model_def is not None else b""
+            archive = reads.model_definition(s, request.experiment_id)
         return epb.GetModelDefResponse(b64_tgz=base64.b64encode(archive).decode())
 
     @rpc
@@ -283,10 +257,8 @@ class ExperimentsApi(ServicerBase):
         self, request: epb.GetExperimentLabelsRequest, context: grpc.ServicerContext
     ) -> epb.GetExperimentLabelsResponse:
         with self.ctx.db.read() as s:
-            labels: set[str] = set()
-            for value in s.scalars(select(models.Experiment.labels)):
-                labels.update(value or [])
-        return epb.GetExperimentLabelsResponse(labels=sorted(labels))
+            labels = reads.labels_in_use(s)
+        return epb.GetExperimentLabelsResponse(labels=labels)
 
     @rpc
     def PreviewHPSearch(

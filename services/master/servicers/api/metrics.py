@@ -8,19 +8,18 @@ from collections.abc import Iterator
 from datetime import UTC
 
 import grpc
-from sqlalchemy import bindparam, select
 
+from cairn.api.v1 import common_pb2
 from cairn.api.v1 import trial_pb2 as tpb
 from cairn.wire import struct_to_python
 from services.master.domain import metrics, signals
 from services.master.domain.downsample import downsample
-from services.master.domain.errors import InvalidArgument, NotFound
+from services.master.domain.errors import InvalidArgument
 from services.master.domain.paging import page_of
-from services.master.domain.queries import smaller_is_better
+from services.master.domain.reads import metrics as reads
 from services.master.servicers.api import convert
 from services.master.servicers.api.base import ServicerBase
 from services.master.servicers.errors import rpc, stream_rpc
-from services.master.store import models
 
 REPORTS_PER_MESSAGE = 1000
 EARLY_EXIT_NAMES = {
@@ -28,30 +27,6 @@ EARLY_EXIT_NAMES = {
     tpb.TrialEarlyExit.EXITED_REASON_INIT_INVALID_HP: "INIT_INVALID_HP",
     tpb.TrialEarlyExit.EXITED_REASON_USER_REQUESTED_STOP: "USER_REQUESTED_STOP",
 }
-
-
-# What a MetricsReport carries, read as plain rows (not ORM objects: nothing here is changed, and
-# building a mapped object per report cost more than the query). Built once with bound parameters:
-# constructing the statement anew cost a fifth of a metrics read.
-_REPORTS_OF_TRIAL = (
-    select(
-        models.Metric.id,
-        models.Metric.trial_id,
-        models.Metric.trial_run_id,
-        models.Metric.group_name,
-        models.Metric.steps_completed,
-        models.Metric.report_time,
-        models.Metric.metrics,
-        models.Metric.batch_metrics,
-        models.Metric.archived,
-    )
-    .where(
-        models.Metric.trial_id == bindparam("trial_id"),
-        models.Metric.group_name == bindparam("group"),
-        models.Metric.archived.is_(False),
-    )
-    .order_by(models.Metric.steps_completed, models.Metric.id)
-)
 
 
 class MetricsApi(ServicerBase):
@@ -106,7 +81,7 @@ class MetricsApi(ServicerBase):
         group = request.group or "training"
         for trial_id in request.trial_ids:
             with self.ctx.db.read() as s:
-                rows = s.execute(_REPORTS_OF_TRIAL, {"trial_id": trial_id, "group": group}).all()
+                rows = reads.reports_of_trial(s, trial_id, group)
             if request.max_datapoints > 0:
                 rows = downsample(rows, request.max_datapoints)
             for start in range(0, len(rows), REPORTS_PER_MESSAGE):
@@ -180,19 +155,7 @@ class MetricsApi(ServicerBase):
         self, request: tpb.GetBestSearcherValidationMetricRequest, context: grpc.ServicerContext
     ) -> tpb.GetBestSearcherValidationMetricResponse:
         with self.ctx.db.read() as s:
-            exp = s.get(models.Experiment, request.experiment_id)
-            if exp is None:
-                raise NotFound(f"experiment {request.experiment_id} not found")
-            values = [
-                v
-                for v in s.scalars(
-                    select(models.Trial.searcher_metric_value).where(models.Trial.experiment_id == exp.id)
-                )
-                if v is not None
-            ]
-            if not values:
-                raise NotFound(f"experiment {request.experiment_id} has no validation metric yet")
-            best = min(values) if smaller_is_better(exp.config) else max(values)
+            best = reads.best_searcher_metric(s, request.experiment_id)
         return tpb.GetBestSearcherValidationMetricResponse(metric=best)
 
 
@@ -244,12 +207,7 @@ class WorkloadsApi(ServicerBase):
     def RunPrepareForReporting(
         self, request: tpb.RunPrepareForReportingRequest, context: grpc.ServicerContext
     ) -> tpb.RunPrepareForReportingResponse:
-        principal = self.caller(context)
-        with self.ctx.unit_of_work() as w:
-            trial = w.session.get(models.Trial, request.run_id)
-            if trial is None:
-                raise NotFound(f"run {request.run_id} not found")
-            metrics.check_reporter(w, principal, trial)
+        metrics.check_run_reporter(self.ctx, self.caller(context), request.run_id)
         storage = json.dumps(struct_to_python(request.checkpoint_storage), sort_keys=True)
         return tpb.RunPrepareForReportingResponse(storage_id=zlib.crc32(storage.encode()) & 0x7FFFFFFF)
 
@@ -267,38 +225,30 @@ class WorkloadsApi(ServicerBase):
         with_checkpoints = request.filter != F.FILTER_OPTION_VALIDATION
         items: list[tuple[int, int, tpb.Workload]] = []
         with self.ctx.db.read() as s:
-            if s.get(models.Trial, request.trial_id) is None:
-                raise NotFound(f"trial {request.trial_id} not found")
-            if wanted_groups:
-                for row in s.scalars(
-                    select(models.Metric).where(
-                        models.Metric.trial_id == request.trial_id,
-                        models.Metric.group_name.in_(wanted_groups),
-                        models.Metric.archived.is_(False),
-                    )
-                ):
-                    workload = convert.metrics_workload(row)
-                    assert workload is not None
-                    if request.include_batch_metrics and row.batch_metrics:
-                        workload.metrics.batch_metrics.extend(convert.struct(b) for b in row.batch_metrics)
-                    if row.group_name == "training":
-                        items.append((int(row.steps_completed), 0, tpb.Workload(training=workload)))
-                    else:
-                        items.append((int(row.steps_completed), 1, tpb.Workload(validation=workload)))
-            if with_checkpoints:
-                for ck in s.scalars(
-                    select(models.Checkpoint).where(models.Checkpoint.trial_id == request.trial_id)
-                ):
-                    workload_ck = tpb.CheckpointWorkload(
-                        uuid=ck.uuid,
-                        end_time=convert.ts(ck.report_time),
-                        state=convert.checkpoint_state(ck.state),
-                        resources={k: int(v) for k, v in ck.resources.items()},
-                        total_batches=int(ck.steps_completed),
-                        metadata=convert.struct(ck.metadata_),
-                    )
-                    items.append((int(ck.steps_completed), 2, tpb.Workload(checkpoint=workload_ck)))
-        items.sort(key=lambda item: (item[0], item[1]), reverse=request.order_by == 2)
+            reports, checkpoint_rows = reads.trial_history(
+                s, request.trial_id, wanted_groups, with_checkpoints
+            )
+        for row in reports:
+            workload = convert.metrics_workload(row)
+            assert workload is not None
+            if request.include_batch_metrics and row.batch_metrics:
+                workload.metrics.batch_metrics.extend(convert.struct(b) for b in row.batch_metrics)
+            if row.group_name == "training":
+                items.append((int(row.steps_completed), 0, tpb.Workload(training=workload)))
+            else:
+                items.append((int(row.steps_completed), 1, tpb.Workload(validation=workload)))
+        for ck in checkpoint_rows:
+            workload_ck = tpb.CheckpointWorkload(
+                uuid=ck.uuid,
+                end_time=convert.ts(ck.report_time),
+                state=convert.checkpoint_state(ck.state),
+                resources={k: int(v) for k, v in ck.resources.items()},
+                total_batches=int(ck.steps_completed),
+                metadata=convert.struct(ck.metadata_),
+            )
+            items.append((int(ck.steps_completed), 2, tpb.Workload(checkpoint=workload_ck)))
+        descending = request.order_by == common_pb2.ORDER_BY_DESC
+        items.sort(key=lambda item: (item[0], item[1]), reverse=descending)
         page = page_of(len(items), request.offset, request.limit)
         return tpb.GetTrialWorkloadsResponse(
             workloads=[w for _, _, w in items[page.start : page.end]], pagination=convert.pagination(page)

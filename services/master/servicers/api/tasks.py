@@ -5,15 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import grpc
-from sqlalchemy import select
 
 from cairn.api.v1 import task_pb2
 from services.master.domain import signals
-from services.master.domain.states import LIVE_ALLOCATION
+from services.master.domain.reads.tasks import live_allocations
 from services.master.servicers.api import convert
 from services.master.servicers.api.base import ServicerBase
 from services.master.servicers.errors import rpc, stream_rpc
-from services.master.store import models
 
 
 class TasksApi(ServicerBase):
@@ -23,11 +21,7 @@ class TasksApi(ServicerBase):
     ) -> task_pb2.GetTasksResponse:
         response = task_pb2.GetTasksResponse()
         with self.ctx.db.read() as s:
-            rows = s.execute(
-                select(models.Allocation, models.Trial.experiment_id)
-                .join(models.Trial, models.Trial.id == models.Allocation.trial_id)
-                .where(models.Allocation.state.in_(list(LIVE_ALLOCATION)))
-            ).all()
+            rows = live_allocations(s)
         for alloc, experiment_id in rows:
             summary = task_pb2.AllocationSummary(
                 task_id=f"{experiment_id}.{alloc.trial_id}",

@@ -6,7 +6,6 @@ from collections.abc import Iterator
 from datetime import UTC
 
 import grpc
-from sqlalchemy import select
 
 from cairn.api.v1 import common_pb2
 from cairn.api.v1 import trial_pb2 as tpb
@@ -14,12 +13,11 @@ from services.master.domain import experiments as experiment_lifecycle
 from services.master.domain import trials as trial_lifecycle
 from services.master.domain.errors import NotFound, PermissionDenied
 from services.master.domain.logs import LogFilter, read_logs
-from services.master.domain.queries import trial_rows
+from services.master.domain.reads import trials as reads
 from services.master.domain.states import TERMINAL, RunState
 from services.master.servicers.api import convert
 from services.master.servicers.api.base import ServicerBase
 from services.master.servicers.errors import rpc, stream_rpc
-from services.master.store import models
 
 LEVEL_NAMES = {
     "TRACE": tpb.LOG_LEVEL_TRACE,
@@ -34,27 +32,21 @@ LEVEL_NAMES = {
 class TrialsApi(ServicerBase):
     def trial_message(self, trial_id: int) -> tpb.Trial:
         with self.ctx.db.read() as s:
-            trial = s.get(models.Trial, trial_id)
-            if trial is None:
-                raise NotFound(f"trial {trial_id} not found")
-            return convert.trial(trial_rows(s, [trial])[0])
+            return convert.trial(reads.trial_row(s, trial_id))
 
     def check_trial_access(self, context: grpc.ServicerContext, trial_id: int) -> None:
         """Trial code may only touch its own trial."""
         principal = self.caller(context)
         if principal.user_id is not None or principal.allocation_id is None:
             return
-        if not principal.allocation_id.startswith(f"{self._experiment_of(trial_id)}.{trial_id}."):
+        with self.ctx.db.read() as s:
+            if not reads.trial_exists(s, trial_id):
+                raise NotFound(f"trial {trial_id} not found")
+            own = reads.trial_of_allocation(s, principal.allocation_id)
+        if own != trial_id:
             raise PermissionDenied(
                 f"allocation {principal.allocation_id} does not belong to trial {trial_id}"
             )
-
-    def _experiment_of(self, trial_id: int) -> int:
-        with self.ctx.db.read() as s:
-            experiment_id = s.scalar(select(models.Trial.experiment_id).where(models.Trial.id == trial_id))
-        if experiment_id is None:
-            raise NotFound(f"trial {trial_id} not found")
-        return experiment_id
 
     @rpc
     def GetTrial(self, request: tpb.GetTrialRequest, context: grpc.ServicerContext) -> tpb.GetTrialResponse:
@@ -69,9 +61,7 @@ class TrialsApi(ServicerBase):
     ) -> tpb.KillTrialResponse:
         principal = self.user(context)
         with self.ctx.unit_of_work() as w:
-            trial = w.session.get(models.Trial, request.id)
-            if trial is None:
-                raise NotFound(f"trial {request.id} not found")
+            trial = trial_lifecycle.load(w, request.id)
             exp = experiment_lifecycle.load(w, trial.experiment_id)
             experiment_lifecycle.check_can_modify(principal, exp)
             trial_lifecycle.stop(self.ctx, w, trial, exp, RunState.STOPPING_KILLED)
@@ -98,7 +88,7 @@ class TrialsApi(ServicerBase):
 
         def trial_done() -> bool:
             with self.ctx.db.read() as s:
-                state = s.scalar(select(models.Trial.state).where(models.Trial.id == request.trial_id))
+                state = reads.trial_state(s, request.trial_id)
             return state is None or state in TERMINAL or not context.is_active()
 
         for row in read_logs(

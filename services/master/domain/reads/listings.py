@@ -15,8 +15,9 @@ from typing import Any
 from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session, defer
 
+from services.master.domain.config import config_view
 from services.master.domain.paging import DEFAULT_LIMIT, Page, page_of
-from services.master.domain.states import LIVE_ALLOCATION, PLACED_ALLOCATION
+from services.master.domain.states import LIVE_ALLOCATION
 from services.master.store import models
 
 
@@ -65,7 +66,7 @@ class _ConfigCache:
             with self._lock:
                 for experiment_id, config, original in rows:
                     entry = ExperimentConfig(
-                        missing[experiment_id], config, original, smaller_is_better(config)
+                        missing[experiment_id], config, original, config_view(config).smaller_is_better
                     )
                     found[experiment_id] = self._entries[entry.key] = entry
                 while len(self._entries) > self._max:
@@ -91,10 +92,6 @@ class ExperimentRow:
     checkpoint_count: int = 0
     checkpoint_size: int = 0
     allocation_states: dict[str, int] = field(default_factory=dict)
-
-
-def smaller_is_better(config: dict[str, Any]) -> bool:
-    return bool((config.get("searcher") or {}).get("smaller_is_better", True))
 
 
 def _trial_aggregates(
@@ -365,15 +362,3 @@ def trial_rows(s: Session, trials: list[models.Trial]) -> list[TrialRow]:
         )
         for t in trials
     ]
-
-
-def placed_slots(s: Session) -> dict[tuple[str, str], models.Allocation]:
-    """Which allocation holds each (agent, slot)."""
-    result: dict[tuple[str, str], models.Allocation] = {}
-    for alloc in s.scalars(
-        select(models.Allocation).where(models.Allocation.state.in_(list(PLACED_ALLOCATION)))
-    ):
-        for placement in alloc.placements:
-            for slot_id in placement.get("slot_ids", []):
-                result[(placement["agent_id"], str(slot_id))] = alloc
-    return result
