@@ -23,21 +23,23 @@ from services.checkpoint.domain.garbage_collection import collect_garbage
 from services.checkpoint.domain.storage_check import check_storage
 from services.checkpoint.domain.storage_managers import StorageManagers
 from services.checkpoint.domain.transfer import receive_checkpoint, send_checkpoint
+from services.common.status import STATUS_OF_KIND
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["CheckpointService"].full_name
 
-# First match wins: more specific classes before their bases.
-_STATUS_BY_ERROR: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
-    (InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),
-    (StorageConfigError, grpc.StatusCode.INVALID_ARGUMENT),
-    (UnsafePathError, grpc.StatusCode.INVALID_ARGUMENT),
-    (ChunkStreamError, grpc.StatusCode.INVALID_ARGUMENT),
-    (CheckpointNotFound, grpc.StatusCode.NOT_FOUND),
+# The storage library's errors by kind (services/common/status.py maps kinds to statuses). First
+# match wins: more specific classes before their bases.
+_KIND_BY_ERROR: tuple[tuple[type[BaseException], str], ...] = (
+    (InvalidArgument, "INVALID_ARGUMENT"),
+    (StorageConfigError, "INVALID_ARGUMENT"),
+    (UnsafePathError, "INVALID_ARGUMENT"),
+    (ChunkStreamError, "INVALID_ARGUMENT"),
+    (CheckpointNotFound, "NOT_FOUND"),
     # The storage refused or failed (permissions, a full disk, a missing bucket).
-    (StorageError, grpc.StatusCode.FAILED_PRECONDITION),
-    (OSError, grpc.StatusCode.FAILED_PRECONDITION),
+    (StorageError, "FAILED_PRECONDITION"),
+    (OSError, "FAILED_PRECONDITION"),
 )
-_MAPPED = tuple(error for error, _code in _STATUS_BY_ERROR)
+_MAPPED = tuple(error for error, _kind in _KIND_BY_ERROR)
 
 
 @contextlib.contextmanager
@@ -45,8 +47,8 @@ def _answer_errors(context: grpc.ServicerContext) -> Iterator[None]:
     try:
         yield
     except _MAPPED as exc:
-        code = next(code for error, code in _STATUS_BY_ERROR if isinstance(exc, error))
-        context.abort(code, str(exc) or type(exc).__name__)
+        kind = next(kind for error, kind in _KIND_BY_ERROR if isinstance(exc, error))
+        context.abort(STATUS_OF_KIND[kind], str(exc) or type(exc).__name__)
 
 
 class CheckpointServicer(pb_grpc.CheckpointServiceServicer):

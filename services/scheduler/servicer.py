@@ -9,6 +9,7 @@ import grpc
 from cairn.scheduler.v1 import scheduler_pb2 as pb
 from cairn.scheduler.v1 import scheduler_pb2_grpc
 from services.common.logging import get_logger
+from services.common.status import abort_with
 from services.scheduler.convert import decision_to_proto, state_from_proto
 from services.scheduler.domain.errors import InvalidScheduleInput
 from services.scheduler.domain.schedule import schedule
@@ -23,7 +24,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServiceServicer):
             decision = schedule(state_from_proto(request))
         except InvalidScheduleInput as exc:
             log.warning("schedule request refused", field=exc.field, problem=exc.problem)
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            abort_with(context, exc)
         # Debug level: a victim is named again on every pass until it has released its slots.
         for preemption in decision.preemptions:
             log.debug(

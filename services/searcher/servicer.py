@@ -3,15 +3,12 @@ status codes with their messages."""
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
-from typing import Any, TypeVar
-
 import grpc
 
 from cairn.searcher.v1 import searcher_pb2 as pb
 from cairn.searcher.v1 import searcher_pb2_grpc
 from services.common.logging import get_logger
+from services.common.status import handlers, status_of
 from services.searcher import convert
 from services.searcher.domain.errors import SearcherError
 from services.searcher.domain.preview import preview
@@ -22,28 +19,13 @@ log = get_logger(__name__)
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["SearcherService"].full_name
 
-_CODES = {
-    "INVALID_ARGUMENT": grpc.StatusCode.INVALID_ARGUMENT,
-    "NOT_FOUND": grpc.StatusCode.NOT_FOUND,
-    "ALREADY_EXISTS": grpc.StatusCode.ALREADY_EXISTS,
-    "FAILED_PRECONDITION": grpc.StatusCode.FAILED_PRECONDITION,
-}
 
-F = TypeVar("F", bound=Callable[..., Any])
+def _log_refusal(method: str, exc: BaseException) -> None:
+    if status_of(exc) == grpc.StatusCode.INVALID_ARGUMENT:
+        log.info("request refused", method=method, error=str(exc))
 
 
-def _rpc(fn: F) -> F:
-    @functools.wraps(fn)
-    def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
-        try:
-            return fn(self, request, context)
-        except SearcherError as exc:
-            code = _CODES.get(exc.kind, grpc.StatusCode.INTERNAL)
-            if code == grpc.StatusCode.INVALID_ARGUMENT:
-                log.info("request refused", method=fn.__name__, error=str(exc))
-            context.abort(code, str(exc))
-
-    return wrapper  # type: ignore[return-value]
+_rpc, _ = handlers((SearcherError,), on_error=_log_refusal)
 
 
 class SearcherServicer(searcher_pb2_grpc.SearcherServiceServicer):

@@ -18,6 +18,7 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
+import cairn.task_environment as tenv
 from services.agent.containers.requests import RendezvousInfo
 
 RUN_DIR = "/run/determined"
@@ -81,7 +82,7 @@ def write_info_files(
     files: dict[str, object] = {
         "cluster.json": cluster,
         "rendezvous.json": rendezvous_file(rendezvous, len(slot_ids)),
-        "resources.json": {"gpu_uuids": [u for u in env.get("CAIRN_GPU_UUIDS", "").split(",") if u]},
+        "resources.json": {"gpu_uuids": [u for u in env.get(tenv.GPU_UUIDS, "").split(",") if u]},
     }
     if "DET_TRIAL_ID" in env:
         config = json.loads(env.get("DET_EXPERIMENT_CONFIG", "{}"))

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import cairn.task_environment as tenv
 from services.agent.containers.python_envs import PythonEnv
 from services.agent.containers.requests import RendezvousInfo
 from services.agent.slots import DeviceKind, SlotInfo
@@ -93,19 +94,17 @@ def rendezvous_environment(rendezvous: RendezvousInfo | None, container_id: str)
     if rendezvous is None:
         return {"CAIRN_CONTAINER_RANK": "0", "DET_RESOURCES_ID": container_id}
     env = {
-        "CAIRN_CONTAINER_RANK": str(rendezvous.container_rank),
-        "CAIRN_CONTAINER_ADDRS": json.dumps(list(rendezvous.container_addrs), separators=(",", ":")),
-        "CAIRN_CONTAINER_SLOT_COUNTS": json.dumps(
-            list(rendezvous.container_slot_counts), separators=(",", ":")
-        ),
-        "CAIRN_CHIEF_IP": rendezvous.chief_ip,
+        tenv.CONTAINER_RANK: str(rendezvous.container_rank),
+        tenv.CONTAINER_ADDRS: json.dumps(list(rendezvous.container_addrs), separators=(",", ":")),
+        tenv.CONTAINER_SLOT_COUNTS: json.dumps(list(rendezvous.container_slot_counts), separators=(",", ":")),
+        tenv.CHIEF_IP: rendezvous.chief_ip,
         "DET_CHIEF_IP": rendezvous.chief_ip,
         "DET_RESOURCES_ID": container_id,
     }
     ports = {
-        "CAIRN_C10D_PORT": rendezvous.c10d_port,
+        tenv.C10D_PORT: rendezvous.c10d_port,
         "C10D_PORT": rendezvous.c10d_port,
-        "CAIRN_COLLECTIVES_PORT": rendezvous.collectives_port,
+        tenv.COLLECTIVES_PORT: rendezvous.collectives_port,
         "INTER_TRAIN_PROCESS_COMM_PORT_1": rendezvous.det_pub_port,
         "INTER_TRAIN_PROCESS_COMM_PORT_2": rendezvous.det_pull_port,
     }
@@ -131,11 +130,11 @@ def task_environment(
     gpus = [str(s.index) for s in slots if s.kind == DeviceKind.CUDA]
     gpu_uuids = [s.uuid for s in slots if s.kind == DeviceKind.CUDA and s.uuid]
     facts = {
-        "CAIRN_AGENT_ID": agent_id,
-        "CAIRN_CONTAINER_ID": container_id,
-        "CAIRN_SLOT_IDS": slot_ids,
-        "CAIRN_WORKDIR": str(workdir),
-        "CAIRN_MASTER_ADDR": master.grpc_address,
+        tenv.AGENT_ID: agent_id,
+        tenv.CONTAINER_ID: container_id,
+        tenv.SLOT_IDS: slot_ids,
+        tenv.WORKDIR: str(workdir),
+        tenv.MASTER_ADDR: master.grpc_address,
         "DET_AGENT_ID": agent_id,
         "DET_CONTAINER_ID": container_id,
         "DET_SLOT_IDS": slot_ids,
@@ -147,7 +146,7 @@ def task_environment(
         "DET_MASTER_PORT": str(master.rest_port),
         # CPU-only allocations must not see (and grab) the machine's GPUs.
         "CUDA_VISIBLE_DEVICES": ",".join(gpus),
-        "CAIRN_GPU_UUIDS": ",".join(gpu_uuids),
+        tenv.GPU_UUIDS: ",".join(gpu_uuids),
     }
     if master.master_id:
         facts["DET_MASTER_ID"] = master.master_id

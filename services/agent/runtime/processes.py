@@ -72,13 +72,3 @@ def signal_group(pgid: int, sig: signal.Signals) -> bool:
     except ProcessLookupError:
         return False
     return True
-
-
-def group_has_members(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -3,10 +3,8 @@ goes to the caller as is, so it names what is wrong (the field, the checkpoint).
 
 from __future__ import annotations
 
+from services.common.errors import InvalidArgument, ServiceError
 
-class DomainError(Exception):
-    pass
+DomainError = ServiceError
 
-
-class InvalidArgument(DomainError):
-    """The request is malformed; nothing was changed."""
+__all__ = ["DomainError", "InvalidArgument"]

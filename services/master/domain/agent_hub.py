@@ -84,11 +84,6 @@ class AgentHub:
         with self._lock:
             self._backlog.pop(agent_id, None)
 
-    def is_connected(self, agent_id: str) -> bool:
-        with self._lock:
-            link = self._links.get(agent_id)
-            return link is not None and not link.closed.is_set()
-
     def last_heard(self) -> dict[str, float]:
         """When each connected agent last sent anything, as a Unix time."""
         now_wall, now_mono = time.time(), time.monotonic()

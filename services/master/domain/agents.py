@@ -151,13 +151,6 @@ def mark_disconnected(ctx: MasterContext, agent_id: str) -> None:
     log.info("agent disconnected", agent_id=agent_id)
 
 
-def touch(ctx: MasterContext, agent_id: str) -> None:
-    with ctx.db.transaction() as s:
-        agent = s.get(models.Agent, agent_id)
-        if agent is not None:
-            agent.last_seen = utcnow()
-
-
 def set_enabled(ctx: MasterContext, agent_id: str, enabled: bool, drain: bool = False) -> None:
     with ctx.unit_of_work() as w:
         agent = w.session.get(models.Agent, agent_id)

@@ -286,11 +286,6 @@ def request_kill(
         log.info("allocation kill requested", allocation_id=alloc.id, reason=reason, grace=grace_seconds)
 
 
-def is_being_stopped(alloc: models.Allocation) -> bool:
-    """Its containers are being killed: on the master's request, or because one of them failed."""
-    return alloc.kill_requested or alloc.failed_rank is not None
-
-
 def send_kills(
     ctx: MasterContext, w: Work, alloc: models.Allocation, grace_seconds: int, reason: str = ""
 ) -> None:

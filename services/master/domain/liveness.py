@@ -5,7 +5,6 @@ away longer than the reconnect window are given up (their trials are rescheduled
 
 from __future__ import annotations
 
-import threading
 from datetime import timedelta
 
 from sqlalchemy import or_, select
@@ -15,6 +14,7 @@ from services.master.domain import agents as agent_registry
 from services.master.domain import allocations
 from services.master.domain.clock import utcnow
 from services.master.domain.context import MasterContext
+from services.master.domain.loops import BackgroundLoop
 from services.master.domain.states import AllocationState as A
 from services.master.store import models
 
@@ -27,21 +27,14 @@ KILL_RESEND_S = 30.0
 class LivenessLoop:
     def __init__(self, ctx: MasterContext) -> None:
         self._ctx = ctx
-        self._thread = threading.Thread(target=self._run, name="liveness", daemon=True)
         self._kill_sent: dict[str, float] = {}
+        self._loop = BackgroundLoop(ctx, "liveness", self.check, period_s=CHECK_INTERVAL_S)
 
     def start(self) -> None:
-        self._thread.start()
+        self._loop.start()
 
     def join(self, timeout: float) -> None:
-        self._thread.join(timeout)
-
-    def _run(self) -> None:
-        while not self._ctx.stopping.wait(CHECK_INTERVAL_S):
-            try:
-                self.check()
-            except Exception:
-                log.exception("liveness check failed")
+        self._loop.join(timeout)
 
     def check(self) -> None:
         self._escalate_expired_preemptions()

@@ -227,10 +227,7 @@ def report(
         _check_report(index, item)
     stored = duplicates = 0
     with ctx.unit_of_work() as w:
-        trial = w.session.get(models.Trial, trial_id)
-        if trial is None:
-            raise NotFound(f"trial {trial_id} not found")
-        check_reporter(w, principal, trial)
+        trial = reporting_trial(w, principal, trial_id)
         if run_id != trial.run_id:
             raise FailedPrecondition(
                 f"trial {trial_id} is on run {trial.run_id}; reports of run {run_id} are no longer accepted"
@@ -315,6 +312,15 @@ def _merge_unsequenced(
     return True
 
 
+def reporting_trial(w: Work, principal: Principal, trial_id: int) -> models.Trial:
+    """The trial a report is for, once the caller may report for it."""
+    trial = w.session.get(models.Trial, trial_id)
+    if trial is None:
+        raise NotFound(f"trial {trial_id} not found")
+    check_reporter(w, principal, trial)
+    return trial
+
+
 def check_run_reporter(ctx: MasterContext, principal: Principal, run_id: int) -> None:
     """Determined's harness announces a run (its trial) before reporting: it must be the caller's."""
     with ctx.db.read() as s:
@@ -336,10 +342,7 @@ def report_progress(ctx: MasterContext, principal: Principal, trial_id: int, pro
     if not 0.0 <= progress <= 1.0 or math.isnan(progress):
         raise InvalidArgument("progress: must be between 0 and 1")
     with ctx.unit_of_work() as w:
-        trial = w.session.get(models.Trial, trial_id)
-        if trial is None:
-            raise NotFound(f"trial {trial_id} not found")
-        check_reporter(w, principal, trial)
+        trial = reporting_trial(w, principal, trial_id)
         previous = trial.progress
         trial.progress = progress
         exp = w.session.get_one(models.Experiment, trial.experiment_id)
@@ -364,10 +367,7 @@ def report_runner_status(ctx: MasterContext, principal: Principal, trial_id: int
     if len(status) > MAX_RUNNER_STATUS:
         raise InvalidArgument(f"metadata.state: at most {MAX_RUNNER_STATUS} characters, not {len(status)}")
     with ctx.unit_of_work() as w:
-        trial = w.session.get(models.Trial, trial_id)
-        if trial is None:
-            raise NotFound(f"trial {trial_id} not found")
-        check_reporter(w, principal, trial)
+        trial = reporting_trial(w, principal, trial_id)
         trial.runner_status = status
 
 
@@ -378,10 +378,7 @@ def report_early_exit(ctx: MasterContext, principal: Principal, trial_id: int, r
     if reason not in EARLY_EXIT_REASONS:
         raise InvalidArgument(f"early_exit.reason: must be one of {', '.join(sorted(EARLY_EXIT_REASONS))}")
     with ctx.unit_of_work() as w:
-        trial = w.session.get(models.Trial, trial_id)
-        if trial is None:
-            raise NotFound(f"trial {trial_id} not found")
-        check_reporter(w, principal, trial)
+        trial = reporting_trial(w, principal, trial_id)
         if trial.early_exit_reason:
             raise FailedPrecondition(
                 f"trial {trial_id} already reported an early exit ({trial.early_exit_reason})"

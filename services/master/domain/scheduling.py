@@ -5,8 +5,6 @@ while the scheduler was thinking."""
 
 from __future__ import annotations
 
-import threading
-import time
 from dataclasses import dataclass, field
 
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -18,6 +16,7 @@ from services.master.domain import allocations
 from services.master.domain.clock import utcnow
 from services.master.domain.context import MasterContext
 from services.master.domain.errors import DomainError
+from services.master.domain.loops import BackgroundLoop
 from services.master.domain.states import LIVE_ALLOCATION, PLACED_ALLOCATION
 from services.master.domain.states import AllocationState as A
 from services.master.store import models
@@ -172,27 +171,23 @@ class SchedulingLoop:
     def __init__(self, ctx: MasterContext) -> None:
         self._ctx = ctx
         self.waiting = WaitingInfo()
-        self._thread = threading.Thread(target=self._run, name="scheduling", daemon=True)
         self._last_error = ""
+        # Passes run when something changed, at most every scheduling interval (Determined: 500
+        # ms), and at least every MAX_IDLE_S (agents may have freed slots).
+        self._loop = BackgroundLoop(
+            ctx,
+            "scheduling",
+            self.run_pass,
+            period_s=MAX_IDLE_S,
+            wakeup=ctx.scheduler_wakeup,
+            min_gap_s=ctx.settings.scheduling_interval_s,
+        )
 
     def start(self) -> None:
-        self._thread.start()
+        self._loop.start()
 
     def join(self, timeout: float) -> None:
-        self._thread.join(timeout)
-
-    def _run(self) -> None:
-        while not self._ctx.stopping.is_set():
-            started = time.monotonic()
-            try:
-                self.run_pass()
-            except Exception:
-                log.exception("scheduling pass failed")
-            # Bound the rate of passes, whatever wakes us (Determined: at most one per 500 ms).
-            elapsed = time.monotonic() - started
-            if elapsed < self._ctx.settings.scheduling_interval_s:
-                time.sleep(self._ctx.settings.scheduling_interval_s - elapsed)
-            self._ctx.scheduler_wakeup.wait(MAX_IDLE_S)
+        self._loop.join(timeout)
 
     def run_pass(self) -> None:
         request, any_pending = build_request(self._ctx)

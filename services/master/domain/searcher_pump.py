@@ -8,7 +8,6 @@ searcher leaves the events queued; they are delivered when it is back.
 
 from __future__ import annotations
 
-import threading
 import time
 
 from sqlalchemy import func, select
@@ -18,6 +17,7 @@ from services.common.logging import get_logger
 from services.master.domain.context import MasterContext, Work
 from services.master.domain.creation import search_spec
 from services.master.domain.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from services.master.domain.loops import BackgroundLoop
 from services.master.domain.searcher_actions import apply_response
 from services.master.domain.states import is_terminal
 from services.master.domain.topics import searcher_answers_topic
@@ -34,22 +34,16 @@ MAX_RESTORES_PER_EVENT = 3
 class SearcherPump:
     def __init__(self, ctx: MasterContext) -> None:
         self._ctx = ctx
-        self._thread = threading.Thread(target=self._run, name="searcher-pump", daemon=True)
         self._retry_after: dict[int, float] = {}
+        self._loop = BackgroundLoop(
+            ctx, "searcher-pump", self.deliver_all, period_s=IDLE_POLL_S, wakeup=ctx.pump_wakeup
+        )
 
     def start(self) -> None:
-        self._thread.start()
+        self._loop.start()
 
     def join(self, timeout: float) -> None:
-        self._thread.join(timeout)
-
-    def _run(self) -> None:
-        while not self._ctx.stopping.is_set():
-            try:
-                self.deliver_all()
-            except Exception:
-                log.exception("searcher pump pass failed")
-            self._ctx.pump_wakeup.wait(IDLE_POLL_S)
+        self._loop.join(timeout)
 
     def deliver_all(self) -> None:
         with self._ctx.db.read() as s:

@@ -10,7 +10,8 @@ from enum import StrEnum
 
 
 class InvalidTransition(Exception):
-    pass
+    # A move the table refuses is the caller's precondition failing.
+    kind = "FAILED_PRECONDITION"
 
 
 class RunState(StrEnum):
@@ -108,10 +109,6 @@ def check_trial(current: str, target: RunState) -> None:
 
 def can_experiment(current: str, target: RunState) -> bool:
     return target in EXPERIMENT_TRANSITIONS[RunState(current)]
-
-
-def can_trial(current: str, target: RunState) -> bool:
-    return target in TRIAL_TRANSITIONS[RunState(current)]
 
 
 def allocation_advances(current: str, target: AllocationState) -> bool:

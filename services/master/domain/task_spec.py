@@ -14,6 +14,7 @@ import re
 import shlex
 from typing import Any
 
+import cairn.task_environment as tenv
 from cairn.agent.v1 import agent_pb2 as apb
 from services.master.domain.config import config_view
 from services.master.settings import Settings
@@ -50,31 +51,32 @@ def build_task_spec(
     view = config_view(exp.config)
     command, shell = entrypoint_of(exp.config)
     task_id = f"{exp.id}.{trial.id}"
-    facts = {
-        "ALLOCATION_ID": alloc.id,
-        "TASK_ID": task_id,
-        "TASK_TYPE": "TRIAL",
-        "TRIAL_ID": str(trial.id),
-        "EXPERIMENT_ID": str(exp.id),
-        "TRIAL_RUN_ID": str(trial.run_id),
-        "TRIAL_SEED": str(trial.seed),
-        "HPARAMS": json.dumps(trial.hparams),
-        "EXPERIMENT_CONFIG": json.dumps(exp.config),
-        "STEPS_COMPLETED": str(trial.total_batches),
-        "USER": owner_username,
-    }
+    # (Cairn's name, Determined's name, value): the same fact under both names.
+    facts = [
+        (tenv.ALLOCATION_ID, "DET_ALLOCATION_ID", alloc.id),
+        (tenv.TASK_ID, "DET_TASK_ID", task_id),
+        (tenv.TASK_TYPE, "DET_TASK_TYPE", "TRIAL"),
+        (tenv.TRIAL_ID, "DET_TRIAL_ID", str(trial.id)),
+        (tenv.EXPERIMENT_ID, "DET_EXPERIMENT_ID", str(exp.id)),
+        (tenv.TRIAL_RUN_ID, "DET_TRIAL_RUN_ID", str(trial.run_id)),
+        (tenv.TRIAL_SEED, "DET_TRIAL_SEED", str(trial.seed)),
+        (tenv.HPARAMS, "DET_HPARAMS", json.dumps(trial.hparams)),
+        (tenv.EXPERIMENT_CONFIG, "DET_EXPERIMENT_CONFIG", json.dumps(exp.config)),
+        (tenv.STEPS_COMPLETED, "DET_STEPS_COMPLETED", str(trial.total_batches)),
+        (tenv.USER, "DET_USER", owner_username),
+    ]
     env: dict[str, str] = {}
     env.update(view.environment_variables)
-    for key, value in facts.items():
-        env[f"CAIRN_{key}"] = value
-        env[f"DET_{key}"] = value
+    for cairn_name, determined_name, value in facts:
+        env[cairn_name] = value
+        env[determined_name] = value
     env["DET_EXPERIMENT_CONFIG"] = json.dumps(determined_view(exp.config))
-    env["CAIRN_ALLOCATION_TOKEN"] = allocation_token
+    env[tenv.ALLOCATION_TOKEN] = allocation_token
     env["DET_SESSION_TOKEN"] = allocation_token
-    env["CAIRN_SEARCHER_TARGET"] = str(trial.searcher_target)
-    env["CAIRN_MASTER_HTTP_PORT"] = str(settings.http_port)
+    env[tenv.SEARCHER_TARGET] = str(trial.searcher_target)
+    env[tenv.MASTER_HTTP_PORT] = str(settings.http_port)
     if trial.latest_checkpoint_uuid:
-        env["CAIRN_LATEST_CHECKPOINT"] = trial.latest_checkpoint_uuid
+        env[tenv.LATEST_CHECKPOINT] = trial.latest_checkpoint_uuid
         env["DET_LATEST_CHECKPOINT"] = trial.latest_checkpoint_uuid
     env["PYTHONUNBUFFERED"] = "1"
     mounts = []

@@ -16,6 +16,7 @@ import grpc
 from cairn.agent.v1 import agent_pb2 as apb
 from cairn.agent.v1 import agent_pb2_grpc
 from services.common.logging import get_logger
+from services.common.status import abort_with
 from services.master.domain import agents as agent_registry
 from services.master.domain import allocations
 from services.master.domain.agent_hub import AgentLink
@@ -23,7 +24,6 @@ from services.master.domain.context import MasterContext
 from services.master.domain.errors import DomainError
 from services.master.domain.logs import LogStore
 from services.master.domain.reads.tasks import task_context_archive
-from services.master.servicers.errors import CODES
 
 log = get_logger(__name__)
 
@@ -48,7 +48,7 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
         try:
             registration = agent_registry.register(self.ctx, hello)
         except DomainError as exc:
-            context.abort(CODES.get(exc.kind, grpc.StatusCode.INTERNAL), str(exc))
+            abort_with(context, exc)
         agent_id = hello.agent_id
         link = self.ctx.hub.attach(agent_id)
         reader = threading.Thread(

@@ -9,11 +9,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import cairn.task_environment as tenv
 from cairn.storage import StorageManager, storage_manager_from_config
 
 log = logging.getLogger(__name__)
 
-LOCAL_DIR_ENV = "CAIRN_LOCAL_CHECKPOINT_DIR"
+LOCAL_DIR_ENV = tenv.LOCAL_CHECKPOINT_DIR
 
 StorageSpec = str | os.PathLike[str] | Mapping[str, Any]
 

@@ -9,9 +9,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import cairn.task_environment as tenv
 from cairn.core.errors import ClusterInfoError
 
-ALLOCATION_ID_ENV = "CAIRN_ALLOCATION_ID"
+ALLOCATION_ID_ENV = tenv.ALLOCATION_ID
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,7 @@ def _json(env: Mapping[str, str], name: str, default: Any) -> Any:
 
 
 def _master_address(env: Mapping[str, str]) -> str:
-    address = _required(env, "CAIRN_MASTER_ADDR")
+    address = _required(env, tenv.MASTER_ADDR)
     for scheme in ("grpc://", "http://", "https://"):
         if address.lower().startswith(scheme):
             address = address[len(scheme) :]
@@ -128,42 +129,42 @@ def cluster_info_from_env(env: Mapping[str, str]) -> ClusterInfo | None:
     """None when `env` is not a trial's environment (no allocation id)."""
     if not env.get(ALLOCATION_ID_ENV, "").strip():
         return None
-    experiment_id = _integer(env, "CAIRN_EXPERIMENT_ID")
-    trial_id = _integer(env, "CAIRN_TRIAL_ID")
-    slot_ids = _json(env, "CAIRN_SLOT_IDS", [])
+    experiment_id = _integer(env, tenv.EXPERIMENT_ID)
+    trial_id = _integer(env, tenv.TRIAL_ID)
+    slot_ids = _json(env, tenv.SLOT_IDS, [])
     if not all(isinstance(slot, int) and not isinstance(slot, bool) for slot in slot_ids):
         raise ClusterInfoError(f"CAIRN_SLOT_IDS: must be a JSON list of integers, not {slot_ids!r}")
     trial = TrialInfo(
         trial_id=trial_id,
         experiment_id=experiment_id,
-        trial_seed=_integer(env, "CAIRN_TRIAL_SEED", 0),
-        hparams=_json(env, "CAIRN_HPARAMS", {}),
-        config=_json(env, "CAIRN_EXPERIMENT_CONFIG", {}),
-        steps_completed=_integer(env, "CAIRN_STEPS_COMPLETED", 0),
-        trial_run_id=_integer(env, "CAIRN_TRIAL_RUN_ID"),
-        searcher_target=_integer(env, "CAIRN_SEARCHER_TARGET", 0),
+        trial_seed=_integer(env, tenv.TRIAL_SEED, 0),
+        hparams=_json(env, tenv.HPARAMS, {}),
+        config=_json(env, tenv.EXPERIMENT_CONFIG, {}),
+        steps_completed=_integer(env, tenv.STEPS_COMPLETED, 0),
+        trial_run_id=_integer(env, tenv.TRIAL_RUN_ID),
+        searcher_target=_integer(env, tenv.SEARCHER_TARGET, 0),
     )
-    addrs = _json(env, "CAIRN_CONTAINER_ADDRS", ["127.0.0.1"])
-    counts = _json(env, "CAIRN_CONTAINER_SLOT_COUNTS", [len(slot_ids)])
+    addrs = _json(env, tenv.CONTAINER_ADDRS, ["127.0.0.1"])
+    counts = _json(env, tenv.CONTAINER_SLOT_COUNTS, [len(slot_ids)])
     if not addrs or not all(isinstance(a, str) and a for a in addrs):
         raise ClusterInfoError(f"CAIRN_CONTAINER_ADDRS: must be a JSON list of addresses, not {addrs!r}")
     if len(counts) != len(addrs) or not all(isinstance(c, int) and not isinstance(c, bool) for c in counts):
         raise ClusterInfoError(
             f"CAIRN_CONTAINER_SLOT_COUNTS: must be a JSON list of one integer per container, not {counts!r}"
         )
-    container_rank = _integer(env, "CAIRN_CONTAINER_RANK", 0)
+    container_rank = _integer(env, tenv.CONTAINER_RANK, 0)
     if not 0 <= container_rank < len(addrs):
         raise ClusterInfoError(f"CAIRN_CONTAINER_RANK: {container_rank} is not in [0, {len(addrs)})")
     return ClusterInfo(
         master_address=_master_address(env),
         allocation_id=_required(env, ALLOCATION_ID_ENV),
-        allocation_token=_required(env, "CAIRN_ALLOCATION_TOKEN"),
-        task_id=env.get("CAIRN_TASK_ID", "").strip() or f"{experiment_id}.{trial_id}",
-        agent_id=env.get("CAIRN_AGENT_ID", "").strip(),
-        container_id=env.get("CAIRN_CONTAINER_ID", "").strip(),
+        allocation_token=_required(env, tenv.ALLOCATION_TOKEN),
+        task_id=env.get(tenv.TASK_ID, "").strip() or f"{experiment_id}.{trial_id}",
+        agent_id=env.get(tenv.AGENT_ID, "").strip(),
+        container_id=env.get(tenv.CONTAINER_ID, "").strip(),
         slot_ids=list(slot_ids),
         trial=trial,
-        latest_checkpoint=env.get("CAIRN_LATEST_CHECKPOINT", "").strip() or None,
+        latest_checkpoint=env.get(tenv.LATEST_CHECKPOINT, "").strip() or None,
         container_addrs=list(addrs),
         container_slot_counts=list(counts),
         container_rank=container_rank,

@@ -17,6 +17,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+import cairn.task_environment as tenv
 from cairn.core.tcp_collectives import GLOBAL, Member, TcpCollectives
 
 log = logging.getLogger(__name__)
@@ -24,9 +25,9 @@ log = logging.getLogger(__name__)
 # Where the chief's hub listens when nothing says otherwise (on a cluster the master gives each
 # allocation its own port: CAIRN_COLLECTIVES_PORT).
 DEFAULT_COLLECTIVES_PORT = 30400
-PORT_ENV = "CAIRN_COLLECTIVES_PORT"
+PORT_ENV = tenv.COLLECTIVES_PORT
 # The secret the processes of one trial share; on a cluster, the allocation's token.
-KEY_ENVS = ("CAIRN_COLLECTIVES_KEY", "CAIRN_ALLOCATION_TOKEN", "DET_SESSION_TOKEN")
+KEY_ENVS = (tenv.COLLECTIVES_KEY, tenv.ALLOCATION_TOKEN, "DET_SESSION_TOKEN")
 LOCAL = "local"
 
 
@@ -179,7 +180,7 @@ class DistributedContext:
         if local_size > size:
             raise ValueError(f"local_size: must be <= size ({size}), not {local_size}")
         env = os.environ
-        chief_ip = chief_ip or env.get("CAIRN_CHIEF_IP") or env.get("DET_CHIEF_IP") or None
+        chief_ip = chief_ip or env.get(tenv.CHIEF_IP) or env.get("DET_CHIEF_IP") or None
         if cross_size > 1 and not chief_ip:
             raise ValueError(
                 f"chief_ip: required when the job spans machines (cross_size {cross_size}); "
@@ -244,7 +245,7 @@ class DistributedContext:
             cross_rank=number("GROUP_RANK"),
             cross_size=number("GROUP_WORLD_SIZE"),
             # torchrun's rendezvous host is the chief's machine.
-            chief_ip=chief_ip or os.environ.get("CAIRN_CHIEF_IP") or os.environ.get("MASTER_ADDR"),
+            chief_ip=chief_ip or os.environ.get(tenv.CHIEF_IP) or os.environ.get("MASTER_ADDR"),
         )
 
     @property

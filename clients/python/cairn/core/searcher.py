@@ -15,6 +15,7 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+import cairn.task_environment as tenv
 from cairn.api.v1 import task_pb2, trial_pb2
 from cairn.core.distributed import DistributedContext
 from cairn.core.errors import SearcherNotConfiguredError
@@ -23,7 +24,7 @@ from cairn.core.master_session import MasterSession
 
 log = logging.getLogger(__name__)
 
-LOCAL_LENGTH_ENV = "CAIRN_SEARCHER_LENGTH"
+LOCAL_LENGTH_ENV = tenv.SEARCHER_LENGTH
 
 
 class SearcherMode(enum.Enum):

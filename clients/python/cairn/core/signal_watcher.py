@@ -46,9 +46,6 @@ class AllocationSignalWatcher:
     def preempted(self) -> bool:
         return self._preempted.is_set()
 
-    def wait_for_preemption(self, timeout: float | None = None) -> bool:
-        return self._preempted.wait(timeout)
-
     def start(self) -> None:
         if self._thread is not None:
             return

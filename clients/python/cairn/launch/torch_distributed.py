@@ -21,6 +21,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
+import cairn.task_environment as tenv
 from cairn.core.cluster_info import ClusterInfo, get_cluster_info
 from cairn.core.errors import ClusterInfoError
 
@@ -38,7 +39,7 @@ def split_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
 
 
 def c10d_port(env: os._Environ[str] | dict[str, str] = os.environ) -> int:
-    raw = env.get("CAIRN_C10D_PORT") or env.get("C10D_PORT") or str(DEFAULT_C10D_PORT)
+    raw = env.get(tenv.C10D_PORT) or env.get("C10D_PORT") or str(DEFAULT_C10D_PORT)
     if not raw.isdigit() or not 0 < int(raw) < 65536:
         raise SystemExit(f"torch_distributed: CAIRN_C10D_PORT: {raw!r} is not a port number")
     return int(raw)

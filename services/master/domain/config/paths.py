@@ -22,8 +22,3 @@ def child_path(parent: str, key: str) -> str:
 def problem(path: str, message: str) -> str:
     # A problem with the whole document (empty path) is reported against "config".
     return f"{path or 'config'}: {message}"
-
-
-def path_of(message: str) -> str:
-    """The field path a problem message starts with (everything before the first ': ')."""
-    return message.split(": ", 1)[0]

@@ -6,8 +6,7 @@ aggregate over the page's ids), never one query per row.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict, defaultdict
+from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session, defer
 
+from services.common.lru import BoundedLru
 from services.master.domain.config import config_view
 from services.master.domain.paging import DEFAULT_LIMIT, Page, page_of
 from services.master.domain.states import LIVE_ALLOCATION
@@ -42,35 +42,31 @@ class ExperimentConfig:
 
 class _ConfigCache:
     def __init__(self, max_entries: int = 20_000) -> None:
-        self._entries: OrderedDict[tuple[int, datetime], ExperimentConfig] = OrderedDict()
-        self._max = max_entries
-        self._lock = threading.Lock()
+        self._entries: BoundedLru[tuple[int, datetime], ExperimentConfig] = BoundedLru(max_entries)
 
     def get_many(self, s: Session, experiments: list[models.Experiment]) -> dict[int, ExperimentConfig]:
         found: dict[int, ExperimentConfig] = {}
         missing: dict[int, tuple[int, datetime]] = {}
-        with self._lock:
-            for exp in experiments:
-                key = (exp.id, exp.start_time)
-                entry = self._entries.get(key)
-                if entry is None:
-                    missing[exp.id] = key
-                else:
-                    found[exp.id] = entry
+        for exp in experiments:
+            key = (exp.id, exp.start_time)
+            entry = self._entries.get(key)
+            if entry is None:
+                missing[exp.id] = key
+            else:
+                found[exp.id] = entry
         if missing:
             rows = s.execute(
                 select(
                     models.Experiment.id, models.Experiment.config, models.Experiment.original_config
                 ).where(models.Experiment.id.in_(list(missing)))
             )
-            with self._lock:
-                for experiment_id, config, original in rows:
-                    entry = ExperimentConfig(
-                        missing[experiment_id], config, original, config_view(config).smaller_is_better
-                    )
-                    found[experiment_id] = self._entries[entry.key] = entry
-                while len(self._entries) > self._max:
-                    self._entries.popitem(last=False)
+            loaded = {}
+            for experiment_id, config, original in rows:
+                entry = ExperimentConfig(
+                    missing[experiment_id], config, original, config_view(config).smaller_is_better
+                )
+                found[experiment_id] = loaded[entry.key] = entry
+            self._entries.put_many(loaded)
         return found
 
 
@@ -290,13 +286,6 @@ def experiment_rows_by_id(s: Session, ids: list[int]) -> list[ExperimentRow]:
         for e in s.scalars(without_configs(select(models.Experiment).where(models.Experiment.id.in_(ids))))
     }
     return experiment_rows(s, [found[i] for i in ids if i in found])
-
-
-def list_experiments(
-    s: Session, f: ExperimentFilter, *, sort: str, descending: bool, offset: int, limit: int
-) -> tuple[list[ExperimentRow], Page]:
-    ids, page = list_experiment_ids(s, f, sort=sort, descending=descending, offset=offset, limit=limit)
-    return experiment_rows_by_id(s, ids), page
 
 
 @dataclass

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from datetime import UTC, datetime
 from typing import Any
 
@@ -11,6 +9,7 @@ from google.protobuf import struct_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from cairn.api.v1 import agent_pb2, auth_pb2, checkpoint_pb2, common_pb2, experiment_pb2, trial_pb2
+from services.common.lru import BoundedLru
 from services.master.domain.auth import UserInfo
 from services.master.domain.clock import utcnow
 from services.master.domain.paging import Page
@@ -19,7 +18,6 @@ from services.master.store import models
 
 # Display: an ACTIVE experiment shows what its allocations are doing (as Determined does for the
 # WebUI). The stored state stays ACTIVE; this is only used where a caller asks for it.
-SUBSTATE_ORDER = ("RUNNING", "STARTING", "PULLING", "ASSIGNED", "PENDING")
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -67,14 +65,11 @@ class _StaticParts:
     message is far cheaper than building Structs from dicts on every read."""
 
     def __init__(self, max_entries: int = 20_000) -> None:
-        self._entries: OrderedDict[tuple[tuple[int, datetime], bool], bytes] = OrderedDict()
-        self._max = max_entries
-        self._lock = threading.Lock()
+        self._entries: BoundedLru[tuple[tuple[int, datetime], bool], bytes] = BoundedLru(max_entries)
 
     def bytes_of(self, static: ExperimentConfig, *, with_config: bool = True) -> bytes:
         key = (static.key, with_config)
-        with self._lock:
-            found = self._entries.get(key)
+        found = self._entries.get(key)
         if found is not None:
             return found
         config = static.config
@@ -91,10 +86,7 @@ class _StaticParts:
         else:
             message.config.SetInParent()  # present but empty: Determined's clients require the key
         data = message.SerializeToString()
-        with self._lock:
-            self._entries[key] = data
-            while len(self._entries) > self._max:
-                self._entries.popitem(last=False)
+        self._entries.put(key, data)
         return data
 
 

@@ -1,0 +1,42 @@
+"""The task environment's variable names: the contract between the master and agent (which set them
+for every task) and the Core API and launchers (which read them), written once here. Determined's
+own names (DET_*) are Determined's contract and are set beside these for its harness."""
+
+from __future__ import annotations
+
+# Set by the master (services/master/domain/task_spec.py).
+ALLOCATION_ID = "CAIRN_ALLOCATION_ID"
+ALLOCATION_TOKEN = "CAIRN_ALLOCATION_TOKEN"
+TASK_ID = "CAIRN_TASK_ID"
+TASK_TYPE = "CAIRN_TASK_TYPE"
+TRIAL_ID = "CAIRN_TRIAL_ID"
+EXPERIMENT_ID = "CAIRN_EXPERIMENT_ID"
+TRIAL_RUN_ID = "CAIRN_TRIAL_RUN_ID"
+TRIAL_SEED = "CAIRN_TRIAL_SEED"
+HPARAMS = "CAIRN_HPARAMS"
+EXPERIMENT_CONFIG = "CAIRN_EXPERIMENT_CONFIG"
+STEPS_COMPLETED = "CAIRN_STEPS_COMPLETED"
+USER = "CAIRN_USER"
+SEARCHER_TARGET = "CAIRN_SEARCHER_TARGET"
+MASTER_HTTP_PORT = "CAIRN_MASTER_HTTP_PORT"
+LATEST_CHECKPOINT = "CAIRN_LATEST_CHECKPOINT"
+
+# Set by the agent (services/agent/containers/task_env.py).
+AGENT_ID = "CAIRN_AGENT_ID"
+CONTAINER_ID = "CAIRN_CONTAINER_ID"
+SLOT_IDS = "CAIRN_SLOT_IDS"
+WORKDIR = "CAIRN_WORKDIR"
+MASTER_ADDR = "CAIRN_MASTER_ADDR"
+GPU_UUIDS = "CAIRN_GPU_UUIDS"
+# The allocation's containers (the master's rendezvous info, as the agent received it).
+CONTAINER_RANK = "CAIRN_CONTAINER_RANK"
+CONTAINER_ADDRS = "CAIRN_CONTAINER_ADDRS"
+CONTAINER_SLOT_COUNTS = "CAIRN_CONTAINER_SLOT_COUNTS"
+CHIEF_IP = "CAIRN_CHIEF_IP"
+C10D_PORT = "CAIRN_C10D_PORT"
+COLLECTIVES_PORT = "CAIRN_COLLECTIVES_PORT"
+
+# Read by the Core API only (set by the user off the cluster).
+COLLECTIVES_KEY = "CAIRN_COLLECTIVES_KEY"
+SEARCHER_LENGTH = "CAIRN_SEARCHER_LENGTH"
+LOCAL_CHECKPOINT_DIR = "CAIRN_LOCAL_CHECKPOINT_DIR"

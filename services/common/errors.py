@@ -1,0 +1,42 @@
+"""The errors every service's domain raises, by kind. Each kind names the gRPC status its service's
+edge answers with (services/common/status.py holds that one mapping); the message goes to the caller
+as is, so it names what is wrong (the field, the id, the state). Domain code raises these and knows
+nothing of gRPC."""
+
+from __future__ import annotations
+
+
+class ServiceError(Exception):
+    """Base class; `kind` names the status the edge answers with."""
+
+    kind = "INTERNAL"
+
+
+class InvalidArgument(ServiceError):
+    kind = "INVALID_ARGUMENT"
+
+
+class NotFound(ServiceError):
+    kind = "NOT_FOUND"
+
+
+class AlreadyExists(ServiceError):
+    kind = "ALREADY_EXISTS"
+
+
+class FailedPrecondition(ServiceError):
+    kind = "FAILED_PRECONDITION"
+
+
+class Unauthenticated(ServiceError):
+    kind = "UNAUTHENTICATED"
+
+
+class PermissionDenied(ServiceError):
+    kind = "PERMISSION_DENIED"
+
+
+class Unavailable(ServiceError):
+    """Another Cairn service this call needs did not answer."""
+
+    kind = "UNAVAILABLE"
