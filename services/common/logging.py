@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Literal
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
 
 import structlog
 
 LogFormat = Literal["console", "json"]
 
+# Receives (seconds since the epoch, stdlib level number, message) for every record logged.
+LogSink = Callable[[float, int, str], None]
 
-def configure_logging(service: str, fmt: LogFormat = "console", level: str = "INFO") -> None:
-    """Route structlog and stdlib logging through one renderer, tagging every line with the service."""
-    shared: list[structlog.types.Processor] = [
+
+def _shared_processors() -> list[structlog.types.Processor]:
+    return [
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name,
@@ -21,6 +24,11 @@ def configure_logging(service: str, fmt: LogFormat = "console", level: str = "IN
         structlog.processors.StackInfoRenderer(),
         structlog.processors.format_exc_info,
     ]
+
+
+def configure_logging(service: str, fmt: LogFormat = "console", level: str = "INFO") -> None:
+    """Route structlog and stdlib logging through one renderer, tagging every line with the service."""
+    shared = _shared_processors()
     renderer: structlog.types.Processor = (
         structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
     )
@@ -48,3 +56,64 @@ def configure_logging(service: str, fmt: LogFormat = "console", level: str = "IN
 
 def get_logger(name: str) -> structlog.stdlib.BoundLogger:
     return structlog.stdlib.get_logger(name)
+
+
+# Keys the sink keeps apart from the message (time, level) or that every line of a process shares.
+_SINK_DROPPED_KEYS = frozenset({"timestamp", "level", "logger", "service", "exception", "stack"})
+
+
+def _logfmt_value(value: Any) -> str:
+    text = str(value)
+    if not text or any(c.isspace() or c in '"=' for c in text):
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    return text
+
+
+def sink_message(event_dict: Mapping[str, Any]) -> str:
+    """One record as a line of text without its time and level: the event, then its context as
+    sorted key=value pairs (logfmt, as Determined's master writes its own log), then any traceback."""
+    parts = [str(event_dict.get("event", ""))]
+    parts.extend(
+        f"{key}={_logfmt_value(value)}"
+        for key, value in sorted(event_dict.items(), key=lambda item: str(item[0]))
+        if key != "event" and key not in _SINK_DROPPED_KEYS
+    )
+    text = " ".join(part for part in parts if part)
+    for key in ("stack", "exception"):
+        if event_dict.get(key):
+            text += "\n" + str(event_dict[key])
+    return text
+
+
+class _SinkHandler(logging.Handler):
+    def __init__(self, sink: LogSink) -> None:
+        super().__init__()
+        self._sink = sink
+        self.setFormatter(
+            structlog.stdlib.ProcessorFormatter(
+                foreign_pre_chain=_shared_processors(),
+                processors=[
+                    structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                    lambda _logger, _name, event_dict: sink_message(event_dict),
+                ],
+            )
+        )
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self._sink(record.created, record.levelno, self.format(record))
+        except Exception:
+            self.handleError(record)
+
+
+def add_log_sink(sink: LogSink) -> logging.Handler:
+    """Also hand every record the process logs (structlog's and stdlib's, past the root level) to
+    `sink`, beside the stderr renderer; returns the handler for remove_log_sink. Used by the master
+    for its in-memory log (`det master logs`)."""
+    handler = _SinkHandler(sink)
+    logging.getLogger().addHandler(handler)
+    return handler
+
+
+def remove_log_sink(handler: logging.Handler) -> None:
+    logging.getLogger().removeHandler(handler)

@@ -4,6 +4,7 @@ them in order."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 import uuid
 
 import grpc
@@ -14,10 +15,10 @@ from cairn.agent.v1 import agent_pb2, agent_pb2_grpc
 from cairn.api.v1 import api_pb2, api_pb2_grpc
 from services.common.interceptors import AuthInterceptor
 from services.common.local_calls import LocalCalls
-from services.common.logging import get_logger
+from services.common.logging import add_log_sink, get_logger, remove_log_sink
 from services.common.server import ServiceServer, start_server, write_ready_file
 from services.master.domain import agents as agent_registry
-from services.master.domain import deletion, wiring
+from services.master.domain import deletion, wiring, workspace_deletion, workspaces
 from services.master.domain.agent_hub import AgentHub
 from services.master.domain.auth import AuthService
 from services.master.domain.checkpoints import CheckpointGc
@@ -25,6 +26,7 @@ from services.master.domain.clock import utcnow
 from services.master.domain.context import MasterContext
 from services.master.domain.liveness import LivenessLoop
 from services.master.domain.logs import LogStore
+from services.master.domain.master_log import MasterLogRing
 from services.master.domain.samples import SampleCache
 from services.master.domain.scheduling import SchedulingLoop
 from services.master.domain.searcher_pump import SearcherPump
@@ -62,8 +64,12 @@ class Master:
         self.settings = settings
         self.grpc: ServiceServer | None = None
         self.http: MasterHttpServer | None = None
+        # The master's own recent log (`det master logs`), fed from start to stop.
+        self.master_log = MasterLogRing()
+        self._master_log_sink: logging.Handler | None = None
 
     def start(self) -> None:
+        self._master_log_sink = add_log_sink(self.master_log.append)
         log.info("migrating database", dialect=self.db.dialect)
         self.db.migrate()
         settings = self.settings
@@ -86,6 +92,7 @@ class Master:
         wiring.connect(ctx)
         self.auth = AuthService(self.db, settings.session_ttl_seconds)
         self.auth.ensure_builtin_users()
+        workspaces.ensure_builtin_owner(ctx)
         agent_registry.mark_all_disconnected_at_boot(ctx)
         self.logs = LogStore(ctx)
         self.scheduling = SchedulingLoop(ctx)
@@ -108,6 +115,7 @@ class Master:
             experiment_rows=RowCache(ctx, settings.read_cache_entries * 20),
             version=__version__,
             database=self.db.dialect,
+            master_log=self.master_log,
         )
         api = CairnServicer(deps)
         agent_stream = AgentStreamServicer(ctx, self.logs)
@@ -149,6 +157,7 @@ class Master:
         self.pump.start()
         self.liveness.start()
         deletion.resume_pending_deletions(ctx)
+        workspace_deletion.resume_pending(ctx)
         self.gc.resume_pending()
         write_ready_file(settings.ready_file, grpc_port=self.grpc.port, http_port=settings.http_port)
         log.info(
@@ -163,6 +172,7 @@ class Master:
         ctx = self.ctx
         ctx.stopping.set()
         ctx.topics.close()
+        self.master_log.close()  # followers of `det master logs` end now, not at the grace timeout
         ctx.hub.close_all()
         ctx.scheduler_wakeup.set()
         ctx.pump_wakeup.set()
@@ -177,3 +187,5 @@ class Master:
         self.scheduler.shutdown()
         self.checkpoints.shutdown()
         self.db.dispose()
+        if self._master_log_sink is not None:
+            remove_log_sink(self._master_log_sink)

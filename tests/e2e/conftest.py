@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.e2e.determined_client import det_runner, determined_env
 from tests.support.cluster import TestCluster, running_cluster
 from tests.support.databases import BACKENDS, fresh_database
 
@@ -24,6 +25,12 @@ def cluster(db_url: str | None, tmp_path: Path) -> Iterator[TestCluster]:
     """One agent with two CPU slots."""
     with running_cluster(tmp_path / "cluster", db_url, agents=1, slots=2) as c:
         yield c
+
+
+@pytest.fixture
+def det(cluster: TestCluster, tmp_path: Path) -> Callable[..., str]:
+    """The stock `det` CLI, logged in as the non-admin user "determined"."""
+    return det_runner(determined_env(cluster, tmp_path / "home"))
 
 
 @pytest.fixture

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -9,7 +13,7 @@ import yaml
 
 from cairn.api.v1 import experiment_pb2, trial_pb2
 from cairn.client.model_definition import build_model_definition
-from tests.support.cluster import AuthedStub
+from tests.support.cluster import AuthedStub, TestCluster
 from tests.support.polling import wait_for
 
 TRIAL_DIR = Path(__file__).parent / "fixtures" / "trial"
@@ -84,3 +88,26 @@ def ledger(lines: list[str]) -> dict[str, list[tuple[int, int]]]:
 def stored_metrics(api: AuthedStub, trial_id: int, group: str) -> list[trial_pb2.MetricsReport]:
     request = trial_pb2.GetMetricsRequest(trial_ids=[trial_id], group=group)
     return [report for response in api.GetMetrics(request) for report in response.metrics]
+
+
+def cairn_cli(cluster: TestCluster, home: Path, user: str = "determined") -> Callable[..., str]:
+    """Cairn's own CLI (`cairn ARGS...`) logged in as `user` (empty password), its state in `home`;
+    a command that fails fails the test, unless called with check=False."""
+    env = {**os.environ, "CAIRN_MASTER": cluster.address, "CAIRN_CONFIG_DIR": str(home)}
+
+    def run(*args: str, stdin: str = "", check: bool = True) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "cairn.cli.main", *args],
+            env=env,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        if check:
+            assert done.returncode == 0, f"cairn {' '.join(args)}: {done.stdout}{done.stderr}"
+        return done.stdout if check else done.stdout + done.stderr
+
+    run("user", "login", user, "--password-stdin", stdin="\n")
+    return run

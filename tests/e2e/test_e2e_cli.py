@@ -105,3 +105,26 @@ def test_follow_exit_codes_logs_and_download_with_the_cli(cluster: TestCluster, 
     config_file.write_text(config(hyperparameters={"fail_always": True}))
     failed = run(["experiment", "create", str(config_file), str(TRIAL_DIR), "--follow"], env, check=False)
     assert failed.returncode == 1, failed.stdout + failed.stderr
+
+    # Edits after creation: stored, and shown by describe.
+    run(["experiment", "set", "name", "1", "renamed"], env)
+    run(["experiment", "set", "description", "1", "a short run"], env)
+    run(["experiment", "set", "notes", "1", "-"], env, stdin="# notes\n")
+    run(["experiment", "label", "add", "1", "keep"], env)
+    run(["experiment", "label", "add", "1", "drop"], env)
+    run(["experiment", "label", "remove", "1", "drop"], env)
+    run(["experiment", "set", "priority", "1", "7"], env)
+    refused = run(["experiment", "set", "weight", "1", "0"], env, check=False)
+    assert refused.returncode != 0 and "resources.weight" in refused.stderr
+    described = json.loads(run(["experiment", "describe", "1", "--json"], env).stdout)
+    stored = described["experiment"]
+    assert (stored["name"], stored["description"], stored["labels"], stored["notes"]) == (
+        "renamed",
+        "a short run",
+        ["keep"],
+        "# notes\n",
+    )
+    assert described["config"]["resources"]["priority"] == 7
+    assert described["config"]["resources"]["weight"] == 1
+    # Nothing runs: the default pool's queue is empty.
+    assert json.loads(run(["job", "list", "--json"], env).stdout) == {"jobs": []}

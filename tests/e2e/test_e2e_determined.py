@@ -7,45 +7,18 @@ PyTorchTrial with a legacy `model_def:Trial` entrypoint run as Cairn trials."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.e2e.determined_client import det_runner, determined_env
 from tests.e2e.helpers import stored_metrics, trial_state, trials, wait_state
 from tests.support.cluster import TestCluster, running_cluster
 from tests.support.polling import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
-DET = REPO / ".venv-task" / "bin" / "det"
 FIXTURES = Path(__file__).parent / "fixtures"
 DET_TRIAL_DIR = FIXTURES / "det_trial"
-
-
-@pytest.fixture
-def det(cluster: TestCluster, tmp_path: Path):  # type: ignore[no-untyped-def]
-    if not DET.exists():
-        pytest.fail("the stock Determined client is missing: run `make install` (it builds .venv-task)")
-    assert cluster.record is not None and cluster.record.master_http_url
-    env = {
-        **os.environ,
-        "DET_MASTER": cluster.record.master_http_url.rstrip("/"),
-        "HOME": str(tmp_path / "home"),  # det keeps its token cache under the home directory
-    }
-
-    def run(*args: str, stdin: str = "", check: bool = True) -> str:
-        result = subprocess.run(
-            [str(DET), *args], env=env, input=stdin, capture_output=True, text=True, timeout=180, check=False
-        )
-        if check and result.returncode != 0:
-            raise AssertionError(
-                f"det {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"
-            )
-        return result.stdout
-
-    run("user", "login", "determined", stdin="\n")
-    return run
 
 
 def det_config(tmp_path: Path, steps: int, step_s: float = 0.1) -> Path:
@@ -160,21 +133,7 @@ def two_slots(db_url: str | None, tmp_path: Path):  # type: ignore[no-untyped-de
 
 def test_determined_launcher_and_a_pytorch_trial(two_slots: TestCluster, tmp_path: Path) -> None:
     cluster = two_slots
-    assert cluster.record is not None
-    env = {
-        **os.environ,
-        "DET_MASTER": cluster.record.master_http_url.rstrip("/"),
-        "HOME": str(tmp_path / "home"),
-    }
-
-    def det(*args: str, stdin: str = "") -> str:
-        result = subprocess.run(
-            [str(DET), *args], env=env, input=stdin, capture_output=True, text=True, timeout=300, check=False
-        )
-        assert result.returncode == 0, f"det {' '.join(args)}: {result.stdout}\n{result.stderr}"
-        return result.stdout
-
-    det("user", "login", "determined", stdin="\n")
+    det = det_runner(determined_env(cluster, tmp_path / "home"))
     api = cluster.login()
     # Determined's own launcher: two workers in the one container, torch.distributed over gloo,
     # Determined's DistributedContext, every line tagged with its rank by Determined's wrap_rank.

@@ -136,7 +136,7 @@ def test_gang_placement_waits_whole_and_pause_and_kill_reach_every_rank(two_agen
     time.sleep(3)
     # It waits whole: no container anywhere, the free slot is not held for it.
     assert len(busy_slots(api)) == 1
-    waiting = [a for a in live_allocations(api).values() if a.task_id == f"{gang}.{gang_trial.id}"]
+    waiting = [a for a in live_allocations(api).values() if a.task_id == f"{gang}.{gang_trial.request_id}"]
     assert len(waiting) == 1 and list(waiting[0].resources) == []
 
     api.KillExperiment(experiment_pb2.KillExperimentRequest(id=holder))

@@ -10,6 +10,8 @@ Bounded: a fixed number of positive and negative examples per operation, no shri
 timeout per request (about half a minute per database). Left out, and why:
 - Logout: it ends the session the run is authenticated with (tests/e2e/test_e2e_rest.py covers it);
 - WatchAllocationSignals: a watch on a live allocation streams until the allocation ends;
+- MasterLogs: with `follow` it streams until the master stops (tests/e2e/test_e2e_master_continue.py
+  covers it, followed and not);
 - the `negative_data_rejection` check: the gateway accepts grpc-gateway's lenient spellings on
   purpose (bools as 1/0/t/f, enums by number, 64-bit integers as JSON numbers, unknown query
   keys), which that check counts as accepting invalid input; negative examples still must not
@@ -43,7 +45,7 @@ from tests.e2e.test_e2e_rest import TIMEOUT, base_url, create_experiment, rest_l
 from tests.support.cluster import TestCluster
 from tests.support.polling import wait_for
 
-EXCLUDED_OPERATIONS = {"Logout", "WatchAllocationSignals"}
+EXCLUDED_OPERATIONS = {"Logout", "WatchAllocationSignals", "MasterLogs"}
 POSITIVE_EXAMPLES = 20
 NEGATIVE_EXAMPLES = 10
 REQUEST_TIMEOUT_S = 30

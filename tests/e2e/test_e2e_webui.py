@@ -565,3 +565,104 @@ def test_a_multi_slot_trial_on_the_slot_map_and_its_logs_by_rank(
     api.KillExperiment(experiment_pb2.KillExperimentRequest(id=experiment_id))
     wait_state(api, experiment_id, "CANCELED", timeout=90)
     b.check_clean()
+
+
+def test_experiment_edits_fork_continue_registry_and_projects(cluster: TestCluster, browser: Browser) -> None:
+    """What Determined's WebUI lets a user change: name, description, labels and notes on the
+    experiment page, fork and continue, a checkpoint registered in a model, the list by project."""
+    api = cluster.login()
+    text = config(
+        name="edit-me",
+        hyperparameters={"step_s": 0.05, "ckpt_every": 2, "follow_ops": True},
+        searcher={"max_length": {"batches": 4}},
+    )
+    experiment_id = create(api, text)
+    wait_state(api, experiment_id, "COMPLETED")
+    b, page = browser, browser.page
+    b.goto(f"/experiments/{experiment_id}")
+    _log_in(b)
+    page.wait_for_url(re.compile(rf"/experiments/{experiment_id}$"))
+
+    about = page.locator("dl.about")
+    about.get_by_role("button", name="Edit name").click()
+    about.get_by_label("Name").fill("edited")
+    about.get_by_role("button", name="Save").click()
+    expect(page.get_by_role("heading", name=re.compile("^edited"))).to_be_visible()
+    about.get_by_role("button", name="Edit description").click()
+    about.get_by_label("Description").fill("from the browser")
+    about.get_by_role("button", name="Save").click()
+    expect(about).to_contain_text("from the browser")
+    for label in ("keep", "drop"):
+        about.get_by_label("New label").fill(label)
+        about.get_by_role("button", name="Add").click()
+        expect(about.get_by_role("button", name=f"Remove label {label}")).to_be_visible()
+    about.get_by_role("button", name="Remove label drop").click()
+    expect(about.get_by_role("button", name="Remove label drop")).to_have_count(0)
+    page.get_by_role("tab", name="Notes").click()
+    page.get_by_role("button", name="Edit notes").click()
+    page.get_by_role("textbox", name="Notes").fill("# Findings\nlearning rate too high")
+    page.get_by_role("button", name="Save").click()
+    expect(page.locator(".panel pre.notes")).to_contain_text("learning rate too high")
+    # An empty name is refused in the page and changes nothing.
+    about.get_by_role("button", name="Edit name").click()
+    about.get_by_label("Name").fill("  ")
+    about.get_by_role("button", name="Save").click()
+    expect(about.get_by_role("alert")).to_contain_text("must not be empty")
+    about.get_by_role("button", name="Cancel").click()
+    stored = api.GetExperiment(experiment_pb2.GetExperimentRequest(experiment_id=experiment_id)).experiment
+    assert (stored.name, stored.description, list(stored.labels)) == ("edited", "from the browser", ["keep"])
+    assert stored.notes == "# Findings\nlearning rate too high"
+    b.shot("30-experiment-edited")
+
+    # Register a checkpoint in a new model; the registry shows it as version 1.
+    b.goto("/models")
+    page.get_by_role("button", name="New model").click()
+    page.get_by_role("dialog").get_by_label("Name").fill("digits-mlp")
+    page.get_by_role("dialog").get_by_role("button", name="Create").click()
+    page.wait_for_url(re.compile(r"/models/digits-mlp$"))
+    b.goto(f"/experiments/{experiment_id}?tab=checkpoints")
+    page.get_by_role("button", name="Register").first.click()
+    dialog = page.get_by_role("dialog", name="Register checkpoint")
+    expect(dialog.get_by_label("Model")).to_have_value("digits-mlp")
+    dialog.get_by_role("button", name="Register").click()
+    expect(dialog.get_by_role("status")).to_contain_text("digits-mlp version 1")
+    dialog.get_by_role("link", name="digits-mlp version 1").click()
+    page.wait_for_url(re.compile(r"/models/digits-mlp$"))
+    expect(page.locator("tr[data-version='1']")).to_be_visible()
+    b.shot("31-model-registry")
+
+    # Fork: a new experiment with the parent's code and the edited config.
+    b.goto(f"/experiments/{experiment_id}")
+    page.get_by_role("button", name="Fork").click()
+    fork = page.get_by_role("dialog", name="Fork experiment")
+    field = fork.get_by_label("Configuration of the new experiment")
+    field.fill(field.input_value().replace("name: edit-me", "name: forked"))
+    fork.get_by_role("button", name="Create experiment").click()
+    page.wait_for_url(
+        lambda url: re.search(r"/experiments/\d+$", url) is not None and not url.endswith(f"/{experiment_id}")
+    )
+    forked_id = int(page.url.rsplit("/", 1)[1])
+    assert forked_id != experiment_id
+    expect(page.get_by_role("link", name=f"experiment {experiment_id}")).to_be_visible()
+    wait_state(api, forked_id, "COMPLETED")
+
+    # Continue: the single trial trains on to the longer length, in place.
+    b.goto(f"/experiments/{experiment_id}")
+    page.get_by_role("button", name="Continue").click()
+    dialog = page.get_by_role("dialog", name="Continue training")
+    dialog.get_by_label("Configuration changes (YAML)").fill("searcher:\n  max_length:\n    batches: 8\n")
+    dialog.get_by_role("button", name="Continue").click()
+    expect(dialog).to_be_hidden()
+    wait_for(
+        lambda: max(t.total_batches_processed for t in trials(api, experiment_id)) >= 8,
+        timeout=120,
+        what="the continued trial to reach 8 batches",
+    )
+    wait_state(api, experiment_id, "COMPLETED")
+
+    # The list filtered by project: both experiments are in Uncategorized.
+    b.goto("/experiments")
+    page.get_by_label("Project").select_option(label="Uncategorized › Uncategorized")
+    expect(page.locator("tr[data-experiment-id]")).to_have_count(2)
+    b.shot("32-experiments-by-project")
+    b.check_clean()

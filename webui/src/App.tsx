@@ -9,6 +9,8 @@ import { ClusterPage } from "./pages/ClusterPage";
 import { ExperimentPage } from "./pages/ExperimentPage";
 import { ExperimentsPage } from "./pages/ExperimentsPage";
 import { LoginPage } from "./pages/LoginPage";
+import { ModelPage } from "./pages/ModelPage";
+import { ModelsPage } from "./pages/ModelsPage";
 import { TrialPage } from "./pages/TrialPage";
 import { match, navigate, useLocation } from "./router";
 
@@ -60,6 +62,9 @@ export function App() {
           <Link href="/experiments" class={path.startsWith("/experiments") || path.startsWith("/trials") ? "active" : ""}>
             Experiments
           </Link>
+          <Link href="/models" class={path.startsWith("/models") ? "active" : ""}>
+            Models
+          </Link>
           <Link href="/cluster" class={path.startsWith("/cluster") ? "active" : ""}>
             Cluster
           </Link>
@@ -91,6 +96,9 @@ function Page(props: { path: string }) {
   if (experiment) return <ExperimentPage key={experiment.id} id={Number(experiment.id)} />;
   const trial = match("/trials/:id", path) ?? match("/experiments/:eid/trials/:id", path);
   if (trial) return <TrialPage key={trial.id} id={Number(trial.id)} />;
+  if (match("/models", path)) return <ModelsPage />;
+  const model = match("/models/:name", path);
+  if (model) return <ModelPage key={model.name} name={model.name} />;
   if (match("/cluster", path)) return <ClusterPage />;
   return (
     <section>

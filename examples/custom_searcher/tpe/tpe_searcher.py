@@ -1,8 +1,7 @@
 """Run the TPE searcher: `python tpe_searcher.py --port 9100 [--host H] [--ready-file F]`.
 
 The code is the `tpe_search` package beside this file; this script only starts it, so the folder can
-be copied anywhere and run as is (it needs `cairn`, `optuna`, `grpcio`, `grpcio-health-checking` and
-`grpcio-reflection`).
+be copied anywhere and run as is (it needs `cairn` and `optuna`).
 """
 
 from __future__ import annotations

@@ -19,6 +19,8 @@ log = get_logger(__name__)
 
 # A backlog beyond this is a sign the agent is gone for good; drop the oldest.
 MAX_BACKLOG = 10_000
+# Start commands awaiting the agent's acknowledgement; past this many the oldest are forgotten.
+MAX_PENDING_STARTS = 100_000
 
 
 @dataclass
@@ -39,6 +41,8 @@ class AgentHub:
         self._lock = threading.Lock()
         self._links: dict[str, AgentLink] = {}
         self._backlog: dict[str, list[apb.MasterMessage]] = {}
+        # command id -> the container a start command is for, until the agent acknowledges it.
+        self._pending_starts: dict[str, str] = {}
 
     def attach(self, agent_id: str) -> AgentLink:
         """A new stream for `agent_id`; an older stream of the same agent is closed."""
@@ -62,6 +66,10 @@ class AgentHub:
 
     def send(self, agent_id: str, message: apb.MasterMessage) -> None:
         with self._lock:
+            if message.HasField("start"):
+                self._pending_starts[message.start.command_id] = message.start.container_id
+                if len(self._pending_starts) > MAX_PENDING_STARTS:
+                    del self._pending_starts[next(iter(self._pending_starts))]
             link = self._links.get(agent_id)
             if link is None or link.closed.is_set():
                 backlog = self._backlog.setdefault(agent_id, [])
@@ -70,6 +78,11 @@ class AgentHub:
                     del backlog[0]
                 return
         link.outbox.put(message)
+
+    def acknowledged(self, command_id: str) -> str | None:
+        """The agent acknowledged a command: the container it started, when it was a start."""
+        with self._lock:
+            return self._pending_starts.pop(command_id, None)
 
     def take_backlog(self, agent_id: str) -> list[apb.MasterMessage]:
         with self._lock:

@@ -404,6 +404,24 @@ def finish(ctx: MasterContext, w: Work, alloc: models.Allocation) -> None:
     _exited(ctx, w, alloc, outcome)
 
 
+def start_refused(ctx: MasterContext, w: Work, container_id: str, error: str) -> None:
+    """The agent refused to start the container: it ends, with the agent's reason, as a container
+    that could not start (the allocation fails with it, and never waits on it)."""
+    container = w.session.get(models.Container, container_id)
+    if container is None or container.state == A.TERMINATED:
+        return
+    alloc = w.session.get_one(models.Allocation, container.allocation_id)
+    container_terminated(
+        ctx,
+        w,
+        container,
+        alloc,
+        exit_code=None,
+        failure="task_error",
+        reason=f"the agent refused it: {error}",
+    )
+
+
 def fail_container_lost(ctx: MasterContext, w: Work, container: models.Container, reason: str) -> None:
     alloc = w.session.get_one(models.Allocation, container.allocation_id)
     container_terminated(ctx, w, container, alloc, exit_code=None, failure="agent_failed", reason=reason)

@@ -19,9 +19,12 @@ from services.common.principal import Principal
 from services.master.domain.clock import utcnow
 from services.master.domain.config import config_view
 from services.master.domain.context import MasterContext, Work
-from services.master.domain.errors import InvalidArgument, NotFound, PermissionDenied
+from services.master.domain.deletion_fence import CHECKPOINT_DELETIONS
+from services.master.domain.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from services.master.domain.ports import CheckpointService, storage_struct
+from services.master.domain.reads.models import describe_registered, registered_versions
 from services.master.domain.states import TERMINAL
+from services.master.domain.task_ids import trial_task_id
 from services.master.domain.topics import trial_topic
 from services.master.store import models
 
@@ -65,7 +68,7 @@ def report(ctx: MasterContext, principal: Principal, item: ReportedCheckpoint) -
                 uuid=item.uuid,
                 trial_id=trial.id,
                 allocation_id=alloc.id,
-                task_id=f"{trial.experiment_id}.{trial.id}",
+                task_id=trial_task_id(trial.experiment_id, trial.request_id),
                 report_time=utcnow(),
                 state=COMPLETED,
                 resources={k: int(v) for k, v in item.resources.items()},
@@ -133,25 +136,35 @@ def apply_deletions(ctx: MasterContext, results: list[cpb.DeletedCheckpoint]) ->
 
 
 def delete(ctx: MasterContext, client: CheckpointService, principal: Principal, uuids: list[str]) -> None:
+    """A user's deletion. A checkpoint registered in the model registry is refused (all of the
+    request is, before any file goes)."""
     if not uuids:
         raise InvalidArgument("checkpoint_uuids: required")
     by_storage: dict[str, tuple[dict[str, Any], list[str]]] = {}
-    with ctx.unit_of_work() as w:
-        for uuid in uuids:
-            row = w.session.get(models.Checkpoint, uuid)
-            if row is None:
-                raise NotFound(f"checkpoint {uuid} not found")
-            trial = w.session.get_one(models.Trial, row.trial_id)
-            exp = w.session.get_one(models.Experiment, trial.experiment_id)
-            if not (principal.admin or principal.user_id == exp.owner_id):
-                raise PermissionDenied(f"checkpoint {uuid} belongs to another user's experiment")
-            storage = config_view(exp.config).checkpoint_storage
-            key = repr(sorted(storage.items()))
-            by_storage.setdefault(key, (storage, []))[1].append(uuid)
-    errors: list[str] = []
-    for storage, group in by_storage.values():
-        response = client.delete(storage, group)
-        errors += apply_deletions(ctx, list(response.results))
+    # Held from before the look at the registry until the rows follow the files: no registration
+    # slips in between (deletion_fence.py).
+    with CHECKPOINT_DELETIONS.deleting(uuids):
+        with ctx.unit_of_work() as w:
+            for uuid in uuids:
+                row = w.session.get(models.Checkpoint, uuid)
+                if row is None:
+                    raise NotFound(f"checkpoint {uuid} not found")
+                trial = w.session.get_one(models.Trial, row.trial_id)
+                exp = w.session.get_one(models.Experiment, trial.experiment_id)
+                if not (principal.admin or principal.user_id == exp.owner_id):
+                    raise PermissionDenied(f"checkpoint {uuid} belongs to another user's experiment")
+                storage = config_view(exp.config).checkpoint_storage
+                key = repr(sorted(storage.items()))
+                by_storage.setdefault(key, (storage, []))[1].append(uuid)
+            registered = registered_versions(w.session, uuids)
+            if registered:
+                raise FailedPrecondition(
+                    f"{describe_registered(registered)}; delete those model versions first"
+                )
+        errors: list[str] = []
+        for storage, group in by_storage.values():
+            response = client.delete(storage, group)
+            errors += apply_deletions(ctx, list(response.results))
     if errors:
         raise InvalidArgument("some checkpoints could not be deleted: " + "; ".join(errors))
 
@@ -216,12 +229,22 @@ class CheckpointGc:
                 smaller_is_better=config_view(exp.config).smaller_is_better,
             )
         if candidates:
-            response = self._client.collect_garbage(
-                cpb.CollectGarbageRequest(
-                    storage=storage_struct(storage), policy=policy, checkpoints=candidates
+            uuids = [c.checkpoint_uuid for c in candidates]
+            # Checkpoints registered in the model registry are kept whatever the policy says. The
+            # fence is held from before that look until the rows follow the files, so that no
+            # registration slips in between (deletion_fence.py).
+            with CHECKPOINT_DELETIONS.deleting(uuids):
+                with ctx.unit_of_work() as w:
+                    registered = sorted(registered_versions(w.session, uuids))
+                response = self._client.collect_garbage(
+                    cpb.CollectGarbageRequest(
+                        storage=storage_struct(storage),
+                        policy=policy,
+                        checkpoints=candidates,
+                        protected_uuids=registered,
+                    )
                 )
-            )
-            errors = apply_deletions(ctx, list(response.deleted))
+                errors = apply_deletions(ctx, list(response.deleted))
             if errors:
                 raise RuntimeError("; ".join(errors))
             log.info(
@@ -229,6 +252,7 @@ class CheckpointGc:
                 experiment_id=experiment_id,
                 kept=len(response.kept),
                 deleted=len(response.deleted),
+                registered=len(registered),
             )
         with ctx.unit_of_work() as w:
             exp = w.session.get(models.Experiment, experiment_id)

@@ -14,7 +14,7 @@ from sqlalchemy import func, select
 from cairn.searcher.v1 import searcher_pb2 as spb
 from services.common.logging import get_logger
 from services.common.principal import Principal
-from services.master.domain import model_definition
+from services.master.domain import experiment_projects, model_definition, templates
 from services.master.domain.clock import utcnow
 from services.master.domain.config import (
     ConfigDefaults,
@@ -23,6 +23,7 @@ from services.master.domain.config import (
     expand_config,
     parse_config_text,
 )
+from services.master.domain.config.template_merge import merge_template
 from services.master.domain.context import MasterContext
 from services.master.domain.errors import InvalidArgument
 from services.master.domain.experiments import close_search_session
@@ -41,6 +42,11 @@ class CreateRequest:
     activate: bool
     validate_only: bool
     parent_id: int | None = None
+    # The name of a config template to merge the config over (Determined's --template).
+    template: str | None = None
+    # The project to create it in (Determined's --project_id); 0: the config's workspace and
+    # project keys decide, else the "Uncategorized" project.
+    project_id: int = 0
 
 
 @dataclass(frozen=True)
@@ -60,14 +66,23 @@ def default_storage(ctx: MasterContext) -> dict[str, Any]:
     }
 
 
-def expanded_config(ctx: MasterContext, text: str) -> dict[str, Any]:
+def expanded_config(
+    ctx: MasterContext,
+    text: str,
+    template: dict[str, Any] | None = None,
+    place: experiment_projects.Placement | None = None,
+) -> dict[str, Any]:
+    """The config in `text`, merged over `template`'s config when given, with every default; the
+    workspace of `place` may replace the master's default storage and pool."""
     try:
         raw = parse_config_text(text)
+        if template is not None:
+            raw = merge_template(raw, template)
         return expand_config(
             raw,
             ConfigDefaults(
-                checkpoint_storage=default_storage(ctx),
-                resource_pool=ctx.settings.default_pool,
+                checkpoint_storage=(place and place.checkpoint_storage) or default_storage(ctx),
+                resource_pool=(place and place.default_compute_pool) or ctx.settings.default_pool,
                 experiment_seed=int(time.time()) % (2**31),
             ),
         )
@@ -108,12 +123,27 @@ def _slots_exceeded(ctx: MasterContext, pool: str, slots_per_trial: int) -> bool
     return slots_per_trial > int(capacity or 0)
 
 
+def _model_definition(ctx: MasterContext, request: CreateRequest) -> bytes:
+    """The files sent, or for a fork sent without any (the WebUI's Fork, the SDK), the parent's: as
+    Determined's master does."""
+    if request.files or request.parent_id is None:
+        return model_definition.pack(request.files, ctx.settings.max_model_definition_bytes)
+    with ctx.db.read() as s:
+        parent = s.get(models.Experiment, request.parent_id)
+        if parent is None or parent.state in (RunState.DELETING, RunState.DELETED):
+            raise InvalidArgument(f"parent_id: no experiment {request.parent_id} to fork")
+        found = s.get(models.ModelDefinition, request.parent_id)
+        return bytes(found.archive) if found is not None else model_definition.pack([], 0)
+
+
 def create(ctx: MasterContext, principal: Principal, request: CreateRequest) -> Created:
     if principal.user_id is None:
         raise InvalidArgument("only a user can create experiments")
-    config = expanded_config(ctx, request.config_text)
+    template = None if request.template is None else templates.config_for_experiment(ctx, request.template)
+    place = experiment_projects.placement(ctx, request.project_id, request.config_text, template)
+    config = expanded_config(ctx, request.config_text, template, place)
     pool = _check_pool(ctx, config)
-    archive = model_definition.pack(request.files, ctx.settings.max_model_definition_bytes)
+    archive = _model_definition(ctx, request)
     slots_per_trial = config_view(config).slots_per_trial
     unplaceable = never_fits(ctx, pool, slots_per_trial)
     if unplaceable:
@@ -153,7 +183,9 @@ def create(ctx: MasterContext, principal: Principal, request: CreateRequest) -> 
                 model_definition_size=len(archive),
                 notes="",
                 parent_id=request.parent_id,
+                project_id=place.project_id,
             )
+            experiment_projects.check_still_takes_experiments(w, place.project_id)
             w.session.add(exp)
             w.session.flush()
             w.session.add(models.ModelDefinition(experiment_id=exp.id, archive=archive, size=len(archive)))

@@ -16,6 +16,7 @@ from services.master.domain import trials as trial_lifecycle
 from services.master.domain.clock import utcnow
 from services.master.domain.context import MasterContext, Work
 from services.master.domain.errors import FailedPrecondition, NotFound, PermissionDenied
+from services.master.domain.reads.models import describe_registered, registered_in_experiment
 from services.master.domain.states import (
     STOPPING_TO_TERMINAL,
     TERMINAL,
@@ -56,12 +57,23 @@ def _publish(ctx: MasterContext, w: Work, exp: models.Experiment) -> None:
     w.later(lambda: ctx.topics.publish(topic))
 
 
-def transition(ctx: MasterContext, w: Work, exp: models.Experiment, target: RunState, reason: str) -> None:
+def transition(
+    ctx: MasterContext,
+    w: Work,
+    exp: models.Experiment,
+    target: RunState,
+    reason: str,
+    *,
+    continuing: bool = False,
+) -> None:
     """Every change of an experiment's state: checked against the table (InvalidTransition
-    otherwise), stamped, logged with its reason and published."""
+    otherwise), stamped, logged with its reason and published. `continuing`: the move is
+    `det experiment continue` reopening an ended experiment (states.CONTINUE_TRANSITIONS)."""
     previous = exp.state
-    check_experiment(previous, target)
+    check_experiment(previous, target, continuing=continuing)
     exp.state = target
+    if continuing:
+        exp.end_time = None
     if target in TERMINAL:
         exp.end_time = utcnow()
         if target == S.COMPLETED:
@@ -164,4 +176,12 @@ def set_archived(w: Work, exp: models.Experiment, archived: bool) -> None:
 def mark_deleting(ctx: MasterContext, w: Work, exp: models.Experiment) -> None:
     if exp.state not in TERMINAL:
         raise FailedPrecondition(f"experiment {exp.id} is {exp.state}: cancel or kill it before deleting it")
+    # Registered checkpoints outlive their experiment's GC, not its deletion: refused, before any
+    # file goes (registrations check for DELETING under the same lock).
+    registered = registered_in_experiment(w.session, exp.id)
+    if registered:
+        raise FailedPrecondition(
+            f"experiment {exp.id} cannot be deleted: {describe_registered(registered)}; "
+            "delete those model versions first"
+        )
     transition(ctx, w, exp, S.DELETING, "deleted by a user")

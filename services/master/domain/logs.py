@@ -100,6 +100,7 @@ class LogStore:
 @dataclass(frozen=True)
 class LogFilter:
     trial_id: int
+    allocation_ids: tuple[str, ...] = ()
     agent_ids: tuple[str, ...] = ()
     container_ids: tuple[str, ...] = ()
     rank_ids: tuple[int, ...] = ()
@@ -113,6 +114,8 @@ class LogFilter:
 
 def _query(f: LogFilter) -> Select[models.TaskLog]:
     q = select(models.TaskLog).where(models.TaskLog.trial_id == f.trial_id)
+    if f.allocation_ids:
+        q = q.where(models.TaskLog.allocation_id.in_(f.allocation_ids))
     if f.agent_ids:
         q = q.where(models.TaskLog.agent_id.in_(f.agent_ids))
     if f.container_ids:

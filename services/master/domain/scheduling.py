@@ -14,9 +14,11 @@ from cairn.scheduler.v1 import scheduler_pb2 as pb
 from services.common.logging import get_logger
 from services.master.domain import allocations
 from services.master.domain.clock import utcnow
+from services.master.domain.config.view import config_view
 from services.master.domain.context import MasterContext
 from services.master.domain.errors import DomainError
 from services.master.domain.loops import BackgroundLoop
+from services.master.domain.reads.jobs import experiment_job_id
 from services.master.domain.states import LIVE_ALLOCATION, PLACED_ALLOCATION
 from services.master.domain.states import AllocationState as A
 from services.master.store import models
@@ -41,8 +43,35 @@ def _ts(value: object) -> Timestamp:
     return ts
 
 
-def build_request(ctx: MasterContext) -> tuple[pb.ScheduleRequest, bool]:
-    """The scheduler's view of the cluster, and whether anything is waiting for a place."""
+def _over_max_slots(rows: list[tuple[models.Allocation, int, int | None]]) -> dict[str, str]:
+    """Pending allocations an experiment's max_slots holds back, with why: in request order, a
+    pending allocation is offered only while the experiment's placed slots plus those offered
+    before it leave room for it."""
+    held: dict[int, int] = {}
+    caps: dict[int, int | None] = {}
+    for alloc, experiment, cap in rows:
+        caps[experiment] = cap
+        if alloc.state in PLACED_ALLOCATION:
+            held[experiment] = held.get(experiment, 0) + alloc.slots
+    capped: dict[str, str] = {}
+    pending = sorted((r for r in rows if r[0].state == A.PENDING), key=lambda r: (r[0].requested_at, r[0].id))
+    for alloc, experiment, _ in pending:
+        cap = caps[experiment]
+        if cap is None:
+            continue
+        if held.get(experiment, 0) + alloc.slots > cap:
+            capped[alloc.id] = (
+                f"experiment {experiment} holds {held.get(experiment, 0)} of its max_slots {cap}; "
+                f"this allocation needs {alloc.slots} more"
+            )
+        else:
+            held[experiment] = held.get(experiment, 0) + alloc.slots
+    return capped
+
+
+def build_request(ctx: MasterContext) -> tuple[pb.ScheduleRequest, bool, dict[str, str]]:
+    """The scheduler's view of the cluster, whether anything is waiting for a place, and the
+    pending allocations held back by their experiment's max_slots (not offered, with why)."""
     request = pb.ScheduleRequest()
     for pool in ctx.settings.pools:
         request.pools.append(
@@ -56,14 +85,24 @@ def build_request(ctx: MasterContext) -> tuple[pb.ScheduleRequest, bool]:
     connected = ctx.hub.connected_ids()
     with ctx.db.read() as s:
         rows = s.execute(
-            select(models.Allocation, models.Experiment.start_time, models.Experiment.id)
+            select(
+                models.Allocation,
+                models.Experiment.start_time,
+                models.Experiment.id,
+                models.Experiment.config,
+            )
             .join(models.Trial, models.Trial.id == models.Allocation.trial_id)
             .join(models.Experiment, models.Experiment.id == models.Trial.experiment_id)
             .where(models.Allocation.state.in_(list(LIVE_ALLOCATION)))
         ).all()
+        capped = _over_max_slots(
+            [(alloc, eid, config_view(config).max_slots) for alloc, _t, eid, config in rows]
+        )
         slot_owner: dict[tuple[str, str], str] = {}
         any_pending = False
-        for alloc, job_submitted_at, experiment_id in rows:
+        for alloc, job_submitted_at, experiment_id, _config in rows:
+            if alloc.id in capped:
+                continue
             req = pb.AllocationRequest(
                 allocation_id=alloc.id,
                 resource_pool=alloc.resource_pool,
@@ -71,7 +110,7 @@ def build_request(ctx: MasterContext) -> tuple[pb.ScheduleRequest, bool]:
                 priority=alloc.priority or 0,
                 job_submitted_at=_ts(job_submitted_at),
                 requested_at=_ts(alloc.requested_at),
-                job_id=f"exp-{experiment_id}",
+                job_id=experiment_job_id(experiment_id),
                 preemptible=True,
             )
             if alloc.state in PLACED_ALLOCATION:
@@ -106,7 +145,7 @@ def build_request(ctx: MasterContext) -> tuple[pb.ScheduleRequest, bool]:
                 ],
             )
         )
-    return request, any_pending
+    return request, any_pending, capped
 
 
 def never_fits(ctx: MasterContext, pool: str, slots: int) -> str | None:
@@ -190,10 +229,11 @@ class SchedulingLoop:
         self._loop.join(timeout)
 
     def run_pass(self) -> None:
-        request, any_pending = build_request(self._ctx)
+        request, any_pending, capped = build_request(self._ctx)
+        held_back = {alloc_id: (reason, 0) for alloc_id, reason in capped.items()}
         if not any_pending:
-            if self.waiting.reasons:
-                self.waiting.reasons = {}
+            if self.waiting.reasons != held_back:
+                self.waiting.reasons = held_back
                 self._ctx.data_changed()
             return
         try:
@@ -204,7 +244,7 @@ class SchedulingLoop:
                 self._last_error = str(exc)
             return
         self._last_error = ""
-        reasons = {w.allocation_id: (w.reason, w.queue_position) for w in decision.waiting}
+        reasons = {w.allocation_id: (w.reason, w.queue_position) for w in decision.waiting} | held_back
         if reasons != self.waiting.reasons:
             self.waiting.reasons = reasons
             self._ctx.data_changed()  # queue positions show in the API

@@ -78,6 +78,17 @@ TRIAL_TRANSITIONS: dict[RunState, frozenset[RunState]] = {
 }
 
 
+# `det experiment continue` (continuation.py) reopens an ended single-trial experiment and its trial:
+# the only moves out of a terminal state, added deliberately for continue alone. They are a table
+# of their own, consulted only when the caller says it is continuing, so that no other request
+# (activate, a searcher's answer, an allocation's end) can ever revive a finished run.
+CONTINUE_TRANSITIONS: dict[RunState, frozenset[RunState]] = {
+    S.COMPLETED: frozenset({S.ACTIVE}),
+    S.CANCELED: frozenset({S.ACTIVE}),
+    S.ERROR: frozenset({S.ACTIVE}),
+}
+
+
 class AllocationState(StrEnum):
     PENDING = "PENDING"
     ASSIGNED = "ASSIGNED"
@@ -99,12 +110,13 @@ LIVE_ALLOCATION = frozenset(ALLOCATION_ORDER[:-1])
 PLACED_ALLOCATION = frozenset({A.ASSIGNED, A.PULLING, A.STARTING, A.RUNNING, A.TERMINATING})
 
 
-def check_experiment(current: str, target: RunState) -> None:
-    _check("experiment", EXPERIMENT_TRANSITIONS, RunState(current), target)
+def check_experiment(current: str, target: RunState, *, continuing: bool = False) -> None:
+    table = CONTINUE_TRANSITIONS if continuing else EXPERIMENT_TRANSITIONS
+    _check("experiment", table, RunState(current), target)
 
 
-def check_trial(current: str, target: RunState) -> None:
-    _check("trial", TRIAL_TRANSITIONS, RunState(current), target)
+def check_trial(current: str, target: RunState, *, continuing: bool = False) -> None:
+    _check("trial", CONTINUE_TRANSITIONS if continuing else TRIAL_TRANSITIONS, RunState(current), target)
 
 
 def can_experiment(current: str, target: RunState) -> bool:
@@ -119,7 +131,7 @@ def allocation_advances(current: str, target: AllocationState) -> bool:
 def _check(
     kind: str, table: dict[RunState, frozenset[RunState]], current: RunState, target: RunState
 ) -> None:
-    if target not in table[current]:
+    if target not in table.get(current, frozenset()):
         raise InvalidTransition(f"{kind} cannot go from {current} to {target}")
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import cairn.task_environment as tenv
 from cairn.agent.v1 import agent_pb2 as apb
 from services.master.domain.config import config_view
+from services.master.domain.task_ids import trial_task_id
 from services.master.settings import Settings
 from services.master.store import models
 
@@ -50,7 +51,7 @@ def build_task_spec(
 ) -> apb.TaskSpec:
     view = config_view(exp.config)
     command, shell = entrypoint_of(exp.config)
-    task_id = f"{exp.id}.{trial.id}"
+    task_id = trial_task_id(exp.id, trial.request_id)
     # (Cairn's name, Determined's name, value): the same fact under both names.
     facts = [
         (tenv.ALLOCATION_ID, "DET_ALLOCATION_ID", alloc.id),

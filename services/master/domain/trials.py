@@ -38,13 +38,24 @@ log = get_logger(__name__)
 S = RunState
 
 
-def transition(ctx: MasterContext, w: Work, trial: models.Trial, target: RunState, reason: str) -> None:
+def transition(
+    ctx: MasterContext,
+    w: Work,
+    trial: models.Trial,
+    target: RunState,
+    reason: str,
+    *,
+    continuing: bool = False,
+) -> None:
     """Every change of a trial's state: checked against the table (InvalidTransition otherwise),
     stamped, logged with its reason and published; a terminal state tells the hooks (the
-    experiment may end)."""
+    experiment may end). `continuing`: `det experiment continue` reopening an ended trial
+    (states.CONTINUE_TRANSITIONS)."""
     previous = trial.state
-    check_trial(previous, target)
+    check_trial(previous, target, continuing=continuing)
     trial.state = target
+    if continuing:
+        trial.end_time = None
     if target in TERMINAL:
         trial.end_time = utcnow()
         if target == S.COMPLETED:

@@ -17,7 +17,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from cairn import __version__
+from cairn import DETERMINED_API_VERSION, __version__
 from services.common.logging import get_logger
 from services.master.domain.context import MasterContext
 from services.master.gateway import prometheus
@@ -264,7 +264,9 @@ def health_routes(ctx: MasterContext) -> list[Route]:
         if req.path.split("?")[0] != "/info":
             return None
         body = {
-            "version": __version__,
+            # The Determined API level (what its clients compare themselves with), and Cairn's own.
+            "version": DETERMINED_API_VERSION,
+            "cairn_version": __version__,
             "master_id": ctx.master_id,
             "cluster_id": ctx.cluster_id,
             "cluster_name": ctx.settings.cluster_name,

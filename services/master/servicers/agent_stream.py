@@ -107,8 +107,12 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
                     if acked:
                         link.outbox.put(apb.MasterMessage(log_ack=apb.LogAck(acked_seq=acked)))
                 elif kind == "ack":
+                    started = self.ctx.hub.acknowledged(message.ack.command_id)
                     if not message.ack.ok:
                         log.warning("agent refused a command", agent_id=agent_id, error=message.ack.error)
+                        if started is not None:
+                            with self.ctx.unit_of_work() as w:
+                                allocations.start_refused(self.ctx, w, started, message.ack.error)
                 elif kind == "slot_report":
                     agent_registry.update_slots(self.ctx, agent_id, message.slot_report)
                 elif kind == "hello":

@@ -125,12 +125,26 @@ class Database:
             yield session
 
     def migrate(self) -> None:
-        """Bring the schema to the latest migration (idempotent)."""
-        with self.engine.begin() as connection:
-            cfg = Config()
-            cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
-            cfg.attributes["connection"] = connection
-            command.upgrade(cfg, "head")
+        """Bring the schema to the latest migration (idempotent).
+
+        On SQLite, foreign keys are off while migrations run (a table rebuilt in batch mode is
+        dropped and copied, and the drop must not cascade), then checked and turned back on. The
+        pragma only takes effect outside a transaction, hence the order."""
+        with self.engine.connect() as connection:
+            if self.dialect == "sqlite":
+                connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
+                connection.commit()
+            with connection.begin():
+                cfg = Config()
+                cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+                cfg.attributes["connection"] = connection
+                command.upgrade(cfg, "head")
+            if self.dialect == "sqlite":
+                broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+                connection.exec_driver_sql("PRAGMA foreign_keys=ON")
+                connection.commit()
+                if broken:
+                    raise RuntimeError(f"the migration left rows pointing at nothing: {broken[:5]}")
 
     def ping(self) -> bool:
         try:

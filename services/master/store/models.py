@@ -61,8 +61,19 @@ class ClusterInfo(Base):
     created_at: Mapped[datetime]
 
 
+# Tables whose ids users and agents see: on SQLite, AUTOINCREMENT so a deleted row's id is never
+# handed out again (PostgreSQL's sequences never do).
+NEVER_REUSED = {"sqlite_autoincrement": True}
+
+# Determined's built-ins, created by migration 0006: the "Uncategorized" workspace and its project,
+# where experiments go that name no project.
+UNCATEGORIZED_WORKSPACE_ID = 1
+UNCATEGORIZED_PROJECT_ID = 1
+
+
 class User(Base):
     __tablename__ = "users"
+    __table_args__ = NEVER_REUSED
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     username: Mapped[str] = mapped_column(String(255), unique=True)
     # PBKDF2 of the client-side salted hash; never the password itself.
@@ -87,6 +98,7 @@ class UserSession(Base):
 
 class Experiment(Base):
     __tablename__ = "experiments"
+    __table_args__ = NEVER_REUSED
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(512))
     description: Mapped[str] = mapped_column(Text, default="")
@@ -95,6 +107,8 @@ class Experiment(Base):
     archived: Mapped[bool] = mapped_column(Boolean, default=False)
     # The expanded configuration (defaults filled in) and the text as submitted.
     config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # Moves on every change of `config` after creation (edits, continue): read caches key on it.
+    config_version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     original_config: Mapped[str] = mapped_column(Text)
     owner_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
     start_time: Mapped[datetime]
@@ -105,6 +119,9 @@ class Experiment(Base):
     model_definition_size: Mapped[int] = mapped_column(Integer, default=0)
     notes: Mapped[str] = mapped_column(Text, default="")
     parent_id: Mapped[int | None]
+    project_id: Mapped[int] = mapped_column(
+        ForeignKey("projects.id"), index=True, default=UNCATEGORIZED_PROJECT_ID
+    )
     # Set once checkpoint GC has run after the experiment ended (re-run at boot if not).
     checkpoint_gc_done: Mapped[bool] = mapped_column(Boolean, default=False)
 
@@ -148,7 +165,10 @@ class SearcherEvent(Base):
 
 class Trial(Base):
     __tablename__ = "trials"
-    __table_args__ = (UniqueConstraint("experiment_id", "request_id", name="uq_trials_experiment_request"),)
+    __table_args__ = (
+        UniqueConstraint("experiment_id", "request_id", name="uq_trials_experiment_request"),
+        NEVER_REUSED,
+    )
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id", ondelete="CASCADE"), index=True)
     request_id: Mapped[str] = mapped_column(String(64))
@@ -272,6 +292,7 @@ class TaskLog(Base):
     __table_args__ = (
         UniqueConstraint("container_id", "seq", name="uq_task_logs_container_seq"),
         Index("ix_task_logs_trial_id_id", "trial_id", "id"),
+        NEVER_REUSED,
     )
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
     trial_id: Mapped[int] = mapped_column(Integer)
@@ -295,6 +316,7 @@ class Metric(Base):
         # A report resent with the same sequence number is stored once (NULL seq: Determined clients).
         UniqueConstraint("trial_id", "trial_run_id", "seq", name="uq_metrics_trial_run_seq"),
         Index("ix_metrics_trial_group_steps", "trial_id", "group_name", "steps_completed"),
+        NEVER_REUSED,
     )
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
     trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"))
@@ -321,3 +343,102 @@ class Checkpoint(Base):
     metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSON)
     steps_completed: Mapped[int] = mapped_column(BigInteger)
     size: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+# --- Workspaces and projects (Determined's): every experiment belongs to a project -----------------
+
+
+class Workspace(Base):
+    __tablename__ = "workspaces"
+    __table_args__ = NEVER_REUSED
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(255), unique=True)
+    # NULL only for the built-in workspace until the first admin exists (see ensure_builtin_users).
+    user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
+    archived: Mapped[bool] = mapped_column(Boolean, default=False)
+    # The built-in workspace can be neither renamed, archived nor deleted.
+    immutable: Mapped[bool] = mapped_column(Boolean, default=False)
+    # "" while usable; DELETING / DELETE_FAILED while its deletion runs.
+    state: Mapped[str] = mapped_column(String(32), default="")
+    default_compute_pool: Mapped[str] = mapped_column(String(255), default="")
+    default_aux_pool: Mapped[str] = mapped_column(String(255), default="")
+    checkpoint_storage: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    created_at: Mapped[datetime]
+
+
+class Project(Base):
+    __tablename__ = "projects"
+    __table_args__ = (
+        UniqueConstraint("workspace_id", "name", name="uq_projects_workspace_name"),
+        NEVER_REUSED,
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    workspace_id: Mapped[int] = mapped_column(ForeignKey("workspaces.id"), index=True)
+    name: Mapped[str] = mapped_column(String(255))
+    # Determined's project key: up to 5 characters, unique in the cluster.
+    key: Mapped[str] = mapped_column(String(16), unique=True)
+    description: Mapped[str] = mapped_column(Text, default="")
+    # Determined's project notes: a list of {"name", "contents"}.
+    notes: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
+    archived: Mapped[bool] = mapped_column(Boolean, default=False)
+    immutable: Mapped[bool] = mapped_column(Boolean, default=False)
+    state: Mapped[str] = mapped_column(String(32), default="")
+    created_at: Mapped[datetime]
+
+
+# --- Config templates -----------------------------------------------------------------------------
+
+
+class Template(Base):
+    """A named partial experiment config that `det experiment create --template` merges under."""
+
+    __tablename__ = "templates"
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    workspace_id: Mapped[int] = mapped_column(ForeignKey("workspaces.id"), default=UNCATEGORIZED_WORKSPACE_ID)
+    user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+
+
+# --- The model registry -------------------------------------------------------------------------------
+
+
+class RegisteredModel(Base):
+    __tablename__ = "models"
+    __table_args__ = NEVER_REUSED
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(255), unique=True)
+    description: Mapped[str] = mapped_column(Text, default="")
+    metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
+    labels: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    notes: Mapped[str] = mapped_column(Text, default="")
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    workspace_id: Mapped[int] = mapped_column(ForeignKey("workspaces.id"), default=UNCATEGORIZED_WORKSPACE_ID)
+    archived: Mapped[bool] = mapped_column(Boolean, default=False)
+    creation_time: Mapped[datetime]
+    last_updated_time: Mapped[datetime]
+
+
+class ModelVersion(Base):
+    """A version of a registered model: a checkpoint. The foreign key keeps a registered
+    checkpoint's row (and so, by the GC's rule, its files) for as long as the version exists."""
+
+    __tablename__ = "model_versions"
+    __table_args__ = (
+        UniqueConstraint("model_id", "version", name="uq_model_versions_model_version"),
+        NEVER_REUSED,
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"), index=True)
+    version: Mapped[int] = mapped_column(Integer)
+    checkpoint_uuid: Mapped[str] = mapped_column(ForeignKey("checkpoints.uuid"), index=True)
+    name: Mapped[str] = mapped_column(String(255), default="")
+    comment: Mapped[str] = mapped_column(Text, default="")
+    notes: Mapped[str] = mapped_column(Text, default="")
+    metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
+    labels: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    creation_time: Mapped[datetime]
+    last_updated_time: Mapped[datetime]

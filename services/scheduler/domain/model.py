@@ -5,8 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-# Determined's `scheduler.priority.default_priority`; used where a pool sets none.
-DETERMINED_DEFAULT_PRIORITY = 42
+from services.common.priority import DETERMINED_DEFAULT_PRIORITY
 
 
 class FittingPolicy(enum.Enum):

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from services.searcher.domain.errors import InvalidSpec
+from cairn.searcher_plugin.errors import InvalidSpec
 from services.searcher.domain.hyperparameters import (
     CategoricalParam,
     ConstParam,

@@ -15,8 +15,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from services.searcher.domain.errors import InvalidSpec
-from services.searcher.domain.fields import as_float, as_int, int_field, required
+from cairn.searcher_plugin.errors import InvalidSpec
+from cairn.searcher_plugin.fields import as_float, as_int, int_field, required
 from services.searcher.domain.rng import MersenneTwister
 
 

@@ -15,11 +15,11 @@ from collections.abc import Mapping, Set
 from dataclasses import dataclass
 from typing import Any
 
-from services.searcher.domain.actions import Action, CreateTrial
-from services.searcher.domain.events import ExitReason
+from cairn.searcher_plugin.actions import Action, CreateTrial
+from cairn.searcher_plugin.events import ExitReason
 from services.searcher.domain.hyperparameters import HyperparameterSpace
+from services.searcher.domain.lengths import Length
 from services.searcher.domain.rng import MersenneTwister
-from services.searcher.domain.spec import Length
 
 # Trial seeds are < 2**31 (Determined passes them to frameworks that take a signed int).
 TRIAL_SEED_BOUND = 1 << 31

@@ -24,31 +24,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.searcher.domain.actions import Action, CreateTrial, SetTrialTarget, Shutdown, StopTrial
-from services.searcher.domain.errors import InvalidSpec
-from services.searcher.domain.events import TrialCreated, TrialExited, ValidationCompleted
+from cairn.searcher_plugin.actions import Action, CreateTrial, SetTrialTarget, Shutdown, StopTrial
+from cairn.searcher_plugin.errors import InvalidSpec
+from cairn.searcher_plugin.events import TrialCreated, TrialExited, ValidationCompleted
+from cairn.searcher_plugin.preview import Preview, PreviewedTrial
+from cairn.searcher_plugin.spec import SearchSpec
 from services.searcher.domain.method import TrialPlan
 from services.searcher.domain.registry import MethodRegistry
 from services.searcher.domain.rng import MersenneTwister
 from services.searcher.domain.searcher import Searcher
-from services.searcher.domain.spec import SearchSpec
 
 # A preview lists every trial in one message; past this it is no longer a preview.
 MAX_PREVIEW_TRIALS = 100_000
-
-
-@dataclass(frozen=True)
-class PreviewedTrial:
-    request_id: str
-    hparams: dict[str, Any]
-    lengths: tuple[int, ...]
-    bracket: int
-
-
-@dataclass(frozen=True)
-class Preview:
-    trials: list[PreviewedTrial]
-    unit: str
 
 
 @dataclass
@@ -148,7 +135,7 @@ def preview(spec: SearchSpec, registry: MethodRegistry, metric_of: MetricSource 
     """`metric_of` replaces the seeded synthetic metrics (to replay a scripted search)."""
     searcher = Searcher.new(spec, registry)
     master = _SimulatedMaster(spec, searcher, metric_of or seeded_metrics(spec.seed))
-    master.take(searcher.initial_trials())
+    master.take(searcher.initial_actions())
     while master.running and not master.finished:
         master.turn()
     return Preview([t.previewed() for t in master.trials.values()], searcher.method.length_unit())

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from services.searcher.domain.errors import InvalidSpec
+from cairn.searcher_plugin.errors import InvalidSpec
 from services.searcher.domain.hyperparameters import HyperparameterSpace
 from services.searcher.domain.method import SearchMethod
 from services.searcher.domain.methods.grid_search import build_grid

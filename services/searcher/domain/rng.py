@@ -12,7 +12,7 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
-from services.searcher.domain.errors import InvalidSnapshot
+from cairn.searcher_plugin.errors import InvalidSnapshot
 
 STATE_WORDS = 624
 _UINT32 = 0xFFFFFFFF

@@ -17,31 +17,25 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from services.searcher.domain.actions import Action, CreateTrial, Shutdown
-from services.searcher.domain.errors import InvalidEvent, InvalidSnapshot
-from services.searcher.domain.events import (
+from cairn.searcher_plugin.actions import Action, CreateTrial, Shutdown
+from cairn.searcher_plugin.errors import InvalidEvent, InvalidSnapshot
+from cairn.searcher_plugin.events import (
+    EVENT_FIELDS,
     Event,
     ExitReason,
     TrialCreated,
-    TrialExited,
     TrialExitedEarly,
     TrialProgress,
     ValidationCompleted,
 )
+from cairn.searcher_plugin.method import Search
+from cairn.searcher_plugin.spec import SearchSpec
 from services.searcher.domain.hyperparameters import HyperparameterSpace
 from services.searcher.domain.method import SearchContext, SearchMethod
 from services.searcher.domain.registry import MethodRegistry
 from services.searcher.domain.rng import MersenneTwister
-from services.searcher.domain.spec import SearchSpec
+from services.searcher.domain.snapshot import state_bytes
 from services.searcher.domain.state_fields import read_ids, read_mapping
-
-_EVENT_FIELDS: dict[type, str] = {
-    TrialCreated: "trial_created",
-    ValidationCompleted: "validation_completed",
-    TrialProgress: "trial_progress",
-    TrialExitedEarly: "trial_exited_early",
-    TrialExited: "trial_exited",
-}
 
 
 def build_method(spec: SearchSpec, registry: MethodRegistry) -> tuple[str, SearchMethod, HyperparameterSpace]:
@@ -51,7 +45,9 @@ def build_method(spec: SearchSpec, registry: MethodRegistry) -> tuple[str, Searc
     return str(spec.searcher["name"]), factory(spec.searcher, space), space
 
 
-class Searcher:
+class Searcher(Search):
+    """The search the plug-in kit serves for every built-in method (see cairn.searcher_plugin.method)."""
+
     def __init__(
         self, spec: SearchSpec, method_name: str, method: SearchMethod, space: HyperparameterSpace
     ) -> None:
@@ -76,7 +72,7 @@ class Searcher:
 
     # --- driving -------------------------------------------------------------------------------
 
-    def initial_trials(self) -> list[Action]:
+    def initial_actions(self) -> list[Action]:
         actions = self._record(self.method.initial_trials(self.ctx))
         if not self.requested:
             # A method that asks for nothing would leave the experiment waiting forever.
@@ -119,7 +115,7 @@ class Searcher:
         return self._finish(self._record(self.method.trial_exited(self.ctx, rid)))
 
     def _check(self, event: Event) -> None:
-        where = f"event.{_EVENT_FIELDS[type(event)]}"
+        where = f"event.{EVENT_FIELDS[type(event)]}"
         if not event.request_id:
             raise InvalidEvent(f"{where}.request_id: required")
         if event.request_id not in self._requested_set:
@@ -161,6 +157,9 @@ class Searcher:
         return min(1.0, max(0.0, value))
 
     # --- state ---------------------------------------------------------------------------------
+
+    def to_bytes(self) -> bytes:
+        return state_bytes(self.to_state())
 
     def to_state(self) -> dict[str, Any]:
         return {

@@ -1,46 +1,30 @@
-"""Snapshots: a searcher's whole state as JSON bytes, and back.
+"""The built-in searcher's snapshot state: its whole state as JSON bytes, and back.
 
 The bytes hold the method name, the format version, the spec the search was started with, the
 generator state, the shared bookkeeping and the method's own state. They are canonical (sorted
 keys, no spaces), so equal states give equal bytes. Restoring the bytes and applying the same
-events gives the same answers the original search gave.
+events gives the same answers the original search gave. The frame around them (seq, method,
+version) is the plug-in kit's (cairn.searcher_plugin.snapshot), which checks the version first.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from typing import Any
 
-from services.searcher.domain.errors import InvalidSnapshot
-from services.searcher.domain.registry import MethodRegistry
-from services.searcher.domain.searcher import Searcher
+from cairn.searcher_plugin.errors import InvalidSnapshot
+from cairn.searcher_plugin.snapshot import Snapshot, canonical_json
 
-# Bump when the state layout changes, and teach `decode` to read the previous one.
+# Bump when the state layout changes, and teach `read_state` to read the previous one.
 SNAPSHOT_VERSION = 1
 
 
-@dataclass(frozen=True)
-class Snapshot:
-    seq: int
-    state: bytes
-    method: str
-    version: int
+def state_bytes(state: dict[str, Any]) -> bytes:
+    return canonical_json({"version": SNAPSHOT_VERSION, **state})
 
 
-def encode(searcher: Searcher, seq: int) -> Snapshot:
-    state = {"version": SNAPSHOT_VERSION, **searcher.to_state()}
-    data = json.dumps(state, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
-    return Snapshot(seq=seq, state=data, method=searcher.method_name, version=SNAPSHOT_VERSION)
-
-
-def decode(snapshot: Snapshot, registry: MethodRegistry) -> Searcher:
-    if snapshot.seq < 0:
-        raise InvalidSnapshot(f"snapshot.seq: must be >= 0, got {snapshot.seq}")
-    if snapshot.version != SNAPSHOT_VERSION:
-        raise InvalidSnapshot(
-            f"snapshot.version: unsupported snapshot format {snapshot.version} "
-            f"(this searcher reads {SNAPSHOT_VERSION})"
-        )
+def read_state(snapshot: Snapshot) -> dict[str, Any]:
+    """The state a snapshot holds, checked against its frame (the searcher reads the rest)."""
     try:
         state = json.loads(snapshot.state)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -55,4 +39,4 @@ def decode(snapshot: Snapshot, registry: MethodRegistry) -> Searcher:
         raise InvalidSnapshot(
             f"snapshot.method: '{snapshot.method}', but the state is of '{state.get('method')}'"
         )
-    return Searcher.from_state(state, registry)
+    return state

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from services.searcher.domain.errors import InvalidSnapshot
+from cairn.searcher_plugin.errors import InvalidSnapshot
 
 
 def read_int(state: Mapping[str, Any], key: str, path: str, *, minimum: int = 0) -> int:

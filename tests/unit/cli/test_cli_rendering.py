@@ -123,7 +123,7 @@ def test_slot_rows_one_per_slot_with_allocation() -> None:
 def test_pool_row() -> None:
     pool = resourcepool_pb2.ResourcePool(
         name="default",
-        type=resourcepool_pb2.ResourcePool.TYPE_STATIC,
+        type=resourcepool_pb2.ResourcePool.RESOURCE_POOL_TYPE_STATIC,
         num_agents=2,
         slots_used=1,
         slots_available=4,

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.searcher.domain.actions import Action, CreateTrial, SetTrialTarget, Shutdown, StopTrial
-from services.searcher.domain.events import (
+from cairn.searcher_plugin.actions import Action, CreateTrial, SetTrialTarget, Shutdown, StopTrial
+from cairn.searcher_plugin.events import (
     Event,
     ExitReason,
     TrialCreated,
@@ -15,10 +15,10 @@ from services.searcher.domain.events import (
     TrialExitedEarly,
     ValidationCompleted,
 )
+from cairn.searcher_plugin.spec import SearchSpec
 from services.searcher.domain.methods.halving_promotion import PromotionHalving
 from services.searcher.domain.methods.halving_stopping import StoppingHalving
 from services.searcher.domain.searcher import Searcher
-from services.searcher.domain.spec import SearchSpec
 from tests.unit.searcher.searcher_builders import REGISTRY, make_spec
 
 HPARAMS: dict[str, Any] = {"lr": {"type": "double", "minval": 0.0001, "maxval": 0.1}, "global_batch_size": 32}
@@ -79,7 +79,7 @@ class HalvingMaster:
     @classmethod
     def start(cls, spec: SearchSpec) -> HalvingMaster:
         master = cls(Searcher.new(spec, REGISTRY))
-        master.answer = master._take(master.searcher.initial_trials())
+        master.answer = master._take(master.searcher.initial_actions())
         return master
 
     def _take(self, actions: list[Action]) -> list[tuple[Any, ...]]:

@@ -7,9 +7,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from cairn.wire import python_to_struct, struct_to_python
-from services.searcher.domain.actions import Action, CreateTrial, Shutdown
-from services.searcher.domain.events import (
+from cairn.searcher_plugin.actions import Action, CreateTrial, Shutdown
+from cairn.searcher_plugin.events import (
     Event,
     ExitReason,
     TrialCreated,
@@ -17,9 +16,10 @@ from services.searcher.domain.events import (
     TrialExitedEarly,
     TrialProgress,
 )
+from cairn.searcher_plugin.spec import SearchSpec
+from cairn.wire import python_to_struct, struct_to_python
 from services.searcher.domain.registry import builtin_registry
 from services.searcher.domain.searcher import Searcher
-from services.searcher.domain.spec import SearchSpec
 
 REGISTRY = builtin_registry()
 
@@ -92,7 +92,7 @@ class MasterDriver:
     @classmethod
     def start(cls, spec: SearchSpec) -> MasterDriver:
         driver = cls(Searcher.new(spec, REGISTRY))
-        driver.take(driver.searcher.initial_trials())
+        driver.take(driver.searcher.initial_actions())
         return driver
 
     def take(self, actions: list[Action]) -> list[Action]:

@@ -183,7 +183,7 @@ def test_adaptive_asha_sub_searches_and_initial_trials() -> None:
     for index, sub in enumerate(subsearches):
         assert isinstance(sub, StoppingHalving)
         assert sub.lengths == all_rungs[index:]
-    actions = creates(searcher.initial_trials())
+    actions = creates(searcher.initial_actions())
     assert len(actions) == 5
     brackets = [method.trial_plan(a.request_id) for a in actions]
     assert [p.bracket for p in brackets] == [0, 0, 1, 2, 3]

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from services.searcher.domain.events import ExitReason
+from cairn.searcher_plugin.events import ExitReason
 from services.searcher.domain.methods.halving_promotion import PromotionHalving
 from services.searcher.domain.methods.tournament import TournamentSearch
 from tests.unit.searcher.searcher_asha_builders import HalvingMaster, halving_spec

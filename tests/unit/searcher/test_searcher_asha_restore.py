@@ -9,9 +9,9 @@ from dataclasses import replace
 
 import pytest
 
-from services.searcher.domain.actions import CreateTrial, SetTrialTarget, Shutdown, StopTrial
-from services.searcher.domain.errors import InvalidSnapshot
-from services.searcher.domain.events import (
+from cairn.searcher_plugin.actions import CreateTrial, SetTrialTarget, Shutdown, StopTrial
+from cairn.searcher_plugin.errors import InvalidSnapshot
+from cairn.searcher_plugin.events import (
     Event,
     ExitReason,
     TrialCreated,
@@ -19,8 +19,9 @@ from services.searcher.domain.events import (
     TrialExitedEarly,
     ValidationCompleted,
 )
-from services.searcher.domain.sessions import Answer, SessionManager
-from services.searcher.domain.spec import SearchSpec
+from cairn.searcher_plugin.sessions import Answer
+from cairn.searcher_plugin.spec import SearchSpec
+from services.searcher.domain.sessions import SessionManager
 from tests.unit.searcher.searcher_asha_builders import halving_spec
 from tests.unit.searcher.searcher_builders import REGISTRY
 

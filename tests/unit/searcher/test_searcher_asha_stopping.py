@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from services.searcher.domain.events import ExitReason, ValidationCompleted
+from cairn.searcher_plugin.events import ExitReason, ValidationCompleted
 from services.searcher.domain.preview import preview
 from tests.unit.searcher.searcher_asha_builders import HalvingMaster, halving_spec
 from tests.unit.searcher.searcher_builders import REGISTRY

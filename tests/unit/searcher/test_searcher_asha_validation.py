@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from services.searcher.domain.errors import InvalidSpec
+from cairn.searcher_plugin.errors import InvalidSpec
 from services.searcher.domain.searcher import Searcher
 from tests.unit.searcher.searcher_asha_builders import HPARAMS, halving_spec
 from tests.unit.searcher.searcher_builders import REGISTRY, creates, make_spec
@@ -82,7 +82,7 @@ def test_defaults_fill_what_the_master_left_out(name: str) -> None:
         section["num_rungs"] = 3
     searcher = Searcher.new(make_spec(section, HPARAMS), REGISTRY)
     # Stopping mode, divisor 4, 16 trials at once (split 8 + 8 over adaptive_asha's two brackets).
-    actions = creates(searcher.initial_trials())
+    actions = creates(searcher.initial_actions())
     assert len(actions) == 16
     # Each trial trains to its bracket's bottom rung first: 1000 / 4^2 (three rungs) or 1000 / 4 (two).
     expected = {62} if name == "async_halving" else {62, 250}

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from services.searcher.domain.errors import InvalidSpec
+from cairn.searcher_plugin.errors import InvalidSpec
 from services.searcher.domain.grid import MAX_GRID_POINTS, Grid, round_half_away
 from services.searcher.domain.hyperparameters import HyperparameterSpace
 from tests.unit.searcher.searcher_builders import MasterDriver, grid_spec, through_struct

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from services.searcher.domain.errors import InvalidSpec
+from cairn.searcher_plugin.errors import InvalidSpec
 from services.searcher.domain.hyperparameters import HyperparameterSpace
 from services.searcher.domain.rng import MersenneTwister
 from tests.unit.searcher.searcher_builders import through_struct

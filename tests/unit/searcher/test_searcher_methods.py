@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from services.searcher.domain.actions import Shutdown
-from services.searcher.domain.errors import InvalidEvent
-from services.searcher.domain.events import (
+from cairn.searcher_plugin.actions import Shutdown
+from cairn.searcher_plugin.errors import InvalidEvent
+from cairn.searcher_plugin.events import (
     ExitReason,
     TrialCreated,
     TrialExited,
@@ -132,7 +132,7 @@ def test_metrics_are_accepted_and_ignored() -> None:
 
 def test_events_for_unknown_trials_are_refused_and_change_nothing() -> None:
     searcher = Searcher.new(random_spec(2, 1), REGISTRY)
-    searcher.initial_trials()
+    searcher.initial_actions()
     before = searcher.to_state()
     with pytest.raises(InvalidEvent, match=r"event.trial_exited.request_id: no trial with request id 'nope'"):
         searcher.apply(TrialExited("nope"))
@@ -180,5 +180,5 @@ def test_grid_progress_counts_every_point() -> None:
 def test_initial_answer_for_each_method_has_no_shutdown() -> None:
     for spec in (random_spec(3, 2), grid_spec(GRID4), single_spec()):
         searcher = Searcher.new(spec, REGISTRY)
-        actions = searcher.initial_trials()
+        actions = searcher.initial_actions()
         assert creates(actions) and not shutdowns(actions)

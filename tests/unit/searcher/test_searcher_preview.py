@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from cairn.searcher_plugin.errors import InvalidSpec
+from cairn.searcher_plugin.spec import SearchSpec
 from services.searcher.domain import preview as preview_module
-from services.searcher.domain.errors import InvalidSpec
 from services.searcher.domain.preview import preview
-from services.searcher.domain.spec import SearchSpec
 from tests.unit.searcher.searcher_builders import REGISTRY, MasterDriver, grid_spec, make_spec, random_spec
 
 GRID = {

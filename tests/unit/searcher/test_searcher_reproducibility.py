@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from services.searcher.domain.events import ExitReason
+from cairn.searcher_plugin.events import ExitReason
 from services.searcher.domain.rng import MersenneTwister
 from tests.unit.searcher.searcher_builders import MasterDriver, grid_spec, random_spec
 

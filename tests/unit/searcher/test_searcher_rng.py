@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from services.searcher.domain.errors import InvalidSnapshot
+from cairn.searcher_plugin.errors import InvalidSnapshot
 from services.searcher.domain.rng import STATE_WORDS, MersenneTwister
 
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from services.searcher.domain.actions import Action
-from services.searcher.domain.errors import (
+from cairn.searcher_plugin.actions import Action
+from cairn.searcher_plugin.errors import (
     InvalidEvent,
     InvalidRequest,
     InvalidSpec,
@@ -19,7 +19,7 @@ from services.searcher.domain.errors import (
     SessionExists,
     SessionNotFound,
 )
-from services.searcher.domain.events import TrialCreated, TrialExited, ValidationCompleted
+from cairn.searcher_plugin.events import TrialCreated, TrialExited, ValidationCompleted
 from services.searcher.domain.hyperparameters import HyperparameterSpace
 from services.searcher.domain.method import SearchContext, SearchMethod
 from services.searcher.domain.methods.random_search import RandomSearch, random_config

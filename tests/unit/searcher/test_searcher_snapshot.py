@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.searcher.domain.actions import Action, CreateTrial
-from services.searcher.domain.errors import InvalidSnapshot, InvalidSpec
-from services.searcher.domain.events import (
+from cairn.searcher_plugin.actions import Action, CreateTrial
+from cairn.searcher_plugin.errors import InvalidSnapshot, InvalidSpec
+from cairn.searcher_plugin.events import (
     Event,
     ExitReason,
     TrialCreated,
@@ -22,9 +22,10 @@ from services.searcher.domain.events import (
     TrialProgress,
     ValidationCompleted,
 )
-from services.searcher.domain.sessions import Answer, SessionManager
+from cairn.searcher_plugin.sessions import Answer
+from cairn.searcher_plugin.spec import SearchSpec
+from services.searcher.domain.sessions import SessionManager
 from services.searcher.domain.snapshot import SNAPSHOT_VERSION
-from services.searcher.domain.spec import SearchSpec
 from tests.unit.searcher.searcher_asha_builders import halving_spec
 from tests.unit.searcher.searcher_builders import REGISTRY, creates, grid_spec, random_spec, single_spec
 

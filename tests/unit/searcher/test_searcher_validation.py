@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from services.searcher.domain.errors import InvalidSpec
+from cairn.searcher_plugin.errors import InvalidSpec
+from cairn.searcher_plugin.spec import SearchSpec
 from services.searcher.domain.searcher import Searcher
-from services.searcher.domain.spec import SearchSpec
 from tests.unit.searcher.searcher_builders import REGISTRY, make_spec
 
 HP = {"lr": {"type": "double", "minval": 0.1, "maxval": 1.0, "count": 2}}
@@ -92,7 +92,7 @@ def test_non_finite_numbers_are_refused() -> None:
 
 def test_defaults_fill_what_the_master_left_out() -> None:
     searcher = Searcher.new(make_spec({"name": "random", "max_trials": 20}, HP), REGISTRY)
-    assert len(searcher.initial_trials()) == 16  # max_concurrent_trials defaults to 16
+    assert len(searcher.initial_actions()) == 16  # max_concurrent_trials defaults to 16
 
 
 def test_fields_other_methods_use_are_tolerated() -> None:
@@ -106,4 +106,4 @@ def test_fields_other_methods_use_are_tolerated() -> None:
         },
         HP,
     )
-    assert len(Searcher.new(spec, REGISTRY).initial_trials()) == 1
+    assert len(Searcher.new(spec, REGISTRY).initial_actions()) == 1

@@ -1,7 +1,7 @@
 // One function per REST call the WebUI makes; paths and parameters are the google.api.http rules
 // of proto/cairn/api/v1/api.proto, with query parameters in their JSON (lowerCamelCase) names.
 
-import { get, post, stream } from "./http";
+import { get, patch, post, stream } from "./http";
 import type {
   GetAgentsResponse,
   GetCheckpointsResponse,
@@ -9,6 +9,14 @@ import type {
   GetExperimentsResponse,
   GetExperimentTrialsResponse,
   GetMetricsResponse,
+  GetModelsResponse,
+  GetModelVersionsResponse,
+  ExperimentPatch,
+  Experiment,
+  Model,
+  ModelVersion,
+  Project,
+  Workspace,
   GetResourcePoolsResponse,
   LoginResponse,
   Trial,
@@ -32,6 +40,7 @@ export interface ExperimentsQuery {
   states: string[];
   archived?: boolean;
   name?: string;
+  projectId?: number;
 }
 
 export const getExperiments = (q: ExperimentsQuery, signal?: AbortSignal) =>
@@ -39,6 +48,50 @@ export const getExperiments = (q: ExperimentsQuery, signal?: AbortSignal) =>
 
 export const getExperiment = (id: number, signal?: AbortSignal) =>
   get<GetExperimentResponse>(`/api/v1/experiments/${id}`, undefined, signal);
+
+export const patchExperiment = (id: number, fields: ExperimentPatch) =>
+  patch<{ experiment: Experiment }>(`/api/v1/experiments/${id}`, { id, ...fields });
+
+/** Determined's fork: a new experiment with the parent's model definition and a new config. */
+export const forkExperiment = (parentId: number, config: string) =>
+  post<{ experiment: Experiment }>("/api/v1/experiments", { parentId, config, activate: true });
+
+/** Determined's continue: the single trial resumes from its latest checkpoint, config overridden. */
+export const continueExperiment = (id: number, overrideConfig: string) =>
+  post<{ experiment: Experiment }>("/api/v1/experiments/continue", { id, overrideConfig });
+
+export const getWorkspaces = (signal?: AbortSignal) =>
+  get<{ workspaces: Workspace[] }>("/api/v1/workspaces", { limit: 100, archived: false }, signal);
+
+export const getWorkspaceProjects = (workspaceId: number, signal?: AbortSignal) =>
+  get<{ projects: Project[] }>(`/api/v1/workspaces/${workspaceId}/projects`, { limit: 100, archived: false }, signal);
+
+export interface ModelsQuery {
+  sortBy: string;
+  orderBy: "ORDER_BY_ASC" | "ORDER_BY_DESC";
+  offset: number;
+  limit: number;
+  archived?: boolean;
+  name?: string;
+}
+
+export const getModels = (q: ModelsQuery, signal?: AbortSignal) => get<GetModelsResponse>("/api/v1/models", { ...q }, signal);
+
+export const getModelVersions = (name: string, signal?: AbortSignal) =>
+  get<GetModelVersionsResponse>(
+    `/api/v1/models/${encodeURIComponent(name)}/versions`,
+    { sortBy: "SORT_BY_VERSION", orderBy: "ORDER_BY_DESC", limit: 100 },
+    signal,
+  );
+
+export const createModel = (name: string, description: string) =>
+  post<{ model: Model }>("/api/v1/models", { name, description });
+
+export const registerModelVersion = (modelName: string, checkpointUuid: string) =>
+  post<{ modelVersion: ModelVersion }>(`/api/v1/models/${encodeURIComponent(modelName)}/versions`, {
+    modelName,
+    checkpointUuid,
+  });
 
 export type ExperimentAction = "activate" | "pause" | "cancel" | "kill" | "archive" | "unarchive";
 

@@ -111,6 +111,12 @@ export async function post<T>(path: string, body?: unknown, signal?: AbortSignal
   return (text ? JSON.parse(text) : {}) as T;
 }
 
+export async function patch<T>(path: string, body: unknown, signal?: AbortSignal): Promise<T> {
+  const response = await send("PATCH", path, body, signal);
+  const text = await response.text();
+  return (text ? JSON.parse(text) : {}) as T;
+}
+
 /**
  * Reads a server stream: grpc-gateway writes one JSON object per line, `{"result": message}`,
  * or `{"error": ...}` when the call fails part way. Resolves when the server ends the stream.

@@ -51,6 +51,20 @@ export interface Experiment {
   smallerIsBetter: boolean;
   config?: JsonObject;
   originalConfig?: string;
+  notes?: string;
+  forkedFrom?: number;
+  projectId?: number;
+  projectName?: string;
+  workspaceId?: number;
+  workspaceName?: string;
+}
+
+/** The fields PatchExperiment changes; a field left out stays as it is. */
+export interface ExperimentPatch {
+  name?: string;
+  description?: string;
+  notes?: string;
+  labels?: string[];
 }
 
 export interface GetExperimentsResponse {
@@ -219,4 +233,59 @@ export interface ResourcePool {
 
 export interface GetResourcePoolsResponse {
   resourcePools: ResourcePool[];
+}
+
+export interface Workspace {
+  id: number;
+  name: string;
+  archived: boolean;
+  immutable: boolean;
+  numProjects: number;
+  numExperiments: number;
+}
+
+export interface Project {
+  id: number;
+  name: string;
+  workspaceId: number;
+  workspaceName?: string;
+  archived: boolean;
+  numExperiments: number;
+}
+
+export interface Model {
+  id: number;
+  name: string;
+  description?: string;
+  labels?: string[];
+  notes?: string;
+  metadata?: JsonObject;
+  creationTime?: string;
+  lastUpdatedTime?: string;
+  numVersions: number;
+  username: string;
+  archived: boolean;
+}
+
+export interface ModelVersion {
+  id: number;
+  version: number;
+  name?: string;
+  comment?: string;
+  labels?: string[];
+  creationTime?: string;
+  username?: string;
+  checkpoint: Checkpoint;
+  model: Model;
+}
+
+export interface GetModelsResponse {
+  models: Model[];
+  pagination?: Pagination;
+}
+
+export interface GetModelVersionsResponse {
+  model: Model;
+  modelVersions: ModelVersion[];
+  pagination?: Pagination;
 }

@@ -1,15 +1,22 @@
+import type { JSX } from "preact";
 import type { Checkpoint } from "../api/types";
 import { formatBytes, formatMetric, formatTime, num, totalSize } from "../format";
 import { Link } from "./Link";
 import { StateBadge } from "./StateBadge";
 
 /** Table rows for checkpoints; shared by the experiment and trial pages. */
-export function CheckpointRows(props: { checkpoints: Checkpoint[]; loaded: boolean; showTrial?: boolean }) {
+export function CheckpointRows(props: {
+  checkpoints: Checkpoint[];
+  loaded: boolean;
+  showTrial?: boolean;
+  // A last cell per row (e.g. a Register button), when given.
+  action?: (checkpoint: Checkpoint) => JSX.Element | null;
+}) {
   const showTrial = props.showTrial ?? true;
   if (props.loaded && props.checkpoints.length === 0) {
     return (
       <tr>
-        <td colSpan={showTrial ? 7 : 6} class="empty">
+        <td colSpan={(showTrial ? 7 : 6) + (props.action ? 1 : 0)} class="empty">
           No checkpoints yet.
         </td>
       </tr>
@@ -32,6 +39,7 @@ export function CheckpointRows(props: { checkpoints: Checkpoint[]; loaded: boole
             <td class="num">{formatBytes(totalSize(c.resources))}</td>
             <td class="num">{formatMetric(num(c.training?.searcherMetric))}</td>
             <td>{formatTime(c.reportTime)}</td>
+            {props.action ? <td>{props.action(c)}</td> : null}
           </tr>
         );
       })}

@@ -2,7 +2,10 @@
 // plots, checkpoints and configuration in tabs. The experiment and its trials are polled here and
 // shared by the tabs.
 
-import { getExperiment, getExperimentTrials } from "../api/endpoints";
+import { getExperiment, getExperimentTrials, patchExperiment } from "../api/endpoints";
+import type { ExperimentPatch } from "../api/types";
+import { EditableText } from "../components/EditableText";
+import { LabelEditor } from "../components/LabelEditor";
 import { ErrorNote } from "../components/ErrorNote";
 import { ExperimentActions } from "../components/ExperimentActions";
 import { ProgressBar } from "../components/ProgressBar";
@@ -22,6 +25,7 @@ const TABS = [
   { id: "trials", label: "Trials" },
   { id: "hparams", label: "Hyperparameters" },
   { id: "checkpoints", label: "Checkpoints" },
+  { id: "notes", label: "Notes" },
   { id: "config", label: "Configuration" },
 ];
 
@@ -43,6 +47,11 @@ export function ExperimentPage(props: { id: number }) {
     );
   }
   const e = experiment;
+  // Every edit is a PatchExperiment of the changed field; the page then shows what was stored.
+  const edit = async (fields: ExperimentPatch) => {
+    await patchExperiment(e.id, fields);
+    experimentPoll.refresh();
+  };
   const config = experimentPoll.data?.config ?? e.config ?? {};
   const searcher = (config.searcher ?? {}) as Record<string, unknown>;
 
@@ -56,7 +65,7 @@ export function ExperimentPage(props: { id: number }) {
           {e.name || `Experiment ${e.id}`} <span class="muted">#{e.id}</span>
         </h1>
         <StateBadge state={e.state} />
-        <ExperimentActions experiment={e} onChanged={experimentPoll.refresh} />
+        <ExperimentActions experiment={e} config={config} onChanged={experimentPoll.refresh} />
       </div>
       <ErrorNote error={experimentPoll.error} what="the experiment" />
       <dl class="facts">
@@ -66,6 +75,27 @@ export function ExperimentPage(props: { id: number }) {
             <ProgressBar value={num(e.progress)} label="Experiment progress" />
           </dd>
         </div>
+        <div>
+          <dt>Project</dt>
+          <dd>
+            {e.projectId ? (
+              <Link href={`/experiments?project=${e.projectId}`}>
+                {e.workspaceName ? `${e.workspaceName} › ` : ""}
+                {e.projectName || `project ${e.projectId}`}
+              </Link>
+            ) : (
+              "–"
+            )}
+          </dd>
+        </div>
+        {e.forkedFrom ? (
+          <div>
+            <dt>Forked from</dt>
+            <dd>
+              <Link href={`/experiments/${e.forkedFrom}`}>experiment {e.forkedFrom}</Link>
+            </dd>
+          </div>
+        ) : null}
         <div>
           <dt>Searcher</dt>
           <dd>{e.searcherType || String(searcher.name ?? "–")}</dd>
@@ -115,13 +145,46 @@ export function ExperimentPage(props: { id: number }) {
           </dd>
         </div>
       </dl>
-      {e.description ? <p class="description">{e.description}</p> : null}
+      <dl class="about">
+        <div>
+          <dt>Name</dt>
+          <dd>
+            <EditableText label="Name" value={e.name} placeholder="No name" required onSave={(name) => edit({ name })} />
+          </dd>
+        </div>
+        <div>
+          <dt>Description</dt>
+          <dd>
+            <EditableText
+              label="Description"
+              value={e.description}
+              placeholder="No description"
+              onSave={(description) => edit({ description })}
+            />
+          </dd>
+        </div>
+        <div>
+          <dt>Labels</dt>
+          <dd>
+            <LabelEditor labels={e.labels ?? []} onSave={(labels) => edit({ labels })} />
+          </dd>
+        </div>
+      </dl>
       <Tabs tabs={TABS} selected={tab} onSelect={(id) => setQuery({ tab: id === "curves" ? null : id })} label="Experiment views" />
       <div id={`panel-${tab}`} role="tabpanel" aria-labelledby={`tab-${tab}`} class="panel">
         {tab === "curves" ? <LearningCurves experiment={e} trials={trials} /> : null}
         {tab === "trials" ? <TrialsTable experiment={e} trials={trials} error={trialsPoll.error} /> : null}
         {tab === "hparams" ? <HparamScatter experiment={e} trials={trials} config={config} /> : null}
         {tab === "checkpoints" ? <CheckpointsTable experiment={e} /> : null}
+        {tab === "notes" ? (
+          <EditableText
+            label="Notes"
+            value={e.notes ?? ""}
+            placeholder="No notes yet. Notes are kept with the experiment (Markdown text)."
+            multiline
+            onSave={(notes) => edit({ notes })}
+          />
+        ) : null}
         {tab === "config" ? <pre class="config">{e.originalConfig || JSON.stringify(config, null, 2)}</pre> : null}
       </div>
     </section>

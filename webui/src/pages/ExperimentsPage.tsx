@@ -1,8 +1,8 @@
 // The experiments list: server-side sort, state filter and paging (GetExperiments), archived
 // toggle, refreshed every few seconds. The view is kept in the URL so it survives a reload.
 
-import { getExperiments } from "../api/endpoints";
-import type { Experiment } from "../api/types";
+import { getExperiments, getWorkspaceProjects, getWorkspaces } from "../api/endpoints";
+import type { Experiment, Project } from "../api/types";
 import { ErrorNote } from "../components/ErrorNote";
 import { Link } from "../components/Link";
 import { Pager } from "../components/Pager";
@@ -43,12 +43,23 @@ const STATE_FILTERS: { label: string; value: string; states: string[] }[] = [
   { label: "Error", value: "error", states: ["STATE_ERROR"] },
 ];
 
+/** Every project the user can file experiments under, workspace by workspace. */
+async function allProjects(signal: AbortSignal): Promise<Project[]> {
+  const { workspaces } = await getWorkspaces(signal);
+  const lists = await Promise.all(workspaces.map((w) => getWorkspaceProjects(w.id, signal)));
+  return lists.flatMap((list, i) =>
+    list.projects.map((p) => ({ ...p, workspaceName: p.workspaceName || workspaces[i].name })),
+  );
+}
+
 export function ExperimentsPage() {
   const { query } = useLocation();
   const sort: Sort = { key: query.get("sort") ?? "id", desc: query.get("order") !== "asc" };
   const offset = Math.max(0, Number(query.get("offset") ?? 0) || 0);
   const stateFilter = STATE_FILTERS.find((f) => f.value === (query.get("state") ?? "")) ?? STATE_FILTERS[0];
   const archived = query.get("archived") === "1";
+  const projectId = Number(query.get("project") ?? 0) || undefined;
+  const projects = usePoll(allProjects, 60000, []);
 
   const { data, error } = usePoll(
     (signal) =>
@@ -61,11 +72,12 @@ export function ExperimentsPage() {
           states: stateFilter.states,
           // Unset shows both; the toggle adds archived ones to the unarchived.
           archived: archived ? undefined : false,
+          projectId,
         },
         signal,
       ),
     POLL_MS,
-    [sort.key, sort.desc, offset, stateFilter.value, archived],
+    [sort.key, sort.desc, offset, stateFilter.value, archived, projectId],
   );
 
   const experiments = data?.experiments ?? [];
@@ -76,6 +88,24 @@ export function ExperimentsPage() {
       <div class="page-head">
         <h1 id="experiments-title">Experiments</h1>
         <div class="filters">
+          <label>
+            Project{" "}
+            <select
+              value={projectId ? String(projectId) : ""}
+              onChange={(e) => setQuery({ project: (e.target as HTMLSelectElement).value, offset: null })}
+            >
+              <option value="">All projects</option>
+              {(projects.data ?? []).map((p) => (
+                <option key={p.id} value={String(p.id)}>
+                  {p.workspaceName ? `${p.workspaceName} › ` : ""}
+                  {p.name}
+                </option>
+              ))}
+              {projectId && !(projects.data ?? []).some((p) => p.id === projectId) ? (
+                <option value={String(projectId)}>project {projectId}</option>
+              ) : null}
+            </select>
+          </label>
           <label>
             State{" "}
             <select

@@ -115,7 +115,7 @@ def pool_row(pool: resourcepool_pb2.ResourcePool) -> list[str]:
     ]
     return [
         pool.name,
-        enum_label(rp.Type.Name(pool.type), "TYPE_"),
+        enum_label(rp.Type.Name(pool.type), "RESOURCE_POOL_TYPE_"),
         str(pool.num_agents),
         str(pool.slots_used),
         str(pool.slots_available),

@@ -6,9 +6,11 @@ from pathlib import Path
 from typing import Any
 
 import click
+import yaml
 
-from cairn.api.v1 import common_pb2, experiment_pb2, trial_pb2
+from cairn.api.v1 import common_pb2, experiment_pb2, trial_pb2, workspace_pb2
 from cairn.cli.choices import enum_choices, parse_enum
+from cairn.cli.config_overrides import apply_overrides
 from cairn.cli.experiment_follow import follow_experiment
 from cairn.cli.experiment_views import (
     EXPERIMENT_COLUMNS,
@@ -30,6 +32,7 @@ from cairn.cli.output import (
     struct_to_dict,
 )
 from cairn.cli.paging import fetch_all
+from cairn.cli.project import project_by_name
 from cairn.cli.state import CliState, json_option, pass_state
 from cairn.client.model_definition import build_model_definition, model_definition_size
 from cairn.client.session import Session
@@ -59,6 +62,17 @@ def experiment() -> None:
 @click.option("--validate-only", is_flag=True, help="Check the config and model definition; create nothing.")
 @click.option("-f", "--follow", is_flag=True, help="Show the experiment live until it ends; exit 0/1/2.")
 @click.option("--logs", is_flag=True, help="With --follow: also stream the first trial's logs.")
+@click.option(
+    "--template",
+    metavar="NAME",
+    help="Merge the config over config template NAME (its fields fill the gaps).",
+)
+@click.option(
+    "--project-id",
+    type=int,
+    default=0,
+    help="Create it in this project (default: the config's workspace/project, else Uncategorized).",
+)
 @json_option
 @click.pass_context
 def create(
@@ -69,6 +83,8 @@ def create(
     validate_only: bool,
     follow: bool,
     logs: bool,
+    template: str | None,
+    project_id: int,
     as_json: bool,
 ) -> None:
     """Create an experiment from CONFIG_FILE and the code in MODEL_DIR (default: the config's folder).
@@ -86,7 +102,12 @@ def create(
     size = bytes_text(model_definition_size(files))
     err.print(f"Model definition: {len(files)} entries, {size} from {context_dir}")
     request = experiment_pb2.CreateExperimentRequest(
-        model_definition=files, config=config_text, validate_only=validate_only, activate=not paused
+        model_definition=files,
+        config=config_text,
+        validate_only=validate_only,
+        activate=not paused,
+        template=template,
+        project_id=project_id,
     )
     session = state.session()
     response = session.api.CreateExperiment(request)
@@ -131,6 +152,7 @@ def _sort_choice() -> list[str]:
 @click.option("--offset", type=int, default=0, help="Skip this many (negative: count from the end).")
 @click.option("--sort", type=click.Choice(_sort_choice()), default=None, help="Sort by this field.")
 @click.option("--desc", is_flag=True, help="Sort in descending order.")
+@click.option("--project-id", type=int, default=0, help="Only the experiments of this project.")
 @json_option
 @pass_state
 def list_experiments(
@@ -142,12 +164,14 @@ def list_experiments(
     offset: int,
     sort: str | None,
     desc: bool,
+    project_id: int,
     as_json: bool,
 ) -> None:
     """List experiments."""
     request = experiment_pb2.GetExperimentsRequest(
         states=[parse_enum(Experiment.State, "STATE_", s, "--state") for s in states],
         labels=list(labels),
+        project_id=project_id,
         limit=limit,
         offset=offset,
         order_by=common_pb2.ORDER_BY_DESC if desc else common_pb2.ORDER_BY_ASC,
@@ -248,6 +272,56 @@ def delete(state: CliState, experiment_id: int, yes: bool) -> None:
         )
     state.session().api.DeleteExperiment(experiment_pb2.DeleteExperimentRequest(experiment_id=experiment_id))
     click.echo(f"Deleting experiment {experiment_id}")
+
+
+@experiment.command()
+@click.argument("experiment_id", type=int)
+@click.argument("workspace_name")
+@click.argument("project_name")
+@pass_state
+def move(state: CliState, experiment_id: int, workspace_name: str, project_name: str) -> None:
+    """Move an experiment to project PROJECT_NAME of workspace WORKSPACE_NAME."""
+    session = state.session()
+    destination = project_by_name(session, workspace_name, project_name)
+    session.api.MoveExperiment(
+        workspace_pb2.MoveExperimentRequest(
+            experiment_id=experiment_id, destination_project_id=destination.id
+        )
+    )
+    click.echo(
+        f"Moved experiment {experiment_id} to project {destination.workspace_name} / {destination.name}"
+    )
+
+
+@experiment.command(name="continue")
+@click.argument("experiment_id", type=int)
+@click.option(
+    "--config-file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="YAML with the config fields to change.",
+)
+@click.option(
+    "--config",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Change one config field, e.g. searcher.max_length.batches=200 (repeatable).",
+)
+@pass_state
+def continue_experiment(
+    state: CliState, experiment_id: int, config_file: Path | None, overrides: tuple[str, ...]
+) -> None:
+    """Resume an ended single-trial experiment: its trial trains on from its latest checkpoint,
+    with the config changes given (e.g. a longer searcher.max_length)."""
+    base = yaml.safe_load(config_file.read_text(encoding="utf-8")) if config_file else {}
+    if not isinstance(base, dict):
+        raise click.BadParameter("must hold a YAML mapping", param_hint="--config-file")
+    override = apply_overrides(base, overrides)
+    text = yaml.safe_dump(override, sort_keys=False) if override else ""
+    state.session().api.ContinueExperiment(
+        experiment_pb2.ContinueExperimentRequest(id=experiment_id, override_config=text)
+    )
+    click.echo(f"Continued experiment {experiment_id}")
 
 
 # ---- preview-search ----

@@ -14,11 +14,17 @@ from cairn.cli.checkpoint import checkpoint
 from cairn.cli.cluster import cluster
 from cairn.cli.errors import EXIT_INTERRUPTED, CliError, debug_enabled, translate
 from cairn.cli.experiment import experiment
+from cairn.cli.experiment_edits import label, set_group
 from cairn.cli.groups import RootGroup
-from cairn.cli.master import master
+from cairn.cli.job import job
+from cairn.cli.master import master, version
+from cairn.cli.model import model
+from cairn.cli.project import project
 from cairn.cli.state import CliState
+from cairn.cli.template import template
 from cairn.cli.trial import trial
 from cairn.cli.user import user
+from cairn.cli.workspace import workspace
 from cairn.client.address import DEFAULT_MASTER, MASTER_ENV
 from cairn.client.errors import CairnError
 
@@ -31,6 +37,11 @@ COMMAND_ALIASES = {
     "s": "slot",
     "rp": "resource-pool",
     "u": "user",
+    "tpl": "template",
+    "j": "job",
+    "m": "model",
+    "w": "workspace",
+    "p": "project",
 }
 
 
@@ -53,8 +64,28 @@ def cli(ctx: click.Context, master_address: str | None) -> None:
     ctx.call_on_close(state.close)
 
 
-for command in (user, master, experiment, trial, checkpoint, agent, slot, resource_pool, cluster):
+COMMANDS = (
+    user,
+    master,
+    version,
+    workspace,
+    project,
+    experiment,
+    trial,
+    checkpoint,
+    model,
+    template,
+    agent,
+    slot,
+    resource_pool,
+    job,
+    cluster,
+)
+for command in COMMANDS:
     cli.add_command(command)
+# `cairn experiment set|label ...` live in their own module.
+experiment.add_command(set_group)
+experiment.add_command(label)
 
 
 def run(argv: Sequence[str] | None = None) -> int:

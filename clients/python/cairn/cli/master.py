@@ -1,13 +1,28 @@
-"""`cairn master info`."""
+"""`cairn master info|config|logs`."""
 
 from __future__ import annotations
 
-import click
+from typing import Any
 
-from cairn.api.v1 import master_pb2
+import click
+import grpc
+import yaml
+
+from cairn import DETERMINED_API_VERSION, __version__
+from cairn.api.v1 import master_pb2, trial_pb2
 from cairn.cli.groups import AliasedGroup
-from cairn.cli.output import bool_text, enum_label, key_value_table, print_json, print_renderable
+from cairn.cli.output import (
+    bool_text,
+    enum_label,
+    key_value_table,
+    print_json,
+    print_json_line,
+    print_renderable,
+    struct_to_dict,
+    timestamp_text,
+)
 from cairn.cli.state import CliState, json_option, pass_state
+from cairn.client.errors import CairnError, rpc_error_message
 
 
 @click.group(cls=AliasedGroup)
@@ -19,7 +34,8 @@ def master_info_rows(info: master_pb2.GetMasterResponse, address: str) -> list[t
     product = master_pb2.GetMasterResponse.Product.Name(info.product)
     return [
         ("Address", address),
-        ("Version", info.version),
+        ("Cairn version", info.cairn_version),
+        ("Determined API", info.version),
         ("Cluster name", info.cluster_name),
         ("Cluster ID", info.cluster_id),
         ("Master ID", info.master_id),
@@ -33,6 +49,24 @@ def master_info_rows(info: master_pb2.GetMasterResponse, address: str) -> list[t
     ]
 
 
+@click.command()
+@pass_state
+def version(state: CliState) -> None:
+    """Show this client's version and, when it answers, the master's."""
+    click.echo(f"cairn client {__version__} (Determined API {DETERMINED_API_VERSION})")
+    try:
+        response = state.session(auto_login=False).api.GetMaster(master_pb2.GetMasterRequest())
+    except grpc.RpcError as exc:
+        click.echo(f"master at {state.master.target}: {rpc_error_message(exc, state.master.target)}")
+        return
+    except CairnError as exc:
+        click.echo(f"master at {state.master.target}: {exc}")
+        return
+    click.echo(
+        f"master at {state.master.target}: cairn {response.cairn_version} (Determined API {response.version})"
+    )
+
+
 @master.command()
 @json_option
 @pass_state
@@ -43,3 +77,47 @@ def info(state: CliState, as_json: bool) -> None:
         print_json(response)
         return
     print_renderable(key_value_table(master_info_rows(response, state.master.target)))
+
+
+def whole_numbers(value: Any) -> Any:
+    """A Struct's numbers are all floats: show 8080 as 8080, not 8080.0."""
+    if isinstance(value, dict):
+        return {key: whole_numbers(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [whole_numbers(item) for item in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+@master.command(name="config")
+@json_option
+@pass_state
+def show_config(state: CliState, as_json: bool) -> None:
+    """Show the master's effective settings, secrets hidden (admins only)."""
+    response = state.session().api.GetMasterConfig(master_pb2.GetMasterConfigRequest())
+    config = whole_numbers(struct_to_dict(response.config))
+    if as_json:
+        print_json(config)
+        return
+    click.echo(yaml.safe_dump(config, sort_keys=True, default_flow_style=False).rstrip())
+
+
+def master_log_line(entry: master_pb2.LogEntry) -> str:
+    level = enum_label(trial_pb2.LogLevel.Name(entry.level), "LOG_LEVEL_")
+    return f"{timestamp_text(entry.timestamp)} [{level}] {entry.message}"
+
+
+@master.command()
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new records (Ctrl-C stops).")
+@click.option("--tail", type=click.IntRange(min=1), default=None, help="Start with the last N records.")
+@json_option
+@pass_state
+def logs(state: CliState, follow: bool, tail: int | None, as_json: bool) -> None:
+    """Print the master's own recent log records."""
+    request = master_pb2.MasterLogsRequest(follow=follow, offset=-tail if tail else 0)
+    for response in state.session().api.MasterLogs(request):
+        if as_json:
+            print_json_line(response.log_entry)
+        else:
+            click.echo(master_log_line(response.log_entry))

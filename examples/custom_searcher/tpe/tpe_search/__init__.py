@@ -1,8 +1,8 @@
-"""A TPE searcher for Cairn, built on Optuna's sampler, served over Cairn's SearcherService contract.
+"""A TPE searcher for Cairn, built on Optuna's sampler and served over Cairn's SearcherService
+contract by the plug-in kit (cairn.searcher_plugin), which does the sessions, snapshots' frames,
+conversion, gRPC edge, health, reflection and signals.
 
-Modules, from the wire inwards: `__main__` (flags, server, signals), `server` (gRPC server with health
-and reflection), `servicer` (the contract's edge), `convert` (messages to and from domain values),
-`sessions` (the session table: ids, sequence numbers, locks), `search` (one search: an Optuna study
-driven by events), `snapshot` (a search as JSON and back), `space` and `config` (the spec's two
-sections), `draws` (the seeded generator), `events` and `actions` (what flows in and out).
+Modules: `search` (one search: an Optuna study driven by events, and the factory the kit serves),
+`state` (a search as snapshot bytes and back), `space` and `config` (the spec's two sections),
+`draws` (the seeded generator), `__main__` (flags, logging, `serve`).
 """

@@ -5,14 +5,12 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
-import threading
 
 import optuna
 
-from .server import serve, write_ready_file
+from cairn.searcher_plugin import serve
 
-log = logging.getLogger("tpe_search")
+from .search import TPESearches
 
 DEFAULT_PORT = 9100
 
@@ -46,22 +44,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     # Optuna logs every tell at INFO; the searcher's own log says what matters.
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-
-    # Handlers go in before serving, so a SIGTERM right after the ready file is never missed.
-    stop_requested = threading.Event()
-
-    def request_stop(signum: int, _frame: object) -> None:
-        log.info("signal received signal=%s", signal.Signals(signum).name)
-        stop_requested.set()
-
-    signal.signal(signal.SIGTERM, request_stop)
-    signal.signal(signal.SIGINT, request_stop)
-
-    running = serve(args.host, args.port)
-    write_ready_file(args.ready_file, running.port)
-    log.info("tpe searcher ready port=%d pid=%d", running.port, os.getpid())
-    stop_requested.wait()
-    running.stop(args.grace)
+    serve(TPESearches(), args.host, args.port, ready_file=args.ready_file, grace=args.grace)
 
 
 if __name__ == "__main__":

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import InvalidArgument
-from .fields import as_int, bool_field, int_field
+from cairn.searcher_plugin.errors import InvalidSpec
+from cairn.searcher_plugin.fields import as_int, bool_field, int_field
 
 DEFAULT_MAX_CONCURRENT_TRIALS = 2
 DEFAULT_N_STARTUP_TRIALS = 4
@@ -48,9 +48,9 @@ class TPEConfig:
 def _metric(section: Mapping[str, Any], path: str) -> str:
     value = section.get("metric")
     if value is None or value == "":
-        raise InvalidArgument(f"{path}.metric: required")
+        raise InvalidSpec(f"{path}.metric: required")
     if not isinstance(value, str):
-        raise InvalidArgument(f"{path}.metric: must be a metric name, got {value!r}")
+        raise InvalidSpec(f"{path}.metric: must be a metric name, got {value!r}")
     return value
 
 
@@ -61,14 +61,14 @@ def _max_length(section: Mapping[str, Any], path: str) -> Length | None:
     where = f"{path}.max_length"
     if isinstance(raw, Mapping):
         if len(raw) != 1 or next(iter(raw)) not in LENGTH_UNITS:
-            raise InvalidArgument(f"{where}: must be an integer or one of {{batches|records|epochs: N}}")
+            raise InvalidSpec(f"{where}: must be an integer or one of {{batches|records|epochs: N}}")
         unit = next(iter(raw))
         units = as_int(raw[unit], f"{where}.{unit}")
     else:
         # A bare number counts batches, as in Determined.
         unit, units = "batches", as_int(raw, where)
     if units < 1:
-        raise InvalidArgument(f"{where}: must be >= 1, got {units}")
+        raise InvalidSpec(f"{where}: must be >= 1, got {units}")
     return Length(unit, units)
 
 

@@ -1,4 +1,5 @@
-"""One TPE search: an Optuna study driven by the master's events.
+"""One TPE search: an Optuna study driven by the master's events, as a `Search` of the plug-in kit
+(cairn.searcher_plugin), and `TPESearches`, the factory the kit serves.
 
 A trial's life, in Optuna's terms:
   created (CreateTrial)        study.ask(distributions): the trial is RUNNING in the study; with
@@ -21,42 +22,44 @@ exactly what the original would have.
 
 from __future__ import annotations
 
-import enum
 import logging
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import optuna
 from optuna.study import StudyDirection
 from optuna.trial import TrialState, create_trial
 
-from .actions import Action, CreateTrial, Shutdown
-from .config import TPEConfig, parse_config
-from .draws import draw
-from .errors import InvalidArgument
-from .events import (
-    EVENT_FIELDS,
+from cairn.searcher_plugin import (
+    Action,
+    CreateTrial,
     Event,
     ExitReason,
+    InvalidEvent,
+    Preview,
+    PreviewedTrial,
+    Search,
+    SearchFactory,
+    SearchSpec,
+    Shutdown,
+    Snapshot,
     TrialCreated,
     TrialExited,
     TrialExitedEarly,
     TrialProgress,
     ValidationCompleted,
 )
-from .fields import is_number
+from cairn.searcher_plugin.events import EVENT_FIELDS
+from cairn.searcher_plugin.fields import is_number
+
+from . import state
+from .config import TPEConfig, parse_config
+from .draws import draw
 from .space import SearchSpace, parse_space
-from .spec import SearchSpec
+from .state import SearchState, TrialRecord, TrialStatus
 
 log = logging.getLogger(__name__)
-
-
-class TrialStatus(enum.Enum):
-    RUNNING = "running"  # asked and not told: a pending ask
-    COMPLETE = "complete"
-    FAILED = "failed"
 
 
 _OPTUNA_STATES = {
@@ -66,27 +69,17 @@ _OPTUNA_STATES = {
 }
 
 
-@dataclass
-class TrialRecord:
-    request_id: str
-    number: int  # the trial's number in the Optuna study
-    params: dict[str, Any]  # Optuna's parameters, by dotted name
-    trial_seed: int
-    status: TrialStatus = TrialStatus.RUNNING
-    value: float | None = None
-    # Counts against max_trials (a trial with invalid hyperparameters does not).
-    counts: bool = True
-    created: bool = False
-    exited: bool = False
-    exit_reason: ExitReason | None = None
+class TPESearch(Search):
+    method_name = state.METHOD
 
-
-class TPESearch:
     def __init__(self, spec: SearchSpec) -> None:
-        """Check the spec (InvalidArgument naming the field) and open an empty study."""
+        """Check the spec (InvalidSpec naming the field) and open an empty study."""
         self.spec = spec
         self.config: TPEConfig = parse_config(spec.searcher)
         self.space: SearchSpace = parse_space(spec.hyperparameters)
+        # Events applied: the session's seq, kept in the state so that a snapshot whose frame and
+        # state disagree is refused.
+        self.events = 0
         self.draws = 0
         self.trials: list[TrialRecord] = []
         self._by_id: dict[str, TrialRecord] = {}
@@ -99,7 +92,7 @@ class TPESearch:
 
     # --- driving -------------------------------------------------------------------------------
 
-    def initial_trials(self) -> list[Action]:
+    def initial_actions(self) -> list[Action]:
         return [self.suggest() for _ in range(self.config.initial_trials())]
 
     def suggest(self) -> CreateTrial:
@@ -114,6 +107,7 @@ class TPESearch:
 
     def apply(self, event: Event) -> list[Action]:
         record = self._trial_for(event)
+        actions: list[Action] = []
         if isinstance(event, TrialCreated):
             record.created = True
         elif isinstance(event, ValidationCompleted):
@@ -121,11 +115,12 @@ class TPESearch:
         elif isinstance(event, TrialExitedEarly):
             self._exit_early(record, event.reason)
         elif isinstance(event, TrialExited):
-            return self._exit(record)
+            actions = self._exit(record)
         else:
             # TrialProgress: the search's progress counts exited trials, not fractions of live ones.
             assert isinstance(event, TrialProgress)
-        return []
+        self.events += 1
+        return actions
 
     def progress(self) -> float:
         exited = sum(1 for t in self.trials if t.exited and t.counts)
@@ -136,10 +131,10 @@ class TPESearch:
     def _trial_for(self, event: Event) -> TrialRecord:
         where = f"event.{EVENT_FIELDS[type(event)]}.request_id"
         if not event.request_id:
-            raise InvalidArgument(f"{where}: required")
+            raise InvalidEvent(f"{where}: required")
         record = self._by_id.get(event.request_id)
         if record is None:
-            raise InvalidArgument(f"{where}: no trial '{event.request_id}' was created by this search")
+            raise InvalidEvent(f"{where}: no trial '{event.request_id}' was created by this search")
         return record
 
     def _remember_value(self, record: TrialRecord, metrics: Mapping[str, Any]) -> None:
@@ -198,7 +193,32 @@ class TPESearch:
             failure=all(r is ExitReason.ERRORED for r in reasons),
         )
 
-    # --- rebuilding from a snapshot ---------------------------------------------------------------
+    # --- state ---------------------------------------------------------------------------------
+
+    def to_bytes(self) -> bytes:
+        return state.encode(SearchState(self.spec, self.events, self.draws, self.shutdown, self.trials))
+
+    @classmethod
+    def restored(cls, snapshot: Snapshot) -> TPESearch:
+        """The search a snapshot holds: a new search's study filled with the snapshot's trials, in the
+        order they were asked so that every trial keeps its number."""
+        saved = state.decode(snapshot)
+        search = cls(saved.spec)
+        distributions = search.space.distributions()
+        for record in saved.trials:
+            search.space.check_params(record.params, f"snapshot.state.trials[{record.number}].params")
+            frozen = create_trial(
+                state=_OPTUNA_STATES[record.status],
+                value=record.value if record.status is TrialStatus.COMPLETE else None,
+                params=record.params,
+                distributions=distributions,
+            )
+            search.study.add_trial(frozen)
+            search._add(record)
+        search.events = saved.seq
+        search.draws = saved.draws
+        search.shutdown = saved.shutdown
+        return search
 
     def _add(self, record: TrialRecord) -> None:
         if record.request_id in self._by_id:
@@ -206,19 +226,27 @@ class TPESearch:
         self.trials.append(record)
         self._by_id[record.request_id] = record
 
-    def load(self, draws: int, trials: list[TrialRecord], shutdown: bool) -> None:
-        """Fill a new search's study with the trials of a snapshot (checked by the caller), in the
-        order they were asked so that every trial keeps its number."""
-        assert not self.trials, "load() is for a search that has asked nothing yet"
-        distributions = self.space.distributions()
-        for record in trials:
-            frozen = create_trial(
-                state=_OPTUNA_STATES[record.status],
-                value=record.value if record.status is TrialStatus.COMPLETE else None,
-                params=record.params,
-                distributions=distributions,
-            )
-            self.study.add_trial(frozen)
-            self._add(record)
-        self.draws = draws
-        self.shutdown = shutdown
+
+class TPESearches(SearchFactory):
+    """What the plug-in kit serves: TPE searches, new and restored, and previews."""
+
+    snapshot_version = state.VERSION
+
+    def create(self, spec: SearchSpec) -> TPESearch:
+        return TPESearch(spec)
+
+    def restore(self, snapshot: Snapshot) -> TPESearch:
+        return TPESearch.restored(snapshot)
+
+    def preview(self, spec: SearchSpec) -> Preview:
+        """The first min(max_trials, n_startup_trials) trials. Those are TPE's random start, so they
+        depend on no result and a session with the same spec creates exactly these first; every
+        later trial depends on the results, so none is shown."""
+        search = TPESearch(spec)
+        config = search.config
+        first = [search.suggest() for _ in range(min(config.max_trials, config.n_startup_trials))]
+        length = config.max_length
+        lengths = (length.units,) if length else ()
+        return Preview(
+            [PreviewedTrial(t.request_id, t.hparams, lengths) for t in first], length.unit if length else ""
+        )

@@ -30,8 +30,8 @@ from optuna.distributions import (
     IntDistribution,
 )
 
-from .errors import InvalidArgument
-from .fields import as_float, as_int, is_number, required
+from cairn.searcher_plugin.errors import InvalidSnapshot, InvalidSpec
+from cairn.searcher_plugin.fields import as_float, as_int, is_number, required
 
 Route = tuple[str, ...]
 TYPES = ("categorical", "const", "double", "int", "log")
@@ -70,12 +70,12 @@ class SearchSpace:
     def check_params(self, params: Mapping[str, Any], path: str) -> None:
         """Refuse parameters this space could not have suggested (a snapshot from another spec)."""
         if set(params) != set(self.searched):
-            raise InvalidArgument(
+            raise InvalidSnapshot(
                 f"{path}: names {sorted(params)} do not match the hyperparameters {sorted(self.searched)}"
             )
         for name, param in self.searched.items():
             if not _contains(param.distribution, params[name]):
-                raise InvalidArgument(f"{path}.{name}: {params[name]!r} is outside {param.distribution}")
+                raise InvalidSnapshot(f"{path}.{name}: {params[name]!r} is outside {param.distribution}")
 
 
 def _place(tree: dict[str, Any], route: Route, value: Any) -> None:
@@ -98,7 +98,7 @@ def _int_range(raw: Mapping[str, Any], path: str) -> IntDistribution:
     low = as_int(required(raw, "minval", path), f"{path}.minval")
     high = as_int(required(raw, "maxval", path), f"{path}.maxval")
     if not low < high:
-        raise InvalidArgument(f"{path}.minval: must be less than maxval ({low} >= {high})")
+        raise InvalidSpec(f"{path}.minval: must be less than maxval ({low} >= {high})")
     return IntDistribution(low, high)
 
 
@@ -106,7 +106,7 @@ def _float_range(raw: Mapping[str, Any], path: str) -> tuple[float, float]:
     low = as_float(required(raw, "minval", path), f"{path}.minval")
     high = as_float(required(raw, "maxval", path), f"{path}.maxval")
     if not low < high:
-        raise InvalidArgument(f"{path}.minval: must be less than maxval ({low} >= {high})")
+        raise InvalidSpec(f"{path}.minval: must be less than maxval ({low} >= {high})")
     return low, high
 
 
@@ -114,13 +114,13 @@ def _log_range(raw: Mapping[str, Any], path: str) -> FloatDistribution:
     low, high = _float_range(raw, path)
     base = as_float(required(raw, "base", path), f"{path}.base")
     if base <= 0 or base == 1:
-        raise InvalidArgument(f"{path}.base: must be > 0 and not 1, got {base}")
+        raise InvalidSpec(f"{path}.base: must be > 0 and not 1, got {base}")
     try:
         ends = sorted((math.pow(base, low), math.pow(base, high)))
     except OverflowError:
         ends = [math.inf]
     if not all(0 < end < math.inf for end in ends) or ends[0] == ends[-1]:
-        raise InvalidArgument(
+        raise InvalidSpec(
             f"{path}: base ** minval and base ** maxval must be distinct positive finite doubles "
             f"({base} ** {low}, {base} ** {high})"
         )
@@ -150,16 +150,16 @@ class _Builder:
     def typed(self, raw: Mapping[str, Any], route: Route, path: str) -> None:
         kind = raw["type"]
         if kind not in TYPES:
-            raise InvalidArgument(f"{path}.type: unsupported type {kind!r} (supported: {', '.join(TYPES)})")
+            raise InvalidSpec(f"{path}.type: unsupported type {kind!r} (supported: {', '.join(TYPES)})")
         if kind == "const":
             if "val" not in raw:
-                raise InvalidArgument(f"{path}.val: required")
+                raise InvalidSpec(f"{path}.val: required")
             self.fixed.append((route, raw["val"]))
             return
         if kind == "categorical":
             vals = raw.get("vals")
             if not isinstance(vals, list) or not vals:
-                raise InvalidArgument(f"{path}.vals: must be a non-empty list")
+                raise InvalidSpec(f"{path}.vals: must be a non-empty list")
             param = SearchedParam(route, CategoricalDistribution(tuple(range(len(vals)))), tuple(vals))
         elif kind == "int":
             param = SearchedParam(route, _int_range(raw, path))
@@ -169,7 +169,7 @@ class _Builder:
             param = SearchedParam(route, _log_range(raw, path))
         name = ".".join(route)
         if name in self._paths:
-            raise InvalidArgument(f"{path}: its dotted name '{name}' is also that of {self._paths[name]}")
+            raise InvalidSpec(f"{path}: its dotted name '{name}' is also that of {self._paths[name]}")
         self._paths[name] = path
         self.searched[name] = param
 

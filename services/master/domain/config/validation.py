@@ -23,7 +23,8 @@ def normalized(raw: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
-def _report(problems: list[Problem]) -> list[str]:
+def report(problems: list[Problem]) -> list[str]:
+    """The messages of `problems`, sorted by field path; a value of the wrong type gets that one."""
     wrong_type_paths = {p.path for p in problems if p.wrong_type}
     kept = {p for p in problems if p.wrong_type or p.path not in wrong_type_paths}
     return [p.render() for p in sorted(kept, key=lambda p: (p.path, p.text))]
@@ -32,7 +33,7 @@ def _report(problems: list[Problem]) -> list[str]:
 def problems_of_normalized(config: dict[str, Any]) -> list[str]:
     problems = [found for error in _VALIDATOR.iter_errors(config) for found in describe(error)]
     problems.extend(cross_field_problems(config))
-    return _report(problems)
+    return report(problems)
 
 
 def validate_config(raw: dict[str, Any]) -> list[str]:

@@ -17,7 +17,9 @@ from sqlalchemy.orm import Session, defer
 from services.common.lru import BoundedLru
 from services.master.domain.config import config_view
 from services.master.domain.paging import DEFAULT_LIMIT, Page, page_of
+from services.master.domain.reads.workspaces import ExperimentPlace, experiment_places
 from services.master.domain.states import LIVE_ALLOCATION
+from services.master.domain.task_ids import trial_task_id
 from services.master.store import models
 
 
@@ -31,10 +33,11 @@ class TrialAggregate:
 
 @dataclass(frozen=True)
 class ExperimentConfig:
-    """What never changes once an experiment exists: its configuration and what derives from it.
-    Cached by (id, start time), so lists need not load and parse every config on every read."""
+    """An experiment's configuration and what derives from it. Cached by (id, start time, config
+    version), so lists need not load and parse every config on every read; an edit moves the
+    version, so a changed config is never served from the cache."""
 
-    key: tuple[int, datetime]
+    key: tuple[int, datetime, int]
     config: dict[str, Any]
     original_config: str
     smaller_is_better: bool
@@ -42,13 +45,13 @@ class ExperimentConfig:
 
 class _ConfigCache:
     def __init__(self, max_entries: int = 20_000) -> None:
-        self._entries: BoundedLru[tuple[int, datetime], ExperimentConfig] = BoundedLru(max_entries)
+        self._entries: BoundedLru[tuple[int, datetime, int], ExperimentConfig] = BoundedLru(max_entries)
 
     def get_many(self, s: Session, experiments: list[models.Experiment]) -> dict[int, ExperimentConfig]:
         found: dict[int, ExperimentConfig] = {}
-        missing: dict[int, tuple[int, datetime]] = {}
+        missing: dict[int, tuple[int, datetime, int]] = {}
         for exp in experiments:
-            key = (exp.id, exp.start_time)
+            key = (exp.id, exp.start_time, exp.config_version)
             entry = self._entries.get(key)
             if entry is None:
                 missing[exp.id] = key
@@ -88,6 +91,8 @@ class ExperimentRow:
     checkpoint_count: int = 0
     checkpoint_size: int = 0
     allocation_states: dict[str, int] = field(default_factory=dict)
+    # Its project and workspace.
+    place: ExperimentPlace | None = None
 
 
 def _trial_aggregates(
@@ -162,6 +167,7 @@ def experiment_rows(s: Session, experiments: list[models.Experiment]) -> list[Ex
     trials = _trial_aggregates(s, experiments, configs)
     checkpoints = _checkpoint_aggregates(s, ids)
     allocs = _allocation_states(s, ids)
+    places = experiment_places(s, {e.project_id for e in experiments})
     rows = []
     for exp in experiments:
         owner = users.get(exp.owner_id)
@@ -176,6 +182,7 @@ def experiment_rows(s: Session, experiments: list[models.Experiment]) -> list[Ex
                 checkpoint_count=count,
                 checkpoint_size=size,
                 allocation_states=dict(allocs.get(exp.id, {})),
+                place=places.get(exp.project_id),
             )
         )
     return rows
@@ -190,6 +197,8 @@ class ExperimentFilter:
     states: tuple[str, ...] = ()
     users: tuple[str, ...] = ()
     user_ids: tuple[int, ...] = ()
+    # 0: every project.
+    project_id: int = 0
 
 
 SORT_COLUMNS = {
@@ -203,6 +212,7 @@ SORT_COLUMNS = {
     "resource_pool": models.Experiment.resource_pool,
     "forked_from": models.Experiment.parent_id,
     "user": models.User.username,
+    "project_id": models.Experiment.project_id,
 }
 
 
@@ -224,6 +234,8 @@ def _filtered(f: ExperimentFilter) -> Select[models.Experiment]:
         q = q.where(models.User.username.in_(f.users))
     if f.user_ids:
         q = q.where(models.Experiment.owner_id.in_(f.user_ids))
+    if f.project_id:
+        q = q.where(models.Experiment.project_id == f.project_id)
     return q
 
 
@@ -342,7 +354,7 @@ def trial_rows(s: Session, trials: list[models.Trial]) -> list[TrialRow]:
         TrialRow(
             trial=t,
             allocation=latest_alloc.get(t.id),
-            task_ids=[f"{t.experiment_id}.{t.id}"],
+            task_ids=[trial_task_id(t.experiment_id, t.request_id)],
             checkpoint_count=ckpts.get(t.id, (0, 0))[0],
             checkpoint_size=ckpts.get(t.id, (0, 0))[1],
             best_validation=metric_rows.get(t.best_validation_id) if t.best_validation_id else None,

@@ -139,7 +139,7 @@ class AgentsApi(ServicerBase):
                 rpb.ResourcePool(
                     name=settings.name,
                     description=settings.description,
-                    type=rpb.ResourcePool.TYPE_STATIC,
+                    type=rpb.ResourcePool.RESOURCE_POOL_TYPE_STATIC,
                     num_agents=len(members),
                     slots_available=sum(1 for slot in slots if slot.enabled),
                     slots_used=used,
@@ -162,6 +162,13 @@ class AgentsApi(ServicerBase):
                     ),
                     default_priority=settings.default_priority,
                     preemption_enabled=settings.preemption_enabled,
+                    # Determined's clients require the key (bindings raise KeyError without it).
+                    details=rpb.ResourcePoolDetail(
+                        priority_scheduler=rpb.ResourcePoolPrioritySchedulerDetail(
+                            preemption=settings.preemption_enabled,
+                            default_priority=settings.default_priority,
+                        )
+                    ),
                 )
             )
         page = page_of(len(pools), request.offset, request.limit)

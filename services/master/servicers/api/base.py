@@ -13,6 +13,7 @@ from services.master.domain.auth import AuthService
 from services.master.domain.checkpoints import CheckpointGc
 from services.master.domain.context import MasterContext
 from services.master.domain.logs import LogStore
+from services.master.domain.master_log import MasterLogRing
 from services.master.domain.samples import SampleCache
 from services.master.domain.scheduling import WaitingInfo
 from services.master.remotes.checkpoint import CheckpointClient
@@ -33,6 +34,8 @@ class ApiDeps:
     database: str
     # Experiments-list rows by (experiment id, with config); see GetExperiments.
     experiment_rows: RowCache[tuple[int, bool], experiment_pb2.Experiment]
+    # The master's own recent log records (MasterLogs).
+    master_log: MasterLogRing
 
 
 class ServicerBase:

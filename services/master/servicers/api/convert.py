@@ -13,7 +13,9 @@ from services.common.lru import BoundedLru
 from services.master.domain.auth import UserInfo
 from services.master.domain.clock import utcnow
 from services.master.domain.paging import Page
+from services.master.domain.reads.jobs import experiment_job_id
 from services.master.domain.reads.listings import ExperimentConfig, ExperimentRow, TrialRow
+from services.master.domain.task_ids import trial_task_id
 from services.master.store import models
 
 # Display: an ACTIVE experiment shows what its allocations are doing (as Determined does for the
@@ -60,12 +62,12 @@ def user(info: UserInfo) -> auth_pb2.User:
 
 
 class _StaticParts:
-    """The converted form of what never changes about an experiment (its config as Structs, the
-    text as submitted, searcher facts), kept as serialized message bytes: merging bytes into a new
+    """The converted form of an experiment's config (as Structs, the text as submitted, searcher
+    facts) for one config version, kept as serialized message bytes: merging bytes into a new
     message is far cheaper than building Structs from dicts on every read."""
 
     def __init__(self, max_entries: int = 20_000) -> None:
-        self._entries: BoundedLru[tuple[tuple[int, datetime], bool], bytes] = BoundedLru(max_entries)
+        self._entries: BoundedLru[tuple[tuple[int, datetime, int], bool], bytes] = BoundedLru(max_entries)
 
     def bytes_of(self, static: ExperimentConfig, *, with_config: bool = True) -> bytes:
         key = (static.key, with_config)
@@ -119,12 +121,8 @@ def experiment(row: ExperimentRow, *, with_config: bool = True) -> experiment_pb
             resource_pool=exp.resource_pool,
             name=exp.name,
             notes=exp.notes,
-            job_id=f"exp-{exp.id}",
+            job_id=experiment_job_id(exp.id),
             progress=exp.progress,
-            project_id=1,
-            project_name="Uncategorized",
-            workspace_id=1,
-            workspace_name="Uncategorized",
             checkpoint_size=row.checkpoint_size,
             checkpoint_count=row.checkpoint_count,
             duration=int((end - exp.start_time).total_seconds() * 1000),
@@ -133,6 +131,14 @@ def experiment(row: ExperimentRow, *, with_config: bool = True) -> experiment_pb
     )
     if exp.parent_id is not None:
         message.forked_from = exp.parent_id
+    place = row.place
+    if place is not None:
+        message.project_id = place.project_id
+        message.project_name = place.project_name
+        message.project_owner_id = place.project_owner_id
+        message.workspace_id = place.workspace_id
+        message.workspace_name = place.workspace_name
+        message.parent_archived = place.parent_archived
     if row.trials.best_metric is not None and row.trials.best_trial_id is not None:
         message.best_trial_searcher_metric = row.trials.best_metric
         message.best_trial_id = row.trials.best_trial_id
@@ -169,7 +175,7 @@ def trial(row: TrialRow) -> trial_pb2.Trial:
         total_batches_processed=int(t.total_batches),
         runner_state=alloc.state if alloc is not None else "",
         wall_clock_time=(end - t.start_time).total_seconds(),
-        task_id=f"{t.experiment_id}.{t.id}",
+        task_id=trial_task_id(t.experiment_id, t.request_id),
         total_checkpoint_size=row.checkpoint_size,
         checkpoint_count=row.checkpoint_count,
         summary_metrics=struct(t.summary_metrics),

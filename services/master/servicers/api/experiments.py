@@ -12,12 +12,13 @@ from google.protobuf import json_format
 from cairn.api.v1 import common_pb2
 from cairn.api.v1 import experiment_pb2 as epb
 from cairn.api.v1 import trial_pb2 as tpb
-from services.master.domain import creation, deletion
+from services.master.domain import creation, deletion, experiment_edits
 from services.master.domain import experiments as lifecycle
 from services.master.domain.errors import InvalidArgument
 from services.master.domain.model_definition import ContextFile
 from services.master.domain.reads import experiments as reads
 from services.master.domain.reads.listings import ExperimentFilter, experiment_rows_by_id, list_experiment_ids
+from services.master.domain.reads.workspaces import check_project_exists
 from services.master.domain.states import TERMINAL, AllocationState
 from services.master.servicers.api import convert
 from services.master.servicers.api.base import ServicerBase
@@ -37,7 +38,7 @@ SORT_NAMES = {
     epb.GetExperimentsRequest.SORT_BY_NAME: "name",
     epb.GetExperimentsRequest.SORT_BY_FORKED_FROM: "forked_from",
     epb.GetExperimentsRequest.SORT_BY_RESOURCE_POOL: "resource_pool",
-    epb.GetExperimentsRequest.SORT_BY_PROJECT_ID: "id",
+    epb.GetExperimentsRequest.SORT_BY_PROJECT_ID: "project_id",
     epb.GetExperimentsRequest.SORT_BY_CHECKPOINT_SIZE: "id",
     epb.GetExperimentsRequest.SORT_BY_CHECKPOINT_COUNT: "id",
     epb.GetExperimentsRequest.SORT_BY_SEARCHER_METRIC_VAL: "searcher_metric_val",
@@ -97,6 +98,8 @@ class ExperimentsApi(ServicerBase):
                 activate=request.activate,
                 validate_only=request.validate_only,
                 parent_id=request.parent_id or None,
+                template=request.template if request.HasField("template") else None,
+                project_id=request.project_id,
             ),
         )
         response = epb.CreateExperimentResponse(config=convert.struct(created.config))
@@ -135,11 +138,14 @@ class ExperimentsApi(ServicerBase):
             states=tuple(state_name(s) for s in request.states),
             users=tuple(request.users),
             user_ids=tuple(request.user_ids),
+            project_id=request.project_id,
         )
         with_config = request.include_config
         # Read before the queries: rows built now are stored under it, never served after a change.
         version = self.ctx.data_version
         with self.ctx.db.read() as s:
+            if request.project_id:
+                check_project_exists(s, request.project_id)
             ids, page = list_experiment_ids(
                 s,
                 f,
@@ -170,6 +176,48 @@ class ExperimentsApi(ServicerBase):
             exp = lifecycle.load(w, experiment_id)
             lifecycle.check_can_modify(principal, exp)
             action(w, exp)
+
+    @rpc
+    def PatchExperiment(
+        self, request: epb.PatchExperimentRequest, context: grpc.ServicerContext
+    ) -> epb.PatchExperimentResponse:
+        patch = request.experiment
+        edit = experiment_edits.ExperimentEdit(
+            name=patch.name if patch.HasField("name") else None,
+            description=patch.description if patch.HasField("description") else None,
+            notes=patch.notes if patch.HasField("notes") else None,
+            labels=list(json_format.MessageToDict(patch.labels)) if patch.HasField("labels") else None,
+            priority=(
+                patch.resources.priority
+                if patch.HasField("resources") and patch.resources.HasField("priority")
+                else None
+            ),
+            weight=patch.resources.weight
+            if patch.HasField("resources") and patch.resources.HasField("weight")
+            else None,
+            max_slots=(
+                patch.resources.max_slots
+                if patch.HasField("resources") and patch.resources.HasField("max_slots")
+                else None
+            ),
+            gc_policy=(
+                {
+                    "save_experiment_best": patch.checkpoint_storage.save_experiment_best,
+                    "save_trial_best": patch.checkpoint_storage.save_trial_best,
+                    "save_trial_latest": patch.checkpoint_storage.save_trial_latest,
+                }
+                if patch.HasField("checkpoint_storage")
+                else None
+            ),
+        )
+        principal = self.user(context)
+        with self.ctx.unit_of_work() as w:
+            exp = lifecycle.load(w, patch.id)
+            lifecycle.check_can_modify(principal, exp)
+            collect_again = experiment_edits.apply(self.ctx, w, exp, edit)
+        if collect_again:
+            self.deps.gc.run_in_background(patch.id)
+        return epb.PatchExperimentResponse(experiment=convert.experiment(self._row(patch.id)))
 
     @rpc
     def ActivateExperiment(

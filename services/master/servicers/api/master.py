@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import grpc
 
+from cairn import DETERMINED_API_VERSION
 from cairn.api.v1 import master_pb2
 from services.master.servicers.api.base import ServicerBase
 from services.master.servicers.errors import rpc
@@ -16,7 +17,8 @@ class MasterApi(ServicerBase):
     ) -> master_pb2.GetMasterResponse:
         settings = self.ctx.settings
         return master_pb2.GetMasterResponse(
-            version=self.deps.version,
+            version=DETERMINED_API_VERSION,
+            cairn_version=self.deps.version,
             master_id=self.ctx.master_id,
             cluster_id=self.ctx.cluster_id,
             cluster_name=settings.cluster_name,

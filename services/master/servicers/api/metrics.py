@@ -6,6 +6,7 @@ import json
 import zlib
 from collections.abc import Iterator
 from datetime import UTC
+from typing import Any
 
 import grpc
 
@@ -27,6 +28,16 @@ EARLY_EXIT_NAMES = {
     tpb.TrialEarlyExit.EXITED_REASON_INIT_INVALID_HP: "INIT_INVALID_HP",
     tpb.TrialEarlyExit.EXITED_REASON_USER_REQUESTED_STOP: "USER_REQUESTED_STOP",
 }
+
+
+def report_metrics(group: str, values: Any, batch_metrics: Any) -> dict[str, Any]:
+    """A report's `metrics` as Determined answers them: a validation's values under
+    "validation_metrics" (the key its SDK reads for that group; `avg_metrics` too, for Cairn's own
+    readers), any other group's under "avg_metrics"."""
+    result = {"avg_metrics": values, "batch_metrics": batch_metrics}
+    if group == "validation":
+        result["validation_metrics"] = values
+    return result
 
 
 class MetricsApi(ServicerBase):
@@ -91,7 +102,7 @@ class MetricsApi(ServicerBase):
                             trial_id=row.trial_id,
                             end_time=convert.ts(row.report_time),
                             metrics=convert.struct(
-                                {"avg_metrics": row.metrics, "batch_metrics": row.batch_metrics}
+                                report_metrics(row.group_name, row.metrics, row.batch_metrics)
                             ),
                             total_batches=int(row.steps_completed),
                             archived=row.archived,

@@ -6,24 +6,36 @@ from cairn.api.v1 import api_pb2_grpc
 from services.master.servicers.api.agents import AgentsApi
 from services.master.servicers.api.auth import AuthApi
 from services.master.servicers.api.checkpoints import CheckpointsApi
+from services.master.servicers.api.continuation import ContinuationApi
 from services.master.servicers.api.experiments import ExperimentsApi
+from services.master.servicers.api.jobs import JobsApi
 from services.master.servicers.api.master import MasterApi
+from services.master.servicers.api.master_info import MasterInfoApi
 from services.master.servicers.api.metrics import MetricsApi, SamplesApi, WorkloadsApi
+from services.master.servicers.api.models import ModelsApi
 from services.master.servicers.api.tasks import SignalsApi, TasksApi
+from services.master.servicers.api.templates import TemplatesApi
 from services.master.servicers.api.trials import TrialsApi
+from services.master.servicers.api.workspaces import WorkspacesApi
 
 
 class CairnServicer(
     AuthApi,
     MasterApi,
+    MasterInfoApi,
     ExperimentsApi,
+    ContinuationApi,
     TrialsApi,
     MetricsApi,
     SamplesApi,
     WorkloadsApi,
     CheckpointsApi,
+    ModelsApi,
     AgentsApi,
+    JobsApi,
     TasksApi,
+    TemplatesApi,
+    WorkspacesApi,
     SignalsApi,
     api_pb2_grpc.CairnServicer,
 ):

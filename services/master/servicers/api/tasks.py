@@ -9,6 +9,7 @@ import grpc
 from cairn.api.v1 import task_pb2
 from services.master.domain import signals
 from services.master.domain.reads.tasks import live_allocations
+from services.master.domain.task_ids import trial_task_id
 from services.master.servicers.api import convert
 from services.master.servicers.api.base import ServicerBase
 from services.master.servicers.errors import rpc, stream_rpc
@@ -22,9 +23,9 @@ class TasksApi(ServicerBase):
         response = task_pb2.GetTasksResponse()
         with self.ctx.db.read() as s:
             rows = live_allocations(s)
-        for alloc, experiment_id in rows:
+        for alloc, experiment_id, request_id in rows:
             summary = task_pb2.AllocationSummary(
-                task_id=f"{experiment_id}.{alloc.trial_id}",
+                task_id=trial_task_id(experiment_id, request_id),
                 allocation_id=alloc.id,
                 name=f"Trial {alloc.trial_id} (Experiment {experiment_id})",
                 registered_time=convert.ts(alloc.requested_at),

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC
+from typing import Any
 
 import grpc
 
-from cairn.api.v1 import common_pb2
+from cairn.api.v1 import common_pb2, task_pb2
 from cairn.api.v1 import trial_pb2 as tpb
 from services.master.domain import experiments as experiment_lifecycle
 from services.master.domain import trials as trial_lifecycle
 from services.master.domain.errors import NotFound, PermissionDenied
 from services.master.domain.logs import LogFilter, read_logs
+from services.master.domain.reads import tasks as task_reads
 from services.master.domain.reads import trials as reads
 from services.master.domain.states import TERMINAL, RunState
 from services.master.servicers.api import convert
@@ -67,14 +69,12 @@ class TrialsApi(ServicerBase):
             trial_lifecycle.stop(self.ctx, w, trial, exp, RunState.STOPPING_KILLED)
         return tpb.KillTrialResponse()
 
-    @stream_rpc
-    def TrialLogs(
-        self, request: tpb.TrialLogsRequest, context: grpc.ServicerContext
-    ) -> Iterator[tpb.TrialLogsResponse]:
-        self.check_trial_access(context, request.trial_id)
-        self.trial_message(request.trial_id)  # NotFound before streaming starts
+    def _log_rows(self, request: Any, trial_id: int, context: grpc.ServicerContext) -> Iterator[Any]:
+        """The trial's log lines as a TrialLogs or TaskLogs request filters them (followed until the
+        trial ends when asked)."""
         f = LogFilter(
-            trial_id=request.trial_id,
+            trial_id=trial_id,
+            allocation_ids=tuple(getattr(request, "allocation_ids", ())),
             agent_ids=tuple(request.agent_ids),
             container_ids=tuple(request.container_ids),
             rank_ids=tuple(request.rank_ids),
@@ -88,7 +88,7 @@ class TrialsApi(ServicerBase):
 
         def trial_done() -> bool:
             with self.ctx.db.read() as s:
-                state = reads.trial_state(s, request.trial_id)
+                state = reads.trial_state(s, trial_id)
             return state is None or state in TERMINAL or not context.is_active()
 
         for row in read_logs(
@@ -101,6 +101,15 @@ class TrialsApi(ServicerBase):
         ):
             if not context.is_active():
                 return
+            yield row
+
+    @stream_rpc
+    def TrialLogs(
+        self, request: tpb.TrialLogsRequest, context: grpc.ServicerContext
+    ) -> Iterator[tpb.TrialLogsResponse]:
+        self.check_trial_access(context, request.trial_id)
+        self.trial_message(request.trial_id)  # NotFound before streaming starts
+        for row in self._log_rows(request, request.trial_id, context):
             message = row.message if row.message.endswith("\n") else row.message + "\n"
             response = tpb.TrialLogsResponse(
                 id=str(row.id),
@@ -114,6 +123,32 @@ class TrialsApi(ServicerBase):
                 source=row.source,
                 stdtype=row.stdtype,
                 allocation_id=row.allocation_id,
+            )
+            if row.rank is not None:
+                response.rank_id = row.rank
+            yield response
+
+    @stream_rpc
+    def TaskLogs(
+        self, request: task_pb2.TaskLogsRequest, context: grpc.ServicerContext
+    ) -> Iterator[task_pb2.TaskLogsResponse]:
+        with self.ctx.db.read() as s:
+            trial_id = task_reads.trial_of_task(s, request.task_id)
+        self.check_trial_access(context, trial_id)
+        for row in self._log_rows(request, trial_id, context):
+            message = row.message if row.message.endswith("\n") else row.message + "\n"
+            response = task_pb2.TaskLogsResponse(
+                id=str(row.id),
+                timestamp=convert.ts(row.timestamp),
+                message=message,
+                level=LEVEL_NAMES.get(row.level, tpb.LOG_LEVEL_INFO),
+                task_id=request.task_id,
+                allocation_id=row.allocation_id,
+                agent_id=row.agent_id,
+                container_id=row.container_id,
+                log=message,
+                source=row.source,
+                stdtype=row.stdtype,
             )
             if row.rank is not None:
                 response.rank_id = row.rank

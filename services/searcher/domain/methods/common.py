@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from services.searcher.domain.fields import int_field
+from cairn.searcher_plugin.fields import int_field
 
 # Determined's default for every method that has the field.
 DEFAULT_MAX_CONCURRENT_TRIALS = 16

@@ -8,13 +8,13 @@ from collections.abc import Mapping, Set
 from dataclasses import dataclass
 from typing import Any
 
-from services.searcher.domain.actions import Action
-from services.searcher.domain.errors import InvalidSnapshot
+from cairn.searcher_plugin.actions import Action
+from cairn.searcher_plugin.errors import InvalidSnapshot
 from services.searcher.domain.grid import Grid
 from services.searcher.domain.hyperparameters import HyperparameterSpace
+from services.searcher.domain.lengths import Length, legacy_max_length
 from services.searcher.domain.method import SearchContext, SearchMethod, TrialPlan, legacy_plan
 from services.searcher.domain.methods.common import initial_count, max_concurrent_trials
-from services.searcher.domain.spec import Length, legacy_max_length
 from services.searcher.domain.state_fields import read_int
 
 

@@ -11,10 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from services.searcher.domain.errors import InvalidSpec
-from services.searcher.domain.fields import as_float, as_int, bool_field, int_field, str_field
+from cairn.searcher_plugin.errors import InvalidSpec
+from cairn.searcher_plugin.fields import as_float, as_int, bool_field, int_field, str_field
+from services.searcher.domain.lengths import legacy_max_length
 from services.searcher.domain.methods.common import max_concurrent_trials
-from services.searcher.domain.spec import legacy_max_length
 
 DEFAULT_DIVISOR = 4.0
 DEFAULT_MAX_RUNGS = 5

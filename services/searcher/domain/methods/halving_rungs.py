@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from services.searcher.domain.fields import is_number
+from cairn.searcher_plugin.fields import is_number
 from services.searcher.domain.methods.halving_config import Objective, TimeBudget
 
 # What a trial that left without a result ranks with: behind every real result (Determined's

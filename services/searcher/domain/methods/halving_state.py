@@ -11,7 +11,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.searcher.domain.errors import InvalidSnapshot
+from cairn.searcher_plugin.errors import InvalidSnapshot
 from services.searcher.domain.state_fields import read_ids
 
 

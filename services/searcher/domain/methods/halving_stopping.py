@@ -30,9 +30,9 @@ import bisect
 from collections.abc import Mapping, Set
 from typing import Any
 
+from cairn.searcher_plugin.actions import Action, CreateTrial, SetTrialTarget, StopTrial
+from cairn.searcher_plugin.events import ExitReason
 from services.common.logging import get_logger
-from services.searcher.domain.actions import Action, CreateTrial, SetTrialTarget, StopTrial
-from services.searcher.domain.events import ExitReason
 from services.searcher.domain.method import SearchContext, SearchMethod, TrialPlan
 from services.searcher.domain.methods.halving_config import HalvingConfig
 from services.searcher.domain.methods.halving_rungs import (

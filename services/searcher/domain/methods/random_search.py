@@ -12,13 +12,13 @@ from collections.abc import Mapping, Set
 from dataclasses import dataclass
 from typing import Any
 
-from services.searcher.domain.actions import Action
-from services.searcher.domain.events import ExitReason
-from services.searcher.domain.fields import int_field
+from cairn.searcher_plugin.actions import Action
+from cairn.searcher_plugin.events import ExitReason
+from cairn.searcher_plugin.fields import int_field
 from services.searcher.domain.hyperparameters import HyperparameterSpace
+from services.searcher.domain.lengths import Length, legacy_max_length
 from services.searcher.domain.method import SearchContext, SearchMethod, TrialPlan, legacy_plan
 from services.searcher.domain.methods.common import initial_count, max_concurrent_trials
-from services.searcher.domain.spec import Length, legacy_max_length
 from services.searcher.domain.state_fields import read_int
 
 

@@ -7,9 +7,9 @@ import dataclasses
 from collections.abc import Mapping, Sequence, Set
 from typing import Any
 
-from services.searcher.domain.actions import Action, CreateTrial
-from services.searcher.domain.errors import InvalidSnapshot
-from services.searcher.domain.events import ExitReason
+from cairn.searcher_plugin.actions import Action, CreateTrial
+from cairn.searcher_plugin.errors import InvalidSnapshot
+from cairn.searcher_plugin.events import ExitReason
 from services.searcher.domain.method import SearchContext, SearchMethod, TrialPlan
 from services.searcher.domain.state_fields import read_mapping
 

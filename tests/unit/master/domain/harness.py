@@ -17,6 +17,8 @@ from sqlalchemy import select
 from cairn.agent.v1 import agent_pb2 as apb
 from cairn.scheduler.v1 import scheduler_pb2 as schpb
 from cairn.searcher.v1 import searcher_pb2 as spb
+from cairn.searcher_plugin import convert as searcher_convert
+from cairn.searcher_plugin.errors import SearcherError
 from services.common.principal import Principal
 from services.master.domain import agents, allocations, creation, metrics, wiring
 from services.master.domain.agent_hub import AgentHub
@@ -31,8 +33,6 @@ from services.master.store import models
 from services.master.store.db import Database
 from services.scheduler.convert import decision_to_proto, state_from_proto
 from services.scheduler.domain.schedule import schedule
-from services.searcher import convert as searcher_convert
-from services.searcher.domain.errors import SearcherError
 from services.searcher.domain.preview import preview
 from services.searcher.domain.registry import builtin_registry
 from services.searcher.domain.sessions import SessionManager
@@ -48,6 +48,7 @@ class RecordingHub(AgentHub):
 
     def send(self, agent_id: str, message: apb.MasterMessage) -> None:
         self.sent.append((agent_id, message))
+        super().send(agent_id, message)  # tracks start commands until acknowledged
 
     def connected_ids(self) -> set[str]:
         return set(self.connected)

@@ -4,6 +4,7 @@ import { useState } from "preact/hooks";
 import { getExperimentCheckpoints } from "../../api/endpoints";
 import type { Experiment } from "../../api/types";
 import { CheckpointRows } from "../../components/CheckpointRows";
+import { RegisterCheckpointDialog } from "../../components/RegisterCheckpointDialog";
 import { ErrorNote } from "../../components/ErrorNote";
 import { Pager } from "../../components/Pager";
 import { type Sort, SortHeader } from "../../components/SortHeader";
@@ -23,6 +24,7 @@ const SORT_BY: Record<string, string> = {
 export function CheckpointsTable(props: { experiment: Experiment }) {
   const [sort, setSort] = useState<Sort>({ key: "time", desc: true });
   const [offset, setOffset] = useState(0);
+  const [registering, setRegistering] = useState<string | null>(null);
   const { data, error } = usePoll(
     (signal) =>
       getExperimentCheckpoints(
@@ -59,13 +61,27 @@ export function CheckpointsTable(props: { experiment: Experiment }) {
               <th scope="col">Size</th>
               {header("metric", `Searcher metric (${props.experiment.searcherMetric})`)}
               {header("time", "Reported")}
+              <th scope="col">
+                <span class="visually-hidden">Actions</span>
+              </th>
             </tr>
           </thead>
           <tbody>
-            <CheckpointRows checkpoints={checkpoints} loaded={data !== undefined} />
+            <CheckpointRows
+              checkpoints={checkpoints}
+              loaded={data !== undefined}
+              action={(c) =>
+                c.state === "STATE_COMPLETED" || c.state === "COMPLETED" ? (
+                  <button type="button" class="link-button" onClick={() => setRegistering(c.uuid)}>
+                    Register
+                  </button>
+                ) : null
+              }
+            />
           </tbody>
         </table>
       </div>
+      <RegisterCheckpointDialog uuid={registering} onClose={() => setRegistering(null)} />
       <Pager
         label="Checkpoint pages"
         offset={offset}

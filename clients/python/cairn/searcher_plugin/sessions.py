@@ -1,0 +1,193 @@
+"""The table of live search sessions, one per experiment, held in memory.
+
+Every event names the sequence number of the snapshot it follows; a session applies it only at
+that number and then counts one up, so a caller that missed an answer (or a searcher that restarted
+empty) is told instead of silently diverging: NOT_FOUND sends the caller to RestoreSession, and
+FAILED_PRECONDITION names both numbers. A start retried with the same spec before any event gets
+the same answer again (a search is deterministic in its spec); any other start on a live id is
+refused.
+
+Every answer carries a snapshot of the session after it. If a search raises while applying an
+event, the session goes back to its last snapshot, so a refused or failed event changes nothing.
+
+Locking: one lock per session serializes its events; the table's lock is only held to find, add or
+remove a session, never while a search runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+
+from cairn.searcher_plugin.actions import Action, CreateTrial
+from cairn.searcher_plugin.errors import InvalidRequest, SeqMismatch, SessionExists, SessionNotFound
+from cairn.searcher_plugin.events import Event
+from cairn.searcher_plugin.method import Search, SearchFactory
+from cairn.searcher_plugin.snapshot import Snapshot, check_frame
+from cairn.searcher_plugin.spec import SearchSpec
+
+log = logging.getLogger(__name__)
+
+# A session replaced or closed while an event waited for its lock is looked up again this often.
+_LOOKUP_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class Answer:
+    actions: list[Action]
+    snapshot: Snapshot
+    progress: float
+
+
+@dataclass
+class Session:
+    session_id: str
+    search: Search
+    # The last snapshot handed out: its seq is the session's, and it is the state to fall back to if
+    # applying an event fails midway.
+    snapshot: Snapshot
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    # Set once the session left the table (closed or replaced by a restore).
+    retired: bool = False
+
+    @property
+    def seq(self) -> int:
+        return self.snapshot.seq
+
+
+def _check_id(session_id: str) -> None:
+    if not session_id:
+        raise InvalidRequest("session_id: required")
+
+
+class SessionTable:
+    def __init__(self, factory: SearchFactory) -> None:
+        self.factory = factory
+        self._sessions: dict[str, Session] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._sessions)
+
+    def __contains__(self, session_id: object) -> bool:
+        with self._lock:
+            return session_id in self._sessions
+
+    # --- operations ----------------------------------------------------------------------------
+
+    def start(self, session_id: str, spec: SearchSpec) -> Answer:
+        """Open a session and answer its first trials."""
+        _check_id(session_id)
+        search = self.factory.create(spec)
+        actions = search.initial_actions()
+        snapshot = self._snapshot(search, 0)
+        answer = Answer(actions, snapshot, search.progress())
+        with self._lock:
+            existing = self._sessions.get(session_id)
+            if existing is None:
+                self._sessions[session_id] = Session(session_id, search, snapshot)
+                log.info(
+                    "search session started session_id=%s method=%s trials=%d",
+                    session_id,
+                    search.method_name,
+                    sum(1 for a in actions if isinstance(a, CreateTrial)),
+                )
+                return answer
+        with existing.lock:
+            if (
+                not existing.retired
+                and existing.seq == 0
+                and existing.search.spec.canonical() == spec.canonical()
+            ):
+                log.info("search session start retried session_id=%s", session_id)
+                return answer
+            raise SessionExists(
+                f"search session '{session_id}' already exists (at seq {existing.seq}); a start can only be "
+                "retried with the same spec before any event"
+            )
+
+    def handle(self, session_id: str, after_seq: int, event: Event) -> Answer:
+        _check_id(session_id)
+        for _ in range(_LOOKUP_ATTEMPTS):
+            session = self._find(session_id)
+            with session.lock:
+                if session.retired:
+                    continue
+                if after_seq != session.seq:
+                    raise SeqMismatch(
+                        f"search session '{session_id}' is at seq {session.seq}, but the event follows seq "
+                        f"{after_seq}; restore the session from the snapshot at seq {after_seq}"
+                    )
+                return self._apply(session, event)
+        raise SessionNotFound(f"search session '{session_id}' was closed or replaced while the event waited")
+
+    def _apply(self, session: Session, event: Event) -> Answer:
+        try:
+            actions = session.search.apply(event)
+        except Exception:
+            # Refused events leave the search untouched; anything else may have changed it halfway.
+            session.search = self.factory.restore(session.snapshot)
+            raise
+        session.snapshot = self._snapshot(session.search, session.seq + 1)
+        log.debug(
+            "search event applied session_id=%s seq=%d event_kind=%s actions=%d",
+            session.session_id,
+            session.seq,
+            type(event).__name__,
+            len(actions),
+        )
+        return Answer(actions, session.snapshot, session.search.progress())
+
+    def restore(self, session_id: str, spec: SearchSpec, snapshot: Snapshot) -> float:
+        """Replace any session under this id with one rebuilt from `snapshot`; returns its progress."""
+        _check_id(session_id)
+        check_frame(snapshot, self.factory.snapshot_version)
+        search = self.factory.restore(snapshot)
+        if search.spec.canonical() != spec.canonical():
+            # The state only makes sense with the spec it was taken under, which it carries.
+            log.warning(
+                "restoring with the spec stored in the snapshot, not the one sent session_id=%s", session_id
+            )
+        session = Session(session_id, search, self._snapshot(search, snapshot.seq))
+        with self._lock:
+            replaced = self._sessions.get(session_id)
+            self._sessions[session_id] = session
+        if replaced is not None:
+            with replaced.lock:
+                replaced.retired = True
+        log.info(
+            "search session restored session_id=%s method=%s seq=%d replaced=%s",
+            session_id,
+            search.method_name,
+            snapshot.seq,
+            replaced is not None,
+        )
+        return search.progress()
+
+    def close(self, session_id: str) -> None:
+        _check_id(session_id)
+        with self._lock:
+            session = self._sessions.pop(session_id, None)
+        if session is None:
+            return
+        with session.lock:
+            session.retired = True
+        log.info("search session closed session_id=%s", session_id)
+
+    # --- helpers ---------------------------------------------------------------------------------
+
+    def _snapshot(self, search: Search, seq: int) -> Snapshot:
+        return Snapshot(
+            seq=seq, state=search.to_bytes(), method=search.method_name, version=self.factory.snapshot_version
+        )
+
+    def _find(self, session_id: str) -> Session:
+        with self._lock:
+            session = self._sessions.get(session_id)
+        if session is None:
+            raise SessionNotFound(
+                f"search session '{session_id}' not found (restore it from its latest snapshot)"
+            )
+        return session

@@ -1,0 +1,236 @@
+"""Deleting a project or a workspace, which deletes their experiments, as Determined does.
+
+The request is checked whole first (owner or admin, not a built-in, every experiment finished,
+no registered model left in the workspace), so a refused request changes nothing. Empty ones go at
+once (`completed`). Otherwise the project (and workspace) are marked DELETING, every experiment is
+marked DELETING in the same transaction, and a background thread deletes the experiments one by
+one (files, then rows: deletion.py) and then the project and workspace rows. If an experiment's
+deletion fails, it stays (DELETE_FAILED) and so does its project and workspace, as DELETE_FAILED;
+deleting again retries. A master that stops midway finishes at boot: the experiments' own deletion
+resumes (deletion.resume_pending_deletions) and resume_pending waits for it, then removes what is
+empty. A workspace's config templates go with it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+from sqlalchemy import delete, func, select
+
+from services.common.logging import get_logger
+from services.common.principal import Principal
+from services.master.domain import deletion, workspaces
+from services.master.domain.context import MasterContext, Work
+from services.master.domain.errors import FailedPrecondition
+from services.master.domain.experiments import transition
+from services.master.domain.reads.models import describe_registered, registered_in_experiment
+from services.master.domain.states import TERMINAL, RunState
+from services.master.store import models
+
+log = get_logger(__name__)
+
+# How often a finishing deletion looks whether experiments deleted by others are gone yet.
+POLL_SECONDS = 0.5
+_DELETABLE = frozenset({*TERMINAL, RunState.DELETE_FAILED, RunState.DELETING})
+
+
+def _experiments_in(w: Work, project_ids: Sequence[int]) -> list[models.Experiment]:
+    if not project_ids:
+        return []
+    return list(
+        w.session.scalars(
+            select(models.Experiment)
+            .where(models.Experiment.project_id.in_(list(project_ids)))
+            .order_by(models.Experiment.id)
+        )
+    )
+
+
+def _check_all_finished(kind: str, row_id: int, experiments: list[models.Experiment]) -> None:
+    running = [e.id for e in experiments if e.state not in _DELETABLE]
+    if running:
+        listed = ", ".join(str(i) for i in running[:20])
+        raise FailedPrecondition(
+            f"{kind} {row_id} has experiments that have not finished ({listed}): cancel or kill them first"
+        )
+
+
+def _mark_deleting(ctx: MasterContext, w: Work, experiments: list[models.Experiment]) -> list[int]:
+    """Mark the experiments DELETING; those this deletion must delete (not already on their way)."""
+    mine = []
+    for exp in experiments:
+        # As for one experiment's deletion: a checkpoint registered in a model (of any workspace)
+        # keeps its experiment; refused before anything is marked.
+        registered = registered_in_experiment(w.session, exp.id)
+        if registered:
+            raise FailedPrecondition(
+                f"experiment {exp.id} cannot be deleted: {describe_registered(registered)}; "
+                "delete those model versions first"
+            )
+    for exp in experiments:
+        if exp.state != RunState.DELETING:
+            transition(ctx, w, exp, RunState.DELETING, "its project is being deleted")
+            mine.append(exp.id)
+    return mine
+
+
+def delete_project(ctx: MasterContext, principal: Principal, project_id: int) -> bool:
+    """Delete the project and its experiments; whether it is gone already (else it goes in the
+    background and GetProject shows it DELETING until then)."""
+    with ctx.unit_of_work() as w:
+        project, workspace = workspaces.load_project(w, project_id)
+        workspaces.check_can_manage_project(principal, project, workspace, "delete")
+        if project.immutable:
+            raise FailedPrecondition(
+                f"project {project.id} ({project.name}) is built in: it cannot be deleted"
+            )
+        if project.state == "DELETING":
+            raise FailedPrecondition(f"project {project.id} is already being deleted")
+        experiments = _experiments_in(w, [project.id])
+        _check_all_finished("project", project.id, experiments)
+        if not experiments:
+            w.session.execute(delete(models.Project).where(models.Project.id == project.id))
+            log.info("project deleted", project_id=project_id)
+            return True
+        project.state = "DELETING"
+        mine = _mark_deleting(ctx, w, experiments)
+    _in_background(ctx, f"delete-project-{project_id}", mine, [project_id], None)
+    return False
+
+
+def delete_workspace(ctx: MasterContext, principal: Principal, workspace_id: int) -> bool:
+    """Delete the workspace, its projects and their experiments; whether it is gone already."""
+    with ctx.unit_of_work() as w:
+        workspace = workspaces.load_workspace(w, workspace_id)
+        workspaces.check_can_manage_workspace(principal, workspace, "delete")
+        if workspace.immutable:
+            raise FailedPrecondition(
+                f"workspace {workspace.id} ({workspace.name}) is built in: it cannot be deleted"
+            )
+        if workspace.state == "DELETING":
+            raise FailedPrecondition(f"workspace {workspace.id} is already being deleted")
+        models_held = w.session.scalar(
+            select(func.count())
+            .select_from(models.RegisteredModel)
+            .where(models.RegisteredModel.workspace_id == workspace.id)
+        )
+        if models_held:
+            raise FailedPrecondition(
+                f"workspace {workspace.id} holds {models_held} registered model(s): move or delete them first"
+            )
+        projects = list(
+            w.session.scalars(select(models.Project).where(models.Project.workspace_id == workspace.id))
+        )
+        project_ids = [p.id for p in projects]
+        experiments = _experiments_in(w, project_ids)
+        _check_all_finished("workspace", workspace.id, experiments)
+        if not experiments:
+            _remove_empty(w, project_ids, workspace.id)
+            log.info("workspace deleted", workspace_id=workspace_id)
+            return True
+        workspace.state = "DELETING"
+        for project in projects:
+            project.state = "DELETING"
+        mine = _mark_deleting(ctx, w, experiments)
+    _in_background(ctx, f"delete-workspace-{workspace_id}", mine, project_ids, workspace_id)
+    return False
+
+
+def _remove_empty(w: Work, project_ids: Sequence[int], workspace_id: int | None) -> None:
+    """Delete the rows of the projects (and workspace), which hold no experiment any more."""
+    if project_ids:
+        w.session.execute(delete(models.Project).where(models.Project.id.in_(list(project_ids))))
+    if workspace_id is not None:
+        w.session.execute(delete(models.Template).where(models.Template.workspace_id == workspace_id))
+        w.session.execute(delete(models.Workspace).where(models.Workspace.id == workspace_id))
+
+
+def _in_background(
+    ctx: MasterContext, name: str, experiment_ids: list[int], project_ids: list[int], workspace_id: int | None
+) -> None:
+    threading.Thread(
+        target=_finish, args=(ctx, experiment_ids, project_ids, workspace_id), name=name, daemon=True
+    ).start()
+
+
+def _others_pending(ctx: MasterContext, project_ids: Sequence[int]) -> bool:
+    with ctx.db.read() as s:
+        return bool(
+            s.scalar(
+                select(func.count())
+                .select_from(models.Experiment)
+                .where(
+                    models.Experiment.project_id.in_(list(project_ids)),
+                    models.Experiment.state == RunState.DELETING,
+                )
+            )
+        )
+
+
+def _finish(
+    ctx: MasterContext, experiment_ids: list[int], project_ids: list[int], workspace_id: int | None
+) -> None:
+    for experiment_id in experiment_ids:
+        if ctx.stopping.is_set():
+            return  # the next boot resumes the experiments' deletion and this one
+        deletion.delete_now(ctx, experiment_id)
+    # Experiments a user deleted just before are deleted by their own thread: wait for it.
+    while project_ids and _others_pending(ctx, project_ids):
+        if ctx.stopping.wait(POLL_SECONDS):
+            return
+    with ctx.unit_of_work() as w:
+        _settle(w, project_ids, workspace_id)
+
+
+def _settle(w: Work, project_ids: list[int], workspace_id: int | None) -> None:
+    """Remove the projects (and workspace) left empty; mark the rest DELETE_FAILED."""
+    remaining = {
+        project_id
+        for (project_id,) in w.session.execute(
+            select(models.Experiment.project_id)
+            .where(models.Experiment.project_id.in_(project_ids))
+            .distinct()
+        )
+    }
+    for project in w.session.scalars(select(models.Project).where(models.Project.id.in_(project_ids))):
+        if project.id in remaining:
+            project.state = "DELETE_FAILED"
+    empty = [p for p in project_ids if p not in remaining]
+    keep_workspace = workspace_id is not None and bool(remaining)
+    _remove_empty(w, empty, None if keep_workspace else workspace_id)
+    if keep_workspace:
+        workspace = w.session.get(models.Workspace, workspace_id)
+        if workspace is not None:
+            workspace.state = "DELETE_FAILED"
+    log.info(
+        "deletion finished",
+        workspace_id=workspace_id,
+        deleted_projects=empty,
+        failed_projects=sorted(remaining),
+    )
+
+
+def resume_pending(ctx: MasterContext) -> None:
+    """At boot: finish the deletions a stopped master left midway (after the experiments' own)."""
+    with ctx.db.read() as s:
+        workspace_ids = list(
+            s.scalars(select(models.Workspace.id).where(models.Workspace.state == "DELETING"))
+        )
+        by_workspace = {
+            workspace_id: list(
+                s.scalars(select(models.Project.id).where(models.Project.workspace_id == workspace_id))
+            )
+            for workspace_id in workspace_ids
+        }
+        lone_projects = list(
+            s.scalars(
+                select(models.Project.id).where(
+                    models.Project.state == "DELETING", models.Project.workspace_id.not_in(workspace_ids)
+                )
+            )
+        )
+    for workspace_id, project_ids in by_workspace.items():
+        _in_background(ctx, f"delete-workspace-{workspace_id}", [], project_ids, workspace_id)
+    for project_id in lone_projects:
+        _in_background(ctx, f"delete-project-{project_id}", [], [project_id], None)
