@@ -10,6 +10,7 @@ import threading
 import time
 from importlib import metadata
 
+from cairn.client.address import InvalidMasterAddress, parse_master_addresses
 from services.agent import host
 from services.agent.containers import determined_info
 from services.agent.containers.manager import KILL_BACKSTOP_SECONDS, SHIM_BACKSTOP_SECONDS, ContainerManager
@@ -69,6 +70,12 @@ class Agent:
         boot_time = time.time()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda signum, _frame: self.request_stop(f"{signal.Signals(signum).name}", 0))
+        try:
+            # Over every --master address: after a failover the reconnect finds the new leader.
+            master_target = parse_master_addresses(s.master).dial_target
+        except InvalidMasterAddress as exc:
+            log.error("agent cannot start", error=str(exc))
+            return 1
         work_dir = WorkDir(s.work_dir)
         try:
             work_dir.lock()
@@ -84,7 +91,7 @@ class Agent:
             log.error("agent cannot start", error=str(exc))
             work_dir.unlock()
             return 1
-        channel = internal_channel(s.master, s.cluster_token)
+        channel = internal_channel(master_target, s.cluster_token)
         outbox = Outbox()
         preparer = Preparer(
             agent_id=s.agent_id,
@@ -136,6 +143,8 @@ class Agent:
         else:
             log.info("agent stopping", reason=self._reason)
         try:
+            # Before anything stops: a start arriving from now on would only be killed again.
+            manager.stop_taking_work(f"it is shutting down ({self._reason})")
             if s.kill_containers_on_exit:
                 self._kill_containers(manager, session)
             session.stop(thread=session_thread)

@@ -53,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--master",
         default=os.environ.get("CAIRN_MASTER_ADDR", DEFAULT_MASTER),
-        help=f"the master's gRPC address HOST:PORT (env CAIRN_MASTER_ADDR; default {DEFAULT_MASTER})",
+        help="the master's gRPC address HOST:PORT, or several comma-separated (an active master and its "
+        f"standbys: the agent connects to whichever leads) (env CAIRN_MASTER_ADDR; default {DEFAULT_MASTER})",
     )
     parser.add_argument("--agent-id", default=None, help="this agent's id (default: the hostname)")
     parser.add_argument("--resource-pool", default="default", help="the pool to join (default 'default')")
@@ -110,9 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_settings(argv: Sequence[str] | None = None) -> AgentSettings:
     parser = build_parser()
     args = parser.parse_args(argv)
-    _host, port, error = split_host_port(args.master)
-    if error or port is None:
-        parser.error(f"--master: {error or f'{args.master!r}: expected HOST:PORT'}")
+    for address in args.master.split(","):
+        _host, port, error = split_host_port(address)
+        if error or port is None:
+            parser.error(f"--master: {error or f'{address!r}: expected HOST:PORT'}")
     agent_id = args.agent_id or socket.gethostname()
     if not _AGENT_ID.match(agent_id):
         parser.error(f"--agent-id: {agent_id!r}: letters, digits, '.', '_' and '-' only")

@@ -1,14 +1,13 @@
 """The agent's work directory: one agent process at a time (a lock file), containers below it.
-
-<work dir>/agent.lock           held (flock) by the running agent
-<work dir>/containers/<id>/     one folder per container (see runtime/protocol.py)
-"""
+The layout is cairn.agent_files (shared with `cairn cluster down`'s sweep)."""
 
 from __future__ import annotations
 
 import fcntl
 import os
 from pathlib import Path
+
+from cairn.agent_files import WorkDirPaths
 
 
 class WorkDirBusyError(RuntimeError):
@@ -18,13 +17,14 @@ class WorkDirBusyError(RuntimeError):
 class WorkDir:
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.containers = root / "containers"
+        self.layout = WorkDirPaths(root)
+        self.containers = self.layout.containers
         self._lock_fd: int | None = None
 
     def lock(self) -> None:
         """Take the work dir for this process; WorkDirBusyError when another agent holds it."""
         self.containers.mkdir(parents=True, exist_ok=True)
-        path = self.root / "agent.lock"
+        path = self.layout.lock_file
         # Not inheritable (Python's default), so the shims never keep the lock after the agent dies.
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:

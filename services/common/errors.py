@@ -40,3 +40,16 @@ class Unavailable(ServiceError):
     """Another Cairn service this call needs did not answer."""
 
     kind = "UNAVAILABLE"
+
+
+class DatabaseUnavailable(Unavailable):
+    """The database could not be reached, or the connection was lost, while serving a call: a
+    transient outage (a server restarting, a network blip), not a bug.
+
+    `commit_unknown` says the connection was lost while the transaction was committing, or after
+    part of the call had already been stored: the change may or may not be there, so only an
+    idempotent call may be repeated."""
+
+    def __init__(self, message: str, *, commit_unknown: bool = False) -> None:
+        super().__init__(message)
+        self.commit_unknown = commit_unknown

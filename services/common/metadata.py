@@ -1,16 +1,20 @@
-"""gRPC metadata keys Cairn reads and writes, and helpers to pull credentials out of them."""
+"""Pulling credentials out of gRPC metadata, by the keys of the wire (cairn.metadata_keys)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-# A user's session token. `authorization` is what the CLI sends; `x-user-token` is Determined's
-# native gRPC key and `grpcgateway-authorization` what a grpc-gateway forwards.
-USER_TOKEN_KEYS = ("authorization", "x-user-token", "grpcgateway-authorization")
-# An allocation's token, held by trial code (Determined: `x-allocation-token`).
-ALLOCATION_TOKEN_KEY = "x-allocation-token"
-# The shared secret that internal services and agents present to each other.
-CLUSTER_TOKEN_KEY = "x-cairn-cluster-token"
+from cairn.metadata_keys import ALLOCATION_TOKEN_KEY, CLUSTER_TOKEN_KEY, USER_TOKEN_KEYS
+
+__all__ = [
+    "ALLOCATION_TOKEN_KEY",
+    "CLUSTER_TOKEN_KEY",
+    "USER_TOKEN_KEYS",
+    "Metadata",
+    "allocation_token",
+    "metadata_value",
+    "user_token",
+]
 
 Metadata = Iterable[tuple[str, str | bytes]]
 

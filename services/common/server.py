@@ -120,6 +120,12 @@ def install_termination_handlers() -> None:
     signal.signal(signal.SIGINT, handle)
 
 
+def termination_requested() -> threading.Event:
+    """Set once SIGTERM or SIGINT arrived: for a service that waits before it serves (a standby
+    master) and must stop waiting then."""
+    return _termination
+
+
 def wait_for_termination(stop: Callable[[], None]) -> None:
     """Block until SIGTERM or SIGINT (handlers installed now if they were not yet), then `stop`."""
     if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):

@@ -10,6 +10,8 @@ from typing import Any, TypeVar
 
 import grpc
 
+from cairn.metadata_keys import COMMIT_UNKNOWN_KEY
+
 STATUS_OF_KIND = {
     "INVALID_ARGUMENT": grpc.StatusCode.INVALID_ARGUMENT,
     "NOT_FOUND": grpc.StatusCode.NOT_FOUND,
@@ -24,6 +26,8 @@ STATUS_OF_KIND = {
 F = TypeVar("F", bound=Callable[..., Any])
 # Which exceptions a service's handlers answer with a status (their own error bases).
 Answerable = tuple[type[BaseException], ...]
+# Runs one unary call (the handler's name, the call): a service may run it more than once.
+Attempt = Callable[[str, Callable[[], Any]], Any]
 
 
 def status_of(exc: BaseException) -> grpc.StatusCode:
@@ -31,6 +35,9 @@ def status_of(exc: BaseException) -> grpc.StatusCode:
 
 
 def abort_with(context: grpc.ServicerContext, exc: BaseException) -> None:
+    if getattr(exc, "commit_unknown", False):
+        # The change may have been stored: clients must not send a non-idempotent call again.
+        context.set_trailing_metadata(((COMMIT_UNKNOWN_KEY, "1"),))
     context.abort(status_of(exc), str(exc) or type(exc).__name__)
 
 
@@ -38,10 +45,13 @@ def handlers(
     answerable: Answerable,
     check: Callable[[Any], None] | None = None,
     on_error: Callable[[str, BaseException], None] | None = None,
+    attempt: Attempt | None = None,
 ) -> tuple[Callable[[F], F], Callable[[F], F]]:
     """(unary decorator, server-streaming decorator) for a service whose domain raises `answerable`
     errors; `check` vets each request first (raising one of them); `on_error` hears of each error
-    answered (the handler's name and the error), to log it."""
+    answered (the handler's name and the error), to log it; `attempt` runs each unary call (the
+    master's runs a call again that a database outage interrupted). A streaming call is not run
+    again: what it sent cannot be taken back."""
 
     def answer(context: grpc.ServicerContext, name: str, exc: BaseException) -> None:
         if on_error is not None:
@@ -54,6 +64,8 @@ def handlers(
             try:
                 if check is not None:
                     check(request)
+                if attempt is not None:
+                    return attempt(fn.__name__, lambda: fn(self, request, context))
                 return fn(self, request, context)
             except answerable as exc:
                 answer(context, fn.__name__, exc)

@@ -6,8 +6,9 @@ import sys
 
 from services.common.heap import settle_after_startup
 from services.common.logging import configure_logging, get_logger
-from services.common.server import install_termination_handlers, wait_for_termination
+from services.common.server import install_termination_handlers, termination_requested, wait_for_termination
 from services.master.app import Master
+from services.master.leadership import CannotLead
 from services.master.settings import parse_settings
 
 
@@ -17,7 +18,12 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging("master", settings.log_format, settings.log_level)  # type: ignore[arg-type]
     master = Master(settings)
     try:
-        master.start()
+        # A standby waits here until it leads, or until it is told to stop.
+        if not master.start(until=termination_requested()):
+            return 0
+    except CannotLead as exc:
+        get_logger(__name__).error("master cannot start", error=str(exc))
+        return 1
     except Exception:
         get_logger(__name__).exception("master failed to start")
         return 1

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 import uuid
+from collections.abc import Callable
+from pathlib import Path
 
 import grpc
 from sqlalchemy import select
+from sqlalchemy.engine import make_url
 
 from cairn import __version__
 from cairn.agent.v1 import agent_pb2, agent_pb2_grpc
@@ -18,7 +22,7 @@ from services.common.local_calls import LocalCalls
 from services.common.logging import add_log_sink, get_logger, remove_log_sink
 from services.common.server import ServiceServer, start_server, write_ready_file
 from services.master.domain import agents as agent_registry
-from services.master.domain import deletion, wiring, workspace_deletion, workspaces
+from services.master.domain import deferred_loop, wiring, workspaces
 from services.master.domain.agent_hub import AgentHub
 from services.master.domain.auth import AuthService
 from services.master.domain.checkpoints import CheckpointGc
@@ -33,6 +37,7 @@ from services.master.domain.searcher_pump import SearcherPump
 from services.master.gateway.http_server import MasterHttpServer, health_routes, start_http
 from services.master.gateway.rest_gateway import rest_routes
 from services.master.gateway.webui import webui_routes
+from services.master.leadership import LeaderLease, SqliteMasterLock, exit_at_once
 from services.master.remotes.checkpoint import CheckpointClient
 from services.master.remotes.scheduler import SchedulerClient
 from services.master.remotes.searcher import SearcherDirectory
@@ -58,18 +63,26 @@ def _cluster_id(db: Database) -> str:
 
 
 class Master:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, on_lease_lost: Callable[[str], None] = exit_at_once) -> None:
         settings.state_dir.mkdir(parents=True, exist_ok=True)
         self.db = Database(settings.database_url)
         self.settings = settings
+        self._on_lease_lost = on_lease_lost
+        self.lease: LeaderLease | None = None
+        self._sqlite_lock: SqliteMasterLock | None = None
         self.grpc: ServiceServer | None = None
         self.http: MasterHttpServer | None = None
         # The master's own recent log (`det master logs`), fed from start to stop.
         self.master_log = MasterLogRing()
         self._master_log_sink: logging.Handler | None = None
 
-    def start(self) -> None:
+    def start(self, until: threading.Event | None = None) -> bool:
+        """Serve. On PostgreSQL first lead: a master started beside an active one waits here, as a
+        standby, until that one is gone. False when `until` was set before it led."""
         self._master_log_sink = add_log_sink(self.master_log.append)
+        if not self._lead(until or threading.Event()):
+            self._remove_log_sink()
+            return False
         log.info("migrating database", dialect=self.db.dialect)
         self.db.migrate()
         settings = self.settings
@@ -100,7 +113,6 @@ class Master:
         self.liveness = LivenessLoop(ctx)
         self.checkpoints = CheckpointClient(settings.checkpoint_addr, settings.cluster_token)
         self.gc = CheckpointGc(ctx, self.checkpoints)
-        ctx.experiment_end_hooks.append(self.gc.on_experiment_end)
         ctx.experiment_delete_hooks.append(self.gc.delete_experiment_files)
         deps = ApiDeps(
             ctx=ctx,
@@ -108,7 +120,6 @@ class Master:
             logs=self.logs,
             waiting=self.scheduling.waiting,
             checkpoints=self.checkpoints,
-            gc=self.gc,
             samples=SampleCache(ctx),
             read_cache=ReadCache(ctx, settings.read_cache_entries),
             # A page holds many rows: room for the rows of twenty times as many pages.
@@ -156,9 +167,7 @@ class Master:
         self.scheduling.start()
         self.pump.start()
         self.liveness.start()
-        deletion.resume_pending_deletions(ctx)
-        workspace_deletion.resume_pending(ctx)
-        self.gc.resume_pending()
+        self.deferred_work = deferred_loop.start(ctx, self.gc)  # GC, deletions: owed work, retried
         write_ready_file(settings.ready_file, grpc_port=self.grpc.port, http_port=settings.http_port)
         log.info(
             "master ready",
@@ -167,6 +176,34 @@ class Master:
             database=self.db.dialect,
             cluster_id=ctx.cluster_id,
         )
+        return True
+
+    def _lead(self, until: threading.Event) -> bool:
+        """Take the database for this master alone (services/master/leadership.py)."""
+        if self.db.dialect == "sqlite":
+            database = make_url(self.settings.database_url).database
+            if database and database != ":memory:":
+                self._sqlite_lock = SqliteMasterLock(Path(database))
+                self._sqlite_lock.acquire()
+            return True
+        self.lease = LeaderLease(self.settings.database_url, self._on_lease_lost, self.settings.leader_lease)
+        if not self.lease.wait_until_held(until):
+            self._give_up_leadership()
+            return False
+        # Watched from now on: a master that loses the lease while it boots must not boot on.
+        self.lease.start_watching()
+        return True
+
+    def _give_up_leadership(self) -> None:
+        if self.lease is not None:
+            self.lease.release()
+        if self._sqlite_lock is not None:
+            self._sqlite_lock.release()
+
+    def _remove_log_sink(self) -> None:
+        if self._master_log_sink is not None:
+            remove_log_sink(self._master_log_sink)
+            self._master_log_sink = None
 
     def stop(self) -> None:
         ctx = self.ctx
@@ -187,5 +224,6 @@ class Master:
         self.scheduler.shutdown()
         self.checkpoints.shutdown()
         self.db.dispose()
-        if self._master_log_sink is not None:
-            remove_log_sink(self._master_log_sink)
+        # Last: a standby takes over only once this master writes nothing more.
+        self._give_up_leadership()
+        self._remove_log_sink()

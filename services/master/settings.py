@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from services.common.args import add_common_flags
+from services.master.leadership import LeaseTiming
 
 DEFAULT_GRPC_PORT = 8090
 DEFAULT_HTTP_PORT = 8080
@@ -58,6 +59,8 @@ class Settings:
     # Reads answered from memory while nothing changed (servicers/read_cache.py); env
     # CAIRN_READ_CACHE=off turns it off, e.g. to measure the queries themselves.
     read_cache_entries: int = 1024
+    # PostgreSQL: the leader lease between an active master and its standbys (leadership.py).
+    leader_lease: LeaseTiming = field(default_factory=LeaseTiming)
 
     @property
     def database_url(self) -> str:

@@ -57,6 +57,11 @@ class TestCluster:
     agents: int = 1
     slots: int = 1
     extra_env: dict[str, str] = field(default_factory=dict)
+    # The watchdog restarts crashed services; fault tests that restart by hand keep it off.
+    supervise: bool = False
+    # Standby masters' gRPC addresses, given to the agents after the master's (a failover test
+    # starts the standby itself).
+    standby_masters: tuple[str, ...] = ()
     record: ClusterRecord | None = None
     _channel: grpc.Channel | None = None
 
@@ -73,6 +78,8 @@ class TestCluster:
             timeout_s=90,
             python=sys.executable,
             extra_env={**TEST_ENV, **self.extra_env},
+            supervise=self.supervise,
+            standby_master_addresses=self.standby_masters,
         )
         self.record = start_cluster(options)
         return self
@@ -133,6 +140,7 @@ class TestCluster:
     def stop(self) -> None:
         if self._channel is not None:
             self._channel.close()
+            self._channel = None  # a later start() may bring the master back on another port
         record = load_record(self.state_dir / "cluster.json")
         pids = [p.pid for p in record.processes] if record else []
         stop_cluster(self.state_dir, grace_s=15)
@@ -164,8 +172,11 @@ def running_cluster(
     agents: int = 1,
     slots: int = 1,
     extra_env: dict[str, str] | None = None,
+    supervise: bool = False,
 ) -> Iterator[TestCluster]:
-    cluster = TestCluster(state_dir, db_url, agents=agents, slots=slots, extra_env=extra_env or {})
+    cluster = TestCluster(
+        state_dir, db_url, agents=agents, slots=slots, extra_env=extra_env or {}, supervise=supervise
+    )
     cluster.start()
     try:
         yield cluster

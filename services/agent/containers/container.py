@@ -45,10 +45,17 @@ def classify_exit(
     if report.aborted or (lost and record.abort_requested and record.shim_pid is None):
         return FailureType.CONTAINER_ABORTED, None, "stopped before its command started"
     if lost:
-        return (FailureType.KILLED if killed else FailureType.AGENT_FAILED), None, lost
+        return (
+            (FailureType.KILLED if killed and not record.kill_by_agent else FailureType.AGENT_FAILED),
+            None,
+            lost,
+        )
     if report.error:
         return FailureType.TASK_ERROR, None, report.error
     code = report.exit_code
+    if killed and record.kill_by_agent:
+        # Whatever the code did about it (exit 0 included), the agent's shutdown ended it.
+        return FailureType.AGENT_FAILED, code, record.kill_reason
     if killed:
         reason = record.kill_reason or "killed on the master's request"
         return FailureType.KILLED, code, reason

@@ -77,6 +77,8 @@ class ContainerManager:
         self._containers: dict[str, Container] = {}
         # Retired containers (id → finish time) whose folders are still on disk.
         self._finished: dict[str, float] = {}
+        # Set once the agent is shutting down: it starts nothing more (see start()).
+        self._stopping = ""
 
     # -- boot ------------------------------------------------------------------------------------
     def restore(self) -> None:
@@ -186,6 +188,8 @@ class ContainerManager:
         if not request.allocation_id:
             return "start.allocation_id: required"
         with self._lock:
+            if self._stopping:
+                return f"agent {self._agent_id} takes no new work: {self._stopping}"
             known = self._containers.get(request.container_id)
             if known is not None or request.container_id in self._finished:
                 if known is not None and known.record.allocation_id == request.allocation_id:
@@ -345,7 +349,7 @@ class ContainerManager:
             self._kill_locked(c, max(0, grace_seconds), reason)
             return None
 
-    def _kill_locked(self, c: Container, grace: float, reason: str) -> None:
+    def _kill_locked(self, c: Container, grace: float, reason: str, by_agent: bool = False) -> None:
         if c.record.state == ContainerState.TERMINATED:
             return
         if c.exit is not None or (c.shim is not None and self._runtime.exit_report(c.paths) is not None):
@@ -354,6 +358,7 @@ class ContainerManager:
             c.record.kill_requested_at = time.time()
             c.record.kill_grace = grace
             c.record.kill_reason = reason
+            c.record.kill_by_agent = by_agent
         else:
             # A second kill can only hurry the first one.
             c.record.kill_grace = min(c.record.kill_grace, grace)
@@ -364,11 +369,23 @@ class ContainerManager:
         self._save(c)
         log.info("killing container", container_id=c.id, grace_seconds=grace, reason=reason)
 
+    def stop_taking_work(self, reason: str) -> None:
+        """The agent is shutting down: every start from now on is refused with `reason` (the
+        session tells the master it is the agent's shutdown, so the task is placed elsewhere)."""
+        with self._lock:
+            self._stopping = reason
+
+    @property
+    def stopping(self) -> bool:
+        with self._lock:
+            return bool(self._stopping)
+
     def kill_all(self) -> None:
-        """Kill every container (the agent is shutting down with --kill-containers-on-exit)."""
+        """Kill every container (the agent is shutting down with --kill-containers-on-exit). The
+        ends are the agent's doing, not the code's (see classify_exit)."""
         with self._lock:
             for c in self._containers.values():
-                self._kill_locked(c, c.record.kill_grace_seconds, _SHUTDOWN_KILL_REASON)
+                self._kill_locked(c, c.record.kill_grace_seconds, _SHUTDOWN_KILL_REASON, by_agent=True)
 
     def all_terminated(self) -> bool:
         with self._lock:

@@ -32,6 +32,9 @@ class ContainerRecord:
     kill_grace: float = 0.0
     # Why it was killed, for the TERMINATED message.
     kill_reason: str = ""
+    # The agent killed it for its own shutdown, not on the master's request: its end is the
+    # agent's doing (reported as AGENT_FAILED), so it does not count against the trial.
+    kill_by_agent: bool = False
     # A kill or terminate that arrived before the command was started.
     abort_requested: bool = False
     exit_code: int | None = None

@@ -31,14 +31,15 @@ DEFAULT_MASTER_HTTP_PORT = 8080
 class MasterFacts:
     """What the agent learned about the master: from its flags and the Welcome."""
 
-    grpc_address: str  # --master, HOST:PORT
+    grpc_address: str  # --master: HOST:PORT, or several comma-separated (an active master, standbys)
     cluster_id: str = ""
     master_id: str = ""
     http_port: int = 0
 
     @property
     def host(self) -> str:
-        host, _, _ = split_host_port(self.grpc_address)
+        """The first master's host: Determined's variables name one master."""
+        host, _, _ = split_host_port(self.grpc_address.split(",")[0])
         return host
 
     @property

@@ -1,16 +1,9 @@
 """The files and signals through which the agent and a container's supervisor (the shim) talk.
 
-Everything lives in the container's bookkeeping folder, so a restarted agent finds it again:
-
-    <container dir>/.cairn-agent/
-        state.json    the agent's record of the container (pids, state, acknowledged seq)
-        launch.json   what the shim runs: argv, environment, cwd, first seq
-        shim.json     written by the shim once it can take signals: its pid and start time
-        child.json    written by the shim once the command runs: the command's pid = pgid
-        events.jsonl  the container's events (state changes and log lines), one JSON per line
-        kill.json     the agent's kill request (grace seconds), read by the shim on KILL_SIGNAL
-        exit.json     written by the shim when the command has ended and every line is written
-        shim.log      the shim's own stderr, for debugging
+Everything lives in the container's bookkeeping folder (<container dir>/.cairn-agent/), so a
+restarted agent finds it again. Its layout (state.json, launch.json, shim.json, child.json,
+events.jsonl, kill.json, exit.json, shim.log) is defined once, in cairn.agent_files, which
+`cairn cluster down`'s sweep of leftover trial processes reads too.
 
 Writers: events.jsonl has exactly one writer at a time: the agent before the shim starts and
 after it exits, the shim in between. Every other file is written atomically (rename).
@@ -20,62 +13,23 @@ from __future__ import annotations
 
 import signal
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-# The bookkeeping folder inside a container's working directory. A model definition may not
-# contain it (the unpacker refuses), so user files never collide with it.
-META_DIR_NAME = ".cairn-agent"
+from cairn.agent_files import META_DIR_NAME, ContainerPaths
+
+__all__ = [
+    "CONTROL_SIGNALS",
+    "KILL_SIGNAL",
+    "META_DIR_NAME",
+    "ContainerPaths",
+    "ExitReport",
+    "LaunchSpec",
+]
 
 # SIGTERM and SIGINT are forwarded to the command's process group; KILL_SIGNAL asks for a kill
 # with the grace period written in kill.json.
 KILL_SIGNAL = signal.SIGUSR1
 CONTROL_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, KILL_SIGNAL})
-
-
-@dataclass(frozen=True)
-class ContainerPaths:
-    root: Path
-
-    @property
-    def meta(self) -> Path:
-        return self.root / META_DIR_NAME
-
-    @property
-    def state(self) -> Path:
-        return self.meta / "state.json"
-
-    @property
-    def launch(self) -> Path:
-        return self.meta / "launch.json"
-
-    @property
-    def shim_info(self) -> Path:
-        return self.meta / "shim.json"
-
-    @property
-    def child_info(self) -> Path:
-        return self.meta / "child.json"
-
-    @property
-    def events(self) -> Path:
-        return self.meta / "events.jsonl"
-
-    @property
-    def kill_request(self) -> Path:
-        return self.meta / "kill.json"
-
-    @property
-    def exit_report(self) -> Path:
-        return self.meta / "exit.json"
-
-    @property
-    def shim_log(self) -> Path:
-        return self.meta / "shim.log"
-
-    @property
-    def context_archive(self) -> Path:
-        return self.meta / "context.tar.gz"
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,9 @@ from services.common.logging import get_logger
 
 log = get_logger(__name__)
 
-ATTEMPTS = 5
+# The master answers UNAVAILABLE while it or its database is away (a PostgreSQL restart takes up to
+# tens of seconds): the download is tried again for this long before the start fails.
+RETRY_FOR_SECONDS = 60.0
 # A model definition is at most ~100 MiB; this bounds a stalled download, not a slow one.
 TIMEOUT_SECONDS = 600.0
 
@@ -29,7 +31,8 @@ class ContextDownloader:
         been received yet; raises ContextFetchError otherwise."""
         backoff = Backoff(initial=0.5, maximum=5.0)
         request = apb.FetchTaskContextRequest(allocation_id=allocation_id)
-        for attempt in range(1, ATTEMPTS + 1):
+        give_up_at = time.monotonic() + RETRY_FOR_SECONDS
+        while True:
             received = False
             try:
                 for chunk in self._stub.FetchTaskContext(request, timeout=TIMEOUT_SECONDS):
@@ -38,10 +41,17 @@ class ContextDownloader:
                 return
             except grpc.RpcError as exc:
                 code = exc.code()
-                if code == grpc.StatusCode.UNAVAILABLE and not received and attempt < ATTEMPTS:
-                    delay = backoff.next_delay()
+                delay = backoff.next_delay()
+                if (
+                    code == grpc.StatusCode.UNAVAILABLE
+                    and not received
+                    and time.monotonic() + delay < give_up_at
+                ):
                     log.warning(
-                        "model definition download failed; retrying", allocation_id=allocation_id, in_s=delay
+                        "model definition download failed; retrying",
+                        allocation_id=allocation_id,
+                        in_s=round(delay, 2),
+                        error=exc.details(),
                     )
                     time.sleep(delay)
                     continue

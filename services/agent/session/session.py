@@ -268,7 +268,8 @@ class MasterSession:
             except Exception as exc:
                 log.exception("command failed", kind=kind, container_id=command.container_id)
                 error = f"the agent failed to carry out {kind}: {exc}"
-            self._acknowledge(stream, command.command_id, error)
+            stopping = kind == "start" and error is not None and self._manager.stopping
+            self._acknowledge(stream, command.command_id, error, agent_stopping=stopping)
         elif kind == "log_ack":
             self._manager.ack(dict(message.log_ack.acked_seq))
         elif kind == "shutdown":
@@ -287,10 +288,13 @@ class MasterSession:
             return self._manager.signal(command.container_id, terminate=False)
         return "signal.signal: required (TERMINATE or INTERRUPT)"
 
-    def _acknowledge(self, stream: _Stream, command_id: str, error: str | None) -> None:
+    def _acknowledge(
+        self, stream: _Stream, command_id: str, error: str | None, *, agent_stopping: bool = False
+    ) -> None:
         if error:
             log.warning("refused a command", command_id=command_id, error=error)
-        stream.acks.put(
-            apb.AgentMessage(ack=apb.CommandAck(command_id=command_id, ok=error is None, error=error or ""))
+        ack = apb.CommandAck(
+            command_id=command_id, ok=error is None, error=error or "", agent_stopping=agent_stopping
         )
+        stream.acks.put(apb.AgentMessage(ack=ack))
         self._outbox.ready.set()

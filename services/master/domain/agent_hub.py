@@ -43,6 +43,8 @@ class AgentHub:
         self._backlog: dict[str, list[apb.MasterMessage]] = {}
         # command id -> the container a start command is for, until the agent acknowledges it.
         self._pending_starts: dict[str, str] = {}
+        # Agents that said they are shutting down (they refuse new work) on their current stream.
+        self._stopping: set[str] = set()
 
     def attach(self, agent_id: str) -> AgentLink:
         """A new stream for `agent_id`; an older stream of the same agent is closed."""
@@ -50,6 +52,7 @@ class AgentHub:
         with self._lock:
             old = self._links.get(agent_id)
             self._links[agent_id] = link
+            self._stopping.discard(agent_id)
         if old is not None:
             log.info("agent replaced its stream", agent_id=agent_id)
             old.close()
@@ -110,6 +113,17 @@ class AgentHub:
     def connected_ids(self) -> set[str]:
         with self._lock:
             return {a for a, link in self._links.items() if not link.closed.is_set()}
+
+    def mark_stopping(self, agent_id: str) -> None:
+        """The agent is shutting down: it takes no work until it connects again."""
+        with self._lock:
+            self._stopping.add(agent_id)
+
+    def placeable_ids(self) -> set[str]:
+        """Connected agents that take new work."""
+        connected = self.connected_ids()
+        with self._lock:
+            return connected - self._stopping
 
     def close_all(self) -> None:
         with self._lock:

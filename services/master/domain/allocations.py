@@ -404,9 +404,13 @@ def finish(ctx: MasterContext, w: Work, alloc: models.Allocation) -> None:
     _exited(ctx, w, alloc, outcome)
 
 
-def start_refused(ctx: MasterContext, w: Work, container_id: str, error: str) -> None:
+def start_refused(
+    ctx: MasterContext, w: Work, container_id: str, error: str, *, agent_stopping: bool = False
+) -> None:
     """The agent refused to start the container: it ends, with the agent's reason, as a container
-    that could not start (the allocation fails with it, and never waits on it)."""
+    that could not start (the allocation fails with it, and never waits on it). An agent that
+    refused because it is shutting down is the infrastructure's doing: the allocation ends as
+    transient (not counted against max_restarts) and its trial is placed again."""
     container = w.session.get(models.Container, container_id)
     if container is None or container.state == A.TERMINATED:
         return
@@ -417,7 +421,7 @@ def start_refused(ctx: MasterContext, w: Work, container_id: str, error: str) ->
         container,
         alloc,
         exit_code=None,
-        failure="task_error",
+        failure="aborted" if agent_stopping else "task_error",
         reason=f"the agent refused it: {error}",
     )
 

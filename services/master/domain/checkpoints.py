@@ -7,7 +7,6 @@ leaves the row, so it can be retried), and deleting files that are already gone 
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -170,34 +169,16 @@ def delete(ctx: MasterContext, client: CheckpointService, principal: Principal, 
 
 
 class CheckpointGc:
-    """Garbage collection by the experiment's policy once it has ended; retried at boot until done."""
+    """Garbage collection by the experiment's policy once it has ended. Owed in the transaction
+    that ends the experiment (experiments.transition) and run by the deferred-work loop until it
+    succeeds; running it again after it succeeded changes nothing."""
 
     def __init__(self, ctx: MasterContext, client: CheckpointService) -> None:
         self._ctx = ctx
         self._client = client
-        self._lock = threading.Lock()
 
-    def on_experiment_end(self, w: Work, exp: models.Experiment) -> None:
-        experiment_id = exp.id
-        w.later(lambda: self.run_in_background(experiment_id))
-
-    def run_in_background(self, experiment_id: int) -> None:
-        threading.Thread(
-            target=self.run, args=(experiment_id,), name=f"gc-{experiment_id}", daemon=True
-        ).start()
-
-    def run(self, experiment_id: int) -> None:
-        with self._lock:  # one GC at a time keeps the storage load bounded
-            try:
-                self._collect(experiment_id)
-            except Exception as exc:
-                log.error(
-                    "checkpoint gc failed; will retry at next boot",
-                    experiment_id=experiment_id,
-                    error=str(exc),
-                )
-
-    def _collect(self, experiment_id: int) -> None:
+    def collect(self, experiment_id: int) -> None:
+        """Raises if the checkpoint service or storage failed (the loop retries)."""
         ctx = self._ctx
         with ctx.unit_of_work() as w:
             exp = w.session.get(models.Experiment, experiment_id)
@@ -258,19 +239,6 @@ class CheckpointGc:
             exp = w.session.get(models.Experiment, experiment_id)
             if exp is not None:
                 exp.checkpoint_gc_done = True
-
-    def resume_pending(self) -> None:
-        with self._ctx.db.read() as s:
-            pending = list(
-                s.scalars(
-                    select(models.Experiment.id).where(
-                        models.Experiment.state.in_(list(TERMINAL)),
-                        models.Experiment.checkpoint_gc_done.is_(False),
-                    )
-                )
-            )
-        for experiment_id in pending:
-            self.run_in_background(experiment_id)
 
     def delete_experiment_files(self, experiment_id: int) -> None:
         """Before a deleted experiment's rows go: all of its checkpoints' files."""

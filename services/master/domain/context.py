@@ -79,8 +79,6 @@ class MasterContext:
     allocation_exit_hooks: list[Callable[[Work, models.Allocation, str], None]] = field(default_factory=list)
     # Run inside the transaction that ends a trial.
     trial_end_hooks: list[Callable[[Work, models.Trial], None]] = field(default_factory=list)
-    # Run inside the transaction that ends an experiment (checkpoint GC registers itself here).
-    experiment_end_hooks: list[Callable[[Work, models.Experiment], None]] = field(default_factory=list)
     # Run before a deleted experiment's rows go (checkpoint files); raise to keep the rows.
     experiment_delete_hooks: list[Callable[[int], None]] = field(default_factory=list)
 
@@ -91,6 +89,9 @@ class MasterContext:
 
     @contextlib.contextmanager
     def unit_of_work(self) -> Iterator[Work]:
+        """A lost database connection ends the unit with DatabaseUnavailable (the store says
+        whether its commit is in doubt) and runs none of its effects; callers that can run the
+        whole call again do so through outage.ride_out, outside the lock."""
         with self.lock:
             with self.db.transaction() as session:
                 work = Work(session)

@@ -1,13 +1,13 @@
 """Deleting an experiment: its checkpoints' files first, then every row that belongs to it.
 
-Runs in the background (the API answers once the experiment is DELETING). If deleting files fails
-the experiment goes to DELETE_FAILED and keeps its rows, so nothing points to files that are gone
-and no files are left without a row that names them.
+Owed in the transaction that marks the experiment DELETING (experiments.transition) and run by the
+deferred-work loop until it succeeds, so the API answers at once and a master that stops midway
+finishes the job later. If deleting files fails, the experiment shows DELETE_FAILED (with the
+reason in the master's log) and keeps its rows, so nothing points to files that are gone and no
+files are left without a row that names them; the loop tries again with backoff.
 """
 
 from __future__ import annotations
-
-import threading
 
 from sqlalchemy import delete, select
 
@@ -19,20 +19,27 @@ from services.master.store import models
 
 log = get_logger(__name__)
 
+_UNDER_DELETION = frozenset({RunState.DELETING, RunState.DELETE_FAILED})
+
 
 def delete_now(ctx: MasterContext, experiment_id: int) -> None:
+    """Idempotent: an experiment already gone is done. Raises if its files could not be deleted."""
+    with ctx.db.read() as s:
+        exp = s.get(models.Experiment, experiment_id)
+        if exp is None or exp.state not in _UNDER_DELETION:
+            return
     try:
         for delete_files in ctx.experiment_delete_hooks:
             delete_files(experiment_id)
     except Exception as exc:
         log.error("deleting checkpoint files failed", experiment_id=experiment_id, error=str(exc))
         with ctx.unit_of_work() as w:
-            exp = w.session.get(models.Experiment, experiment_id)
-            if exp is not None:
+            row = w.session.get(models.Experiment, experiment_id)
+            if row is not None and row.state == RunState.DELETING:
                 experiments.transition(
-                    ctx, w, exp, RunState.DELETE_FAILED, f"deleting its files failed: {exc}"
+                    ctx, w, row, RunState.DELETE_FAILED, f"deleting its files failed: {exc}"
                 )
-        return
+        raise
     with ctx.unit_of_work() as w:
         trial_ids = list(
             w.session.scalars(select(models.Trial.id).where(models.Trial.experiment_id == experiment_id))
@@ -53,19 +60,3 @@ def delete_now(ctx: MasterContext, experiment_id: int) -> None:
             w.session.execute(delete(table).where(table.experiment_id == experiment_id))
         w.session.execute(delete(models.Experiment).where(models.Experiment.id == experiment_id))
     log.info("experiment deleted", experiment_id=experiment_id)
-
-
-def delete_in_background(ctx: MasterContext, experiment_id: int) -> None:
-    threading.Thread(
-        target=delete_now, args=(ctx, experiment_id), name=f"delete-exp-{experiment_id}", daemon=True
-    ).start()
-
-
-def resume_pending_deletions(ctx: MasterContext) -> None:
-    """A master that stopped mid-deletion finishes the job at boot."""
-    with ctx.db.read() as s:
-        pending = list(
-            s.scalars(select(models.Experiment.id).where(models.Experiment.state == RunState.DELETING))
-        )
-    for experiment_id in pending:
-        delete_in_background(ctx, experiment_id)

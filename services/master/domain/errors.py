@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from services.common.errors import (
     AlreadyExists,
+    DatabaseUnavailable,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
@@ -15,6 +16,7 @@ from services.common.errors import ServiceError as DomainError
 
 __all__ = [
     "AlreadyExists",
+    "DatabaseUnavailable",
     "DomainError",
     "FailedPrecondition",
     "InvalidArgument",

@@ -16,12 +16,12 @@ from typing import Any
 
 from sqlalchemy import select
 
-from services.master.domain import allocations
+from services.master.domain import allocations, deferred_work
 from services.master.domain.config.validation import validate_config
 from services.master.domain.config.view import config_view
 from services.master.domain.context import MasterContext, Work
 from services.master.domain.errors import InvalidArgument
-from services.master.domain.states import LIVE_ALLOCATION, PLACED_ALLOCATION
+from services.master.domain.states import LIVE_ALLOCATION, PLACED_ALLOCATION, TERMINAL
 from services.master.domain.states import AllocationState as A
 from services.master.domain.topics import experiment_topic
 from services.master.store import models
@@ -142,8 +142,8 @@ def enforce_max_slots(ctx: MasterContext, w: Work, exp: models.Experiment) -> No
         held -= alloc.slots
 
 
-def apply(ctx: MasterContext, w: Work, exp: models.Experiment, edit: ExperimentEdit) -> bool:
-    """Apply `edit` to `exp` (loaded for update, access checked); whether GC must run again."""
+def apply(ctx: MasterContext, w: Work, exp: models.Experiment, edit: ExperimentEdit) -> None:
+    """Apply `edit` to `exp` (loaded for update, access checked). A new GC policy owes GC again."""
     name = _text(edit.name, "name", MAX_NAME_CHARS, required=True)
     edit = ExperimentEdit(
         name=name,
@@ -179,8 +179,9 @@ def apply(ctx: MasterContext, w: Work, exp: models.Experiment, edit: ExperimentE
     if edit.max_slots is not None:
         enforce_max_slots(ctx, w, exp)
     if edit.gc_policy is not None:
-        exp.checkpoint_gc_done = False  # collect again under the new policy
+        exp.checkpoint_gc_done = False  # collect again under the new policy ...
+        if exp.state in TERMINAL:  # ... now if it has ended (else its end owes it)
+            deferred_work.owe(w, deferred_work.CHECKPOINT_GC, exp.id)
     topic = experiment_topic(exp.id)
     w.later(lambda: ctx.topics.publish(topic))
     w.later(ctx.scheduler_wakeup.set)
-    return edit.gc_policy is not None

@@ -12,6 +12,7 @@ from sqlalchemy import delete, select
 
 from services.common.logging import get_logger
 from services.common.principal import Principal
+from services.master.domain import deferred_work
 from services.master.domain import trials as trial_lifecycle
 from services.master.domain.clock import utcnow
 from services.master.domain.context import MasterContext, Work
@@ -78,8 +79,18 @@ def transition(
         exp.end_time = utcnow()
         if target == S.COMPLETED:
             exp.progress = 1.0
+    _owe_side_effects(w, exp, target)
     _publish(ctx, w, exp)
     log.info("experiment state", experiment_id=exp.id, previous=previous, state=target.value, reason=reason)
+
+
+def _owe_side_effects(w: Work, exp: models.Experiment, target: RunState) -> None:
+    """What a state owes, written with the state itself: the deferred-work loop does it later,
+    through crashes and outages (deferred_work.py)."""
+    if target in TERMINAL:
+        deferred_work.owe(w, deferred_work.CHECKPOINT_GC, exp.id)  # by its checkpoint policy
+    elif target == S.DELETING:
+        deferred_work.owe(w, deferred_work.DELETE_EXPERIMENT, exp.id)  # files first, then rows
 
 
 def _move(ctx: MasterContext, w: Work, exp: models.Experiment, target: RunState, verb: str) -> None:
@@ -147,8 +158,6 @@ def maybe_finish(ctx: MasterContext, w: Work, exp: models.Experiment) -> None:
     w.session.execute(delete(models.SearcherSnapshot).where(models.SearcherSnapshot.experiment_id == exp.id))
     session_id, config = exp.searcher_session_id, exp.config
     w.later(lambda: close_search_session(ctx, session_id, config))
-    for hook in ctx.experiment_end_hooks:
-        hook(w, exp)
 
 
 def on_trial_end(ctx: MasterContext, w: Work, trial: models.Trial) -> None:

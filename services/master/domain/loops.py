@@ -1,6 +1,7 @@
 """The master's background loops (scheduling, searcher pump, liveness) share one shape: a daemon
 thread that runs a step until the master stops, logs a failed step and carries on, and between steps
-waits for its wake-up (or its period), never running steps closer together than its minimum gap."""
+waits for its wake-up (or its period), never running steps closer together than its minimum gap.
+A database outage fails steps until the database is back; the loop goes on meanwhile."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Callable
 
 from services.common.logging import get_logger
 from services.master.domain.context import MasterContext, Wakeup
+from services.master.domain.outage import as_outage
 
 log = get_logger(__name__)
 
@@ -45,8 +47,16 @@ class BackgroundLoop:
             started = time.monotonic()
             try:
                 self._step()
-            except Exception:
-                log.exception("background step failed; continuing", loop=self._name)
+            except Exception as exc:
+                outage = as_outage(exc)
+                if outage is not None:
+                    # Expected while the database restarts: the next step picks up where this one
+                    # stopped (each step works from what is stored), so a line without a trace.
+                    log.warning(
+                        "database unavailable; the step runs again later", loop=self._name, error=str(outage)
+                    )
+                else:
+                    log.exception("background step failed; continuing", loop=self._name)
             # Bound the rate of steps, whatever wakes the loop.
             rest = self._min_gap_s - (time.monotonic() - started)
             if rest > 0 and stopping.wait(rest):

@@ -51,6 +51,7 @@ SHOWN_SETTINGS = frozenset(
         "kill_grace_s",
         "scheduling_interval_s",
         "read_cache_entries",
+        "leader_lease",
     }
 )
 
@@ -140,6 +141,13 @@ def effective_config(ctx: MasterContext) -> dict[str, Any]:
         },
         "limits": {"max_model_definition_bytes": settings.max_model_definition_bytes},
         "read_cache_entries": settings.read_cache_entries,
+        # PostgreSQL: the lease that makes one master active and the others standbys.
+        "leader_lease": {
+            "poll_interval_s": settings.leader_lease.poll_interval_s,
+            "check_interval_s": settings.leader_lease.check_interval_s,
+            "takeover_delay_s": settings.leader_lease.takeover_delay_s,
+            "regain_within_s": settings.leader_lease.regain_within_s,
+        },
     }
     redacted: dict[str, Any] = redact(config)
     return redacted

@@ -379,6 +379,8 @@ def report_early_exit(ctx: MasterContext, principal: Principal, trial_id: int, r
         raise InvalidArgument(f"early_exit.reason: must be one of {', '.join(sorted(EARLY_EXIT_REASONS))}")
     with ctx.unit_of_work() as w:
         trial = reporting_trial(w, principal, trial_id)
+        if trial.early_exit_reason == reason:
+            return  # a retry of a report that was stored (its answer lost): already done
         if trial.early_exit_reason:
             raise FailedPrecondition(
                 f"trial {trial_id} already reported an early exit ({trial.early_exit_reason})"

@@ -82,7 +82,9 @@ def build_request(ctx: MasterContext) -> tuple[pb.ScheduleRequest, bool, dict[st
                 default_priority=pool.default_priority,
             )
         )
-    connected = ctx.hub.connected_ids()
+    # Connected and not shutting down: an agent that is away, or stopping, keeps its running work
+    # but gets nothing new.
+    placeable = ctx.hub.placeable_ids()
     with ctx.db.read() as s:
         rows = s.execute(
             select(
@@ -132,8 +134,7 @@ def build_request(ctx: MasterContext) -> tuple[pb.ScheduleRequest, bool, dict[st
             pb.Agent(
                 id=agent.id,
                 resource_pool=agent.resource_pool,
-                # An agent that is away keeps its running work but gets nothing new.
-                enabled=agent.enabled and agent.id in connected,
+                enabled=agent.enabled and agent.id in placeable,
                 draining=agent.draining,
                 slots=[
                     pb.Slot(

@@ -3,24 +3,22 @@
 The request is checked whole first (owner or admin, not a built-in, every experiment finished,
 no registered model left in the workspace), so a refused request changes nothing. Empty ones go at
 once (`completed`). Otherwise the project (and workspace) are marked DELETING, every experiment is
-marked DELETING in the same transaction, and a background thread deletes the experiments one by
-one (files, then rows: deletion.py) and then the project and workspace rows. If an experiment's
-deletion fails, it stays (DELETE_FAILED) and so does its project and workspace, as DELETE_FAILED;
-deleting again retries. A master that stops midway finishes at boot: the experiments' own deletion
-resumes (deletion.resume_pending_deletions) and resume_pending waits for it, then removes what is
-empty. A workspace's config templates go with it.
+marked DELETING in the same transaction (which owes its deletion: deletion.py), and the project's
+or workspace's own finish is owed too (deferred_work.py). The deferred-work loop deletes the
+experiments; the finish waits until none of them is owed any more, then removes the projects (and
+workspace) left empty and marks what still holds experiments DELETE_FAILED. A workspace's config
+templates go with it.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 
 from sqlalchemy import delete, func, select
 
 from services.common.logging import get_logger
 from services.common.principal import Principal
-from services.master.domain import deletion, workspaces
+from services.master.domain import deferred_work, workspaces
 from services.master.domain.context import MasterContext, Work
 from services.master.domain.errors import FailedPrecondition
 from services.master.domain.experiments import transition
@@ -30,8 +28,6 @@ from services.master.store import models
 
 log = get_logger(__name__)
 
-# How often a finishing deletion looks whether experiments deleted by others are gone yet.
-POLL_SECONDS = 0.5
 _DELETABLE = frozenset({*TERMINAL, RunState.DELETE_FAILED, RunState.DELETING})
 
 
@@ -56,9 +52,8 @@ def _check_all_finished(kind: str, row_id: int, experiments: list[models.Experim
         )
 
 
-def _mark_deleting(ctx: MasterContext, w: Work, experiments: list[models.Experiment]) -> list[int]:
-    """Mark the experiments DELETING; those this deletion must delete (not already on their way)."""
-    mine = []
+def _mark_deleting(ctx: MasterContext, w: Work, experiments: list[models.Experiment]) -> None:
+    """Mark the experiments DELETING (which owes their deletion), unless already on their way."""
     for exp in experiments:
         # As for one experiment's deletion: a checkpoint registered in a model (of any workspace)
         # keeps its experiment; refused before anything is marked.
@@ -71,8 +66,6 @@ def _mark_deleting(ctx: MasterContext, w: Work, experiments: list[models.Experim
     for exp in experiments:
         if exp.state != RunState.DELETING:
             transition(ctx, w, exp, RunState.DELETING, "its project is being deleted")
-            mine.append(exp.id)
-    return mine
 
 
 def delete_project(ctx: MasterContext, principal: Principal, project_id: int) -> bool:
@@ -94,8 +87,8 @@ def delete_project(ctx: MasterContext, principal: Principal, project_id: int) ->
             log.info("project deleted", project_id=project_id)
             return True
         project.state = "DELETING"
-        mine = _mark_deleting(ctx, w, experiments)
-    _in_background(ctx, f"delete-project-{project_id}", mine, [project_id], None)
+        _mark_deleting(ctx, w, experiments)
+        deferred_work.owe(w, deferred_work.FINISH_PROJECT_DELETION, project.id)
     return False
 
 
@@ -132,8 +125,8 @@ def delete_workspace(ctx: MasterContext, principal: Principal, workspace_id: int
         workspace.state = "DELETING"
         for project in projects:
             project.state = "DELETING"
-        mine = _mark_deleting(ctx, w, experiments)
-    _in_background(ctx, f"delete-workspace-{workspace_id}", mine, project_ids, workspace_id)
+        _mark_deleting(ctx, w, experiments)
+        deferred_work.owe(w, deferred_work.FINISH_WORKSPACE_DELETION, workspace.id)
     return False
 
 
@@ -146,41 +139,34 @@ def _remove_empty(w: Work, project_ids: Sequence[int], workspace_id: int | None)
         w.session.execute(delete(models.Workspace).where(models.Workspace.id == workspace_id))
 
 
-def _in_background(
-    ctx: MasterContext, name: str, experiment_ids: list[int], project_ids: list[int], workspace_id: int | None
-) -> None:
-    threading.Thread(
-        target=_finish, args=(ctx, experiment_ids, project_ids, workspace_id), name=name, daemon=True
-    ).start()
-
-
-def _others_pending(ctx: MasterContext, project_ids: Sequence[int]) -> bool:
-    with ctx.db.read() as s:
-        return bool(
-            s.scalar(
-                select(func.count())
-                .select_from(models.Experiment)
-                .where(
-                    models.Experiment.project_id.in_(list(project_ids)),
-                    models.Experiment.state == RunState.DELETING,
-                )
-            )
-        )
-
-
-def _finish(
-    ctx: MasterContext, experiment_ids: list[int], project_ids: list[int], workspace_id: int | None
-) -> None:
-    for experiment_id in experiment_ids:
-        if ctx.stopping.is_set():
-            return  # the next boot resumes the experiments' deletion and this one
-        deletion.delete_now(ctx, experiment_id)
-    # Experiments a user deleted just before are deleted by their own thread: wait for it.
-    while project_ids and _others_pending(ctx, project_ids):
-        if ctx.stopping.wait(POLL_SECONDS):
-            return
+def finish_project(ctx: MasterContext, project_id: int) -> bool:
+    """The deferred work that ends a project's deletion; False while its experiments are owed."""
     with ctx.unit_of_work() as w:
-        _settle(w, project_ids, workspace_id)
+        project = w.session.get(models.Project, project_id)
+        if project is None or project.state != "DELETING":
+            return True
+        return _finish(w, [project_id], None)
+
+
+def finish_workspace(ctx: MasterContext, workspace_id: int) -> bool:
+    """The deferred work that ends a workspace's deletion; False while its experiments are owed."""
+    with ctx.unit_of_work() as w:
+        workspace = w.session.get(models.Workspace, workspace_id)
+        if workspace is None or workspace.state != "DELETING":
+            return True
+        project_ids = list(
+            w.session.scalars(select(models.Project.id).where(models.Project.workspace_id == workspace_id))
+        )
+        return _finish(w, project_ids, workspace_id)
+
+
+def _finish(w: Work, project_ids: list[int], workspace_id: int | None) -> bool:
+    # Every experiment of theirs being deleted, by this request or a user's just before, goes first.
+    experiment_ids = [e.id for e in _experiments_in(w, project_ids)]
+    if deferred_work.is_owed(w, deferred_work.DELETE_EXPERIMENT, experiment_ids):
+        return False
+    _settle(w, project_ids, workspace_id)
+    return True
 
 
 def _settle(w: Work, project_ids: list[int], workspace_id: int | None) -> None:
@@ -209,28 +195,3 @@ def _settle(w: Work, project_ids: list[int], workspace_id: int | None) -> None:
         deleted_projects=empty,
         failed_projects=sorted(remaining),
     )
-
-
-def resume_pending(ctx: MasterContext) -> None:
-    """At boot: finish the deletions a stopped master left midway (after the experiments' own)."""
-    with ctx.db.read() as s:
-        workspace_ids = list(
-            s.scalars(select(models.Workspace.id).where(models.Workspace.state == "DELETING"))
-        )
-        by_workspace = {
-            workspace_id: list(
-                s.scalars(select(models.Project.id).where(models.Project.workspace_id == workspace_id))
-            )
-            for workspace_id in workspace_ids
-        }
-        lone_projects = list(
-            s.scalars(
-                select(models.Project.id).where(
-                    models.Project.state == "DELETING", models.Project.workspace_id.not_in(workspace_ids)
-                )
-            )
-        )
-    for workspace_id, project_ids in by_workspace.items():
-        _in_background(ctx, f"delete-workspace-{workspace_id}", [], project_ids, workspace_id)
-    for project_id in lone_projects:
-        _in_background(ctx, f"delete-project-{project_id}", [], [project_id], None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from services.master.domain.context import MasterContext
 from services.master.domain.reads.cluster import cluster_counts
+from services.master.domain.reads.deferred_work import owed_work
 
 
 def _gauge(lines: list[str], name: str, help_text: str, samples: list[tuple[dict[str, str], float]]) -> None:
@@ -18,6 +19,7 @@ def render(ctx: MasterContext) -> str:
     lines: list[str] = []
     with ctx.db.read() as s:
         counts = cluster_counts(s)
+        owed = owed_work(s)
     _gauge(
         lines,
         "cairn_experiments",
@@ -38,4 +40,16 @@ def render(ctx: MasterContext) -> str:
         lines, "cairn_agents_connected", "Agents with a live stream.", [({}, len(ctx.hub.connected_ids()))]
     )
     _gauge(lines, "cairn_slots", "Slots registered by agents.", [({}, counts.slots)])
+    _gauge(
+        lines,
+        "cairn_deferred_work",
+        "Work the master owes (checkpoint GC, deletions), by kind.",
+        [({"kind": o.kind}, o.owed) for o in owed],
+    )
+    _gauge(
+        lines,
+        "cairn_deferred_work_failing",
+        "Owed work whose last attempt failed (retried with backoff), by kind.",
+        [({"kind": o.kind}, o.failing) for o in owed],
+    )
     return "\n".join(lines) + "\n"

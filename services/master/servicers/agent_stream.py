@@ -9,7 +9,9 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
+from typing import TypeVar
 
 import grpc
 
@@ -21,13 +23,16 @@ from services.master.domain import agents as agent_registry
 from services.master.domain import allocations
 from services.master.domain.agent_hub import AgentLink
 from services.master.domain.context import MasterContext
-from services.master.domain.errors import DomainError
+from services.master.domain.errors import DatabaseUnavailable, DomainError
 from services.master.domain.logs import LogStore
+from services.master.domain.outage import ride_out
 from services.master.domain.reads.tasks import task_context_archive
 
 log = get_logger(__name__)
 
 CONTEXT_CHUNK = 1024 * 1024
+
+T = TypeVar("T")
 
 
 class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
@@ -46,7 +51,13 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first message on the stream must be a hello")
         hello = first.hello
         try:
-            registration = agent_registry.register(self.ctx, hello)
+            # Registering again is harmless (the agent's hello is applied as a whole).
+            registration = ride_out(
+                lambda: agent_registry.register(self.ctx, hello),
+                what="registering an agent",
+                idempotent=True,
+                stopping=self.ctx.stopping,
+            )
         except DomainError as exc:
             abort_with(context, exc)
         agent_id = hello.agent_id
@@ -70,7 +81,15 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
             yield from self._send(link, context)
         finally:
             if self.ctx.hub.detach(link):
-                agent_registry.mark_disconnected(self.ctx, agent_id)
+                self._mark_disconnected(agent_id)
+
+    def _mark_disconnected(self, agent_id: str) -> None:
+        try:
+            agent_registry.mark_disconnected(self.ctx, agent_id)
+        except DatabaseUnavailable as exc:
+            # Only a display flag: the agent's next hello sets it again, and liveness goes by the
+            # hub's links, not by this row.
+            log.warning("could not record an agent's disconnection", agent_id=agent_id, error=str(exc))
 
     def _send(self, link: AgentLink, context: grpc.ServicerContext) -> Iterator[apb.MasterMessage]:
         timeout = self.ctx.settings.agent_heartbeat_timeout_s
@@ -96,40 +115,83 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
                     continue
                 if kind == "container_state":
                     change = message.container_state
-                    with self.ctx.unit_of_work() as w:
-                        allocations.on_container_state(self.ctx, w, change)
+                    self._apply(link, "a container state change", partial(self._container_state, change))
                     if change.seq:
                         # Stored: the agent may forget it (and retire a finished container).
                         ack = apb.LogAck(acked_seq={change.container_id: change.seq})
                         link.outbox.put(apb.MasterMessage(log_ack=ack))
                 elif kind == "log_batch":
-                    acked = self.logs.store(agent_id, message.log_batch)
+                    batch = message.log_batch
+                    acked = self._apply(link, "a log batch", partial(self.logs.store, agent_id, batch))
                     if acked:
                         link.outbox.put(apb.MasterMessage(log_ack=apb.LogAck(acked_seq=acked)))
                 elif kind == "ack":
                     started = self.ctx.hub.acknowledged(message.ack.command_id)
                     if not message.ack.ok:
                         log.warning("agent refused a command", agent_id=agent_id, error=message.ack.error)
+                        stopping = message.ack.agent_stopping
+                        if stopping:
+                            # Nothing more is placed on it until it comes back (a new stream).
+                            self.ctx.hub.mark_stopping(agent_id)
                         if started is not None:
-                            with self.ctx.unit_of_work() as w:
-                                allocations.start_refused(self.ctx, w, started, message.ack.error)
+                            error = message.ack.error
+                            self._apply(
+                                link,
+                                "a refused start",
+                                partial(self._start_refused, started, error, stopping),
+                            )
                 elif kind == "slot_report":
-                    agent_registry.update_slots(self.ctx, agent_id, message.slot_report)
+                    report = message.slot_report
+                    self._apply(
+                        link,
+                        "a slot report",
+                        partial(agent_registry.update_slots, self.ctx, agent_id, report),
+                    )
                 elif kind == "hello":
                     log.warning("second hello on one stream; closing it", agent_id=agent_id)
                     break
         except grpc.RpcError:
             pass  # the agent went away; the stream's end says the rest
+        except DatabaseUnavailable as exc:
+            # The outage outlasted the ride-out. Closing the stream loses nothing: the agent keeps
+            # what the master has not acknowledged and sends it again when it reconnects.
+            log.warning("database unavailable; closing an agent's stream", agent_id=agent_id, error=str(exc))
         except Exception:
             log.exception("failed handling a message from an agent; closing its stream", agent_id=agent_id)
         finally:
             link.close()
 
+    def _apply(self, link: AgentLink, what: str, apply: Callable[[], T]) -> T:
+        """Apply one message from an agent, riding out a database outage. Applying a message twice
+        applies it once (state changes and log lines carry per-container sequence numbers), so
+        even a commit in doubt is tried again. While it waits the agent counts as heard: it is the
+        master that is not listening."""
+
+        def still_here() -> None:
+            link.last_heard = time.monotonic()
+
+        return ride_out(apply, what=what, idempotent=True, stopping=self.ctx.stopping, waiting=still_here)
+
+    def _container_state(self, change: apb.ContainerStateChanged) -> None:
+        with self.ctx.unit_of_work() as w:
+            allocations.on_container_state(self.ctx, w, change)
+
+    def _start_refused(self, container_id: str, error: str, agent_stopping: bool) -> None:
+        with self.ctx.unit_of_work() as w:
+            allocations.start_refused(self.ctx, w, container_id, error, agent_stopping=agent_stopping)
+
     def FetchTaskContext(
         self, request: apb.FetchTaskContextRequest, context: grpc.ServicerContext
     ) -> Iterator[apb.FetchTaskContextChunk]:
-        with self.ctx.db.read() as s:
-            archive = task_context_archive(s, request.allocation_id)
+        def read_archive() -> bytes | None:
+            with self.ctx.db.read() as s:
+                return task_context_archive(s, request.allocation_id)
+
+        try:
+            # Nothing is sent before the archive is read: an outage is ridden out like a call's.
+            archive = ride_out(read_archive, what="FetchTaskContext", stopping=self.ctx.stopping)
+        except DatabaseUnavailable as exc:
+            abort_with(context, exc)
         if archive is None:
             context.abort(grpc.StatusCode.NOT_FOUND, f"no live allocation {request.allocation_id}")
         for start in range(0, len(archive), CONTEXT_CHUNK):

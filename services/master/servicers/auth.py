@@ -16,7 +16,8 @@ from services.common.interceptors import Authenticate, AuthError
 from services.common.metadata import CLUSTER_TOKEN_KEY, Metadata, allocation_token, metadata_value, user_token
 from services.common.principal import Principal
 from services.master.domain.auth import AuthService
-from services.master.domain.errors import PermissionDenied, Unauthenticated
+from services.master.domain.errors import DatabaseUnavailable, PermissionDenied, Unauthenticated
+from services.master.domain.outage import ride_out
 
 API = "/cairn.api.v1.Cairn/"
 AGENT_SERVICE = "/cairn.agent.v1.AgentService/"
@@ -59,12 +60,25 @@ def master_authenticator(auth: AuthService, cluster_token: str | None) -> Authen
         try:
             user = user_token(metadata)
             alloc = allocation_token(metadata)
-            user_principal = auth.authenticate_user_token(user) if user else None
-            alloc_principal = auth.authenticate_allocation_token(alloc) if alloc else None
+            # Checking a token reads the database: an outage is ridden out like any call's.
+            user_principal = (
+                ride_out(lambda: auth.authenticate_user_token(user), what="checking a session token")
+                if user
+                else None
+            )
+            alloc_principal = (
+                ride_out(
+                    lambda: auth.authenticate_allocation_token(alloc), what="checking an allocation token"
+                )
+                if alloc
+                else None
+            )
         except Unauthenticated as exc:
             raise AuthError(str(exc)) from None
         except PermissionDenied as exc:
             raise AuthError(str(exc), code=grpc.StatusCode.PERMISSION_DENIED) from None
+        except DatabaseUnavailable as exc:
+            raise AuthError(str(exc), code=grpc.StatusCode.UNAVAILABLE) from None
         if user_principal is not None:
             if alloc_principal is not None:
                 return Principal(

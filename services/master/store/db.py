@@ -14,6 +14,9 @@ from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy import exc as exc_module
 from sqlalchemy.orm import Session, sessionmaker
 
+from services.common.errors import DatabaseUnavailable
+from services.master.store.outages import count_commit, is_disconnect
+
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 
 
@@ -70,6 +73,20 @@ def _ping_idle_connections(engine: Engine) -> None:
             raise exc_module.DisconnectionError(f"pooled connection is gone: {exc}") from exc
 
 
+def _roll_back_quietly(session: Session) -> None:
+    # On a dead connection the rollback fails too; the error worth raising is the first one.
+    try:
+        session.rollback()
+    except Exception:
+        pass
+
+
+def _lost(when: str, exc: BaseException) -> str:
+    first_line = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0:1]
+    detail = first_line[0] if first_line else type(exc).__name__
+    return f"the database is unavailable ({when}): {detail}"
+
+
 def _ping(dbapi_connection: Any) -> None:
     cursor = dbapi_connection.cursor()
     try:
@@ -114,15 +131,49 @@ class Database:
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Session]:
-        """A session whose work commits together on success and rolls back on any exception."""
-        with self._sessions() as session, session.begin():
-            yield session
+        """A session whose work commits together on success and rolls back on any exception.
+
+        A lost connection raises DatabaseUnavailable: before the COMMIT was sent, nothing is
+        stored; while it was in flight (`commit_unknown`), the server may have applied it or not.
+        The pending changes are flushed first, so that only the COMMIT itself is ambiguous."""
+        with self._sessions() as session:
+            try:
+                session.begin()
+                yield session
+                session.flush()
+            except BaseException as exc:
+                _roll_back_quietly(session)
+                if is_disconnect(exc):
+                    raise DatabaseUnavailable(
+                        _lost("connection lost or refused before the transaction committed", exc)
+                    ) from exc
+                raise
+            try:
+                session.commit()
+            except BaseException as exc:
+                _roll_back_quietly(session)
+                if is_disconnect(exc):
+                    raise DatabaseUnavailable(
+                        _lost(
+                            "connection lost while the transaction committed; it may or may not be stored",
+                            exc,
+                        ),
+                        commit_unknown=True,
+                    ) from exc
+                raise
+            count_commit()
 
     @contextlib.contextmanager
     def read(self) -> Iterator[Session]:
-        """A session for reads only (on PostgreSQL, outside any transaction)."""
+        """A session for reads only (on PostgreSQL, outside any transaction); a lost connection
+        raises DatabaseUnavailable."""
         with self._read_sessions() as session:
-            yield session
+            try:
+                yield session
+            except Exception as exc:
+                if is_disconnect(exc):
+                    raise DatabaseUnavailable(_lost("connection lost or refused during a read", exc)) from exc
+                raise
 
     def migrate(self) -> None:
         """Bring the schema to the latest migration (idempotent).

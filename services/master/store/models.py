@@ -122,7 +122,7 @@ class Experiment(Base):
     project_id: Mapped[int] = mapped_column(
         ForeignKey("projects.id"), index=True, default=UNCATEGORIZED_PROJECT_ID
     )
-    # Set once checkpoint GC has run after the experiment ended (re-run at boot if not).
+    # Set once checkpoint GC has run after the experiment ended (owed until then: DeferredWork).
     checkpoint_gc_done: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
@@ -442,3 +442,27 @@ class ModelVersion(Base):
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
     creation_time: Mapped[datetime]
     last_updated_time: Mapped[datetime]
+
+
+# --- Work the master owes ---------------------------------------------------------------------------
+
+
+class DeferredWork(Base):
+    """A side effect the master owes (checkpoint GC, a deletion): written in the transaction that
+    owes it, run by the deferred-work loop until it is done, then deleted. One row per (kind,
+    subject); owing it again moves `revision`, so a run that started before does not count as it."""
+
+    __tablename__ = "deferred_work"
+    __table_args__ = (UniqueConstraint("kind", "subject_id", name="uq_deferred_work_kind_subject"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(64))
+    subject_id: Mapped[int] = mapped_column(Integer)
+    revision: Mapped[int] = mapped_column(Integer, default=1)
+    due_at: Mapped[datetime] = mapped_column(index=True)
+    # Failed runs since it was last owed, and what the last one said.
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    last_error: Mapped[str] = mapped_column(Text, default="")
+    # The master running it, and until when its claim holds (it renews it while it runs).
+    claimed_by: Mapped[str] = mapped_column(String(64), default="")
+    claimed_until: Mapped[datetime | None]
+    created_at: Mapped[datetime]

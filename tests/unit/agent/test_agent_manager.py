@@ -6,10 +6,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from services.agent.containers.container import classify_exit
 from services.agent.containers.manager import ContainerManager
 from services.agent.containers.outbox import Outbox
 from services.agent.containers.preparation import Preparer
 from services.agent.containers.record import ContainerRecord
+from services.agent.containers.requests import StartRequest
 from services.agent.containers.states import ContainerState, FailureType
 from services.agent.containers.task_env import MasterFacts
 from services.agent.runtime.events import EventTailer, EventWriter, LogLine, StateEvent
@@ -103,3 +105,28 @@ def test_a_vanished_supervisor_ends_the_container_as_agent_failed(tmp_path: Path
     assert agents.hello_containers() == []
     record = ContainerRecord.load(paths.state)
     assert record is not None and record.delivered
+
+
+def test_an_agent_that_is_stopping_refuses_new_containers_and_creates_nothing(tmp_path: Path) -> None:
+    mgr = manager(tmp_path, ProcessRuntime(), Outbox())
+    mgr.stop_taking_work("it is shutting down (SIGTERM)")
+    request = StartRequest(
+        container_id="c9", allocation_id="a9", slot_ids=("0",), entrypoint=("true",), shell=False
+    )
+
+    error = mgr.start(request)
+
+    assert mgr.stopping
+    assert error == "agent x takes no new work: it is shutting down (SIGTERM)"
+    assert not (tmp_path / "containers" / "c9").exists()
+
+
+def test_the_agents_own_shutdown_kill_is_its_failure_not_the_codes() -> None:
+    record = ContainerRecord("c1", "a1", ["0"], created_at=0.0, kill_requested_at=1.0)
+    record.kill_reason, record.kill_by_agent = "killed because the agent is shutting down", True
+    for code in (0, 143):
+        failure, exit_code, message = classify_exit(record, ExitReport(exit_code=code), "")
+        assert (failure, exit_code, message) == (FailureType.AGENT_FAILED, code, record.kill_reason)
+    # The same kill asked for by the master stays a kill.
+    record.kill_by_agent = False
+    assert classify_exit(record, ExitReport(exit_code=143), "")[0] == FailureType.KILLED

@@ -69,9 +69,10 @@ def main() -> None:
         trial = subprocess.Popen(
             [sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True
         )
-        container = Path(args.work_dir) / "containers" / "c-1"
-        container.mkdir(parents=True, exist_ok=True)
-        (container / "state.json").write_text(json.dumps({"pid": trial.pid, "pgid": trial.pid}))
+        # Where the real agent records the command it runs (cairn.agent_files).
+        meta = Path(args.work_dir) / "containers" / "c-1" / ".cairn-agent"
+        meta.mkdir(parents=True, exist_ok=True)
+        (meta / "child.json").write_text(json.dumps({"pid": trial.pid, "pgid": trial.pid}))
         ready["trial_pid"] = trial.pid
         if not os.environ.get("STAND_IN_AGENT_NO_ID"):
             ready["agent_id"] = args.agent_id

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from cairn.agent_files import WorkDirPaths
 from cairn.localcluster import processes
 from cairn.localcluster.paths import ClusterPaths
 from cairn.localcluster.plan import ClusterOptions
@@ -114,8 +115,9 @@ def test_up_status_down(make_options: OptionsFactory) -> None:
     record = start_cluster(options, progress=messages.append)
 
     names = [p.name for p in record.processes]
-    assert names == ["scheduler", "searcher", "checkpoint", "master", "agent-1", "agent-2"]
-    assert all(p.grpc_port for p in record.processes)
+    assert names == ["scheduler", "searcher", "checkpoint", "master", "agent-1", "agent-2", "watchdog"]
+    services = [p for p in record.processes if p.serves]
+    assert all(p.grpc_port for p in services)
     master = record.by_role("master")[0]
     assert record.master_grpc_address == f"127.0.0.1:{master.grpc_port}"
     assert record.master_http_url == f"http://127.0.0.1:{master.http_port}/"
@@ -133,17 +135,17 @@ def test_up_status_down(make_options: OptionsFactory) -> None:
     paths = ClusterPaths(options.state_dir)
     assert stat.S_IMODE(paths.record_file.stat().st_mode) == 0o600
     assert load_record(paths.record_file) == record
-    for p in record.processes:
+    for p in services:
         assert "starting with" in Path(p.log_path).read_text()
 
     status = cluster_status(options.state_dir)
     assert status is not None and status.healthy
-    assert {s.health for s in status.processes} == {SERVING}
+    assert {s.health for s in status.processes if s.process.serves} == {SERVING}
 
-    with pytest.raises(ClusterAlreadyRunning, match="still running"):
+    with pytest.raises(ClusterAlreadyRunning, match="already running"):
         start_cluster(options)
 
-    ready = {p.name: read_ready_file(Path(p.ready_file)) for p in record.processes}
+    ready = {p.name: read_ready_file(Path(p.ready_file)) for p in services}
     helpers = [int(data["helper_pid"]) for data in ready.values() if data]
     trials = [int(data["trial_pid"]) for data in ready.values() if data and "trial_pid" in data]
     assert len(helpers) == 6 and len(trials) == 2
@@ -152,6 +154,7 @@ def test_up_status_down(make_options: OptionsFactory) -> None:
     report = stop_cluster(options.state_dir, grace_s=5.0)
     assert report.had_record
     assert [(s.name, s.how) for s in report.processes] == [
+        ("watchdog", "terminated"),
         ("agent-1", "terminated"),
         ("agent-2", "terminated"),
         ("master", "terminated"),
@@ -199,10 +202,8 @@ def test_agent_never_welcomed_times_out_with_a_reason(make_options: OptionsFacto
     assert caught.value.process == "agent-1"
     assert "lacks agent_id" in str(caught.value)
     # The agent's trial was swept along with the services.
-    trial_state = (
-        ClusterPaths(options.state_dir).agent_work_dir("agent-1") / "containers" / "c-1" / "state.json"
-    )
-    trial_pid = json.loads(trial_state.read_text())["pid"]
+    work_dir = WorkDirPaths(ClusterPaths(options.state_dir).agent_work_dir("agent-1"))
+    trial_pid = json.loads(work_dir.container("c-1").child_info.read_text())["pid"]
     assert wait_dead(trial_pid)
 
 
@@ -233,9 +234,9 @@ def test_sweep_kills_recorded_process_groups(tmp_path: Path) -> None:
         start_new_session=True,
     )  # fmt: skip
     try:
-        state = tmp_path / "agent-1" / "containers" / "abc" / "state.json"
-        state.parent.mkdir(parents=True)
-        state.write_text(json.dumps({"pid": trial.pid, "pgid": os.getpgid(trial.pid)}))
+        child = WorkDirPaths(tmp_path / "agent-1").container("abc").child_info
+        child.parent.mkdir(parents=True)
+        child.write_text(json.dumps({"pid": trial.pid, "pgid": os.getpgid(trial.pid)}))
         deadline = time.monotonic() + 5
         while len(processes.group_members(trial.pid)) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -243,7 +244,7 @@ def test_sweep_kills_recorded_process_groups(tmp_path: Path) -> None:
 
         swept = sweep_container_processes([tmp_path / "agent-1"])
 
-        assert [(s.container, s.pgid) for s in swept] == [("abc", trial.pid)]
+        assert [(s.container, s.pgid, s.what) for s in swept] == [("abc", trial.pid, "command")]
         assert trial.wait(timeout=5) == -signal.SIGKILL
         assert processes.group_members(trial.pid) == []
         assert sweep_container_processes([tmp_path / "agent-1"]) == []

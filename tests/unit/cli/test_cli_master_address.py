@@ -61,6 +61,6 @@ def test_bad_addresses(text: str, fragment: str) -> None:
 
 def test_flag_then_environment_then_default() -> None:
     env = {"CAIRN_MASTER": "envhost:1234"}
-    assert resolve_master_address("flaghost:1", env) == MasterAddress("flaghost", 1)
-    assert resolve_master_address(None, env) == MasterAddress("envhost", 1234)
-    assert resolve_master_address(None, {}) == MasterAddress("localhost", 8090)
+    assert resolve_master_address("flaghost:1", env).endpoints == (MasterAddress("flaghost", 1),)
+    assert resolve_master_address(None, env).endpoints == (MasterAddress("envhost", 1234),)
+    assert resolve_master_address(None, {}).endpoints == (MasterAddress("localhost", 8090),)

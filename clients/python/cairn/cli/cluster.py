@@ -76,6 +76,20 @@ def _processes_table(record: ClusterRecord) -> list[list[str]]:
     help="The Python environment (a virtualenv's folder) trials run in (default $CAIRN_TASK_ENV, else "
     "the .venv-task that `make install` builds: Cairn's client, Determined's package, PyTorch).",
 )
+@click.option(
+    "--standby-masters",
+    type=click.IntRange(0, 3),
+    default=0,
+    show_default=True,
+    help="Standby masters to run beside the master (PostgreSQL --db-url only): one takes over "
+    "within seconds when the active master dies.",
+)
+@click.option(
+    "--supervise/--no-supervise",
+    default=True,
+    show_default=True,
+    help="Run a watchdog that restarts a crashed service (same address, with backoff).",
+)
 def up(
     agents: int,
     slots: int,
@@ -87,8 +101,12 @@ def up(
     log_level: str,
     timeout: float,
     task_env: Path | None,
+    standby_masters: int,
+    supervise: bool,
 ) -> None:
-    """Start scheduler, searcher, checkpoint, master and agents as local processes."""
+    """Start scheduler, searcher, checkpoint, master and agents as local processes, and a watchdog
+    that restarts any of them that crashes. On a cluster that partly runs, start only what is
+    missing (as it ran before: same ports and token)."""
     if task_env is not None and not (task_env / "bin" / "python3").exists():
         raise CliError(f"--task-env: {task_env / 'bin' / 'python3'} does not exist")
     options = ClusterOptions(
@@ -102,6 +120,8 @@ def up(
         log_level=log_level,
         timeout_s=timeout,
         task_env=task_env.resolve() if task_env is not None else default_task_env(),
+        supervise=supervise,
+        standby_masters=standby_masters,
     )
     try:
         record = start_cluster(options, progress=_progress)
@@ -117,8 +137,10 @@ def up(
     out.print(Text(f"Cairn cluster is up (state in {options.state_dir})"))
     print_renderable(build_table(("Process", "PID", "Address", "Log"), _processes_table(record)))
     out.print(Text("Use it:"))
-    if record.master_grpc_address:
-        out.print(Text(f"  export CAIRN_MASTER={record.master_grpc_address}"))
+    masters = [p.grpc_address for p in record.by_role("master") if p.grpc_address]
+    if masters:
+        # Every master's address: the CLI and SDK move to whichever leads.
+        out.print(Text(f"  export CAIRN_MASTER={','.join(masters)}"))
     out.print(Text("  cairn user login"))
     if record.master_http_url:
         out.print(Text(f"  WebUI: {record.master_http_url}"))
@@ -128,7 +150,9 @@ def up(
 @cluster.command()
 @_state_dir_option
 def down(state_dir: Path | None) -> None:
-    """Stop the cluster: agents, then the master, then the rest; then leftover trial processes."""
+    """Stop the cluster: the watchdog, then the agents (they stop taking work and stop their trials,
+    which does not count against the trials), then the master, then the rest; then any trial
+    process an agent left behind."""
     directory = (state_dir or default_state_dir()).expanduser().resolve()
     report = stop_cluster(directory, progress=_progress)
     if not report.stopped_anything:
@@ -138,8 +162,14 @@ def down(state_dir: Path | None) -> None:
     for process in report.processes:
         click.echo(f"{process.name} (pid {process.pid}): {process.how}")
     for swept in report.swept:
-        click.echo(f"leftover trial process group {swept.pgid} (container {swept.container}): killed")
+        click.echo(f"leftover {swept.what} process group {swept.pgid} (container {swept.container}): killed")
     click.echo("Cluster stopped")
+
+
+def _process_state(running: bool, process: ProcessRecord) -> str:
+    if running:
+        return "running"
+    return "gave up" if process.gave_up else "stopped"
 
 
 @cluster.command()
@@ -160,6 +190,8 @@ def status(state_dir: Path | None, as_json: bool) -> None:
             "stateDir": str(directory),
             "running": result.healthy,
             "master": result.record.master_grpc_address,
+            # With standby masters: every master's address (CAIRN_MASTER takes the list).
+            "masters": [p.grpc_address for p in result.record.by_role("master") if p.grpc_address],
             "webui": result.record.master_http_url,
             "processes": [
                 {
@@ -169,6 +201,9 @@ def status(state_dir: Path | None, as_json: bool) -> None:
                     "health": s.health,
                     "address": s.process.grpc_address,
                     "log": s.process.log_path,
+                    "restarts": s.process.restarts,
+                    "lastExit": s.process.last_exit,
+                    "gaveUp": s.process.gave_up,
                 }
                 for s in result.processes
             ],
@@ -179,13 +214,19 @@ def status(state_dir: Path | None, as_json: bool) -> None:
             [
                 s.process.name,
                 str(s.process.pid),
-                "running" if s.running else "stopped",
+                _process_state(s.running, s.process),
                 s.health or "-",
+                str(s.process.restarts),
+                s.process.last_exit or "-",
                 _address(s.process),
                 s.process.log_path,
             ]
             for s in result.processes
         ]
-        print_renderable(build_table(("Process", "PID", "Process state", "Health", "Address", "Log"), rows))
+        headers = ("Process", "PID", "Process state", "Health", "Restarts", "Last exit", "Address", "Log")
+        print_renderable(build_table(headers, rows))
+        for s in result.processes:
+            if s.process.gave_up:
+                console(stderr=True).print(Text(f"{s.process.name}: not restarted: {s.process.gave_up}"))
     if not result.healthy:
         raise CliError("some processes of the cluster are not running or not healthy")

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import click
 
-from cairn.client.address import MasterAddress, resolve_master_address
+from cairn.client.address import MasterEndpoints, resolve_master_address
 from cairn.client.auth import open_session
 from cairn.client.session import Session
 from cairn.client.token_store import TokenStore
@@ -15,11 +15,11 @@ from cairn.client.token_store import TokenStore
 @dataclass
 class CliState:
     master_flag: str | None = None
-    _master: MasterAddress | None = field(default=None, init=False)
+    _master: MasterEndpoints | None = field(default=None, init=False)
     _session: Session | None = field(default=None, init=False)
 
     @property
-    def master(self) -> MasterAddress:
+    def master(self) -> MasterEndpoints:
         # Parsed on first use, so a bad $CAIRN_MASTER does not break `cairn cluster ...`.
         if self._master is None:
             self._master = resolve_master_address(self.master_flag)

@@ -2,7 +2,7 @@
 
 Modules (import them directly; this package imports nothing so that `cairn.client.password` stays
 free of gRPC for the master's domain code):
-  address           the master's gRPC address: flag, $CAIRN_MASTER, default localhost:8090
+  address           the master's gRPC address(es): flag, $CAIRN_MASTER, default localhost:8090
   session           Session: a channel to the master with the user's token on every call
   auth              login / logout / open_session (token resolution, default login)
   token_store       the login cache (auth.json, mode 0600)

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 import grpc
 
 from cairn.api.v1 import auth_pb2
-from cairn.client.address import MasterAddress
+from cairn.client.address import MasterEndpoints
 from cairn.client.errors import CairnError, from_rpc_error, one_line, rpc_status_code
 from cairn.client.password import salt_and_hash
 from cairn.client.session import Session
@@ -37,7 +37,7 @@ class LoginFailed(CairnError):
     pass
 
 
-def login(master: MasterAddress, username: str, password: str, store: TokenStore) -> auth_pb2.LoginResponse:
+def login(master: MasterEndpoints, username: str, password: str, store: TokenStore) -> auth_pb2.LoginResponse:
     """Log in with the client-side hashed password and cache the token as the active user."""
     request = auth_pb2.LoginRequest(username=username, password=salt_and_hash(password), is_hashed=True)
     with Session(master) as anonymous:
@@ -52,7 +52,7 @@ def login(master: MasterAddress, username: str, password: str, store: TokenStore
     return response
 
 
-def logout(master: MasterAddress, store: TokenStore) -> str | None:
+def logout(master: MasterEndpoints, store: TokenStore) -> str | None:
     """End the active user's session on the master (if it still answers) and forget the token.
     Returns the user logged out, or None when nobody was logged in."""
     active = store.active_token(master.target)
@@ -71,7 +71,7 @@ def logout(master: MasterAddress, store: TokenStore) -> str | None:
 
 
 def _default_login(
-    master: MasterAddress, store: TokenStore, env: Mapping[str, str]
+    master: MasterEndpoints, store: TokenStore, env: Mapping[str, str]
 ) -> tuple[str, str] | None:
     username = env.get(USER_ENV) or DEFAULT_USER
     try:
@@ -82,7 +82,11 @@ def _default_login(
 
 
 def open_session(
-    master: MasterAddress, store: TokenStore, env: Mapping[str, str] | None = None, *, auto_login: bool = True
+    master: MasterEndpoints,
+    store: TokenStore,
+    env: Mapping[str, str] | None = None,
+    *,
+    auto_login: bool = True,
 ) -> Session:
     environ = os.environ if env is None else env
     env_token = environ.get(USER_TOKEN_ENV)

@@ -42,7 +42,7 @@ def one_line(text: str) -> str:
     return "; ".join(part.strip() for part in text.splitlines() if part.strip())
 
 
-def _looks_like_transport_failure(details: str) -> bool:
+def looks_like_transport_failure(details: str) -> bool:
     lowered = details.lower()
     return not lowered or any(hint in lowered for hint in _TRANSPORT_FAILURE_HINTS)
 
@@ -56,7 +56,7 @@ def rpc_error_message(exc: grpc.RpcError, master: str) -> str:
     code_name = code.name if code is not None else "UNKNOWN"
 
     if code == grpc.StatusCode.UNAVAILABLE:
-        if _looks_like_transport_failure(details):
+        if looks_like_transport_failure(details):
             return f"cannot reach the master at {master} (is the cluster up? `cairn cluster up`)"
         return f"the master at {master} is unavailable: {details}"
     if code == grpc.StatusCode.UNAUTHENTICATED:

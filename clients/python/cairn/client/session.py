@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import TracebackType
 
 from cairn.api.v1 import api_pb2_grpc
-from cairn.client.address import MasterAddress
+from cairn.client.address import MasterEndpoints
 from cairn.client.channel import DEFAULT_CALL_TIMEOUT_S, open_channel
 
 
@@ -14,7 +14,7 @@ class Session:
 
     def __init__(
         self,
-        master: MasterAddress,
+        master: MasterEndpoints,
         token: str | None = None,
         *,
         username: str | None = None,
@@ -23,7 +23,7 @@ class Session:
         self.master = master
         self.token = token
         self.username = username
-        self._channel, self._base_channel = open_channel(master.target, token, call_timeout)
+        self._channel, self._base_channel = open_channel(master.dial_target, token, call_timeout)
         self.api = api_pb2_grpc.CairnStub(self._channel)
 
     def close(self) -> None:

@@ -9,15 +9,14 @@ from typing import TypeVar
 import grpc
 
 from cairn.api.v1 import api_pb2_grpc
+from cairn.client.address import parse_master_addresses
 from cairn.core.retry import call_with_retry
 from cairn.core.settings import CoreSettings
+from cairn.metadata_keys import ALLOCATION_TOKEN_KEY
 from cairn.wire import CHANNEL_OPTIONS
 
 Request = TypeVar("Request")
 Response = TypeVar("Response")
-
-# Determined's key for an allocation's token; the master accepts trial code's calls with it.
-ALLOCATION_TOKEN_KEY = "x-allocation-token"
 
 
 class MasterSession:
@@ -27,7 +26,10 @@ class MasterSession:
         self.address = address
         self.settings = settings
         self.metadata: tuple[tuple[str, str], ...] = ((ALLOCATION_TOKEN_KEY, f"Bearer {allocation_token}"),)
-        self._channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        # One address or several (an active master and its standbys): the channel fails over.
+        self._channel = grpc.insecure_channel(
+            parse_master_addresses(address).dial_target, options=CHANNEL_OPTIONS
+        )
         self.stub = api_pb2_grpc.CairnStub(self._channel)
         # Set on close: retry pauses end at once instead of holding the process.
         self.closing = threading.Event()

@@ -10,6 +10,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from cairn.localcluster.paths import ClusterPaths
+from cairn.localcluster.record import ProcessRecord
 
 INTERNAL_ROLES = ("scheduler", "searcher", "checkpoint")
 DEFAULT_SERVICE_MODULES: Mapping[str, str] = MappingProxyType(
@@ -59,6 +60,14 @@ class ClusterOptions:
     # Which module runs each role; tests swap in stand-ins.
     service_modules: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_SERVICE_MODULES))
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    # Start the watchdog that restarts crashed services (watchdog.py).
+    supervise: bool = True
+    # Standby masters to start beside the master (PostgreSQL only): each waits on the leader lease
+    # with its ports closed and takes over when the active master dies.
+    standby_masters: int = 0
+    # gRPC addresses of standby masters (started beside the cluster on the same PostgreSQL): the
+    # agents get them after the master's, and follow a failover to whichever leads.
+    standby_master_addresses: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -132,13 +141,44 @@ def master(
     )
 
 
+STANDBY_MASTER_PREFIX = "master-standby-"
+
+
+def is_standby_master(name: str) -> bool:
+    return name.startswith(STANDBY_MASTER_PREFIX)
+
+
+def standby_master(
+    paths: ClusterPaths, index: int, master: LaunchPlan, grpc_port: int, http_port: int
+) -> LaunchPlan:
+    """A second master with the first one's command (same database, services, state dir: so the
+    same defaults, such as where checkpoints go) on its own ports. It writes its ready file only
+    once it leads, so nothing waits for it: it is up once it runs."""
+    name = f"{STANDBY_MASTER_PREFIX}{index}"
+    command = list(master.command)
+    for option, value in (
+        ("--port", grpc_port),
+        ("--http-port", http_port),
+        ("--ready-file", paths.ready_file(name)),
+    ):
+        command[command.index(option) + 1] = str(value)
+    return LaunchPlan(
+        name=name,
+        role="master",
+        command=command,
+        log_path=paths.log_file(name),
+        ready_file=paths.ready_file(name),
+        ready_keys=(),
+    )
+
+
 def agent(options: ClusterOptions, paths: ClusterPaths, index: int, master_address: str) -> LaunchPlan:
     agent_id = f"agent-{index}"
     work_dir = paths.agent_work_dir(agent_id)
     command = _common(options, paths, agent_id, "agent", 0)
     command += [
         "--master",
-        master_address,
+        ",".join([master_address, *options.standby_master_addresses]),
         "--agent-id",
         agent_id,
         "--slots",
@@ -162,4 +202,31 @@ def agent(options: ClusterOptions, paths: ClusterPaths, index: int, master_addre
         ready_keys=("grpc_port", "agent_id"),
         agent_id=agent_id,
         work_dir=work_dir,
+    )
+
+
+def watchdog(options: ClusterOptions, paths: ClusterPaths) -> LaunchPlan:
+    return LaunchPlan(
+        name="watchdog",
+        role="watchdog",
+        command=[options.python, "-m", "cairn.localcluster.watchdog", "--state-dir", str(paths.state_dir)],
+        log_path=paths.log_file("watchdog"),
+        # It serves nothing: it is ready once it runs.
+        ready_file=paths.ready_file("watchdog"),
+        ready_keys=(),
+    )
+
+
+def recorded_plan(process: ProcessRecord) -> LaunchPlan:
+    """The plan of a process the record holds (to wait for it again after a restart)."""
+    ready_keys = {"master": ("grpc_port", "http_port"), "agent": ("grpc_port", "agent_id")}
+    return LaunchPlan(
+        name=process.name,
+        role=process.role,
+        command=list(process.command),
+        log_path=Path(process.log_path),
+        ready_file=Path(process.ready_file),
+        ready_keys=ready_keys.get(process.role, ("grpc_port",)),
+        agent_id=process.agent_id,
+        work_dir=Path(process.work_dir) if process.work_dir else None,
     )

@@ -64,6 +64,17 @@ def _proc_stat(pid: int) -> tuple[str, int] | None:
     return fields[0], int(fields[2])
 
 
+def process_start_ticks(pid: int) -> int | None:
+    """When `pid` started (clock ticks since boot, /proc/<pid>/stat field 22): with the pid, an
+    identity that a reused pid does not share. None where unavailable."""
+    try:
+        text = (_PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rfind(")") + 2 :].split()
+    return int(fields[19]) if len(fields) > 19 else None
+
+
 def is_running(pid: int) -> bool:
     process = _children.get(pid)
     if process is not None and process.poll() is not None:

@@ -1,11 +1,17 @@
 """cluster.json: what `cairn cluster up` started, so that `down` and `status` can find it again.
 
 It holds the cluster token, so it is written like the login cache: atomically, mode 0600.
+Two writers may want it at once (the watchdog restarting a service, `cairn cluster up` repairing
+the cluster): each read-modify-write of the record happens under `record_lock`.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,10 +36,22 @@ class ProcessRecord:
     http_port: int | None = None
     agent_id: str | None = None
     work_dir: str | None = None
+    # Written by the watchdog (watchdog.py): how often it restarted this process, how the last run
+    # ended, the recent runs that crashed ([started_at, ended_at], for the backoff), and why it
+    # stopped restarting it ("" while it has not given up).
+    restarts: int = 0
+    last_exit: str = ""
+    crashes: list[list[float]] = field(default_factory=list)
+    gave_up: str = ""
 
     @property
     def grpc_address(self) -> str | None:
         return f"{self.host}:{self.grpc_port}" if self.grpc_port else None
+
+    @property
+    def serves(self) -> bool:
+        """False for the watchdog, which has no address and no health to check."""
+        return self.role != "watchdog"
 
 
 @dataclass
@@ -44,10 +62,16 @@ class ClusterRecord:
     processes: list[ProcessRecord] = field(default_factory=list)
     master_grpc_address: str | None = None
     master_http_url: str | None = None
+    # Environment added to every service's (ClusterOptions.extra_env), so that a restarted service
+    # runs exactly as the first one did.
+    extra_env: dict[str, str] = field(default_factory=dict)
     version: int = RECORD_VERSION
 
     def by_role(self, role: str) -> list[ProcessRecord]:
         return [p for p in self.processes if p.role == role]
+
+    def by_name(self, name: str) -> ProcessRecord | None:
+        return next((p for p in self.processes if p.name == name), None)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -80,3 +104,15 @@ def load_record(path: Path) -> ClusterRecord | None:
 
 def remove_record(path: Path) -> None:
     path.unlink(missing_ok=True)
+
+
+@contextmanager
+def record_lock(path: Path) -> Iterator[None]:
+    """Hold the record's lock file (beside it) for one read-modify-write of the record."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)

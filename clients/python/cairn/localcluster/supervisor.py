@@ -4,9 +4,9 @@ stage needs it. Whatever goes wrong while starting, nothing is left running."""
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import logging
-import os
 import secrets
 import socket
 import time
@@ -27,16 +27,30 @@ from cairn.localcluster.processes import (
     stop_process_groups,
 )
 from cairn.localcluster.readiness import SERVING, UNREACHABLE, health_status, read_ready_file
-from cairn.localcluster.record import ClusterRecord, ProcessRecord, load_record, remove_record, save_record
+from cairn.localcluster.record import (
+    ClusterRecord,
+    ProcessRecord,
+    load_record,
+    record_lock,
+    remove_record,
+    save_record,
+)
+from cairn.localcluster.respawn import child_environment, respawn
 from cairn.localcluster.sweep import SweptProcess, sweep_container_processes
 
 log = logging.getLogger(__name__)
 
-CLUSTER_TOKEN_ENV = "CAIRN_CLUSTER_TOKEN"
 DEFAULT_STOP_GRACE_S = 15.0
+# An agent's own shutdown: its containers' kill grace (the master's default is 10 s), then its
+# backstops, then reporting the ends to the master.
+AGENT_STOP_GRACE_S = 30.0
 # Stopping what a failed start left behind: no work is running yet, so less patience is needed.
 _ABORT_GRACE_S = 5.0
 _READY_POLL_S = 0.1
+# How long a standby master must keep running after its start to count as up (waiting).
+_STANDBY_SETTLE_S = 2.0
+# The health shown for a running master whose ports are closed while another one serves.
+STANDBY = "STANDBY (waiting for the leader lease)"
 LOG_TAIL_LINES = 20
 
 Progress = Callable[[str], None]
@@ -84,27 +98,32 @@ def _check_port_free(host: str, port: int, what: str, option: str) -> None:
             ) from None
 
 
-def _child_environment(options: ClusterOptions, token: str) -> dict[str, str]:
-    env = dict(os.environ)
-    # The token goes in the environment, not on command lines everyone can read with `ps`.
-    env[CLUSTER_TOKEN_ENV] = token
-    env["PYTHONUNBUFFERED"] = "1"
-    env.update(options.extra_env)
-    return env
-
-
 class _Startup:
     def __init__(self, options: ClusterOptions, paths: ClusterPaths, progress: Progress) -> None:
         self.options = options
         self.paths = paths
         self.progress = progress
         token = secrets.token_urlsafe(32)
-        self.env = _child_environment(options, token)
+        self.env = child_environment(token, options.extra_env)
         self.record = ClusterRecord(
-            state_dir=str(paths.state_dir), cluster_token=token, created_at=time.time()
+            state_dir=str(paths.state_dir),
+            cluster_token=token,
+            created_at=time.time(),
+            extra_env=dict(options.extra_env),
         )
         self.records: dict[str, ProcessRecord] = {}
         self.deadline = time.monotonic() + options.timeout_s
+
+    @classmethod
+    def resuming(
+        cls, options: ClusterOptions, paths: ClusterPaths, progress: Progress, record: ClusterRecord
+    ) -> _Startup:
+        """A startup that completes a recorded cluster: its token, environment and processes."""
+        startup = cls(options, paths, progress)
+        startup.record = record
+        startup.env = child_environment(record.cluster_token, record.extra_env)
+        startup.records = {p.name: p for p in record.processes}
+        return startup
 
     def launch(self, launch: LaunchPlan) -> None:
         launch.ready_file.unlink(missing_ok=True)
@@ -175,6 +194,51 @@ class _Startup:
                 raise self._failure(launch, self._not_ready_reason(launch, last_health.get(launch.name)))
             time.sleep(_READY_POLL_S)
 
+    def repair(self, missing: Sequence[ProcessRecord]) -> None:
+        """Start each missing service again as it ran, in the cluster's order, each ready before the
+        next (the record lists them in start order: services, master, agents)."""
+        several_masters = len(self.record.by_role("master")) > 1
+        for process in missing:
+            self.progress(f"starting {process.name} again")
+            respawn(self.record, process)
+            # `cluster up` is a fresh start for it: the crash-loop verdict and history go.
+            process.gave_up, process.crashes = "", []
+            save_record(self.paths.record_file, self.record)
+            if process.role == "master" and several_masters:
+                # Another master may lead by now: this one then waits as a standby, ports closed.
+                self.wait_waiting([process])
+            else:
+                self.wait_ready([plans.recorded_plan(process)])
+
+    def start_standby_masters(self, master: LaunchPlan) -> tuple[str, ...]:
+        """Start the standby masters the options ask for; their gRPC addresses."""
+        addresses = []
+        for index in range(1, self.options.standby_masters + 1):
+            grpc_port, http_port = _free_port(self.options.host), _free_port(self.options.host)
+            launch = plans.standby_master(self.paths, index, master, grpc_port, http_port)
+            self.launch(launch)
+            entry = self.records[launch.name]
+            entry.grpc_port, entry.http_port = grpc_port, http_port
+            addresses.append(f"{self.options.host}:{grpc_port}")
+        if addresses:
+            self.wait_waiting([self.records[name] for name in self.records if plans.is_standby_master(name)])
+        return tuple(addresses)
+
+    def wait_waiting(self, entries: Sequence[ProcessRecord]) -> None:
+        """Masters that may be standbys (which open no port): up once they still run a moment later
+        (a master that cannot wait, e.g. on SQLite, exits at once with its reason)."""
+        time.sleep(_STANDBY_SETTLE_S)
+        for entry in entries:
+            if not is_running(entry.pid):
+                code = exit_code(entry.pid)
+                launch = plans.recorded_plan(entry)
+                raise self._failure(launch, f"exited early (exit code {code})")
+            self.progress(f"{entry.name} is up (a standby until it leads)")
+
+    def start_watchdog(self) -> None:
+        self.record.processes = [p for p in self.record.processes if p.role != "watchdog"]
+        self.launch(plans.watchdog(self.options, self.paths))
+
     def run(self) -> ClusterRecord:
         options, paths = self.options, self.paths
         internal = [plans.internal_service(options, paths, role) for role in plans.INTERNAL_ROLES]
@@ -195,6 +259,11 @@ class _Startup:
         self.record.master_grpc_address = master_entry.grpc_address
         if master_entry.http_port:
             self.record.master_http_url = f"http://{options.host}:{master_entry.http_port}/"
+        standbys = self.start_standby_masters(master)
+        if standbys:
+            options = dataclasses.replace(
+                options, standby_master_addresses=(*options.standby_master_addresses, *standbys)
+            )
         agents = [
             plans.agent(options, paths, index, master_entry.grpc_address or "")
             for index in range(1, options.agents + 1)
@@ -202,8 +271,19 @@ class _Startup:
         for launch in agents:
             self.launch(launch)
         self.wait_ready(agents)
+        if options.supervise:
+            # Last: it must find every service recorded, and a failed start has nothing to restart.
+            self.start_watchdog()
         save_record(paths.record_file, self.record)
         return self.record
+
+
+def _free_port(host: str) -> int:
+    """A port nothing listens on now (the standby binds it only once it leads, so it is chosen here
+    and handed to it and to the agents)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
 
 
 def start_cluster(options: ClusterOptions, progress: Progress = _quiet) -> ClusterRecord:
@@ -213,17 +293,20 @@ def start_cluster(options: ClusterOptions, progress: Progress = _quiet) -> Clust
         raise ClusterError(f"agents: must be >= 0, got {options.agents}")
     if options.slots_per_agent < 0:
         raise ClusterError(f"slots per agent: must be >= 0, got {options.slots_per_agent}")
+    if options.standby_masters < 0:
+        raise ClusterError(f"standby masters: must be >= 0, got {options.standby_masters}")
+    if options.standby_masters and not (options.db_url or "").startswith(("postgresql", "postgres:")):
+        raise ClusterError(
+            "standby masters: need PostgreSQL (--db-url postgresql://...): the leader lease is a "
+            "PostgreSQL advisory lock, and a SQLite file has one master"
+        )
     paths = ClusterPaths(options.state_dir)
     paths.create()
+    repaired = _repair(options, paths, progress)
+    if repaired is not None:
+        return repaired
     existing = load_record(paths.record_file)
     if existing is not None:
-        running = [p for p in existing.processes if is_recorded_process_running(p.pid, p.command)]
-        if running:
-            names = ", ".join(f"{p.name} (pid {p.pid})" for p in running)
-            raise ClusterAlreadyRunning(
-                f"a cluster from {paths.state_dir} is still running: {names}; "
-                "stop it with `cairn cluster down` (or use another --state-dir)"
-            )
         # A cluster that died without `down`: its record is stale, its trials may not be.
         sweep_container_processes(_agent_work_dirs(paths, existing))
         remove_record(paths.record_file)
@@ -239,6 +322,35 @@ def start_cluster(options: ClusterOptions, progress: Progress = _quiet) -> Clust
         sweep_container_processes(_agent_work_dirs(paths, startup.record))
         remove_record(paths.record_file)
         raise
+
+
+def _repair(options: ClusterOptions, paths: ClusterPaths, progress: Progress) -> ClusterRecord | None:
+    """A recorded cluster that still partly runs gets only what is missing started again (as it
+    ran: its own token, ports and environment; the options of this call other than `supervise`
+    and `timeout_s` do not apply to it). None when no recorded service runs."""
+    with record_lock(paths.record_file):
+        record = load_record(paths.record_file)
+        if record is None:
+            return None
+        running = {p.name for p in record.processes if is_recorded_process_running(p.pid, p.command)}
+        services = [p for p in record.processes if p.role != "watchdog"]
+        if not any(p.name in running for p in services):
+            return None
+        missing = [p for p in services if p.name not in running]
+        watchdog_missing = options.supervise and not any(
+            p.role == "watchdog" and p.name in running for p in record.processes
+        )
+        if not missing and not watchdog_missing:
+            raise ClusterAlreadyRunning(
+                f"the cluster from {paths.state_dir} is already running "
+                "(stop it with `cairn cluster down`, or use another --state-dir)"
+            )
+        startup = _Startup.resuming(options, paths, progress, record)
+        startup.repair(missing)
+        if watchdog_missing:
+            startup.start_watchdog()
+        save_record(paths.record_file, record)
+        return record
 
 
 # ---- stop ----
@@ -271,24 +383,32 @@ def _agent_work_dirs(paths: ClusterPaths, record: ClusterRecord | None) -> list[
 
 
 def _stop_stages(record: ClusterRecord) -> list[list[ProcessRecord]]:
-    """Agents first (so trials stop while the master can still record it), then the master,
-    then the services it uses."""
+    """Agents first (each stops taking work, stops its trials as the agent's shutdown, which the
+    master does not count against them, and reports it while the master can still record it),
+    then the master, then the services it uses. The watchdog is stopped before all of them."""
     agents = record.by_role("agent")
     masters = record.by_role("master")
-    rest = [p for p in record.processes if p.role not in ("agent", "master")]
+    rest = [p for p in record.processes if p.role not in ("agent", "master", "watchdog")]
     return [stage for stage in (agents, masters, rest) if stage]
+
+
+def _stop_stage(stage: list[ProcessRecord], grace_s: float, progress: Progress) -> list[StoppedProcess]:
+    alive = [p for p in stage if is_recorded_process_running(p.pid, p.command)]
+    if alive:
+        progress("stopping " + ", ".join(p.name for p in alive))
+    outcomes = stop_process_groups([p.pid for p in alive], grace_s)
+    return [
+        StoppedProcess(p.name, p.pid, outcome.how if (outcome := outcomes.get(p.pid)) else "not running")
+        for p in stage
+    ]
 
 
 def _stop_processes(record: ClusterRecord, grace_s: float, progress: Progress) -> list[StoppedProcess]:
     stopped: list[StoppedProcess] = []
     for stage in _stop_stages(record):
-        alive = [p for p in stage if is_recorded_process_running(p.pid, p.command)]
-        if alive:
-            progress("stopping " + ", ".join(p.name for p in alive))
-        outcomes = stop_process_groups([p.pid for p in alive], grace_s)
-        for p in stage:
-            outcome = outcomes.get(p.pid)
-            stopped.append(StoppedProcess(p.name, p.pid, outcome.how if outcome else "not running"))
+        # Agents wait for their trials' graceful stop (the kill grace, then SIGKILL) before they exit.
+        stage_grace = max(grace_s, AGENT_STOP_GRACE_S) if stage[0].role == "agent" else grace_s
+        stopped += _stop_stage(stage, stage_grace, progress)
     return stopped
 
 
@@ -299,7 +419,13 @@ def stop_cluster(
     record = load_record(paths.record_file)
     report = StopReport(had_record=record is not None)
     if record is not None:
-        report.processes = _stop_processes(record, grace_s, progress)
+        # The watchdog first, so that nothing stopped from here on is started again; then the record
+        # once more, as the watchdog may have restarted a service just before it stopped.
+        report.processes = _stop_stage(record.by_role("watchdog"), grace_s, progress)
+        with record_lock(paths.record_file):
+            record = load_record(paths.record_file) or record
+            report.processes += _stop_processes(record, grace_s, progress)
+    # What the agents could not stop (an agent killed earlier left its trials running).
     report.swept = sweep_container_processes(_agent_work_dirs(paths, record))
     if record is not None:
         for p in record.processes:
@@ -315,8 +441,13 @@ def stop_cluster(
 class ProcessStatus:
     process: ProcessRecord
     running: bool
-    # The gRPC health answer, UNREACHABLE, or "" when the process is not running.
+    # The gRPC health answer, UNREACHABLE, or "" when the process is not running or serves nothing
+    # (the watchdog).
     health: str
+
+    @property
+    def healthy(self) -> bool:
+        return self.running and (self.health in (SERVING, STANDBY) or not self.process.serves)
 
 
 @dataclass
@@ -326,7 +457,7 @@ class ClusterStatus:
 
     @property
     def healthy(self) -> bool:
-        return all(p.running and p.health == SERVING for p in self.processes)
+        return all(p.healthy for p in self.processes)
 
 
 def cluster_status(state_dir: Path, health_timeout_s: float = 1.0) -> ClusterStatus | None:
@@ -339,8 +470,17 @@ def cluster_status(state_dir: Path, health_timeout_s: float = 1.0) -> ClusterSta
     for p in record.processes:
         running = is_recorded_process_running(p.pid, p.command)
         health = ""
-        if running:
+        if running and p.serves:
             address = p.grpc_address
             health = health_status(address, health_timeout_s) if address else UNREACHABLE
         statuses.append(ProcessStatus(process=p, running=running, health=health))
+    masters = [status for status in statuses if status.process.role == "master"]
+    if any(status.health == SERVING for status in masters):
+        # A running master whose ports are closed while another serves waits on the leader lease.
+        statuses = [
+            dataclasses.replace(status, health=STANDBY)
+            if status in masters and status.running and status.health == UNREACHABLE
+            else status
+            for status in statuses
+        ]
     return ClusterStatus(record=record, processes=statuses)

@@ -1,6 +1,14 @@
-"""Trial processes an agent left behind. Agents record each container's process in
-<work dir>/containers/<id>/state.json ({"pid": ..., "pgid": ...}); once the agents are stopped,
-any such process group still alive has nobody left to report to, and is killed."""
+"""Trial processes an agent left behind (it was killed, or could not stop them in time).
+
+Read from the files the agent really writes (cairn.agent_files, the one definition the agent uses
+too): each container's shim.json names its supervisor (pid + start time; the shim leads its own
+session, so its pid is its process group) and child.json the command's process group. Once the
+agents are stopped, any of them still alive has nobody left to report to, and is killed:
+  * the command's group, unless exit.json says the shim already ended it and swept that group
+    (after which the group id may belong to someone else);
+  * the shim's group, when the shim still runs with the start time it recorded (a pid alone may
+    have been reused).
+"""
 
 from __future__ import annotations
 
@@ -11,8 +19,10 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from cairn.localcluster.processes import group_members, signal_group
+from cairn.agent_files import ContainerPaths, WorkDirPaths
+from cairn.localcluster.processes import group_members, process_start_ticks, signal_group
 
 log = logging.getLogger(__name__)
 
@@ -23,39 +33,47 @@ _SWEEP_WAIT_S = 5.0
 class SweptProcess:
     container: str
     pgid: int
-    state_file: Path
+    # "command" (the trial's own process group) or "shim" (its supervisor's).
+    what: str
 
 
-def _recorded_group(state_file: Path) -> int | None:
+def _read(path: Path) -> dict[str, Any] | None:
     try:
-        data = json.loads(state_file.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    if not isinstance(data, dict):
-        return None
-    for key in ("pgid", "pid"):
-        value = data.get(key)
-        if isinstance(value, int) and value > 1:
-            return value
-    return None
+    return data if isinstance(data, dict) else None
 
 
-def container_state_files(work_dirs: Iterable[Path]) -> list[Path]:
-    files: list[Path] = []
-    for work_dir in work_dirs:
-        files.extend(sorted(work_dir.glob("containers/*/state.json")))
-    return files
+def _group_id(data: dict[str, Any] | None, key: str) -> int | None:
+    value = data.get(key) if data else None
+    # Never group 0/1: that would be ours or init's.
+    return value if isinstance(value, int) and value > 1 else None
+
+
+def leftover_groups(container: ContainerPaths) -> list[tuple[str, int]]:
+    """The live process groups of `container` that only its (dead) agent could have stopped."""
+    found: list[tuple[str, int]] = []
+    command = _group_id(_read(container.child_info), "pgid")
+    if command is not None and not container.exit_report.exists() and group_members(command):
+        found.append(("command", command))
+    shim_info = _read(container.shim_info)
+    shim = _group_id(shim_info, "pid")
+    if shim is not None and group_members(shim):
+        recorded = shim_info.get("start_ticks") if shim_info else None
+        if recorded is None or process_start_ticks(shim) in (None, recorded):
+            found.append(("shim", shim))
+    return found
 
 
 def sweep_container_processes(work_dirs: Iterable[Path]) -> list[SweptProcess]:
     swept: list[SweptProcess] = []
-    for state_file in container_state_files(work_dirs):
-        pgid = _recorded_group(state_file)
-        if pgid is None or not group_members(pgid):
-            continue
-        if signal_group(pgid, signal.SIGKILL):
-            log.info("killed leftover trial process group pgid=%s state=%s", pgid, state_file)
-            swept.append(SweptProcess(container=state_file.parent.name, pgid=pgid, state_file=state_file))
+    for work_dir in work_dirs:
+        for container in WorkDirPaths(work_dir).all_containers():
+            for what, pgid in leftover_groups(container):
+                if signal_group(pgid, signal.SIGKILL):
+                    log.info("killed leftover %s group pgid=%s container=%s", what, pgid, container.root)
+                    swept.append(SweptProcess(container=container.root.name, pgid=pgid, what=what))
     deadline = time.monotonic() + _SWEEP_WAIT_S
     while time.monotonic() < deadline and any(group_members(item.pgid) for item in swept):
         time.sleep(0.05)

@@ -10,7 +10,6 @@ from cairn.api.v1 import experiment_pb2
 from services.common.interceptors import current_principal
 from services.common.principal import Principal
 from services.master.domain.auth import AuthService
-from services.master.domain.checkpoints import CheckpointGc
 from services.master.domain.context import MasterContext
 from services.master.domain.logs import LogStore
 from services.master.domain.master_log import MasterLogRing
@@ -27,7 +26,6 @@ class ApiDeps:
     logs: LogStore
     waiting: WaitingInfo
     checkpoints: CheckpointClient
-    gc: CheckpointGc
     samples: SampleCache
     read_cache: ReadCache
     version: str

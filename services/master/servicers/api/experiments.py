@@ -12,7 +12,7 @@ from google.protobuf import json_format
 from cairn.api.v1 import common_pb2
 from cairn.api.v1 import experiment_pb2 as epb
 from cairn.api.v1 import trial_pb2 as tpb
-from services.master.domain import creation, deletion, experiment_edits
+from services.master.domain import creation, experiment_edits
 from services.master.domain import experiments as lifecycle
 from services.master.domain.errors import InvalidArgument
 from services.master.domain.model_definition import ContextFile
@@ -214,9 +214,7 @@ class ExperimentsApi(ServicerBase):
         with self.ctx.unit_of_work() as w:
             exp = lifecycle.load(w, patch.id)
             lifecycle.check_can_modify(principal, exp)
-            collect_again = experiment_edits.apply(self.ctx, w, exp, edit)
-        if collect_again:
-            self.deps.gc.run_in_background(patch.id)
+            experiment_edits.apply(self.ctx, w, exp, edit)
         return epb.PatchExperimentResponse(experiment=convert.experiment(self._row(patch.id)))
 
     @rpc
@@ -265,8 +263,8 @@ class ExperimentsApi(ServicerBase):
     def DeleteExperiment(
         self, request: epb.DeleteExperimentRequest, context: grpc.ServicerContext
     ) -> epb.DeleteExperimentResponse:
+        # DELETING owes the deletion itself (experiments.transition): the deferred-work loop runs it.
         self._act(context, request.experiment_id, lambda w, e: lifecycle.mark_deleting(self.ctx, w, e))
-        deletion.delete_in_background(self.ctx, request.experiment_id)
         return epb.DeleteExperimentResponse()
 
     @rpc

@@ -1,7 +1,9 @@
 """The master's domain in one process: a real MasterContext on SQLite, wired as the master wires it,
 with the scheduler's and searcher's own domain code behind the domain's ports, and a hub that
-records what would go to agents instead of sending it. Tests drive it step by step: a scheduling
-pass, the searcher pump, an agent's report, with nothing running in the background."""
+records what would go to agents instead of sending it, and the checkpoint service's own servicer
+(GC policy, deletion, real storage) behind its port. Tests drive it step by step: a scheduling
+pass, the searcher pump, an agent's report, a pass of the deferred-work loop, with nothing running
+in the background."""
 
 from __future__ import annotations
 
@@ -15,17 +17,23 @@ import yaml
 from sqlalchemy import select
 
 from cairn.agent.v1 import agent_pb2 as apb
+from cairn.checkpoint.v1 import checkpoint_pb2 as cpb
 from cairn.scheduler.v1 import scheduler_pb2 as schpb
 from cairn.searcher.v1 import searcher_pb2 as spb
 from cairn.searcher_plugin import convert as searcher_convert
 from cairn.searcher_plugin.errors import SearcherError
+from services.checkpoint.servicer import CheckpointServicer
 from services.common.principal import Principal
 from services.master.domain import agents, allocations, creation, metrics, wiring
 from services.master.domain.agent_hub import AgentHub
 from services.master.domain.auth import AuthService
+from services.master.domain.checkpoints import CheckpointGc
 from services.master.domain.context import MasterContext
-from services.master.domain.errors import FailedPrecondition, InvalidArgument, NotFound
+from services.master.domain.deferred_loop import DeferredWorkRunner, master_handlers
+from services.master.domain.deferred_work import Backoff
+from services.master.domain.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from services.master.domain.model_definition import ContextFile
+from services.master.domain.ports import storage_struct
 from services.master.domain.scheduling import SchedulingLoop
 from services.master.domain.searcher_pump import SearcherPump
 from services.master.settings import Settings
@@ -112,6 +120,46 @@ class InProcessSearcher:
         )
 
 
+class _Aborted(Exception):
+    pass
+
+
+class _Context:
+    """What the checkpoint servicer needs of a gRPC context: abort."""
+
+    def abort(self, code: Any, details: str) -> None:
+        raise _Aborted(f"{code}: {details}")
+
+
+class InProcessCheckpoints:
+    """The checkpoint service's servicer (GC policy, deletion, real storage) behind the domain's
+    port. While `down`, every call fails as a stopped service's would (Unavailable); `answered`
+    counts the calls it answered, by name."""
+
+    def __init__(self) -> None:
+        self.servicer = CheckpointServicer()
+        self.down = False
+        self.answered: dict[str, int] = {}
+
+    def _answering(self, name: str) -> None:
+        if self.down:
+            raise Unavailable("checkpoint service at 127.0.0.1:0 is unavailable: connection refused")
+        self.answered[name] = self.answered.get(name, 0) + 1
+
+    def collect_garbage(self, request: cpb.CollectGarbageRequest) -> cpb.CollectGarbageResponse:
+        self._answering("collect_garbage")
+        return self.servicer.CollectGarbage(request, _Context())  # type: ignore[arg-type]
+
+    def delete(
+        self, storage: dict[str, Any], uuids: list[str], globs: list[str] | None = None
+    ) -> cpb.DeleteResponse:
+        self._answering("delete")
+        request = cpb.DeleteRequest(
+            storage=storage_struct(storage), checkpoint_uuids=uuids, globs=globs or []
+        )
+        return self.servicer.Delete(request, _Context())  # type: ignore[arg-type]
+
+
 @dataclass
 class InProcessSearchers:
     searcher: InProcessSearcher = field(default_factory=InProcessSearcher)
@@ -162,6 +210,15 @@ class Master:
             self.admin = Principal(user_id=admin.id, username=admin.username, admin=True)
         self.scheduling = SchedulingLoop(self.ctx)
         self.pump = SearcherPump(self.ctx)
+        # Work the master owes (GC, deletions), wired as app.py wires it; run by `run_deferred`.
+        self.checkpoints = InProcessCheckpoints()
+        self.gc = CheckpointGc(self.ctx, self.checkpoints)
+        self.ctx.experiment_delete_hooks.append(self.gc.delete_experiment_files)
+        self.deferred = DeferredWorkRunner(self.ctx, master_handlers(self.ctx, self.gc), Backoff())
+
+    def run_deferred(self) -> int:
+        """One step of the deferred-work loop: runs what is due; how many items ran."""
+        return self.deferred.run_due()
 
     def close(self) -> None:
         self.db.dispose()

@@ -9,7 +9,8 @@ from sqlalchemy import select
 
 from cairn.agent.v1 import agent_pb2 as apb
 from cairn.scheduler.v1 import scheduler_pb2 as schpb
-from services.master.domain import allocations, experiments, trials
+from services.master.domain import allocations, experiments, metrics, trials
+from services.master.domain.errors import FailedPrecondition
 from services.master.domain.states import AllocationState, InvalidTransition, RunState
 from services.master.store import models
 from tests.unit.master.domain.harness import Master
@@ -145,3 +146,24 @@ def test_the_tables_refuse_forbidden_moves(master: Master) -> None:
         # Allocations only move forward: a late report of an earlier state is refused.
         assert not allocations.transition(master.ctx, w, ended, AllocationState.RUNNING, "late report")
         assert ended.state == "TERMINATED"
+
+
+def test_an_early_exit_reported_again_is_done_once_and_a_different_one_refused(master: Master) -> None:
+    """A client retries a report whose answer a database outage lost: the same report is taken as
+    done, with one searcher event; another reason after it is refused."""
+    master.add_agent("a1")
+    experiment_id = master.create()
+    (trial,) = master.trials(experiment_id)
+
+    def events() -> int:
+        with master.db.read() as s:
+            return len(s.scalars(select(models.SearcherEvent)).all())
+
+    before = events()
+    metrics.report_early_exit(master.ctx, master.admin, trial.id, "USER_REQUESTED_STOP")
+    metrics.report_early_exit(master.ctx, master.admin, trial.id, "USER_REQUESTED_STOP")
+    assert events() - before == 1
+    with pytest.raises(FailedPrecondition, match="already reported an early exit"):
+        metrics.report_early_exit(master.ctx, master.admin, trial.id, "INVALID_HP")
+    with master.db.read() as s:
+        assert s.get_one(models.Trial, trial.id).early_exit_reason == "USER_REQUESTED_STOP"

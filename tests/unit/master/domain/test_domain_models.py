@@ -14,9 +14,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from cairn.checkpoint.v1 import checkpoint_pb2 as cpb
 from cairn.storage import storage_manager_from_config
-from services.checkpoint.servicer import CheckpointServicer
 from services.common.principal import Principal
 from services.master.domain import (
     checkpoints,
@@ -34,39 +32,9 @@ from services.master.domain.errors import (
     NotFound,
     PermissionDenied,
 )
-from services.master.domain.ports import storage_struct
 from services.master.domain.reads import models as reads
 from services.master.store import models
-from tests.unit.master.domain.harness import Master
-
-
-class _Aborted(Exception):
-    pass
-
-
-class _Context:
-    """What the checkpoint servicer needs of a gRPC context: abort."""
-
-    def abort(self, code: Any, details: str) -> None:
-        raise _Aborted(f"{code}: {details}")
-
-
-class InProcessCheckpoints:
-    """The checkpoint service's servicer (GC policy, deletion, real storage) behind the domain's port."""
-
-    def __init__(self) -> None:
-        self.servicer = CheckpointServicer()
-
-    def collect_garbage(self, request: cpb.CollectGarbageRequest) -> cpb.CollectGarbageResponse:
-        return self.servicer.CollectGarbage(request, _Context())  # type: ignore[arg-type]
-
-    def delete(
-        self, storage: dict[str, Any], uuids: list[str], globs: list[str] | None = None
-    ) -> cpb.DeleteResponse:
-        request = cpb.DeleteRequest(
-            storage=storage_struct(storage), checkpoint_uuids=uuids, globs=globs or []
-        )
-        return self.servicer.Delete(request, _Context())  # type: ignore[arg-type]
+from tests.unit.master.domain.harness import InProcessCheckpoints, Master
 
 
 class Trial:
@@ -285,7 +253,7 @@ def test_gc_keeps_registered_checkpoints_and_deletion_is_refused(
     trial.complete()
 
     # The policy (trial latest 1, no metric at these steps) lets 2 and 4 go; 2 is registered.
-    checkpoints.CheckpointGc(master.ctx, InProcessCheckpoints()).run(trial.experiment_id)
+    assert master.run_deferred() == 1  # the GC its end owed
     assert master.experiment(trial.experiment_id).checkpoint_gc_done
     assert [trial.kept(ck) for ck in (at_2, at_4, at_6)] == [True, False, True]
 

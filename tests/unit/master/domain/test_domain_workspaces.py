@@ -24,7 +24,6 @@ from services.master.domain.model_definition import ContextFile
 from services.master.domain.reads import workspaces as reads
 from services.master.domain.reads.listings import ExperimentFilter, experiment_rows_by_id, list_experiment_ids
 from services.master.store import models
-from tests.support.polling import wait_for
 from tests.unit.master.domain.harness import Master, config_text
 
 NO_SETTINGS = workspaces.WorkspaceSettings()
@@ -424,15 +423,18 @@ def test_deleting_a_project_or_workspace_deletes_its_finished_experiments(master
         lambda: workspace_deletion.delete_workspace(master.ctx, someone, team),
     )
 
-    assert workspace_deletion.delete_project(master.ctx, someone, second) is False  # in the background
-    wait_for(lambda: _count(master, models.Project, second) == 0, timeout=10, what="project deleted")
+    assert workspace_deletion.delete_project(master.ctx, someone, second) is False  # owed, for later
+    assert _count(master, models.Project, second) == 1
+    master.run_deferred()  # the experiment's deletion, then the project's
+    assert _count(master, models.Project, second) == 0
     assert _count(master, models.Experiment, done) == 0
 
     _kill(master, running)
     empty = _project(master, someone, team, "Empty")
     assert workspace_deletion.delete_project(master.ctx, someone, empty) is True  # nothing to wait for
     assert workspace_deletion.delete_workspace(master.ctx, someone, team) is False
-    wait_for(lambda: _count(master, models.Workspace, team) == 0, timeout=10, what="workspace deleted")
+    master.run_deferred()
+    assert _count(master, models.Workspace, team) == 0
     assert _count(master, models.Project, first) == 0 and _count(master, models.Experiment, running) == 0
 
 

@@ -1,0 +1,100 @@
+"""The files an agent keeps in its work directory: ONE definition, imported by the agent that writes
+them (services/agent) and by what reads them without the agent (`cairn cluster down`'s sweep of
+trial processes that a dead agent left behind, cairn.localcluster.sweep).
+
+    <work dir>/agent.lock                   held (flock) by the running agent; holds its pid
+    <work dir>/containers/<id>/             one folder per container: the command's working dir
+    <work dir>/containers/<id>/.cairn-agent/
+        state.json    the agent's record of the container (pids, state, acknowledged seq)
+        launch.json   what the shim runs: argv, environment, cwd, first seq
+        shim.json     written by the shim once it can take signals: {"pid", "start_ticks"}
+        child.json    written by the shim once the command runs: {"pid", "pgid"} (pid = pgid)
+        events.jsonl  the container's events (state changes and log lines), one JSON per line
+        kill.json     the agent's kill request (grace seconds), read by the shim on its signal
+        exit.json     written by the shim when the command has ended and every line is written
+        shim.log      the shim's own stderr, for debugging
+
+The shim (the container's supervisor) runs in a session of its own, so its pid is also its
+process group; the command runs in another group, whose id is its pid.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+# The bookkeeping folder inside a container's working directory. A model definition may not
+# contain it (the agent's unpacker refuses), so user files never collide with it.
+META_DIR_NAME = ".cairn-agent"
+CONTAINERS_DIR_NAME = "containers"
+LOCK_FILE_NAME = "agent.lock"
+
+
+@dataclass(frozen=True)
+class ContainerPaths:
+    root: Path
+
+    @property
+    def meta(self) -> Path:
+        return self.root / META_DIR_NAME
+
+    @property
+    def state(self) -> Path:
+        return self.meta / "state.json"
+
+    @property
+    def launch(self) -> Path:
+        return self.meta / "launch.json"
+
+    @property
+    def shim_info(self) -> Path:
+        return self.meta / "shim.json"
+
+    @property
+    def child_info(self) -> Path:
+        return self.meta / "child.json"
+
+    @property
+    def events(self) -> Path:
+        return self.meta / "events.jsonl"
+
+    @property
+    def kill_request(self) -> Path:
+        return self.meta / "kill.json"
+
+    @property
+    def exit_report(self) -> Path:
+        return self.meta / "exit.json"
+
+    @property
+    def shim_log(self) -> Path:
+        return self.meta / "shim.log"
+
+    @property
+    def context_archive(self) -> Path:
+        return self.meta / "context.tar.gz"
+
+
+@dataclass(frozen=True)
+class WorkDirPaths:
+    root: Path
+
+    @property
+    def containers(self) -> Path:
+        return self.root / CONTAINERS_DIR_NAME
+
+    @property
+    def lock_file(self) -> Path:
+        return self.root / LOCK_FILE_NAME
+
+    def container(self, container_id: str) -> ContainerPaths:
+        return ContainerPaths(self.containers / container_id)
+
+    def all_containers(self) -> Iterator[ContainerPaths]:
+        """Every container folder, in name order (none when the work dir does not exist yet)."""
+        if not self.containers.is_dir():
+            return
+        for folder in sorted(self.containers.iterdir()):
+            if folder.is_dir():
+                yield ContainerPaths(folder)
