@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 TASK_VENV := .venv-task
 TASK_STAMP := $(TASK_VENV)/.installed
 
-.PHONY: install proto test lint format demo clean postgres bench-install webui chromium envoy
+.PHONY: install proto test lint format demo clean postgres bench-install webui chromium envoy docker task-image
 
 install: $(STAMP) proto webui $(TASK_STAMP)
 
@@ -54,7 +54,20 @@ chromium:
 postgres:
 	@scripts/ensure_postgres.sh
 
-test: install postgres chromium
+# Debian's Docker (docker.io, debootstrap) and a running dockerd, for the Docker runtime and its
+# tests; where dockerd cannot start, the Docker tests skip, saying why (CAIRN_TEST_DOCKER=skip to do without).
+docker:
+	@scripts/ensure_docker.sh
+
+# The image trials run in under the Docker runtime (cairn/task_image.py names it): a debootstrap
+# base, then requirements-task.txt and the Cairn client, each layer built once and reused by tag.
+task-image: $(STAMP) proto docker
+	@$(BIN)/python scripts/build_task_image.py
+
+test: install postgres chromium docker
+	@if [ "$${CAIRN_TEST_DOCKER:-}" != skip ] && timeout 20 docker info >/dev/null 2>&1; then \
+		$(MAKE) --no-print-directory task-image; \
+	fi
 	$(BIN)/pytest
 
 lint: install

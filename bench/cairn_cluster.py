@@ -53,8 +53,11 @@ class Api:
 
 
 @contextmanager
-def cairn_cluster(state_dir: Path, *, agents: int, slots: int, db_url: str | None = None) -> Iterator[Api]:
+def cairn_cluster(
+    state_dir: Path, *, agents: int, slots: int, db_url: str | None = None, runtime: str = "process"
+) -> Iterator[Api]:
     options = ClusterOptions(
+        runtime=runtime,
         state_dir=state_dir,
         agents=agents,
         slots_per_agent=slots,

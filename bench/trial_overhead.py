@@ -5,7 +5,7 @@ spread over its trials (in slot-seconds per trial). All three run the same sleep
 sleep one second, report one metric.
 
     make bench-install   # Ray Tune and Optuna into .venv-bench
-    .venv/bin/python -m bench.trial_overhead [--trials 200] [--systems cairn,ray_tune,optuna]
+    .venv/bin/python -m bench.trial_overhead [--trials 200] [--systems cairn,cairn_docker,ray_tune,optuna]
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ BENCH_PYTHON = REPO / ".venv-bench" / "bin" / "python"
 SLOTS = 2
 
 
-def cairn(trials: int) -> dict[str, object]:
+def cairn(trials: int, runtime: str = "process") -> dict[str, object]:
     config = f"""
 name: overhead
 entrypoint: python3 sleep_trial.py
@@ -38,12 +38,21 @@ hyperparameters:
 searcher: {{name: random, metric: loss, max_trials: {trials}, max_concurrent_trials: 16}}
 max_restarts: 0
 """
-    with tempfile.TemporaryDirectory() as state, cairn_cluster(Path(state), agents=1, slots=SLOTS) as api:
+    with (
+        tempfile.TemporaryDirectory() as state,
+        cairn_cluster(Path(state), agents=1, slots=SLOTS, runtime=runtime) as api,
+    ):
         started = time.monotonic()
         experiment_id = api.create(config, HERE / "trials" / "sleep_trial")
         outcome = api.wait_terminal(experiment_id)
         wall = time.monotonic() - started
-    return {"system": "cairn", "trials": trials, "state": outcome, "wall_s": wall}
+    system = "cairn" if runtime == "process" else f"cairn_{runtime}"
+    return {"system": system, "trials": trials, "state": outcome, "wall_s": wall}
+
+
+def cairn_docker(trials: int) -> dict[str, object]:
+    """The same on the Docker runtime: every trial in a container of the task image."""
+    return cairn(trials, runtime="docker")
 
 
 def peer(script: str, trials: int, *extra: str) -> dict[str, object]:
@@ -85,7 +94,7 @@ def ray_tune(trials: int) -> dict[str, object]:
     return peer("ray_tune_sleep.py", trials)
 
 
-SYSTEMS = {"cairn": cairn, "ray_tune": ray_tune, "optuna": optuna}
+SYSTEMS = {"cairn": cairn, "cairn_docker": cairn_docker, "ray_tune": ray_tune, "optuna": optuna}
 
 
 def main() -> None:

@@ -17,11 +17,14 @@ from services.agent.containers.manager import KILL_BACKSTOP_SECONDS, SHIM_BACKST
 from services.agent.containers.outbox import Outbox
 from services.agent.containers.preparation import Preparer
 from services.agent.containers.task_env import MasterFacts
+from services.agent.runtime.docker_engine import DockerEngine, DockerUnavailable
+from services.agent.runtime.docker_runtime import DockerRuntime
+from services.agent.runtime.docker_spec import DockerDefaults
 from services.agent.runtime.process_runtime import ProcessRuntime
 from services.agent.session.context_download import ContextDownloader
 from services.agent.session.session import AgentIdentity, MasterSession
 from services.agent.settings import AgentSettings
-from services.agent.slots import SlotDiscoveryError, discover_slots
+from services.agent.slots import SlotDiscoveryError, SlotInfo, discover_slots
 from services.agent.work_dir import WorkDir, WorkDirBusyError
 from services.common.channels import internal_channel
 from services.common.logging import get_logger
@@ -91,6 +94,13 @@ class Agent:
             log.error("agent cannot start", error=str(exc))
             work_dir.unlock()
             return 1
+        try:
+            runtime = self._runtime(slots)
+        except DockerUnavailable as exc:
+            log.error("agent cannot start", error=str(exc))
+            self._server.stop(1)
+            work_dir.unlock()
+            return 1
         channel = internal_channel(master_target, s.cluster_token)
         outbox = Outbox()
         preparer = Preparer(
@@ -99,17 +109,22 @@ class Agent:
             fetch_context=ContextDownloader(channel).fetch,
             base_env=os.environ,
             python_envs=s.python_envs(),
-            private_run_dir=determined_info.private_run_dir_supported(),
+            private_run_dir=s.runtime == "process" and determined_info.private_run_dir_supported(),
+            in_docker=s.runtime == "docker",
         )
         manager = ContainerManager(
             containers_dir=work_dir.containers,
             agent_id=s.agent_id,
-            runtime=ProcessRuntime(),
+            runtime=runtime,
             outbox=outbox,
             preparer=preparer,
             master=MasterFacts(grpc_address=s.master),
         )
         manager.restore()
+        if isinstance(runtime, DockerRuntime):
+            removed = runtime.remove_unclaimed(manager.live_container_ids())
+            if removed:
+                log.warning("removed Docker containers no container of this agent claims", containers=removed)
         session = MasterSession(
             channel=channel,
             master_address=s.master,
@@ -121,6 +136,7 @@ class Agent:
                 addresses=tuple(advertised_addresses(s.advertise_address)),
                 slots=tuple(slots),
                 boot_time=boot_time,
+                runtime=runtime.name,
             ),
             manager=manager,
             outbox=outbox,
@@ -157,6 +173,18 @@ class Agent:
             work_dir.unlock()
         log.info("agent stopped", exit_code=self._exit_code)
         return self._exit_code
+
+    def _runtime(self, slots: list[SlotInfo]) -> ProcessRuntime:
+        s = self.settings
+        if s.runtime != "docker":
+            return ProcessRuntime()
+        return DockerRuntime(
+            engine=DockerEngine(),
+            agent_id=s.agent_id,
+            work_dir=s.work_dir,
+            slots=slots,
+            defaults=DockerDefaults(image=s.default_image, cpus_per_slot=s.cpus_per_slot),
+        )
 
     def _on_welcome(self) -> None:
         if not self._ready_written and self._server is not None:

@@ -12,10 +12,12 @@ from pathlib import Path
 
 from services.agent.containers.python_envs import PythonEnv, PythonEnvError, PythonEnvs, parse_task_env
 from services.agent.containers.task_env import split_host_port
+from services.agent.runtime.docker_spec import default_task_image
 from services.agent.slots import SlotType
 from services.common.args import add_common_flags
 
 DEFAULT_MASTER = "127.0.0.1:8090"
+RUNTIMES = ("process", "docker")
 _AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
 
 
@@ -39,6 +41,11 @@ class AgentSettings:
     advertise_address: str = ""
     task_envs: tuple[PythonEnv, ...] = ()
     default_task_env: str | None = None
+    # "process" or "docker": where this agent runs every container.
+    runtime: str = "process"
+    # Docker runtime: the image of tasks whose config names none, and cores per CPU slot (0: no limit).
+    default_image: str = ""
+    cpus_per_slot: float = 0.0
 
     def python_envs(self) -> PythonEnvs:
         return PythonEnvs(self.task_envs, self.default_task_env)
@@ -100,6 +107,26 @@ def build_parser() -> argparse.ArgumentParser:
         "else 'agent': the agent's own interpreter)",
     )
     parser.add_argument(
+        "--runtime",
+        choices=RUNTIMES,
+        default=os.environ.get("CAIRN_AGENT_RUNTIME", "process"),
+        help="process: each container is a process tree on this machine; docker: a Docker container "
+        "(dockerd must run here) (env CAIRN_AGENT_RUNTIME; default process)",
+    )
+    parser.add_argument(
+        "--default-image",
+        default=os.environ.get("CAIRN_DEFAULT_IMAGE", ""),
+        help="docker runtime: the image of tasks whose config names no environment.image "
+        f"(env CAIRN_DEFAULT_IMAGE; default {default_task_image()})",
+    )
+    parser.add_argument(
+        "--cpus-per-slot",
+        type=float,
+        default=0.0,
+        help="docker runtime: the most cores a container may use per CPU slot it holds (0 = no limit, "
+        "the default: containers only share the cores in proportion to their slots)",
+    )
+    parser.add_argument(
         "--reconnect-timeout",
         type=float,
         default=0.0,
@@ -124,6 +151,12 @@ def parse_settings(argv: Sequence[str] | None = None) -> AgentSettings:
         parser.error("--slots: must be >= 0")
     if args.reconnect_timeout < 0:
         parser.error("--reconnect-timeout: must be >= 0")
+    if args.runtime not in RUNTIMES:
+        parser.error(f"--runtime: {args.runtime!r} is not one of {', '.join(RUNTIMES)}")
+    if args.cpus_per_slot < 0:
+        parser.error("--cpus-per-slot: must be >= 0")
+    if any(ch.isspace() for ch in args.default_image):
+        parser.error(f"--default-image: {args.default_image!r} must not contain spaces")
     try:
         task_envs = tuple(parse_task_env(text) for text in args.task_env)
         PythonEnvs(task_envs, args.default_task_env)
@@ -152,4 +185,7 @@ def parse_settings(argv: Sequence[str] | None = None) -> AgentSettings:
         advertise_address=args.advertise_address.strip(),
         task_envs=task_envs,
         default_task_env=args.default_task_env,
+        runtime=args.runtime,
+        default_image=args.default_image or default_task_image(),
+        cpus_per_slot=args.cpus_per_slot,
     )

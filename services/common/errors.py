@@ -36,6 +36,12 @@ class PermissionDenied(ServiceError):
     kind = "PERMISSION_DENIED"
 
 
+class ResourceExhausted(ServiceError):
+    """A limit on how much or how often a caller may ask was reached; the message says when to retry."""
+
+    kind = "RESOURCE_EXHAUSTED"
+
+
 class Unavailable(ServiceError):
     """Another Cairn service this call needs did not answer."""
 

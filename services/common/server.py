@@ -19,6 +19,7 @@ from grpc_reflection.v1alpha import reflection
 
 from services.common.channels import MAX_MESSAGE_BYTES
 from services.common.logging import get_logger
+from services.common.request_decoding import RequestDecodingInterceptor
 
 log = get_logger(__name__)
 
@@ -73,7 +74,8 @@ def start_server(
     """
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=f"{name}-rpc"),
-        interceptors=list(interceptors),
+        # Outermost, so an undecodable request is refused whatever the others would do with it.
+        interceptors=[RequestDecodingInterceptor(), *interceptors],
         options=SERVER_OPTIONS,
     )
     service_names = list(register(server))

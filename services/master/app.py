@@ -28,7 +28,9 @@ from services.master.domain.auth import AuthService
 from services.master.domain.checkpoints import CheckpointGc
 from services.master.domain.clock import utcnow
 from services.master.domain.context import MasterContext
+from services.master.domain.exposure import check_exposure
 from services.master.domain.liveness import LivenessLoop
+from services.master.domain.login_limiter import LoginLimiter, LoginLimits
 from services.master.domain.logs import LogStore
 from services.master.domain.master_log import MasterLogRing
 from services.master.domain.samples import SampleCache
@@ -45,6 +47,7 @@ from services.master.servicers.agent_stream import AgentStreamServicer
 from services.master.servicers.api.base import ApiDeps
 from services.master.servicers.api.service import CairnServicer
 from services.master.servicers.auth import PUBLIC_METHODS, master_authenticator
+from services.master.servicers.follow_slots import FollowSlots
 from services.master.servicers.read_cache import ReadCache, RowCache
 from services.master.settings import Settings
 from services.master.store import models
@@ -86,6 +89,21 @@ class Master:
         log.info("migrating database", dialect=self.db.dialect)
         self.db.migrate()
         settings = self.settings
+        self.auth = AuthService(
+            self.db,
+            settings.session_ttl_seconds,
+            LoginLimiter(
+                LoginLimits(
+                    failures_per_user=settings.login_failures_per_user,
+                    failures_per_address=settings.login_failures_per_address,
+                    window_s=settings.login_window_s,
+                )
+            ),
+            initial_password=settings.initial_user_password,
+        )
+        self.auth.ensure_builtin_users()
+        # Before anything listens: a master reachable beyond loopback needs passwords on its accounts.
+        check_exposure(settings.host, self.auth.builtin_users_without_password())
         # HTTP first: with --http-port 0 the bound port must be known before anything reports it.
         self.http, _ = start_http(settings.host, settings.http_port, [])
         settings = dataclasses.replace(settings, http_port=self.http.server_address[1])
@@ -103,8 +121,6 @@ class Master:
             cluster_id=_cluster_id(self.db),
         )
         wiring.connect(ctx)
-        self.auth = AuthService(self.db, settings.session_ttl_seconds)
-        self.auth.ensure_builtin_users()
         workspaces.ensure_builtin_owner(ctx)
         agent_registry.mark_all_disconnected_at_boot(ctx)
         self.logs = LogStore(ctx)
@@ -127,6 +143,7 @@ class Master:
             version=__version__,
             database=self.db.dialect,
             master_log=self.master_log,
+            follow_slots=FollowSlots(settings.max_log_followers),
         )
         api = CairnServicer(deps)
         agent_stream = AgentStreamServicer(ctx, self.logs)
@@ -148,7 +165,8 @@ class Master:
             host=settings.host,
             port=settings.grpc_port,
             interceptors=interceptors,
-            max_workers=256,
+            # Followers never take the ordinary calls' threads: they have their own (follow_slots.py).
+            max_workers=settings.rpc_workers + settings.max_log_followers,
         )
         settings = dataclasses.replace(settings, grpc_port=self.grpc.port)
         ctx.settings = settings

@@ -44,7 +44,31 @@ class Settings:
     default_pool: str = "default"
     # Model definitions larger than this are refused (Determined allows about 95 MiB).
     max_model_definition_bytes: int = 96 * 1024 * 1024
+    # The most trials one experiment may ask for (random/ASHA max_trials, a grid's point count):
+    # each is a row, a searcher entry and an allocation request, created in the searcher's first
+    # transaction when max_concurrent_trials is 0. 10,000 is beyond real searches (Determined's
+    # examples use 16-1,000) yet keeps that transaction to seconds on SQLite.
+    max_trials_per_experiment: int = 10_000
+    # s3 endpoint_url at a loopback or link-local address (a cloud metadata service, the master's
+    # own ports) is refused unless the operator allows it, e.g. for a MinIO on the same host.
+    allow_local_storage_endpoints: bool = False
+    # Host paths under which users who are not admins may bind mount (admins may mount any path).
+    bind_mount_allowed_paths: tuple[str, ...] = ()
+    # How long a login lasts (Determined's sessions last 7 days); expired tokens are refused.
     session_ttl_seconds: int = 7 * 24 * 3600
+    # Failed logins before a user / a client address is paused, within the window (login_limiter.py).
+    login_failures_per_user: int = 10
+    login_failures_per_address: int = 30
+    login_window_s: float = 60.0
+    # Given to the built-in accounts (admin, determined) while they have no password (Determined's
+    # initial_user_password); a master reachable beyond loopback needs them to have one.
+    initial_user_password: str = ""
+    # gRPC server threads for ordinary calls (reports, agents' streams, CLI and REST calls).
+    rpc_workers: int = 256
+    # Followed log streams served at once, each on a thread of its own beside rpc_workers
+    # (servicers/follow_slots.py): 512 is 2.5 times the 200 followers a busy team was seen to open,
+    # and each costs an idle thread and a database poll a second.
+    max_log_followers: int = 512
     agent_heartbeat_interval_ms: int = 2_000
     # An agent silent for this long is treated as disconnected.
     agent_heartbeat_timeout_s: float = 15.0
@@ -116,7 +140,38 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
         metavar="NAME=HOST:PORT",
         help="register a custom searcher under a name (repeatable; env CAIRN_SEARCHER_PLUGINS=a=h:p,b=h:p)",
     )
+    parser.add_argument(
+        "--max-trials-per-experiment",
+        type=int,
+        default=int(
+            os.environ.get("CAIRN_MAX_TRIALS_PER_EXPERIMENT", str(Settings.max_trials_per_experiment))
+        ),
+        help="the most trials one experiment may create (max_trials, a grid's size)",
+    )
+    parser.add_argument(
+        "--allow-local-storage-endpoints",
+        action="store_true",
+        default=os.environ.get("CAIRN_ALLOW_LOCAL_STORAGE_ENDPOINTS", "") in ("1", "true", "yes"),
+        help="accept s3 endpoint_url at loopback and link-local addresses (refused by default)",
+    )
+    parser.add_argument(
+        "--bind-mount-allow",
+        action="append",
+        default=[],
+        metavar="HOST_PATH",
+        help="a host path under which non-admin users may bind mount (repeatable; env "
+        "CAIRN_BIND_MOUNT_ALLOW=/a:/b); admins may mount any path",
+    )
+    add_login_flags(parser)
     args = parser.parse_args(argv)
+    check_login_flags(args, parser)
+    if args.max_trials_per_experiment < 1:
+        parser.error("--max-trials-per-experiment: must be at least 1")
+    allowed_mounts = [p for p in os.environ.get("CAIRN_BIND_MOUNT_ALLOW", "").split(":") if p]
+    allowed_mounts += args.bind_mount_allow
+    for path in allowed_mounts:
+        if not os.path.isabs(path) or os.path.normpath(path) == "/":
+            parser.error(f"--bind-mount-allow: {path!r} must be an absolute path other than /")
     from_env = os.environ.get("CAIRN_SEARCHER_PLUGINS", "").split(",")
     plugins = _plugins([*from_env, *args.searcher_plugin], parser)
     state_dir = Path(args.state_dir).expanduser() if args.state_dir else Settings.state_dir
@@ -137,6 +192,15 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
         preemption_timeout_s=args.preemption_timeout,
         agent_reconnect_wait_s=args.agent_reconnect_wait,
         searcher_plugins=plugins,
+        session_ttl_seconds=args.session_ttl,
+        login_failures_per_user=args.login_failures_per_user,
+        login_failures_per_address=args.login_failures_per_address,
+        login_window_s=args.login_window,
+        initial_user_password=args.initial_user_password,
+        max_log_followers=args.max_log_followers,
+        max_trials_per_experiment=args.max_trials_per_experiment,
+        allow_local_storage_endpoints=args.allow_local_storage_endpoints,
+        bind_mount_allowed_paths=tuple(os.path.normpath(p) for p in allowed_mounts),
         read_cache_entries=0 if os.environ.get("CAIRN_READ_CACHE", "on") == "off" else 1024,
     )
 
@@ -151,3 +215,68 @@ def _plugins(items: list[str], parser: argparse.ArgumentParser) -> tuple[tuple[s
             parser.error(f"--searcher-plugin: expected NAME=HOST:PORT, got {item!r}")
         result[name] = address
     return tuple(sorted(result.items()))
+
+
+# Each follower is a thread: past this the process's threads, not the setting, are the limit.
+MAX_LOG_FOLLOWERS = 10_000
+# Sessions longer than a year are not sessions any more; Determined's last 7 days.
+MAX_SESSION_TTL_S = 366 * 24 * 3600
+
+
+def add_login_flags(parser: argparse.ArgumentParser) -> None:
+    env = os.environ.get
+    parser.add_argument(
+        "--session-ttl",
+        type=int,
+        default=int(env("CAIRN_SESSION_TTL", str(Settings.session_ttl_seconds))),
+        help="seconds a login lasts before its token is refused (env CAIRN_SESSION_TTL; default 7 days)",
+    )
+    parser.add_argument(
+        "--login-failures-per-user",
+        type=int,
+        default=int(env("CAIRN_LOGIN_FAILURES_PER_USER", str(Settings.login_failures_per_user))),
+        help="failed logins of one user within --login-window before its logins pause",
+    )
+    parser.add_argument(
+        "--login-failures-per-address",
+        type=int,
+        default=int(env("CAIRN_LOGIN_FAILURES_PER_ADDRESS", str(Settings.login_failures_per_address))),
+        help="failed logins from one client address within --login-window before its logins pause",
+    )
+    parser.add_argument(
+        "--login-window",
+        type=float,
+        default=float(env("CAIRN_LOGIN_WINDOW", str(Settings.login_window_s))),
+        help="seconds over which failed logins are counted",
+    )
+    parser.add_argument(
+        "--max-log-followers",
+        type=int,
+        default=int(env("CAIRN_MAX_LOG_FOLLOWERS", str(Settings.max_log_followers))),
+        help="followed log streams (`logs -f`) served at once; more are refused until one ends",
+    )
+    parser.add_argument(
+        "--initial-user-password",
+        default=env("CAIRN_INITIAL_USER_PASSWORD", ""),
+        help="password for the built-in accounts (admin, determined) while they have none; "
+        "required when the master listens beyond loopback (env CAIRN_INITIAL_USER_PASSWORD)",
+    )
+
+
+def check_login_flags(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    if not 1 <= args.session_ttl <= MAX_SESSION_TTL_S:
+        parser.error(
+            f"--session-ttl: must be between 1 and {MAX_SESSION_TTL_S} seconds, not {args.session_ttl}"
+        )
+    for flag, value in (
+        ("--login-failures-per-user", args.login_failures_per_user),
+        ("--login-failures-per-address", args.login_failures_per_address),
+    ):
+        if value < 1:
+            parser.error(f"{flag}: must be at least 1, not {value}")
+    if not 1 <= args.max_log_followers <= MAX_LOG_FOLLOWERS:
+        parser.error(
+            f"--max-log-followers: must be between 1 and {MAX_LOG_FOLLOWERS}, not {args.max_log_followers}"
+        )
+    if not 0 < args.login_window <= 24 * 3600:
+        parser.error(f"--login-window: must be between 0 and 86400 seconds, not {args.login_window:g}")

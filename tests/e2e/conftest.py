@@ -10,6 +10,7 @@ import pytest
 from tests.e2e.determined_client import det_runner, determined_env
 from tests.support.cluster import TestCluster, running_cluster
 from tests.support.databases import BACKENDS, fresh_database
+from tests.support.docker_env import task_image  # noqa: F401 (the Docker tests' fixture)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -62,6 +62,9 @@ class TestCluster:
     # Standby masters' gRPC addresses, given to the agents after the master's (a failover test
     # starts the standby itself).
     standby_masters: tuple[str, ...] = ()
+    # "docker": the agents run trials in containers of default_image (tests/support/docker_env.py).
+    runtime: str = "process"
+    default_image: str | None = None
     record: ClusterRecord | None = None
     _channel: grpc.Channel | None = None
 
@@ -80,6 +83,8 @@ class TestCluster:
             extra_env={**TEST_ENV, **self.extra_env},
             supervise=self.supervise,
             standby_master_addresses=self.standby_masters,
+            runtime=self.runtime,
+            default_image=self.default_image,
         )
         self.record = start_cluster(options)
         return self
@@ -173,9 +178,18 @@ def running_cluster(
     slots: int = 1,
     extra_env: dict[str, str] | None = None,
     supervise: bool = False,
+    runtime: str = "process",
+    default_image: str | None = None,
 ) -> Iterator[TestCluster]:
     cluster = TestCluster(
-        state_dir, db_url, agents=agents, slots=slots, extra_env=extra_env or {}, supervise=supervise
+        state_dir,
+        db_url,
+        agents=agents,
+        slots=slots,
+        extra_env=extra_env or {},
+        supervise=supervise,
+        runtime=runtime,
+        default_image=default_image,
     )
     cluster.start()
     try:

@@ -13,6 +13,10 @@ trial processes that a dead agent left behind, cairn.localcluster.sweep).
         kill.json     the agent's kill request (grace seconds), read by the shim on its signal
         exit.json     written by the shim when the command has ended and every line is written
         shim.log      the shim's own stderr, for debugging
+        docker.json   (docker runtime) the container to create: image, command, mounts, devices...
+
+With the docker runtime the shim supervises a Docker container instead of a process; the container
+carries the DOCKER_LABEL_* labels, by which a restarted agent and the sweep find it again.
 
 The shim (the container's supervisor) runs in a session of its own, so its pid is also its
 process group; the command runs in another group, whose id is its pid.
@@ -29,6 +33,21 @@ from pathlib import Path
 META_DIR_NAME = ".cairn-agent"
 CONTAINERS_DIR_NAME = "containers"
 LOCK_FILE_NAME = "agent.lock"
+
+# The labels of the Docker containers an agent creates (docker runtime).
+DOCKER_LABEL_AGENT_ID = "cairn.agent-id"
+DOCKER_LABEL_CONTAINER_ID = "cairn.container-id"
+DOCKER_LABEL_ALLOCATION_ID = "cairn.allocation-id"
+# The agent's work dir: what `cairn cluster down` knows of its (possibly dead) agents.
+DOCKER_LABEL_WORK_DIR = "cairn.agent-work-dir"
+DOCKER_LABEL_DESCRIPTION = "cairn.description"
+DOCKER_LABELS = (
+    DOCKER_LABEL_AGENT_ID,
+    DOCKER_LABEL_CONTAINER_ID,
+    DOCKER_LABEL_ALLOCATION_ID,
+    DOCKER_LABEL_WORK_DIR,
+    DOCKER_LABEL_DESCRIPTION,
+)
 
 
 @dataclass(frozen=True)
@@ -70,6 +89,15 @@ class ContainerPaths:
     @property
     def shim_log(self) -> Path:
         return self.meta / "shim.log"
+
+    @property
+    def run_determined(self) -> Path:
+        """What the task sees at /run/determined (info files, the model's pristine copy)."""
+        return self.meta / "run-determined"
+
+    @property
+    def docker_spec(self) -> Path:
+        return self.meta / "docker.json"
 
     @property
     def context_archive(self) -> Path:

@@ -61,6 +61,8 @@ def classify_exit(
         return FailureType.KILLED, code, reason
     if code == 0:
         return FailureType.NONE, 0, ""
+    if report.reason:
+        return FailureType.CONTAINER_FAILED, code, report.reason
     if report.signal is not None:
         try:
             name = signal.Signals(report.signal).name

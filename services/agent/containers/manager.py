@@ -36,7 +36,7 @@ from services.agent.containers.states import ContainerState, FailureType, can_mo
 from services.agent.containers.task_env import MasterFacts
 from services.agent.runtime.events import EventTailer, EventWriter, LogLine, StateEvent, repair_tail
 from services.agent.runtime.jsonfile import read_json
-from services.agent.runtime.process_runtime import ProcessRuntime
+from services.agent.runtime.process_runtime import ContainerSetupError, ProcessRuntime
 from services.agent.runtime.protocol import ContainerPaths, ExitReport, LaunchSpec
 from services.common.logging import get_logger
 
@@ -62,7 +62,7 @@ class ContainerManager:
         *,
         containers_dir: Path,
         agent_id: str,
-        runtime: ProcessRuntime,
+        runtime: ProcessRuntime,  # or a DockerRuntime, which is one
         outbox: Outbox,
         preparer: Preparer,
         master: MasterFacts,
@@ -113,7 +113,11 @@ class ContainerManager:
                     pid, ticks = int(info["pid"]), info.get("start_ticks")
                     record.shim_pid, record.shim_start_ticks = pid, ticks
             if pid is not None:
-                container.shim = self._runtime.attach(pid, ticks)
+                container.shim = self._runtime.attach(pid, ticks, paths)
+                if container.shim.pid != pid:
+                    # The docker runtime gave a container whose supervisor was gone a new one.
+                    record.shim_pid, record.shim_start_ticks = container.shim.pid, container.shim.start_ticks
+                    record.save(paths.state)
             else:
                 container.lost = "the agent restarted while the container was starting"
                 container.exit = ExitReport(exit_code=None, finished_at=time.time())
@@ -234,6 +238,14 @@ class ContainerManager:
 
     def _start_worker(self, c: Container, request: StartRequest) -> None:
         try:
+            try:
+                self._runtime.before_start(
+                    request,
+                    note=lambda m, level: self._note(c, m, level),
+                    pulling=lambda: self._move_under_lock(c, ContainerState.PULLING),
+                )
+            except ContainerSetupError as exc:
+                raise StartError(FailureType.TASK_ERROR, str(exc)) from exc
             with self._lock:
                 self._move_before_launch(c, ContainerState.STARTING)
                 master = self._master
@@ -255,7 +267,10 @@ class ContainerManager:
                 c.writer.close()
                 c.writer = None  # from here on the shim writes the event file
                 try:
-                    c.shim = self._runtime.launch(c.paths, spec)
+                    c.shim = self._runtime.launch(c.paths, spec, request)
+                except ContainerSetupError as exc:
+                    c.writer = EventWriter(c.paths.events, spec.first_seq)
+                    raise StartError(FailureType.TASK_ERROR, str(exc)) from exc
                 except OSError as exc:
                     c.writer = EventWriter(c.paths.events, spec.first_seq)
                     raise StartError(
@@ -284,6 +299,10 @@ class ContainerManager:
         with self._lock:
             if c.writer is not None:
                 c.writer.write_logs([LogLine("stdout", message, level, source="agent")])
+
+    def _move_under_lock(self, c: Container, state: ContainerState) -> None:
+        with self._lock:
+            self._move_before_launch(c, state)
 
     def _move_before_launch(self, c: Container, state: ContainerState) -> None:
         if not can_move(c.record.state, state):
@@ -386,6 +405,11 @@ class ContainerManager:
         with self._lock:
             for c in self._containers.values():
                 self._kill_locked(c, c.record.kill_grace_seconds, _SHUTDOWN_KILL_REASON, by_agent=True)
+
+    def live_container_ids(self) -> set[str]:
+        """The containers not yet ended (their runtime's resources are still theirs)."""
+        with self._lock:
+            return {c.id for c in self._containers.values() if c.record.state != ContainerState.TERMINATED}
 
     def all_terminated(self) -> bool:
         with self._lock:

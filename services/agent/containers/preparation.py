@@ -14,6 +14,7 @@ from services.agent.containers.requests import StartRequest
 from services.agent.containers.states import FailureType
 from services.agent.containers.task_env import MasterFacts, task_environment
 from services.agent.runtime.context_archive import UnsafeArchiveError, unpack_context
+from services.agent.runtime.docker_spec import CONTAINER_WORKDIR
 from services.agent.runtime.protocol import META_DIR_NAME, ContainerPaths
 from services.agent.slots import SlotInfo
 
@@ -23,6 +24,9 @@ ContextFetcher = Callable[[str], Iterable[bytes]]
 Note = Callable[[str, str], None]
 
 SUPPORTED_RUNTIMES = ("", "process")
+# A docker agent runs what the master asks of a process agent too: it is the agent's --runtime
+# that decides where tasks run.
+DOCKER_RUNTIMES = ("", "process", "docker")
 
 
 class ContextFetchError(RuntimeError):
@@ -59,7 +63,12 @@ class Preparer:
         base_env: Mapping[str, str],
         python_envs: PythonEnvs | None = None,
         private_run_dir: bool = False,
+        in_docker: bool = False,
     ) -> None:
+        # Docker runtime: the task runs in a container of its image, its files copied to Determined's
+        # places there (the working dir, /run/determined), so nothing of the agent's host applies:
+        # neither its environment nor its Python environments nor its paths.
+        self._in_docker = in_docker
         self._private_run_dir = private_run_dir
         self._agent_id = agent_id
         self._slots = {slot.id: slot for slot in slots}
@@ -69,9 +78,11 @@ class Preparer:
 
     def problem(self, request: StartRequest) -> str | None:
         """Why this agent cannot run `request` at all, naming the field; None when it can."""
-        if request.runtime not in SUPPORTED_RUNTIMES:
+        supported = DOCKER_RUNTIMES if self._in_docker else SUPPORTED_RUNTIMES
+        if request.runtime not in supported:
             return (
-                f"start.spec.runtime: {request.runtime!r} is not supported by this agent (it runs 'process')"
+                f"start.spec.runtime: {request.runtime!r} is not supported by this agent "
+                f"(it runs {'docker' if self._in_docker else 'process'!r})"
             )
         if not request.entrypoint or not request.entrypoint[0]:
             return "start.spec.entrypoint: required"
@@ -113,21 +124,26 @@ class Preparer:
     ) -> Prepared:
         if request.has_context:
             self._fetch_and_unpack(request, paths, note, aborted)
-        self._expose_mounts(request, paths, note)
-        choice = self._python_envs.choose(request.image)
-        if choice.note:
-            note(choice.note, "WARNING")
+        python_env = None
+        if not self._in_docker:
+            self._expose_mounts(request, paths, note)
+            choice = self._python_envs.choose(request.image)
+            if choice.note:
+                note(choice.note, "WARNING")
+            python_env = choice.env
         env = task_environment(
-            base=self._base_env,
+            base={} if self._in_docker else self._base_env,
             spec_environment=request.environment,
             agent_id=self._agent_id,
             container_id=request.container_id,
             slots=[self._slots[s] for s in request.slot_ids],
-            workdir=paths.root,
+            workdir=Path(CONTAINER_WORKDIR) if self._in_docker else paths.root,
             master=master,
-            python_env=choice.env,
+            python_env=python_env,
             rendezvous=request.rendezvous,
         )
+        if self._in_docker and "PATH" not in request.environment:
+            del env["PATH"]  # the image's own PATH (its Python, its virtualenv) applies
         argv = command_line(request.entrypoint, request.shell)
         if determined_info.is_determined_task(env):
             argv = self._determined_surroundings(argv, env, request, paths, note)
@@ -136,10 +152,12 @@ class Preparer:
     def _determined_surroundings(
         self, argv: list[str], env: dict[str, str], request: StartRequest, paths: ContainerPaths, note: Note
     ) -> list[str]:
-        run_dir = paths.root / META_DIR_NAME / "run-determined"
+        run_dir = paths.run_determined
         determined_info.write_info_files(env, run_dir, request.rendezvous)
         if request.has_context:
             determined_info.copy_model_definition(paths.root, run_dir, skip=META_DIR_NAME)
+        if self._in_docker:
+            return argv  # the docker runtime copies run_dir to the container's own /run/determined
         if not self._private_run_dir:
             note(
                 "Determined's harness will not find /run/determined/info: this agent cannot give tasks a "

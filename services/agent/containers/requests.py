@@ -45,6 +45,8 @@ class StartRequest:
     description: str = ""
     # None from a master that sent none: the container is then rank 0 of 1.
     rendezvous: RendezvousInfo | None = None
+    # The config's container-shaping part, JSON (docker runtime; see runtime/docker_spec.py).
+    container_config: str = ""
 
 
 @dataclass(frozen=True)

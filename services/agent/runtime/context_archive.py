@@ -12,9 +12,15 @@ from __future__ import annotations
 
 import posixpath
 import tarfile
+import zlib
 from pathlib import Path
 
+from cairn.context_limits import DEFAULT_SIZE_LIMIT_BYTES, MAX_MODEL_DEFINITION_FILES
 from services.agent.runtime.protocol import META_DIR_NAME
+
+# The master packs at most its max_model_definition_bytes (96 MiB by default) of files; an archive
+# that claims twice that (room for a master configured higher) is refused before it fills a disk.
+MAX_UNPACKED_BYTES = 2 * DEFAULT_SIZE_LIMIT_BYTES
 
 
 class UnsafeArchiveError(ValueError):
@@ -62,10 +68,18 @@ def unpack_context(archive: Path, dest: Path) -> int:
     """Extract `archive` into `dest` (which must exist); the number of members extracted."""
     dest_real = dest.resolve()
     count = 0
+    unpacked = 0
     try:
         with tarfile.open(archive, "r:*") as tar:
             for member in tar:
                 _check_member(member)
+                # Checked from the header, before the member's bytes are written.
+                unpacked += member.size
+                if unpacked > MAX_UNPACKED_BYTES or count >= MAX_MODEL_DEFINITION_FILES:
+                    raise UnsafeArchiveError(
+                        f"model definition unpacks to more than {MAX_UNPACKED_BYTES} bytes or "
+                        f"{MAX_MODEL_DEFINITION_FILES} members"
+                    )
                 if _clean_name(member.name) in ("", "."):
                     continue
                 try:
@@ -77,6 +91,8 @@ def unpack_context(archive: Path, dest: Path) -> int:
                 count += 1
     except tarfile.ReadError as exc:
         raise UnsafeArchiveError(f"model definition is not a readable tar archive: {exc}") from exc
+    except (EOFError, zlib.error, tarfile.TarError) as exc:
+        raise UnsafeArchiveError(f"model definition archive is truncated or corrupt: {exc}") from exc
     return count
 
 

@@ -9,8 +9,10 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from services.agent.runtime.jsonfile import read_json, write_json_atomic
 from services.agent.runtime.processes import is_running, signal_group, signal_process, start_ticks
@@ -21,6 +23,18 @@ from services.agent.runtime.protocol import (
     ExitReport,
     LaunchSpec,
 )
+
+if TYPE_CHECKING:
+    from services.agent.containers.requests import StartRequest
+
+# Writes a line about the container into its log: (message, level).
+Note = Callable[[str, str], None]
+
+
+class ContainerSetupError(RuntimeError):
+    """A runtime cannot make the container (the docker runtime: bad configuration, image not
+    available); the container ends with this message."""
+
 
 # The folder that holds the `services` package: the shim is started with it on PYTHONPATH so it
 # runs from the same code as the agent, installed or not.
@@ -37,15 +51,28 @@ class ShimHandle:
 
 class ProcessRuntime:
     name = "process"
+    # The supervisor every container gets (the docker runtime's differs, and speaks the same files).
+    shim_module = "services.agent.runtime.shim"
 
     def __init__(self, python: str = sys.executable) -> None:
         self._python = python
 
-    def launch(self, paths: ContainerPaths, spec: LaunchSpec) -> ShimHandle:
-        write_json_atomic(paths.launch, spec.to_json())
+    def before_start(self, request: StartRequest, note: Note, pulling: Callable[[], None]) -> None:
+        """What must happen before a container starts (the docker runtime pulls its image): nothing."""
+
+    def launch(
+        self, paths: ContainerPaths, spec: LaunchSpec, request: StartRequest | None = None
+    ) -> ShimHandle:
+        return self._start_shim(paths, spec, ())
+
+    def _start_shim(
+        self, paths: ContainerPaths, spec: LaunchSpec | None, extra: tuple[str, ...]
+    ) -> ShimHandle:
+        if spec is not None:
+            write_json_atomic(paths.launch, spec.to_json())
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_CODE_ROOT), env.get("PYTHONPATH", "")) if p)
-        argv = [self._python, "-m", "services.agent.runtime.shim", str(paths.meta)]
+        argv = [self._python, "-m", self.shim_module, str(paths.meta), *extra]
         with open(paths.shim_log, "ab") as log:
             # The shim inherits this thread's signal mask: with the control signals blocked, one
             # sent before the shim is ready stays pending instead of killing it (see shim.py).
@@ -65,7 +92,7 @@ class ProcessRuntime:
                 signal.pthread_sigmask(signal.SIG_SETMASK, previous)
         return ShimHandle(pid=popen.pid, start_ticks=start_ticks(popen.pid), popen=popen)
 
-    def attach(self, pid: int, ticks: int | None) -> ShimHandle:
+    def attach(self, pid: int, ticks: int | None, paths: ContainerPaths | None = None) -> ShimHandle:
         return ShimHandle(pid=pid, start_ticks=ticks)
 
     def is_alive(self, handle: ShimHandle) -> bool:

@@ -60,6 +60,8 @@ class ExitReport:
 
     `exit_code` follows the shell's convention: 128+N when killed by signal N. `error` is set when
     the command could not be started at all; `aborted` when a kill arrived before it started.
+    `reason` explains an end the exit code alone does not (a container killed for running out of
+    memory).
     """
 
     exit_code: int | None
@@ -67,6 +69,7 @@ class ExitReport:
     error: str = ""
     aborted: bool = False
     finished_at: float = 0.0
+    reason: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -75,6 +78,7 @@ class ExitReport:
             "error": self.error,
             "aborted": self.aborted,
             "finished_at": self.finished_at,
+            **({"reason": self.reason} if self.reason else {}),
         }
 
     @classmethod
@@ -87,4 +91,5 @@ class ExitReport:
             error=str(data.get("error") or ""),
             aborted=bool(data.get("aborted")),
             finished_at=float(data.get("finished_at") or 0.0),
+            reason=str(data.get("reason") or ""),
         )

@@ -124,4 +124,5 @@ def start_request(start: apb.StartContainer) -> StartRequest:
         mounts=tuple(MountRequest(m.host_path, m.container_path, m.read_only) for m in spec.mounts),
         description=spec.description,
         rendezvous=rendezvous_info(start),
+        container_config=spec.container_config,
     )

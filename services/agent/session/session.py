@@ -53,6 +53,7 @@ class AgentIdentity:
     addresses: tuple[str, ...]
     slots: tuple[SlotInfo, ...]
     boot_time: float
+    runtime: str = "process"
 
 
 class _Stream:
@@ -156,7 +157,7 @@ class MasterSession:
             slots=[convert.slot_message(s) for s in ident.slots],
             containers=[convert.running_container(r) for r in self._manager.hello_containers()],
             reconnect=self._welcomed_before,
-            runtime="process",
+            runtime=ident.runtime,
             boot_time=convert.timestamp(ident.boot_time),
         )
 

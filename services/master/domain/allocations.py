@@ -1,5 +1,6 @@
-"""Allocations: one run of a trial on agent slots. Placement, signals (preempt, kill), container
-state changes, and the end of an allocation, which hands over to the trial's lifecycle.
+"""Allocations: one run of a task (a trial, a command, a generic task) on agent slots. Placement,
+signals (preempt, kill), container state changes, and the end of an allocation, which hands over to
+its owner's lifecycle (the trial's, or the task's for every other kind).
 
 Exit classification (Determined's rules, see reference §1.6–1.7):
   killed      — the master asked for a kill (user kill, or a graceful stop that timed out)
@@ -27,13 +28,15 @@ from cairn.agent.v1 import agent_pb2 as apb
 from services.common.logging import get_logger
 from services.master.domain.auth import hash_token, new_token
 from services.master.domain.clock import utcnow
+from services.master.domain.command_spec import build_command_spec
 from services.master.domain.config import config_view
 from services.master.domain.context import NOT_CONNECTED, MasterContext, Work
 from services.master.domain.rendezvous import agent_address, free_port_offset, rendezvous_for
 from services.master.domain.states import LIVE_ALLOCATION, allocation_advances
 from services.master.domain.states import AllocationState as A
+from services.master.domain.task_ids import trial_task_id
 from services.master.domain.task_spec import build_task_spec
-from services.master.domain.topics import allocation_topic, trial_topic
+from services.master.domain.topics import allocation_topic, task_topic, trial_topic
 from services.master.store import models
 
 log = get_logger(__name__)
@@ -111,7 +114,8 @@ def transition(ctx: MasterContext, w: Work, alloc: models.Allocation, target: A,
 
 
 def _exited(ctx: MasterContext, w: Work, alloc: models.Allocation, outcome: Outcome) -> None:
-    """Tell the allocation's owner (the trial lifecycle, through the hooks wiring.py registers)."""
+    """Tell the allocation's owner (the trial's or the task's lifecycle, through the hooks wiring.py
+    registers)."""
     if not ctx.allocation_exit_hooks:
         raise RuntimeError(NOT_CONNECTED)
     for hook in ctx.allocation_exit_hooks:
@@ -138,7 +142,8 @@ def containers_of(w: Work, alloc: models.Allocation) -> list[models.Container]:
 
 
 def _publish(ctx: MasterContext, w: Work, alloc: models.Allocation) -> None:
-    topics = (allocation_topic(alloc.id), trial_topic(alloc.trial_id))
+    owner = trial_topic(alloc.trial_id) if alloc.trial_id is not None else task_topic(alloc.task_id)
+    topics = (allocation_topic(alloc.id), owner)
 
     def publish() -> None:
         for topic in topics:
@@ -153,6 +158,7 @@ def request(ctx: MasterContext, w: Work, trial: models.Trial, exp: models.Experi
     view = config_view(exp.config)
     alloc = models.Allocation(
         id=f"{exp.id}.{trial.id}.{trial.run_id}",
+        task_id=trial_task_id(exp.id, trial.request_id),
         trial_id=trial.id,
         run_id=trial.run_id,
         state=A.PENDING,
@@ -179,16 +185,56 @@ def request(ctx: MasterContext, w: Work, trial: models.Trial, exp: models.Experi
     return alloc
 
 
+def request_for_task(ctx: MasterContext, w: Work, task: models.Task) -> models.Allocation:
+    """A new allocation request for a task that is not a trial (a command, a generic task): the
+    same scheduler places it, with the slots, pool and priority its config asked for."""
+    task.run_id += 1
+    alloc = models.Allocation(
+        id=f"{task.id}.{task.run_id}",
+        task_id=task.id,
+        trial_id=None,
+        run_id=task.run_id,
+        state=A.PENDING,
+        slots=task.slots,
+        resource_pool=task.resource_pool,
+        priority=task.priority,
+        requested_at=utcnow(),
+        placements=[],
+        token_hash="",
+        failure_type="",
+        preempt_requested=False,
+        preempt_reason="",
+        preempt_acked=False,
+        kill_requested=False,
+        is_ready=False,
+    )
+    w.session.add(alloc)
+    w.session.flush()
+    _publish(ctx, w, alloc)
+    w.later(ctx.scheduler_wakeup.set)
+    log.info("allocation requested", allocation_id=alloc.id, task_id=task.id, slots=alloc.slots)
+    return alloc
+
+
+def _spec_for(ctx: MasterContext, w: Work, alloc: models.Allocation, token: str) -> apb.TaskSpec:
+    """What the agents run: a trial's harness and environment, or a task's own command."""
+    if alloc.trial_id is None:
+        task = w.session.get_one(models.Task, alloc.task_id)
+        owner = w.session.get_one(models.User, task.owner_id)
+        return build_command_spec(ctx.settings, task, alloc, token, owner.username)
+    trial = w.session.get_one(models.Trial, alloc.trial_id)
+    exp = w.session.get_one(models.Experiment, trial.experiment_id)
+    owner = w.session.get_one(models.User, exp.owner_id)
+    alloc.searcher_target = trial.searcher_target
+    return build_task_spec(ctx.settings, exp, trial, alloc, token, owner.username)
+
+
 def assign(
     ctx: MasterContext, w: Work, alloc: models.Allocation, placements: list[dict[str, object]]
 ) -> None:
     """The scheduler placed the allocation: record it and tell the agents to start it, one container
     per agent, each with the allocation's rendezvous info and its own container rank."""
-    trial = w.session.get_one(models.Trial, alloc.trial_id)
-    exp = w.session.get_one(models.Experiment, trial.experiment_id)
-    owner = w.session.get_one(models.User, exp.owner_id)
     token = new_token()
-    alloc.searcher_target = trial.searcher_target
     alloc.placements = placements
     alloc.token_hash = hash_token(token)
     alloc.port_offset = free_port_offset(
@@ -198,7 +244,7 @@ def assign(
             )
         )
     )
-    spec = build_task_spec(ctx.settings, exp, trial, alloc, token, owner.username)
+    spec = _spec_for(ctx, w, alloc, token)
     agent_ids = [str(p["agent_id"]) for p in placements]
     addresses = {
         agent.id: agent_address(agent.addresses)
@@ -246,6 +292,13 @@ def preemption_timeout(ctx: MasterContext, exp: models.Experiment) -> int:
     return configured if configured is not None else ctx.settings.preemption_timeout_s
 
 
+def _preemption_timeout_of(ctx: MasterContext, w: Work, alloc: models.Allocation) -> int:
+    if alloc.trial_id is None:
+        return ctx.settings.preemption_timeout_s
+    trial = w.session.get_one(models.Trial, alloc.trial_id)
+    return preemption_timeout(ctx, w.session.get_one(models.Experiment, trial.experiment_id))
+
+
 def request_preempt(ctx: MasterContext, w: Work, alloc: models.Allocation, reason: str) -> None:
     """Ask the trial code to checkpoint and exit; it is killed if it has not after the timeout."""
     if alloc.state == A.TERMINATED or alloc.kill_requested or alloc.preempt_requested:
@@ -257,11 +310,9 @@ def request_preempt(ctx: MasterContext, w: Work, alloc: models.Allocation, reaso
         # The code is not running yet, so nobody would see the signal: stop it right away.
         request_kill(ctx, w, alloc, grace_seconds=ctx.settings.kill_grace_s, reason=reason)
         return
-    trial = w.session.get_one(models.Trial, alloc.trial_id)
-    exp = w.session.get_one(models.Experiment, trial.experiment_id)
     alloc.preempt_requested = True
     alloc.preempt_reason = reason
-    alloc.kill_deadline = utcnow() + timedelta(seconds=preemption_timeout(ctx, exp))
+    alloc.kill_deadline = utcnow() + timedelta(seconds=_preemption_timeout_of(ctx, w, alloc))
     # Not a state change: the allocation runs on until its code exits (or the deadline passes).
     _publish(ctx, w, alloc)
     log.info("allocation preemption requested", allocation_id=alloc.id, reason=reason)

@@ -2,7 +2,8 @@
 
 Passwords: Determined-compatible clients send sha512(salt + password) ("is_hashed"); plain ones are
 salted the same way here, so both forms converge on one value, which is stored only as a PBKDF2
-hash. Tokens: random, returned once, stored only as sha256, valid for a fixed time.
+hash. Tokens: random, returned once, stored only as sha256, valid for the master's session lifetime
+(--session-ttl). Failed logins are limited per user and per client address (login_limiter.py).
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ from sqlalchemy import delete, select
 
 from cairn.client.password import salt_and_hash
 from services.common.principal import Principal
+from services.master.domain import allocation_access
 from services.master.domain.clock import utcnow
 from services.master.domain.errors import InvalidArgument, PermissionDenied, Unauthenticated
+from services.master.domain.login_limiter import LoginLimiter, LoginLimits
 from services.master.store import models
 from services.master.store.db import Database
 
@@ -47,6 +50,24 @@ def hash_password(salted: str) -> str:
     return f"pbkdf2_sha256${PBKDF2_ITERATIONS}${salt_b64}${digest_b64}"
 
 
+def salted_password(password: str, is_hashed: bool) -> str:
+    """The client-side salted hash of a password, whichever form the client sent."""
+    # Determined's clients send an empty password as is, even with is_hashed set.
+    return password if is_hashed and password else salt_and_hash(password)
+
+
+def has_empty_password(user: models.User) -> bool:
+    return verify_password(salt_and_hash(""), user.password_hash)
+
+
+def format_duration(span: timedelta) -> str:
+    seconds = int(span.total_seconds())
+    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
 def verify_password(salted: str, stored: str) -> bool:
     try:
         scheme, iterations, salt_b64, digest_b64 = stored.split("$")
@@ -69,7 +90,7 @@ class UserInfo:
     last_auth_at: str
 
 
-def _user_info(user: models.User) -> UserInfo:
+def user_info(user: models.User) -> UserInfo:
     return UserInfo(
         id=user.id,
         username=user.username,
@@ -82,22 +103,34 @@ def _user_info(user: models.User) -> UserInfo:
 
 
 class AuthService:
-    def __init__(self, db: Database, session_ttl_seconds: int) -> None:
+    def __init__(
+        self,
+        db: Database,
+        session_ttl_seconds: int,
+        limiter: LoginLimiter | None = None,
+        initial_password: str = "",
+    ) -> None:
         self._db = db
         self._ttl = timedelta(seconds=session_ttl_seconds)
+        self._limiter = limiter or LoginLimiter(LoginLimits())
+        self._initial_password = initial_password
         self._cache: dict[str, tuple[Principal, float]] = {}
         self._cache_lock = threading.Lock()
 
     def ensure_builtin_users(self) -> None:
+        """Create the built-in accounts; with an initial password, give it to those still without one
+        (as Determined's `initial_user_password` does for new clusters)."""
+        initial = hash_password(salt_and_hash(self._initial_password))
         with self._db.transaction() as s:
-            existing = set(s.scalars(select(models.User.username)))
+            existing = {u.username: u for u in s.scalars(select(models.User))}
             now = utcnow()
             for username, admin in BUILTIN_USERS:
-                if username not in existing:
+                user = existing.get(username)
+                if user is None:
                     s.add(
                         models.User(
                             username=username,
-                            password_hash=hash_password(salt_and_hash("")),
+                            password_hash=initial,
                             admin=admin,
                             active=True,
                             display_name="",
@@ -105,19 +138,34 @@ class AuthService:
                             modified_at=now,
                         )
                     )
+                elif self._initial_password and has_empty_password(user):
+                    user.password_hash = initial
+                    user.modified_at = now
 
-    def login(self, username: str, password: str, is_hashed: bool) -> tuple[str, UserInfo]:
+    def builtin_users_without_password(self) -> list[str]:
+        """Active built-in accounts anyone can log in to (empty password)."""
+        names = [name for name, _ in BUILTIN_USERS]
+        with self._db.read() as s:
+            users = s.scalars(select(models.User).where(models.User.username.in_(names)))
+            return sorted(u.username for u in users if u.active and has_empty_password(u))
+
+    def login(
+        self, username: str, password: str, is_hashed: bool, client_address: str = ""
+    ) -> tuple[str, UserInfo]:
         if not username:
             raise InvalidArgument("username: required")
-        # Determined's clients send an empty password as is, even with is_hashed set.
-        salted = password if is_hashed and password else salt_and_hash(password)
+        # Refused before the password is looked at: guessing during the pause learns nothing.
+        self._limiter.check(username, client_address)
+        salted = salted_password(password, is_hashed)
         with self._db.transaction() as s:
             user = s.scalar(select(models.User).where(models.User.username == username))
             # One message for "no such user" and "wrong password": do not reveal which.
             if user is None or not verify_password(salted, user.password_hash):
+                self._limiter.failed(username, client_address)
                 raise Unauthenticated("invalid credentials")
             if not user.active:
                 raise PermissionDenied(f"user '{username}' is deactivated")
+            self._limiter.succeeded(username)
             token = new_token()
             now = utcnow()
             s.add(
@@ -128,7 +176,7 @@ class AuthService:
             user.last_auth_at = now
             # Expired sessions are pruned here, where they would otherwise only grow.
             s.execute(delete(models.UserSession).where(models.UserSession.expires_at < now))
-            return token, _user_info(user)
+            return token, user_info(user)
 
     def logout(self, token: str) -> None:
         token_hash = hash_token(token)
@@ -137,12 +185,19 @@ class AuthService:
         with self._cache_lock:
             self._cache.pop(token_hash, None)
 
+    def forget_user(self, user_id: int) -> None:
+        """Drop what is remembered of a user's sessions: a change to the user (deactivated, admin
+        flag) holds from the next call, not after TOKEN_CACHE_SECONDS."""
+        with self._cache_lock:
+            for token_hash in [h for h, (p, _) in self._cache.items() if p.user_id == user_id]:
+                del self._cache[token_hash]
+
     def user(self, user_id: int) -> UserInfo:
         with self._db.read() as s:
             user = s.get(models.User, user_id)
             if user is None:
                 raise Unauthenticated("user no longer exists")
-            return _user_info(user)
+            return user_info(user)
 
     def authenticate_user_token(self, token: str) -> Principal:
         token_hash = hash_token(token)
@@ -160,23 +215,22 @@ class AuthService:
             if row is None:
                 raise Unauthenticated("invalid credentials: unknown or revoked token")
             session, user = row
-            if session.expires_at < utcnow():
-                raise Unauthenticated("session expired: log in again")
+            left_s = (session.expires_at - utcnow()).total_seconds()
+            if left_s <= 0:
+                raise Unauthenticated(
+                    f"session expired (sessions last {format_duration(self._ttl)}): log in again"
+                )
             if not user.active:
                 raise PermissionDenied(f"user '{user.username}' is deactivated")
             principal = Principal(user_id=user.id, username=user.username, admin=user.admin)
         with self._cache_lock:
             if len(self._cache) > 10_000:
                 self._cache.clear()
-            self._cache[token_hash] = (principal, now_mono + TOKEN_CACHE_SECONDS)
+            # Never trusted past the session's own end.
+            self._cache[token_hash] = (principal, now_mono + min(TOKEN_CACHE_SECONDS, left_s))
         return principal
 
     def authenticate_allocation_token(self, token: str) -> Principal:
-        token_hash = hash_token(token)
+        """Trial code's token, refused once its allocation has ended (allocation_access)."""
         with self._db.read() as s:
-            allocation_id = s.scalar(
-                select(models.Allocation.id).where(models.Allocation.token_hash == token_hash)
-            )
-            if allocation_id is None:
-                raise Unauthenticated("invalid allocation token")
-            return Principal(allocation_id=allocation_id)
+            return Principal(allocation_id=allocation_access.allocation_of_token(s, hash_token(token)))

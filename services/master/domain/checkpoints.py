@@ -15,6 +15,7 @@ from sqlalchemy import select
 from cairn.checkpoint.v1 import checkpoint_pb2 as cpb
 from services.common.logging import get_logger
 from services.common.principal import Principal
+from services.master.domain import allocation_access
 from services.master.domain.clock import utcnow
 from services.master.domain.config import config_view
 from services.master.domain.context import MasterContext, Work
@@ -57,8 +58,7 @@ def report(ctx: MasterContext, principal: Principal, item: ReportedCheckpoint) -
         alloc = w.session.get(models.Allocation, alloc_id) if alloc_id else None
         if alloc is None:
             raise InvalidArgument(f"checkpoint.allocation_id: no allocation {alloc_id!r}")
-        if principal.allocation_id and principal.allocation_id != alloc.id and principal.user_id is None:
-            raise PermissionDenied("trial code may only report checkpoints of its own allocation")
+        allocation_access.check_allocation(w.session, principal, alloc.id)
         if w.session.get(models.Checkpoint, item.uuid) is not None:
             return  # a retried report
         trial = w.session.get_one(models.Trial, alloc.trial_id)

@@ -45,6 +45,7 @@ from services.master.domain.config import (
     parse_config_text,
 )
 from services.master.domain.config.template_merge import merge_template
+from services.master.domain.config_policy import check_config_policy
 from services.master.domain.context import MasterContext
 from services.master.domain.creation import default_storage, search_spec
 from services.master.domain.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
@@ -269,6 +270,8 @@ def _plan(ctx: MasterContext, principal: Principal, experiment_id: int, override
         if name != "single":
             _check_other_searcher(exp, name, override, trials)
         config = merged_config(ctx, exp, override)
+        # The merged config reaches the hosts as a new experiment's would: the same policy holds.
+        check_config_policy(ctx.settings, principal, config)
         owner = s.get_one(models.User, exp.owner_id)
         if principal.user_id != exp.owner_id:
             changed = owner_only_changes(exp.config, config)

@@ -23,10 +23,13 @@ from services.master.domain.config import (
     expand_config,
     parse_config_text,
 )
+from services.master.domain.config.bounds import check_json_value
 from services.master.domain.config.template_merge import merge_template
+from services.master.domain.config_policy import check_config_policy
 from services.master.domain.context import MasterContext
 from services.master.domain.errors import InvalidArgument
 from services.master.domain.experiments import close_search_session
+from services.master.domain.input_limits import check_experiment_limits
 from services.master.domain.scheduling import never_fits
 from services.master.domain.searcher_actions import apply_response
 from services.master.domain.states import RunState
@@ -73,12 +76,15 @@ def expanded_config(
     place: experiment_projects.Placement | None = None,
 ) -> dict[str, Any]:
     """The config in `text`, merged over `template`'s config when given, with every default; the
-    workspace of `place` may replace the master's default storage and pool."""
+    workspace of `place` may replace the master's default storage and pool. The parsed config is
+    bounded (depth, size, numbers JSON can carry) before it is merged or expanded, and the result
+    again, so it can be stored and answered as it is."""
     try:
         raw = parse_config_text(text)
+        check_json_value(raw)
         if template is not None:
             raw = merge_template(raw, template)
-        return expand_config(
+        expanded = expand_config(
             raw,
             ConfigDefaults(
                 checkpoint_storage=(place and place.checkpoint_storage) or default_storage(ctx),
@@ -86,6 +92,8 @@ def expanded_config(
                 experiment_seed=int(time.time()) % (2**31),
             ),
         )
+        check_json_value(expanded)
+        return expanded
     except ConfigError as exc:
         raise InvalidArgument(f"invalid experiment config: {exc}") from None
 
@@ -142,6 +150,8 @@ def create(ctx: MasterContext, principal: Principal, request: CreateRequest) -> 
     template = None if request.template is None else templates.config_for_experiment(ctx, request.template)
     place = experiment_projects.placement(ctx, request.project_id, request.config_text, template)
     config = expanded_config(ctx, request.config_text, template, place)
+    check_experiment_limits(config, ctx.settings.max_trials_per_experiment)
+    check_config_policy(ctx.settings, principal, config)
     pool = _check_pool(ctx, config)
     archive = _model_definition(ctx, request)
     slots_per_trial = config_view(config).slots_per_trial

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy import update
+
 from services.common.principal import Principal
 from services.master.domain.config import ConfigError, parse_config_text
 from services.master.domain.context import MasterContext, Work
@@ -119,5 +121,11 @@ def move_experiment(
     if exp.project_id == destination.id:
         return
     exp.project_id = destination.id
+    # The experiment's trial tasks carry its place too (task listings filter by it): they move with it.
+    w.session.execute(
+        update(models.Task)
+        .where(models.Task.experiment_id == exp.id)
+        .values(project_id=destination.id, workspace_id=destination.workspace_id)
+    )
     topic = experiment_topic(exp.id)
     w.later(lambda: ctx.topics.publish(topic))

@@ -1,4 +1,5 @@
-"""Trial logs: storing what agents ship (each line once, whatever is resent) and reading it back."""
+"""Task logs (a trial's among them): storing what agents ship (each line once, whatever is
+resent) and reading it back."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from cairn.agent.v1 import agent_pb2 as apb
 from services.common.logging import get_logger
 from services.master.domain.context import MasterContext
-from services.master.domain.topics import trial_logs_topic
+from services.master.domain.topics import task_logs_topic, trial_logs_topic
 from services.master.store import models
 
 log = get_logger(__name__)
@@ -24,7 +25,8 @@ LEVELS = ("TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 @dataclass(frozen=True)
 class _Owner:
-    trial_id: int
+    task_id: str
+    trial_id: int | None
     allocation_id: str
 
 
@@ -41,13 +43,13 @@ class LogStore:
             return owner
         with self._ctx.db.read() as s:
             row = s.execute(
-                select(models.Allocation.trial_id, models.Allocation.id)
+                select(models.Allocation.task_id, models.Allocation.trial_id, models.Allocation.id)
                 .join(models.Container, models.Container.allocation_id == models.Allocation.id)
                 .where(models.Container.id == container_id)
             ).first()
         if row is None:
             return None
-        owner = _Owner(trial_id=row[0], allocation_id=row[1])
+        owner = _Owner(task_id=row[0], trial_id=row[1], allocation_id=row[2])
         with self._lock:
             if len(self._owners) > 50_000:
                 self._owners.clear()
@@ -58,17 +60,18 @@ class LogStore:
         """Store a batch; returns the highest stored seq per container (to acknowledge)."""
         rows: list[dict[str, object]] = []
         highest: dict[str, int] = {}
-        trials: set[int] = set()
+        owners: set[_Owner] = set()
         for entry in batch.entries:
             owner = self._owner(entry.container_id)
             if owner is None:
                 log.warning("log line for unknown container", container_id=entry.container_id)
                 continue
-            trials.add(owner.trial_id)
+            owners.add(owner)
             highest[entry.container_id] = max(highest.get(entry.container_id, 0), entry.seq)
             timestamp = entry.timestamp.ToDatetime(UTC) if entry.HasField("timestamp") else datetime.now(UTC)
             rows.append(
                 {
+                    "task_id": owner.task_id,
                     "trial_id": owner.trial_id,
                     "allocation_id": owner.allocation_id,
                     "container_id": entry.container_id,
@@ -92,14 +95,22 @@ class LogStore:
                 container = s.get(models.Container, container_id)
                 if container is not None and seq > container.acked_seq:
                     container.acked_seq = seq
-        for trial_id in trials:
-            self._ctx.topics.publish(trial_logs_topic(trial_id))
+        for owner in owners:
+            self._ctx.topics.publish(_topic(owner.trial_id, owner.task_id))
         return highest
+
+
+def _topic(trial_id: int | None, task_id: str) -> str:
+    # A trial's readers wait on its trial id (TrialLogs), every other task's on its task id.
+    return trial_logs_topic(trial_id) if trial_id is not None else task_logs_topic(task_id)
 
 
 @dataclass(frozen=True)
 class LogFilter:
-    trial_id: int
+    """Which lines to read: a trial's (by trial id, as TrialLogs asks) or any task's (by task id)."""
+
+    trial_id: int | None = None
+    task_id: str = ""
     allocation_ids: tuple[str, ...] = ()
     agent_ids: tuple[str, ...] = ()
     container_ids: tuple[str, ...] = ()
@@ -113,7 +124,10 @@ class LogFilter:
 
 
 def _query(f: LogFilter) -> Select[models.TaskLog]:
-    q = select(models.TaskLog).where(models.TaskLog.trial_id == f.trial_id)
+    if f.trial_id is not None:
+        q = select(models.TaskLog).where(models.TaskLog.trial_id == f.trial_id)
+    else:
+        q = select(models.TaskLog).where(models.TaskLog.task_id == f.task_id)
     if f.allocation_ids:
         q = q.where(models.TaskLog.allocation_id.in_(f.allocation_ids))
     if f.agent_ids:
@@ -149,7 +163,7 @@ def read_logs(
     follow: bool,
     is_done: Callable[[], bool],
 ) -> Iterator[models.TaskLog]:
-    """Lines in order; with `follow`, keep waiting for new ones until the trial has ended."""
+    """Lines in order; with `follow`, keep waiting for new ones until the task has ended."""
     sent = 0
     if descending and not follow:
         with ctx.db.read() as s:
@@ -159,7 +173,7 @@ def read_logs(
             yield from s.scalars(q)
         return
     last_id = 0
-    topic = trial_logs_topic(f.trial_id)
+    topic = _topic(f.trial_id, f.task_id)
     while True:
         seen = ctx.topics.version(topic)
         done_before_read = is_done()

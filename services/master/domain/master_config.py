@@ -43,7 +43,16 @@ SHOWN_SETTINGS = frozenset(
         "searcher_plugins",
         "default_pool",
         "max_model_definition_bytes",
+        "max_trials_per_experiment",
+        "allow_local_storage_endpoints",
+        "bind_mount_allowed_paths",
         "session_ttl_seconds",
+        "login_failures_per_user",
+        "login_failures_per_address",
+        "login_window_s",
+        "initial_user_password",
+        "rpc_workers",
+        "max_log_followers",
         "agent_heartbeat_interval_ms",
         "agent_heartbeat_timeout_s",
         "agent_reconnect_wait_s",
@@ -130,6 +139,13 @@ def effective_config(ctx: MasterContext) -> dict[str, Any]:
             "searcher_plugins": dict(settings.searcher_plugins),
         },
         "cluster_token": HIDDEN if settings.cluster_token else "",
+        "initial_user_password": HIDDEN if settings.initial_user_password else "",
+        # Failed logins before a user or a client address is paused (domain/login_limiter.py).
+        "login_limits": {
+            "failures_per_user": settings.login_failures_per_user,
+            "failures_per_address": settings.login_failures_per_address,
+            "window_s": settings.login_window_s,
+        },
         "timeouts": {
             "session_ttl_seconds": settings.session_ttl_seconds,
             "agent_heartbeat_interval_ms": settings.agent_heartbeat_interval_ms,
@@ -139,8 +155,19 @@ def effective_config(ctx: MasterContext) -> dict[str, Any]:
             "kill_grace_s": settings.kill_grace_s,
             "scheduling_interval_s": settings.scheduling_interval_s,
         },
-        "limits": {"max_model_definition_bytes": settings.max_model_definition_bytes},
+        "limits": {
+            "max_model_definition_bytes": settings.max_model_definition_bytes,
+            "max_trials_per_experiment": settings.max_trials_per_experiment,
+        },
+        # Policy on what experiment configs may reach on the hosts (domain/config_policy.py).
+        "config_policy": {
+            "allow_local_storage_endpoints": settings.allow_local_storage_endpoints,
+            "bind_mount_allowed_paths": list(settings.bind_mount_allowed_paths),
+        },
         "read_cache_entries": settings.read_cache_entries,
+        # gRPC threads: ordinary calls, and followed log streams beside them (follow_slots.py).
+        "rpc_workers": settings.rpc_workers,
+        "max_log_followers": settings.max_log_followers,
         # PostgreSQL: the lease that makes one master active and the others standbys.
         "leader_lease": {
             "poll_interval_s": settings.leader_lease.poll_interval_s,

@@ -14,16 +14,15 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, select, update
-from sqlalchemy.orm import Session
 
 from cairn.searcher.v1 import searcher_pb2 as spb
 from services.common.logging import get_logger
 from services.common.principal import Principal
-from services.master.domain import searcher_outbox
+from services.master.domain import allocation_access, searcher_outbox
 from services.master.domain.clock import utcnow
 from services.master.domain.config import config_view
 from services.master.domain.context import MasterContext, Work
-from services.master.domain.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
+from services.master.domain.errors import FailedPrecondition, InvalidArgument, NotFound
 from services.master.domain.states import TERMINAL
 from services.master.domain.topics import trial_topic
 from services.master.store import models
@@ -69,16 +68,6 @@ def _check_report(index: int, report: Report) -> None:
         raise InvalidArgument(f"{where}.steps_completed: must be >= 0")
     if report.seq is not None and report.seq <= 0:
         raise InvalidArgument(f"{where}.seq: must be >= 1")
-
-
-def check_reporter(w: Work | Session, principal: Principal, trial: models.Trial) -> None:
-    """Trial code may only report for its own trial; users (and Determined's harness) may report."""
-    if principal.user_id is not None or principal.internal:
-        return
-    session = w.session if isinstance(w, Work) else w
-    alloc = session.get(models.Allocation, principal.allocation_id) if principal.allocation_id else None
-    if alloc is None or alloc.trial_id != trial.id:
-        raise PermissionDenied(f"allocation {principal.allocation_id} does not belong to trial {trial.id}")
 
 
 def _update_summary(trial: models.Trial, group: str, metrics: dict[str, Any]) -> None:
@@ -314,20 +303,19 @@ def _merge_unsequenced(
 
 def reporting_trial(w: Work, principal: Principal, trial_id: int) -> models.Trial:
     """The trial a report is for, once the caller may report for it."""
+    allocation_access.check_trial(w.session, principal, trial_id)
     trial = w.session.get(models.Trial, trial_id)
     if trial is None:
         raise NotFound(f"trial {trial_id} not found")
-    check_reporter(w, principal, trial)
     return trial
 
 
 def check_run_reporter(ctx: MasterContext, principal: Principal, run_id: int) -> None:
     """Determined's harness announces a run (its trial) before reporting: it must be the caller's."""
     with ctx.db.read() as s:
-        trial = s.get(models.Trial, run_id)
-        if trial is None:
+        allocation_access.check_trial(s, principal, run_id, field="run_id")
+        if s.get(models.Trial, run_id) is None:
             raise NotFound(f"run {run_id} not found")
-        check_reporter(s, principal, trial)
 
 
 # Trial progress reaches the searcher in steps of this size (20 events per trial at most).

@@ -5,8 +5,10 @@ from __future__ import annotations
 import io
 import posixpath
 import tarfile
+import zlib
 from dataclasses import dataclass
 
+from cairn.context_limits import DEFAULT_SIZE_LIMIT_BYTES, MAX_MODEL_DEFINITION_FILES
 from services.master.domain.errors import InvalidArgument
 
 TAR_REGULAR = ord("0")
@@ -43,6 +45,11 @@ def _human(size: int) -> str:
 
 def pack(files: list[ContextFile], limit_bytes: int) -> bytes:
     """A gzip'd tarball of `files`; refuses a context larger than `limit_bytes`."""
+    if len(files) > MAX_MODEL_DEFINITION_FILES:
+        raise InvalidArgument(
+            f"model_definition: {len(files)} files and folders, "
+            f"over the limit of {MAX_MODEL_DEFINITION_FILES}"
+        )
     total = sum(len(f.content) for f in files)
     if total > limit_bytes:
         raise InvalidArgument(
@@ -75,6 +82,24 @@ def pack(files: list[ContextFile], limit_bytes: int) -> bytes:
     return buffer.getvalue()
 
 
-def list_files(archive: bytes) -> list[tuple[str, int]]:
-    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
-        return [(m.name, m.size) for m in tar.getmembers() if m.isfile()]
+def list_files(archive: bytes, limit_bytes: int = DEFAULT_SIZE_LIMIT_BYTES) -> list[tuple[str, int]]:
+    """(path, size) of the regular files in a stored archive, read from the tar headers. The sizes
+    and the member count are summed as the headers arrive, so an archive that claims more than
+    `limit_bytes` or MAX_MODEL_DEFINITION_FILES stops being read there."""
+    found: list[tuple[str, int]] = []
+    total = members = 0
+    try:
+        with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
+            for member in tar:
+                members += 1
+                total += member.size
+                if members > MAX_MODEL_DEFINITION_FILES or total > limit_bytes:
+                    raise InvalidArgument(
+                        f"model_definition: unpacks to more than {_human(limit_bytes)} or "
+                        f"{MAX_MODEL_DEFINITION_FILES} files"
+                    )
+                if member.isfile():
+                    found.append((member.name, member.size))
+    except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
+        raise InvalidArgument(f"model_definition: not a complete gzip'd tar archive ({exc})") from None
+    return found

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from google.protobuf.timestamp_pb2 import Timestamp
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from cairn.scheduler.v1 import scheduler_pb2 as pb
 from services.common.logging import get_logger
@@ -19,7 +19,7 @@ from services.master.domain.context import MasterContext
 from services.master.domain.errors import DomainError
 from services.master.domain.loops import BackgroundLoop
 from services.master.domain.reads.jobs import experiment_job_id
-from services.master.domain.states import LIVE_ALLOCATION, PLACED_ALLOCATION
+from services.master.domain.states import LIVE_ALLOCATION, PLACED_ALLOCATION, PREEMPTIBLE_KINDS
 from services.master.domain.states import AllocationState as A
 from services.master.store import models
 
@@ -43,20 +43,22 @@ def _ts(value: object) -> Timestamp:
     return ts
 
 
-def _over_max_slots(rows: list[tuple[models.Allocation, int, int | None]]) -> dict[str, str]:
+def _over_max_slots(rows: list[tuple[models.Allocation, int | None, int | None]]) -> dict[str, str]:
     """Pending allocations an experiment's max_slots holds back, with why: in request order, a
     pending allocation is offered only while the experiment's placed slots plus those offered
     before it leave room for it."""
-    held: dict[int, int] = {}
-    caps: dict[int, int | None] = {}
+    held: dict[int | None, int] = {}
+    caps: dict[int | None, int | None] = {}
     for alloc, experiment, cap in rows:
+        if experiment is None:
+            continue  # not a trial: no experiment's max_slots applies
         caps[experiment] = cap
         if alloc.state in PLACED_ALLOCATION:
             held[experiment] = held.get(experiment, 0) + alloc.slots
     capped: dict[str, str] = {}
     pending = sorted((r for r in rows if r[0].state == A.PENDING), key=lambda r: (r[0].requested_at, r[0].id))
     for alloc, experiment, _ in pending:
-        cap = caps[experiment]
+        cap = caps.get(experiment) if experiment is not None else None
         if cap is None:
             continue
         if held.get(experiment, 0) + alloc.slots > cap:
@@ -86,23 +88,30 @@ def build_request(ctx: MasterContext) -> tuple[pb.ScheduleRequest, bool, dict[st
     # but gets nothing new.
     placeable = ctx.hub.placeable_ids()
     with ctx.db.read() as s:
+        # Every live allocation, whatever its task's kind: one queue, one scheduler. A trial's
+        # job is its experiment; any other task is its own job.
         rows = s.execute(
             select(
                 models.Allocation,
-                models.Experiment.start_time,
+                func.coalesce(models.Experiment.start_time, models.Task.start_time),
+                models.Task.kind,
+                models.Task.job_id,
                 models.Experiment.id,
                 models.Experiment.config,
             )
-            .join(models.Trial, models.Trial.id == models.Allocation.trial_id)
-            .join(models.Experiment, models.Experiment.id == models.Trial.experiment_id)
+            .join(models.Task, models.Task.id == models.Allocation.task_id)
+            .outerjoin(models.Experiment, models.Experiment.id == models.Task.experiment_id)
             .where(models.Allocation.state.in_(list(LIVE_ALLOCATION)))
         ).all()
         capped = _over_max_slots(
-            [(alloc, eid, config_view(config).max_slots) for alloc, _t, eid, config in rows]
+            [
+                (alloc, eid, config_view(config).max_slots if config is not None else None)
+                for alloc, _t, _k, _j, eid, config in rows
+            ]
         )
         slot_owner: dict[tuple[str, str], str] = {}
         any_pending = False
-        for alloc, job_submitted_at, experiment_id, _config in rows:
+        for alloc, job_submitted_at, kind, job_id, experiment_id, _config in rows:
             if alloc.id in capped:
                 continue
             req = pb.AllocationRequest(
@@ -112,8 +121,8 @@ def build_request(ctx: MasterContext) -> tuple[pb.ScheduleRequest, bool, dict[st
                 priority=alloc.priority or 0,
                 job_submitted_at=_ts(job_submitted_at),
                 requested_at=_ts(alloc.requested_at),
-                job_id=experiment_job_id(experiment_id),
-                preemptible=True,
+                job_id=experiment_job_id(experiment_id) if experiment_id is not None else job_id,
+                preemptible=kind in PREEMPTIBLE_KINDS,
             )
             if alloc.state in PLACED_ALLOCATION:
                 for placement in alloc.placements:

@@ -8,7 +8,7 @@ from sqlalchemy import select
 from cairn.searcher.v1 import searcher_pb2 as spb
 from services.common.logging import get_logger
 from services.master.domain import experiments as experiment_lifecycle
-from services.master.domain import searcher_outbox
+from services.master.domain import searcher_outbox, trial_tasks
 from services.master.domain import trials as trial_lifecycle
 from services.master.domain.clock import utcnow
 from services.master.domain.context import MasterContext, Work
@@ -86,6 +86,7 @@ def _create_trial(ctx: MasterContext, w: Work, exp: models.Experiment, create: s
     )
     w.session.add(trial)
     w.session.flush()
+    trial_tasks.record(w, exp, trial)
     log.info("trial created", experiment_id=exp.id, trial_id=trial.id, request_id=create.request_id)
     searcher_outbox.enqueue(
         ctx, w, exp.id, spb.SearcherEvent(trial_created=spb.TrialCreated(request_id=create.request_id))

@@ -11,13 +11,14 @@ from sqlalchemy import exists, func, select
 from sqlalchemy.orm import Session
 
 from services.common.principal import Principal
+from services.master.domain import allocation_access
 from services.master.domain.config import config_view
 from services.master.domain.context import MasterContext
-from services.master.domain.errors import InvalidArgument, NotFound, PermissionDenied
+from services.master.domain.errors import InvalidArgument, NotFound
 from services.master.domain.metrics import forward_operation_result
 from services.master.domain.states import TERMINAL
 from services.master.domain.states import AllocationState as A
-from services.master.domain.topics import searcher_answers_topic, trial_topic
+from services.master.domain.topics import allocation_topic, searcher_answers_topic, trial_topic
 from services.master.store import models
 
 
@@ -29,34 +30,35 @@ class SignalState:
     ended: bool
 
 
-def _check_owner(principal: Principal, allocation_id: str) -> None:
-    if principal.user_id is None and principal.allocation_id != allocation_id:
-        raise PermissionDenied(f"only allocation {allocation_id} itself may read its signals")
+def _check_owner(ctx: MasterContext, principal: Principal, allocation_id: str) -> None:
+    with ctx.db.read() as s:
+        allocation_access.check_allocation(s, principal, allocation_id)
 
 
-def signal_state(ctx: MasterContext, allocation_id: str) -> tuple[SignalState, int]:
+def signal_state(ctx: MasterContext, allocation_id: str) -> tuple[SignalState, str]:
+    """The allocation's signals, and the topic its changes are published on (its trial's, whose
+    searcher target is a signal too; an allocation's own for any other task)."""
     with ctx.db.read() as s:
         alloc = s.get(models.Allocation, allocation_id)
         if alloc is None:
             raise NotFound(f"allocation {allocation_id} not found")
-        trial = s.get_one(models.Trial, alloc.trial_id)
+        trial = s.get(models.Trial, alloc.trial_id) if alloc.trial_id is not None else None
         return (
             SignalState(
                 # A kill is a preemption the code may still see in its last moments.
                 preempt=alloc.preempt_requested or alloc.kill_requested,
                 reason=alloc.preempt_reason,
-                searcher_target=int(trial.searcher_target),
+                searcher_target=int(trial.searcher_target) if trial is not None else 0,
                 ended=alloc.state == A.TERMINATED,
             ),
-            trial.id,
+            trial_topic(trial.id) if trial is not None else allocation_topic(alloc.id),
         )
 
 
 def wait_preemption(ctx: MasterContext, principal: Principal, allocation_id: str, timeout_s: float) -> bool:
     """Determined's long poll: answer at once if preempted, else when it happens or at the timeout."""
-    _check_owner(principal, allocation_id)
-    state, trial_id = signal_state(ctx, allocation_id)
-    topic = trial_topic(trial_id)
+    _check_owner(ctx, principal, allocation_id)
+    state, topic = signal_state(ctx, allocation_id)
     deadline = time.monotonic() + max(0.0, min(timeout_s, 3600.0))
     while not state.preempt and not state.ended and not ctx.topics.closed:
         remaining = deadline - time.monotonic()
@@ -72,7 +74,7 @@ def wait_preemption(ctx: MasterContext, principal: Principal, allocation_id: str
 
 
 def ack_preemption(ctx: MasterContext, principal: Principal, allocation_id: str) -> None:
-    _check_owner(principal, allocation_id)
+    _check_owner(ctx, principal, allocation_id)
     with ctx.unit_of_work() as w:
         alloc = w.session.get(models.Allocation, allocation_id)
         if alloc is None:
@@ -84,9 +86,8 @@ def watch(
     ctx: MasterContext, principal: Principal, allocation_id: str, is_active: Callable[[], bool]
 ) -> Iterator[SignalState]:
     """The current state, then every change, until the allocation ends or the caller leaves."""
-    _check_owner(principal, allocation_id)
-    state, trial_id = signal_state(ctx, allocation_id)
-    topic = trial_topic(trial_id)
+    _check_owner(ctx, principal, allocation_id)
+    state, topic = signal_state(ctx, allocation_id)
     yield state
     while not state.ended and is_active() and not ctx.topics.closed:
         seen = ctx.topics.version(topic)
@@ -144,11 +145,14 @@ def _read_operation(s: Session, trial_id: int, horizon: int | None) -> tuple[Ope
     return Operation(trial.request_id, length, completed, verdict_pending=bool(pending)), horizon
 
 
-def current_operation(ctx: MasterContext, trial_id: int, wait_s: float = VERDICT_WAIT_S) -> Operation:
+def current_operation(
+    ctx: MasterContext, principal: Principal, trial_id: int, wait_s: float = VERDICT_WAIT_S
+) -> Operation:
     """The trial's current searcher operation. A trial that completed its target asks right after
     reporting its result; rather than tell it "done" while the searcher is still deciding (it would
     exit, and be started again from its checkpoint if sent on), wait for the verdict."""
     with ctx.db.read() as s:
+        allocation_access.check_trial(s, principal, trial_id)
         trial = s.get(models.Trial, trial_id)
         if trial is None:
             raise NotFound(f"trial {trial_id} not found")
@@ -166,10 +170,13 @@ def current_operation(ctx: MasterContext, trial_id: int, wait_s: float = VERDICT
         ctx.topics.wait(topic, seen, timeout=min(remaining, VERDICT_POLL_S))
 
 
-def complete_operation(ctx: MasterContext, trial_id: int, length: int, searcher_metric: float) -> None:
+def complete_operation(
+    ctx: MasterContext, principal: Principal, trial_id: int, length: int, searcher_metric: float
+) -> None:
     if length <= 0:
         raise InvalidArgument("completed_operation.validate_after.length: must be > 0")
     with ctx.unit_of_work() as w:
+        allocation_access.check_trial(w.session, principal, trial_id)
         trial = w.session.get(models.Trial, trial_id)
         if trial is None:
             raise NotFound(f"trial {trial_id} not found")

@@ -141,3 +141,59 @@ def is_terminal(state: str) -> bool:
 
 def is_stopping(state: str) -> bool:
     return state in STOPPING
+
+
+class TaskKind(StrEnum):
+    """Determined's task types."""
+
+    TRIAL = "TRIAL"
+    COMMAND = "COMMAND"
+    NOTEBOOK = "NOTEBOOK"
+    SHELL = "SHELL"
+    TENSORBOARD = "TENSORBOARD"
+    GENERIC = "GENERIC"
+    CHECKPOINT_GC = "CHECKPOINT_GC"
+
+
+# Determined's: trials and generic tasks may be preempted (and start again); commands, notebooks,
+# shells and TensorBoards run to their end once started.
+PREEMPTIBLE_KINDS = frozenset({TaskKind.TRIAL, TaskKind.GENERIC})
+
+
+class TaskState(StrEnum):
+    """A task's own state (Determined's generic-task TaskState); a trial's task mirrors its trial's
+    end. A task runs (ACTIVE) until its allocation ends; a stop asked for is STOPPING_* until then."""
+
+    ACTIVE = "ACTIVE"
+    STOPPING_PAUSED = "STOPPING_PAUSED"
+    PAUSED = "PAUSED"
+    STOPPING_CANCELED = "STOPPING_CANCELED"
+    COMPLETED = "COMPLETED"
+    CANCELED = "CANCELED"
+    ERROR = "ERROR"
+
+
+T = TaskState
+TASK_ENDED = frozenset({T.COMPLETED, T.CANCELED, T.ERROR})
+TASK_TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
+    T.ACTIVE: frozenset({T.STOPPING_PAUSED, T.STOPPING_CANCELED, *TASK_ENDED}),
+    # A pause waits for the allocation to end; a kill meanwhile wins, and so does the task's own end.
+    T.STOPPING_PAUSED: frozenset({T.PAUSED, T.STOPPING_CANCELED, *TASK_ENDED}),
+    T.PAUSED: frozenset({T.ACTIVE, T.CANCELED}),
+    T.STOPPING_CANCELED: frozenset({T.CANCELED}),
+    T.COMPLETED: frozenset(),
+    T.CANCELED: frozenset(),
+    T.ERROR: frozenset(),
+}
+
+
+# A trial's task reopens with its trial (`det experiment continue`), and only then.
+TASK_CONTINUE_TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
+    state: frozenset({T.ACTIVE}) for state in TASK_ENDED
+}
+
+
+def check_task(current: str, target: TaskState, *, continuing: bool = False) -> None:
+    table = TASK_CONTINUE_TRANSITIONS if continuing else TASK_TRANSITIONS
+    if target not in table.get(TaskState(current), frozenset()):
+        raise InvalidTransition(f"task cannot go from {current} to {target}")

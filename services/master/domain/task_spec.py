@@ -98,7 +98,34 @@ def build_task_spec(
         description=f"exp-{exp.id}-trial-{trial.id}: {shlex.join(command) if not shell else command[0]}"[
             :200
         ],
+        container_config=container_config(exp.config),
     )
+
+
+def container_config(config: dict[str, Any]) -> str:
+    """The config's part that shapes a Docker container, for agents of the docker runtime (which
+    read it with Determined's meaning: services/agent/runtime/docker_spec.py)."""
+    environment = config.get("environment") or {}
+    resources = config.get("resources") or {}
+    part = {
+        "environment": {
+            key: environment[key]
+            for key in (
+                "image",
+                "force_pull_image",
+                "registry_auth",
+                "environment_variables",
+                "add_capabilities",
+                "drop_capabilities",
+            )
+            if environment.get(key) is not None
+        },
+        "resources": {
+            key: resources[key] for key in ("shm_size", "devices") if resources.get(key) is not None
+        },
+        "bind_mounts": config.get("bind_mounts") or [],
+    }
+    return json.dumps(part, separators=(",", ":"))
 
 
 def determined_view(config: dict[str, Any]) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from sqlalchemy import update
 
 from services.common.principal import Principal
 from services.master.domain.clock import utcnow
+from services.master.domain.config.bounds import MAX_CONFIG_DEPTH, MAX_CONFIG_TEXT_CHARS
 from services.master.domain.config.partial import validate_partial_config
 from services.master.domain.context import MasterContext, Work
 from services.master.domain.errors import (
@@ -32,9 +33,8 @@ from services.master.store import models
 # The name column's width.
 MAX_NAME_CHARS = 255
 # A template is a config fragment: far below this in practice, and every experiment using it
-# stores a copy of what it merges in.
-MAX_CONFIG_BYTES = 1024 * 1024
-MAX_CONFIG_DEPTH = 32
+# stores a copy of what it merges in. Bounded like an experiment config (config/bounds.py).
+MAX_CONFIG_BYTES = MAX_CONFIG_TEXT_CHARS
 
 
 def checked_name(name: str, field: str = "name") -> str:

@@ -55,6 +55,15 @@ def trial_logs_topic(trial_id: int) -> str:
     return f"trial-logs:{trial_id}"
 
 
+def task_logs_topic(task_id: str) -> str:
+    return f"task-logs:{task_id}"
+
+
+def task_topic(task_id: str) -> str:
+    """A task that is not a trial changed (its state, or one of its allocations')."""
+    return f"task:{task_id}"
+
+
 def trial_topic(trial_id: int) -> str:
     return f"trial:{trial_id}"
 

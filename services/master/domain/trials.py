@@ -17,7 +17,7 @@ from sqlalchemy import func, select
 
 from cairn.searcher.v1 import searcher_pb2 as spb
 from services.common.logging import get_logger
-from services.master.domain import allocations, searcher_outbox
+from services.master.domain import allocations, searcher_outbox, trial_tasks
 from services.master.domain.clock import utcnow
 from services.master.domain.config import config_view
 from services.master.domain.context import NOT_CONNECTED, MasterContext, Work
@@ -54,6 +54,7 @@ def transition(
     previous = trial.state
     check_trial(previous, target, continuing=continuing)
     trial.state = target
+    trial_tasks.follow(w, trial.experiment_id, trial, target, continuing=continuing)
     if continuing:
         trial.end_time = None
     if target in TERMINAL:

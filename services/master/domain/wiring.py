@@ -1,10 +1,11 @@
-"""Connects the lifecycles at start-up: an allocation's end reaches its trial, a trial's end its
-experiment. Commands go down (experiments -> trials -> allocations, each importing the next); the
-endings come back up through the context's hooks, so no lifecycle module imports its owner."""
+"""Connects the lifecycles at start-up: an allocation's end reaches its trial (or, for any other
+kind of task, the task's lifecycle), a trial's end its experiment. Commands go down (experiments ->
+trials -> allocations, each importing the next); the endings come back up through the context's
+hooks, so no lifecycle module imports its owner."""
 
 from __future__ import annotations
 
-from services.master.domain import experiments, trials
+from services.master.domain import experiments, tasks, trials
 from services.master.domain.allocations import Outcome
 from services.master.domain.context import MasterContext, Work
 from services.master.store import models
@@ -12,7 +13,10 @@ from services.master.store import models
 
 def connect(ctx: MasterContext) -> None:
     def allocation_ended(w: Work, alloc: models.Allocation, outcome: str) -> None:
-        trials.on_allocation_exit(ctx, w, alloc, Outcome(outcome))
+        if alloc.trial_id is not None:
+            trials.on_allocation_exit(ctx, w, alloc, Outcome(outcome))
+        else:
+            tasks.on_allocation_exit(ctx, w, alloc, Outcome(outcome))
 
     def trial_ended(w: Work, trial: models.Trial) -> None:
         experiments.on_trial_end(ctx, w, trial)

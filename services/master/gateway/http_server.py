@@ -25,8 +25,12 @@ from services.master.gateway.disconnects import DisconnectWatcher
 
 log = get_logger(__name__)
 
-# Model definitions travel as base64 JSON: 128 MiB of gRPC message is about 171 MiB of text.
+# Model definitions travel as base64 JSON: 128 MiB of gRPC message is about 171 MiB of text. Only
+# the calls that carry them may send this much (rest_gateway.py's LARGE_BODY_RPCS).
 MAX_BODY_BYTES = 192 * 1024 * 1024
+# Every other call: the largest real bodies (metric batches, checkpoint file lists, a 1 MiB config
+# with its notes) are a few MiB; a body over this is refused from its Content-Length, unread.
+MAX_REQUEST_BODY_BYTES = 16 * 1024 * 1024
 # Unread bodies smaller than this are drained to keep the connection; larger ones close it.
 _DRAIN_LIMIT = 1024 * 1024
 
@@ -80,12 +84,14 @@ class RequestHandler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("http", request=self.requestline, detail=format % args)
 
-    def read_body(self) -> bytes:
-        """The request body (read once, then cached); BodyError when it is malformed or too big."""
+    def read_body(self, limit: int = MAX_REQUEST_BODY_BYTES) -> bytes:
+        """The request body (read once, then cached); BodyError when it is malformed or over
+        `limit` bytes, which is known from Content-Length before anything is read (or, chunked,
+        from the chunk sizes before each chunk is read)."""
         if self._body is not None:
             return self._body
         if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-            self._body = self._read_chunked()
+            self._body = self._read_chunked(limit)
             return self._body
         raw_length = self.headers.get("Content-Length")
         try:
@@ -96,9 +102,12 @@ class RequestHandler(BaseHTTPRequestHandler):
         if length < 0:
             self.close_connection = True
             raise BodyError(HTTPStatus.BAD_REQUEST, f"bad Content-Length {raw_length!r}")
-        if length > MAX_BODY_BYTES:
+        if length > limit:
             self.close_connection = True
-            raise BodyError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"request body over {MAX_BODY_BYTES} bytes")
+            raise BodyError(
+                HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                f"request body of {length} bytes is over this call's limit of {limit} bytes",
+            )
         data = self.rfile.read(length) if length else b""
         if len(data) != length:
             self.close_connection = True
@@ -106,7 +115,7 @@ class RequestHandler(BaseHTTPRequestHandler):
         self._body = data
         return data
 
-    def _read_chunked(self) -> bytes:
+    def _read_chunked(self, limit: int) -> bytes:
         parts: list[bytes] = []
         total = 0
         while True:
@@ -117,11 +126,10 @@ class RequestHandler(BaseHTTPRequestHandler):
                 self.close_connection = True
                 raise BodyError(HTTPStatus.BAD_REQUEST, "malformed chunked request body") from None
             total += size
-            if total > MAX_BODY_BYTES:
+            if total > limit:
                 self.close_connection = True
-                raise BodyError(
-                    HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"request body over {MAX_BODY_BYTES} bytes"
-                )
+                message = f"request body over this call's limit of {limit} bytes"
+                raise BodyError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, message)
             if size == 0:
                 while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):
                     pass  # trailers

@@ -33,6 +33,8 @@ from services.master.gateway.errors import (
 )
 from services.master.gateway.http_rules import HttpBinding, RpcMethod, http_bindings
 from services.master.gateway.http_server import (
+    MAX_BODY_BYTES,
+    MAX_REQUEST_BODY_BYTES,
     BodyError,
     MasterHttpServer,
     RequestHandler,
@@ -50,6 +52,8 @@ from services.master.gateway.upstream import StreamCall, Upstream
 log = get_logger(__name__)
 
 API_PREFIX = "/api/"
+# The calls whose bodies may exceed MAX_REQUEST_BODY_BYTES: those that carry a model definition.
+LARGE_BODY_RPCS = {"CreateExperiment": MAX_BODY_BYTES}
 # Where the OpenAPI document is served: Cairn's name and Determined's.
 OPENAPI_PATHS = ("/api/v1/openapi.json", "/api/v1/api.swagger.json")
 
@@ -133,7 +137,8 @@ class RestGateway:
             return response
         binding = match.binding
         try:
-            body = req.read_body() if binding.body else b""
+            limit = LARGE_BODY_RPCS.get(binding.rpc.name, MAX_REQUEST_BODY_BYTES)
+            body = req.read_body(limit) if binding.body else b""
             request = self.builders[(binding.http_method, binding.template)].build(
                 match.path_params, query, body
             )

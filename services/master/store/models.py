@@ -200,12 +200,64 @@ class Trial(Base):
     runner_status: Mapped[str] = mapped_column(Text, default="", server_default="")
 
 
+class Task(Base):
+    """Anything that runs on agents (Determined's task): a trial, a command, a generic task, and
+    later notebooks, shells and TensorBoards. Its allocations are its runs; what it is for lives in
+    `kind` and `config`. A trial's task id is "<experiment id>.<request id>" (task_ids.py), every
+    other kind's a UUID, as Determined's clients expect."""
+
+    __tablename__ = "tasks"
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    # TRIAL, COMMAND, NOTEBOOK, SHELL, TENSORBOARD, GENERIC, CHECKPOINT_GC (states.TaskKind).
+    kind: Mapped[str] = mapped_column(String(32), index=True)
+    owner_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    description: Mapped[str] = mapped_column(Text, default="")
+    # The task's own config (a command's, a generic task's); None for a trial (its experiment's).
+    config: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    job_id: Mapped[str] = mapped_column(String(128))
+    # states.TaskState.
+    state: Mapped[str] = mapped_column(String(32), index=True)
+    start_time: Mapped[datetime]
+    end_time: Mapped[datetime | None]
+    # The exit code of its last allocation, once one has ended.
+    exit_code: Mapped[int | None]
+    # Why it ended, when it did not end by itself.
+    exit_reason: Mapped[str | None] = mapped_column(Text)
+    resource_pool: Mapped[str] = mapped_column(String(255), default="")
+    slots: Mapped[int] = mapped_column(Integer, default=0)
+    priority: Mapped[int | None]
+    # How many allocations it has had (an allocation's id is "<task id>.<run>").
+    run_id: Mapped[int] = mapped_column(Integer, default=0)
+    workspace_id: Mapped[int | None] = mapped_column(ForeignKey("workspaces.id"), index=True)
+    project_id: Mapped[int | None] = mapped_column(ForeignKey("projects.id"))
+    # A trial's experiment: its task goes with it.
+    experiment_id: Mapped[int | None] = mapped_column(
+        ForeignKey("experiments.id", ondelete="CASCADE"), index=True
+    )
+    # Generic tasks (Determined's): the task that started it, the one it was forked from, and
+    # whether it refuses to pause.
+    parent_id: Mapped[str | None] = mapped_column(String(128))
+    forked_from: Mapped[str | None] = mapped_column(String(128))
+    no_pause: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class TaskContext(Base):
+    """A task's context directory (gzip'd tar), fetched by agents as a trial's model definition is."""
+
+    __tablename__ = "task_contexts"
+    task_id: Mapped[str] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True)
+    archive: Mapped[bytes] = mapped_column(LargeBinary)
+    size: Mapped[int] = mapped_column(Integer)
+
+
 class Allocation(Base):
-    """One run of a trial on agent slots (Determined's allocation)."""
+    """One run of a task on agent slots (Determined's allocation)."""
 
     __tablename__ = "allocations"
     id: Mapped[str] = mapped_column(String(128), primary_key=True)
-    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"), index=True)
+    task_id: Mapped[str] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"), index=True)
+    # Set for a trial's allocations only (most of the trial lifecycle reads it).
+    trial_id: Mapped[int | None] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"), index=True)
     run_id: Mapped[int] = mapped_column(Integer)
     state: Mapped[str] = mapped_column(String(32), index=True)
     slots: Mapped[int] = mapped_column(Integer)
@@ -237,6 +289,9 @@ class Allocation(Base):
     failed_rank: Mapped[int | None]
     # The allocation's block of meeting ports (see domain/rendezvous.py); None until placed.
     port_offset: Mapped[int | None]
+    # Where a task that serves something (a notebook, TensorBoard, sshd) listens, as its proxy
+    # reaches it; recorded here so that the proxy keeps working across a master restart.
+    proxy_address: Mapped[str | None] = mapped_column(String(255))
 
 
 class Container(Base):
@@ -286,16 +341,19 @@ Index("ix_allocations_trial_state", Allocation.trial_id, Allocation.state)
 
 
 class TaskLog(Base):
-    """One line of a trial's output. (container_id, seq) makes a resent line a no-op."""
+    """One line of a task's output. (container_id, seq) makes a resent line a no-op."""
 
     __tablename__ = "task_logs"
     __table_args__ = (
         UniqueConstraint("container_id", "seq", name="uq_task_logs_container_seq"),
         Index("ix_task_logs_trial_id_id", "trial_id", "id"),
+        Index("ix_task_logs_task_id_id", "task_id", "id"),
         NEVER_REUSED,
     )
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
-    trial_id: Mapped[int] = mapped_column(Integer)
+    task_id: Mapped[str] = mapped_column(String(128))
+    # A trial's lines carry its id too (TrialLogs reads by it).
+    trial_id: Mapped[int | None] = mapped_column(Integer)
     allocation_id: Mapped[str] = mapped_column(String(128))
     container_id: Mapped[str] = mapped_column(String(160))
     seq: Mapped[int] = mapped_column(BigInteger)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from services.master.domain.config import validate_config
+from services.master.domain.config.schema import ENV_RULES
 
 Problems = Callable[[str], list[str]]
 
@@ -245,8 +246,8 @@ GRID_COUNT = "grid search needs a count for int, double and log hyperparameters"
             VALID_HEAD
             + "searcher: {name: single, metric: l}\nenvironment: {environment_variables: [A=1, B, =C]}",
             [
-                "environment.environment_variables[1]: must have the form KEY=VALUE",
-                "environment.environment_variables[2]: must have the form KEY=VALUE",
+                "environment.environment_variables[1]: must have the form KEY=VALUE" + ENV_RULES,
+                "environment.environment_variables[2]: must have the form KEY=VALUE" + ENV_RULES,
             ],
         ),
         (
@@ -254,7 +255,7 @@ GRID_COUNT = "grid search needs a count for int, double and log hyperparameters"
             + "searcher: {name: single, metric: l}\nenvironment: {environment_variables: {cpu: [X]},"
             " image: {tpu: img}}",
             [
-                "environment.environment_variables.cpu[0]: must have the form KEY=VALUE",
+                "environment.environment_variables.cpu[0]: must have the form KEY=VALUE" + ENV_RULES,
                 "environment.image.tpu: unknown field (did you mean 'gpu'?)",
             ],
         ),

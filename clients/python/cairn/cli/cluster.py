@@ -77,6 +77,19 @@ def _processes_table(record: ClusterRecord) -> list[list[str]]:
     "the .venv-task that `make install` builds: Cairn's client, Determined's package, PyTorch).",
 )
 @click.option(
+    "--runtime",
+    type=click.Choice(["process", "docker"]),
+    default="process",
+    show_default=True,
+    help="Where the agents run trials: as processes in --task-env, or in Docker containers (dockerd "
+    "must run here; the image is the config's environment.image, else the task image of `make task-image`).",
+)
+@click.option(
+    "--default-image",
+    default=None,
+    help="With --runtime docker: the image of trials whose config names none (default: the task image).",
+)
+@click.option(
     "--standby-masters",
     type=click.IntRange(0, 3),
     default=0,
@@ -101,6 +114,8 @@ def up(
     log_level: str,
     timeout: float,
     task_env: Path | None,
+    runtime: str,
+    default_image: str | None,
     standby_masters: int,
     supervise: bool,
 ) -> None:
@@ -122,6 +137,8 @@ def up(
         task_env=task_env.resolve() if task_env is not None else default_task_env(),
         supervise=supervise,
         standby_masters=standby_masters,
+        runtime=runtime,
+        default_image=default_image,
     )
     try:
         record = start_cluster(options, progress=_progress)

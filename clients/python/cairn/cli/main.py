@@ -12,6 +12,7 @@ import grpc
 from cairn.cli.agent import agent, resource_pool, slot
 from cairn.cli.checkpoint import checkpoint
 from cairn.cli.cluster import cluster
+from cairn.cli.command import command
 from cairn.cli.errors import EXIT_INTERRUPTED, CliError, debug_enabled, translate
 from cairn.cli.experiment import experiment
 from cairn.cli.experiment_edits import label, set_group
@@ -42,6 +43,7 @@ COMMAND_ALIASES = {
     "m": "model",
     "w": "workspace",
     "p": "project",
+    "cmd": "command",
 }
 
 
@@ -79,10 +81,11 @@ COMMANDS = (
     slot,
     resource_pool,
     job,
+    command,
     cluster,
 )
-for command in COMMANDS:
-    cli.add_command(command)
+for group in COMMANDS:
+    cli.add_command(group)
 # `cairn experiment set|label ...` live in their own module.
 experiment.add_command(set_group)
 experiment.add_command(label)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+import unicodedata
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -58,6 +59,32 @@ def print_json_line(message: Message) -> None:
 
 # ---- tables ----
 
+# Unicode categories that change how a terminal shows what follows rather than showing a glyph:
+# controls (ANSI escapes start with ESC, newlines, carriage returns), format characters (RTL and
+# LTR overrides and isolates, zero-width characters) and line/paragraph separators.
+_UNPRINTABLE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
+_NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def printable(text: str) -> str:
+    """`text` with every character that could reorder, hide or restyle what a terminal shows
+    escaped as Python writes it (\\n, \\x1b, \\u202e), so a name set by another user shows
+    as what it is (a typed backslash stays as it is: it shows as itself, so it misleads no one)."""
+    if text.isprintable():
+        return text
+    out: list[str] = []
+    for char in text:
+        if char in _NAMED_ESCAPES:
+            out.append(_NAMED_ESCAPES[char])
+        elif unicodedata.category(char) in _UNPRINTABLE_CATEGORIES:
+            code = ord(char)
+            out.append(
+                f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+            )
+        else:
+            out.append(char)
+    return "".join(out)
+
 
 def build_table(columns: Sequence[str], rows: Iterable[Sequence[str]], title: str | None = None) -> Table:
     table = Table(box=box.SIMPLE_HEAD, title=title, title_justify="left", pad_edge=False)
@@ -65,7 +92,7 @@ def build_table(columns: Sequence[str], rows: Iterable[Sequence[str]], title: st
         table.add_column(column, overflow="fold")
     for row in rows:
         # Text cells: values such as "[1, 2]" must not be read as rich markup.
-        table.add_row(*(Text(cell) for cell in row))
+        table.add_row(*(Text(printable(cell)) for cell in row))
     return table
 
 
@@ -74,7 +101,7 @@ def key_value_table(pairs: Iterable[tuple[str, str]]) -> Table:
     table.add_column("key", style="bold")
     table.add_column("value", overflow="fold")
     for key, value in pairs:
-        table.add_row(Text(key), Text(value))
+        table.add_row(Text(printable(key)), Text(printable(value)))
     return table
 
 

@@ -10,10 +10,10 @@ from pathlib import Path
 from cairn.api.v1 import common_pb2
 from cairn.client.errors import CairnError
 from cairn.client.ignore_rules import IgnoreRules
+from cairn.context_limits import DEFAULT_SIZE_LIMIT_BYTES, MAX_MODEL_DEFINITION_FILES
 
 TAR_REGULAR = ord("0")
 TAR_DIRECTORY = ord("5")
-DEFAULT_SIZE_LIMIT_BYTES = 96 * 1024 * 1024
 # Never useful to a trial and often large or numerous.
 ALWAYS_SKIPPED_DIRECTORIES = frozenset({"__pycache__", ".git"})
 
@@ -98,6 +98,11 @@ def build_model_definition(
     if not root.is_dir():
         raise ModelDefinitionError(f"model directory {root} is not a directory")
     entries = _walk(root, IgnoreRules.from_directory(root))
+    if len(entries) > MAX_MODEL_DEFINITION_FILES:
+        raise ModelDefinitionError(
+            f"model directory {root} holds {len(entries)} files and folders, over the limit of "
+            f"{MAX_MODEL_DEFINITION_FILES}; leave some out with a .detignore (or .cairnignore) file"
+        )
     total = sum(entry.size for entry in entries)
     if total > limit_bytes:
         raise ModelDefinitionTooLarge(root, total, limit_bytes)

@@ -68,6 +68,10 @@ class ClusterOptions:
     # gRPC addresses of standby masters (started beside the cluster on the same PostgreSQL): the
     # agents get them after the master's, and follow a failover to whichever leads.
     standby_master_addresses: tuple[str, ...] = ()
+    # Where the agents run trials: "process" (on this machine, in task_env) or "docker" (Docker
+    # containers of the task image, or of default_image when given).
+    runtime: str = "process"
+    default_image: str | None = None
 
 
 @dataclass(frozen=True)
@@ -190,7 +194,11 @@ def agent(options: ClusterOptions, paths: ClusterPaths, index: int, master_addre
         "--advertise-address",
         options.host,
     ]
-    if options.task_env is not None:
+    if options.runtime == "docker":
+        command += ["--runtime", "docker"]
+        if options.default_image:
+            command += ["--default-image", options.default_image]
+    elif options.task_env is not None:
         command += ["--task-env", f"{TASK_ENV_NAME}={options.task_env}"]
     return LaunchPlan(
         name=agent_id,

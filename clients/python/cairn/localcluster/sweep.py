@@ -8,6 +8,8 @@ agents are stopped, any of them still alive has nobody left to report to, and is
     (after which the group id may belong to someone else);
   * the shim's group, when the shim still runs with the start time it recorded (a pid alone may
     have been reused).
+Then the Docker containers (docker runtime) labelled with one of those agents' work dirs are
+removed, through the docker SDK; without the SDK or a reachable dockerd there are none to remove.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cairn.agent_files import ContainerPaths, WorkDirPaths
+from cairn.agent_files import DOCKER_LABEL_WORK_DIR, ContainerPaths, WorkDirPaths
 from cairn.localcluster.processes import group_members, process_start_ticks, signal_group
 
 log = logging.getLogger(__name__)
@@ -67,6 +69,7 @@ def leftover_groups(container: ContainerPaths) -> list[tuple[str, int]]:
 
 
 def sweep_container_processes(work_dirs: Iterable[Path]) -> list[SweptProcess]:
+    work_dirs = list(work_dirs)
     swept: list[SweptProcess] = []
     for work_dir in work_dirs:
         for container in WorkDirPaths(work_dir).all_containers():
@@ -77,4 +80,39 @@ def sweep_container_processes(work_dirs: Iterable[Path]) -> list[SweptProcess]:
     deadline = time.monotonic() + _SWEEP_WAIT_S
     while time.monotonic() < deadline and any(group_members(item.pgid) for item in swept):
         time.sleep(0.05)
+    # After the supervisors: none of them is left to report on (or recreate) what is removed here.
+    sweep_docker_containers(work_dirs)
     return swept
+
+
+def sweep_docker_containers(work_dirs: Iterable[Path]) -> list[str]:
+    """Remove the Docker containers of these agents (running or not); their ids."""
+    dirs = [str(Path(d).resolve()) for d in work_dirs]  # as the agent labels them
+    if not dirs:
+        return []
+    try:
+        import docker  # optional: the client works without it, and then no agent ran containers
+        import docker.errors
+    except ImportError:
+        return []
+    removed: list[str] = []
+    try:
+        client = docker.from_env(timeout=30)
+        try:
+            for work_dir in dirs:
+                found = client.api.containers(
+                    all=True, filters={"label": f"{DOCKER_LABEL_WORK_DIR}={work_dir}"}
+                )
+                for container in found:
+                    client.api.remove_container(container["Id"], force=True, v=True)
+                    log.info(
+                        "removed leftover Docker container %s (agent work dir %s)",
+                        container["Id"][:12],
+                        work_dir,
+                    )
+                    removed.append(container["Id"])
+        finally:
+            client.close()
+    except docker.errors.DockerException as exc:
+        log.info("no Docker containers swept: %s", exc)
+    return removed

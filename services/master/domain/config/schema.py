@@ -37,12 +37,19 @@ REMOVED_SEARCHER_MESSAGE = "was removed from Determined and is not supported"
 GRID_COUNT_MESSAGE = "grid search needs a count for int, double and log hyperparameters"
 
 
-def _integer(minimum: int | None = None, maximum: int | None = None) -> Schema:
-    schema: Schema = {"type": "integer"}
+# Config integers are counts (slots, restarts, trials, rungs, batches between checks) that Cairn
+# keeps in 32-bit database columns and protobuf int32 fields and that no real config comes near;
+# without a bound, 2^63 or 1e308 (an "integer" to JSON Schema) would pass and fail later.
+MAX_CONFIG_COUNT = 2**31 - 1
+# Lengths (records, batches, epochs) and integer hyperparameters may be larger, up to the integers
+# that a JSON number and a google.protobuf.Struct double carry exactly.
+MAX_JSON_SAFE_INT = 2**53
+
+
+def _integer(minimum: int | None = None, maximum: int = MAX_CONFIG_COUNT) -> Schema:
+    schema: Schema = {"type": "integer", "maximum": maximum}
     if minimum is not None:
         schema["minimum"] = minimum
-    if maximum is not None:
-        schema["maximum"] = maximum
     return schema
 
 
@@ -90,7 +97,7 @@ def _length_keywords(minimum: int) -> Schema:
     """The object keywords of Determined's Length: exactly one of {batches|records|epochs: int}."""
     exactly_one = f"must have exactly one of {', '.join(LENGTH_UNITS)}"
     return {
-        "properties": {unit: _integer(minimum) for unit in LENGTH_UNITS},
+        "properties": {unit: _integer(minimum, MAX_JSON_SAFE_INT) for unit in LENGTH_UNITS},
         "additionalProperties": False,
         "minProperties": 1,
         "maxProperties": 1,
@@ -112,7 +119,12 @@ def _hparam_branch(properties: dict[str, Schema], required: tuple[str, ...]) -> 
 _HPARAM_BRANCHES: dict[str, Schema] = {
     "const": _hparam_branch({"val": {}}, ("val",)),
     "int": _hparam_branch(
-        {"minval": _integer(), "maxval": _integer(), "count": _integer(1)}, ("minval", "maxval")
+        {
+            "minval": _integer(-MAX_JSON_SAFE_INT, MAX_JSON_SAFE_INT),
+            "maxval": _integer(-MAX_JSON_SAFE_INT, MAX_JSON_SAFE_INT),
+            "count": _integer(1),
+        },
+        ("minval", "maxval"),
     ),
     "double": _hparam_branch(
         {"minval": {"type": "number"}, "maxval": {"type": "number"}, "count": _integer(1)},
@@ -174,7 +186,12 @@ def _searcher_common() -> dict[str, Schema]:
 
 def _searcher_branch(properties: dict[str, Schema], *rules: Schema, required: tuple[str, ...] = ()) -> Schema:
     # max_length is deprecated in Determined 0.38 but still read: a bare count or a Length.
-    max_length: Schema = {"type": ["integer", "object"], "minimum": 1, **_length_keywords(1)}
+    max_length: Schema = {
+        "type": ["integer", "object"],
+        "minimum": 1,
+        "maximum": MAX_JSON_SAFE_INT,
+        **_length_keywords(1),
+    }
     branch = _closed({**_searcher_common(), "max_length": max_length, **properties}, required=required)
     if rules:
         branch["allOf"] = list(rules)
@@ -196,7 +213,7 @@ def _halving_fields() -> dict[str, Schema]:
     return {
         "max_trials": _max_trials(),
         "time_metric": _string(non_empty=True),
-        "max_time": _integer(1),
+        "max_time": _integer(1, MAX_JSON_SAFE_INT),
         "divisor": _defaulted({"type": "number", "exclusiveMinimum": 1}, 4),
         "max_concurrent_trials": _max_concurrent_trials(),
         "stop_once": _defaulted(_boolean(), True),
@@ -279,6 +296,7 @@ _RESOURCES: Schema = _closed(
         "shm_size": {
             "type": ["integer", "string"],
             "minimum": 0,
+            "maximum": MAX_JSON_SAFE_INT,
             "pattern": r"^([0-9]*[.])?[0-9]+ ?(([kmgtpKMGTP]([iI]?[bB])?)|[bB])?$",
             "x-messages": {"pattern": "must be a memory size such as 4G or 512Mi"},
         },
@@ -340,10 +358,13 @@ _CHECKPOINT_STORAGE: Schema = {
     "allOf": [_when(_key_is("type", kind), branch) for kind, branch in _STORAGE_BRANCHES.items()],
 }
 
+# KEY is a portable environment variable name (POSIX: letters, digits and _, not starting with a
+# digit); the value may hold anything but NUL, which no process environment can carry.
+ENV_RULES = " (KEY: letters, digits and _, not starting with a digit; VALUE: no NUL characters)"
 _ENV_ASSIGNMENT: Schema = {
     "type": "string",
-    "pattern": r"^[^=\s][^=]*=",
-    "x-messages": {"pattern": "must have the form KEY=VALUE"},
+    "pattern": r"^[A-Za-z_][A-Za-z0-9_]*=[^\x00]*\Z",
+    "x-messages": {"pattern": f"must have the form KEY=VALUE{ENV_RULES}"},
 }
 _ENV_LIST: Schema = {"type": "array", "items": _ENV_ASSIGNMENT}
 
@@ -365,7 +386,9 @@ _ENVIRONMENT: Schema = _closed(
             "default": [],
         },
         "force_pull_image": _defaulted(_boolean(), False),
-        # Accepted for Determined compatibility; Cairn's runtimes do not use them.
+        # The docker runtime reads registry_auth and add/drop_capabilities (checked there, naming
+        # the field: services/agent/runtime/docker_spec.py); the rest is accepted for Determined
+        # compatibility and unused.
         "registry_auth": {"type": "object"},
         "pod_spec": {"type": "object"},
         "proxy_ports": {"type": "array", "items": {"type": "object"}},
@@ -416,7 +439,7 @@ _EXPERIMENT_PROPERTIES: dict[str, Schema] = {
     "min_checkpoint_period": _defaulted(_ref("length"), {"batches": 0}),
     "preemption_timeout": _defaulted(_integer(0), None),
     # Accepted so that Determined configs load; Cairn does not act on them.
-    "records_per_epoch": _defaulted(_integer(0), 0),
+    "records_per_epoch": _defaulted(_integer(0, MAX_JSON_SAFE_INT), 0),
     "scheduling_unit": _defaulted(_integer(1), 100),
     "perform_initial_validation": _defaulted(_boolean(), False),
     "bind_mounts": _defaulted({"type": "array", "items": _BIND_MOUNT}, []),

@@ -46,6 +46,12 @@ def _image(value: Any) -> str | None:
     return str(value) if value else None
 
 
+def environment_of(environment: Mapping[str, Any]) -> tuple[dict[str, str], str | None]:
+    """(environment_variables, image) of an `environment` section, as a trial's are read; for the
+    configs of tasks that are not experiments (commands, generic tasks)."""
+    return _environment_variables(environment.get("environment_variables")), _image(environment.get("image"))
+
+
 def _optional_int(value: Any) -> int | None:
     return None if value is None else int(value)
 

@@ -5,6 +5,10 @@ data, as Determined's master sees it after its own YAML → JSON step:
 - timestamps stay strings (a date in `data` must not become a datetime that JSON cannot carry);
 - scalar mapping keys become strings (`1: x` → `"1"`, `true: x` → `"true"`);
 - a key given twice in one mapping is an error instead of silently keeping the last value.
+
+It also bounds the document before anything is built from it (config/bounds.py): the text's size,
+the nesting depth while composing (PyYAML's composer recurses, so it is stopped at the limit, far
+from Python's), and the alias-expanded size and depth of the composed graph before construction.
 """
 
 from __future__ import annotations
@@ -13,11 +17,39 @@ from typing import Any
 
 import yaml
 
+from services.master.domain.config.bounds import (
+    MAX_CONFIG_DEPTH,
+    check_node_graph,
+    check_text_size,
+    too_deep,
+)
 from services.master.domain.config.errors import ConfigError
 
 
 class _ConfigLoader(yaml.SafeLoader):
-    pass
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        # The keys and indices leading to the node being composed, to name where it is too deep.
+        self.compose_path: list[str | int] = []
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        if parent is None:
+            label: str | int | None = None
+        elif isinstance(index, yaml.ScalarNode):
+            label = index.value
+        elif isinstance(index, int):
+            label = index
+        else:
+            label = "?"  # a mapping key (PyYAML composes keys with index None)
+        if label is not None:
+            self.compose_path.append(label)
+        try:
+            if len(self.compose_path) > MAX_CONFIG_DEPTH:
+                raise too_deep(self.compose_path, self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            if label is not None:
+                self.compose_path.pop()
 
 
 # Drop the timestamp resolver: a copy of the class table, so PyYAML's own SafeLoader is untouched.
@@ -77,10 +109,26 @@ def _describe(exc: yaml.YAMLError) -> str:
 
 def parse_config_text(text: str) -> dict[str, Any]:
     """The configuration mapping written in `text`; ConfigError when it is not YAML or not a mapping."""
+    check_text_size(text)
     try:
-        document = yaml.load(text, Loader=_ConfigLoader)
+        # The reader refuses unprintable characters as soon as it is made.
+        loader = _ConfigLoader(text)
     except yaml.YAMLError as exc:
         raise ConfigError([f"config: not valid YAML: {_describe(exc)}"]) from None
+    try:
+        root = loader.get_single_node()
+        if root is None:
+            document = None
+        else:
+            check_node_graph(root)
+            document = loader.construct_document(root)
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"config: not valid YAML: {_describe(exc)}"]) from None
+    except ValueError as exc:
+        # Python refuses to read an integer of more than 4,300 digits (int_max_str_digits).
+        raise ConfigError([f"config: a value cannot be read: {exc}"]) from None
+    finally:
+        loader.dispose()
     if not isinstance(document, dict):
         raise ConfigError(["config: must be a mapping"])
     return document

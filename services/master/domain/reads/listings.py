@@ -322,7 +322,7 @@ def trial_rows(s: Session, trials: list[models.Trial]) -> list[TrialRow]:
         .where(models.Allocation.trial_id.in_(ids))
         .order_by(models.Allocation.run_id)
     ):
-        latest_alloc[alloc.trial_id] = alloc
+        latest_alloc[int(alloc.trial_id or 0)] = alloc
     metric_ids = {i for t in trials for i in (t.best_validation_id, t.latest_validation_id) if i is not None}
     metric_rows = (
         {m.id: m for m in s.scalars(select(models.Metric).where(models.Metric.id.in_(metric_ids)))}

@@ -1,32 +1,104 @@
-"""Live allocations as tasks (Determined's task list), and what an agent fetches to start one."""
+"""Tasks of every kind: their live allocations (Determined's task list), the tasks a user lists
+(commands, generic tasks), and what an agent fetches to start one."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from services.master.domain.errors import NotFound
-from services.master.domain.states import LIVE_ALLOCATION
+from services.master.domain.states import LIVE_ALLOCATION, TASK_ENDED, TaskKind
 from services.master.domain.states import AllocationState as A
 from services.master.domain.task_ids import parse_trial_task_id
 from services.master.store import models
 
 
-def live_allocations(s: Session) -> list[tuple[models.Allocation, int, str]]:
-    """Every allocation not yet ended, with its experiment's id and its trial's request id."""
+def live_allocations(s: Session) -> list[tuple[models.Allocation, models.Task]]:
+    """Every allocation not yet ended, whatever its task's kind, with its task."""
     return [
-        (alloc, int(experiment_id), str(request_id))
-        for alloc, experiment_id, request_id in s.execute(
-            select(models.Allocation, models.Trial.experiment_id, models.Trial.request_id)
-            .join(models.Trial, models.Trial.id == models.Allocation.trial_id)
+        (alloc, task)
+        for alloc, task in s.execute(
+            select(models.Allocation, models.Task)
+            .join(models.Task, models.Task.id == models.Allocation.task_id)
             .where(models.Allocation.state.in_(list(LIVE_ALLOCATION)))
+            .order_by(models.Allocation.requested_at, models.Allocation.id)
         ).all()
     ]
 
 
+def task(s: Session, task_id: str, kind: TaskKind | None = None) -> models.Task:
+    """The task (of `kind`, when given); NotFound naming it otherwise."""
+    found = s.get(models.Task, task_id)
+    if found is None or (kind is not None and found.kind != kind):
+        raise NotFound(f"{(kind or 'task').lower()} {task_id} not found")
+    return found
+
+
+def task_ended(s: Session, task_id: str) -> bool:
+    """Whether the task has ended (or is gone): nothing more will be logged for it."""
+    found = s.get(models.Task, task_id)
+    return found is None or found.state in TASK_ENDED
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    """A task as its list shows it: with its owner's name and its latest allocation."""
+
+    task: models.Task
+    username: str
+    allocation: models.Allocation | None
+
+
+def tasks_of_kind(
+    s: Session, kind: TaskKind, *, usernames: tuple[str, ...] = (), workspace_id: int | None = None
+) -> list[TaskRow]:
+    q = (
+        select(models.Task, models.User.username)
+        .join(models.User, models.User.id == models.Task.owner_id)
+        .where(models.Task.kind == kind)
+        .order_by(models.Task.start_time, models.Task.id)
+    )
+    if usernames:
+        q = q.where(models.User.username.in_(usernames))
+    if workspace_id:
+        q = q.where(models.Task.workspace_id == workspace_id)
+    rows = s.execute(q).all()
+    latest = latest_allocations(s, [t.id for t, _ in rows])
+    return [TaskRow(t, str(username), latest.get(t.id)) for t, username in rows]
+
+
+def task_row(s: Session, task_id: str, kind: TaskKind) -> TaskRow:
+    found = task(s, task_id, kind)
+    owner = s.get_one(models.User, found.owner_id)
+    return TaskRow(found, owner.username, latest_allocations(s, [task_id]).get(task_id))
+
+
+def latest_allocations(s: Session, task_ids: list[str]) -> dict[str, models.Allocation]:
+    latest: dict[str, models.Allocation] = {}
+    if not task_ids:
+        return latest
+    for alloc in s.scalars(
+        select(models.Allocation)
+        .where(models.Allocation.task_id.in_(task_ids))
+        .order_by(models.Allocation.run_id)
+    ):
+        latest[alloc.task_id] = alloc
+    return latest
+
+
 def task_context_archive(s: Session, allocation_id: str) -> bytes | None:
-    """The model definition (gzip'd tar) of a live allocation's experiment; None when the
-    allocation has ended or does not exist (an agent asks only for what it was told to start)."""
+    """The context (gzip'd tar) of a live allocation: its experiment's model definition for a
+    trial, the task's context directory for any other task; None when the allocation has ended or
+    does not exist (an agent asks only for what it was told to start)."""
+    context = s.execute(
+        select(models.TaskContext.archive)
+        .join(models.Allocation, models.Allocation.task_id == models.TaskContext.task_id)
+        .where(models.Allocation.id == allocation_id, models.Allocation.state != A.TERMINATED)
+    ).first()
+    if context is not None:
+        return bytes(context[0])
     row = s.execute(
         select(models.ModelDefinition.archive)
         .join(models.Trial, models.Trial.experiment_id == models.ModelDefinition.experiment_id)

@@ -16,6 +16,7 @@ from services.master.domain.master_log import MasterLogRing
 from services.master.domain.samples import SampleCache
 from services.master.domain.scheduling import WaitingInfo
 from services.master.remotes.checkpoint import CheckpointClient
+from services.master.servicers.follow_slots import FollowSlots
 from services.master.servicers.read_cache import ReadCache, RowCache
 
 
@@ -34,6 +35,8 @@ class ApiDeps:
     experiment_rows: RowCache[tuple[int, bool], experiment_pb2.Experiment]
     # The master's own recent log records (MasterLogs).
     master_log: MasterLogRing
+    # Followed log streams, each holding a server thread of its own (follow_slots.py).
+    follow_slots: FollowSlots
 
 
 class ServicerBase:

@@ -11,7 +11,7 @@ from cairn.api.v1 import checkpoint_pb2 as cpb
 from cairn.api.v1 import common_pb2
 from cairn.checkpoint.v1 import checkpoint_pb2 as service_pb
 from cairn.wire import struct_to_python
-from services.master.domain import checkpoints
+from services.master.domain import allocation_access, checkpoints
 from services.master.domain.errors import InvalidArgument
 from services.master.domain.paging import page_of
 from services.master.domain.reads import checkpoints as reads
@@ -141,12 +141,17 @@ class CheckpointsApi(ServicerBase):
     def PatchCheckpoints(
         self, request: cpb.PatchCheckpointsRequest, context: grpc.ServicerContext
     ) -> cpb.PatchCheckpointsResponse:
-        self.caller(context)
+        principal = self.caller(context)
         results = [
             service_pb.DeletedCheckpoint(checkpoint_uuid=p.uuid, remaining=dict(p.resources.resources))
             for p in request.checkpoints
             if p.HasField("resources")
         ]
+        with self.ctx.db.read() as s:
+            for index, patch in enumerate(request.checkpoints):
+                allocation_access.check_checkpoint(
+                    s, principal, patch.uuid, field=f"checkpoints[{index}].uuid"
+                )
         checkpoints.apply_deletions(self.ctx, results)
         return cpb.PatchCheckpointsResponse()
 

@@ -15,6 +15,7 @@ from cairn.api.v1 import trial_pb2 as tpb
 from services.master.domain import creation, experiment_edits
 from services.master.domain import experiments as lifecycle
 from services.master.domain.errors import InvalidArgument
+from services.master.domain.input_limits import check_experiment_limits
 from services.master.domain.model_definition import ContextFile
 from services.master.domain.reads import experiments as reads
 from services.master.domain.reads.listings import ExperimentFilter, experiment_rows_by_id, list_experiment_ids
@@ -318,6 +319,8 @@ class ExperimentsApi(ServicerBase):
         else:
             raise InvalidArgument("config: required")
         config = creation.expanded_config(self.ctx, text)
+        # A preview enumerates the trials: bounded by the same per-experiment limit as creation.
+        check_experiment_limits(config, self.ctx.settings.max_trials_per_experiment)
         spec = creation.search_spec(config)
         if request.seed:
             spec.seed = request.seed

@@ -13,7 +13,7 @@ import grpc
 from cairn.api.v1 import common_pb2
 from cairn.api.v1 import trial_pb2 as tpb
 from cairn.wire import struct_to_python
-from services.master.domain import metrics, signals
+from services.master.domain import allocation_access, metrics, signals
 from services.master.domain.downsample import downsample
 from services.master.domain.errors import InvalidArgument
 from services.master.domain.paging import page_of
@@ -142,7 +142,7 @@ class MetricsApi(ServicerBase):
     def GetCurrentTrialSearcherOperation(
         self, request: tpb.GetCurrentTrialSearcherOperationRequest, context: grpc.ServicerContext
     ) -> tpb.GetCurrentTrialSearcherOperationResponse:
-        operation = signals.current_operation(self.ctx, request.trial_id)
+        operation = signals.current_operation(self.ctx, self.caller(context), request.trial_id)
         response = tpb.GetCurrentTrialSearcherOperationResponse(completed=operation.completed)
         if operation.length > 0:
             response.op.validate_after.request_id = operation.request_id
@@ -155,6 +155,7 @@ class MetricsApi(ServicerBase):
     ) -> tpb.CompleteTrialSearcherValidationResponse:
         signals.complete_operation(
             self.ctx,
+            self.caller(context),
             request.trial_id,
             int(request.completed_operation.validate_after.length),
             request.searcher_metric,
@@ -165,7 +166,9 @@ class MetricsApi(ServicerBase):
     def GetBestSearcherValidationMetric(
         self, request: tpb.GetBestSearcherValidationMetricRequest, context: grpc.ServicerContext
     ) -> tpb.GetBestSearcherValidationMetricResponse:
+        principal = self.caller(context)
         with self.ctx.db.read() as s:
+            allocation_access.check_experiment(s, principal, request.experiment_id)
             best = reads.best_searcher_metric(s, request.experiment_id)
         return tpb.GetBestSearcherValidationMetricResponse(metric=best)
 

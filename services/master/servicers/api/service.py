@@ -6,6 +6,7 @@ from cairn.api.v1 import api_pb2_grpc
 from services.master.servicers.api.agents import AgentsApi
 from services.master.servicers.api.auth import AuthApi
 from services.master.servicers.api.checkpoints import CheckpointsApi
+from services.master.servicers.api.commands import CommandsApi, GenericTasksApi
 from services.master.servicers.api.continuation import ContinuationApi
 from services.master.servicers.api.experiments import ExperimentsApi
 from services.master.servicers.api.jobs import JobsApi
@@ -16,11 +17,13 @@ from services.master.servicers.api.models import ModelsApi
 from services.master.servicers.api.tasks import SignalsApi, TasksApi
 from services.master.servicers.api.templates import TemplatesApi
 from services.master.servicers.api.trials import TrialsApi
+from services.master.servicers.api.users import UsersApi
 from services.master.servicers.api.workspaces import WorkspacesApi
 
 
 class CairnServicer(
     AuthApi,
+    UsersApi,
     MasterApi,
     MasterInfoApi,
     ExperimentsApi,
@@ -34,6 +37,8 @@ class CairnServicer(
     AgentsApi,
     JobsApi,
     TasksApi,
+    CommandsApi,
+    GenericTasksApi,
     TemplatesApi,
     WorkspacesApi,
     SignalsApi,

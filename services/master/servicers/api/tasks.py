@@ -1,4 +1,4 @@
-"""Tasks: the live allocations, as Determined's task list shows them."""
+"""Tasks of every kind: the live allocations, as Determined's task list shows them."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import grpc
 from cairn.api.v1 import task_pb2
 from services.master.domain import signals
 from services.master.domain.reads.tasks import live_allocations
-from services.master.domain.task_ids import trial_task_id
 from services.master.servicers.api import convert
 from services.master.servicers.api.base import ServicerBase
 from services.master.servicers.errors import rpc, stream_rpc
@@ -23,11 +22,11 @@ class TasksApi(ServicerBase):
         response = task_pb2.GetTasksResponse()
         with self.ctx.db.read() as s:
             rows = live_allocations(s)
-        for alloc, experiment_id, request_id in rows:
+        for alloc, task in rows:
             summary = task_pb2.AllocationSummary(
-                task_id=trial_task_id(experiment_id, request_id),
+                task_id=task.id,
                 allocation_id=alloc.id,
-                name=f"Trial {alloc.trial_id} (Experiment {experiment_id})",
+                name=task.description,
                 registered_time=convert.ts(alloc.requested_at),
                 resource_pool=alloc.resource_pool,
                 slots_needed=alloc.slots,

@@ -10,13 +10,13 @@ import grpc
 
 from cairn.api.v1 import common_pb2, task_pb2
 from cairn.api.v1 import trial_pb2 as tpb
+from services.master.domain import allocation_access
 from services.master.domain import experiments as experiment_lifecycle
 from services.master.domain import trials as trial_lifecycle
-from services.master.domain.errors import NotFound, PermissionDenied
 from services.master.domain.logs import LogFilter, read_logs
 from services.master.domain.reads import tasks as task_reads
 from services.master.domain.reads import trials as reads
-from services.master.domain.states import TERMINAL, RunState
+from services.master.domain.states import TERMINAL, RunState, TaskKind
 from services.master.servicers.api import convert
 from services.master.servicers.api.base import ServicerBase
 from services.master.servicers.errors import rpc, stream_rpc
@@ -39,16 +39,8 @@ class TrialsApi(ServicerBase):
     def check_trial_access(self, context: grpc.ServicerContext, trial_id: int) -> None:
         """Trial code may only touch its own trial."""
         principal = self.caller(context)
-        if principal.user_id is not None or principal.allocation_id is None:
-            return
         with self.ctx.db.read() as s:
-            if not reads.trial_exists(s, trial_id):
-                raise NotFound(f"trial {trial_id} not found")
-            own = reads.trial_of_allocation(s, principal.allocation_id)
-        if own != trial_id:
-            raise PermissionDenied(
-                f"allocation {principal.allocation_id} does not belong to trial {trial_id}"
-            )
+            allocation_access.check_trial(s, principal, trial_id)
 
     @rpc
     def GetTrial(self, request: tpb.GetTrialRequest, context: grpc.ServicerContext) -> tpb.GetTrialResponse:
@@ -69,11 +61,14 @@ class TrialsApi(ServicerBase):
             trial_lifecycle.stop(self.ctx, w, trial, exp, RunState.STOPPING_KILLED)
         return tpb.KillTrialResponse()
 
-    def _log_rows(self, request: Any, trial_id: int, context: grpc.ServicerContext) -> Iterator[Any]:
-        """The trial's log lines as a TrialLogs or TaskLogs request filters them (followed until the
-        trial ends when asked)."""
+    def _log_rows(
+        self, request: Any, context: grpc.ServicerContext, *, trial_id: int | None = None, task_id: str = ""
+    ) -> Iterator[Any]:
+        """A trial's (by trial id) or any task's (by task id) log lines as a TrialLogs or TaskLogs
+        request filters them (followed until the trial or task ends when asked)."""
         f = LogFilter(
             trial_id=trial_id,
+            task_id=task_id,
             allocation_ids=tuple(getattr(request, "allocation_ids", ())),
             agent_ids=tuple(request.agent_ids),
             container_ids=tuple(request.container_ids),
@@ -88,20 +83,23 @@ class TrialsApi(ServicerBase):
 
         def trial_done() -> bool:
             with self.ctx.db.read() as s:
+                if trial_id is None:
+                    return task_reads.task_ended(s, task_id) or not context.is_active()
                 state = reads.trial_state(s, trial_id)
             return state is None or state in TERMINAL or not context.is_active()
 
-        for row in read_logs(
-            self.ctx,
-            f,
-            limit=request.limit,
-            descending=request.order_by == common_pb2.ORDER_BY_DESC,
-            follow=request.follow,
-            is_done=trial_done,
-        ):
-            if not context.is_active():
-                return
-            yield row
+        with self.deps.follow_slots.hold(request.follow):
+            for row in read_logs(
+                self.ctx,
+                f,
+                limit=request.limit,
+                descending=request.order_by == common_pb2.ORDER_BY_DESC,
+                follow=request.follow,
+                is_done=trial_done,
+            ):
+                if not context.is_active():
+                    return
+                yield row
 
     @stream_rpc
     def TrialLogs(
@@ -109,7 +107,7 @@ class TrialsApi(ServicerBase):
     ) -> Iterator[tpb.TrialLogsResponse]:
         self.check_trial_access(context, request.trial_id)
         self.trial_message(request.trial_id)  # NotFound before streaming starts
-        for row in self._log_rows(request, request.trial_id, context):
+        for row in self._log_rows(request, context, trial_id=request.trial_id):
             message = row.message if row.message.endswith("\n") else row.message + "\n"
             response = tpb.TrialLogsResponse(
                 id=str(row.id),
@@ -133,9 +131,16 @@ class TrialsApi(ServicerBase):
         self, request: task_pb2.TaskLogsRequest, context: grpc.ServicerContext
     ) -> Iterator[task_pb2.TaskLogsResponse]:
         with self.ctx.db.read() as s:
-            trial_id = task_reads.trial_of_task(s, request.task_id)
-        self.check_trial_access(context, trial_id)
-        for row in self._log_rows(request, trial_id, context):
+            task = task_reads.task(s, request.task_id)
+            trial_id = task_reads.trial_of_task(s, task.id) if task.kind == TaskKind.TRIAL else None
+            allocation_access.check_task(s, self.caller(context), task.id)
+        # A trial's lines are read as TrialLogs reads them (by trial id), any other task's by task id.
+        rows = (
+            self._log_rows(request, context, trial_id=trial_id)
+            if trial_id is not None
+            else self._log_rows(request, context, task_id=task.id)
+        )
+        for row in rows:
             message = row.message if row.message.endswith("\n") else row.message + "\n"
             response = task_pb2.TaskLogsResponse(
                 id=str(row.id),

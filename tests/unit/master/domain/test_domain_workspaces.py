@@ -408,6 +408,11 @@ def test_deleting_a_project_or_workspace_deletes_its_finished_experiments(master
     running = _create(master, someone, project_id=first)
     done = _create(master, someone, project_id=second)
     _kill(master, done)
+    # An experiment that moved away before (with its trial tasks) stays when its old project goes.
+    moved = _create(master, someone, project_id=second)
+    _kill(master, moved)
+    elsewhere = _project(master, someone, team, "Elsewhere")
+    _in_unit(master, lambda w: experiment_projects.move_experiment(master.ctx, w, someone, moved, elsewhere))
 
     # A running experiment holds its project and workspace back; the refusal changes nothing.
     _refused(
@@ -427,7 +432,7 @@ def test_deleting_a_project_or_workspace_deletes_its_finished_experiments(master
     assert _count(master, models.Project, second) == 1
     master.run_deferred()  # the experiment's deletion, then the project's
     assert _count(master, models.Project, second) == 0
-    assert _count(master, models.Experiment, done) == 0
+    assert _count(master, models.Experiment, done) == 0 and _count(master, models.Experiment, moved) == 1
 
     _kill(master, running)
     empty = _project(master, someone, team, "Empty")

@@ -1,0 +1,62 @@
+"""A trial's task row: created with the trial, ended with it, reopened when `det experiment
+continue` reopens the trial. The trial lifecycle stays the owner of a trial's state; its task only
+records it, so that every kind of task is listed and read the same way."""
+
+from __future__ import annotations
+
+from services.master.domain.clock import utcnow
+from services.master.domain.context import Work
+from services.master.domain.reads.jobs import experiment_job_id
+from services.master.domain.states import TASK_ENDED, RunState, TaskKind, TaskState, check_task
+from services.master.domain.task_ids import trial_task_id
+from services.master.store import models
+
+# The trial's terminal states, as its task's.
+_ENDED_AS = {
+    RunState.COMPLETED: TaskState.COMPLETED,
+    RunState.CANCELED: TaskState.CANCELED,
+    RunState.ERROR: TaskState.ERROR,
+}
+
+
+def record(w: Work, exp: models.Experiment, trial: models.Trial) -> models.Task:
+    """The task of a trial just created (in the same transaction)."""
+    project = w.session.get(models.Project, exp.project_id)
+    task = models.Task(
+        id=trial_task_id(exp.id, trial.request_id),
+        kind=TaskKind.TRIAL,
+        owner_id=exp.owner_id,
+        description=f"Trial {trial.id} (Experiment {exp.id})",
+        config=None,
+        job_id=experiment_job_id(exp.id),
+        state=TaskState.ACTIVE,
+        start_time=trial.start_time,
+        resource_pool=exp.resource_pool,
+        slots=0,
+        run_id=0,
+        workspace_id=project.workspace_id if project is not None else None,
+        project_id=exp.project_id,
+        experiment_id=exp.id,
+        no_pause=False,
+    )
+    w.session.add(task)
+    return task
+
+
+def follow(w: Work, exp_id: int, trial: models.Trial, target: RunState, *, continuing: bool) -> None:
+    """The trial moved to `target`: its task ends with it, or runs again when continued."""
+    task = w.session.get(models.Task, trial_task_id(exp_id, trial.request_id))
+    if task is None:
+        return
+    if continuing and task.state in TASK_ENDED:
+        check_task(task.state, TaskState.ACTIVE, continuing=True)
+        task.state = TaskState.ACTIVE
+        task.end_time = None
+        return
+    ended = _ENDED_AS.get(target)
+    if ended is None or task.state == ended:
+        return
+    check_task(task.state, ended)
+    task.state = ended
+    task.end_time = utcnow()
+    task.run_id = trial.run_id
