@@ -11,6 +11,7 @@ import time
 from importlib import metadata
 
 from cairn.client.address import InvalidMasterAddress, parse_master_addresses
+from cairn.tls import channel_credentials
 from services.agent import host
 from services.agent.containers import determined_info
 from services.agent.containers.manager import KILL_BACKSTOP_SECONDS, SHIM_BACKSTOP_SECONDS, ContainerManager
@@ -25,6 +26,7 @@ from services.agent.session.context_download import ContextDownloader
 from services.agent.session.session import AgentIdentity, MasterSession
 from services.agent.settings import AgentSettings
 from services.agent.slots import SlotDiscoveryError, SlotInfo, discover_slots
+from services.agent.task_user import TaskDirs, TaskUserError, isolation_warning, resolve_task_user
 from services.agent.work_dir import WorkDir, WorkDirBusyError
 from services.common.channels import internal_channel
 from services.common.logging import get_logger
@@ -63,6 +65,25 @@ class Agent:
         self._server: ServiceServer | None = None
         self._ready_written = False
 
+    def _task_dirs(self) -> TaskDirs | None:
+        """Where and as whom the process runtime runs tasks (None: here, as the agent's user, with a
+        warning saying what that exposes)."""
+        s = self.settings
+        if s.runtime != "process":
+            return None  # the docker runtime isolates each task in its container
+        user = resolve_task_user(s.task_user) if s.task_user else None
+        warning = isolation_warning(user)
+        if warning:
+            log.warning("tasks are not isolated from the agent", detail=warning)
+        if user is None or s.task_root is None:
+            return None
+        dirs = TaskDirs(s.task_root, user)
+        dirs.prepare_root()
+        log.info(
+            "tasks run as an unprivileged user", task_user=user.name, uid=user.uid, task_root=str(s.task_root)
+        )
+        return dirs
+
     def request_stop(self, reason: str, exit_code: int) -> None:
         if not self._stop.is_set():
             self._reason, self._exit_code = reason, exit_code
@@ -87,6 +108,12 @@ class Agent:
             log.error("agent cannot start", error=str(exc))
             return 1
         log.info("slots", agent_id=s.agent_id, slots=[(x.id, x.kind.value, x.brand) for x in slots])
+        try:
+            task_dirs = self._task_dirs()
+        except (TaskUserError, OSError) as exc:
+            log.error("agent cannot start", error=str(exc))
+            work_dir.unlock()
+            return 1
 
         try:
             self._server = start_server("agent", lambda _server: [], host=s.host, port=s.port)
@@ -101,7 +128,8 @@ class Agent:
             self._server.stop(1)
             work_dir.unlock()
             return 1
-        channel = internal_channel(master_target, s.cluster_token)
+        credentials = channel_credentials(s.master_ca_pem.encode()) if s.master_ca_pem else None
+        channel = internal_channel(master_target, s.cluster_token, credentials)
         outbox = Outbox()
         preparer = Preparer(
             agent_id=s.agent_id,
@@ -111,6 +139,7 @@ class Agent:
             python_envs=s.python_envs(),
             private_run_dir=s.runtime == "process" and determined_info.private_run_dir_supported(),
             in_docker=s.runtime == "docker",
+            task_dirs=task_dirs,
         )
         manager = ContainerManager(
             containers_dir=work_dir.containers,
@@ -118,7 +147,7 @@ class Agent:
             runtime=runtime,
             outbox=outbox,
             preparer=preparer,
-            master=MasterFacts(grpc_address=s.master),
+            master=MasterFacts(grpc_address=s.master, ca_pem=s.master_ca_pem),
         )
         manager.restore()
         if isinstance(runtime, DockerRuntime):
@@ -128,6 +157,7 @@ class Agent:
         session = MasterSession(
             channel=channel,
             master_address=s.master,
+            master_ca_pem=s.master_ca_pem,
             identity=AgentIdentity(
                 agent_id=s.agent_id,
                 version=agent_version(),

@@ -10,13 +10,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from cairn.tls import MASTER_CERT_ENV, TlsConfigError, read_ca_bundle
 from services.agent.containers.python_envs import PythonEnv, PythonEnvError, PythonEnvs, parse_task_env
 from services.agent.containers.task_env import split_host_port
 from services.agent.runtime.docker_spec import default_task_image
 from services.agent.slots import SlotType
+from services.agent.task_user import is_inside
 from services.common.args import add_common_flags
 
 DEFAULT_MASTER = "127.0.0.1:8090"
+# Outside any home folder: the task user must be able to reach its working folder.
+DEFAULT_TASK_ROOT = "/var/lib/cairn/tasks"
 RUNTIMES = ("process", "docker")
 _AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
 
@@ -46,6 +50,11 @@ class AgentSettings:
     # Docker runtime: the image of tasks whose config names none, and cores per CPU slot (0: no limit).
     default_image: str = ""
     cpus_per_slot: float = 0.0
+    # Process runtime: the unprivileged user tasks run as, and where their working folders live.
+    task_user: str = ""
+    task_root: Path | None = None
+    # --master-cert: the CA (PEM text) the master's TLS certificate is verified with; "" = plaintext.
+    master_ca_pem: str = ""
 
     def python_envs(self) -> PythonEnvs:
         return PythonEnvs(self.task_envs, self.default_task_env)
@@ -127,10 +136,32 @@ def build_parser() -> argparse.ArgumentParser:
         "the default: containers only share the cores in proportion to their slots)",
     )
     parser.add_argument(
+        "--task-user",
+        default=os.environ.get("CAIRN_AGENT_TASK_USER", ""),
+        metavar="NAME",
+        help="process runtime: run tasks as this unprivileged user, in folders of their own under "
+        "--task-root, so trial code cannot read the agent's or the cluster's secrets and state; needs "
+        "the agent to run as root (env CAIRN_AGENT_TASK_USER; default: tasks run as the agent's user)",
+    )
+    parser.add_argument(
+        "--task-root",
+        default=None,
+        metavar="DIR",
+        help="with --task-user: where the tasks' working folders go; must be outside --work-dir "
+        f"(default {DEFAULT_TASK_ROOT}/<agent-id>)",
+    )
+    parser.add_argument(
         "--reconnect-timeout",
         type=float,
         default=0.0,
         help="exit non-zero after this many seconds without the master; 0 = retry forever (default)",
+    )
+    parser.add_argument(
+        "--master-cert",
+        default=os.environ.get(MASTER_CERT_ENV),
+        metavar="FILE",
+        help="connect to the master over TLS, verifying it with the CA certificates in FILE; tasks "
+        f"get them too (env {MASTER_CERT_ENV}; default plaintext)",
     )
     return parser
 
@@ -167,6 +198,15 @@ def parse_settings(argv: Sequence[str] | None = None) -> AgentSettings:
         if args.work_dir
         else (Path.home() / ".local" / "share" / "cairn" / "agent" / agent_id)
     )
+    task_root = None
+    if args.task_user:
+        if args.runtime != "process":
+            parser.error("--task-user: only for --runtime process (docker isolates tasks by container)")
+        task_root = Path(args.task_root or f"{DEFAULT_TASK_ROOT}/{agent_id}").expanduser().resolve()
+        if is_inside(task_root, work_dir.resolve()) or is_inside(work_dir.resolve(), task_root):
+            parser.error(f"--task-root: {task_root} must be outside --work-dir {work_dir.resolve()}")
+    elif args.task_root:
+        parser.error("--task-root: only with --task-user")
     return AgentSettings(
         master=args.master,
         agent_id=agent_id,
@@ -188,4 +228,16 @@ def parse_settings(argv: Sequence[str] | None = None) -> AgentSettings:
         runtime=args.runtime,
         default_image=args.default_image or default_task_image(),
         cpus_per_slot=args.cpus_per_slot,
+        task_user=args.task_user,
+        task_root=task_root,
+        master_ca_pem=_master_ca(args.master_cert, parser),
     )
+
+
+def _master_ca(path: str | None, parser: argparse.ArgumentParser) -> str:
+    if not path:
+        return ""
+    try:
+        return read_ca_bundle(path, "--master-cert").decode()
+    except (TlsConfigError, UnicodeDecodeError) as exc:
+        parser.error(str(exc))

@@ -24,6 +24,8 @@ class WorkDir:
     def lock(self) -> None:
         """Take the work dir for this process; WorkDirBusyError when another agent holds it."""
         self.containers.mkdir(parents=True, exist_ok=True)
+        # Containers' bookkeeping holds their tasks' environments (allocation tokens): owner only.
+        os.chmod(self.root, 0o700)
         path = self.layout.lock_file
         # Not inheritable (Python's default), so the shims never keep the lock after the agent dies.
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)

@@ -20,6 +20,7 @@ from grpc_reflection.v1alpha import reflection
 from services.common.channels import MAX_MESSAGE_BYTES
 from services.common.logging import get_logger
 from services.common.request_decoding import RequestDecodingInterceptor
+from services.common.tls import ServerTls
 
 log = get_logger(__name__)
 
@@ -67,10 +68,12 @@ def start_server(
     port: int,
     interceptors: Sequence[grpc.ServerInterceptor] = (),
     max_workers: int = 64,
+    tls: ServerTls | None = None,
 ) -> ServiceServer:
     """Start a server with the services `register` adds (it returns their full names).
 
-    `port` 0 binds a free port; the bound one is in the result.
+    `port` 0 binds a free port; the bound one is in the result. With `tls` the port speaks only
+    TLS; without, only plaintext.
     """
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=f"{name}-rpc"),
@@ -87,11 +90,14 @@ def start_server(
         [*service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
         server,
     )
-    bound = server.add_insecure_port(f"{host}:{port}")
+    if tls is not None:
+        bound = server.add_secure_port(f"{host}:{port}", tls.grpc_credentials())
+    else:
+        bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
         raise OSError(f"{name}: cannot bind {host}:{port}")
     server.start()
-    log.info("serving", host=host, port=bound, services=service_names)
+    log.info("serving", host=host, port=bound, services=service_names, tls=tls is not None)
     return ServiceServer(name=name, server=server, port=bound, health=health_servicer)
 
 

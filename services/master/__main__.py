@@ -7,6 +7,7 @@ import sys
 from services.common.heap import settle_after_startup
 from services.common.logging import configure_logging, get_logger
 from services.common.server import install_termination_handlers, termination_requested, wait_for_termination
+from services.common.tls import TlsSetupError
 from services.master.app import Master
 from services.master.domain.exposure import UnsafeExposure
 from services.master.leadership import CannotLead
@@ -22,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
         # A standby waits here until it leads, or until it is told to stop.
         if not master.start(until=termination_requested()):
             return 0
-    except (CannotLead, UnsafeExposure) as exc:
+    except (CannotLead, UnsafeExposure, TlsSetupError) as exc:
         get_logger(__name__).error("master cannot start", error=str(exc))
         print(f"cairn-master: cannot start: {exc}", file=sys.stderr)
         return 1

@@ -21,6 +21,7 @@ from services.common.interceptors import AuthInterceptor
 from services.common.local_calls import LocalCalls
 from services.common.logging import add_log_sink, get_logger, remove_log_sink
 from services.common.server import ServiceServer, start_server, write_ready_file
+from services.common.tls import ServerTls
 from services.master.domain import agents as agent_registry
 from services.master.domain import deferred_loop, wiring, workspaces
 from services.master.domain.agent_hub import AgentHub
@@ -28,7 +29,7 @@ from services.master.domain.auth import AuthService
 from services.master.domain.checkpoints import CheckpointGc
 from services.master.domain.clock import utcnow
 from services.master.domain.context import MasterContext
-from services.master.domain.exposure import check_exposure
+from services.master.domain.exposure import check_exposure, check_transport
 from services.master.domain.liveness import LivenessLoop
 from services.master.domain.login_limiter import LoginLimiter, LoginLimits
 from services.master.domain.logs import LogStore
@@ -38,6 +39,7 @@ from services.master.domain.scheduling import SchedulingLoop
 from services.master.domain.searcher_pump import SearcherPump
 from services.master.gateway.http_server import MasterHttpServer, health_routes, start_http
 from services.master.gateway.rest_gateway import rest_routes
+from services.master.gateway.task_proxy import proxy_routes
 from services.master.gateway.webui import webui_routes
 from services.master.leadership import LeaderLease, SqliteMasterLock, exit_at_once
 from services.master.remotes.checkpoint import CheckpointClient
@@ -68,6 +70,8 @@ def _cluster_id(db: Database) -> str:
 class Master:
     def __init__(self, settings: Settings, on_lease_lost: Callable[[str], None] = exit_at_once) -> None:
         settings.state_dir.mkdir(parents=True, exist_ok=True)
+        # The database and its lock live here: nobody else's business (tasks included).
+        settings.state_dir.chmod(0o700)
         self.db = Database(settings.database_url)
         self.settings = settings
         self._on_lease_lost = on_lease_lost
@@ -104,8 +108,16 @@ class Master:
         self.auth.ensure_builtin_users()
         # Before anything listens: a master reachable beyond loopback needs passwords on its accounts.
         check_exposure(settings.host, self.auth.builtin_users_without_password())
+        tls = (
+            ServerTls.load(settings.tls_cert, settings.tls_key)
+            if settings.tls_cert and settings.tls_key
+            else None
+        )
+        check_transport(settings.host, tls is not None, settings.insecure_allow_plaintext)
         # HTTP first: with --http-port 0 the bound port must be known before anything reports it.
-        self.http, _ = start_http(settings.host, settings.http_port, [])
+        self.http, _ = start_http(
+            settings.host, settings.http_port, [], tls.ssl_context() if tls is not None else None
+        )
         settings = dataclasses.replace(settings, http_port=self.http.server_address[1])
         self.searchers = SearcherDirectory(
             settings.searcher_addr, settings.cluster_token, dict(settings.searcher_plugins)
@@ -167,6 +179,7 @@ class Master:
             interceptors=interceptors,
             # Followers never take the ordinary calls' threads: they have their own (follow_slots.py).
             max_workers=settings.rpc_workers + settings.max_log_followers,
+            tls=tls,
         )
         settings = dataclasses.replace(settings, grpc_port=self.grpc.port)
         ctx.settings = settings
@@ -181,6 +194,7 @@ class Master:
                 local=LocalCalls(register, interceptors),
             )
         )
+        self.http.routes.extend(proxy_routes(ctx, self.auth.authenticate_user_token))
         self.http.routes.extend(webui_routes())  # last: it answers every other GET
         self.scheduling.start()
         self.pump.start()

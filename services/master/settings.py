@@ -30,6 +30,9 @@ class Settings:
     http_port: int = DEFAULT_HTTP_PORT
     state_dir: Path = Path.home() / ".local" / "share" / "cairn" / "master"
     db_url: str = ""
+    # Where checkpoints go by default when not <state_dir>/checkpoints: trials write there, so with
+    # tasks run as another user it must lie outside the (owner-only) state directory.
+    default_checkpoint_dir: Path | None = None
     scheduler_addr: str = "127.0.0.1:8091"
     searcher_addr: str = "127.0.0.1:8092"
     checkpoint_addr: str = "127.0.0.1:8093"
@@ -63,6 +66,12 @@ class Settings:
     # Given to the built-in accounts (admin, determined) while they have no password (Determined's
     # initial_user_password); a master reachable beyond loopback needs them to have one.
     initial_user_password: str = ""
+    # TLS for the gRPC and HTTP ports (both or neither): PEM files, the key readable by the master.
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    # A master listening beyond loopback without TLS refuses to start unless this is set
+    # (domain/exposure.py): tokens and passwords would cross the network in the clear.
+    insecure_allow_plaintext: bool = False
     # gRPC server threads for ordinary calls (reports, agents' streams, CLI and REST calls).
     rpc_workers: int = 256
     # Followed log streams served at once, each on a thread of its own beside rpc_workers
@@ -93,7 +102,7 @@ class Settings:
     @property
     def checkpoint_dir(self) -> Path:
         """Where experiments without checkpoint_storage keep their checkpoints (shared_fs)."""
-        return self.state_dir / "checkpoints"
+        return self.default_checkpoint_dir or self.state_dir / "checkpoints"
 
 
 def parse_settings(argv: list[str] | None = None) -> Settings:
@@ -109,6 +118,12 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
         "--state-dir",
         default=os.environ.get("CAIRN_STATE_DIR"),
         help="where the embedded database and default checkpoints live",
+    )
+    parser.add_argument(
+        "--checkpoint-dir",
+        default=os.environ.get("CAIRN_CHECKPOINT_DIR"),
+        help="where experiments without checkpoint_storage keep their checkpoints (shared_fs) "
+        "(env CAIRN_CHECKPOINT_DIR; default <state-dir>/checkpoints)",
     )
     parser.add_argument(
         "--db-url",
@@ -163,8 +178,11 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
         "CAIRN_BIND_MOUNT_ALLOW=/a:/b); admins may mount any path",
     )
     add_login_flags(parser)
+    add_tls_flags(parser)
     args = parser.parse_args(argv)
     check_login_flags(args, parser)
+    if bool(args.tls_cert) != bool(args.tls_key):
+        parser.error("--tls-cert and --tls-key: give both (a certificate and its key) or neither")
     if args.max_trials_per_experiment < 1:
         parser.error("--max-trials-per-experiment: must be at least 1")
     allowed_mounts = [p for p in os.environ.get("CAIRN_BIND_MOUNT_ALLOW", "").split(":") if p]
@@ -180,6 +198,9 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
         grpc_port=args.port,
         http_port=args.http_port,
         state_dir=state_dir.resolve(),
+        default_checkpoint_dir=Path(args.checkpoint_dir).expanduser().resolve()
+        if args.checkpoint_dir
+        else None,
         db_url=args.db_url,
         scheduler_addr=args.scheduler_addr,
         searcher_addr=args.searcher_addr,
@@ -201,6 +222,9 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
         max_trials_per_experiment=args.max_trials_per_experiment,
         allow_local_storage_endpoints=args.allow_local_storage_endpoints,
         bind_mount_allowed_paths=tuple(os.path.normpath(p) for p in allowed_mounts),
+        tls_cert=Path(args.tls_cert).expanduser().resolve() if args.tls_cert else None,
+        tls_key=Path(args.tls_key).expanduser().resolve() if args.tls_key else None,
+        insecure_allow_plaintext=args.insecure_allow_plaintext,
         read_cache_entries=0 if os.environ.get("CAIRN_READ_CACHE", "on") == "off" else 1024,
     )
 
@@ -260,6 +284,29 @@ def add_login_flags(parser: argparse.ArgumentParser) -> None:
         default=env("CAIRN_INITIAL_USER_PASSWORD", ""),
         help="password for the built-in accounts (admin, determined) while they have none; "
         "required when the master listens beyond loopback (env CAIRN_INITIAL_USER_PASSWORD)",
+    )
+
+
+def add_tls_flags(parser: argparse.ArgumentParser) -> None:
+    env = os.environ.get
+    parser.add_argument(
+        "--tls-cert",
+        default=env("CAIRN_TLS_CERT"),
+        metavar="FILE",
+        help="serve gRPC and HTTPS with this PEM certificate (chain) (env CAIRN_TLS_CERT); needs --tls-key",
+    )
+    parser.add_argument(
+        "--tls-key",
+        default=env("CAIRN_TLS_KEY"),
+        metavar="FILE",
+        help="the PEM private key of --tls-cert (env CAIRN_TLS_KEY)",
+    )
+    parser.add_argument(
+        "--insecure-allow-plaintext",
+        action="store_true",
+        default=env("CAIRN_INSECURE_ALLOW_PLAINTEXT", "") in ("1", "true", "yes"),
+        help="let a master that listens beyond loopback serve without TLS (refused by default: "
+        "passwords and tokens would cross the network unencrypted)",
     )
 
 

@@ -65,6 +65,10 @@ class TestCluster:
     # "docker": the agents run trials in containers of default_image (tests/support/docker_env.py).
     runtime: str = "process"
     default_image: str | None = None
+    # `cluster up --tls`: the master serves TLS with a self-signed certificate (record.master_ca_file).
+    tls: bool = False
+    # The Python environment trials run in; None: the local cluster's default (.venv-task).
+    task_env: Path | None = None
     record: ClusterRecord | None = None
     _channel: grpc.Channel | None = None
 
@@ -85,6 +89,8 @@ class TestCluster:
             standby_master_addresses=self.standby_masters,
             runtime=self.runtime,
             default_image=self.default_image,
+            tls=self.tls,
+            **({"task_env": self.task_env} if self.task_env is not None else {}),
         )
         self.record = start_cluster(options)
         return self
@@ -97,7 +103,12 @@ class TestCluster:
     @property
     def channel(self) -> grpc.Channel:
         if self._channel is None:
-            self._channel = grpc.insecure_channel(self.address)
+            if self.record is not None and self.record.master_ca_file:
+                ca = Path(self.record.master_ca_file).read_bytes()
+                credentials = grpc.ssl_channel_credentials(root_certificates=ca)
+                self._channel = grpc.secure_channel(self.address, credentials)
+            else:
+                self._channel = grpc.insecure_channel(self.address)
         return self._channel
 
     def raw_stub(self) -> api_pb2_grpc.CairnStub:
@@ -180,6 +191,8 @@ def running_cluster(
     supervise: bool = False,
     runtime: str = "process",
     default_image: str | None = None,
+    tls: bool = False,
+    task_env: Path | None = None,
 ) -> Iterator[TestCluster]:
     cluster = TestCluster(
         state_dir,
@@ -190,6 +203,8 @@ def running_cluster(
         supervise=supervise,
         runtime=runtime,
         default_image=default_image,
+        tls=tls,
+        task_env=task_env,
     )
     cluster.start()
     try:

@@ -4,6 +4,7 @@ trial processes that a dead agent left behind, cairn.localcluster.sweep).
 
     <work dir>/agent.lock                   held (flock) by the running agent; holds its pid
     <work dir>/containers/<id>/             one folder per container: the command's working dir
+                                            (with --task-user: <task root>/<id>, outside the work dir)
     <work dir>/containers/<id>/.cairn-agent/
         state.json    the agent's record of the container (pids, state, acknowledged seq)
         launch.json   what the shim runs: argv, environment, cwd, first seq

@@ -20,6 +20,12 @@ USER = "CAIRN_USER"
 SEARCHER_TARGET = "CAIRN_SEARCHER_TARGET"
 MASTER_HTTP_PORT = "CAIRN_MASTER_HTTP_PORT"
 LATEST_CHECKPOINT = "CAIRN_LATEST_CHECKPOINT"
+# Where a task that serves through the master's proxy (a notebook) listens
+# (services/master/domain/task_services.py).
+SERVICE_HOST = "CAIRN_SERVICE_HOST"
+SERVICE_PORT = "CAIRN_SERVICE_PORT"
+# Set for a notebook with an idle_timeout: how its launcher judges it idle (notebook_idle_type).
+NOTEBOOK_IDLE_TYPE = "CAIRN_NOTEBOOK_IDLE_TYPE"
 
 # Set by the agent (services/agent/containers/task_env.py).
 AGENT_ID = "CAIRN_AGENT_ID"

@@ -78,10 +78,17 @@ class CallDefaults(
 
 
 def channel_with(
-    target: str, metadata: Sequence[tuple[str, str]], unary_timeout: float | None = None
+    target: str,
+    metadata: Sequence[tuple[str, str]],
+    unary_timeout: float | None = None,
+    credentials: grpc.ChannelCredentials | None = None,
 ) -> tuple[grpc.Channel, grpc.Channel]:
-    """(the channel to call through, the underlying channel to close)."""
-    base = grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
+    """(the channel to call through, the underlying channel to close). With `credentials` the
+    channel is TLS (cairn/tls.py builds verifying ones); without, plaintext."""
+    if credentials is not None:
+        base = grpc.secure_channel(target, credentials, options=CHANNEL_OPTIONS)
+    else:
+        base = grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
     if not metadata and unary_timeout is None:
         return base, base
     return grpc.intercept_channel(base, CallDefaults(metadata, unary_timeout)), base

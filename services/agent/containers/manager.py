@@ -263,7 +263,7 @@ class ContainerManager:
                 if c.record.abort_requested:
                     raise StartError(FailureType.CONTAINER_ABORTED, "stopped before its command started")
                 assert c.writer is not None
-                spec = LaunchSpec(prepared.argv, prepared.env, str(c.paths.root), first_seq=c.writer.next_seq)
+                spec = LaunchSpec(prepared.argv, prepared.env, str(prepared.cwd), first_seq=c.writer.next_seq)
                 c.writer.close()
                 c.writer = None  # from here on the shim writes the event file
                 try:
@@ -586,6 +586,7 @@ class ContainerManager:
         by_age = sorted(self._finished.items(), key=lambda item: item[1])
         for container_id, _ in by_age[: len(by_age) - KEEP_FINISHED]:
             shutil.rmtree(self._dir / container_id, ignore_errors=True)
+            self._preparer.discard(container_id)
             del self._finished[container_id]
 
     def _save(self, c: Container) -> None:

@@ -17,6 +17,7 @@ from services.agent.runtime.context_archive import UnsafeArchiveError, unpack_co
 from services.agent.runtime.docker_spec import CONTAINER_WORKDIR
 from services.agent.runtime.protocol import META_DIR_NAME, ContainerPaths
 from services.agent.slots import SlotInfo
+from services.agent.task_user import TaskDirs
 
 # Fetches an allocation's model definition: the gzip'd tar, in chunks. Raises ContextFetchError.
 ContextFetcher = Callable[[str], Iterable[bytes]]
@@ -46,6 +47,9 @@ class StartError(Exception):
 class Prepared:
     argv: list[str]
     env: dict[str, str]
+    # The command's working directory: the container's folder, or with a task user its own folder
+    # under the task root.
+    cwd: Path
 
 
 def command_line(entrypoint: tuple[str, ...], shell: bool) -> list[str]:
@@ -64,6 +68,7 @@ class Preparer:
         python_envs: PythonEnvs | None = None,
         private_run_dir: bool = False,
         in_docker: bool = False,
+        task_dirs: TaskDirs | None = None,
     ) -> None:
         # Docker runtime: the task runs in a container of its image, its files copied to Determined's
         # places there (the working dir, /run/determined), so nothing of the agent's host applies:
@@ -75,6 +80,13 @@ class Preparer:
         self._fetch_context = fetch_context
         self._base_env = dict(base_env)
         self._python_envs = python_envs or PythonEnvs([])
+        # Process runtime with --task-user: tasks run as that user in folders of their own.
+        self._task_dirs = task_dirs
+
+    def discard(self, container_id: str) -> None:
+        """Remove what the container's task left outside the container's folder (its task folder)."""
+        if self._task_dirs is not None:
+            self._task_dirs.remove(container_id)
 
     def problem(self, request: StartRequest) -> str | None:
         """Why this agent cannot run `request` at all, naming the field; None when it can."""
@@ -122,22 +134,27 @@ class Preparer:
         note: Note,
         aborted: Callable[[], bool],
     ) -> Prepared:
+        task_dirs = None if self._in_docker else self._task_dirs
+        workdir = task_dirs.create(request.container_id) if task_dirs is not None else paths.root
         if request.has_context:
-            self._fetch_and_unpack(request, paths, note, aborted)
+            self._fetch_and_unpack(request, paths, workdir, note, aborted)
         python_env = None
+        base_env = {} if self._in_docker else self._base_env
+        if task_dirs is not None:
+            base_env = {**base_env, **task_dirs.user.environment(workdir)}
         if not self._in_docker:
-            self._expose_mounts(request, paths, note)
+            self._expose_mounts(request, workdir, note)
             choice = self._python_envs.choose(request.image)
             if choice.note:
                 note(choice.note, "WARNING")
             python_env = choice.env
         env = task_environment(
-            base={} if self._in_docker else self._base_env,
+            base=base_env,
             spec_environment=request.environment,
             agent_id=self._agent_id,
             container_id=request.container_id,
             slots=[self._slots[s] for s in request.slot_ids],
-            workdir=Path(CONTAINER_WORKDIR) if self._in_docker else paths.root,
+            workdir=Path(CONTAINER_WORKDIR) if self._in_docker else workdir,
             master=master,
             python_env=python_env,
             rendezvous=request.rendezvous,
@@ -145,17 +162,30 @@ class Preparer:
         if self._in_docker and "PATH" not in request.environment:
             del env["PATH"]  # the image's own PATH (its Python, its virtualenv) applies
         argv = command_line(request.entrypoint, request.shell)
+        if task_dirs is not None:
+            # Innermost: the privilege drop comes after the /run/determined mount, which needs root.
+            argv = task_dirs.user.run_as(argv)
         if determined_info.is_determined_task(env):
-            argv = self._determined_surroundings(argv, env, request, paths, note)
-        return Prepared(argv=argv, env=env)
+            argv = self._determined_surroundings(argv, env, request, paths, workdir, note)
+        if task_dirs is not None:
+            task_dirs.hand_over(workdir)
+            if paths.run_determined.exists():
+                task_dirs.hand_over(paths.run_determined)
+        return Prepared(argv=argv, env=env, cwd=workdir)
 
     def _determined_surroundings(
-        self, argv: list[str], env: dict[str, str], request: StartRequest, paths: ContainerPaths, note: Note
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        request: StartRequest,
+        paths: ContainerPaths,
+        workdir: Path,
+        note: Note,
     ) -> list[str]:
         run_dir = paths.run_determined
         determined_info.write_info_files(env, run_dir, request.rendezvous)
         if request.has_context:
-            determined_info.copy_model_definition(paths.root, run_dir, skip=META_DIR_NAME)
+            determined_info.copy_model_definition(workdir, run_dir, skip=META_DIR_NAME)
         if self._in_docker:
             return argv  # the docker runtime copies run_dir to the container's own /run/determined
         if not self._private_run_dir:
@@ -168,7 +198,12 @@ class Preparer:
         return determined_info.with_private_run_dir(argv, run_dir)
 
     def _fetch_and_unpack(
-        self, request: StartRequest, paths: ContainerPaths, note: Note, aborted: Callable[[], bool]
+        self,
+        request: StartRequest,
+        paths: ContainerPaths,
+        workdir: Path,
+        note: Note,
+        aborted: Callable[[], bool],
     ) -> None:
         note("fetching the model definition from the master", "INFO")
         size = 0
@@ -182,7 +217,7 @@ class Preparer:
         except ContextFetchError as exc:
             raise StartError(FailureType.TASK_ERROR, f"cannot fetch the model definition: {exc}") from exc
         try:
-            count = unpack_context(paths.context_archive, paths.root)
+            count = unpack_context(paths.context_archive, workdir)
         except UnsafeArchiveError as exc:
             raise StartError(FailureType.TASK_ERROR, f"refused the model definition: {exc}") from exc
         except OSError as exc:
@@ -191,7 +226,7 @@ class Preparer:
             paths.context_archive.unlink(missing_ok=True)
         note(f"unpacked the model definition: {count} entries, {size} bytes", "INFO")
 
-    def _expose_mounts(self, request: StartRequest, paths: ContainerPaths, note: Note) -> None:
+    def _expose_mounts(self, request: StartRequest, workdir: Path, note: Note) -> None:
         # The process runtime cannot mount: the command sees host paths as they are. A relative
         # container path becomes a link in the working directory; an absolute one that differs
         # from the host path cannot be honoured and is reported.
@@ -206,7 +241,7 @@ class Preparer:
                     "WARNING",
                 )
                 continue
-            link = paths.root / target
+            link = workdir / target
             link.parent.mkdir(parents=True, exist_ok=True)
             if not link.exists() and not link.is_symlink():
                 link.symlink_to(mount.host_path)

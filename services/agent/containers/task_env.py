@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import cairn.task_environment as tenv
+from cairn.tls import MASTER_CERT_PEM_ENV
 from services.agent.containers.python_envs import PythonEnv
 from services.agent.containers.requests import RendezvousInfo
 from services.agent.slots import DeviceKind, SlotInfo
@@ -35,6 +36,8 @@ class MasterFacts:
     cluster_id: str = ""
     master_id: str = ""
     http_port: int = 0
+    # The CA the agent verifies the master's TLS certificate with (--master-cert); "" = plaintext.
+    ca_pem: str = ""
 
     @property
     def host(self) -> str:
@@ -50,7 +53,8 @@ class MasterFacts:
     def rest_url(self) -> str:
         host = self.host
         shown = f"[{host}]" if ":" in host else host
-        return f"http://{shown}:{self.rest_port}"
+        scheme = "https" if self.ca_pem else "http"
+        return f"{scheme}://{shown}:{self.rest_port}"
 
 
 def split_host_port(address: str) -> tuple[str, int | None, str]:
@@ -151,6 +155,10 @@ def task_environment(
     }
     if master.master_id:
         facts["DET_MASTER_ID"] = master.master_id
+    if master.ca_pem:
+        # The text, not the agent's file: a task under another user or in a container cannot read
+        # that (cairn/tls.py reads it from here).
+        facts[MASTER_CERT_PEM_ENV] = master.ca_pem
     facts.update(rendezvous_environment(rendezvous, container_id))
     env.update(facts)
     return env

@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -41,6 +41,21 @@ class ContainerSetupError(RuntimeError):
 _CODE_ROOT = Path(__file__).resolve().parents[3]
 
 
+# What the shim takes from the agent's environment: enough to run Python and reach dockerd, never
+# the agent's credentials or settings (CAIRN_CLUSTER_TOKEN...): a task running as the agent's user
+# could read them in /proc/<shim pid>/environ. The command's own environment is launch.json's.
+_SHIM_VARIABLES = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "PYTHONPATH")
+_SHIM_PREFIXES = ("LC_", "DOCKER_")
+
+
+def shim_environment(source: Mapping[str, str], code_root: Path) -> dict[str, str]:
+    """The shim's environment: the basics of `source`, with `code_root` first on PYTHONPATH so the
+    shim runs the agent's own code, installed or not."""
+    env = {k: v for k, v in source.items() if k in _SHIM_VARIABLES or k.startswith(_SHIM_PREFIXES)}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(code_root), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
 @dataclass
 class ShimHandle:
     pid: int
@@ -70,8 +85,7 @@ class ProcessRuntime:
     ) -> ShimHandle:
         if spec is not None:
             write_json_atomic(paths.launch, spec.to_json())
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_CODE_ROOT), env.get("PYTHONPATH", "")) if p)
+        env = shim_environment(os.environ, _CODE_ROOT)
         argv = [self._python, "-m", self.shim_module, str(paths.meta), *extra]
         with open(paths.shim_log, "ab") as log:
             # The shim inherits this thread's signal mask: with the control signals blocked, one

@@ -90,9 +90,12 @@ class MasterSession:
         reconnect_timeout: float,
         on_welcome: Callable[[], None],
         on_fatal: Callable[[str], None],
+        master_ca_pem: str = "",
     ) -> None:
         self._stub = agent_pb2_grpc.AgentServiceStub(channel)
         self._master_address = master_address
+        # --master-cert: handed to tasks, which verify the master with it too.
+        self._master_ca_pem = master_ca_pem
         self._identity = identity
         self._manager = manager
         self._outbox = outbox
@@ -243,6 +246,7 @@ class MasterSession:
             cluster_id=welcome.cluster_id,
             master_id=welcome.master_id,
             http_port=welcome.master_http_port,
+            ca_pem=self._master_ca_pem,
         )
         self._manager.apply_welcome(list(welcome.keep_container_ids), dict(welcome.acked_seq), master)
         stream.epoch = self._outbox.rewind()

@@ -35,6 +35,7 @@ from services.master.domain.rendezvous import agent_address, free_port_offset, r
 from services.master.domain.states import LIVE_ALLOCATION, allocation_advances
 from services.master.domain.states import AllocationState as A
 from services.master.domain.task_ids import trial_task_id
+from services.master.domain.task_services import service_environment
 from services.master.domain.task_spec import build_task_spec
 from services.master.domain.topics import allocation_topic, task_topic, trial_topic
 from services.master.store import models
@@ -221,7 +222,9 @@ def _spec_for(ctx: MasterContext, w: Work, alloc: models.Allocation, token: str)
     if alloc.trial_id is None:
         task = w.session.get_one(models.Task, alloc.task_id)
         owner = w.session.get_one(models.User, task.owner_id)
-        return build_command_spec(ctx.settings, task, alloc, token, owner.username)
+        spec = build_command_spec(ctx.settings, task, alloc, token, owner.username)
+        spec.environment.update(service_environment(w, task, alloc))
+        return spec
     trial = w.session.get_one(models.Trial, alloc.trial_id)
     exp = w.session.get_one(models.Experiment, trial.experiment_id)
     owner = w.session.get_one(models.User, exp.owner_id)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy.orm import Session
 
 from services.common.logging import get_logger
+from services.master.domain.idle_clock import IdleClock
 from services.master.domain.topics import Topics
 from services.master.settings import Settings
 from services.master.store import models
@@ -71,6 +72,8 @@ class MasterContext:
     scheduler_wakeup: Wakeup = field(default_factory=Wakeup)
     pump_wakeup: Wakeup = field(default_factory=Wakeup)
     stopping: threading.Event = field(default_factory=threading.Event)
+    # Notebooks' idle reports (notebook_idle.py).
+    idle_clock: IdleClock = field(default_factory=IdleClock)
     # Bumped after every committed change the API can read (see servicers/read_cache.py).
     data_version: int = 0
     # Endings travel up through hooks registered at start-up (wiring.py), while commands go down

@@ -1,9 +1,12 @@
-"""Whether the master may listen where it was told to, given its built-in accounts.
+"""Whether the master may listen where it was told to, given its built-in accounts and its TLS.
 
 Every cluster starts with the accounts `admin` and `determined` (as Determined's do). On loopback an
 empty password is a convenience: only this machine's users reach the master. Reachable beyond it,
 an empty admin password hands the cluster to anyone on the network, so the master refuses to start
 until each built-in account has a password (Determined 0.38 likewise requires an initial one).
+Likewise plaintext: beyond loopback, passwords and tokens would cross the network readable by
+anyone on the path, so such a master needs TLS or the operator's explicit
+--insecure-allow-plaintext.
 """
 
 from __future__ import annotations
@@ -36,4 +39,15 @@ def check_exposure(host: str, accounts_without_password: list[str]) -> None:
         "--initial-user-password (env CAIRN_INITIAL_USER_PASSWORD), or set each with "
         "`det user change-password NAME` while the master listens on 127.0.0.1, or listen on "
         "127.0.0.1 only."
+    )
+
+
+def check_transport(host: str, tls: bool, allow_plaintext: bool) -> None:
+    if tls or allow_plaintext or is_loopback(host):
+        return
+    raise UnsafeExposure(
+        f"--host {host} makes the master reachable beyond this machine, and it has no TLS "
+        "certificate: passwords and tokens would cross the network unencrypted. Give it one with "
+        "--tls-cert FILE --tls-key FILE (`cairn cluster up --tls` makes a self-signed pair), "
+        "listen on 127.0.0.1 only, or accept plaintext with --insecure-allow-plaintext."
     )

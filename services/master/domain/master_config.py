@@ -61,6 +61,10 @@ SHOWN_SETTINGS = frozenset(
         "scheduling_interval_s",
         "read_cache_entries",
         "leader_lease",
+        "tls_cert",
+        "tls_key",
+        "insecure_allow_plaintext",
+        "default_checkpoint_dir",
     }
 )
 
@@ -164,6 +168,14 @@ def effective_config(ctx: MasterContext) -> dict[str, Any]:
             "allow_local_storage_endpoints": settings.allow_local_storage_endpoints,
             "bind_mount_allowed_paths": list(settings.bind_mount_allowed_paths),
         },
+        # Where the certificate and key are (the key's path only: its contents never leave the file).
+        "tls": {
+            "cert": str(settings.tls_cert) if settings.tls_cert else "",
+            "key": str(settings.tls_key) if settings.tls_key else "",
+            "insecure_allow_plaintext": settings.insecure_allow_plaintext,
+        },
+        # Where experiments that name no checkpoint storage keep their checkpoints.
+        "checkpoint_dir": str(settings.checkpoint_dir),
         "read_cache_entries": settings.read_cache_entries,
         # gRPC threads: ordinary calls, and followed log streams beside them (follow_slots.py).
         "rpc_workers": settings.rpc_workers,

@@ -203,6 +203,14 @@ def create(ctx: MasterContext, principal: Principal, request: TaskRequest) -> st
     return task_id
 
 
+def kill_by_user(ctx: MasterContext, principal: Principal, task_id: str, kind: TaskKind) -> None:
+    """`principal` (its owner or an admin) kills task `task_id` of `kind`."""
+    with ctx.unit_of_work() as w:
+        task = load(w, task_id, kind)
+        check_can_modify(principal, task)
+        kill(ctx, w, task)
+
+
 def kill(ctx: MasterContext, w: Work, task: models.Task) -> None:
     """Kill always wins: the live allocation is killed and the task ends CANCELED with it."""
     if task.state in TASK_ENDED:

@@ -15,9 +15,11 @@ operations are atomic under the GIL); elsewhere a selector guarded by a lock doe
 from __future__ import annotations
 
 import contextlib
+import os
 import select
 import selectors
 import socket
+import ssl
 import threading
 from collections.abc import Callable
 
@@ -29,6 +31,13 @@ POLL_S = 0.5
 def _client_gone(sock: socket.socket) -> bool | None:
     """True: closed; False: it sent more; None: nothing to read after all."""
     try:
+        if isinstance(sock, ssl.SSLSocket):
+            # An HTTPS connection: SSLSocket refuses recv flags, so peek at the TCP bytes beneath
+            # through a plain socket on a duplicate of its descriptor (a TLS record is "it sent
+            # more"; end of stream is still b""). MSG_DONTWAIT: the duplicate shares the file's
+            # blocking mode, which must stay as the connection's thread set it.
+            with socket.socket(fileno=os.dup(sock.fileno())) as raw:
+                return raw.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
         return sock.recv(1, socket.MSG_PEEK) == b""
     except BlockingIOError:
         return None

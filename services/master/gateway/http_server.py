@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import socket
+import ssl
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -58,6 +60,15 @@ class StreamingResponse:
     headers: dict[str, str] | None = None
 
 
+@dataclass
+class Answered:
+    """The route wrote its answer itself (the task proxy: upstream headers as they came, or a
+    websocket tunnel); `close` ends the connection after it, as a tunnel or an answer whose end
+    only the closing connection marks must."""
+
+    close: bool = False
+
+
 class BodyError(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
@@ -67,7 +78,7 @@ class BodyError(Exception):
 
 # A route handler gets the request handler (method, path, headers, body reader) and answers, or
 # returns None to let the next route try.
-Route = Callable[["RequestHandler"], Response | StreamingResponse | None]
+Route = Callable[["RequestHandler"], Response | StreamingResponse | Answered | None]
 
 
 class RequestHandler(BaseHTTPRequestHandler):
@@ -164,6 +175,9 @@ class RequestHandler(BaseHTTPRequestHandler):
                     response = Response(HTTPStatus.INTERNAL_SERVER_ERROR, b'{"error": "internal error"}')
                 if response is None:
                     continue
+                if isinstance(response, Answered):
+                    self.close_connection = self.close_connection or response.close
+                    return
                 self._finish_body()
                 if isinstance(response, StreamingResponse):
                     self.respond_stream(response)
@@ -227,6 +241,17 @@ class RequestHandler(BaseHTTPRequestHandler):
     do_PATCH = _dispatch
     do_DELETE = _dispatch
     do_HEAD = _dispatch
+    do_OPTIONS = _dispatch
+
+
+# A client that has not finished its TLS handshake by then gives its thread back.
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
+# The first byte of every TLS connection: a handshake record.
+_TLS_HANDSHAKE_RECORD = 0x16
+_PLAIN_HTTP_REFUSAL = (
+    b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nConnection: close\r\n"
+    b"Content-Length: 55\r\n\r\nthis port speaks HTTPS only: use https:// to reach it.\n"
+)
 
 
 class MasterHttpServer(ThreadingHTTPServer):
@@ -236,8 +261,13 @@ class MasterHttpServer(ThreadingHTTPServer):
     # which costs them a SYN retransmit (a second or more).
     request_queue_size = 1024
 
-    def __init__(self, address: tuple[str, int], routes: list[Route]) -> None:
+    def __init__(
+        self, address: tuple[str, int], routes: list[Route], ssl_context: ssl.SSLContext | None = None
+    ) -> None:
         super().__init__(address, RequestHandler)
+        # With a context every connection is TLS; the handshake runs in the connection's own
+        # thread (finish_request), so a slow or silent client never holds up accepting others.
+        self.ssl_context = ssl_context
         self.routes = routes
         self.disconnects = DisconnectWatcher()
         # Run by server_close: routes that hold resources (channels) register their cleanup here.
@@ -249,6 +279,37 @@ class MasterHttpServer(ThreadingHTTPServer):
         for hook in self.close_hooks:
             with contextlib.suppress(Exception):
                 hook()
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        if self.ssl_context is None:
+            super().finish_request(request, client_address)
+            return
+        tls_socket = self._handshake(request, client_address)
+        if tls_socket is None:
+            return
+        try:
+            super().finish_request(tls_socket, client_address)
+        finally:
+            with contextlib.suppress(OSError):
+                tls_socket.shutdown(socket.SHUT_RDWR)
+            tls_socket.close()
+
+    def _handshake(self, request: socket.socket, client_address: Any) -> ssl.SSLSocket | None:
+        """The connection as TLS, or None when the client does not speak it: a plain HTTP request
+        gets a 400 saying so (as Go's servers answer), anything else is closed."""
+        assert self.ssl_context is not None
+        request.settimeout(TLS_HANDSHAKE_TIMEOUT_S)
+        try:
+            first = request.recv(1, socket.MSG_PEEK)
+            if first and first[0] != _TLS_HANDSHAKE_RECORD:
+                if first.isalpha():
+                    request.sendall(_PLAIN_HTTP_REFUSAL)
+                log.debug("plaintext connection to the https port refused", client=str(client_address))
+                return None
+            return self.ssl_context.wrap_socket(request, server_side=True)
+        except (ssl.SSLError, OSError) as exc:
+            log.debug("tls handshake failed", client=str(client_address), error=str(exc))
+            return None
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         log.debug("http connection error", client=str(client_address), exc_info=True)
@@ -286,9 +347,12 @@ def health_routes(ctx: MasterContext) -> list[Route]:
     return [healthz, metrics, info]
 
 
-def start_http(host: str, port: int, routes: list[Route]) -> tuple[MasterHttpServer, threading.Thread]:
-    server = MasterHttpServer((host, port), routes)
+def start_http(
+    host: str, port: int, routes: list[Route], ssl_context: ssl.SSLContext | None = None
+) -> tuple[MasterHttpServer, threading.Thread]:
+    """Serve on host:port: HTTPS only with `ssl_context`, plain HTTP only without."""
+    server = MasterHttpServer((host, port), routes, ssl_context)
     thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
     thread.start()
-    log.info("http serving", host=host, port=server.server_address[1])
+    log.info("http serving", host=host, port=server.server_address[1], https=ssl_context is not None)
     return server, thread

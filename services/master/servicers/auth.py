@@ -44,6 +44,9 @@ ALLOCATION_METHODS = frozenset(
         "WatchAllocationSignals",
         "GetMaster",
         "RunPrepareForReporting",
+        # A serving task's launcher (cairn.notebook_server): its service answers, it is idle.
+        "AllocationReady",
+        "IdleNotebook",
     )
 )
 

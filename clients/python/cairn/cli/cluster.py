@@ -40,15 +40,16 @@ def _progress(message: str) -> None:
     console(stderr=True).print(Text(message, style="dim"))
 
 
-def _address(process: ProcessRecord) -> str:
+def _address(process: ProcessRecord, https: bool) -> str:
     address = process.grpc_address or ""
     if process.http_port:
-        address += f", http://{process.host}:{process.http_port}/"
+        address += f", {'https' if https else 'http'}://{process.host}:{process.http_port}/"
     return address
 
 
 def _processes_table(record: ClusterRecord) -> list[list[str]]:
-    return [[p.name, str(p.pid), _address(p), p.log_path] for p in record.processes]
+    https = bool(record.master_ca_file)
+    return [[p.name, str(p.pid), _address(p, https), p.log_path] for p in record.processes]
 
 
 @cluster.command()
@@ -77,6 +78,13 @@ def _processes_table(record: ClusterRecord) -> list[list[str]]:
     "the .venv-task that `make install` builds: Cairn's client, Determined's package, PyTorch).",
 )
 @click.option(
+    "--task-user",
+    default=None,
+    help="With --runtime process: the unprivileged user trials run as, so they cannot read the cluster's "
+    "token or state (needs root; default when run as root: 'cairn-task', created if missing; '' runs "
+    "them as this user).",
+)
+@click.option(
     "--runtime",
     type=click.Choice(["process", "docker"]),
     default="process",
@@ -98,6 +106,13 @@ def _processes_table(record: ClusterRecord) -> list[list[str]]:
     "within seconds when the active master dies.",
 )
 @click.option(
+    "--tls",
+    is_flag=True,
+    default=False,
+    help="Serve the master's gRPC and HTTP ports over TLS with a self-signed certificate kept in the "
+    "state dir (made once, reused while valid); agents and trials verify the master with it.",
+)
+@click.option(
     "--supervise/--no-supervise",
     default=True,
     show_default=True,
@@ -114,9 +129,11 @@ def up(
     log_level: str,
     timeout: float,
     task_env: Path | None,
+    task_user: str | None,
     runtime: str,
     default_image: str | None,
     standby_masters: int,
+    tls: bool,
     supervise: bool,
 ) -> None:
     """Start scheduler, searcher, checkpoint, master and agents as local processes, and a watchdog
@@ -135,10 +152,12 @@ def up(
         log_level=log_level,
         timeout_s=timeout,
         task_env=task_env.resolve() if task_env is not None else default_task_env(),
+        task_user=task_user,
         supervise=supervise,
         standby_masters=standby_masters,
         runtime=runtime,
         default_image=default_image,
+        tls=tls,
     )
     try:
         record = start_cluster(options, progress=_progress)
@@ -158,6 +177,12 @@ def up(
     if masters:
         # Every master's address: the CLI and SDK move to whichever leads.
         out.print(Text(f"  export CAIRN_MASTER={','.join(masters)}"))
+    if record.master_ca_file:
+        out.print(Text(f"  export CAIRN_MASTER_CERT={record.master_ca_file}"))
+        if record.master_http_url:
+            # Determined's own client verifies the master with this variable.
+            out.print(Text(f"  export DET_MASTER={record.master_http_url.rstrip('/')}"))
+            out.print(Text(f"  export DET_MASTER_CERT_FILE={record.master_ca_file}"))
     out.print(Text("  cairn user login"))
     if record.master_http_url:
         out.print(Text(f"  WebUI: {record.master_http_url}"))
@@ -210,6 +235,8 @@ def status(state_dir: Path | None, as_json: bool) -> None:
             # With standby masters: every master's address (CAIRN_MASTER takes the list).
             "masters": [p.grpc_address for p in result.record.by_role("master") if p.grpc_address],
             "webui": result.record.master_http_url,
+            # `cluster up --tls`: the CA file clients verify the master with (null: plaintext).
+            "masterCert": result.record.master_ca_file,
             "processes": [
                 {
                     "name": s.process.name,
@@ -235,7 +262,7 @@ def status(state_dir: Path | None, as_json: bool) -> None:
                 s.health or "-",
                 str(s.process.restarts),
                 s.process.last_exit or "-",
-                _address(s.process),
+                _address(s.process, https=bool(result.record.master_ca_file)),
                 s.process.log_path,
             ]
             for s in result.processes

@@ -28,6 +28,7 @@ from cairn.cli.user import user
 from cairn.cli.workspace import workspace
 from cairn.client.address import DEFAULT_MASTER, MASTER_ENV
 from cairn.client.errors import CairnError
+from cairn.tls import MASTER_CERT_ENV, read_ca_bundle
 
 # Determined's short names (`det e list`), plus `rp` for resource pools.
 COMMAND_ALIASES = {
@@ -57,10 +58,22 @@ COMMAND_ALIASES = {
     metavar="HOST:PORT",
     help=f"The master's gRPC address (env {MASTER_ENV}; default {DEFAULT_MASTER}).",
 )
+@click.option(
+    "--master-cert",
+    "master_cert",
+    envvar=MASTER_CERT_ENV,
+    default=None,
+    metavar="FILE",
+    help=f"Connect over TLS, trusting the CA certificates in FILE (env {MASTER_CERT_ENV}).",
+)
 @click.version_option(package_name="cairn", prog_name="cairn")
 @click.pass_context
-def cli(ctx: click.Context, master_address: str | None) -> None:
+def cli(ctx: click.Context, master_address: str | None, master_cert: str | None) -> None:
     """Cairn: train deep-learning models on a cluster."""
+    if master_cert:
+        read_ca_bundle(master_cert)  # a bad file is named now, not as a failed handshake later
+        # Every session a command opens (login, logout, the command's own) reads the CA from here.
+        os.environ[MASTER_CERT_ENV] = os.path.abspath(os.path.expanduser(master_cert))
     state = ctx.ensure_object(CliState)
     state.master_flag = master_address
     ctx.call_on_close(state.close)

@@ -30,6 +30,8 @@ class InvalidMasterAddress(CairnError):
 class MasterAddress:
     host: str
     port: int
+    # Written grpcs://: TLS even without a CA of its own (the system's CAs verify the master).
+    tls: bool = False
 
     @property
     def target(self) -> str:
@@ -50,6 +52,10 @@ class MasterAddresses:
     """A master's addresses in the order they are tried: an active master and its standbys."""
 
     endpoints: tuple[MasterAddress, ...]
+
+    @property
+    def tls(self) -> bool:
+        return any(e.tls for e in self.endpoints)
 
     @property
     def target(self) -> str:
@@ -82,7 +88,8 @@ def _parse_port(text: str, original: str) -> int:
 
 
 def parse_master_address(text: str) -> MasterAddress:
-    """Accept "host", "host:port", "[v6]:port" and "grpc://host:port"; refuse HTTP URLs with a hint,
+    """Accept "host", "host:port", "[v6]:port", "grpc://host:port" and "grpcs://host:port" (TLS);
+    refuse HTTP URLs with a hint,
     because the REST port (8080) does not speak the gRPC the CLI uses."""
     original = text
     raw = text.strip()
@@ -95,12 +102,14 @@ def parse_master_address(text: str) -> MasterAddress:
             f"master address {original!r} is an HTTP URL; the cairn CLI talks gRPC to the master: "
             f"pass its gRPC address, e.g. -m {host}:{DEFAULT_GRPC_PORT}"
         )
-    if lowered.startswith("grpc://"):
-        raw = raw[len("grpc://") :]
+    tls = lowered.startswith("grpcs://")
+    if lowered.startswith(("grpc://", "grpcs://")):
+        raw = raw.split("://", 1)[1]
     elif "://" in raw:
         scheme = raw.split("://", 1)[0]
         raise InvalidMasterAddress(
-            f"master address {original!r}: scheme {scheme!r} is not supported; use host:port or grpc://host:port"
+            f"master address {original!r}: scheme {scheme!r} is not supported; use host:port, "
+            "grpc://host:port or grpcs://host:port"
         )
     raw = raw.rstrip("/")
     if "/" in raw or any(ch.isspace() for ch in raw):
@@ -121,7 +130,7 @@ def parse_master_address(text: str) -> MasterAddress:
         host, port = raw, DEFAULT_GRPC_PORT
     if not host:
         raise InvalidMasterAddress(f"master address {original!r}: the host is missing")
-    return MasterAddress(host=host, port=port)
+    return MasterAddress(host=host, port=port, tls=tls)
 
 
 def parse_master_addresses(text: str) -> MasterAddresses:

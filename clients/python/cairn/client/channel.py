@@ -16,9 +16,12 @@ DEFAULT_CALL_TIMEOUT_S = 120.0
 
 
 def open_channel(
-    target: str, token: str | None, unary_timeout: float | None = DEFAULT_CALL_TIMEOUT_S
+    target: str,
+    token: str | None,
+    unary_timeout: float | None = DEFAULT_CALL_TIMEOUT_S,
+    credentials: grpc.ChannelCredentials | None = None,
 ) -> tuple[grpc.Channel, grpc.Channel]:
-    """(the channel to call through, the underlying channel to close)."""
+    """(the channel to call through, the underlying channel to close); TLS with `credentials`."""
     metadata = [(USER_TOKEN_KEY, f"Bearer {token}")] if token else []
-    channel, base = channel_with(target, metadata, unary_timeout)
+    channel, base = channel_with(target, metadata, unary_timeout, credentials)
     return retrying_unavailable(channel), base

@@ -47,6 +47,22 @@ def looks_like_transport_failure(details: str) -> bool:
     return not lowered or any(hint in lowered for hint in _TRANSPORT_FAILURE_HINTS)
 
 
+def certificate_problem(details: str) -> str | None:
+    """A sentence for a connection failure that is a TLS problem; None for any other failure."""
+    text = details.upper()
+    if "CERTIFICATE_VERIFY_FAILED" in text or "CERTIFICATE VERIFY FAILED" in text:
+        return (
+            "its certificate could not be verified (CERTIFICATE_VERIFY_FAILED); pass the CA that "
+            "signed it with --master-cert FILE or $CAIRN_MASTER_CERT"
+        )
+    if "SSL" in text and "HANDSHAKE" in text:
+        return (
+            "the TLS handshake failed; check that the master serves TLS on this port and that "
+            "--master-cert / $CAIRN_MASTER_CERT names its CA"
+        )
+    return None
+
+
 def rpc_error_message(exc: grpc.RpcError, master: str) -> str:
     """The one line to show for a failed call to the master at `master` (host:port)."""
     code_fn = getattr(exc, "code", None)
@@ -56,6 +72,15 @@ def rpc_error_message(exc: grpc.RpcError, master: str) -> str:
     code_name = code.name if code is not None else "UNKNOWN"
 
     if code == grpc.StatusCode.UNAVAILABLE:
+        problem = certificate_problem(details)
+        if problem:
+            return f"cannot connect to the master at {master} over TLS: {problem}"
+        if "socket closed" in details.lower():
+            # What a plaintext client sees of a master that serves TLS (or of one going down).
+            return (
+                f"cannot reach the master at {master}: it closed the connection (is the cluster "
+                "up? if the master serves TLS, pass its CA with --master-cert FILE or $CAIRN_MASTER_CERT)"
+            )
         if looks_like_transport_failure(details):
             return f"cannot reach the master at {master} (is the cluster up? `cairn cluster up`)"
         return f"the master at {master} is unavailable: {details}"

@@ -7,6 +7,7 @@ from types import TracebackType
 from cairn.api.v1 import api_pb2_grpc
 from cairn.client.address import MasterEndpoints
 from cairn.client.channel import DEFAULT_CALL_TIMEOUT_S, open_channel
+from cairn.tls import ca_from_environment, channel_credentials
 
 
 class Session:
@@ -23,7 +24,11 @@ class Session:
         self.master = master
         self.token = token
         self.username = username
-        self._channel, self._base_channel = open_channel(master.dial_target, token, call_timeout)
+        # TLS when a CA is given ($CAIRN_MASTER_CERT, which the CLI's --master-cert sets) or the
+        # address asks for it (grpcs://); the certificate is always verified.
+        ca_pem = ca_from_environment()
+        credentials = channel_credentials(ca_pem) if ca_pem or master.tls else None
+        self._channel, self._base_channel = open_channel(master.dial_target, token, call_timeout, credentials)
         self.api = api_pb2_grpc.CairnStub(self._channel)
 
     def close(self) -> None:

@@ -13,6 +13,7 @@ from cairn.client.address import parse_master_addresses
 from cairn.core.retry import call_with_retry
 from cairn.core.settings import CoreSettings
 from cairn.metadata_keys import ALLOCATION_TOKEN_KEY
+from cairn.tls import ca_from_environment, channel_credentials
 from cairn.wire import CHANNEL_OPTIONS
 
 Request = TypeVar("Request")
@@ -27,9 +28,15 @@ class MasterSession:
         self.settings = settings
         self.metadata: tuple[tuple[str, str], ...] = ((ALLOCATION_TOKEN_KEY, f"Bearer {allocation_token}"),)
         # One address or several (an active master and its standbys): the channel fails over.
-        self._channel = grpc.insecure_channel(
-            parse_master_addresses(address).dial_target, options=CHANNEL_OPTIONS
-        )
+        addresses = parse_master_addresses(address)
+        # A master with TLS: the agent hands its CA to the task ($CAIRN_MASTER_CERT_PEM), and the
+        # master's certificate is verified against it.
+        ca_pem = ca_from_environment()
+        if ca_pem or addresses.tls:
+            credentials = channel_credentials(ca_pem)
+            self._channel = grpc.secure_channel(addresses.dial_target, credentials, options=CHANNEL_OPTIONS)
+        else:
+            self._channel = grpc.insecure_channel(addresses.dial_target, options=CHANNEL_OPTIONS)
         self.stub = api_pb2_grpc.CairnStub(self._channel)
         # Set on close: retry pauses end at once instead of holding the process.
         self.closing = threading.Event()

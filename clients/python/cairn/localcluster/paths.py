@@ -42,6 +42,19 @@ class ClusterPaths:
     def agents_dir(self) -> Path:
         return self.state_dir / "agents"
 
+    @property
+    def tls_dir(self) -> Path:
+        """`cluster up --tls`: the master's self-signed certificate and its key (certificate.py)."""
+        return self.state_dir / "tls"
+
+    @property
+    def tls_cert_file(self) -> Path:
+        return self.tls_dir / "master.crt"
+
+    @property
+    def tls_key_file(self) -> Path:
+        return self.tls_dir / "master.key"
+
     def log_file(self, name: str) -> Path:
         return self.logs_dir / f"{name}.log"
 
@@ -54,3 +67,5 @@ class ClusterPaths:
     def create(self) -> None:
         for directory in (self.state_dir, self.logs_dir, self.run_dir, self.master_dir, self.agents_dir):
             directory.mkdir(parents=True, exist_ok=True)
+            # The record holds the cluster token, the master's folder its database: owner only.
+            directory.chmod(0o700)

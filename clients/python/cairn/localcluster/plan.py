@@ -11,6 +11,7 @@ from types import MappingProxyType
 
 from cairn.localcluster.paths import ClusterPaths
 from cairn.localcluster.record import ProcessRecord
+from cairn.localcluster.task_isolation import TaskIsolation
 
 INTERNAL_ROLES = ("scheduler", "searcher", "checkpoint")
 DEFAULT_SERVICE_MODULES: Mapping[str, str] = MappingProxyType(
@@ -72,6 +73,18 @@ class ClusterOptions:
     # containers of the task image, or of default_image when given).
     runtime: str = "process"
     default_image: str | None = None
+    # TLS on the master's ports with a self-signed certificate kept in the state dir
+    # (certificate.py); agents, and through them trials, verify the master with it.
+    tls: bool = False
+    # The user trials run as (process runtime): None picks task_isolation.TASK_USER when run as
+    # root; "" runs them as the cluster's own user. `isolation` is what start_cluster decided.
+    task_user: str | None = None
+    isolation: TaskIsolation | None = None
+
+    @property
+    def task_interpreter(self) -> str:
+        """The interpreter trials run on: the task environment's, else the agents' own."""
+        return str(self.task_env / "bin" / "python3") if self.task_env is not None else self.python
 
 
 @dataclass(frozen=True)
@@ -135,6 +148,11 @@ def master(
     ]
     if options.db_url:
         command += ["--db-url", options.db_url]
+    if options.isolation is not None:
+        # Trials write the default checkpoints: outside the owner-only state dir.
+        command += ["--checkpoint-dir", str(options.isolation.checkpoint_dir)]
+    if options.tls:
+        command += ["--tls-cert", str(paths.tls_cert_file), "--tls-key", str(paths.tls_key_file)]
     return LaunchPlan(
         name="master",
         role="master",
@@ -194,12 +212,21 @@ def agent(options: ClusterOptions, paths: ClusterPaths, index: int, master_addre
         "--advertise-address",
         options.host,
     ]
+    if options.tls:
+        command += ["--master-cert", str(paths.tls_cert_file)]
     if options.runtime == "docker":
         command += ["--runtime", "docker"]
         if options.default_image:
             command += ["--default-image", options.default_image]
     elif options.task_env is not None:
         command += ["--task-env", f"{TASK_ENV_NAME}={options.task_env}"]
+    if options.runtime != "docker" and options.isolation is not None:
+        command += [
+            "--task-user",
+            options.isolation.user,
+            "--task-root",
+            str(options.isolation.tasks_root / agent_id),
+        ]
     return LaunchPlan(
         name=agent_id,
         role="agent",

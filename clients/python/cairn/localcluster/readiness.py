@@ -22,14 +22,19 @@ def read_ready_file(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def health_status(address: str, timeout_s: float = 1.0) -> str:
+def health_status(address: str, timeout_s: float = 1.0, ca_file: str | None = None) -> str:
     """The overall status from grpc.health.v1.Health/Check: "SERVING", "NOT_SERVING", ... or
-    "UNREACHABLE" when the call fails."""
+    "UNREACHABLE" when the call fails. With `ca_file` over TLS, verified against it (a master of
+    `cluster up --tls`; the other services speak plaintext on loopback)."""
     # Imported here: the health stubs come with the services' dependencies, and a client-only
     # install of `cairn` must still be able to load the CLI.
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    channel = grpc.insecure_channel(address)
+    if ca_file:
+        credentials = grpc.ssl_channel_credentials(root_certificates=Path(ca_file).read_bytes())
+        channel = grpc.secure_channel(address, credentials)
+    else:
+        channel = grpc.insecure_channel(address)
     try:
         stub = health_pb2_grpc.HealthStub(channel)
         response = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=timeout_s)

@@ -62,6 +62,8 @@ class ClusterRecord:
     processes: list[ProcessRecord] = field(default_factory=list)
     master_grpc_address: str | None = None
     master_http_url: str | None = None
+    # `cluster up --tls`: the certificate clients verify the master with (it is its own CA).
+    master_ca_file: str | None = None
     # Environment added to every service's (ClusterOptions.extra_env), so that a restarted service
     # runs exactly as the first one did.
     extra_env: dict[str, str] = field(default_factory=dict)

@@ -16,6 +16,8 @@ from pathlib import Path
 
 from cairn.client.errors import CairnError
 from cairn.localcluster import plan as plans
+from cairn.localcluster import task_isolation
+from cairn.localcluster.certificate import CertificatePair, ensure_certificate
 from cairn.localcluster.paths import ClusterPaths
 from cairn.localcluster.plan import ClusterOptions, LaunchPlan
 from cairn.localcluster.processes import (
@@ -177,7 +179,8 @@ class _Startup:
                 if data is None or any(not data.get(key) for key in launch.ready_keys):
                     continue
                 address = f"{self.options.host}:{int(data['grpc_port'])}"
-                status = health_status(address, timeout_s=1.0)
+                ca_file = self.record.master_ca_file if launch.role == "master" else None
+                status = health_status(address, timeout_s=1.0, ca_file=ca_file)
                 last_health[name] = status
                 if status != SERVING:
                     continue
@@ -245,6 +248,9 @@ class _Startup:
         for launch in internal:
             self.launch(launch)
         self.wait_ready(internal)
+        if options.tls:
+            ensure_certificate(CertificatePair(paths.tls_cert_file, paths.tls_key_file), options.host)
+            self.record.master_ca_file = str(paths.tls_cert_file)
         addresses = {role: self.records[role].grpc_address or "" for role in plans.INTERNAL_ROLES}
         master = plans.master(
             options,
@@ -258,7 +264,8 @@ class _Startup:
         master_entry = self.records["master"]
         self.record.master_grpc_address = master_entry.grpc_address
         if master_entry.http_port:
-            self.record.master_http_url = f"http://{options.host}:{master_entry.http_port}/"
+            scheme = "https" if options.tls else "http"
+            self.record.master_http_url = f"{scheme}://{options.host}:{master_entry.http_port}/"
         standbys = self.start_standby_masters(master)
         if standbys:
             options = dataclasses.replace(
@@ -312,6 +319,17 @@ def start_cluster(options: ClusterOptions, progress: Progress = _quiet) -> Clust
         remove_record(paths.record_file)
     _check_port_free(options.host, options.master_port, "the master's gRPC", "--master-port")
     _check_port_free(options.host, options.http_port, "the master's HTTP", "--http-port")
+    try:
+        isolation = task_isolation.decide(
+            state_dir=paths.state_dir,
+            runtime=options.runtime,
+            interpreter=options.task_interpreter,
+            requested_user=options.task_user,
+            progress=progress,
+        )
+    except task_isolation.TaskIsolationError as exc:
+        raise ClusterError(str(exc)) from exc
+    options = dataclasses.replace(options, isolation=isolation)
 
     startup = _Startup(options, paths, progress)
     try:
@@ -472,7 +490,8 @@ def cluster_status(state_dir: Path, health_timeout_s: float = 1.0) -> ClusterSta
         health = ""
         if running and p.serves:
             address = p.grpc_address
-            health = health_status(address, health_timeout_s) if address else UNREACHABLE
+            ca_file = record.master_ca_file if p.role == "master" else None
+            health = health_status(address, health_timeout_s, ca_file) if address else UNREACHABLE
         statuses.append(ProcessStatus(process=p, running=running, health=health))
     masters = [status for status in statuses if status.process.role == "master"]
     if any(status.health == SERVING for status in masters):

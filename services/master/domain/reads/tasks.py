@@ -52,16 +52,27 @@ class TaskRow:
 
 
 def tasks_of_kind(
-    s: Session, kind: TaskKind, *, usernames: tuple[str, ...] = (), workspace_id: int | None = None
+    s: Session,
+    kind: TaskKind,
+    *,
+    usernames: tuple[str, ...] = (),
+    user_ids: tuple[int, ...] = (),
+    workspace_id: int | None = None,
+    newest_first: bool = False,
 ) -> list[TaskRow]:
+    """The tasks of `kind` (oldest first unless `newest_first`), of the owners named by username
+    or id when any are."""
+    start, ident = models.Task.start_time, models.Task.id
     q = (
         select(models.Task, models.User.username)
         .join(models.User, models.User.id == models.Task.owner_id)
         .where(models.Task.kind == kind)
-        .order_by(models.Task.start_time, models.Task.id)
+        .order_by(*((start.desc(), ident.desc()) if newest_first else (start, ident)))
     )
     if usernames:
         q = q.where(models.User.username.in_(usernames))
+    if user_ids:
+        q = q.where(models.Task.owner_id.in_(user_ids))
     if workspace_id:
         q = q.where(models.Task.workspace_id == workspace_id)
     rows = s.execute(q).all()
@@ -86,6 +97,17 @@ def latest_allocations(s: Session, task_ids: list[str]) -> dict[str, models.Allo
     ):
         latest[alloc.task_id] = alloc
     return latest
+
+
+def allocations_of_task(s: Session, task_id: str) -> list[models.Allocation]:
+    """A task's allocations, the latest first (Determined's clients look at the first)."""
+    return list(
+        s.scalars(
+            select(models.Allocation)
+            .where(models.Allocation.task_id == task_id)
+            .order_by(models.Allocation.run_id.desc())
+        )
+    )
 
 
 def task_context_archive(s: Session, allocation_id: str) -> bytes | None:

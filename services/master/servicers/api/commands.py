@@ -24,7 +24,7 @@ from services.master.servicers.errors import rpc
 
 State = task_pb2.Allocation.State
 # An allocation's state as Determined's task states name it (a pending one is QUEUED).
-_ALLOCATION_STATES = {
+ALLOCATION_STATES = {
     A.PENDING: State.STATE_QUEUED,
     A.ASSIGNED: State.STATE_STARTING,
     A.PULLING: State.STATE_PULLING,
@@ -35,18 +35,18 @@ _ALLOCATION_STATES = {
 }
 
 
-def _whole_numbers(value: Any) -> Any:
+def whole_numbers(value: Any) -> Any:
     """A Struct holds every number as a double: 0.0 slots is 0 slots, as the user wrote it."""
     if isinstance(value, dict):
-        return {key: _whole_numbers(item) for key, item in value.items()}
+        return {key: whole_numbers(item) for key, item in value.items()}
     if isinstance(value, list):
-        return [_whole_numbers(item) for item in value]
+        return [whole_numbers(item) for item in value]
     if isinstance(value, float) and value.is_integer():
         return int(value)
     return value
 
 
-def _files(files: Any) -> list[ContextFile]:
+def context_files(files: Any) -> list[ContextFile]:
     return [
         ContextFile(path=f.path, type=f.type, content=f.content, mtime=f.mtime, mode=f.mode) for f in files
     ]
@@ -65,7 +65,7 @@ def _exit_status(row: reads.TaskRow) -> str:
 
 def command_message(row: reads.TaskRow) -> cpb.Command:
     task = row.task
-    state = _ALLOCATION_STATES[A(row.allocation.state)] if row.allocation is not None else State.STATE_QUEUED
+    state = ALLOCATION_STATES[A(row.allocation.state)] if row.allocation is not None else State.STATE_QUEUED
     if task.state in (TaskState.COMPLETED, TaskState.ERROR, TaskState.CANCELED):
         state = State.STATE_TERMINATED
     message = cpb.Command(
@@ -86,7 +86,7 @@ def command_message(row: reads.TaskRow) -> cpb.Command:
     return message
 
 
-def _struct(value: dict[str, Any] | None) -> struct_pb2.Struct:
+def config_struct(value: dict[str, Any] | None) -> struct_pb2.Struct:
     struct = struct_pb2.Struct()
     struct.update(value or {})
     return struct
@@ -99,7 +99,7 @@ class CommandsApi(ServicerBase):
     ) -> cpb.LaunchCommandResponse:
         principal = self.user(context)
         config = (
-            _whole_numbers(json_format.MessageToDict(request.config)) if request.HasField("config") else {}
+            whole_numbers(json_format.MessageToDict(request.config)) if request.HasField("config") else {}
         )
         task_id = task_lifecycle.create(
             self.ctx,
@@ -107,13 +107,13 @@ class CommandsApi(ServicerBase):
             task_lifecycle.TaskRequest(
                 kind=TaskKind.COMMAND,
                 config=config,
-                files=_files(request.files),
+                files=context_files(request.files),
                 workspace_id=request.workspace_id or None,
             ),
         )
         with self.ctx.db.read() as s:
             row = reads.task_row(s, task_id, TaskKind.COMMAND)
-        return cpb.LaunchCommandResponse(command=command_message(row), config=_struct(row.task.config))
+        return cpb.LaunchCommandResponse(command=command_message(row), config=config_struct(row.task.config))
 
     @rpc
     def GetCommands(
@@ -122,12 +122,13 @@ class CommandsApi(ServicerBase):
         self.user(context)
         with self.ctx.db.read() as s:
             rows = reads.tasks_of_kind(
-                s, TaskKind.COMMAND, usernames=tuple(request.users), workspace_id=request.workspace_id or None
+                s,
+                TaskKind.COMMAND,
+                usernames=tuple(request.users),
+                user_ids=tuple(request.user_ids),
+                workspace_id=request.workspace_id or None,
+                newest_first=request.order_by == common_pb2.ORDER_BY_DESC,
             )
-        if request.user_ids:
-            rows = [r for r in rows if r.task.owner_id in set(request.user_ids)]
-        if request.order_by == common_pb2.ORDER_BY_DESC:
-            rows.reverse()
         commands = [command_message(row) for row in rows]
         return cpb.GetCommandsResponse(
             commands=commands,
@@ -143,17 +144,13 @@ class CommandsApi(ServicerBase):
         self.user(context)
         with self.ctx.db.read() as s:
             row = reads.task_row(s, request.command_id, TaskKind.COMMAND)
-        return cpb.GetCommandResponse(command=command_message(row), config=_struct(row.task.config))
+        return cpb.GetCommandResponse(command=command_message(row), config=config_struct(row.task.config))
 
     @rpc
     def KillCommand(
         self, request: cpb.KillCommandRequest, context: grpc.ServicerContext
     ) -> cpb.KillCommandResponse:
-        principal = self.user(context)
-        with self.ctx.unit_of_work() as w:
-            task = task_lifecycle.load(w, request.command_id, TaskKind.COMMAND)
-            task_lifecycle.check_can_modify(principal, task)
-            task_lifecycle.kill(self.ctx, w, task)
+        task_lifecycle.kill_by_user(self.ctx, self.user(context), request.command_id, TaskKind.COMMAND)
         with self.ctx.db.read() as s:
             row = reads.task_row(s, request.command_id, TaskKind.COMMAND)
         return cpb.KillCommandResponse(command=command_message(row))
@@ -177,7 +174,7 @@ class GenericTasksApi(ServicerBase):
             task_lifecycle.TaskRequest(
                 kind=TaskKind.GENERIC,
                 config=config,
-                files=_files(request.context_directory),
+                files=context_files(request.context_directory),
                 project_id=request.project_id if request.HasField("project_id") else None,
                 parent_id=request.parent_id or None,
                 forked_from=request.forked_from or None,

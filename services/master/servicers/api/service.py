@@ -14,6 +14,7 @@ from services.master.servicers.api.master import MasterApi
 from services.master.servicers.api.master_info import MasterInfoApi
 from services.master.servicers.api.metrics import MetricsApi, SamplesApi, WorkloadsApi
 from services.master.servicers.api.models import ModelsApi
+from services.master.servicers.api.notebooks import NotebooksApi
 from services.master.servicers.api.tasks import SignalsApi, TasksApi
 from services.master.servicers.api.templates import TemplatesApi
 from services.master.servicers.api.trials import TrialsApi
@@ -39,6 +40,7 @@ class CairnServicer(
     TasksApi,
     CommandsApi,
     GenericTasksApi,
+    NotebooksApi,
     TemplatesApi,
     WorkspacesApi,
     SignalsApi,
