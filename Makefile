@@ -10,8 +10,12 @@ STAMP := $(VENV)/.installed
 # venv of its own so Determined's pins (e.g. requests<2.32) never constrain the services'.
 TASK_VENV := .venv-task
 TASK_STAMP := $(TASK_VENV)/.installed
+# Its base interpreter: one the unprivileged task user can run too (scripts/task_python.sh says why).
+TASK_PYTHON := $(shell scripts/task_python.sh $(PYTHON))
+# Changes when TASK_PYTHON does, so that an existing task environment is moved onto it.
+TASK_BASE := $(TASK_VENV)/.base-python
 
-.PHONY: install proto test lint format demo clean postgres bench-install webui chromium envoy docker task-image
+.PHONY: FORCE install proto test lint format demo clean postgres bench-install webui chromium envoy docker task-image images
 
 install: $(STAMP) proto webui $(TASK_STAMP)
 
@@ -22,10 +26,16 @@ $(STAMP): pyproject.toml clients/python/pyproject.toml constraints.txt
 	$(PIP) -e clients/python -e '.[dev]'
 	touch $@
 
-$(TASK_STAMP): requirements-task.txt clients/python/pyproject.toml
-	test -d $(TASK_VENV) || $(PYTHON) -m venv $(TASK_VENV)
+$(TASK_STAMP): requirements-task.txt clients/python/pyproject.toml $(TASK_BASE)
+	scripts/task_venv.sh $(TASK_VENV) $(TASK_PYTHON)
 	$(TASK_VENV)/bin/pip install -q -r requirements-task.txt
 	touch $@
+
+$(TASK_BASE): FORCE
+	@mkdir -p $(TASK_VENV)
+	@readlink -f "$$(command -v $(TASK_PYTHON))" | cmp -s - $@ || readlink -f "$$(command -v $(TASK_PYTHON))" > $@
+
+FORCE:
 
 # Generated stubs are derived from proto/ and never edited by hand.
 proto: $(STAMP)
@@ -64,9 +74,15 @@ docker:
 task-image: $(STAMP) proto docker
 	@$(BIN)/python scripts/build_task_image.py
 
+# The service image deploy/k8s runs (cairn/service_image.py names it): the services' dependencies
+# from the package registries in a venv on the task image's base, then their source, each layer
+# built once and reused by tag.
+images: $(STAMP) proto webui docker
+	@$(BIN)/python scripts/build_service_image.py
+
 test: install postgres chromium docker
 	@if [ "$${CAIRN_TEST_DOCKER:-}" != skip ] && timeout 20 docker info >/dev/null 2>&1; then \
-		$(MAKE) --no-print-directory task-image; \
+		$(MAKE) --no-print-directory task-image images; \
 	fi
 	$(BIN)/pytest
 

@@ -54,8 +54,15 @@ class Api:
 
 @contextmanager
 def cairn_cluster(
-    state_dir: Path, *, agents: int, slots: int, db_url: str | None = None, runtime: str = "process"
+    state_dir: Path,
+    *,
+    agents: int,
+    slots: int,
+    db_url: str | None = None,
+    runtime: str = "process",
+    **more: Any,
 ) -> Iterator[Api]:
+    """`more`: any other ClusterOptions field (provision, extra_env, default_image...)."""
     options = ClusterOptions(
         runtime=runtime,
         state_dir=state_dir,
@@ -65,6 +72,7 @@ def cairn_cluster(
         master_port=0,
         http_port=0,
         log_level="WARNING",
+        **more,
     )
     record = start_cluster(options)
     assert record.master_grpc_address

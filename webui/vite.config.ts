@@ -1,5 +1,5 @@
 // Builds the WebUI into dist/ for the master to serve at `/`. `npm run dev` serves it with hot
-// reload and forwards the API to a running master (CAIRN_MASTER, default http://127.0.0.1:8080).
+// reload and forwards the API and the task proxy to a running master (CAIRN_MASTER, default http://127.0.0.1:8080).
 import { defineConfig } from "vite";
 
 const master = process.env.CAIRN_MASTER ?? "http://127.0.0.1:8080";
@@ -20,6 +20,8 @@ export default defineConfig({
     proxy: {
       "/api": { target: master, changeOrigin: false },
       "/healthz": { target: master },
+      // Notebooks and TensorBoards through the master's proxy, their websockets included.
+      "/proxy": { target: master, changeOrigin: false, ws: true },
     },
   },
 });

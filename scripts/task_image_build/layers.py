@@ -37,6 +37,8 @@ class LayerBuild:
     changes: Sequence[str] = ()
     # The committed image's labels, from the script's report.
     labels: Callable[[str], Mapping[str, str]] = lambda report: {}
+    # The committed image's CMD (JSON form).
+    command: str = '["python3"]'
 
 
 def build_layer(layer: LayerBuild) -> str:
@@ -70,7 +72,7 @@ def build_layer(layer: LayerBuild) -> str:
             raise BuildError(
                 f"building {layer.tag}: the build container exited {done.returncode}; see the output above"
             )
-        changes = [*layer.changes, 'CMD ["python3"]']
+        changes = [*layer.changes, f"CMD {layer.command}"]
         labels = layer.labels(done.stdout)
         changes += [f"LABEL {k}={dockerfile_string(v)}" for k, v in labels.items()]
         docker(["commit", *(arg for c in changes for arg in ("--change", c)), name, layer.tag])

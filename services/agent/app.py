@@ -13,7 +13,7 @@ from importlib import metadata
 from cairn.client.address import InvalidMasterAddress, parse_master_addresses
 from cairn.tls import channel_credentials
 from services.agent import host
-from services.agent.containers import determined_info
+from services.agent.containers import private_mounts
 from services.agent.containers.manager import KILL_BACKSTOP_SECONDS, SHIM_BACKSTOP_SECONDS, ContainerManager
 from services.agent.containers.outbox import Outbox
 from services.agent.containers.preparation import Preparer
@@ -137,7 +137,7 @@ class Agent:
             fetch_context=ContextDownloader(channel).fetch,
             base_env=os.environ,
             python_envs=s.python_envs(),
-            private_run_dir=s.runtime == "process" and determined_info.private_run_dir_supported(),
+            private_mounts=s.runtime == "process" and private_mounts.supported(),
             in_docker=s.runtime == "docker",
             task_dirs=task_dirs,
         )

@@ -202,7 +202,10 @@ def parse_settings(argv: Sequence[str] | None = None) -> AgentSettings:
     if args.task_user:
         if args.runtime != "process":
             parser.error("--task-user: only for --runtime process (docker isolates tasks by container)")
-        task_root = Path(args.task_root or f"{DEFAULT_TASK_ROOT}/{agent_id}").expanduser().resolve()
+        # "{agent_id}" in --task-root is this agent's id: agents started from one template (a
+        # provisioner's) each get their own root.
+        root_template = args.task_root or f"{DEFAULT_TASK_ROOT}/{{agent_id}}"
+        task_root = Path(root_template.replace("{agent_id}", agent_id)).expanduser().resolve()
         if is_inside(task_root, work_dir.resolve()) or is_inside(work_dir.resolve(), task_root):
             parser.error(f"--task-root: {task_root} must be outside --work-dir {work_dir.resolve()}")
     elif args.task_root:

@@ -106,8 +106,9 @@ def is_inside(path: Path, folder: Path) -> bool:
 
 
 class TaskDirs:
-    """One working directory per container under `root`, owned by the task user (0700): the task
-    writes only there, and other users cannot look in."""
+    """Two folders per container under `root`, owned by the task user (0700): its working directory
+    and its /tmp (private_mounts.py binds that on /tmp); the task writes only there, and other
+    users cannot look in."""
 
     def __init__(self, root: Path, user: TaskUser) -> None:
         self.root = root
@@ -121,17 +122,21 @@ class TaskDirs:
     def path(self, container_id: str) -> Path:
         return self.root / container_id
 
+    def tmp_path(self, container_id: str) -> Path:
+        return self.root / f"{container_id}.tmp"
+
     def create(self, container_id: str) -> Path:
-        folder = self.path(container_id)
-        # A leftover of an earlier agent run with this container id: start afresh.
-        if folder.is_symlink():
-            folder.unlink()
-        elif folder.exists():
-            shutil.rmtree(folder)
-        folder.mkdir(mode=_TASK_DIR_MODE)
-        os.chmod(folder, _TASK_DIR_MODE)  # mkdir's mode is masked by the umask
-        os.chown(folder, self.user.uid, self.user.gid)
-        return folder
+        """The container's working directory and its /tmp, both empty; returns the former."""
+        for folder in (self.path(container_id), self.tmp_path(container_id)):
+            # A leftover of an earlier agent run with this container id: start afresh.
+            if folder.is_symlink():
+                folder.unlink()
+            elif folder.exists():
+                shutil.rmtree(folder)
+            folder.mkdir(mode=_TASK_DIR_MODE)
+            os.chmod(folder, _TASK_DIR_MODE)  # mkdir's mode is masked by the umask
+            os.chown(folder, self.user.uid, self.user.gid)
+        return self.path(container_id)
 
     def hand_over(self, folder: Path) -> None:
         """Make `folder` and everything in it the task user's (what the agent unpacked or wrote for
@@ -143,3 +148,7 @@ class TaskDirs:
 
     def remove(self, container_id: str) -> None:
         shutil.rmtree(self.path(container_id), ignore_errors=True)
+        self.remove_tmp(container_id)
+
+    def remove_tmp(self, container_id: str) -> None:
+        shutil.rmtree(self.tmp_path(container_id), ignore_errors=True)

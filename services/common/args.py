@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from services.common.cluster_token import add_cluster_token_flags
+
 
 def add_common_flags(parser: argparse.ArgumentParser, *, default_port: int) -> None:
     parser.add_argument(
@@ -25,8 +27,4 @@ def add_common_flags(parser: argparse.ArgumentParser, *, default_port: int) -> N
     parser.add_argument(
         "--ready-file", default=None, help="write {pid, ports} as JSON here once serving (for supervisors)"
     )
-    parser.add_argument(
-        "--cluster-token",
-        default=os.environ.get("CAIRN_CLUSTER_TOKEN"),
-        help="shared secret between Cairn processes (env CAIRN_CLUSTER_TOKEN)",
-    )
+    add_cluster_token_flags(parser, os.environ)

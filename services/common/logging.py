@@ -9,10 +9,28 @@ from typing import Any, Literal
 
 import structlog
 
+from cairn.printable import printable, printable_lines
+
 LogFormat = Literal["console", "json"]
 
 # Receives (seconds since the epoch, stdlib level number, message) for every record logged.
 LogSink = Callable[[float, int, str], None]
+
+
+# Multi-line by nature: their line breaks stay (everything else in them is escaped).
+_MULTILINE_KEYS = frozenset({"exception", "stack"})
+
+
+def escape_values(
+    _logger: Any, _name: str, event_dict: structlog.types.EventDict
+) -> structlog.types.EventDict:
+    """Every text of a record escaped (cairn/printable.py): log lines quote values users chose
+    (names, usernames, paths, request lines), which must not forge lines or drive the terminal
+    of whoever reads the log. Other values are rendered by repr, which escapes already."""
+    for key, value in event_dict.items():
+        if isinstance(value, str):
+            event_dict[key] = printable_lines(value) if key in _MULTILINE_KEYS else printable(value)
+    return event_dict
 
 
 def _shared_processors() -> list[structlog.types.Processor]:
@@ -23,6 +41,7 @@ def _shared_processors() -> list[structlog.types.Processor]:
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         structlog.processors.StackInfoRenderer(),
         structlog.processors.format_exc_info,
+        escape_values,
     ]
 
 

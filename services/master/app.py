@@ -33,15 +33,20 @@ from services.master.domain.exposure import check_exposure, check_transport
 from services.master.domain.liveness import LivenessLoop
 from services.master.domain.login_limiter import LoginLimiter, LoginLimits
 from services.master.domain.logs import LogStore
+from services.master.domain.loops import BackgroundLoop
 from services.master.domain.master_log import MasterLogRing
+from services.master.domain.provisioning import loop as provisioning_loop
 from services.master.domain.samples import SampleCache
 from services.master.domain.scheduling import SchedulingLoop
 from services.master.domain.searcher_pump import SearcherPump
+from services.master.domain.tensorboard_files import TensorboardFiles
+from services.master.gateway.http_limits import HttpLimits
 from services.master.gateway.http_server import MasterHttpServer, health_routes, start_http
 from services.master.gateway.rest_gateway import rest_routes
 from services.master.gateway.task_proxy import proxy_routes
 from services.master.gateway.webui import webui_routes
 from services.master.leadership import LeaderLease, SqliteMasterLock, exit_at_once
+from services.master.provisioners.factory import build_provisioners
 from services.master.remotes.checkpoint import CheckpointClient
 from services.master.remotes.scheduler import SchedulerClient
 from services.master.remotes.searcher import SearcherDirectory
@@ -79,6 +84,7 @@ class Master:
         self._sqlite_lock: SqliteMasterLock | None = None
         self.grpc: ServiceServer | None = None
         self.http: MasterHttpServer | None = None
+        self.provisioning: BackgroundLoop | None = None
         # The master's own recent log (`det master logs`), fed from start to stop.
         self.master_log = MasterLogRing()
         self._master_log_sink: logging.Handler | None = None
@@ -116,7 +122,11 @@ class Master:
         check_transport(settings.host, tls is not None, settings.insecure_allow_plaintext)
         # HTTP first: with --http-port 0 the bound port must be known before anything reports it.
         self.http, _ = start_http(
-            settings.host, settings.http_port, [], tls.ssl_context() if tls is not None else None
+            settings.host,
+            settings.http_port,
+            [],
+            tls.ssl_context() if tls is not None else None,
+            HttpLimits(workers=settings.http_workers, max_connections=settings.max_http_connections),
         )
         settings = dataclasses.replace(settings, http_port=self.http.server_address[1])
         self.searchers = SearcherDirectory(
@@ -142,6 +152,7 @@ class Master:
         self.checkpoints = CheckpointClient(settings.checkpoint_addr, settings.cluster_token)
         self.gc = CheckpointGc(ctx, self.checkpoints)
         ctx.experiment_delete_hooks.append(self.gc.delete_experiment_files)
+        ctx.experiment_delete_hooks.append(TensorboardFiles(ctx, self.checkpoints).delete_experiment_files)
         deps = ApiDeps(
             ctx=ctx,
             auth=self.auth,
@@ -200,6 +211,10 @@ class Master:
         self.pump.start()
         self.liveness.start()
         self.deferred_work = deferred_loop.start(ctx, self.gc)  # GC, deletions: owed work, retried
+        # Dynamic agents, for pools with a provider (a wrong provider setting stops the master here).
+        self.provisioning = provisioning_loop.start(
+            ctx, build_provisioners(ctx), settings.provisioner_period_s
+        )
         write_ready_file(settings.ready_file, grpc_port=self.grpc.port, http_port=settings.http_port)
         log.info(
             "master ready",
@@ -250,8 +265,9 @@ class Master:
         if self.http is not None:
             self.http.shutdown()
             self.http.server_close()
-        for loop in (self.scheduling, self.pump, self.liveness):
-            loop.join(timeout=5.0)
+        for loop in (self.scheduling, self.pump, self.liveness, self.provisioning):
+            if loop is not None:
+                loop.join(timeout=5.0)
         self.searchers.shutdown()
         self.scheduler.shutdown()
         self.checkpoints.shutdown()

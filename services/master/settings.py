@@ -6,8 +6,10 @@ import argparse
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from services.common.args import add_common_flags
+from services.master.domain.provisioning.config import ProviderConfig
 from services.master.leadership import LeaseTiming
 
 DEFAULT_GRPC_PORT = 8090
@@ -21,6 +23,9 @@ class PoolSettings:
     fitting_policy: str = "best"
     preemption_enabled: bool = False
     default_priority: int = 42
+    # Dynamic agents: the pool's `provider:` block (provisioning/config.py); None: agents join it
+    # by hand or through `cairn cluster up`.
+    provider: ProviderConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,11 @@ class Settings:
     # Custom searchers known by name: `searcher: {name: custom, plugin: NAME}`.
     searcher_plugins: tuple[tuple[str, str], ...] = ()
     default_pool: str = "default"
+    # Where zero-slot tasks go when neither they nor their workspace name a pool (Determined's
+    # default_aux_resource_pool); None: default_pool.
+    default_aux_pool: str | None = None
+    # How often the provisioner looks at each pool with a provider (Determined: 5 s).
+    provisioner_period_s: float = float(os.environ.get("CAIRN_PROVISIONER_PERIOD", "5"))
     # Model definitions larger than this are refused (Determined allows about 95 MiB).
     max_model_definition_bytes: int = 96 * 1024 * 1024
     # The most trials one experiment may ask for (random/ASHA max_trials, a grid's point count):
@@ -78,6 +88,10 @@ class Settings:
     # (servicers/follow_slots.py): 512 is 2.5 times the 200 followers a busy team was seen to open,
     # and each costs an idle thread and a database poll a second.
     max_log_followers: int = 512
+    # The HTTP server (gateway/http_limits.py): ordinary requests handled at once (more queue,
+    # then get 503), and connections open at once (more are refused).
+    http_workers: int = 64
+    max_http_connections: int = 4096
     agent_heartbeat_interval_ms: int = 2_000
     # An agent silent for this long is treated as disconnected.
     agent_heartbeat_timeout_s: float = 15.0
@@ -177,6 +191,13 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
         help="a host path under which non-admin users may bind mount (repeatable; env "
         "CAIRN_BIND_MOUNT_ALLOW=/a:/b); admins may mount any path",
     )
+    parser.add_argument(
+        "--config-file",
+        default=os.environ.get("CAIRN_MASTER_CONFIG") or None,
+        metavar="PATH",
+        help="Determined-style master.yaml with the cluster's resource_pools (their schedulers and "
+        "providers for dynamic agents); env CAIRN_MASTER_CONFIG",
+    )
     add_login_flags(parser)
     add_tls_flags(parser)
     args = parser.parse_args(argv)
@@ -193,6 +214,20 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
     from_env = os.environ.get("CAIRN_SEARCHER_PLUGINS", "").split(",")
     plugins = _plugins([*from_env, *args.searcher_plugin], parser)
     state_dir = Path(args.state_dir).expanduser() if args.state_dir else Settings.state_dir
+    pools: dict[str, Any] = {}
+    if args.config_file:
+        # Imported here: the config file's parser builds this module's PoolSettings.
+        from services.master.config_file import ConfigFileError, load_master_config
+
+        try:
+            config_file = load_master_config(Path(args.config_file).expanduser())
+        except ConfigFileError as exc:
+            parser.error(str(exc))
+        pools = {
+            "pools": config_file.pools,
+            "default_pool": config_file.default_compute_pool or config_file.pools[0].name,
+            "default_aux_pool": config_file.default_aux_pool,
+        }
     return Settings(
         host=args.host,
         grpc_port=args.port,
@@ -219,6 +254,8 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
         login_window_s=args.login_window,
         initial_user_password=args.initial_user_password,
         max_log_followers=args.max_log_followers,
+        http_workers=args.http_workers,
+        max_http_connections=args.max_http_connections,
         max_trials_per_experiment=args.max_trials_per_experiment,
         allow_local_storage_endpoints=args.allow_local_storage_endpoints,
         bind_mount_allowed_paths=tuple(os.path.normpath(p) for p in allowed_mounts),
@@ -226,6 +263,7 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
         tls_key=Path(args.tls_key).expanduser().resolve() if args.tls_key else None,
         insecure_allow_plaintext=args.insecure_allow_plaintext,
         read_cache_entries=0 if os.environ.get("CAIRN_READ_CACHE", "on") == "off" else 1024,
+        **pools,
     )
 
 
@@ -243,6 +281,8 @@ def _plugins(items: list[str], parser: argparse.ArgumentParser) -> tuple[tuple[s
 
 # Each follower is a thread: past this the process's threads, not the setting, are the limit.
 MAX_LOG_FOLLOWERS = 10_000
+MAX_HTTP_WORKERS = 4096
+MAX_HTTP_CONNECTIONS = 100_000
 # Sessions longer than a year are not sessions any more; Determined's last 7 days.
 MAX_SESSION_TTL_S = 366 * 24 * 3600
 
@@ -278,6 +318,19 @@ def add_login_flags(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=int(env("CAIRN_MAX_LOG_FOLLOWERS", str(Settings.max_log_followers))),
         help="followed log streams (`logs -f`) served at once; more are refused until one ends",
+    )
+    parser.add_argument(
+        "--http-workers",
+        type=int,
+        default=int(env("CAIRN_HTTP_WORKERS", str(Settings.http_workers))),
+        help="HTTP requests handled at once (followed streams and the task proxy aside); more wait "
+        "up to 10 s, then get 503",
+    )
+    parser.add_argument(
+        "--max-http-connections",
+        type=int,
+        default=int(env("CAIRN_MAX_HTTP_CONNECTIONS", str(Settings.max_http_connections))),
+        help="HTTP connections open at once; more are refused",
     )
     parser.add_argument(
         "--initial-user-password",
@@ -325,5 +378,11 @@ def check_login_flags(args: argparse.Namespace, parser: argparse.ArgumentParser)
         parser.error(
             f"--max-log-followers: must be between 1 and {MAX_LOG_FOLLOWERS}, not {args.max_log_followers}"
         )
+    for flag, value, most in (
+        ("--http-workers", args.http_workers, MAX_HTTP_WORKERS),
+        ("--max-http-connections", args.max_http_connections, MAX_HTTP_CONNECTIONS),
+    ):
+        if not 1 <= value <= most:
+            parser.error(f"{flag}: must be between 1 and {most}, not {value}")
     if not 0 < args.login_window <= 24 * 3600:
         parser.error(f"--login-window: must be between 0 and 86400 seconds, not {args.login_window:g}")

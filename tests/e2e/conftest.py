@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -32,6 +34,19 @@ def cluster(db_url: str | None, tmp_path: Path) -> Iterator[TestCluster]:
 def det(cluster: TestCluster, tmp_path: Path) -> Callable[..., str]:
     """The stock `det` CLI, logged in as the non-admin user "determined"."""
     return det_runner(determined_env(cluster, tmp_path / "home"))
+
+
+@pytest.fixture
+def pid_dir() -> Iterator[Path]:
+    """A folder trial code writes its pid files into for the test to read. Not under /tmp: an
+    isolated trial has a /tmp of its own (services/agent/containers/private_mounts.py), and runs
+    as the task user, who may write here (sticky, like /tmp) but reaches no pytest folder (0700)."""
+    path = Path(tempfile.mkdtemp(prefix="cairn-e2e-pids-", dir="/var/tmp"))
+    path.chmod(0o1777)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

@@ -90,21 +90,28 @@ def stored_metrics(api: AuthedStub, trial_id: int, group: str) -> list[trial_pb2
     return [report for response in api.GetMetrics(request) for report in response.metrics]
 
 
+def run_cairn(
+    env: dict[str, str], *args: str, stdin: str = "", timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """One `cairn ARGS...` in its own process with exactly `env`; whatever it exits with."""
+    return subprocess.run(
+        [sys.executable, "-m", "cairn.cli.main", *args],
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
 def cairn_cli(cluster: TestCluster, home: Path, user: str = "determined") -> Callable[..., str]:
     """Cairn's own CLI (`cairn ARGS...`) logged in as `user` (empty password), its state in `home`;
     a command that fails fails the test, unless called with check=False."""
     env = {**os.environ, "CAIRN_MASTER": cluster.address, "CAIRN_CONFIG_DIR": str(home)}
 
     def run(*args: str, stdin: str = "", check: bool = True) -> str:
-        done = subprocess.run(
-            [sys.executable, "-m", "cairn.cli.main", *args],
-            env=env,
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        done = run_cairn(env, *args, stdin=stdin)
         if check:
             assert done.returncode == 0, f"cairn {' '.join(args)}: {done.stdout}{done.stderr}"
         return done.stdout if check else done.stdout + done.stderr

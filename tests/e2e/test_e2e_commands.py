@@ -120,6 +120,14 @@ def test_a_zero_slot_command_runs_while_every_slot_is_busy(
     ended = wait_command(api, zero, TERMINATED)
     assert ended.exit_code == 0 and f"aux {zero}" in task_lines(api, zero)
     assert command(api, queued).state == task_pb2.Allocation.STATE_QUEUED  # it does need a slot
+    # Determined's set-priority moves it in the queue: its config keeps the new priority.
+    assert "Set priority" in det("cmd", "set", "priority", queued, "20")
+    config = api.GetCommand(command_pb2.GetCommandRequest(command_id=queued)).config
+    assert config["resources"]["priority"] == 20
+    assert "Skipping" in det("cmd", "set", "priority", queued, "100")  # out of range: refused
+    assert (
+        api.GetCommand(command_pb2.GetCommandRequest(command_id=queued)).config["resources"]["priority"] == 20
+    )
     for command_id in [*busy, queued]:
         det("cmd", "kill", command_id)
 

@@ -93,11 +93,9 @@ def test_ranks_on_two_agents_allgather_and_the_chief_reports(two_agents: TestClu
 
 
 def test_kill_9_of_one_rank_restarts_the_whole_trial_once_from_its_checkpoint(
-    two_agents: TestCluster, tmp_path: Path
+    two_agents: TestCluster, pid_dir: Path
 ) -> None:
     api = two_agents.login()
-    pid_dir = tmp_path / "pids"
-    pid_dir.mkdir()
     text = dist_config(
         hyperparameters={"steps": 20, "step_s": 0.2, "ckpt_every": 3, "pid_dir": str(pid_dir)}, max_restarts=1
     )

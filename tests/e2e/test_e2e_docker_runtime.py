@@ -17,7 +17,9 @@ import yaml
 
 from cairn.agent_files import DOCKER_LABEL_CONTAINER_ID, DOCKER_LABEL_WORK_DIR
 from cairn.api.v1 import experiment_pb2
+from tests.e2e.determined_client import det_runner, determined_env
 from tests.e2e.helpers import config, create, ledger, logs, state, stored_metrics, trials
+from tests.e2e.test_e2e_commands import RUNNING, TERMINATED, task_lines, wait_command
 from tests.support.cluster import AuthedStub, TestCluster, running_cluster
 from tests.support.polling import wait_for
 
@@ -244,3 +246,24 @@ def test_cluster_down_removes_the_container_of_a_dead_agent(task_image: str, tmp
         os.kill(int(json.loads(shim_file.read_text())["pid"]), signal.SIGKILL)
         assert len(cairn_containers(state_dir)) == 1
     assert cairn_containers(state_dir) == []
+
+
+def test_commands_run_in_containers_of_the_task_image(docker_cluster: TestCluster, tmp_path: Path) -> None:
+    """`det cmd run` on the Docker runtime: its context copied in, its output followed, its exit
+    code recorded; a killed long command leaves no container behind."""
+    api = docker_cluster.login()
+    det = det_runner(determined_env(docker_cluster, tmp_path / "home"))
+    context = tmp_path / "context"
+    context.mkdir()
+    (context / "data.txt").write_text("from the context\n")
+    out = det("cmd", "run", "--context", str(context), "cat data.txt; cat /etc/debian_version; exit 3")
+    assert "from the context" in out
+    (listed,) = json.loads(det("cmd", "list", "--json"))
+    ended = wait_command(api, listed["id"], TERMINATED)
+    assert (ended.exit_code, ended.exit_status) == (3, "exited with code 3")
+    assert "from the context" in task_lines(api, ended.id)
+    long_running = det("cmd", "run", "-d", "sleep 600").strip()
+    wait_command(api, long_running, RUNNING)
+    det("cmd", "kill", long_running)
+    assert wait_command(api, long_running, TERMINATED).exit_status == "killed"
+    wait_for(lambda: cairn_containers(docker_cluster.state_dir) == [], timeout=60, what="no containers")

@@ -8,6 +8,7 @@ the database backend)."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -45,6 +46,17 @@ def session_token(cluster: TestCluster, username: str = "determined") -> str:
         auth_pb2.LoginRequest(username=username, password=salt_and_hash(""), is_hashed=True), timeout=30
     )
     return str(response.token)
+
+
+def allocation_address(cluster: TestCluster, task_id: str) -> str:
+    """host:port the notebook listens on, as its allocation's row records it (the proxy's target)."""
+    (database,) = list((cluster.state_dir / "master").glob("*.db"))
+    with sqlite3.connect(database) as db:
+        (address,) = db.execute(
+            "SELECT proxy_address FROM allocations WHERE task_id = ? AND proxy_address IS NOT NULL",
+            (task_id,),
+        ).fetchone()
+    return str(address)
 
 
 def execute(ws: WebSocket, code: str) -> str:
@@ -127,6 +139,12 @@ def test_a_notebook_answers_through_the_proxy_runs_a_cell_survives_a_master_rest
         assert execute(ws, "6 * 7") == "42"
     finally:
         ws.close()
+
+    # The notebook's own port on the agent answers only the proxy (which presents the allocation's
+    # credential): another process on the machine that finds the port gets nothing from it.
+    direct = f"http://{allocation_address(cluster, task_id)}/proxy/{task_id}/api/status"
+    assert requests.get(direct, timeout=30).status_code == 403
+    assert requests.get(direct, headers={"Authorization": "token guess"}, timeout=30).status_code == 403
 
     # The proxy's address is in the allocation's row: a master killed and restarted serves it again.
     cluster.kill("master")

@@ -23,7 +23,17 @@ from cairn.api.v1 import agent_pb2, api_pb2_grpc, auth_pb2
 from cairn.client.address import parse_master_addresses
 from cairn.client.password import salt_and_hash
 from cairn.localcluster.processes import spawn
-from tests.e2e.helpers import config, create, ledger, logs, stored_metrics, trial_state, trials, wait_state
+from tests.e2e.helpers import (
+    config,
+    create,
+    ledger,
+    logs,
+    run_cairn,
+    stored_metrics,
+    trial_state,
+    trials,
+    wait_state,
+)
 from tests.support.cluster import TEST_ENV, AuthedStub, TestCluster
 from tests.support.databases import fresh_database
 from tests.support.polling import wait_for
@@ -174,15 +184,7 @@ def test_the_standby_takes_over_mid_search_and_nothing_is_lost(
 
 
 def _cairn(env: dict[str, str], *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        [sys.executable, "-m", "cairn.cli.main", *args],
-        env=env,
-        input="\n",
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
+    done = run_cairn(env, *args, stdin="\n", timeout=180)
     assert not check or done.returncode == 0, f"cairn {' '.join(args)}: {done.stdout}{done.stderr}"
     return done
 

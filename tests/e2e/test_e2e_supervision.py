@@ -125,10 +125,8 @@ def test_each_service_killed_9_is_restarted_and_the_search_completes(
 
 
 def test_cluster_down_during_a_search_stops_every_process_and_fails_no_trial(
-    db_url: str | None, tmp_path: Path
+    db_url: str | None, tmp_path: Path, pid_dir: Path
 ) -> None:
-    pid_dir = tmp_path / "pids"
-    pid_dir.mkdir()
     # Two agents: a trial stopped on one must not be restarted onto the other while it stops too.
     cluster = TestCluster(tmp_path / "cluster", db_url, agents=2, slots=1, supervise=True).start()
     stopped = False
@@ -163,10 +161,8 @@ def test_cluster_down_during_a_search_stops_every_process_and_fails_no_trial(
 
 
 def test_cluster_down_after_an_agent_was_killed_leaves_no_trial_process(
-    db_url: str | None, tmp_path: Path
+    db_url: str | None, tmp_path: Path, pid_dir: Path
 ) -> None:
-    pid_dir = tmp_path / "pids"
-    pid_dir.mkdir()
     # No watchdog: the agent must stay dead, as when nobody supervises it.
     cluster = TestCluster(tmp_path / "cluster", db_url, agents=1, slots=1).start()
     stopped = False

@@ -1,7 +1,8 @@
 """A cluster with TLS (`cairn cluster up --tls`, SQLite): the agent joins over TLS, a trial's Core
 API reports metrics verifying the master's certificate, `cairn` works with the CA and fails
 clearly without it, the stock `det` client works over HTTPS with DET_MASTER_CERT_FILE, and plain
-HTTP to the HTTPS port is refused."""
+HTTP to the HTTPS port is refused. A script written against Determined's Core API verifies the
+master with the CA file its task is given (DET_MASTER_CERT_FILE)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,15 @@ from cairn.api.v1 import agent_pb2
 from tests.e2e.determined_client import det_runner, determined_env
 from tests.e2e.helpers import config, create, ledger, logs, stored_metrics, trials, wait_state
 from tests.support.cluster import TestCluster, running_cluster
+
+DET_TRIAL_DIR = Path(__file__).parent / "fixtures" / "det_trial"
+DET_TRIAL_CONFIG = """
+name: determined-core-api-tls
+entrypoint: python3 det_core_trial.py
+hyperparameters: {steps: 4, step_s: 0.05, increment_by: 2}
+searcher: {name: single, metric: x, smaller_is_better: false, max_length: {batches: 4}}
+max_restarts: 0
+"""
 
 
 @pytest.fixture
@@ -59,6 +69,16 @@ def test_a_tls_cluster_end_to_end(tls_cluster: TestCluster, tmp_path: Path) -> N
     said = ledger(logs(api, trial.id))
     assert said["training"] and said["validation"]
     assert len(stored_metrics(api, trial.id, "training")) == len(said["training"])
+
+    # A script written against Determined's own Core API (its tutorials' shape) verifies the master
+    # with the CA file the agent gave it (DET_MASTER_CERT_FILE, as Determined's containers have it).
+    det_id = create(api, DET_TRIAL_CONFIG, model_dir=DET_TRIAL_DIR)
+    wait_state(api, det_id, "COMPLETED")
+    (det_trial,) = trials(api, det_id)
+    det_lines = logs(api, det_trial.id)
+    assert any(line.startswith("DET-INFO") and "master=https://" in line for line in det_lines), det_lines
+    validations = stored_metrics(api, det_trial.id, "validation")
+    assert [(m.total_batches, m.metrics["avg_metrics"]["x"]) for m in validations] == [(2, 4.0), (4, 8.0)]
 
     # `cairn` with the CA: works. Without it, asked for TLS (grpcs://): a certificate error.
     env = {

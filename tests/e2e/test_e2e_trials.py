@@ -72,10 +72,8 @@ def test_random_search_stores_every_report_exactly_once(cluster: TestCluster) ->
     assert abs(exp.best_trial_searcher_metric - best) < 1e-9
 
 
-def test_kill_9_restarts_from_the_checkpoint_and_steps_continue(cluster: TestCluster, tmp_path: Path) -> None:
+def test_kill_9_restarts_from_the_checkpoint_and_steps_continue(cluster: TestCluster, pid_dir: Path) -> None:
     api = cluster.login()
-    pid_dir = tmp_path / "pids"
-    pid_dir.mkdir()
     text = config(
         hyperparameters={"steps": 24, "step_s": 0.15, "ckpt_every": 3, "pid_dir": str(pid_dir)},
         max_restarts=1,

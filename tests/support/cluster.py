@@ -16,7 +16,7 @@ import grpc
 
 from cairn.api.v1 import api_pb2_grpc, auth_pb2
 from cairn.client.password import salt_and_hash
-from cairn.localcluster.plan import ClusterOptions
+from cairn.localcluster.plan import ClusterOptions, Provisioning
 from cairn.localcluster.processes import is_running, spawn
 from cairn.localcluster.record import ClusterRecord, load_record, save_record
 from cairn.localcluster.supervisor import start_cluster, stop_cluster
@@ -69,6 +69,8 @@ class TestCluster:
     tls: bool = False
     # The Python environment trials run in; None: the local cluster's default (.venv-task).
     task_env: Path | None = None
+    # `cluster up --provision`: the master starts and retires the agents (then `agents` is 0).
+    provision: Provisioning | None = None
     record: ClusterRecord | None = None
     _channel: grpc.Channel | None = None
 
@@ -90,6 +92,7 @@ class TestCluster:
             runtime=self.runtime,
             default_image=self.default_image,
             tls=self.tls,
+            provision=self.provision,
             **({"task_env": self.task_env} if self.task_env is not None else {}),
         )
         self.record = start_cluster(options)
@@ -193,6 +196,7 @@ def running_cluster(
     default_image: str | None = None,
     tls: bool = False,
     task_env: Path | None = None,
+    provision: Provisioning | None = None,
 ) -> Iterator[TestCluster]:
     cluster = TestCluster(
         state_dir,
@@ -205,6 +209,7 @@ def running_cluster(
         default_image=default_image,
         tls=tls,
         task_env=task_env,
+        provision=provision,
     )
     cluster.start()
     try:

@@ -5,12 +5,15 @@ import { getMe, logout } from "./api/endpoints";
 import { setToken, setUnauthorizedHandler } from "./api/http";
 import type { User } from "./api/types";
 import { Link } from "./components/Link";
+import { printable } from "./format";
 import { ClusterPage } from "./pages/ClusterPage";
 import { ExperimentPage } from "./pages/ExperimentPage";
 import { ExperimentsPage } from "./pages/ExperimentsPage";
 import { LoginPage } from "./pages/LoginPage";
 import { ModelPage } from "./pages/ModelPage";
 import { ModelsPage } from "./pages/ModelsPage";
+import { TaskOpenPage } from "./pages/TaskOpenPage";
+import { TasksPage } from "./pages/TasksPage";
 import { TrialPage } from "./pages/TrialPage";
 import { match, navigate, useLocation } from "./router";
 
@@ -65,12 +68,15 @@ export function App() {
           <Link href="/models" class={path.startsWith("/models") ? "active" : ""}>
             Models
           </Link>
+          <Link href="/tasks" class={path.startsWith("/tasks") ? "active" : ""}>
+            Tasks
+          </Link>
           <Link href="/cluster" class={path.startsWith("/cluster") ? "active" : ""}>
             Cluster
           </Link>
         </nav>
         <div class="user">
-          {user ? <span aria-label="Signed in as">{user.displayName || user.username}</span> : null}
+          {user ? <span aria-label="Signed in as">{printable(user.displayName || user.username)}</span> : null}
           <button type="button" onClick={onLogout}>
             Log out
           </button>
@@ -99,6 +105,9 @@ function Page(props: { path: string }) {
   if (match("/models", path)) return <ModelsPage />;
   const model = match("/models/:name", path);
   if (model) return <ModelPage key={model.name} name={model.name} />;
+  if (match("/tasks", path)) return <TasksPage />;
+  const opening = match("/tasks/:id/open", path);
+  if (opening) return <TaskOpenPage key={opening.id} taskId={opening.id} />;
   if (match("/cluster", path)) return <ClusterPage />;
   return (
     <section>

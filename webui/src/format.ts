@@ -106,3 +106,31 @@ export function parseAllocationId(id: string): { experimentId: number; trialId: 
   if (!match) return null;
   return { experimentId: Number(match[1]), trialId: Number(match[2]), run: Number(match[3]) };
 }
+
+// Characters that change how the text around them is shown instead of showing a glyph: controls
+// (ANSI escapes start with ESC; newlines, carriage returns), format characters (bidi overrides and
+// isolates U+202A–U+202E, U+2066–U+2069, zero-width characters) and line/paragraph separators.
+// The same set as the CLI's `printable` (clients/python/cairn/cli/output.py).
+const UNPRINTABLE = /[\p{Cc}\p{Cf}\p{Zl}\p{Zp}]/gu;
+const NAMED_ESCAPES: Record<string, string> = { "\n": "\\n", "\r": "\\r", "\t": "\\t" };
+
+function escapeCode(char: string): string {
+  const named = NAMED_ESCAPES[char];
+  if (named) return named;
+  const code = char.codePointAt(0) ?? 0;
+  if (code < 0x100) return `\\x${code.toString(16).padStart(2, "0")}`;
+  if (code < 0x10000) return `\\u${code.toString(16).padStart(4, "0")}`;
+  return `\\U${code.toString(16).padStart(8, "0")}`;
+}
+
+/**
+ * A name, description or label set by some user, with every character that could reorder, hide
+ * or restyle what the page shows written out as its escape (\x1b, \u202e, \n), so that what is
+ * shown is what is stored. A typed backslash stays as it is, as in the CLI. Every place that
+ * shows such text goes through here; edit fields keep the stored text.
+ */
+export function printable(text: string | null | undefined, options: { keepNewlines?: boolean } = {}): string {
+  if (!text) return "";
+  if (options.keepNewlines) return text.split("\n").map((line) => printable(line)).join("\n");
+  return text.replace(UNPRINTABLE, escapeCode);
+}

@@ -42,6 +42,13 @@ DOCKER_LABEL_ALLOCATION_ID = "cairn.allocation-id"
 # The agent's work dir: what `cairn cluster down` knows of its (possibly dead) agents.
 DOCKER_LABEL_WORK_DIR = "cairn.agent-work-dir"
 DOCKER_LABEL_DESCRIPTION = "cairn.description"
+# An agent container the master's docker provider started (services/master/provisioners/docker.py):
+# its pool, its instance id, the master's cluster id, and its work dir (a folder of the master's
+# state dir, which `cairn cluster down` finds it by).
+PROVISIONER_LABEL_POOL = "cairn.provisioner.pool"
+PROVISIONER_LABEL_INSTANCE = "cairn.provisioner.instance"
+PROVISIONER_LABEL_CLUSTER = "cairn.provisioner.cluster"
+PROVISIONER_LABEL_WORK_DIR = "cairn.provisioner.work-dir"
 DOCKER_LABELS = (
     DOCKER_LABEL_AGENT_ID,
     DOCKER_LABEL_CONTAINER_ID,

@@ -8,6 +8,7 @@ only on the address the master reaches this agent at. Jupyter's XSRF and origin 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -54,7 +55,8 @@ def jupyter_command(env: Mapping[str, str], python: str = sys.executable) -> lis
         "--ServerApp.port_retries=0",  # the master proxies to this port and no other
         "--ServerApp.open_browser=False",
         f"--ServerApp.base_url={base_url(_required(env, tenv.TASK_ID))}",
-        "--IdentityProvider.token=",
+        # The token comes in JUPYTER_TOKEN (jupyter_environment), never on a command line others
+        # can read.
         "--ServerApp.password=",
         # Requests arrive with the master's Host header, which may be a name, not an address.
         "--ServerApp.allow_remote_access=True",
@@ -66,9 +68,25 @@ def jupyter_command(env: Mapping[str, str], python: str = sys.executable) -> lis
     ]
 
 
-def _answers(url: str) -> bool:
+def service_credential(env: Mapping[str, str]) -> str:
+    """Jupyter's token: the hash of the allocation's token, which the master's proxy reads from the
+    allocation's row and presents on every request it relays (proxy_access.CREDENTIAL_KINDS). So
+    the user never sees it (no token in a URL), and whatever reaches the notebook's port on the
+    agent without the proxy (another task on the machine) is refused."""
+    return hashlib.sha256(_required(env, tenv.ALLOCATION_TOKEN).encode()).hexdigest()
+
+
+def jupyter_environment(env: Mapping[str, str]) -> dict[str, str]:
+    return {**env, "JUPYTER_TOKEN": service_credential(env)}
+
+
+def _request(url: str, credential: str) -> urllib.request.Request:
+    return urllib.request.Request(url, headers={"Authorization": f"token {credential}"})
+
+
+def _answers(url: str, credential: str) -> bool:
     try:
-        with urllib.request.urlopen(url, timeout=2) as response:
+        with urllib.request.urlopen(_request(url, credential), timeout=2) as response:
             return bool(response.status == 200)
     except (OSError, urllib.error.URLError):
         return False
@@ -95,8 +113,8 @@ def report_ready(env: Mapping[str, str]) -> None:
         pass
 
 
-def _get_json(url: str) -> object:
-    with urllib.request.urlopen(url, timeout=5) as response:
+def _get_json(url: str, credential: str) -> object:
+    with urllib.request.urlopen(_request(url, credential), timeout=5) as response:
         return json.loads(response.read())
 
 
@@ -139,8 +157,9 @@ def watch_idleness(env: Mapping[str, str], jupyter: subprocess.Popen[bytes], api
         except subprocess.TimeoutExpired:
             pass
         try:
-            status = _get_json(f"{api}status")
-            terminals = _get_json(f"{api}terminals")
+            credential = service_credential(env)
+            status = _get_json(f"{api}status", credential)
+            terminals = _get_json(f"{api}terminals", credential)
             idle = is_idle(
                 idle_type,
                 status if isinstance(status, dict) else {},
@@ -158,13 +177,14 @@ def main() -> int:
         command = jupyter_command(env)
         task_id = env[tenv.TASK_ID]
         api = f"http://{env[tenv.SERVICE_HOST]}:{env[tenv.SERVICE_PORT]}{base_url(task_id)}api/"
+        credential = service_credential(env)
     except LaunchError as exc:
         print(f"notebook: {exc}", file=sys.stderr)
         return 2
-    jupyter = subprocess.Popen(command)
+    jupyter = subprocess.Popen(command, env=jupyter_environment(env))
     # The agent stops a task with SIGTERM: Jupyter shuts its kernels down on it.
     signal.signal(signal.SIGTERM, lambda *_: jupyter.send_signal(signal.SIGTERM))
-    while jupyter.poll() is None and not _answers(f"{api}status"):
+    while jupyter.poll() is None and not _answers(f"{api}status", credential):
         time.sleep(READY_POLL_S)
     if jupyter.poll() is None:
         report_ready(env)

@@ -26,11 +26,17 @@ SERVICE_HOST = "CAIRN_SERVICE_HOST"
 SERVICE_PORT = "CAIRN_SERVICE_PORT"
 # Set for a notebook with an idle_timeout: how its launcher judges it idle (notebook_idle_type).
 NOTEBOOK_IDLE_TYPE = "CAIRN_NOTEBOOK_IDLE_TYPE"
+# A shell's public key (OpenSSH format): the one key its SSH server lets in (cairn.shell_server).
+SHELL_PUBLIC_KEY = "CAIRN_SHELL_PUBLIC_KEY"
+# A TensorBoard's trials, each with its experiment's checkpoint storage (JSON; tensorboards.py).
+TENSORBOARD_SOURCES = "CAIRN_TENSORBOARD_SOURCES"
 
 # Set by the agent (services/agent/containers/task_env.py).
 AGENT_ID = "CAIRN_AGENT_ID"
 CONTAINER_ID = "CAIRN_CONTAINER_ID"
 SLOT_IDS = "CAIRN_SLOT_IDS"
+# The cluster's id (Determined's name): TensorBoard files are stored under it (cairn.tensorboard).
+CLUSTER_ID = "DET_CLUSTER_ID"
 WORKDIR = "CAIRN_WORKDIR"
 MASTER_ADDR = "CAIRN_MASTER_ADDR"
 GPU_UUIDS = "CAIRN_GPU_UUIDS"

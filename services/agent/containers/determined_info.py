@@ -2,9 +2,9 @@
 
 Determined's `det.get_cluster_info()` reads /run/determined/info/{cluster,trial,rendezvous,
 resources}.json — a fixed path that Determined's containers each have privately. The process
-runtime gives each allocation the same privacy with a mount namespace: the agent writes the files
-into the container's own folder, and the command starts under `unshare --mount` with that folder
-bind-mounted on /run/determined, visible to that process tree only. Without the privilege to do
+runtime gives each allocation the same privacy with a mount namespace (private_mounts.py): the
+agent writes the files into the container's own folder, bound on /run/determined for that process
+tree only. Without the privilege to do
 so (the agent is not root), Determined scripts still run but see no cluster info, and the
 container's log says so.
 """
@@ -12,9 +12,7 @@ container's log says so.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -22,24 +20,8 @@ import cairn.task_environment as tenv
 from services.agent.containers.requests import RendezvousInfo
 
 RUN_DIR = "/run/determined"
-# Runs inside the new mount namespace; $0 is the folder to expose, "$@" the task's command.
-_BIND_AND_EXEC = f'mkdir -p {RUN_DIR} && mount --bind "$0" {RUN_DIR} && exec "$@"'
-
-
-def private_run_dir_supported() -> bool:
-    """Whether this agent can give each task its own /run/determined (root, unshare and mount)."""
-    if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("mount"):
-        return False
-    try:
-        probe = subprocess.run(
-            ["unshare", "--mount", "--propagation", "private", "--", "true"],
-            capture_output=True,
-            timeout=10,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return probe.returncode == 0
+# The master's CA under RUN_DIR, where Determined's task containers have it (DET_MASTER_CERT_FILE).
+MASTER_CERT_PATH = "etc/ssl/master.crt"
 
 
 def is_determined_task(env: Mapping[str, str]) -> bool:
@@ -111,20 +93,3 @@ def copy_model_definition(workdir: Path, run_dir: Path, skip: str) -> None:
     shutil.copytree(
         workdir, target, symlinks=True, ignore=lambda folder, names: [skip] if Path(folder) == workdir else []
     )
-
-
-def with_private_run_dir(argv: list[str], run_dir: Path) -> list[str]:
-    """`argv` started in its own mount namespace with `run_dir` on /run/determined. unshare and
-    sh both exec, so the task's process keeps the pid and process group the shim gave it."""
-    return [
-        "unshare",
-        "--mount",
-        "--propagation",
-        "private",
-        "--",
-        "sh",
-        "-c",
-        _BIND_AND_EXEC,
-        str(run_dir),
-        *argv,
-    ]

@@ -528,6 +528,7 @@ class ContainerManager:
             c.record.exit_code, c.record.failure = exit_code, failure
             c.record.finished_at = c.exit.finished_at or now
             self._save(c)
+            self._preparer.ended(c.id)
             return
         if not c.caught_up:
             return
@@ -562,6 +563,7 @@ class ContainerManager:
         c.record.final_seq = event.seq
         c.record.finished_at = event.time
         self._save(c)
+        self._preparer.ended(c.id)
 
     def _next_seq(self, c: Container) -> int:
         return max(c.tailer.last_seq, c.record.last_seq, c.record.acked_seq) + 1

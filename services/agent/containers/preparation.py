@@ -8,7 +8,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from cairn.tls import MASTER_CERT_PEM_ENV
 from services.agent.containers import determined_info
+from services.agent.containers.private_mounts import Bind, in_private_mounts
 from services.agent.containers.python_envs import PythonEnvs
 from services.agent.containers.requests import StartRequest
 from services.agent.containers.states import FailureType
@@ -17,7 +19,7 @@ from services.agent.runtime.context_archive import UnsafeArchiveError, unpack_co
 from services.agent.runtime.docker_spec import CONTAINER_WORKDIR
 from services.agent.runtime.protocol import META_DIR_NAME, ContainerPaths
 from services.agent.slots import SlotInfo
-from services.agent.task_user import TaskDirs
+from services.agent.task_user import TaskDirs, is_inside
 
 # Fetches an allocation's model definition: the gzip'd tar, in chunks. Raises ContextFetchError.
 ContextFetcher = Callable[[str], Iterable[bytes]]
@@ -66,7 +68,7 @@ class Preparer:
         fetch_context: ContextFetcher,
         base_env: Mapping[str, str],
         python_envs: PythonEnvs | None = None,
-        private_run_dir: bool = False,
+        private_mounts: bool = False,
         in_docker: bool = False,
         task_dirs: TaskDirs | None = None,
     ) -> None:
@@ -74,7 +76,8 @@ class Preparer:
         # places there (the working dir, /run/determined), so nothing of the agent's host applies:
         # neither its environment nor its Python environments nor its paths.
         self._in_docker = in_docker
-        self._private_run_dir = private_run_dir
+        # Tasks start in mount namespaces of their own (private_mounts.py; the agent is root).
+        self._private_mounts = private_mounts
         self._agent_id = agent_id
         self._slots = {slot.id: slot for slot in slots}
         self._fetch_context = fetch_context
@@ -82,6 +85,12 @@ class Preparer:
         self._python_envs = python_envs or PythonEnvs([])
         # Process runtime with --task-user: tasks run as that user in folders of their own.
         self._task_dirs = task_dirs
+
+    def ended(self, container_id: str) -> None:
+        """The container's command has ended: its /tmp goes (its working folder stays a while,
+        with the container's own, for a look at what it left)."""
+        if self._task_dirs is not None:
+            self._task_dirs.remove_tmp(container_id)
 
     def discard(self, container_id: str) -> None:
         """Remove what the container's task left outside the container's folder (its task folder)."""
@@ -162,40 +171,76 @@ class Preparer:
         if self._in_docker and "PATH" not in request.environment:
             del env["PATH"]  # the image's own PATH (its Python, its virtualenv) applies
         argv = command_line(request.entrypoint, request.shell)
-        if task_dirs is not None:
-            # Innermost: the privilege drop comes after the /run/determined mount, which needs root.
-            argv = task_dirs.user.run_as(argv)
+        binds: list[Bind] = []
         if determined_info.is_determined_task(env):
-            argv = self._determined_surroundings(argv, env, request, paths, workdir, note)
+            binds += self._determined_surroundings(env, request, paths, workdir, note)
+        if task_dirs is not None:
+            # Innermost: the privilege drop comes after the mounts, which need root.
+            argv = task_dirs.user.run_as(argv)
+            # Last: the folders bound before may lie under the host's /tmp.
+            binds += self._private_tmp(task_dirs.tmp_path(request.container_id), workdir, env, note)
+        argv = in_private_mounts(argv, binds)
         if task_dirs is not None:
             task_dirs.hand_over(workdir)
             if paths.run_determined.exists():
                 task_dirs.hand_over(paths.run_determined)
         return Prepared(argv=argv, env=env, cwd=workdir)
 
+    def _private_tmp(self, tmp: Path, workdir: Path, env: dict[str, str], note: Note) -> list[Bind]:
+        """A task user's task gets a /tmp of its own (TaskDirs made the folder); where that cannot
+        be had, at least TMPDIR leads there (fixed /tmp paths stay shared)."""
+        if not self._private_mounts:
+            why = "this agent cannot give tasks a private mount namespace"
+        elif is_inside(workdir, Path("/tmp")):
+            why = f"the task root ({workdir.parent}) is under /tmp, which a private /tmp would hide"
+        else:
+            env["TMPDIR"] = "/tmp"  # the agent's TMPDIR, if any, is not in the task's /tmp
+            return [Bind(tmp, "/tmp")]
+        env["TMPDIR"] = str(tmp)
+        note(f"/tmp is shared with other tasks: {why}; TMPDIR is the task's own {tmp}", "WARNING")
+        return []
+
     def _determined_surroundings(
         self,
-        argv: list[str],
         env: dict[str, str],
         request: StartRequest,
         paths: ContainerPaths,
         workdir: Path,
         note: Note,
-    ) -> list[str]:
+    ) -> list[Bind]:
         run_dir = paths.run_determined
+        self._master_cert(env, run_dir)
         determined_info.write_info_files(env, run_dir, request.rendezvous)
         if request.has_context:
             determined_info.copy_model_definition(workdir, run_dir, skip=META_DIR_NAME)
         if self._in_docker:
-            return argv  # the docker runtime copies run_dir to the container's own /run/determined
-        if not self._private_run_dir:
+            return []  # the docker runtime copies run_dir to the container's own /run/determined
+        if not self._private_mounts:
             note(
                 "Determined's harness will not find /run/determined/info: this agent cannot give tasks a "
                 "private mount namespace (run it as root); Determined scripts run without cluster info",
                 "WARNING",
             )
-            return argv
-        return determined_info.with_private_run_dir(argv, run_dir)
+            return []
+        return [Bind(run_dir, determined_info.RUN_DIR)]
+
+    def _master_cert(self, env: dict[str, str], run_dir: Path) -> None:
+        """Under TLS, Determined's harness and its `det` CLI verify the master with the CA file
+        DET_MASTER_CERT_FILE names (the agent hands the CA over as text): written where Determined's
+        containers have it, /run/determined/etc/ssl/master.crt, readable by the task."""
+        pem = env.get(MASTER_CERT_PEM_ENV, "")
+        env["DET_USE_TLS"] = "true" if pem else "false"
+        if not pem:
+            return
+        cert = run_dir / determined_info.MASTER_CERT_PATH
+        cert.parent.mkdir(parents=True, exist_ok=True)
+        cert.write_text(pem)
+        if self._in_docker or self._private_mounts:
+            env["DET_MASTER_CERT_FILE"] = f"{determined_info.RUN_DIR}/{determined_info.MASTER_CERT_PATH}"
+        elif self._task_dirs is None:
+            env["DET_MASTER_CERT_FILE"] = str(cert)  # the task runs as the agent's user: it can read it
+        # Else the task user could not reach the agent's folder: without a private /run/determined,
+        # Determined scripts have no cluster info either (the note says so).
 
     def _fetch_and_unpack(
         self,

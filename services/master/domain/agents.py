@@ -156,22 +156,27 @@ def set_enabled(ctx: MasterContext, agent_id: str, enabled: bool, drain: bool = 
         agent = w.session.get(models.Agent, agent_id)
         if agent is None:
             raise NotFound(f"agent {agent_id} not found")
-        agent.enabled = enabled
-        agent.draining = (not enabled) and drain
-        if not enabled and not drain:
-            # Disabling without draining stops the agent's work; it is rescheduled elsewhere and,
-            # being no fault of the code, does not count as a restart.
-            for container in live_containers_on(w, agent_id):
-                alloc = w.session.get_one(models.Allocation, container.allocation_id)
-                allocations.request_kill(
-                    ctx,
-                    w,
-                    alloc,
-                    grace_seconds=ctx.settings.kill_grace_s,
-                    reason=f"agent {agent_id} disabled",
-                )
-        w.later(ctx.scheduler_wakeup.set)
+        change_enabled(ctx, w, agent, enabled, drain)
     log.info("agent enabled" if enabled else "agent disabled", agent_id=agent_id, drain=drain)
+
+
+def change_enabled(ctx: MasterContext, w: Work, agent: models.Agent, enabled: bool, drain: bool) -> None:
+    """Whether `agent` takes new work; disabled without draining, its work stops too."""
+    agent.enabled = enabled
+    agent.draining = (not enabled) and drain
+    if not enabled and not drain:
+        # Disabling without draining stops the agent's work; it is rescheduled elsewhere and,
+        # being no fault of the code, does not count as a restart.
+        for container in live_containers_on(w, agent.id):
+            alloc = w.session.get_one(models.Allocation, container.allocation_id)
+            allocations.request_kill(
+                ctx,
+                w,
+                alloc,
+                grace_seconds=ctx.settings.kill_grace_s,
+                reason=f"agent {agent.id} disabled",
+            )
+    w.later(ctx.scheduler_wakeup.set)
 
 
 def set_slot_enabled(

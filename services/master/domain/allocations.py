@@ -4,7 +4,8 @@ its owner's lifecycle (the trial's, or the task's for every other kind).
 
 Exit classification (Determined's rules, see reference §1.6–1.7):
   killed      — the master asked for a kill (user kill, or a graceful stop that timed out)
-  transient   — the infrastructure failed (agent lost, never started): retried, not counted
+  transient   — the infrastructure failed (agent lost, never started): retried, not counted, but
+                MAX_START_FAILURES_IN_A_ROW such ends before the task ever ran count as an error
   error       — a container failed (its code exited non-zero, or could not start): the others
                 were stopped because of it, and the allocation counts once against max_restarts
   preempted   — a graceful stop that the code acknowledged and exited 0 from
@@ -35,7 +36,7 @@ from services.master.domain.rendezvous import agent_address, free_port_offset, r
 from services.master.domain.states import LIVE_ALLOCATION, allocation_advances
 from services.master.domain.states import AllocationState as A
 from services.master.domain.task_ids import trial_task_id
-from services.master.domain.task_services import service_environment
+from services.master.domain.task_services import service_environment, service_mounts
 from services.master.domain.task_spec import build_task_spec
 from services.master.domain.topics import allocation_topic, task_topic, trial_topic
 from services.master.store import models
@@ -53,6 +54,13 @@ class Outcome(StrEnum):
 
 # Failure types (as stored) that are the infrastructure's fault, not the code's.
 TRANSIENT_FAILURES = frozenset({"agent_failed", "aborted"})
+
+# An infrastructure failure is retried without counting against max_restarts. But an agent that
+# fails every start the same way (an image whose interpreter cannot load, a broken runtime) would
+# have the task placed, failed and placed again forever, thousands of times a minute: this many
+# transient ends in a row, none of which ever reached RUNNING, count as one error of the task's
+# (the 5th, the 10th... of a streak).
+MAX_START_FAILURES_IN_A_ROW = 5
 
 CONTAINER_STATE_NAMES = {
     apb.CONTAINER_STATE_ASSIGNED: A.ASSIGNED,
@@ -224,6 +232,7 @@ def _spec_for(ctx: MasterContext, w: Work, alloc: models.Allocation, token: str)
         owner = w.session.get_one(models.User, task.owner_id)
         spec = build_command_spec(ctx.settings, task, alloc, token, owner.username)
         spec.environment.update(service_environment(w, task, alloc))
+        spec.mounts.extend(service_mounts(w, task))
         return spec
     trial = w.session.get_one(models.Trial, alloc.trial_id)
     exp = w.session.get_one(models.Experiment, trial.experiment_id)
@@ -443,9 +452,47 @@ def crash(
     )
 
 
+def never_started_in_a_row(w: Work, alloc: models.Allocation) -> int:
+    """How many of the task's latest allocations, this one included, ended as the infrastructure's
+    failure without ever running (looking back at most _STREAK_LOOKBACK allocations)."""
+    recent = w.session.execute(
+        select(
+            models.Allocation.id,
+            models.Allocation.state,
+            models.Allocation.start_time,
+            models.Allocation.failure_type,
+        )
+        .where(models.Allocation.task_id == alloc.task_id)
+        .order_by(models.Allocation.run_id.desc())
+        .limit(_STREAK_LOOKBACK)
+    ).all()
+    count = 0
+    for earlier in recent:
+        ended = earlier.id == alloc.id or earlier.state == A.TERMINATED
+        if not ended or earlier.start_time is not None or earlier.failure_type not in TRANSIENT_FAILURES:
+            break
+        count += 1
+    return count
+
+
+# Every MAX_START_FAILURES_IN_A_ROW-th failed start of a streak counts, so a streak is read back
+# far enough for any max_restarts a config may reasonably hold.
+_STREAK_LOOKBACK = MAX_START_FAILURES_IN_A_ROW * 64
+
+
 def finish(ctx: MasterContext, w: Work, alloc: models.Allocation) -> None:
     """Every container has ended: the allocation ends, classified, and its trial hears of it."""
     outcome = classify(alloc)
+    if (
+        outcome == Outcome.TRANSIENT
+        and alloc.start_time is None
+        and never_started_in_a_row(w, alloc) % MAX_START_FAILURES_IN_A_ROW == 0
+    ):
+        outcome = Outcome.ERROR
+        alloc.exit_reason = (
+            f"{alloc.exit_reason or 'the infrastructure failed'} "
+            f"({MAX_START_FAILURES_IN_A_ROW} starts in a row failed this way: counted as a failure)"
+        )
     if not transition(ctx, w, alloc, A.TERMINATED, f"ended: {outcome.value}"):
         return
     log.info(

@@ -53,6 +53,8 @@ SHOWN_SETTINGS = frozenset(
         "initial_user_password",
         "rpc_workers",
         "max_log_followers",
+        "http_workers",
+        "max_http_connections",
         "agent_heartbeat_interval_ms",
         "agent_heartbeat_timeout_s",
         "agent_reconnect_wait_s",
@@ -65,6 +67,8 @@ SHOWN_SETTINGS = frozenset(
         "tls_key",
         "insecure_allow_plaintext",
         "default_checkpoint_dir",
+        "default_aux_pool",
+        "provisioner_period_s",
     }
 )
 
@@ -98,7 +102,7 @@ def database_section(url: str) -> dict[str, Any]:
 
 
 def _pool(pool: PoolSettings) -> dict[str, Any]:
-    return {
+    shown: dict[str, Any] = {
         "pool_name": pool.name,
         "description": pool.description,
         "scheduler": {
@@ -107,6 +111,20 @@ def _pool(pool: PoolSettings) -> dict[str, Any]:
             "priority": {"preemption": pool.preemption_enabled, "default_priority": pool.default_priority},
         },
     }
+    if pool.provider is not None:
+        limits = pool.provider.limits
+        shown["provider"] = {
+            **pool.provider.options,
+            "type": pool.provider.type,
+            "min_instances": limits.min_instances,
+            "max_instances": limits.max_instances,
+            "instance_slots": limits.instance_slots,
+            "max_idle_agent_period": f"{limits.max_idle_agent_period_s:g}s",
+            "max_agent_starting_period": f"{limits.max_agent_starting_period_s:g}s",
+            "max_disconnected_period": f"{limits.max_disconnected_s:g}s",
+            "max_aux_containers_per_agent": limits.max_aux_per_instance,
+        }
+    return shown
 
 
 def effective_config(ctx: MasterContext) -> dict[str, Any]:
@@ -127,7 +145,9 @@ def effective_config(ctx: MasterContext) -> dict[str, Any]:
         "resource_manager": {
             "type": "agent",
             "default_compute_resource_pool": settings.default_pool,
-            "default_aux_resource_pool": settings.default_pool,
+            "default_aux_resource_pool": settings.default_aux_pool or settings.default_pool,
+            # How often each pool with a provider is looked at (Cairn's).
+            "provisioner_period": f"{settings.provisioner_period_s:g}s",
             "scheduler": {
                 "type": "priority",
                 "fitting_policy": default_pool.fitting_policy if default_pool else "best",
@@ -180,6 +200,9 @@ def effective_config(ctx: MasterContext) -> dict[str, Any]:
         # gRPC threads: ordinary calls, and followed log streams beside them (follow_slots.py).
         "rpc_workers": settings.rpc_workers,
         "max_log_followers": settings.max_log_followers,
+        # The HTTP server: ordinary requests at once, and open connections (http_limits.py).
+        "http_workers": settings.http_workers,
+        "max_http_connections": settings.max_http_connections,
         # PostgreSQL: the lease that makes one master active and the others standbys.
         "leader_lease": {
             "poll_interval_s": settings.leader_lease.poll_interval_s,

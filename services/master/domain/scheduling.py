@@ -18,6 +18,7 @@ from services.master.domain.config.view import config_view
 from services.master.domain.context import MasterContext
 from services.master.domain.errors import DomainError
 from services.master.domain.loops import BackgroundLoop
+from services.master.domain.provisioning.decide import fits_shape
 from services.master.domain.reads.jobs import experiment_job_id
 from services.master.domain.states import LIVE_ALLOCATION, PLACED_ALLOCATION, PREEMPTIBLE_KINDS
 from services.master.domain.states import AllocationState as A
@@ -166,6 +167,21 @@ def never_fits(ctx: MasterContext, pool: str, slots: int) -> str | None:
     what it would do."""
     if slots <= 1:
         return None
+    config = next((p for p in ctx.settings.pools if p.name == pool), None)
+    if config is not None and config.provider is not None:
+        # Agents come and go with the work: the instances the provider may launch decide.
+        limits = config.provider.limits
+        if not fits_shape(slots, limits.instance_slots):
+            return (
+                f"the pool's instances have {limits.instance_slots} slot(s) each and {slots} is not a "
+                "multiple of that"
+            )
+        if slots > limits.instance_slots * limits.max_instances:
+            return (
+                f"the pool has at most {limits.max_instances} instance(s) of {limits.instance_slots} "
+                f"slot(s) each"
+            )
+        return None
     with ctx.db.read() as s:
         agents = list(s.scalars(select(models.Agent).where(models.Agent.resource_pool == pool)))
         slots_of: dict[str, list[str]] = {}
@@ -175,7 +191,6 @@ def never_fits(ctx: MasterContext, pool: str, slots: int) -> str | None:
             slots_of.setdefault(slot.agent_id, []).append(slot.slot_id)
     if not agents:
         return None
-    config = next((p for p in ctx.settings.pools if p.name == pool), None)
     request = pb.ScheduleRequest(
         pools=[
             pb.ResourcePool(

@@ -15,11 +15,14 @@ of its Hello), loopback when it advertised none. The service binds there and now
 
 from __future__ import annotations
 
+import json
+
 from sqlalchemy import select
 
 import cairn.task_environment as tenv
+from cairn.agent.v1 import agent_pb2 as apb
 from services.common.principal import Principal
-from services.master.domain import allocation_access
+from services.master.domain import allocation_access, shell_keys, tensorboard_sources
 from services.master.domain.context import MasterContext, Work
 from services.master.domain.errors import PermissionDenied
 from services.master.domain.notebook_settings import idle_timeout_s, idle_type
@@ -55,12 +58,31 @@ def service_environment(w: Work, task: models.Task, alloc: models.Allocation) ->
         return {}
     port = str(service_port(alloc.port_offset))
     env = {tenv.SERVICE_HOST: service_host(w, alloc), tenv.SERVICE_PORT: port}
+    if task.kind == TaskKind.TENSORBOARD:
+        env["TENSORBOARD_PORT"] = port  # Determined's name for it
+        sources = tensorboard_sources.sources(w, task)
+        env[tenv.TENSORBOARD_SOURCES] = json.dumps(sources, separators=(",", ":"))
     if task.kind == TaskKind.NOTEBOOK:
         env["NOTEBOOK_PORT"] = port  # Determined's name for it
         if idle_timeout_s(task.config or {}) is not None:
             # The launcher reports idleness (notebook_idle.py) only for a notebook that can time out.
             env[tenv.NOTEBOOK_IDLE_TYPE] = idle_type(task.config or {})
+    if task.kind == TaskKind.SHELL:
+        env[tenv.SHELL_PUBLIC_KEY] = shell_keys.public_key(w.session, task.id)
     return env
+
+
+def service_mounts(w: Work, task: models.Task) -> list[apb.Mount]:
+    """What a serving task must see of the host: a TensorBoard reads its trials' shared_fs
+    checkpoint storage (read-only, at the host's path, as trials see it); nothing for other kinds."""
+    if task.kind != TaskKind.TENSORBOARD:
+        return []
+    host_paths = {
+        str(source["storage"]["host_path"])
+        for source in tensorboard_sources.sources(w, task)
+        if source["storage"].get("type") == "shared_fs" and source["storage"].get("host_path")
+    }
+    return [apb.Mount(host_path=path, container_path=path, read_only=True) for path in sorted(host_paths)]
 
 
 def check_may_report_ready(principal: Principal, alloc: models.Allocation) -> None:

@@ -9,6 +9,7 @@ this module commands allocations and hears of their ends through the context's h
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +49,9 @@ class TaskRequest:
     forked_from: str | None = None
     inherit_context: bool = False
     no_pause: bool = False
+    # What a kind stores beside its new task (a shell's key pair), in the task's own transaction,
+    # so the task's first allocation never starts without it.
+    prepare: Callable[[Work, models.Task], None] | None = None
 
 
 def transition(ctx: MasterContext, w: Work, task: models.Task, target: TaskState, reason: str) -> None:
@@ -100,9 +104,9 @@ def _pool(ctx: MasterContext, config: dict[str, Any], slots: int, workspace: mod
     resources = config.get("resources") or {}
     pool = resources.get("resource_pool") if isinstance(resources, dict) else None
     if not pool:
-        pool = (workspace.default_aux_pool if slots == 0 else workspace.default_compute_pool) or (
-            ctx.settings.default_pool
-        )
+        workspace_default = workspace.default_aux_pool if slots == 0 else workspace.default_compute_pool
+        cluster_aux = ctx.settings.default_aux_pool if slots == 0 else None
+        pool = workspace_default or cluster_aux or ctx.settings.default_pool
     if not any(p.name == pool for p in ctx.settings.pools):
         raise InvalidArgument(f"config.resources.resource_pool: no resource pool {pool!r}")
     return str(pool)
@@ -196,6 +200,8 @@ def create(ctx: MasterContext, principal: Principal, request: TaskRequest) -> st
         w.session.add(task)
         w.session.add(models.TaskContext(task_id=task_id, archive=archive, size=len(archive)))
         w.session.flush()
+        if request.prepare is not None:
+            request.prepare(w, task)
         allocations.request_for_task(ctx, w, task)
         log.info(
             "task created", task_id=task_id, kind=request.kind.value, slots=slots, pool=task.resource_pool
@@ -222,6 +228,37 @@ def kill(ctx: MasterContext, w: Work, task: models.Task) -> None:
     if task.state != T.STOPPING_CANCELED:
         transition(ctx, w, task, T.STOPPING_CANCELED, "kill requested")
     allocations.request_kill(ctx, w, alloc, grace_seconds=ctx.settings.kill_grace_s, reason="task killed")
+
+
+# Determined's bounds on a task's priority (resources.priority: 1 to 99, a lower number first).
+MIN_PRIORITY, MAX_PRIORITY = 1, 99
+
+
+def set_priority(
+    ctx: MasterContext, principal: Principal, task_id: str, kind: TaskKind, priority: int
+) -> None:
+    """`principal` (its owner or an admin) moves task `task_id` in its pool's queue: the priority is
+    kept in its config (a restart or fork keeps it) and its live allocation takes it at the next
+    scheduling pass, where a running one may now preempt or be preempted by priority."""
+    if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+        raise InvalidArgument(
+            f"priority: {priority} is out of range; a priority is {MIN_PRIORITY} to {MAX_PRIORITY}"
+        )
+    with ctx.unit_of_work() as w:
+        task = load(w, task_id, kind)
+        check_can_modify(principal, task)
+        if task.state in TASK_ENDED:
+            raise FailedPrecondition(f"{kind.lower()} {task_id} has ended: its priority no longer matters")
+        config = dict(task.config or {})
+        config["resources"] = {**(config.get("resources") or {}), "priority": priority}
+        task.config = config
+        task.priority = priority
+        alloc = live_allocation(w, task)
+        if alloc is not None:
+            alloc.priority = priority
+        topic = task_topic(task.id)
+        w.later(lambda: ctx.topics.publish(topic))
+        log.info("task priority", task_id=task.id, priority=priority)
 
 
 def pause(ctx: MasterContext, w: Work, task: models.Task) -> None:

@@ -24,6 +24,7 @@ from services.common.logging import get_logger
 from services.master.domain.context import MasterContext
 from services.master.gateway import prometheus
 from services.master.gateway.disconnects import DisconnectWatcher
+from services.master.gateway.http_limits import ConnectionCount, HttpLimits, RequestTurns, is_long_lived
 
 log = get_logger(__name__)
 
@@ -91,6 +92,8 @@ class RequestHandler(BaseHTTPRequestHandler):
     timeout = 300
 
     _body: bytes | None = None
+    # Whether this request holds one of the server's turns for ordinary requests (http_limits.py).
+    _has_turn: bool = False
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("http", request=self.requestline, detail=format % args)
@@ -162,8 +165,22 @@ class RequestHandler(BaseHTTPRequestHandler):
         elif length:
             self.rfile.read(length)
 
+    def leave_turns(self) -> None:
+        """This request turns into a long-lived exchange (a stream): it gives back its turn, so
+        that it neither waits for ordinary requests nor makes them wait."""
+        if self._has_turn:
+            self._has_turn = False
+            self.server.turns.give_back()
+
     def _dispatch(self) -> None:
         self._body = None
+        if not is_long_lived(self.path, self.headers):
+            if not self.server.turns.take():
+                self._finish_body()
+                body = b'{"error": "the master is busy: too many requests at once; retry shortly"}'
+                self.respond(Response(HTTPStatus.SERVICE_UNAVAILABLE, body, headers={"Retry-After": "1"}))
+                return
+            self._has_turn = True
         try:
             for route in self.server.routes:
                 try:
@@ -180,6 +197,7 @@ class RequestHandler(BaseHTTPRequestHandler):
                     return
                 self._finish_body()
                 if isinstance(response, StreamingResponse):
+                    self.leave_turns()
                     self.respond_stream(response)
                 else:
                     self.respond(response)
@@ -188,6 +206,7 @@ class RequestHandler(BaseHTTPRequestHandler):
             self.respond(Response(HTTPStatus.NOT_FOUND, b'{"error": "not found"}'))
         finally:
             self._body = None
+            self.leave_turns()
 
     def respond(self, response: Response) -> None:
         self.send_response(response.status)
@@ -253,6 +272,11 @@ _PLAIN_HTTP_REFUSAL = (
     b"Content-Length: 55\r\n\r\nthis port speaks HTTPS only: use https:// to reach it.\n"
 )
 
+_TOO_MANY_CONNECTIONS = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nConnection: close\r\n"
+    b"Retry-After: 1\r\nContent-Length: 44\r\n\r\nthe master has too many connections; retry.\n"
+)
+
 
 class MasterHttpServer(ThreadingHTTPServer):
     daemon_threads = True
@@ -262,9 +286,16 @@ class MasterHttpServer(ThreadingHTTPServer):
     request_queue_size = 1024
 
     def __init__(
-        self, address: tuple[str, int], routes: list[Route], ssl_context: ssl.SSLContext | None = None
+        self,
+        address: tuple[str, int],
+        routes: list[Route],
+        ssl_context: ssl.SSLContext | None = None,
+        limits: HttpLimits | None = None,
     ) -> None:
         super().__init__(address, RequestHandler)
+        limits = limits or HttpLimits()
+        self.turns = RequestTurns(limits.workers, limits.queue_timeout_s)
+        self.connections = ConnectionCount(limits.max_connections)
         # With a context every connection is TLS; the handshake runs in the connection's own
         # thread (finish_request), so a slow or silent client never holds up accepting others.
         self.ssl_context = ssl_context
@@ -279,6 +310,28 @@ class MasterHttpServer(ThreadingHTTPServer):
         for hook in self.close_hooks:
             with contextlib.suppress(Exception):
                 hook()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        # On the accepting thread: a connection over the limit costs no thread.
+        if not self.connections.try_open():
+            log.warning("http connection refused: too many open", client=str(client_address))
+            if self.ssl_context is None:
+                with contextlib.suppress(OSError):
+                    request.setblocking(False)
+                    request.send(_TOO_MANY_CONNECTIONS)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.connections.closed()  # no thread started to count it down
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.connections.closed()
 
     def finish_request(self, request: Any, client_address: Any) -> None:
         if self.ssl_context is None:
@@ -348,10 +401,14 @@ def health_routes(ctx: MasterContext) -> list[Route]:
 
 
 def start_http(
-    host: str, port: int, routes: list[Route], ssl_context: ssl.SSLContext | None = None
+    host: str,
+    port: int,
+    routes: list[Route],
+    ssl_context: ssl.SSLContext | None = None,
+    limits: HttpLimits | None = None,
 ) -> tuple[MasterHttpServer, threading.Thread]:
     """Serve on host:port: HTTPS only with `ssl_context`, plain HTTP only without."""
-    server = MasterHttpServer((host, port), routes, ssl_context)
+    server = MasterHttpServer((host, port), routes, ssl_context, limits)
     thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
     thread.start()
     log.info("http serving", host=host, port=server.server_address[1], https=ssl_context is not None)

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+from services.master.domain.clock import utcnow
 from services.master.domain.context import MasterContext
 from services.master.domain.reads.cluster import cluster_counts
 from services.master.domain.reads.deferred_work import owed_work
+from services.master.domain.reads.provisioning import provisioning_counts
 
 
-def _gauge(lines: list[str], name: str, help_text: str, samples: list[tuple[dict[str, str], float]]) -> None:
+def _gauge(
+    lines: list[str],
+    name: str,
+    help_text: str,
+    samples: list[tuple[dict[str, str], float]],
+    kind: str = "gauge",
+) -> None:
     lines.append(f"# HELP {name} {help_text}")
-    lines.append(f"# TYPE {name} gauge")
+    lines.append(f"# TYPE {name} {kind}")
     for labels, value in samples:
         label_text = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
         lines.append(f"{name}{{{label_text}}} {value}" if label_text else f"{name} {value}")
@@ -20,6 +28,7 @@ def render(ctx: MasterContext) -> str:
     with ctx.db.read() as s:
         counts = cluster_counts(s)
         owed = owed_work(s)
+        provisioned = provisioning_counts(s, utcnow())
     _gauge(
         lines,
         "cairn_experiments",
@@ -51,5 +60,31 @@ def render(ctx: MasterContext) -> str:
         "cairn_deferred_work_failing",
         "Owed work whose last attempt failed (retried with backoff), by kind.",
         [({"kind": o.kind}, o.failing) for o in owed],
+    )
+    _gauge(
+        lines,
+        "cairn_provisioned_instances",
+        "Instances the provisioner runs, by pool and phase.",
+        [({"pool": pool, "phase": phase}, n) for pool, phase, n in provisioned.by_phase],
+    )
+    _gauge(
+        lines,
+        "cairn_provisioner_launches_total",
+        "Instances the provisioner has launched, by pool.",
+        [({"pool": pool}, n) for pool, n in provisioned.launched],
+        kind="counter",
+    )
+    _gauge(
+        lines,
+        "cairn_provisioner_terminations_total",
+        "Instances the provisioner has retired (terminated, or found gone), by pool.",
+        [({"pool": pool}, n) for pool, n in provisioned.retired],
+        kind="counter",
+    )
+    _gauge(
+        lines,
+        "cairn_provisioned_idle_seconds",
+        "Seconds the pool's running instances have been idle, summed, by pool.",
+        [({"pool": pool}, round(seconds, 1)) for pool, seconds in provisioned.idle_seconds],
     )
     return "\n".join(lines) + "\n"

@@ -64,9 +64,12 @@ def _without_session_cookie(header: str) -> str:
     return "; ".join(p for p in kept if p)
 
 
-def upstream_headers(req: RequestHandler, *, keep_upgrade: bool) -> list[tuple[str, str]]:
+def upstream_headers(
+    req: RequestHandler, *, keep_upgrade: bool, credential: str | None = None
+) -> list[tuple[str, str]]:
     """The request's headers as the task's service gets them: without hop-by-hop headers (but an
-    upgrade's own), without the master's credentials, with X-Forwarded-* saying who asked."""
+    upgrade's own), without the master's credentials, with X-Forwarded-* saying who asked, and
+    with the service's own credential (`Authorization: token ...`) where it has one."""
     headers: list[tuple[str, str]] = []
     for name, raw in req.headers.items():
         lowered = name.lower()
@@ -80,10 +83,14 @@ def upstream_headers(req: RequestHandler, *, keep_upgrade: bool) -> list[tuple[s
     forwarded = req.headers.get("X-Forwarded-For")
     headers.append(("X-Forwarded-For", f"{forwarded}, {client}" if forwarded else client))
     headers.append(("X-Forwarded-Proto", "http"))
+    if credential:
+        headers.append(("Authorization", f"token {credential}"))
     return headers
 
 
-def relay_http(req: RequestHandler, host: str, port: int, path: str) -> Answered:
+def relay_http(
+    req: RequestHandler, host: str, port: int, path: str, credential: str | None = None
+) -> Answered:
     """Send the request to host:port and stream its answer back as it comes."""
     body = req.read_body(MAX_PROXY_BODY_BYTES)
     conn = http.client.HTTPConnection(host, port, timeout=CONNECT_TIMEOUT_S)
@@ -92,7 +99,7 @@ def relay_http(req: RequestHandler, host: str, port: int, path: str) -> Answered
             conn.connect()
             conn.sock.settimeout(RESPONSE_TIMEOUT_S)
             conn.putrequest(req.command, path, skip_host=True, skip_accept_encoding=True)
-            for name, value in upstream_headers(req, keep_upgrade=False):
+            for name, value in upstream_headers(req, keep_upgrade=False, credential=credential):
                 conn.putheader(name, value)
             if body or req.command in ("POST", "PUT", "PATCH"):
                 conn.putheader("Content-Length", str(len(body)))
@@ -143,7 +150,7 @@ def _write_answer(req: RequestHandler, upstream: http.client.HTTPResponse) -> An
     return Answered(close=close)
 
 
-def tunnel(req: RequestHandler, host: str, port: int, path: str) -> Answered:
+def tunnel(req: RequestHandler, host: str, port: int, path: str, credential: str | None = None) -> Answered:
     """An upgraded connection (a Jupyter kernel's websocket): the handshake goes to the service,
     then bytes flow both ways until either side closes."""
     try:
@@ -151,7 +158,9 @@ def tunnel(req: RequestHandler, host: str, port: int, path: str) -> Answered:
     except OSError as exc:
         raise UpstreamError(f"the task's service at {host}:{port} did not answer: {exc}") from None
     head = [f"{req.command} {path} HTTP/1.1"]
-    head += [f"{name}: {value}" for name, value in upstream_headers(req, keep_upgrade=True)]
+    head += [
+        f"{name}: {value}" for name, value in upstream_headers(req, keep_upgrade=True, credential=credential)
+    ]
     client = req.connection
     try:
         upstream.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
@@ -159,6 +168,8 @@ def tunnel(req: RequestHandler, host: str, port: int, path: str) -> Answered:
         for sock in (upstream, client):
             sock.settimeout(None)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            # Messages are relayed as they come: no waiting to coalesce small writes.
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         pump = threading.Thread(
             target=_client_to_upstream, args=(req, upstream), name="proxy-ws", daemon=True
         )

@@ -149,6 +149,8 @@ class RestGateway:
         except GatewayError as exc:
             return self._error(exc)
         if binding.rpc.server_streaming:
+            # A stream may wait long for its first message (a followed log): not in a turn.
+            req.leave_turns()
             return self._stream(binding, request, metadata, f"http:{req.client_address[0]}")
         return self._unary(binding, request, metadata, pretty, f"http:{req.client_address[0]}")
 

@@ -7,6 +7,9 @@ by proxy_access (its owner or an admin, while it runs). Refusals are JSON with t
 without a session, 403 for another user's task, 404 for no such task or one that has ended, 503
 while its service does not answer yet. Where the service listens is read from the allocation's
 row, so open notebooks keep working across a master restart.
+
+A shell's port is a TCP stream, tunnelled over a websocket (tcp_tunnel.py), and reachable without
+a session as in Determined: its SSH server's per-shell key is the credential (proxy_access.py).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from services.common.principal import Principal
 from services.master.domain import proxy_access
 from services.master.domain.context import MasterContext
 from services.master.domain.errors import DomainError, NotFound, PermissionDenied, Unauthenticated
-from services.master.gateway import proxy_forwarding
+from services.master.gateway import proxy_forwarding, tcp_tunnel
 from services.master.gateway.credentials import auth_cookie
 from services.master.gateway.http_server import Answered, RequestHandler, Response, Route
 
@@ -73,22 +76,29 @@ def proxy_routes(ctx: MasterContext, authenticate: Authenticate) -> list[Route]:
             return None
         task_id, path = parts
         token = session_token(req)
-        if token is None:
-            return _refusal(HTTPStatus.UNAUTHORIZED, "authentication required: log in to open a task")
         try:
-            principal = authenticate(token)
+            principal = authenticate(token) if token is not None else None
             with ctx.db.read() as s:
-                address = proxy_access.proxy_address(s, principal, task_id)
+                target = proxy_access.proxy_target(s, principal, task_id)
         except DomainError as exc:
             status = _status_of(exc)
             retry = {"Retry-After": "1"} if status == HTTPStatus.SERVICE_UNAVAILABLE else None
             return _refusal(status, str(exc), retry)
+        address = target.address
         host, _, port = address.rpartition(":")
         try:
+            if target.tcp:
+                refused = tcp_tunnel.handshake_error(req)
+                if refused is not None:
+                    return _refusal(HTTPStatus.BAD_REQUEST, f"task {task_id} is a TCP service: {refused}")
+                return tcp_tunnel.tunnel_tcp(req, task_id, host, int(port))
+            credential = target.service_credential
             if proxy_forwarding.is_upgrade(req):
-                return proxy_forwarding.tunnel(req, host, int(port), path)
-            return proxy_forwarding.relay_http(req, host, int(port), path)
-        except proxy_forwarding.UpstreamError as exc:
+                return proxy_forwarding.tunnel(req, host, int(port), path, credential)
+            return proxy_forwarding.relay_http(req, host, int(port), path, credential)
+        except tcp_tunnel.TooManyTunnels as exc:
+            return _refusal(HTTPStatus.TOO_MANY_REQUESTS, str(exc), {"Retry-After": "5"})
+        except (proxy_forwarding.UpstreamError, tcp_tunnel.UpstreamError) as exc:
             log.info("proxy upstream unreachable", task_id=task_id, address=address)
             return _refusal(HTTPStatus.BAD_GATEWAY, str(exc))
 

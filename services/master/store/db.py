@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from services.common.errors import DatabaseUnavailable
 from services.master.store.outages import count_commit, is_disconnect
+from services.master.store.sqlite_file import make_owner_only
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 
@@ -102,6 +103,7 @@ class Database:
         self.url = _normalise_url(url)
         self.dialect = "sqlite" if self.url.startswith("sqlite") else "postgresql"
         if self.dialect == "sqlite":
+            make_owner_only(self.url)
             self.engine: Engine = create_engine(
                 self.url, connect_args={"check_same_thread": False, "timeout": 30}, pool_pre_ping=True
             )

@@ -250,6 +250,17 @@ class TaskContext(Base):
     size: Mapped[int] = mapped_column(Integer)
 
 
+class ShellKey(Base):
+    """A shell's SSH key pair, made by the master when the shell is launched (shell_keys.py): the
+    public key goes to the shell's SSH server, the private key only to its owner or an admin."""
+
+    __tablename__ = "shell_keys"
+    task_id: Mapped[str] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True)
+    # OpenSSH formats: "-----BEGIN OPENSSH PRIVATE KEY-----..." and "ssh-ed25519 AAAA...".
+    private_key: Mapped[str] = mapped_column(Text)
+    public_key: Mapped[str] = mapped_column(Text)
+
+
 class Allocation(Base):
     """One run of a task on agent slots (Determined's allocation)."""
 
@@ -524,3 +535,39 @@ class DeferredWork(Base):
     claimed_by: Mapped[str] = mapped_column(String(64), default="")
     claimed_until: Mapped[datetime | None]
     created_at: Mapped[datetime]
+
+
+# --- Dynamic agents -------------------------------------------------------------------------------
+
+
+class ProvisionedInstance(Base):
+    """An instance the provisioner launched for a pool (its id is also its agent's id). Recorded
+    before the provider is asked, so a master that dies mid-launch finds it on restart and asks
+    again with the same id (providers launch idempotently by id): nothing launched twice."""
+
+    __tablename__ = "provisioned_instances"
+    id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    resource_pool: Mapped[str] = mapped_column(String(255), index=True)
+    provider: Mapped[str] = mapped_column(String(32))
+    # provisioning.decide.Phase, changed only through provisioning.instances.transition.
+    phase: Mapped[str] = mapped_column(String(16))
+    launched_at: Mapped[datetime]
+    connected_at: Mapped[datetime | None]
+    idle_since: Mapped[datetime | None]
+    disconnected_since: Mapped[datetime | None]
+    drain_reason: Mapped[str | None] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(String(1024), default="")
+    ended_at: Mapped[datetime | None]
+
+
+class ProvisionerEvent(Base):
+    """One of the provisioner's recent decisions or provider failures, with its reason."""
+
+    __tablename__ = "provisioner_events"
+    __table_args__ = (Index("ix_provisioner_events_pool_id", "resource_pool", "id"), NEVER_REUSED)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    resource_pool: Mapped[str] = mapped_column(String(255))
+    at: Mapped[datetime]
+    action: Mapped[str] = mapped_column(String(32))
+    instance_id: Mapped[str | None] = mapped_column(String(255))
+    message: Mapped[str] = mapped_column(String(2048))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -78,3 +79,55 @@ def test_relative_mounts_become_links_and_absolute_remaps_are_reported(tmp_path:
     assert [level for _, level in notes] == ["WARNING"] and "/elsewhere" in notes[0][0]
     assert prepared.argv == ["sh", "-c", "python3 train.py"]
     assert prepared.env["CAIRN_WORKDIR"] == str(paths.root)
+
+
+CA_PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+
+
+@pytest.mark.parametrize(
+    ("private_mounts", "in_docker", "shown_at"),
+    [
+        (True, False, "/run/determined/etc/ssl/master.crt"),
+        (False, True, "/run/determined/etc/ssl/master.crt"),
+    ],
+)
+def test_under_tls_determined_tasks_get_the_ca_as_det_master_cert_file(
+    tmp_path: Path, private_mounts: bool, in_docker: bool, shown_at: str
+) -> None:
+    paths = ContainerPaths(tmp_path / "c1")
+    paths.meta.mkdir(parents=True)
+    prep = Preparer(
+        agent_id="a1",
+        slots=cpu_slots("a1", 2, brand="cpu"),
+        fetch_context=lambda _allocation: iter(()),
+        base_env={"PATH": "/bin"},
+        private_mounts=private_mounts,
+        in_docker=in_docker,
+    )
+    determined = {"DET_TASK_ID": "t1", "DET_ALLOCATION_ID": "a1"}
+    prepared = prep.prepare(
+        request(environment=determined, runtime="docker" if in_docker else ""),
+        paths,
+        MasterFacts("m:1", ca_pem=CA_PEM),
+        note=lambda _message, _level: None,
+        aborted=lambda: False,
+    )
+    assert (prepared.env["DET_USE_TLS"], prepared.env["DET_MASTER_CERT_FILE"]) == ("true", shown_at)
+    assert prepared.env["DET_MASTER"].startswith("https://")
+    assert (paths.run_determined / "etc" / "ssl" / "master.crt").read_text() == CA_PEM
+    cluster = json.loads((paths.run_determined / "info" / "cluster.json").read_text())
+    assert cluster["master_cert_file"] == shown_at
+
+
+def test_without_tls_determined_tasks_are_told_so(tmp_path: Path) -> None:
+    paths = ContainerPaths(tmp_path / "c1")
+    paths.meta.mkdir(parents=True)
+    prepared = preparer().prepare(
+        request(environment={"DET_TASK_ID": "t1", "DET_ALLOCATION_ID": "a1"}),
+        paths,
+        MasterFacts("m:1"),
+        note=lambda _message, _level: None,
+        aborted=lambda: False,
+    )
+    assert prepared.env["DET_USE_TLS"] == "false" and "DET_MASTER_CERT_FILE" not in prepared.env
+    assert not (paths.run_determined / "etc").exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -15,13 +16,26 @@ from tests.unit.agent.agent_master_double import MasterServer, MasterStore, wait
 from tests.unit.agent.agent_processes import AgentProcess
 
 
+def token_file(folder: Path) -> Path:
+    """The token where the agent reads it: an owner-only file (never on its command line)."""
+    path = folder / "cluster-token"
+    path.write_text("s3cret\n")
+    path.chmod(0o600)
+    return path
+
+
 def test_hello_declares_cpu_slots_with_stable_uuids_across_restarts(
-    store: MasterStore, launch_agent: Callable[..., AgentProcess]
+    store: MasterStore, launch_agent: Callable[..., AgentProcess], tmp_path: Path
 ) -> None:
     master = MasterServer(store, expected_token="s3cret")
     try:
         agent = launch_agent(
-            master.address, "--cluster-token", "s3cret", "--resource-pool", "pool-a", slots=3
+            master.address,
+            "--cluster-token-file",
+            str(token_file(tmp_path)),
+            "--resource-pool",
+            "pool-a",
+            slots=3,
         )
         ready = agent.wait_ready()
         assert ready["agent_id"] == "agent-1"
@@ -56,7 +70,12 @@ def test_hello_declares_cpu_slots_with_stable_uuids_across_restarts(
 
         assert agent.stop() == 0
         again = launch_agent(
-            master.address, "--cluster-token", "s3cret", "--resource-pool", "pool-a", slots=3
+            master.address,
+            "--cluster-token-file",
+            str(token_file(tmp_path)),
+            "--resource-pool",
+            "pool-a",
+            slots=3,
         )
         again.wait_ready()
         second = master.double.wait_connected(2).hello

@@ -148,14 +148,17 @@ def test_task_folders_belong_to_the_task_user_and_no_one_else(tmp_path: Path) ->
     for path in (folder, folder / "model", folder / "model" / "train.py", folder / "link"):
         assert path.lstat().st_uid == user.uid
     assert Path("/etc/hostname").stat().st_uid != user.uid  # links are not followed
+    tmp = dirs.tmp_path("c1")
+    assert (tmp.stat().st_uid, stat.S_IMODE(tmp.stat().st_mode)) == (user.uid, 0o700)
     dirs.remove("c1")
-    assert not folder.exists()
+    assert not folder.exists() and not tmp.exists()
 
 
 @pytest.fixture
 def task_root() -> Iterator[Path]:
-    """A task root the task user can reach (pytest's tmp_path is in root's owner-only folder)."""
-    base = Path(tempfile.mkdtemp(prefix="cairn-task-root-", dir="/tmp"))
+    """A task root the task user can reach (pytest's tmp_path is in root's owner-only folder),
+    outside /tmp, which tasks get a private one of."""
+    base = Path(tempfile.mkdtemp(prefix="cairn-task-root-", dir="/var/tmp"))
     base.chmod(0o755)
     yield base / "agent-1"
     shutil.rmtree(base, ignore_errors=True)
@@ -270,3 +273,37 @@ def test_a_determined_task_sees_its_run_dir_as_the_task_user(
     wait_until(lambda: len(store.lines("d1")) == 2, 5, "two lines")
     lines = [e.message for e in store.lines("d1")]
     assert lines == [f"uid={user.uid}", '"task_id": "task-9"']
+
+
+# Determined's DeepSpeed launcher writes /tmp/pid_server-<allocation>: the same name from two tasks.
+SAME_TMP_NAME = """
+test -z "$(ls -A /tmp)" && echo "empty /tmp"
+echo "$MINE" > /tmp/pid_server-alloc && sleep 1 && cat /tmp/pid_server-alloc
+echo "TMPDIR=$TMPDIR"
+"""
+
+
+@needs_root
+def test_each_task_users_task_has_a_private_tmp_removed_after_it(
+    master: MasterServer,
+    store: MasterStore,
+    launch_agent: Callable[..., AgentProcess],
+    task_root: Path,
+) -> None:
+    user = resolve_task_user(unprivileged_user())
+    launch_agent(master.address, "--task-user", user.name, "--task-root", str(task_root))
+    master.double.wait_connected()
+    for name in ("t1", "t2"):
+        master.double.start(name, [SAME_TMP_NAME], shell=True, env={"MINE": f"written by {name}"})
+    for name in ("t1", "t2"):
+        wait_terminated(store, name)
+    if "cannot give tasks a private mount namespace" in " ".join(store.messages("t1")):
+        pytest.skip("no private mount namespace here")
+    for name in ("t1", "t2"):
+        final = store.final(name)
+        assert final is not None and final.exit_code == 0, store.messages(name)
+        wait_until(lambda: len(store.lines(name)) == 3, 5, "three lines")  # noqa: B023
+        assert [e.message for e in store.lines(name)] == ["empty /tmp", f"written by {name}", "TMPDIR=/tmp"]
+    assert not Path("/tmp/pid_server-alloc").exists()  # the host's /tmp was never touched
+    assert not (task_root / "t1.tmp").exists() and not (task_root / "t2.tmp").exists()
+    assert (task_root / "t1").is_dir()  # its working folder stays a while for a look

@@ -23,7 +23,11 @@ STOP_TIMEOUT_S = 15.0
 
 def test_entrypoint_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
     ready = tmp_path / "ready.json"
-    env = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        "CAIRN_CLUSTER_TOKEN": "tok",
+    }
     log_path = tmp_path / "service.log"
     log_file = open(log_path, "wb")  # noqa: SIM115 - closed in finally
     process = subprocess.Popen(
@@ -35,8 +39,6 @@ def test_entrypoint_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
             "0",
             "--ready-file",
             str(ready),
-            "--cluster-token",
-            "tok",
             "--log-format",
             "json",
         ],

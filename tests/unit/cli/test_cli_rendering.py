@@ -146,7 +146,17 @@ def test_pool_row() -> None:
         "42",
         "no",
         "compute, aux",
+        "",
     ]
+    pool.provisioner.CopyFrom(
+        resourcepool_pb2.ProvisionerStatus(
+            provider="local",
+            min_instances=0,
+            max_instances=3,
+            instances=[resourcepool_pb2.ProvisionedInstance(id="a", phase="RUNNING")],
+        )
+    )
+    assert pool_row(pool)[-1] == "local (1 of 0-3)"
 
 
 def test_preview_rows() -> None:

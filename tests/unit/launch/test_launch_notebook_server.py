@@ -1,7 +1,10 @@
 """The notebook launcher: JupyterLab bound to the master's port and host, under the proxy path,
-with no token of its own; and Determined's three ways of judging a notebook idle."""
+its token the allocation token's hash (which only the master's proxy presents), never on its
+command line; and Determined's three ways of judging a notebook idle."""
 
 from __future__ import annotations
+
+import hashlib
 
 import pytest
 
@@ -10,7 +13,7 @@ from cairn import notebook_server
 ENV = {"CAIRN_SERVICE_HOST": "10.0.0.7", "CAIRN_SERVICE_PORT": "31405", "CAIRN_TASK_ID": "t-1"}
 
 
-def test_jupyter_listens_where_the_master_said_under_the_proxy_path_without_a_token() -> None:
+def test_jupyter_listens_where_the_master_said_under_the_proxy_path() -> None:
     command = notebook_server.jupyter_command(ENV, python="py")
     assert command[:3] == ["py", "-m", "jupyterlab"]
     for arg in (
@@ -18,10 +21,17 @@ def test_jupyter_listens_where_the_master_said_under_the_proxy_path_without_a_to
         "--ServerApp.port=31405",
         "--ServerApp.port_retries=0",
         "--ServerApp.base_url=/proxy/t-1/",
-        "--IdentityProvider.token=",
     ):
         assert arg in command
+    assert not any("token" in arg.lower() for arg in command)  # `ps` shows no token
     assert not any("disable_check_xsrf" in arg for arg in command)  # Jupyter's XSRF check stays on
+
+
+def test_jupyters_token_is_the_allocation_tokens_hash_as_the_master_stores_it() -> None:
+    env = {**ENV, "CAIRN_ALLOCATION_TOKEN": "secret"}
+    expected = hashlib.sha256(b"secret").hexdigest()  # what allocations.token_hash holds
+    assert notebook_server.service_credential(env) == expected
+    assert notebook_server.jupyter_environment(env)["JUPYTER_TOKEN"] == expected
 
 
 def test_a_launch_outside_a_task_names_what_is_missing() -> None:

@@ -121,6 +121,8 @@ def test_proxy_paths_name_their_task() -> None:
 def test_the_proxy_relays_for_the_owner_without_their_credentials(cluster) -> None:  # type: ignore[no-untyped-def]
     master, server, _ = cluster
     task_id, service = serving_notebook(master)
+    with master.db.read() as s:
+        token_hash = s.query(models.Allocation).filter_by(task_id=task_id).one().token_hash
     try:
         path = f"/proxy/{task_id}/api/status?x=1"
         answer = request(
@@ -130,7 +132,8 @@ def test_the_proxy_relays_for_the_owner_without_their_credentials(cluster) -> No
         assert answer.status == 200
         assert answer.headers.get_all("Set-Cookie") == ["a=1", "b=2"]
         sent_path, authorization, cookie, host = eval(body)
-        assert (sent_path, authorization, cookie) == (path, None, "k=v")
+        # The user's session never reaches the task; the notebook gets only its own credential.
+        assert (sent_path, authorization, cookie) == (path, f"token {token_hash}", "k=v")
         assert host == f"127.0.0.1:{server.server_address[1]}"  # the browser's Host, for Jupyter's checks
         # The WebUI's cookie is a session too; a streamed (chunked) answer streams through.
         posted = request(

@@ -206,6 +206,7 @@ def test_entry_point_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "clients" / "python")]),
+        "CAIRN_CLUSTER_TOKEN": "t0k",
     }
     proc = subprocess.Popen(
         [
@@ -216,8 +217,6 @@ def test_entry_point_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
             "0",
             "--ready-file",
             str(ready),
-            "--cluster-token",
-            "t0k",
         ],
         cwd=REPO_ROOT,
         env=env,

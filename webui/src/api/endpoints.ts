@@ -1,9 +1,13 @@
 // One function per REST call the WebUI makes; paths and parameters are the google.api.http rules
 // of proto/cairn/api/v1/api.proto, with query parameters in their JSON (lowerCamelCase) names.
 
-import { get, patch, post, stream } from "./http";
+import { ApiError, get, patch, post, stream } from "./http";
 import type {
+  AllocationSummary,
+  CommandLike,
   GetAgentsResponse,
+  GetTasksResponse,
+  TaskDetail,
   GetCheckpointsResponse,
   GetExperimentResponse,
   GetExperimentsResponse,
@@ -173,3 +177,62 @@ export const getAgents = (signal?: AbortSignal) =>
 
 export const getResourcePools = (signal?: AbortSignal) =>
   get<GetResourcePoolsResponse>("/api/v1/resource-pools", { limit: -1 }, signal);
+
+// ---- tasks that are not trials ----
+
+/** The kinds the tasks page lists; each has its own listing and kill route, as in Determined. */
+export type TaskKind = "command" | "notebook" | "shell" | "tensorboard" | "generic";
+
+const KIND_ROUTES: Record<Exclude<TaskKind, "generic">, { path: string; key: string }> = {
+  command: { path: "/api/v1/commands", key: "commands" },
+  notebook: { path: "/api/v1/notebooks", key: "notebooks" },
+  shell: { path: "/api/v1/shells", key: "shells" },
+  tensorboard: { path: "/api/v1/tensorboards", key: "tensorboards" },
+};
+
+/**
+ * Every task of one kind, newest first. A master that does not serve the kind (404: no route;
+ * 501: the route without its implementation yet) lists none of it rather than failing the page.
+ */
+export async function getTasksOfKind(kind: Exclude<TaskKind, "generic">, signal?: AbortSignal): Promise<CommandLike[]> {
+  const route = KIND_ROUTES[kind];
+  try {
+    const response = await get<Record<string, CommandLike[] | undefined>>(
+      route.path,
+      { sortBy: "SORT_BY_START_TIME", orderBy: "ORDER_BY_DESC" },
+      signal,
+    );
+    return response[route.key] ?? [];
+  } catch (error) {
+    if (error instanceof ApiError && (error.status === 404 || error.status === 501)) return [];
+    throw error;
+  }
+}
+
+/** The live allocations of every kind (Determined's GetTasks, what `det task list` shows). */
+export async function getLiveAllocations(signal?: AbortSignal): Promise<AllocationSummary[]> {
+  const response = await get<GetTasksResponse>("/api/v1/tasks", undefined, signal);
+  return Object.values(response.allocationIdToSummary ?? {});
+}
+
+export const getTask = (taskId: string, signal?: AbortSignal) =>
+  get<{ task: TaskDetail }>(`/api/v1/tasks/${encodeURIComponent(taskId)}`, undefined, signal);
+
+export function killTask(kind: TaskKind, taskId: string): Promise<object> {
+  const id = encodeURIComponent(taskId);
+  if (kind === "generic") return post<object>(`/api/v1/tasks/${id}/kill`, { taskId });
+  return post<object>(`${KIND_ROUTES[kind].path}/${id}/kill`);
+}
+
+/** Determined's WebUI launch: a notebook config of slots and pool; JupyterLab is the entrypoint. */
+export const launchNotebook = (slots: number, resourcePool: string, description: string) =>
+  post<{ notebook: CommandLike }>("/api/v1/notebooks", {
+    config: {
+      resources: { slots, ...(resourcePool ? { resource_pool: resourcePool } : {}) },
+      ...(description ? { description } : {}),
+    },
+  });
+
+/** A TensorBoard of these experiments' metrics, served through the master's proxy. */
+export const launchTensorboard = (experimentIds: number[]) =>
+  post<{ tensorboard: CommandLike }>("/api/v1/tensorboards", { experimentIds });

@@ -229,6 +229,44 @@ export interface ResourcePool {
   stats?: { queuedCount: number; scheduledCount: number };
   defaultPriority: number;
   preemptionEnabled: boolean;
+  /** Set only for a pool whose agents the master provisions (absent for a static pool). */
+  provisioner?: ProvisionerStatus;
+}
+
+/** An instance a pool's provisioner launched; its id is also its agent's id. */
+export interface ProvisionedInstance {
+  id: string;
+  /** LAUNCHING, STARTING, RUNNING, DRAINING or TERMINATING. */
+  phase: string;
+  launchedAt?: string;
+  connectedAt?: string;
+  /** Since when it has run nothing (absent while busy or not yet connected). */
+  idleSince?: string;
+  drainReason: string;
+  /** Why it was launched. */
+  reason: string;
+}
+
+/** A provisioner decision (launch, drain, terminate, ...) or a provider failure, with its reason. */
+export interface ProvisionerEvent {
+  at?: string;
+  action: string;
+  instanceId: string;
+  message: string;
+}
+
+export interface ProvisionerStatus {
+  provider: string;
+  minInstances: number;
+  maxInstances: number;
+  instanceSlots: number;
+  maxIdleAgentPeriodS: Num;
+  maxAgentStartingPeriodS: Num;
+  instances: ProvisionedInstance[];
+  /** Newest first. */
+  recentEvents: ProvisionerEvent[];
+  /** The provider's last failure, while it persists. */
+  lastError: string;
 }
 
 export interface GetResourcePoolsResponse {
@@ -288,4 +326,59 @@ export interface GetModelVersionsResponse {
   model: Model;
   modelVersions: ModelVersion[];
   pagination?: Pagination;
+}
+
+/**
+ * A task that is not a trial, as GetCommands / GetNotebooks / GetShells / GetTensorboards list it
+ * (Determined's shapes: the fields the kinds share). `state` is the latest allocation's
+ * (STATE_QUEUED, STATE_RUNNING, STATE_TERMINATED, ...).
+ */
+export interface CommandLike {
+  id: string;
+  description: string;
+  state: string;
+  startTime?: string;
+  username: string;
+  displayName?: string;
+  userId?: number;
+  resourcePool: string;
+  exitStatus?: string;
+  serviceAddress?: string;
+  experimentIds?: number[];
+  trialIds?: number[];
+}
+
+export interface TaskAllocation {
+  taskId: string;
+  allocationId: string;
+  state: string;
+  isReady?: boolean;
+  startTime?: string;
+  endTime?: string;
+  slots: number;
+  exitReason?: string;
+}
+
+/** GetTask: a task of any kind with its allocations. */
+export interface TaskDetail {
+  taskId: string;
+  taskType: string;
+  allocations?: TaskAllocation[];
+  startTime?: string;
+  endTime?: string;
+}
+
+/** GetTasks: one live allocation of any kind. */
+export interface AllocationSummary {
+  taskId: string;
+  allocationId: string;
+  name: string;
+  registeredTime?: string;
+  resourcePool: string;
+  slotsNeeded: number;
+  priority?: number;
+}
+
+export interface GetTasksResponse {
+  allocationIdToSummary?: Record<string, AllocationSummary>;
 }

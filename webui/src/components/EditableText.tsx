@@ -1,4 +1,5 @@
 import { useState } from "preact/hooks";
+import { printable } from "../format";
 
 /**
  * A value shown as text with an Edit button; editing swaps in a field with Save and Cancel. The
@@ -40,9 +41,9 @@ export function EditableText(props: {
       <div class="editable">
         {props.value ? (
           props.multiline ? (
-            <pre class="notes">{props.value}</pre>
+            <pre class="notes">{printable(props.value, { keepNewlines: true })}</pre>
           ) : (
-            <span>{props.value}</span>
+            <span>{printable(props.value)}</span>
           )
         ) : (
           <span class="muted">{props.placeholder}</span>

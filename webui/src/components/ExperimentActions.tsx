@@ -1,9 +1,10 @@
 import { useState } from "preact/hooks";
 import { type ExperimentAction, continueExperiment, experimentAction, forkExperiment } from "../api/endpoints";
 import type { Experiment, JsonObject } from "../api/types";
-import { isTerminal } from "../format";
+import { isTerminal, printable } from "../format";
 import { navigate } from "../router";
 import { ConfirmDialog } from "./ConfirmDialog";
+import { TensorboardButton } from "./TensorboardButton";
 import { TextDialog } from "./TextDialog";
 
 // What the continue dialog starts from: the searcher length to train on to, as Determined's
@@ -84,6 +85,7 @@ export function ExperimentActions(props: { experiment: Experiment; config?: Json
       <button type="button" disabled={busy} onClick={() => setDialog("fork")}>
         Fork
       </button>
+      <TensorboardButton experimentId={e.id} />
       {canContinue ? (
         <button type="button" disabled={busy} onClick={() => setDialog("continue")}>
           Continue
@@ -103,7 +105,7 @@ export function ExperimentActions(props: { experiment: Experiment; config?: Json
         onCancel={() => setPending(null)}
       >
         <p>
-          {confirm?.text} Experiment {e.id} “{e.name}”.
+          {confirm?.text} Experiment {e.id} “{printable(e.name)}”.
         </p>
       </ConfirmDialog>
       <TextDialog

@@ -1,4 +1,5 @@
 import { useState } from "preact/hooks";
+import { printable } from "../format";
 
 /** Labels as removable chips and a field to add one; every change is saved as the whole list. */
 export function LabelEditor(props: { labels: string[]; onSave: (labels: string[]) => Promise<void> }) {
@@ -30,10 +31,10 @@ export function LabelEditor(props: { labels: string[]; onSave: (labels: string[]
       <ul class="chips" aria-label="Labels">
         {props.labels.map((label) => (
           <li key={label} class="chip">
-            {label}
+            {printable(label)}
             <button
               type="button"
-              aria-label={`Remove label ${label}`}
+              aria-label={`Remove label ${printable(label)}`}
               disabled={busy}
               onClick={() => void save(props.labels.filter((l) => l !== label))}
             >

@@ -2,6 +2,7 @@ import { useEffect, useRef, useState } from "preact/hooks";
 import { getModels, registerModelVersion } from "../api/endpoints";
 import type { Model } from "../api/types";
 import { Link } from "./Link";
+import { printable } from "../format";
 
 /** Registers a checkpoint as the next version of a model chosen from the registry. */
 export function RegisterCheckpointDialog(props: { uuid: string | null; onClose: () => void }) {
@@ -78,7 +79,7 @@ export function RegisterCheckpointDialog(props: { uuid: string | null; onClose: 
               <select value={chosen} onChange={(e) => setChosen((e.target as HTMLSelectElement).value)} disabled={!models}>
                 {(models ?? []).map((m) => (
                   <option key={m.name} value={m.name}>
-                    {m.name}
+                    {printable(m.name)}
                   </option>
                 ))}
               </select>

@@ -1,16 +1,25 @@
-// The cluster: agents, a map of every slot and what runs on it, and the resource pools.
+// The cluster: agents, a map of every slot and what runs on it, the resource pools, and for a pool
+// whose agents the master provisions, its instances and the provisioner's decisions.
 
+import { useEffect, useState } from "preact/hooks";
 import { getAgents, getResourcePools } from "../api/endpoints";
 import { ErrorNote } from "../components/ErrorNote";
+import { ProvisionerPanel } from "../components/ProvisionerPanel";
 import { SlotMap } from "../components/SlotMap";
-import { formatTime } from "../format";
+import { formatTime, printable } from "../format";
 import { usePoll } from "../hooks";
 
 export function ClusterPage() {
   const agentsPoll = usePoll((signal) => getAgents(signal), 3000, []);
-  const poolsPoll = usePoll((signal) => getResourcePools(signal), 10000, []);
+  // Provisioned instances change phase within seconds (launched, connected, idle, retired): their
+  // pools are read as often as the agents; static pools change rarely.
+  const [provisioned, setProvisioned] = useState(false);
+  const poolsPoll = usePoll((signal) => getResourcePools(signal), provisioned ? 3000 : 10000, []);
   const agents = agentsPoll.data?.agents ?? [];
   const pools = poolsPoll.data?.resourcePools ?? [];
+  const dynamicPools = pools.filter((p) => p.provisioner);
+  const hasDynamic = dynamicPools.length > 0;
+  useEffect(() => setProvisioned(hasDynamic), [hasDynamic]);
   const slots = agents.flatMap((a) => Object.values(a.slots ?? {}));
   const busy = slots.filter((s) => s.container && s.container.state !== "STATE_TERMINATED").length;
 
@@ -83,10 +92,13 @@ export function ClusterPage() {
             {pools.map((p) => (
               <tr key={p.name} data-pool={p.name}>
                 <td>
-                  {p.name}
-                  {p.description ? <span class="muted"> — {p.description}</span> : null}
+                  {printable(p.name)}
+                  {p.description ? <span class="muted"> — {printable(p.description)}</span> : null}
                 </td>
-                <td>{p.type.replace(/^TYPE_/, "").toLowerCase()}</td>
+                <td>
+                  {p.type.replace(/^(RESOURCE_POOL_)?TYPE_/, "").toLowerCase()}
+                  {p.provisioner ? <span class="muted"> · provider {printable(p.provisioner.provider)}</span> : null}
+                </td>
                 <td class="num">{p.numAgents}</td>
                 <td class="num">
                   {p.slotsUsed} / {p.slotsAvailable}
@@ -103,6 +115,8 @@ export function ClusterPage() {
           </tbody>
         </table>
       </div>
+      {hasDynamic ? <h2>Dynamic agents</h2> : null}
+      {dynamicPools.map((p) => (p.provisioner ? <ProvisionerPanel key={p.name} pool={p} status={p.provisioner} /> : null))}
     </section>
   );
 }

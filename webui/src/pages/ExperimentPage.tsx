@@ -11,7 +11,7 @@ import { ExperimentActions } from "../components/ExperimentActions";
 import { ProgressBar } from "../components/ProgressBar";
 import { StateBadge } from "../components/StateBadge";
 import { Tabs } from "../components/Tabs";
-import { durationBetween, formatBytes, formatDuration, formatMetric, formatTime, isTerminal, num } from "../format";
+import { durationBetween, formatBytes, formatDuration, formatMetric, formatTime, isTerminal, num, printable } from "../format";
 import { usePoll } from "../hooks";
 import { setQuery, useLocation } from "../router";
 import { CheckpointsTable } from "./experiment/CheckpointsTable";
@@ -62,7 +62,7 @@ export function ExperimentPage(props: { id: number }) {
       </nav>
       <div class="page-head">
         <h1 id="experiment-title">
-          {e.name || `Experiment ${e.id}`} <span class="muted">#{e.id}</span>
+          {printable(e.name) || `Experiment ${e.id}`} <span class="muted">#{e.id}</span>
         </h1>
         <StateBadge state={e.state} />
         <ExperimentActions experiment={e} config={config} onChanged={experimentPoll.refresh} />
@@ -80,8 +80,8 @@ export function ExperimentPage(props: { id: number }) {
           <dd>
             {e.projectId ? (
               <Link href={`/experiments?project=${e.projectId}`}>
-                {e.workspaceName ? `${e.workspaceName} › ` : ""}
-                {e.projectName || `project ${e.projectId}`}
+                {e.workspaceName ? `${printable(e.workspaceName)} › ` : ""}
+                {printable(e.projectName) || `project ${e.projectId}`}
               </Link>
             ) : (
               "–"
@@ -124,11 +124,11 @@ export function ExperimentPage(props: { id: number }) {
         </div>
         <div>
           <dt>Resource pool</dt>
-          <dd>{e.resourcePool || "–"}</dd>
+          <dd>{printable(e.resourcePool) || "–"}</dd>
         </div>
         <div>
           <dt>User</dt>
-          <dd>{e.username}</dd>
+          <dd>{printable(e.username)}</dd>
         </div>
         <div>
           <dt>Started</dt>

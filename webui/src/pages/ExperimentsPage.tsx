@@ -9,7 +9,7 @@ import { Pager } from "../components/Pager";
 import { ProgressBar } from "../components/ProgressBar";
 import { type Sort, SortHeader } from "../components/SortHeader";
 import { StateBadge } from "../components/StateBadge";
-import { durationBetween, formatDuration, formatMetric, formatTime, num } from "../format";
+import { durationBetween, formatDuration, formatMetric, formatTime, num, printable } from "../format";
 import { usePoll } from "../hooks";
 import { setQuery, useLocation } from "../router";
 
@@ -97,8 +97,8 @@ export function ExperimentsPage() {
               <option value="">All projects</option>
               {(projects.data ?? []).map((p) => (
                 <option key={p.id} value={String(p.id)}>
-                  {p.workspaceName ? `${p.workspaceName} › ` : ""}
-                  {p.name}
+                  {p.workspaceName ? `${printable(p.workspaceName)} › ` : ""}
+                  {printable(p.name)}
                 </option>
               ))}
               {projectId && !(projects.data ?? []).some((p) => p.id === projectId) ? (
@@ -193,7 +193,7 @@ function ExperimentRow(props: { experiment: Experiment }) {
         <Link href={`/experiments/${e.id}`}>{e.id}</Link>
       </td>
       <td>
-        <Link href={`/experiments/${e.id}`}>{e.name || `Experiment ${e.id}`}</Link>
+        <Link href={`/experiments/${e.id}`}>{printable(e.name) || `Experiment ${e.id}`}</Link>
         {e.archived ? <span class="tag">archived</span> : null}
       </td>
       <td>
@@ -207,7 +207,7 @@ function ExperimentRow(props: { experiment: Experiment }) {
         {formatMetric(metric)}
         {metric !== null && e.searcherMetric ? <span class="muted"> {e.searcherMetric}</span> : null}
       </td>
-      <td>{e.username}</td>
+      <td>{printable(e.username)}</td>
       <td>{formatTime(e.startTime)}</td>
       <td class="num">{formatDuration(e.duration ?? durationBetween(e.startTime, e.endTime))}</td>
     </tr>

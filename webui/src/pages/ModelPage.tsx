@@ -3,7 +3,7 @@
 import { getModelVersions } from "../api/endpoints";
 import { ErrorNote } from "../components/ErrorNote";
 import { Link } from "../components/Link";
-import { formatBytes, formatTime, totalSize } from "../format";
+import { formatBytes, formatTime, printable, totalSize } from "../format";
 import { usePoll } from "../hooks";
 
 export function ModelPage(props: { name: string }) {
@@ -13,18 +13,18 @@ export function ModelPage(props: { name: string }) {
   return (
     <section aria-labelledby="model-title">
       <nav class="crumbs" aria-label="Breadcrumb">
-        <Link href="/models">Model registry</Link> › {props.name}
+        <Link href="/models">Model registry</Link> › {printable(props.name)}
       </nav>
       <div class="page-head">
-        <h1 id="model-title">{props.name}</h1>
+        <h1 id="model-title">{printable(props.name)}</h1>
         {model?.archived ? <span class="tag">archived</span> : null}
       </div>
-      <ErrorNote error={error} what={`model ${props.name}`} />
+      <ErrorNote error={error} what={`model ${printable(props.name)}`} />
       {model ? (
         <dl class="facts">
           <div>
             <dt>Description</dt>
-            <dd>{model.description || "–"}</dd>
+            <dd>{printable(model.description) || "–"}</dd>
           </div>
           <div>
             <dt>Versions</dt>
@@ -32,7 +32,7 @@ export function ModelPage(props: { name: string }) {
           </div>
           <div>
             <dt>User</dt>
-            <dd>{model.username}</dd>
+            <dd>{printable(model.username)}</dd>
           </div>
           <div>
             <dt>Created</dt>
@@ -42,7 +42,7 @@ export function ModelPage(props: { name: string }) {
       ) : null}
       <div class="table-wrap">
         <table class="table">
-          <caption class="visually-hidden">Versions of model {props.name}</caption>
+          <caption class="visually-hidden">Versions of model {printable(props.name)}</caption>
           <thead>
             <tr>
               <th scope="col">Version</th>
@@ -60,7 +60,7 @@ export function ModelPage(props: { name: string }) {
               return (
                 <tr key={v.id} data-version={v.version}>
                   <td class="num">{v.version}</td>
-                  <td>{v.name || <span class="muted">–</span>}</td>
+                  <td>{printable(v.name) || <span class="muted">–</span>}</td>
                   <td>
                     <code title={v.checkpoint.uuid}>{v.checkpoint.uuid.slice(0, 8)}</code>
                   </td>

@@ -9,7 +9,7 @@ import { ErrorNote } from "../components/ErrorNote";
 import { Link } from "../components/Link";
 import { Pager } from "../components/Pager";
 import { TextDialog } from "../components/TextDialog";
-import { formatTime } from "../format";
+import { formatTime, printable } from "../format";
 import { usePoll } from "../hooks";
 import { navigate, setQuery, useLocation } from "../router";
 
@@ -112,19 +112,19 @@ function ModelRow(props: { model: Model }) {
   return (
     <tr data-model-name={m.name}>
       <td>
-        <Link href={href}>{m.name}</Link>
+        <Link href={href}>{printable(m.name)}</Link>
         {m.archived ? <span class="tag">archived</span> : null}
       </td>
-      <td>{m.description || <span class="muted">–</span>}</td>
+      <td>{printable(m.description) || <span class="muted">–</span>}</td>
       <td class="num">{m.numVersions}</td>
       <td>
         {(m.labels ?? []).map((label) => (
           <span key={label} class="tag">
-            {label}
+            {printable(label)}
           </span>
         ))}
       </td>
-      <td>{m.username}</td>
+      <td>{printable(m.username)}</td>
       <td>{formatTime(m.lastUpdatedTime)}</td>
     </tr>
   );

@@ -9,7 +9,7 @@ import { Link } from "../components/Link";
 import { LogViewer } from "../components/LogViewer";
 import { StateBadge } from "../components/StateBadge";
 import { Tabs } from "../components/Tabs";
-import { durationBetween, formatBytes, formatDuration, formatMetric, formatTime, formatValue, isTerminal, num } from "../format";
+import { durationBetween, formatBytes, formatDuration, formatMetric, formatTime, formatValue, isTerminal, num, printable } from "../format";
 import { usePoll } from "../hooks";
 import { flattenHparams } from "../metrics";
 import { setQuery, useLocation } from "../router";
@@ -124,8 +124,8 @@ function HparamsTable(props: { trial: Trial }) {
       <tbody>
         {entries.map(([name, value]) => (
           <tr key={name}>
-            <th scope="row">{name}</th>
-            <td>{formatValue(value)}</td>
+            <th scope="row">{printable(name)}</th>
+            <td>{printable(formatValue(value))}</td>
           </tr>
         ))}
       </tbody>

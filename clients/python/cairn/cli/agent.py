@@ -9,7 +9,9 @@ from cairn.cli.groups import AliasedGroup
 from cairn.cli.output import (
     bool_text,
     build_table,
+    duration_text,
     enum_label,
+    key_value_table,
     print_json,
     print_renderable,
     timestamp_text,
@@ -54,7 +56,10 @@ POOL_COLUMNS = (
     "Default priority",
     "Preemption",
     "Default",
+    "Provider",
 )
+INSTANCE_COLUMNS = ("Instance", "Phase", "Launched", "Connected", "Idle since", "Drain", "Why launched")
+EVENT_COLUMNS = ("At", "Action", "Instance", "Why")
 
 
 def _agents(session: Session) -> list[agent_pb2.Agent]:
@@ -125,7 +130,15 @@ def pool_row(pool: resourcepool_pb2.ResourcePool) -> list[str]:
         str(pool.default_priority),
         bool_text(pool.preemption_enabled),
         ", ".join(defaults),
+        _provider_text(pool),
     ]
+
+
+def _provider_text(pool: resourcepool_pb2.ResourcePool) -> str:
+    if not pool.HasField("provisioner"):
+        return ""
+    p = pool.provisioner
+    return f"{p.provider} ({len(p.instances)} of {p.min_instances}-{p.max_instances})"
 
 
 # ---- agent ----
@@ -211,3 +224,55 @@ def list_pools(state: CliState, as_json: bool) -> None:
         print_json(resourcepool_pb2.GetResourcePoolsResponse(resource_pools=pools))
         return
     print_renderable(build_table(POOL_COLUMNS, [pool_row(p) for p in pools]))
+
+
+@resource_pool.command(name="describe")
+@click.argument("name")
+@json_option
+@pass_state
+def describe_pool(state: CliState, name: str, as_json: bool) -> None:
+    """One pool: its settings and, for dynamic agents, its instances and the provisioner's recent
+    decisions with their reasons."""
+    api = state.session().api
+
+    def page(offset: int, limit: int) -> resourcepool_pb2.GetResourcePoolsResponse:
+        return api.GetResourcePools(resourcepool_pb2.GetResourcePoolsRequest(offset=offset, limit=limit))
+
+    found = [p for p in fetch_all(page, "resource_pools") if p.name == name]
+    if not found:
+        raise click.ClickException(f"no resource pool {name!r}")
+    pool = found[0]
+    if as_json:
+        print_json(pool)
+        return
+    print_renderable(key_value_table(zip(POOL_COLUMNS, pool_row(pool), strict=True)))
+    if not pool.HasField("provisioner"):
+        return
+    p = pool.provisioner
+    print_renderable(
+        key_value_table(
+            [
+                ("Provider", p.provider),
+                ("Instances", f"{len(p.instances)} (min {p.min_instances}, max {p.max_instances})"),
+                ("Slots per instance", str(p.instance_slots)),
+                ("Max idle period", duration_text(p.max_idle_agent_period_s)),
+                ("Max starting period", duration_text(p.max_agent_starting_period_s)),
+                ("Provider error", p.last_error or "none"),
+            ]
+        )
+    )
+    instance_rows = [
+        [
+            i.id,
+            i.phase,
+            timestamp_text(i.launched_at),
+            timestamp_text(i.connected_at) if i.HasField("connected_at") else "",
+            timestamp_text(i.idle_since) if i.HasField("idle_since") else "",
+            i.drain_reason,
+            i.reason,
+        ]
+        for i in p.instances
+    ]
+    print_renderable(build_table(INSTANCE_COLUMNS, instance_rows, title="Instances"))
+    event_rows = [[timestamp_text(e.at), e.action, e.instance_id, e.message] for e in p.recent_events]
+    print_renderable(build_table(EVENT_COLUMNS, event_rows, title="Recent decisions"))

@@ -13,7 +13,7 @@ from cairn.cli.groups import AliasedGroup
 from cairn.cli.output import build_table, console, print_renderable
 from cairn.cli.state import json_option
 from cairn.localcluster.paths import default_state_dir
-from cairn.localcluster.plan import ClusterOptions, default_task_env
+from cairn.localcluster.plan import ClusterOptions, Provisioning, default_task_env
 from cairn.localcluster.record import ClusterRecord, ProcessRecord
 from cairn.localcluster.supervisor import (
     ClusterStartError,
@@ -53,7 +53,12 @@ def _processes_table(record: ClusterRecord) -> list[list[str]]:
 
 
 @cluster.command()
-@click.option("--agents", type=click.IntRange(min=0), default=1, show_default=True, help="Number of agents.")
+@click.option(
+    "--agents",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Number of agents to start (default 1; none with --provision).",
+)
 @click.option("--slots", type=click.IntRange(min=0), default=1, show_default=True, help="Slots per agent.")
 @click.option(
     "--db-url", default=None, help="Database URL for the master (default: SQLite in the state dir)."
@@ -118,8 +123,23 @@ def _processes_table(record: ClusterRecord) -> list[list[str]]:
     show_default=True,
     help="Run a watchdog that restarts a crashed service (same address, with backoff).",
 )
+@click.option(
+    "--provision",
+    is_flag=True,
+    default=False,
+    help="Dynamic agents: the master starts agents (processes on this machine) as work waits and "
+    "retires them when idle, between --min-agents and --max-agents.",
+)
+@click.option("--min-agents", type=click.IntRange(0, 64), default=0, show_default=True)
+@click.option("--max-agents", type=click.IntRange(1, 64), default=3, show_default=True)
+@click.option(
+    "--max-idle-agent-period",
+    default="5m",
+    show_default=True,
+    help="With --provision: how long an agent may run nothing before it is retired.",
+)
 def up(
-    agents: int,
+    agents: int | None,
     slots: int,
     db_url: str | None,
     state_dir: Path | None,
@@ -135,15 +155,28 @@ def up(
     standby_masters: int,
     tls: bool,
     supervise: bool,
+    provision: bool,
+    min_agents: int,
+    max_agents: int,
+    max_idle_agent_period: str,
 ) -> None:
     """Start scheduler, searcher, checkpoint, master and agents as local processes, and a watchdog
     that restarts any of them that crashes. On a cluster that partly runs, start only what is
     missing (as it ran before: same ports and token)."""
     if task_env is not None and not (task_env / "bin" / "python3").exists():
         raise CliError(f"--task-env: {task_env / 'bin' / 'python3'} does not exist")
+    if provision and agents:
+        raise CliError("--agents: with --provision the master starts the agents; leave --agents out")
+    if min_agents > max_agents:
+        raise CliError(f"--min-agents: {min_agents} is more than --max-agents ({max_agents})")
     options = ClusterOptions(
         state_dir=(state_dir or default_state_dir()).expanduser().resolve(),
-        agents=agents,
+        agents=0 if provision else (1 if agents is None else agents),
+        provision=Provisioning(
+            min_agents=min_agents, max_agents=max_agents, max_idle_agent_period=max_idle_agent_period
+        )
+        if provision
+        else None,
         slots_per_agent=slots,
         db_url=db_url,
         master_port=master_port,

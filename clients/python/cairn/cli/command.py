@@ -22,6 +22,7 @@ from cairn.cli.output import (
 from cairn.cli.state import CliState, json_option, pass_state
 from cairn.client.model_definition import build_model_definition
 from cairn.client.session import Session
+from cairn.printable import printable
 
 COLUMNS = ("ID", "Owner", "Description", "State", "Exit status", "Resource pool", "Started")
 
@@ -94,7 +95,7 @@ def run(
     if detach:
         click.echo(launched.id)
         return
-    click.echo(f"Launched command {launched.id}: {launched.description}", err=True)
+    click.echo(f"Launched command {launched.id}: {printable(launched.description)}", err=True)
     _print_logs(session, launched.id, follow=True, as_json=False)
 
 

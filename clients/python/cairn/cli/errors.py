@@ -8,6 +8,7 @@ import click
 import grpc
 
 from cairn.client.errors import CairnError, from_rpc_error, one_line
+from cairn.printable import printable_lines
 
 DEBUG_ENV = "CAIRN_DEBUG"
 EXIT_INTERRUPTED = 130
@@ -20,7 +21,8 @@ class CliError(click.ClickException):
         vars(self)["exit_code"] = exit_code
 
     def show(self, file: object = None) -> None:
-        click.echo(f"error: {self.message}", err=True)
+        # The master's messages quote names users chose: shown escaped, never acted on.
+        click.echo(f"error: {printable_lines(self.message)}", err=True)
 
 
 def os_error_message(exc: OSError) -> str:

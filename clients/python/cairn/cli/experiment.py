@@ -36,6 +36,7 @@ from cairn.cli.project import project_by_name
 from cairn.cli.state import CliState, json_option, pass_state
 from cairn.client.model_definition import build_model_definition, model_definition_size
 from cairn.client.session import Session
+from cairn.printable import printable
 
 Experiment = experiment_pb2.Experiment
 SortBy = experiment_pb2.GetExperimentsRequest.SortBy
@@ -289,7 +290,8 @@ def move(state: CliState, experiment_id: int, workspace_name: str, project_name:
         )
     )
     click.echo(
-        f"Moved experiment {experiment_id} to project {destination.workspace_name} / {destination.name}"
+        f"Moved experiment {experiment_id} to project "
+        f"{printable(destination.workspace_name)} / {printable(destination.name)}"
     )
 
 

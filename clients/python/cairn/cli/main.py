@@ -21,8 +21,10 @@ from cairn.cli.job import job
 from cairn.cli.master import master, version
 from cairn.cli.model import model
 from cairn.cli.project import project
+from cairn.cli.shell import shell
 from cairn.cli.state import CliState
 from cairn.cli.template import template
+from cairn.cli.tensorboard import tensorboard
 from cairn.cli.trial import trial
 from cairn.cli.user import user
 from cairn.cli.workspace import workspace
@@ -95,6 +97,8 @@ COMMANDS = (
     resource_pool,
     job,
     command,
+    shell,
+    tensorboard,
     cluster,
 )
 for group in COMMANDS:

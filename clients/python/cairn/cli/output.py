@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import sys
-import unicodedata
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -20,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from cairn.printable import printable
 from cairn.wire import struct_to_python
 
 # Wide enough that tables piped to a file or a test are not wrapped into unreadable columns.
@@ -58,32 +58,6 @@ def print_json_line(message: Message) -> None:
 
 
 # ---- tables ----
-
-# Unicode categories that change how a terminal shows what follows rather than showing a glyph:
-# controls (ANSI escapes start with ESC, newlines, carriage returns), format characters (RTL and
-# LTR overrides and isolates, zero-width characters) and line/paragraph separators.
-_UNPRINTABLE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
-_NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
-
-def printable(text: str) -> str:
-    """`text` with every character that could reorder, hide or restyle what a terminal shows
-    escaped as Python writes it (\\n, \\x1b, \\u202e), so a name set by another user shows
-    as what it is (a typed backslash stays as it is: it shows as itself, so it misleads no one)."""
-    if text.isprintable():
-        return text
-    out: list[str] = []
-    for char in text:
-        if char in _NAMED_ESCAPES:
-            out.append(_NAMED_ESCAPES[char])
-        elif unicodedata.category(char) in _UNPRINTABLE_CATEGORIES:
-            code = ord(char)
-            out.append(
-                f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
-            )
-        else:
-            out.append(char)
-    return "".join(out)
 
 
 def build_table(columns: Sequence[str], rows: Iterable[Sequence[str]], title: str | None = None) -> Table:

@@ -29,6 +29,7 @@ from cairn.cli.workspace import (
     workspace_projects,
 )
 from cairn.client.session import Session
+from cairn.printable import printable
 
 
 @click.group(cls=AliasedGroup, aliases={"ls": "list"})
@@ -83,7 +84,10 @@ def create(
     if as_json:
         print_json(created)
         return
-    click.echo(f"Created project {created.id} ({created.workspace_name} / {created.name}, key {created.key})")
+    click.echo(
+        f"Created project {created.id} ({printable(created.workspace_name)} / {printable(created.name)}, "
+        f"key {printable(created.key)})"
+    )
 
 
 @project.command()

@@ -15,6 +15,7 @@ from cairn.cli.state import CliState, json_option, pass_state
 from cairn.client import auth
 from cairn.client.password import salt_and_hash
 from cairn.client.session import Session
+from cairn.printable import printable
 
 
 @click.group(cls=AliasedGroup, aliases={"ls": "list"})
@@ -43,7 +44,7 @@ def login(state: CliState, username: str | None, password_stdin: bool) -> None:
     name = username or auth.DEFAULT_USER
     password = _read_password(password_stdin, name)
     response = auth.login(state.master, name, password, state.token_store())
-    click.echo(f"Logged in to {state.master.target} as {response.user.username or name}")
+    click.echo(f"Logged in to {state.master.target} as {printable(response.user.username or name)}")
 
 
 @user.command()
@@ -143,7 +144,9 @@ def create(state: CliState, username: str, admin: bool, display_name: str, passw
     wanted = auth_pb2.User(username=username, admin=admin, active=True, display_name=display_name)
     request = auth_pb2.PostUserRequest(user=wanted, password=salt_and_hash(password), is_hashed=True)
     created = state.session().api.PostUser(request).user
-    click.echo(f"Created user {created.username} (id {created.id}{', admin' if created.admin else ''})")
+    click.echo(
+        f"Created user {printable(created.username)} (id {created.id}{', admin' if created.admin else ''})"
+    )
 
 
 @user.command("change-password")
@@ -157,7 +160,7 @@ def change_password(state: CliState, username: str | None, password_stdin: bool)
     password = _new_password(password_stdin, target.username)
     changes = auth_pb2.PatchUser(password=salt_and_hash(password), is_hashed=True)
     session.api.PatchUser(auth_pb2.PatchUserRequest(user_id=target.id, user=changes))
-    click.echo(f"Changed the password of {target.username}")
+    click.echo(f"Changed the password of {printable(target.username)}")
 
 
 @user.command()
@@ -199,5 +202,6 @@ def edit(
         raise click.UsageError("nothing to change: give --display-name, --admin or --active")
     updated = _patch(state, username, changes)
     click.echo(
-        f"Updated {updated.username}: admin {bool_text(updated.admin)}, active {bool_text(updated.active)}"
+        f"Updated {printable(updated.username)}: "
+        f"admin {bool_text(updated.admin)}, active {bool_text(updated.active)}"
     )

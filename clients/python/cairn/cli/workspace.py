@@ -20,6 +20,7 @@ from cairn.cli.output import (
 from cairn.cli.paging import fetch_all
 from cairn.cli.state import CliState, json_option, pass_state
 from cairn.client.session import Session
+from cairn.printable import printable
 
 WORKSPACE_COLUMNS = ("ID", "Name", "Owner", "Projects", "Experiments", "Archived")
 PROJECT_COLUMNS = ("ID", "Key", "Name", "Description", "Experiments", "Active", "Archived")
@@ -101,7 +102,7 @@ def create(state: CliState, name: str, as_json: bool) -> None:
     if as_json:
         print_json(created)
         return
-    click.echo(f"Created workspace {created.id} ({created.name})")
+    click.echo(f"Created workspace {created.id} ({printable(created.name)})")
 
 
 @workspace.command()

@@ -17,7 +17,7 @@ cluster_info; metrics_shipper and signal_watcher are the background threads.
 
 from cairn.core.checkpoint import CheckpointContext, DownloadMode
 from cairn.core.cluster_info import ClusterInfo, TrialInfo, get_cluster_info
-from cairn.core.context import Context, TensorboardMode, init
+from cairn.core.context import Context, init
 from cairn.core.distributed import DistributedContext, DummyDistributedContext
 from cairn.core.errors import (
     ClusterInfoError,
@@ -29,6 +29,7 @@ from cairn.core.errors import (
 )
 from cairn.core.preempt import PreemptContext, PreemptMode
 from cairn.core.searcher import SearcherContext, SearcherMode, SearcherOperation, Unit
+from cairn.core.tensorboard import TensorboardMode
 from cairn.core.train import EarlyExitReason, TrainContext
 
 __all__ = [

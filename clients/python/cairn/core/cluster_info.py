@@ -64,6 +64,8 @@ class ClusterInfo:
     container_addrs: list[str] = field(default_factory=lambda: ["127.0.0.1"])
     container_slot_counts: list[int] = field(default_factory=list)
     container_rank: int = 0
+    # The cluster's id; "" when the agent did not say (then no TensorBoard files are uploaded).
+    cluster_id: str = ""
 
     @property
     def chief_ip(self) -> str:
@@ -168,6 +170,7 @@ def cluster_info_from_env(env: Mapping[str, str]) -> ClusterInfo | None:
         container_addrs=list(addrs),
         container_slot_counts=list(counts),
         container_rank=container_rank,
+        cluster_id=env.get(tenv.CLUSTER_ID, "").strip(),
     )
 
 

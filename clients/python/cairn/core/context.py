@@ -4,7 +4,6 @@ checkpoints in a local directory)."""
 
 from __future__ import annotations
 
-import enum
 import logging
 import os
 import sys
@@ -27,16 +26,11 @@ from cairn.core.searcher import (
     local_searcher_length,
 )
 from cairn.core.settings import CoreSettings
+from cairn.core.tensorboard import TensorboardFiles, TensorboardMode, default_path
 from cairn.core.train import ClusterTrainContext, EarlyExitReason, LocalTrainContext, TrainContext
+from cairn.tensorboard.uploader import TensorboardUploader
 
 log = logging.getLogger(__name__)
-
-
-class TensorboardMode(enum.Enum):
-    """Accepted for Determined compatibility; Cairn writes no TensorBoard files yet."""
-
-    AUTO = "AUTO"
-    MANUAL = "MANUAL"
 
 
 class Context:
@@ -182,6 +176,22 @@ def cluster_distributed(info: ClusterInfo) -> DistributedContext:
     return DistributedContext.single()
 
 
+def trial_tensorboard(info: ClusterInfo, rank: int, mode: TensorboardMode) -> TensorboardFiles:
+    """The trial's TensorBoard directory, uploaded to the experiment's checkpoint storage (the
+    experiment's own: the master deletes these files with it, wherever the checkpoints went)."""
+    path = default_path(info.allocation_id, rank)
+    storage = info.trial.config.get("checkpoint_storage")
+    if not info.cluster_id or not isinstance(storage, Mapping):
+        log.warning(
+            "the trial environment names no cluster id or storage: TensorBoard files stay in %s", path
+        )
+        return TensorboardFiles(TensorboardMode(mode), path, None)
+    uploader = TensorboardUploader.for_trial(
+        storage, info.cluster_id, info.trial.experiment_id, info.trial.trial_id, path, rank
+    )
+    return TensorboardFiles(TensorboardMode(mode), path, uploader)
+
+
 def cluster_context(
     info: ClusterInfo,
     *,
@@ -189,6 +199,7 @@ def cluster_context(
     checkpoint_storage: StorageSpec | None = None,
     preempt_mode: PreemptMode = PreemptMode.WorkersAskChief,
     settings: CoreSettings | None = None,
+    tensorboard_mode: TensorboardMode = TensorboardMode.AUTO,
 ) -> Context:
     """The on-cluster context, talking to the master at `info.master_address`."""
     settings = settings or CoreSettings()
@@ -204,9 +215,10 @@ def cluster_context(
         experiment_id=trial.experiment_id,
         allocation_id=info.allocation_id,
         is_chief=distributed.is_chief,
+        tensorboard=trial_tensorboard(info, distributed.rank, tensorboard_mode),
     )
     records = MasterCheckpointRecords(
-        session, task_id=info.task_id, allocation_id=info.allocation_id, flush_metrics=train.flush
+        session, task_id=info.task_id, allocation_id=info.allocation_id, flush_metrics=train.before_checkpoint
     )
     return Context(
         checkpoint=CheckpointContext(distributed, storage, records),
@@ -245,7 +257,7 @@ def init(
     gives one operation of `searcher_length` (or $CAIRN_SEARCHER_LENGTH). `hparams` and
     `searcher_length` are ignored on a cluster, where the master decides them.
     """
-    TensorboardMode(tensorboard_mode)
+    tensorboard_mode = TensorboardMode(tensorboard_mode)
     info = get_cluster_info()
     if info is None:
         return local_context(
@@ -256,5 +268,9 @@ def init(
             searcher_length=searcher_length,
         )
     return cluster_context(
-        info, distributed=distributed, checkpoint_storage=checkpoint_storage, preempt_mode=preempt_mode
+        info,
+        distributed=distributed,
+        checkpoint_storage=checkpoint_storage,
+        preempt_mode=preempt_mode,
+        tensorboard_mode=tensorboard_mode,
     )

@@ -11,6 +11,7 @@ import enum
 import logging
 import math
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -20,6 +21,8 @@ from cairn.core.errors import MasterCallError
 from cairn.core.json_values import JsonValue, plain_count, plain_mapping, plain_number
 from cairn.core.master_session import MasterSession
 from cairn.core.metrics_shipper import MetricsShipper
+from cairn.core.tensorboard import TensorboardFiles, TensorboardMode, default_path
+from cairn.tensorboard.uploader import Mangler, Selector
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +71,21 @@ def _validation_metrics(metrics: Mapping[str, Any]) -> dict[str, Any]:
 class TrainContext(abc.ABC):
     """Report training and validation metrics, progress, and early exits to the master."""
 
+    # Set by each subclass: the trial's TensorBoard directory (core/tensorboard.py).
+    _tensorboard: TensorboardFiles
+
+    def get_tensorboard_path(self) -> Path:
+        """The directory whose TensorBoard files are uploaded to checkpoint storage (write yours
+        here in TensorboardMode.MANUAL)."""
+        return self._tensorboard.path
+
+    def upload_tensorboard_files(
+        self, selector: Selector | None = None, mangler: Mangler | None = None
+    ) -> None:
+        """TensorboardMode.MANUAL: upload the new and changed TensorBoard files of
+        `get_tensorboard_path()` (those `selector(path)` takes, stored as `mangler(path, rank)`)."""
+        self._tensorboard.upload(selector, mangler)
+
     def report_training_metrics(
         self,
         steps_completed: int,
@@ -105,6 +123,7 @@ class TrainContext(abc.ABC):
                 plain_mapping(batch, f"batch_metrics[{index}]") for index, batch in enumerate(batch_metrics)
             ]
         self._submit(group, steps, plain, plain_batches)
+        self._tensorboard.on_report(group, steps, plain, plain_batches)
 
     def report_progress(self, progress: float) -> None:
         """Report the fraction of the trial's work done, in [0, 1] (shown in the WebUI)."""
@@ -163,8 +182,12 @@ class ClusterTrainContext(TrainContext):
         experiment_id: int,
         allocation_id: str,
         is_chief: bool = True,
+        tensorboard: TensorboardFiles | None = None,
     ) -> None:
         self._session = session
+        self._tensorboard = tensorboard or TensorboardFiles(
+            TensorboardMode.MANUAL, default_path(allocation_id, 0), None
+        )
         self._trial_id = trial_id
         self._experiment_id = experiment_id
         # Only the chief reports: the others' reports would be a second copy of the same steps.
@@ -178,8 +201,11 @@ class ClusterTrainContext(TrainContext):
             self._shipper.start()
 
     def close(self, flush_timeout: float | None = None) -> None:
-        if self._is_chief:
-            self._shipper.close(flush_timeout)
+        try:
+            self._tensorboard.close()
+        finally:
+            if self._is_chief:
+                self._shipper.close(flush_timeout)
 
     def _check_chief(self, what: str) -> None:
         if not self._is_chief:
@@ -192,6 +218,12 @@ class ClusterTrainContext(TrainContext):
         if not self._is_chief:
             return True
         return self._shipper.flush(timeout)
+
+    def before_checkpoint(self) -> None:
+        """A checkpoint is about to count: the metrics reported before it are stored first, and
+        the TensorBoard files written so far are uploaded beside it."""
+        self.flush()
+        self._tensorboard.sync()
 
     def _raise_if_failed(self) -> None:
         if self._is_chief:
@@ -247,7 +279,13 @@ class ClusterTrainContext(TrainContext):
 
 
 class LocalTrainContext(TrainContext):
-    """Off cluster: reports are checked and logged, right away, so nothing runs in the background."""
+    """Off cluster: reports are checked and logged, right away, so nothing runs in the background;
+    no TensorBoard files are written or uploaded."""
+
+    def __init__(self, tensorboard_path: Path | None = None) -> None:
+        self._tensorboard = TensorboardFiles(
+            TensorboardMode.MANUAL, tensorboard_path or default_path("local", 0), None
+        )
 
     def start(self) -> None:
         """Nothing to start."""

@@ -43,6 +43,17 @@ class ClusterPaths:
         return self.state_dir / "agents"
 
     @property
+    def master_config_file(self) -> Path:
+        """The master's config file (its resource pools), written for `cluster up --provision`."""
+        return self.state_dir / "master.yaml"
+
+    @property
+    def provisioned_agents_dir(self) -> Path:
+        """Where the master's local provider keeps its agents (services/master/provisioners/local.py:
+        <master state dir>/provisioner/<pool>/<instance>)."""
+        return self.master_dir / "provisioner"
+
+    @property
     def tls_dir(self) -> Path:
         """`cluster up --tls`: the master's self-signed certificate and its key (certificate.py)."""
         return self.state_dir / "tls"

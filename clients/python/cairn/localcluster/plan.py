@@ -43,6 +43,15 @@ def default_task_env() -> Path | None:
 
 
 @dataclass(frozen=True)
+class Provisioning:
+    min_agents: int = 0
+    max_agents: int = 3
+    # Determined's max_idle_agent_period / max_agent_starting_period (durations: "5m", "90s").
+    max_idle_agent_period: str = "5m"
+    max_agent_starting_period: str = "2m"
+
+
+@dataclass(frozen=True)
 class ClusterOptions:
     state_dir: Path
     agents: int = 1
@@ -80,6 +89,9 @@ class ClusterOptions:
     # root; "" runs them as the cluster's own user. `isolation` is what start_cluster decided.
     task_user: str | None = None
     isolation: TaskIsolation | None = None
+    # Dynamic agents (`cluster up --provision`): the master launches and retires the default pool's
+    # agents itself (its local provider) instead of the cluster starting a fixed number.
+    provision: Provisioning | None = None
 
     @property
     def task_interpreter(self) -> str:
@@ -153,6 +165,8 @@ def master(
         command += ["--checkpoint-dir", str(options.isolation.checkpoint_dir)]
     if options.tls:
         command += ["--tls-cert", str(paths.tls_cert_file), "--tls-key", str(paths.tls_key_file)]
+    if options.provision is not None:
+        command += ["--config-file", str(paths.master_config_file)]
     return LaunchPlan(
         name="master",
         role="master",
@@ -194,6 +208,23 @@ def standby_master(
     )
 
 
+def agent_runtime_flags(options: ClusterOptions, task_root: str | None) -> list[str]:
+    """What every agent of the cluster is told about where and as whom it runs tasks, whether the
+    cluster starts it or the master's provisioner does (`task_root`: its --task-root)."""
+    flags: list[str] = []
+    if options.runtime == "docker":
+        flags += ["--runtime", "docker"]
+        if options.default_image:
+            flags += ["--default-image", options.default_image]
+    elif options.task_env is not None:
+        flags += ["--task-env", f"{TASK_ENV_NAME}={options.task_env}"]
+    if options.runtime != "docker" and options.isolation is not None:
+        flags += ["--task-user", options.isolation.user]
+        if task_root is not None:
+            flags += ["--task-root", task_root]
+    return flags
+
+
 def agent(options: ClusterOptions, paths: ClusterPaths, index: int, master_address: str) -> LaunchPlan:
     agent_id = f"agent-{index}"
     work_dir = paths.agent_work_dir(agent_id)
@@ -214,19 +245,8 @@ def agent(options: ClusterOptions, paths: ClusterPaths, index: int, master_addre
     ]
     if options.tls:
         command += ["--master-cert", str(paths.tls_cert_file)]
-    if options.runtime == "docker":
-        command += ["--runtime", "docker"]
-        if options.default_image:
-            command += ["--default-image", options.default_image]
-    elif options.task_env is not None:
-        command += ["--task-env", f"{TASK_ENV_NAME}={options.task_env}"]
-    if options.runtime != "docker" and options.isolation is not None:
-        command += [
-            "--task-user",
-            options.isolation.user,
-            "--task-root",
-            str(options.isolation.tasks_root / agent_id),
-        ]
+    tasks_root = options.isolation.tasks_root / agent_id if options.isolation is not None else None
+    command += agent_runtime_flags(options, str(tasks_root) if tasks_root is not None else None)
     return LaunchPlan(
         name=agent_id,
         role="agent",

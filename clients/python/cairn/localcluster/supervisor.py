@@ -28,6 +28,12 @@ from cairn.localcluster.processes import (
     spawn,
     stop_process_groups,
 )
+from cairn.localcluster.provisioning import (
+    provisioned_agent_pids,
+    provisioned_work_dirs,
+    remove_provisioned_agent_containers,
+    write_master_config,
+)
 from cairn.localcluster.readiness import SERVING, UNREACHABLE, health_status, read_ready_file
 from cairn.localcluster.record import (
     ClusterRecord,
@@ -252,6 +258,8 @@ class _Startup:
             ensure_certificate(CertificatePair(paths.tls_cert_file, paths.tls_key_file), options.host)
             self.record.master_ca_file = str(paths.tls_cert_file)
         addresses = {role: self.records[role].grpc_address or "" for role in plans.INTERNAL_ROLES}
+        if options.provision is not None:
+            write_master_config(options, paths)
         master = plans.master(
             options,
             paths,
@@ -397,6 +405,7 @@ def _agent_work_dirs(paths: ClusterPaths, record: ClusterRecord | None) -> list[
     dirs = {Path(p.work_dir) for p in record.processes if p.work_dir} if record else set()
     if paths.agents_dir.is_dir():
         dirs.update(child for child in paths.agents_dir.iterdir() if child.is_dir())
+    dirs.update(provisioned_work_dirs(paths))
     return sorted(dirs)
 
 
@@ -443,6 +452,16 @@ def stop_cluster(
         with record_lock(paths.record_file):
             record = load_record(paths.record_file) or record
             report.processes += _stop_processes(record, grace_s, progress)
+    # Agents the master's provisioner started: after the master, so that none is launched anew.
+    provisioned = provisioned_agent_pids(paths)
+    if provisioned:
+        progress(f"stopping {len(provisioned)} provisioned agent(s)")
+        outcomes = stop_process_groups(provisioned, max(grace_s, AGENT_STOP_GRACE_S))
+        report.processes += [
+            StoppedProcess("provisioned agent", pid, outcome.how) for pid, outcome in outcomes.items()
+        ]
+    for container_id in remove_provisioned_agent_containers(paths):
+        progress(f"removed provisioned agent container {container_id[:12]}")
     # What the agents could not stop (an agent killed earlier left its trials running).
     report.swept = sweep_container_processes(_agent_work_dirs(paths, record))
     if record is not None:

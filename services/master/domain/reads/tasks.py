@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from services.master.domain.errors import NotFound
+from services.master.domain.paging import Page, page_of
 from services.master.domain.states import LIVE_ALLOCATION, TASK_ENDED, TaskKind
 from services.master.domain.states import AllocationState as A
 from services.master.domain.task_ids import parse_trial_task_id
@@ -62,22 +63,46 @@ def tasks_of_kind(
 ) -> list[TaskRow]:
     """The tasks of `kind` (oldest first unless `newest_first`), of the owners named by username
     or id when any are."""
-    start, ident = models.Task.start_time, models.Task.id
-    q = (
-        select(models.Task, models.User.username)
-        .join(models.User, models.User.id == models.Task.owner_id)
-        .where(models.Task.kind == kind)
-        .order_by(*((start.desc(), ident.desc()) if newest_first else (start, ident)))
+    rows, _ = task_page(
+        s,
+        kind,
+        usernames=usernames,
+        user_ids=user_ids,
+        workspace_id=workspace_id,
+        newest_first=newest_first,
     )
+    return rows
+
+
+def task_page(
+    s: Session,
+    kind: TaskKind,
+    *,
+    usernames: tuple[str, ...] = (),
+    user_ids: tuple[int, ...] = (),
+    workspace_id: int | None = None,
+    newest_first: bool = False,
+    offset: int = 0,
+    limit: int = 0,
+) -> tuple[list[TaskRow], Page]:
+    """One page of tasks_of_kind and where it lies, by Determined's rules for task lists (an
+    offset below 0 counts from the end; limit 0 is all of them, as `det cmd list` expects). Only
+    the page's rows are loaded, with their latest allocations."""
+    start, ident = models.Task.start_time, models.Task.id
+    q = select(models.Task, models.User.username).join(models.User, models.User.id == models.Task.owner_id)
+    q = q.where(models.Task.kind == kind)
     if usernames:
         q = q.where(models.User.username.in_(usernames))
     if user_ids:
         q = q.where(models.Task.owner_id.in_(user_ids))
     if workspace_id:
         q = q.where(models.Task.workspace_id == workspace_id)
-    rows = s.execute(q).all()
+    total = int(s.scalar(select(func.count()).select_from(q.subquery())) or 0)
+    page = page_of(total, offset, limit or -1)
+    ordered = q.order_by(*((start.desc(), ident.desc()) if newest_first else (start, ident)))
+    rows = s.execute(ordered.offset(page.start).limit(page.end - page.start)).all()
     latest = latest_allocations(s, [t.id for t, _ in rows])
-    return [TaskRow(t, str(username), latest.get(t.id)) for t, username in rows]
+    return [TaskRow(t, str(username), latest.get(t.id)) for t, username in rows], page
 
 
 def task_row(s: Session, task_id: str, kind: TaskKind) -> TaskRow:

@@ -13,15 +13,31 @@ from services.master.domain import agents as agent_registry
 from services.master.domain.errors import NotFound, PermissionDenied
 from services.master.domain.paging import page_of
 from services.master.domain.reads.agents import agents_with_slots, live_allocations_by_pool
+from services.master.domain.reads.provisioning import pool_provisioning
 from services.master.domain.states import AllocationState
 from services.master.servicers.api import convert
 from services.master.servicers.api.base import ServicerBase
 from services.master.servicers.errors import rpc
+from services.master.settings import PoolSettings
 
 POLICIES = {
     "best": rpb.ResourcePool.FITTING_POLICY_BEST,
     "worst": rpb.ResourcePool.FITTING_POLICY_WORST,
 }
+
+
+def _with_provider(pool: rpb.ResourcePool, settings: PoolSettings) -> rpb.ResourcePool:
+    """Determined's own fields for a pool whose agents are provisioned, filled in."""
+    config = settings.provider
+    if config is not None:
+        limits = config.limits
+        pool.min_agents = limits.min_instances
+        pool.max_agents = limits.max_instances
+        pool.max_idle_agent_period = limits.max_idle_agent_period_s
+        pool.max_agent_starting_period = limits.max_agent_starting_period_s
+        if config.type == "aws":
+            pool.type = rpb.ResourcePool.RESOURCE_POOL_TYPE_AWS
+    return pool
 
 
 class AgentsApi(ServicerBase):
@@ -120,6 +136,41 @@ class AgentsApi(ServicerBase):
         )
         return apb.DisableSlotResponse(slot=self._one(request.agent_id).slots[request.slot_id])
 
+    def _provisioner(self, settings: PoolSettings) -> rpb.ProvisionerStatus | None:
+        config = settings.provider
+        if config is None:
+            return None
+        with self.ctx.db.read() as s:
+            view = pool_provisioning(s, settings.name)
+        limits = config.limits
+        return rpb.ProvisionerStatus(
+            provider=config.type,
+            min_instances=limits.min_instances,
+            max_instances=limits.max_instances,
+            instance_slots=limits.instance_slots,
+            max_idle_agent_period_s=limits.max_idle_agent_period_s,
+            max_agent_starting_period_s=limits.max_agent_starting_period_s,
+            instances=[
+                rpb.ProvisionedInstance(
+                    id=i.id,
+                    phase=i.phase,
+                    launched_at=convert.ts(i.launched_at),
+                    connected_at=convert.ts(i.connected_at),
+                    idle_since=convert.ts(i.idle_since),
+                    drain_reason=i.drain_reason or "",
+                    reason=i.reason,
+                )
+                for i in view.instances
+            ],
+            recent_events=[
+                rpb.ProvisionerEvent(
+                    at=convert.ts(e.at), action=e.action, instance_id=e.instance_id or "", message=e.message
+                )
+                for e in view.events
+            ],
+            last_error=view.last_error,
+        )
+
     @rpc
     def GetResourcePools(
         self, request: rpb.GetResourcePoolsRequest, context: grpc.ServicerContext
@@ -136,39 +187,43 @@ class AgentsApi(ServicerBase):
             slot_types = {slot.device.type for slot in slots}
             pool_allocs = live.get(settings.name, [])
             pools.append(
-                rpb.ResourcePool(
-                    name=settings.name,
-                    description=settings.description,
-                    type=rpb.ResourcePool.RESOURCE_POOL_TYPE_STATIC,
-                    num_agents=len(members),
-                    slots_available=sum(1 for slot in slots if slot.enabled),
-                    slots_used=used,
-                    slot_type=slot_types.pop() if len(slot_types) == 1 else common_pb2.TYPE_UNSPECIFIED,
-                    aux_container_capacity=100 * len(members),
-                    default_compute_pool=settings.name == self.ctx.settings.default_pool,
-                    default_aux_pool=settings.name == self.ctx.settings.default_pool,
-                    preemptible=settings.preemption_enabled,
-                    slots_per_agent=max((len(a.slots) for a in members), default=0),
-                    aux_container_capacity_per_agent=100,
-                    scheduler_type=rpb.ResourcePool.SCHEDULER_TYPE_PRIORITY,
-                    scheduler_fitting_policy=POLICIES.get(
-                        settings.fitting_policy, rpb.ResourcePool.FITTING_POLICY_BEST
+                _with_provider(
+                    rpb.ResourcePool(
+                        name=settings.name,
+                        description=settings.description,
+                        type=rpb.ResourcePool.RESOURCE_POOL_TYPE_STATIC,
+                        num_agents=len(members),
+                        slots_available=sum(1 for slot in slots if slot.enabled),
+                        slots_used=used,
+                        slot_type=slot_types.pop() if len(slot_types) == 1 else common_pb2.TYPE_UNSPECIFIED,
+                        aux_container_capacity=100 * len(members),
+                        default_compute_pool=settings.name == self.ctx.settings.default_pool,
+                        default_aux_pool=settings.name == self.ctx.settings.default_pool,
+                        preemptible=settings.preemption_enabled,
+                        slots_per_agent=max((len(a.slots) for a in members), default=0),
+                        aux_container_capacity_per_agent=100,
+                        scheduler_type=rpb.ResourcePool.SCHEDULER_TYPE_PRIORITY,
+                        scheduler_fitting_policy=POLICIES.get(
+                            settings.fitting_policy, rpb.ResourcePool.FITTING_POLICY_BEST
+                        ),
+                        location="local",
+                        cluster_name=self.ctx.settings.cluster_name,
+                        stats=rpb.QueueStats(
+                            queued_count=sum(1 for a in pool_allocs if a.id in waiting),
+                            scheduled_count=sum(1 for a in pool_allocs if a.state != AllocationState.PENDING),
+                        ),
+                        default_priority=settings.default_priority,
+                        preemption_enabled=settings.preemption_enabled,
+                        provisioner=self._provisioner(settings),
+                        # Determined's clients require the key (bindings raise KeyError without it).
+                        details=rpb.ResourcePoolDetail(
+                            priority_scheduler=rpb.ResourcePoolPrioritySchedulerDetail(
+                                preemption=settings.preemption_enabled,
+                                default_priority=settings.default_priority,
+                            )
+                        ),
                     ),
-                    location="local",
-                    cluster_name=self.ctx.settings.cluster_name,
-                    stats=rpb.QueueStats(
-                        queued_count=sum(1 for a in pool_allocs if a.id in waiting),
-                        scheduled_count=sum(1 for a in pool_allocs if a.state != AllocationState.PENDING),
-                    ),
-                    default_priority=settings.default_priority,
-                    preemption_enabled=settings.preemption_enabled,
-                    # Determined's clients require the key (bindings raise KeyError without it).
-                    details=rpb.ResourcePoolDetail(
-                        priority_scheduler=rpb.ResourcePoolPrioritySchedulerDetail(
-                            preemption=settings.preemption_enabled,
-                            default_priority=settings.default_priority,
-                        )
-                    ),
+                    settings,
                 )
             )
         page = page_of(len(pools), request.offset, request.limit)

@@ -121,20 +121,18 @@ class CommandsApi(ServicerBase):
     ) -> cpb.GetCommandsResponse:
         self.user(context)
         with self.ctx.db.read() as s:
-            rows = reads.tasks_of_kind(
+            rows, page = reads.task_page(
                 s,
                 TaskKind.COMMAND,
                 usernames=tuple(request.users),
                 user_ids=tuple(request.user_ids),
                 workspace_id=request.workspace_id or None,
                 newest_first=request.order_by == common_pb2.ORDER_BY_DESC,
+                offset=request.offset,
+                limit=request.limit,
             )
-        commands = [command_message(row) for row in rows]
         return cpb.GetCommandsResponse(
-            commands=commands,
-            pagination=common_pb2.Pagination(
-                total=len(commands), start_index=0, end_index=len(commands), limit=len(commands)
-            ),
+            commands=[command_message(row) for row in rows], pagination=convert.pagination(page)
         )
 
     @rpc
@@ -154,6 +152,17 @@ class CommandsApi(ServicerBase):
         with self.ctx.db.read() as s:
             row = reads.task_row(s, request.command_id, TaskKind.COMMAND)
         return cpb.KillCommandResponse(command=command_message(row))
+
+    @rpc
+    def SetCommandPriority(
+        self, request: cpb.SetCommandPriorityRequest, context: grpc.ServicerContext
+    ) -> cpb.SetCommandPriorityResponse:
+        task_lifecycle.set_priority(
+            self.ctx, self.user(context), request.command_id, TaskKind.COMMAND, request.priority
+        )
+        with self.ctx.db.read() as s:
+            row = reads.task_row(s, request.command_id, TaskKind.COMMAND)
+        return cpb.SetCommandPriorityResponse(command=command_message(row))
 
 
 class GenericTasksApi(ServicerBase):

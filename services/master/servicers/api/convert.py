@@ -43,6 +43,12 @@ def struct(value: dict[str, Any] | None) -> struct_pb2.Struct:
     return result
 
 
+def optional_field(message: Any, field: str) -> Any:
+    """A proto3 `optional` field's value, None when the caller left it unset (a PATCH's "no
+    change" as against a change to the zero value)."""
+    return getattr(message, field) if message.HasField(field) else None
+
+
 def pagination(page: Page) -> common_pb2.Pagination:
     return common_pb2.Pagination(
         offset=page.offset, limit=page.limit, start_index=page.start, end_index=page.end, total=page.total

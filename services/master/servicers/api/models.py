@@ -66,10 +66,6 @@ def version_message(row: reads.VersionRow) -> mpb.ModelVersion:
     )
 
 
-def _optional(message: Any, field: str) -> Any:
-    return getattr(message, field) if message.HasField(field) else None
-
-
 def _metadata(message: Any) -> dict[str, Any] | None:
     return struct_to_python(message.metadata) if message.HasField("metadata") else None
 
@@ -103,7 +99,7 @@ class ModelsApi(ServicerBase):
             name=request.name,
             description=request.description,
             labels=list(request.labels),
-            archived=_optional(request, "archived"),
+            archived=convert.optional_field(request, "archived"),
             users=list(request.users),
             user_ids=list(request.user_ids),
             workspace_ids=list(request.workspace_ids),
@@ -131,8 +127,8 @@ class ModelsApi(ServicerBase):
             metadata=_metadata(request),
             labels=list(request.labels),
             notes=request.notes,
-            workspace_id=_optional(request, "workspace_id"),
-            workspace_name=_optional(request, "workspace_name"),
+            workspace_id=convert.optional_field(request, "workspace_id"),
+            workspace_name=convert.optional_field(request, "workspace_name"),
         )
         with self.ctx.unit_of_work() as w:
             model_id = registry.create_model(self.ctx, w, principal, new)
@@ -145,13 +141,13 @@ class ModelsApi(ServicerBase):
         principal = self.user(context)
         patch = request.model
         edit = registry.ModelEdit(
-            name=_optional(patch, "name"),
-            description=_optional(patch, "description"),
-            notes=_optional(patch, "notes"),
+            name=convert.optional_field(patch, "name"),
+            description=convert.optional_field(patch, "description"),
+            notes=convert.optional_field(patch, "notes"),
             metadata=_metadata(patch),
             labels=_labels(patch),
-            workspace_id=_optional(patch, "workspace_id"),
-            workspace_name=_optional(patch, "workspace_name"),
+            workspace_id=convert.optional_field(patch, "workspace_id"),
+            workspace_name=convert.optional_field(patch, "workspace_name"),
         )
         with self.ctx.unit_of_work() as w:
             model_id = registry.patch_model(self.ctx, w, principal, request.model_name, edit)
@@ -234,9 +230,9 @@ class ModelsApi(ServicerBase):
         principal = self.user(context)
         patch = request.model_version
         edit = registry.VersionEdit(
-            name=_optional(patch, "name"),
-            comment=_optional(patch, "comment"),
-            notes=_optional(patch, "notes"),
+            name=convert.optional_field(patch, "name"),
+            comment=convert.optional_field(patch, "comment"),
+            notes=convert.optional_field(patch, "notes"),
             metadata=_metadata(patch),
             labels=_labels(patch),
         )
@@ -259,5 +255,5 @@ class ModelsApi(ServicerBase):
         self, request: mpb.GetModelLabelsRequest, context: grpc.ServicerContext
     ) -> mpb.GetModelLabelsResponse:
         with self.ctx.db.read() as s:
-            labels = reads.labels(s, _optional(request, "workspace_id"))
+            labels = reads.labels(s, convert.optional_field(request, "workspace_id"))
         return mpb.GetModelLabelsResponse(labels=labels)

@@ -95,20 +95,18 @@ class NotebooksApi(ServicerBase):
     ) -> npb.GetNotebooksResponse:
         self.user(context)
         with self.ctx.db.read() as s:
-            rows = reads.tasks_of_kind(
+            rows, page = reads.task_page(
                 s,
                 TaskKind.NOTEBOOK,
                 usernames=tuple(request.users),
                 user_ids=tuple(request.user_ids),
                 workspace_id=request.workspace_id or None,
                 newest_first=request.order_by == common_pb2.ORDER_BY_DESC,
+                offset=request.offset,
+                limit=request.limit,
             )
-        found = [notebook_message(row) for row in rows]
         return npb.GetNotebooksResponse(
-            notebooks=found,
-            pagination=common_pb2.Pagination(
-                total=len(found), start_index=0, end_index=len(found), limit=len(found)
-            ),
+            notebooks=[notebook_message(row) for row in rows], pagination=convert.pagination(page)
         )
 
     @rpc
@@ -128,6 +126,17 @@ class NotebooksApi(ServicerBase):
         with self.ctx.db.read() as s:
             row = reads.task_row(s, request.notebook_id, TaskKind.NOTEBOOK)
         return npb.KillNotebookResponse(notebook=notebook_message(row))
+
+    @rpc
+    def SetNotebookPriority(
+        self, request: npb.SetNotebookPriorityRequest, context: grpc.ServicerContext
+    ) -> npb.SetNotebookPriorityResponse:
+        task_lifecycle.set_priority(
+            self.ctx, self.user(context), request.notebook_id, TaskKind.NOTEBOOK, request.priority
+        )
+        with self.ctx.db.read() as s:
+            row = reads.task_row(s, request.notebook_id, TaskKind.NOTEBOOK)
+        return npb.SetNotebookPriorityResponse(notebook=notebook_message(row))
 
     @rpc
     def IdleNotebook(

@@ -15,8 +15,10 @@ from services.master.servicers.api.master_info import MasterInfoApi
 from services.master.servicers.api.metrics import MetricsApi, SamplesApi, WorkloadsApi
 from services.master.servicers.api.models import ModelsApi
 from services.master.servicers.api.notebooks import NotebooksApi
+from services.master.servicers.api.shells import ShellsApi
 from services.master.servicers.api.tasks import SignalsApi, TasksApi
 from services.master.servicers.api.templates import TemplatesApi
+from services.master.servicers.api.tensorboards import TensorboardsApi
 from services.master.servicers.api.trials import TrialsApi
 from services.master.servicers.api.users import UsersApi
 from services.master.servicers.api.workspaces import WorkspacesApi
@@ -41,6 +43,8 @@ class CairnServicer(
     CommandsApi,
     GenericTasksApi,
     NotebooksApi,
+    ShellsApi,
+    TensorboardsApi,
     TemplatesApi,
     WorkspacesApi,
     SignalsApi,

@@ -98,10 +98,6 @@ def _struct_given(message: Any, field: str) -> dict[str, Any] | None:
     return result
 
 
-def _optional(message: Any, field: str) -> Any:
-    return getattr(message, field) if message.HasField(field) else None
-
-
 def _agent_user_group_set(message: Any) -> bool:
     if not message.HasField("agent_user_group"):
         return False
@@ -167,8 +163,8 @@ class WorkspacesApi(ServicerBase):
         principal = self.user(context)
         settings = workspaces.WorkspaceSettings(
             checkpoint_storage=_struct_given(request, "checkpoint_storage_config"),
-            default_compute_pool=_optional(request, "default_compute_pool"),
-            default_aux_pool=_optional(request, "default_aux_pool"),
+            default_compute_pool=convert.optional_field(request, "default_compute_pool"),
+            default_aux_pool=convert.optional_field(request, "default_aux_pool"),
             agent_user_group=_agent_user_group_set(request),
             kubernetes_namespaces=bool(request.cluster_namespace_meta.fields or request.cluster_quota_pairs),
         )
@@ -182,17 +178,21 @@ class WorkspacesApi(ServicerBase):
     ) -> wpb.PatchWorkspaceResponse:
         principal = self.user(context)
         patch = request.workspace
-        compute = _optional(patch, "default_compute_resource_pool")
-        aux = _optional(patch, "default_aux_resource_pool")
+        compute = convert.optional_field(patch, "default_compute_resource_pool")
+        aux = convert.optional_field(patch, "default_aux_resource_pool")
         settings = workspaces.WorkspaceSettings(
             checkpoint_storage=_struct_given(patch, "checkpoint_storage_config"),
-            default_compute_pool=compute if compute is not None else _optional(patch, "default_compute_pool"),
-            default_aux_pool=aux if aux is not None else _optional(patch, "default_aux_pool"),
+            default_compute_pool=compute
+            if compute is not None
+            else convert.optional_field(patch, "default_compute_pool"),
+            default_aux_pool=aux if aux is not None else convert.optional_field(patch, "default_aux_pool"),
             agent_user_group=_agent_user_group_set(patch),
             kubernetes_namespaces=bool(patch.cluster_namespace_meta.fields),
         )
         with self.ctx.unit_of_work() as w:
-            workspaces.patch_workspace(self.ctx, w, principal, request.id, _optional(patch, "name"), settings)
+            workspaces.patch_workspace(
+                self.ctx, w, principal, request.id, convert.optional_field(patch, "name"), settings
+            )
         return wpb.PatchWorkspaceResponse(workspace=self._workspace(request.id))
 
     @rpc
@@ -261,8 +261,8 @@ class WorkspacesApi(ServicerBase):
                 principal,
                 request.workspace_id,
                 request.name,
-                _optional(request, "description"),
-                _optional(request, "key"),
+                convert.optional_field(request, "description"),
+                convert.optional_field(request, "key"),
             )
         return wpb.PostProjectResponse(project=self._project(project_id))
 
@@ -282,9 +282,9 @@ class WorkspacesApi(ServicerBase):
         principal = self.user(context)
         patch = request.project
         edit = workspaces.ProjectEdit(
-            name=_optional(patch, "name"),
-            description=_optional(patch, "description"),
-            key=_optional(patch, "key"),
+            name=convert.optional_field(patch, "name"),
+            description=convert.optional_field(patch, "description"),
+            key=convert.optional_field(patch, "key"),
         )
         with self.ctx.unit_of_work() as w:
             workspaces.patch_project(w, principal, request.id, edit)

@@ -6,6 +6,7 @@ burned a cluster)."""
 from __future__ import annotations
 
 from cairn.agent.v1 import agent_pb2 as apb
+from services.master.domain import allocations
 from tests.unit.master.domain.harness import Master
 
 
@@ -76,3 +77,47 @@ def test_a_clean_exit_completes_the_trial_and_the_experiment(master: Master) -> 
     assert (trial.state, trial.restarts, trial.progress) == ("COMPLETED", 0, 1.0)
     exp = master.experiment(experiment_id)
     assert exp.state == "COMPLETED" and exp.end_time is not None
+
+
+def test_starts_the_agent_fails_again_and_again_count_as_failures_and_end_in_error(master: Master) -> None:
+    """An agent whose every start dies before the code runs (a supervisor that cannot load its
+    interpreter) once had a trial placed and failed thousands of times a minute: uncounted
+    infrastructure failures, forever. Five such ends in a row count as one failure."""
+    master.add_agent("a1")
+    experiment_id = master.create(max_restarts=1)
+    (trial,) = master.trials(experiment_id)
+    in_a_row = allocations.MAX_START_FAILURES_IN_A_ROW
+    for attempt in range(2 * in_a_row):
+        alloc = master.live(trial.id)
+        (container,) = [c.id for c in master.containers(alloc.id)]
+        master.container_state(container, apb.CONTAINER_STATE_STARTING)
+        master.container_state(
+            container,
+            apb.CONTAINER_STATE_TERMINATED,
+            failure=apb.FAILURE_TYPE_AGENT_FAILED,
+            message="the container's supervisor process died unexpectedly",
+        )
+        (trial,) = master.trials(experiment_id)
+        assert trial.restarts == min((attempt + 1) // in_a_row, 1), attempt  # the 10th: ERROR
+    (trial,) = master.trials(experiment_id)
+    assert (trial.state, trial.restarts, trial.run_id) == ("ERROR", 1, 2 * in_a_row)
+    last = master.allocations(trial.id)[-1]
+    assert "5 starts in a row failed this way" in (last.exit_reason or "")
+
+
+def test_a_start_that_ran_resets_the_count_of_failed_starts(master: Master) -> None:
+    master.add_agent("a1")
+    experiment_id = master.create(max_restarts=0)
+    (trial,) = master.trials(experiment_id)
+    for attempt in range(allocations.MAX_START_FAILURES_IN_A_ROW * 2 - 1):
+        alloc = master.live(trial.id)
+        if attempt == allocations.MAX_START_FAILURES_IN_A_ROW - 1:
+            (container,) = master.run_containers(alloc.id)  # this one ran: lost later, uncounted
+            master.lose(container)
+            continue
+        (container,) = [c.id for c in master.containers(alloc.id)]
+        master.container_state(
+            container, apb.CONTAINER_STATE_TERMINATED, failure=apb.FAILURE_TYPE_AGENT_FAILED
+        )
+    (trial,) = master.trials(experiment_id)
+    assert (trial.state, trial.restarts) == ("ACTIVE", 0)

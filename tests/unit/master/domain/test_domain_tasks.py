@@ -15,7 +15,7 @@ from sqlalchemy import select
 from cairn.agent.v1 import agent_pb2 as apb
 from services.common.principal import Principal
 from services.master.domain import agents, tasks
-from services.master.domain.errors import FailedPrecondition, InvalidArgument
+from services.master.domain.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from services.master.domain.logs import LogStore
 from services.master.domain.model_definition import ContextFile
 from services.master.domain.reads import tasks as task_reads
@@ -315,3 +315,46 @@ def test_upgrading_gives_existing_trials_their_tasks(tmp_path: Path) -> None:
             ]
     finally:
         db.dispose()
+
+
+def test_set_priority_moves_a_task_and_its_allocation_within_bounds(master: Master) -> None:
+    task_id = launch(master, {"entrypoint": ["sleep", "1000"], "resources": {"priority": 50}})
+    (alloc,) = allocations_of(master, task_id)
+    assert (task_of(master, task_id).priority, alloc.priority) == (50, 50)
+
+    tasks.set_priority(master.ctx, master.admin, task_id, TaskKind.COMMAND, 10)
+    task = task_of(master, task_id)
+    assert (task.priority, task.config["resources"]["priority"]) == (10, 10)
+    assert allocations_of(master, task_id)[0].priority == 10  # the pending allocation takes it
+
+    for bad in (0, 100, -5):
+        with pytest.raises(InvalidArgument, match=r"^priority: "):
+            tasks.set_priority(master.ctx, master.admin, task_id, TaskKind.COMMAND, bad)
+    stranger = Principal(user_id=None, username="stranger", admin=False)
+    with pytest.raises(PermissionDenied):
+        tasks.set_priority(master.ctx, stranger, task_id, TaskKind.COMMAND, 20)
+    with pytest.raises(NotFound):  # a command is not a notebook
+        tasks.set_priority(master.ctx, master.admin, task_id, TaskKind.NOTEBOOK, 20)
+    assert task_of(master, task_id).priority == 10  # refusals changed nothing
+
+    change(master, task_id, tasks.kill)
+    with pytest.raises(FailedPrecondition, match="has ended"):
+        tasks.set_priority(master.ctx, master.admin, task_id, TaskKind.COMMAND, 20)
+
+
+def test_task_lists_page_by_determined_rules(master: Master) -> None:
+    ids = [launch(master, {"entrypoint": ["true"], "resources": {"slots": 0}}) for _ in range(3)]
+    with master.db.read() as s:
+
+        def page(offset: int, limit: int, newest_first: bool = False) -> tuple[list[str], int]:
+            rows, where = task_reads.task_page(
+                s, TaskKind.COMMAND, offset=offset, limit=limit, newest_first=newest_first
+            )
+            return [r.task.id for r in rows], where.total
+
+        assert page(0, 0) == (ids, 3)  # limit 0: all of them, as `det cmd list` expects
+        assert page(1, 1) == (ids[1:2], 3)
+        assert page(-1, 0) == (ids[2:], 3)  # an offset below 0 counts from the end
+        assert page(0, 2, newest_first=True) == (ids[::-1][:2], 3)
+        assert page(5, 2) == ([], 3)
+        assert task_reads.task_page(s, TaskKind.NOTEBOOK)[0] == []

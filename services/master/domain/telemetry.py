@@ -1,0 +1,86 @@
+"""The master's own measurements, kept in memory and read by the /metrics scrape: how long
+scheduling passes take, how many metric rows come in and how long a report takes to become
+readable. Counts and gauges the database already holds (trials by state, the queue) are read from
+it at scrape time instead (gateway/prometheus.py).
+
+Prometheus' histogram semantics: cumulative buckets by upper bound, a sum and a count; counters only
+grow. Every update is a few additions under a lock, cheap next to what it measures.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+# Seconds: from a millisecond (a scheduling pass on a small cluster) to a minute.
+DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+@dataclass(frozen=True)
+class HistogramSnapshot:
+    bounds: tuple[float, ...]
+    # Cumulative counts, one per bound, then +Inf (== count).
+    cumulative: tuple[int, ...]
+    total: float
+    count: int
+
+
+class Histogram:
+    def __init__(self, bounds: Sequence[float] = DURATION_BUCKETS) -> None:
+        self._bounds = tuple(sorted(bounds))
+        self._counts = [0] * (len(self._bounds) + 1)
+        self._sum = 0.0
+        self._lock = threading.Lock()
+
+    def observe(self, value: float, times: int = 1) -> None:
+        """`times` observations of `value` (a batch of reports that became readable together)."""
+        index = bisect.bisect_left(self._bounds, value)
+        with self._lock:
+            self._counts[index] += times
+            self._sum += value * times
+
+    def snapshot(self) -> HistogramSnapshot:
+        with self._lock:
+            counts = list(self._counts)
+            total = self._sum
+        cumulative, running = [], 0
+        for count in counts:
+            running += count
+            cumulative.append(running)
+        return HistogramSnapshot(self._bounds, tuple(cumulative), total, running)
+
+
+class Counter:
+    def __init__(self) -> None:
+        self._value = 0
+        self._lock = threading.Lock()
+
+    def add(self, amount: int = 1) -> None:
+        with self._lock:
+            self._value += amount
+
+    @property
+    def value(self) -> int:
+        return self._value
+
+
+@dataclass
+class Telemetry:
+    """One per master (MasterContext.telemetry)."""
+
+    scheduling_pass: Histogram
+    metric_rows: Counter
+    metric_batches: Counter
+    # From a report's time (the trial's clock) to the commit that stored it.
+    metric_intake_latency: Histogram
+
+    @classmethod
+    def new(cls) -> Telemetry:
+        return cls(
+            scheduling_pass=Histogram(),
+            metric_rows=Counter(),
+            metric_batches=Counter(),
+            metric_intake_latency=Histogram(),
+        )

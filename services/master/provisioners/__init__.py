@@ -1,0 +1,1 @@
+"""Providers of dynamic agents (the provisioning contract in domain/provisioning/provider.py)."""

@@ -1,0 +1,46 @@
+"""The master's SQLite file and its -wal / -shm are owner-only (0600) whatever the umask, and a
+file an older master left readable is tightened."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from sqlalchemy import text
+
+from services.master.store.db import Database
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_the_database_and_its_companions_are_created_owner_only(tmp_path: Path) -> None:
+    path = tmp_path / "cairn.db"
+    old = os.umask(0o022)
+    try:
+        db = Database(f"sqlite:///{path}")
+        with db.transaction() as session:
+            session.execute(text("CREATE TABLE t (x INTEGER)"))
+            session.execute(text("INSERT INTO t VALUES (1)"))
+        companions = [path.with_name("cairn.db-wal"), path.with_name("cairn.db-shm")]
+        assert all(p.exists() for p in companions)  # WAL mode, a connection still open
+        assert [mode(p) for p in (path, *companions)] == [0o600] * 3
+        db.engine.dispose()
+    finally:
+        os.umask(old)
+
+
+def test_a_readable_file_from_before_is_tightened(tmp_path: Path) -> None:
+    path = tmp_path / "cairn.db"
+    path.touch(mode=0o644)
+    wal = tmp_path / "cairn.db-wal"
+    wal.touch(mode=0o644)
+    Database(f"sqlite:///{path}").engine.dispose()
+    assert (mode(path), mode(wal)) == (0o600, 0o600)
+
+
+def test_an_in_memory_database_needs_no_file() -> None:
+    Database("sqlite://").engine.dispose()
+    Database("sqlite:///:memory:").engine.dispose()
