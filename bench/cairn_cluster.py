@@ -39,7 +39,9 @@ class Api:
         )
         return int(self.CreateExperiment(request).experiment.id)
 
-    def wait_terminal(self, experiment_id: int, timeout: float = 3600) -> str:
+    def wait_terminal(self, experiment_id: int, timeout: float = 3600, interval: float = 0.05) -> str:
+        """The experiment's end state, polled every `interval` s (short for latency benches; a
+        throughput bench polls seldom, so that its own reads do not load the master)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             exp = self.GetExperiment(
@@ -48,7 +50,7 @@ class Api:
             state = experiment_pb2.Experiment.State.Name(exp.state).removeprefix("STATE_")
             if state in ("COMPLETED", "CANCELED", "ERROR"):
                 return state
-            time.sleep(0.05)
+            time.sleep(interval)
         raise TimeoutError(f"experiment {experiment_id} did not finish in {timeout} s")
 
 

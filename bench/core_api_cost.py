@@ -4,7 +4,7 @@ cluster (one agent, SQLite), and prints the CPU time (all of the trial process's
 shipper's batching and sending count) and wall time each phase took. The goal (issue 14): under
 1 % more CPU with reporting than without.
 
-    .venv/bin/python -m bench.core_api_cost [--steps 2000] [--rounds 5]
+    .venv/bin/python -m bench.core_api_cost [--steps 2000] [--rounds 5] [--tensorboard AUTO|MANUAL]
 """
 
 from __future__ import annotations
@@ -24,13 +24,17 @@ HERE = Path(__file__).parent
 MODEL_DIR = HERE / "trials" / "report_cost"
 
 
-def run(steps: int, rounds: int) -> dict[str, object]:
+def run(steps: int, rounds: int, tensorboard: str = "AUTO") -> dict[str, object]:
     config = {
         "name": "core-api-cost",
         "entrypoint": "python3 report_cost.py",
         "searcher": {"name": "single", "metric": "loss", "smaller_is_better": True},
         "environment": {
-            "environment_variables": [f"BENCH_STEPS={steps}", f"BENCH_ROUNDS={rounds}"],
+            "environment_variables": [
+                f"BENCH_STEPS={steps}",
+                f"BENCH_ROUNDS={rounds}",
+                f"BENCH_TENSORBOARD={tensorboard}",
+            ],
         },
         "max_restarts": 0,
     }
@@ -54,14 +58,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--steps", type=int, default=2000, help="steps per phase")
     parser.add_argument("--rounds", type=int, default=5, help="quiet/reporting phase pairs")
+    parser.add_argument(
+        "--tensorboard",
+        choices=["AUTO", "MANUAL"],
+        default="AUTO",
+        help="the trial's TensorboardMode (AUTO, the default, also writes reports as TensorBoard scalars)",
+    )
     args = parser.parse_args()
-    result = run(args.steps, args.rounds)
+    result = run(args.steps, args.rounds, args.tensorboard)
     rounds = result["rounds"]
     assert isinstance(rounds, list)
     cpu = [r["report_cpu"] / r["quiet_cpu"] - 1 for r in rounds]
     wall = [r["report_wall"] / r["quiet_wall"] - 1 for r in rounds]
     per_report_us = [(r["report_cpu"] - r["quiet_cpu"]) / args.steps * 1e6 for r in rounds]
-    print(f"{args.steps} steps of 1 ms per phase, {args.rounds} rounds")
+    print(f"{args.steps} steps of 1 ms per phase, {args.rounds} rounds, TensorboardMode.{args.tensorboard}")
     print(
         f"extra CPU with reporting: median {statistics.median(cpu):+.2%}  (each round: "
         + ", ".join(f"{c:+.2%}" for c in cpu)

@@ -12,6 +12,7 @@ metrics as JSON, with Cairn's unique key and index) are written:
   SQLite database.
 
     .venv/bin/python -m bench.metric_intake [--reports 20000] [--writers 1,8] [--backends postgres,sqlite]
+        [--rounds 3]
 
 Rates are reports (rows) per second; the Cairn ratios are against the same backend's COPY (or
 executemany). PostgreSQL comes from CAIRN_TEST_PG_URL or the local server over its socket, as the
@@ -25,6 +26,7 @@ import io
 import json
 import os
 import sqlite3
+import statistics
 import tempfile
 import time
 import uuid
@@ -135,7 +137,7 @@ def cairn_intake(db_url: str | None, writers: int, count: int) -> float:
         cairn_cluster(Path(tmp), agents=1, slots=writers, db_url=db_url) as api,
     ):
         ids = [api.create(yaml.safe_dump(config), MODEL_DIR) for _ in range(writers)]
-        states = [api.wait_terminal(i, timeout=3600) for i in ids]
+        states = [api.wait_terminal(i, timeout=3600, interval=1.0) for i in ids]
         spans = []
         for experiment_id, state in zip(ids, states, strict=True):
             trial = api.GetExperimentTrials(
@@ -151,6 +153,25 @@ def cairn_intake(db_url: str | None, writers: int, count: int) -> float:
     return writers * count / (stored - started)
 
 
+def measure(backend: str, writers: list[int], reports: int) -> dict[str, float]:
+    """One round: the backend's references, then Cairn with each writer count (rows/s)."""
+    rates: dict[str, float] = {}
+    if backend == "postgres":
+        with scratch_postgres() as url:
+            rates["COPY"] = postgres_copy(url, reports)
+            rates["execute_values"] = postgres_execute_values(url, reports)
+            for w in writers:
+                rates[f"cairn x{w}"] = cairn_intake(url, w, reports)
+    elif backend == "sqlite":
+        with tempfile.TemporaryDirectory(prefix="cairn-bench-sqlite-") as tmp:
+            rates["executemany"] = sqlite_executemany(Path(tmp) / "bench.db", reports)
+        for w in writers:
+            rates[f"cairn x{w}"] = cairn_intake(None, w, reports)
+    else:
+        raise SystemExit(f"--backends: no backend {backend!r} (postgres, sqlite)")
+    return rates
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -158,33 +179,31 @@ def main() -> None:
     parser.add_argument("--reports", type=int, default=20000, help="reports per writer")
     parser.add_argument("--writers", default="1,8", help="concurrent trials, comma-separated counts")
     parser.add_argument("--backends", default="postgres,sqlite")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; medians are shown")
     args = parser.parse_args()
     writers = [int(w) for w in args.writers.split(",")]
-    load = os.getloadavg()[0]
-    print(f"{args.reports} reports of 10 scalars per writer; load average {load:.1f}")
-    for backend in args.backends.split(","):
-        if backend == "postgres":
-            with scratch_postgres() as url:
-                reference = postgres_copy(url, args.reports)
-                values = postgres_execute_values(url, args.reports)
-                print(f"postgres  COPY            {reference:10.0f} rows/s")
-                print(f"postgres  execute_values  {values:10.0f} rows/s")
-                for w in writers:
-                    rate = cairn_intake(url, w, args.reports)
-                    print(
-                        f"postgres  cairn x{w:<2}        {rate:10.0f} reports/s"
-                        f"  ({rate / reference:.1%} of COPY, {rate / values:.1%} of execute_values)"
-                    )
-        elif backend == "sqlite":
-            with tempfile.TemporaryDirectory(prefix="cairn-bench-sqlite-") as tmp:
-                reference = sqlite_executemany(Path(tmp) / "bench.db", args.reports)
-            print(f"sqlite    executemany     {reference:10.0f} rows/s")
-            for w in writers:
-                rate = cairn_intake(None, w, args.reports)
-                share = f"{rate / reference:.1%} of executemany"
-                print(f"sqlite    cairn x{w:<2}        {rate:10.0f} reports/s  ({share})")
-        else:
-            raise SystemExit(f"--backends: no backend {backend!r} (postgres, sqlite)")
+    backends = args.backends.split(",")
+    loads = [os.getloadavg()[0]]
+    rounds: dict[str, list[dict[str, float]]] = {b: [] for b in backends}
+    for _ in range(args.rounds):
+        for backend in backends:
+            rounds[backend].append(measure(backend, writers, args.reports))
+            loads.append(os.getloadavg()[0])
+    print(
+        f"{args.reports} reports of 10 scalars per writer, medians of {args.rounds} interleaved rounds; "
+        f"load average {min(loads):.1f}-{max(loads):.1f}"
+    )
+    for backend in backends:
+        names = list(rounds[backend][0])
+        median = {n: statistics.median(r[n] for r in rounds[backend]) for n in names}
+        reference_name = "COPY" if backend == "postgres" else "executemany"
+        reference = median[reference_name]
+        for name in names:
+            unit = "reports/s" if name.startswith("cairn") else "rows/s"
+            share = (
+                f"  ({median[name] / reference:.1%} of {reference_name})" if name.startswith("cairn") else ""
+            )
+            print(f"{backend:9} {name:15} {median[name]:10.0f} {unit}{share}")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from pathlib import Path
 import grpc
 
 import cairn
-from cairn.api.v1 import experiment_pb2
+from cairn.api.v1 import experiment_pb2, job_pb2
 from tests.e2e.determined_client import det_runner, determined_env, sdk_runner
 from tests.e2e.helpers import experiment, logs, trial_state, trials, wait_state
 from tests.support.cluster import TestCluster
@@ -156,6 +156,21 @@ def test_experiment_edits_reach_the_record_and_the_scheduler(cluster: TestCluste
     assert jobs["exp-1"]["allocatedSlots"] == 2 and jobs["exp-1"]["summary"]["state"] == "STATE_SCHEDULED"
     assert jobs["exp-2"]["summary"]["state"] == "STATE_QUEUED"
     assert jobs["exp-2"]["summary"]["jobsAhead"] < jobs["exp-3"]["summary"]["jobsAhead"]
+
+    # Every kind of job is in the queue: a command waits for a slot behind the experiments, and
+    # Cairn's reply says why each waiting job waits (Determined's client shows what it knows).
+    command_id = admin("cmd", "run", "-d", "sleep 600").strip()
+    wait_for(lambda: command_id in {j["entityId"] for j in queue()}, timeout=30, what="the command's job")
+    command_job = {j["entityId"]: j for j in queue()}[command_id]
+    assert (command_job["type"], command_job["summary"]["state"]) == ("TYPE_COMMAND", "STATE_QUEUED")
+    assert "Command" in admin("job", "list")
+    waiting = {
+        job.full.entity_id: job.full.waiting_reason
+        for job in api.GetJobsV2(job_pb2.GetJobsV2Request(limit=-1)).jobs
+        if job.full.summary.state == experiment_pb2.JobSummary.STATE_QUEUED
+    }
+    assert waiting.keys() >= {"2", "3", command_id} and all(waiting.values()), waiting
+    admin("cmd", "kill", command_id)
 
     # Name, description, labels and notes: stored, and shown by a second command.
     admin("experiment", "set", "name", "1", "renamed-a")

@@ -23,7 +23,6 @@ import secrets
 import shutil
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,7 +34,7 @@ from psycopg2 import sql
 
 from cairn import service_image
 from tests.e2e.determined_client import DET
-from tests.support.docker_env import docker_available, require_task_image
+from tests.support.docker_env import docker_available, require_service_image, require_task_image
 from tests.support.k8s_docker import NODE_ADDRESS, PodRunner, docker, probe_passes
 from tests.support.k8s_manifests import (
     K8S_DIR,
@@ -51,26 +50,11 @@ from tests.support.polling import wait_for
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
 
 REPO = Path(__file__).resolve().parents[2]
-BUILD_SCRIPT = REPO / "scripts" / "build_service_image.py"
 EXAMPLE = REPO / "examples" / "digits"
 # The node folders deploy/k8s/README.md has an operator make, owned by the services' user.
 NODE_DIRS = (Path("/var/lib/cairn/agent"), Path("/var/lib/cairn/checkpoints"))
 CHECKPOINTS = Path("/var/lib/cairn/checkpoints")
 SERVICE_ORDER = ("cairn-scheduler", "cairn-searcher", "cairn-checkpoint", "cairn-master")
-
-
-def require_service_image() -> str:
-    """The service image of this checkout, built (reused by tag) when missing."""
-    tag = service_image.image_tag()
-    done = subprocess.run(["docker", "image", "inspect", tag], capture_output=True, check=False)
-    if done.returncode == 0:
-        return tag
-    built = subprocess.run(
-        [sys.executable, str(BUILD_SCRIPT)], capture_output=True, text=True, timeout=900, check=False
-    )
-    if built.returncode != 0:
-        pytest.fail(f"building the service image failed:\n{built.stderr[-3000:]}")
-    return built.stdout.strip()
 
 
 def ports_in_use(objects: list[dict[str, Any]]) -> list[int]:

@@ -18,12 +18,14 @@ import boto3
 import pytest
 import yaml
 
+from cairn.agent_files import PROVISIONER_LABEL_WORK_DIR
 from cairn.api.v1 import agent_pb2, resourcepool_pb2
 from cairn.localcluster.paths import ClusterPaths
 from cairn.localcluster.plan import Provisioning, default_task_env
 from cairn.localcluster.provisioning import provisioned_agent_pids
 from tests.e2e.helpers import config, create, wait_state
 from tests.support.cluster import AuthedStub, TestCluster, running_cluster
+from tests.support.docker_env import require_service_image, require_task_image
 from tests.support.moto_ec2 import moto_server
 from tests.support.polling import wait_for
 
@@ -31,18 +33,40 @@ pytestmark = pytest.mark.timeout(420)
 REGION = "us-west-2"
 
 
-@pytest.fixture
-def provisioned_cluster(tmp_path: Path) -> Iterator[TestCluster]:
-    provision = Provisioning(min_agents=0, max_agents=3, max_idle_agent_period="6s")
+@pytest.fixture(params=["local", "docker"])
+def provisioned_cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[TestCluster]:
+    """A cluster whose default pool has no agents: the master's provider starts them, as processes
+    (local) or as containers of the service image running their trials in the task image (docker)."""
+    docker = request.param == "docker"
+    provision = Provisioning(
+        min_agents=0,
+        max_agents=3,
+        max_idle_agent_period="6s",
+        provider=request.param,
+        agent_image=require_service_image() if docker else "cairn-service:latest",
+    )
     with running_cluster(
         tmp_path / "cluster",
         None,
         agents=0,
         slots=1,
         provision=provision,
+        runtime="docker" if docker else "process",
+        default_image=require_task_image() if docker else None,
         extra_env={"CAIRN_PROVISIONER_PERIOD": "1"},
     ) as cluster:
         yield cluster
+
+
+def agent_containers(cluster: TestCluster) -> list[str]:
+    """The agent containers the docker provider started for this cluster that still exist."""
+    root = str(ClusterPaths(cluster.state_dir).provisioned_agents_dir.resolve())
+    listed = subprocess.run(
+        ["docker", "ps", "-a", "--filter", f"label={PROVISIONER_LABEL_WORK_DIR}", "--format",
+         f'{{{{.ID}}}} {{{{.Label "{PROVISIONER_LABEL_WORK_DIR}"}}}}'],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    return [line.split()[0] for line in listed.splitlines() if line.split()[-1].startswith(root + "/")]
 
 
 def provisioner(api: AuthedStub) -> resourcepool_pb2.ProvisionerStatus:
@@ -61,8 +85,9 @@ def test_agents_come_with_the_work_survive_a_master_kill_and_go_when_idle(
 ) -> None:
     cluster = provisioned_cluster
     api = cluster.login()
+    provider = "docker" if cluster.runtime == "docker" else "local"
     status = provisioner(api)
-    assert (status.provider, status.min_instances, list(status.instances)) == ("local", 0, [])
+    assert (status.provider, status.min_instances, list(status.instances)) == (provider, 0, [])
     assert api.GetAgents(agent_pb2.GetAgentsRequest()).agents == []
 
     seeds = {"type": "categorical", "vals": [1, 2, 3, 4, 5, 6]}  # six one-slot trials
@@ -80,6 +105,8 @@ def test_agents_come_with_the_work_survive_a_master_kill_and_go_when_idle(
         return sum(i.phase == "RUNNING" for i in instances) == 3
 
     wait_for(three_running, timeout=90, what="three provisioned agents running")
+    if provider == "docker":
+        assert len(agent_containers(cluster)) == 3
     launches = [e for e in provisioner(api).recent_events if e.action == "launch"]
     assert len(launches) == 3 and "pending request(s)" in launches[0].message
 
@@ -96,6 +123,7 @@ def test_agents_come_with_the_work_survive_a_master_kill_and_go_when_idle(
     paths = ClusterPaths(cluster.state_dir)
     wait_for(lambda: list(provisioner(api).instances) == [], timeout=90, what="the idle agents retired")
     wait_for(lambda: provisioned_agent_pids(paths) == [], timeout=60, what="the agents' processes gone")
+    wait_for(lambda: agent_containers(cluster) == [], timeout=90, what="the agents' containers gone")
     actions = [e.action for e in provisioner(api).recent_events]
     assert {"draining", "terminating", "gone"} <= set(actions)
     assert connected_agents(api) == set()

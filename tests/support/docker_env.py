@@ -18,10 +18,12 @@ import docker
 import docker.errors
 import pytest
 
+from cairn import service_image
 from cairn import task_image as task_image_tags
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "scripts" / "build_task_image.py"
+SERVICE_BUILD_SCRIPT = REPO_ROOT / "scripts" / "build_service_image.py"
 # Written by scripts/ensure_docker.sh when it could not start dockerd: the reason, for the skip.
 UNAVAILABLE_REASON_FILE = REPO_ROOT / "test-artifacts" / "docker-unavailable.txt"
 
@@ -74,6 +76,22 @@ def require_task_image() -> str:
     if done.returncode != 0 or done.stdout.strip() != tags.image:
         pytest.fail(f"building the task image's client layer failed:\n{done.stderr[-3000:]}")
     return tags.image
+
+
+def require_service_image() -> str:
+    """The service image of this checkout (`make images`), built (reused by tag) when missing."""
+    reason = docker_available()
+    if reason is not None:
+        pytest.skip(f"Docker tests skipped: {reason}")
+    tag = service_image.image_tag()
+    if _has_image(tag):
+        return tag
+    built = subprocess.run(
+        [sys.executable, str(SERVICE_BUILD_SCRIPT)], capture_output=True, text=True, timeout=900, check=False
+    )
+    if built.returncode != 0:
+        pytest.fail(f"building the service image failed:\n{built.stderr[-3000:]}")
+    return built.stdout.strip()
 
 
 @pytest.fixture(scope="session")

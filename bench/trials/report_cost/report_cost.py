@@ -46,7 +46,8 @@ def main() -> None:
     steps = int(os.environ.get("BENCH_STEPS", "2000"))
     rounds = int(os.environ.get("BENCH_ROUNDS", "5"))
     results = []
-    with cairn.core.init() as core:
+    mode = cairn.core.TensorboardMode(os.environ.get("BENCH_TENSORBOARD", "AUTO"))
+    with cairn.core.init(tensorboard_mode=mode) as core:
         step = 0
         for _ in range(rounds):
             quiet = phase(core, steps, step, report=False)

@@ -140,6 +140,20 @@ def live_allocation(w: Work, trial_id: int) -> models.Allocation | None:
     )
 
 
+def live_of_trials(w: Work, trial_ids: list[int]) -> dict[int, models.Allocation]:
+    """The live allocation of each of the trials that has one, in one query (the latest, as
+    live_allocation picks)."""
+    found: dict[int, models.Allocation] = {}
+    for alloc in w.session.scalars(
+        select(models.Allocation)
+        .where(models.Allocation.trial_id.in_(trial_ids), models.Allocation.state != A.TERMINATED)
+        .order_by(models.Allocation.run_id)
+    ):
+        if alloc.trial_id is not None:
+            found[alloc.trial_id] = alloc
+    return found
+
+
 def containers_of(w: Work, alloc: models.Allocation) -> list[models.Container]:
     return list(
         w.session.scalars(
@@ -163,35 +177,58 @@ def _publish(ctx: MasterContext, w: Work, alloc: models.Allocation) -> None:
 
 def request(ctx: MasterContext, w: Work, trial: models.Trial, exp: models.Experiment) -> models.Allocation:
     """A new allocation request for the trial; the scheduler places it."""
-    trial.run_id += 1
+    return request_many(ctx, w, [trial], exp)[0]
+
+
+def request_many(
+    ctx: MasterContext, w: Work, trials: list[models.Trial], exp: models.Experiment
+) -> list[models.Allocation]:
+    """New allocation requests for the trials (none has a live one), in one flush."""
     view = config_view(exp.config)
-    alloc = models.Allocation(
-        id=f"{exp.id}.{trial.id}.{trial.run_id}",
-        task_id=trial_task_id(exp.id, trial.request_id),
-        trial_id=trial.id,
-        run_id=trial.run_id,
-        state=A.PENDING,
-        slots=view.slots_per_trial,
-        resource_pool=exp.resource_pool,
-        priority=view.priority,
-        # Queue order within the experiment is the trials' order: a trial resumed (promoted,
-        # restarted, unpaused) goes before trials created after it.
-        requested_at=trial.start_time,
-        placements=[],
-        token_hash="",
-        failure_type="",
-        preempt_requested=False,
-        preempt_reason="",
-        preempt_acked=False,
-        kill_requested=False,
-        is_ready=False,
-    )
-    w.session.add(alloc)
+    made: list[models.Allocation] = []
+    for trial in trials:
+        trial.run_id += 1
+        made.append(
+            models.Allocation(
+                id=f"{exp.id}.{trial.id}.{trial.run_id}",
+                task_id=trial_task_id(exp.id, trial.request_id),
+                trial_id=trial.id,
+                run_id=trial.run_id,
+                state=A.PENDING,
+                slots=view.slots_per_trial,
+                resource_pool=exp.resource_pool,
+                priority=view.priority,
+                # Queue order within the experiment is the trials' order: a trial resumed (promoted,
+                # restarted, unpaused) goes before trials created after it.
+                requested_at=trial.start_time,
+                placements=[],
+                token_hash="",
+                failure_type="",
+                preempt_requested=False,
+                preempt_reason="",
+                preempt_acked=False,
+                kill_requested=False,
+                is_ready=False,
+            )
+        )
+    w.session.add_all(made)
     w.session.flush()
-    _publish(ctx, w, alloc)
+    for alloc in made:
+        _publish(ctx, w, alloc)
     w.later(ctx.scheduler_wakeup.set)
-    log.info("allocation requested", allocation_id=alloc.id, trial_id=trial.id, slots=alloc.slots)
-    return alloc
+    if len(made) == 1:
+        log.info(
+            "allocation requested", allocation_id=made[0].id, trial_id=made[0].trial_id, slots=made[0].slots
+        )
+    else:
+        log.info(
+            "allocations requested",
+            experiment_id=exp.id,
+            count=len(made),
+            allocation_ids=f"{made[0].id}..{made[-1].id}",
+            slots=made[0].slots,
+        )
+    return made
 
 
 def request_for_task(ctx: MasterContext, w: Work, task: models.Task) -> models.Allocation:

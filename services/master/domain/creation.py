@@ -31,7 +31,7 @@ from services.master.domain.errors import InvalidArgument
 from services.master.domain.experiments import close_search_session
 from services.master.domain.input_limits import check_experiment_limits
 from services.master.domain.scheduling import never_fits
-from services.master.domain.searcher_actions import apply_response
+from services.master.domain.searcher_actions import apply_response_in_part
 from services.master.domain.states import RunState
 from services.master.store import models
 
@@ -199,7 +199,7 @@ def create(ctx: MasterContext, principal: Principal, request: CreateRequest) -> 
             w.session.add(exp)
             w.session.flush()
             w.session.add(models.ModelDefinition(experiment_id=exp.id, archive=archive, size=len(archive)))
-            apply_response(ctx, w, exp, response)
+            apply_response_in_part(ctx, w, exp, response)
             experiment_id = exp.id
     except BaseException:
         # Nothing was stored: the session must not linger in the searcher either.

@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 
 from services.common.logging import get_logger
-from services.master.domain import deferred_work, deletion, workspace_deletion
+from services.master.domain import deferred_work, deletion, experiments, workspace_deletion
 from services.master.domain.checkpoints import CheckpointGc
 from services.master.domain.context import MasterContext
 from services.master.domain.deferred_work import Backoff, Claimed
@@ -42,6 +42,7 @@ def master_handlers(ctx: MasterContext, gc: CheckpointGc) -> dict[str, Handler]:
         deferred_work.DELETE_EXPERIMENT: delete_experiment,
         deferred_work.FINISH_PROJECT_DELETION: lambda i: workspace_deletion.finish_project(ctx, i),
         deferred_work.FINISH_WORKSPACE_DELETION: lambda i: workspace_deletion.finish_workspace(ctx, i),
+        deferred_work.STOP_TRIALS: lambda i: experiments.stop_remaining(ctx, i),
     }
 
 

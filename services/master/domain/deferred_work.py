@@ -24,6 +24,7 @@ CHECKPOINT_GC = "checkpoint_gc"  # an ended experiment's checkpoints, by its pol
 DELETE_EXPERIMENT = "delete_experiment"  # a DELETING experiment's files, then its rows
 FINISH_PROJECT_DELETION = "finish_project_deletion"  # a project, once its experiments are gone
 FINISH_WORKSPACE_DELETION = "finish_workspace_deletion"  # a workspace, likewise
+STOP_TRIALS = "stop_trials"  # a canceled or killed experiment's trials beyond the first few hundred
 
 # How long a claim holds without renewal: the runner renews it every third of this while it runs.
 LEASE_S = 60.0

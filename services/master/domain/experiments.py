@@ -12,13 +12,15 @@ from sqlalchemy import delete, select
 
 from services.common.logging import get_logger
 from services.common.principal import Principal
-from services.master.domain import deferred_work
+from services.master.domain import allocations, deferred_work
 from services.master.domain import trials as trial_lifecycle
 from services.master.domain.clock import utcnow
 from services.master.domain.context import MasterContext, Work
 from services.master.domain.errors import FailedPrecondition, NotFound, PermissionDenied
 from services.master.domain.reads.models import describe_registered, registered_in_experiment
 from services.master.domain.states import (
+    PLACED_ALLOCATION,
+    STOPPING_SEVERITY,
     STOPPING_TO_TERMINAL,
     TERMINAL,
     RunState,
@@ -26,12 +28,18 @@ from services.master.domain.states import (
     check_experiment,
     is_stopping,
 )
+from services.master.domain.task_ids import trial_task_id
 from services.master.domain.topics import experiment_topic
 from services.master.store import models
 
 log = get_logger(__name__)
 
 S = RunState
+
+# A cancel or kill stops this many trials (besides those holding slots) before it returns; the
+# rest are stopped STOP_BATCH to a unit of work by the deferred-work loop.
+INLINE_STOPS = 200
+STOP_BATCH = 1000
 
 
 def load(w: Work, experiment_id: int) -> models.Experiment:
@@ -122,9 +130,78 @@ def _stop(ctx: MasterContext, w: Work, exp: models.Experiment, target: RunState,
     if exp.state == target or (target == S.STOPPING_CANCELED and exp.state == S.STOPPING_KILLED):
         return
     _move(ctx, w, exp, target, verb)
-    for trial in _trials(w, exp):
-        trial_lifecycle.stop(ctx, w, trial, exp, target)
+    # Trials that hold slots are told now; of the rest, the first INLINE_STOPS are stopped now and
+    # the others by the deferred-work loop in batches, so the call returns at once whatever the
+    # experiment's size (the scheduler places nothing more of a canceled or killed experiment).
+    holding = _stoppable(w, exp.id, target, limit=None, placed_only=True)
+    first = _stoppable(w, exp.id, target, limit=INLINE_STOPS + 1)
+    more = len(first) > INLINE_STOPS
+    chosen = {t.id: t for t in [*holding, *first[:INLINE_STOPS]]}
+    _stop_trials(ctx, w, exp, target, list(chosen.values()))
+    if more:
+        deferred_work.owe(w, deferred_work.STOP_TRIALS, exp.id)
     maybe_finish(ctx, w, exp)
+
+
+def _stoppable_states(target: RunState) -> list[RunState]:
+    """The trial states a stop to `target` still changes (a stop only becomes more severe)."""
+    milder = STOPPING_SEVERITY[: STOPPING_SEVERITY.index(target)]
+    return [S.ACTIVE, S.PAUSED, *milder]
+
+
+def _stoppable(
+    w: Work, experiment_id: int, target: RunState, *, limit: int | None, placed_only: bool = False
+) -> list[models.Trial]:
+    query = select(models.Trial).where(
+        models.Trial.experiment_id == experiment_id, models.Trial.state.in_(_stoppable_states(target))
+    )
+    if placed_only:
+        query = query.where(
+            models.Trial.id.in_(
+                select(models.Allocation.trial_id).where(models.Allocation.state.in_(list(PLACED_ALLOCATION)))
+            )
+        )
+    query = query.order_by(models.Trial.id)
+    if limit is not None:
+        query = query.limit(limit)
+    return list(w.session.scalars(query))
+
+
+def _stop_trials(
+    ctx: MasterContext, w: Work, exp: models.Experiment, target: RunState, trials: list[models.Trial]
+) -> None:
+    """Stop `trials`, reading their live allocations and tasks in two queries first (the tasks are
+    held here so the session keeps them, where the trial lifecycle finds them without a query)."""
+    if not trials:
+        return
+    ids = [t.id for t in trials]
+    live = allocations.live_of_trials(w, ids)
+    tasks = list(  # noqa: F841 - held for the session's identity map
+        w.session.scalars(
+            select(models.Task).where(
+                models.Task.id.in_([trial_task_id(exp.id, t.request_id) for t in trials])
+            )
+        )
+    )
+    for trial in trials:
+        trial_lifecycle.stop(ctx, w, trial, exp, target, live=live.get(trial.id))
+
+
+def stop_remaining(ctx: MasterContext, experiment_id: int) -> bool:
+    """The deferred part of a cancel or kill (deferred_work.STOP_TRIALS): the experiment's
+    remaining trials, STOP_BATCH to a unit of work, until none is left; True when done."""
+    while not ctx.stopping.is_set():
+        with ctx.unit_of_work() as w:
+            exp = w.session.get(models.Experiment, experiment_id)
+            if exp is None or exp.state not in (S.STOPPING_CANCELED, S.STOPPING_KILLED):
+                return True  # ended, or moved on (deleted): nothing is left to stop
+            target = RunState(exp.state)
+            batch = _stoppable(w, exp.id, target, limit=STOP_BATCH)
+            _stop_trials(ctx, w, exp, target, batch)
+            maybe_finish(ctx, w, exp)
+            if len(batch) < STOP_BATCH:
+                return True
+    return False
 
 
 def cancel(ctx: MasterContext, w: Work, exp: models.Experiment) -> None:
@@ -155,14 +232,21 @@ def maybe_finish(ctx: MasterContext, w: Work, exp: models.Experiment) -> None:
     transition(ctx, w, exp, target, "no trial is left running")
     # The search is over: its pending events and snapshot have no further use.
     w.session.execute(delete(models.SearcherEvent).where(models.SearcherEvent.experiment_id == exp.id))
+    w.session.execute(delete(models.SearcherAnswer).where(models.SearcherAnswer.experiment_id == exp.id))
     w.session.execute(delete(models.SearcherSnapshot).where(models.SearcherSnapshot.experiment_id == exp.id))
     session_id, config = exp.searcher_session_id, exp.config
     w.later(lambda: close_search_session(ctx, session_id, config))
 
 
 def on_trial_end(ctx: MasterContext, w: Work, trial: models.Trial) -> None:
-    """One of the experiment's trials ended (registered as a trial-end hook by wiring.py)."""
-    maybe_finish(ctx, w, w.session.get_one(models.Experiment, trial.experiment_id))
+    """One of the experiment's trials ended (registered as a trial-end hook by wiring.py): whether
+    the experiment ends with it is asked once per unit of work, before it commits, however many of
+    its trials ended in it."""
+    experiment_id = trial.experiment_id
+    w.once_before_commit(
+        ("experiment may end", experiment_id),
+        lambda: maybe_finish(ctx, w, w.session.get_one(models.Experiment, experiment_id)),
+    )
 
 
 def close_search_session(ctx: MasterContext, session_id: str, config: dict[str, Any]) -> None:

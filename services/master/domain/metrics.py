@@ -9,6 +9,7 @@ point are archived, as Determined does, so curves show what the surviving run di
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -25,7 +26,7 @@ from services.master.domain.context import MasterContext, Work
 from services.master.domain.errors import FailedPrecondition, InvalidArgument, NotFound
 from services.master.domain.states import TERMINAL
 from services.master.domain.topics import trial_topic
-from services.master.store import models
+from services.master.store import metric_rows, models
 
 log = get_logger(__name__)
 
@@ -43,6 +44,8 @@ class Report:
     report_time: datetime | None = None
     batch_metrics: list[Any] | None = None
     seq: int | None = None
+    # Holds JSON values only (it came as JSON, which has no NaN or infinities): not sanitized again.
+    plain: bool = False
 
 
 def sanitize(value: Any) -> Any:
@@ -70,28 +73,81 @@ def _check_report(index: int, report: Report) -> None:
         raise InvalidArgument(f"{where}.seq: must be >= 1")
 
 
-def _update_summary(trial: models.Trial, group: str, metrics: dict[str, Any]) -> None:
-    summary = dict(trial.summary_metrics or {})
+def _fold_into_summary(summary: dict[str, Any], group: str, metrics: dict[str, Any]) -> None:
+    """Adds one report's values to `summary` (a trial's summary_metrics, being rebuilt), in place:
+    count, sum, min, max, mean and last of each number, the last of anything else."""
     key = SUMMARY_KEYS.get(group, group)
-    section = dict(summary.get(key) or {})
+    section: dict[str, dict[str, Any]] | None = summary.get(key)
+    if section is None:
+        section = summary[key] = {}
     for name, value in metrics.items():
-        entry = dict(section.get(name) or {})
+        entry: dict[str, Any] | None = section.get(name)
+        if entry is None:
+            entry = section[name] = {}
         if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            number = float(value)
             count = int(entry.get("count", 0)) + 1
-            total = float(entry.get("sum", 0.0)) + float(value)
+            total = float(entry.get("sum", 0.0)) + number
             entry.update(
                 count=count,
                 sum=total,
-                min=min(float(entry.get("min", value)), float(value)),
-                max=max(float(entry.get("max", value)), float(value)),
+                min=min(float(entry.get("min", number)), number),
+                max=max(float(entry.get("max", number)), number),
                 mean=total / count,
                 last=value,
                 type="number",
             )
         else:
             entry.update(last=sanitize(value), type="string" if isinstance(value, str) else "other")
-        section[name] = entry
-    summary[key] = section
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _fold_batch(summary: dict[str, Any], new: list[tuple[Report, dict[str, Any]]]) -> None:
+    """What folding each report in turn would give (_fold_into_summary), one metric at a time
+    over the whole batch: counts, sums and extremes by builtins, the last value as the last."""
+    by_group: dict[str, list[dict[str, Any]]] = {}
+    for item, metrics in new:
+        by_group.setdefault(item.group, []).append(metrics)
+    for group, batch in by_group.items():
+        key = SUMMARY_KEYS.get(group, group)
+        section: dict[str, dict[str, Any]] = summary.setdefault(key, {})
+        names = dict.fromkeys(name for metrics in batch for name in metrics)
+        for name in names:
+            values = [metrics[name] for metrics in batch if name in metrics]
+            numbers = [float(v) for v in values if _is_number(v)]
+            entry: dict[str, Any] = section.setdefault(name, {})
+            if numbers:
+                count = int(entry.get("count", 0)) + len(numbers)
+                total = sum(numbers, float(entry.get("sum", 0.0)))
+                entry.update(
+                    count=count,
+                    sum=total,
+                    min=min(float(entry.get("min", numbers[0])), *numbers),
+                    max=max(float(entry.get("max", numbers[0])), *numbers),
+                    mean=total / count,
+                )
+            last = values[-1]
+            if _is_number(last):
+                entry.update(last=last, type="number")
+            else:
+                entry.update(last=sanitize(last), type="string" if isinstance(last, str) else "other")
+
+
+def _summary_copy(trial: models.Trial) -> dict[str, Any]:
+    """A deep enough copy of the trial's summary to fold reports into: the column is replaced, never
+    mutated in place, so the ORM sees the change."""
+    return {
+        key: {name: dict(entry) for name, entry in section.items()} if isinstance(section, dict) else section
+        for key, section in (trial.summary_metrics or {}).items()
+    }
+
+
+def _update_summary(trial: models.Trial, group: str, metrics: dict[str, Any]) -> None:
+    summary = _summary_copy(trial)
+    _fold_into_summary(summary, group, metrics)
     trial.summary_metrics = summary
 
 
@@ -104,23 +160,29 @@ def _searcher_metric(exp: models.Experiment, metrics: dict[str, Any]) -> float |
 
 
 def _record_validation(
-    ctx: MasterContext, w: Work, trial: models.Trial, exp: models.Experiment, row: models.Metric
+    ctx: MasterContext,
+    w: Work,
+    trial: models.Trial,
+    exp: models.Experiment,
+    row_id: int,
+    steps_completed: int,
+    metrics: dict[str, Any],
 ) -> None:
-    trial.latest_validation_id = row.id
-    value = _searcher_metric(exp, row.metrics)
+    trial.latest_validation_id = row_id
+    value = _searcher_metric(exp, metrics)
     if value is not None:
         smaller = config_view(exp.config).smaller_is_better
         best = trial.searcher_metric_value
         if best is None or (value < best if smaller else value > best):
             trial.searcher_metric_value = value
-            trial.best_validation_id = row.id
+            trial.best_validation_id = row_id
     if exp.state not in TERMINAL:
         event = spb.SearcherEvent(
             validation_completed=spb.ValidationCompleted(
-                request_id=trial.request_id, steps_completed=row.steps_completed
+                request_id=trial.request_id, steps_completed=steps_completed
             )
         )
-        numeric = {k: v for k, v in row.metrics.items() if isinstance(v, (int, float, str, bool))}
+        numeric = {k: v for k, v in metrics.items() if isinstance(v, (int, float, str, bool))}
         event.validation_completed.metrics.update(numeric)
         searcher_outbox.enqueue(ctx, w, exp.id, event)
 
@@ -164,41 +226,50 @@ def forward_operation_result(
     return True
 
 
-def _archive_superseded(w: Work, trial: models.Trial, run_id: int, group: str, steps: int) -> bool:
-    result = w.session.execute(
-        update(models.Metric)
-        .where(
-            models.Metric.trial_id == trial.id,
-            models.Metric.trial_run_id < run_id,
-            models.Metric.group_name == group,
-            models.Metric.steps_completed >= steps,
-            models.Metric.archived.is_(False),
+def _archive_superseded(w: Work, trial: models.Trial, run_id: int, reports: list[Report]) -> bool:
+    """An earlier run's rows that this run's `reports` pass again are archived: per group, every
+    row at or past the group's first step reported here. One UPDATE per group."""
+    first_step: dict[str, int] = {}
+    for item in reports:
+        first_step[item.group] = min(first_step.get(item.group, item.steps_completed), item.steps_completed)
+    archived = False
+    for group, steps in first_step.items():
+        result = w.session.execute(
+            update(models.Metric)
+            .where(
+                models.Metric.trial_id == trial.id,
+                models.Metric.trial_run_id < run_id,
+                models.Metric.group_name == group,
+                models.Metric.steps_completed >= steps,
+                models.Metric.archived.is_(False),
+            )
+            .values(archived=True)
         )
-        .values(archived=True)
-    )
-    return bool(result.rowcount)  # type: ignore[attr-defined]
+        archived |= bool(result.rowcount)  # type: ignore[attr-defined]
+    return archived
 
 
 def _recompute_summary(w: Work, trial: models.Trial, exp: models.Experiment) -> None:
     """After archiving, rebuild the trial's summary and best validation from what remains."""
-    trial.summary_metrics = {}
+    summary: dict[str, Any] = {}
     trial.searcher_metric_value = None
     trial.best_validation_id = None
     trial.latest_validation_id = None
     smaller = config_view(exp.config).smaller_is_better
-    rows = w.session.scalars(
-        select(models.Metric)
+    rows = w.session.execute(
+        select(models.Metric.id, models.Metric.group_name, models.Metric.metrics)
         .where(models.Metric.trial_id == trial.id, models.Metric.archived.is_(False))
         .order_by(models.Metric.id)
     )
     for row in rows:
-        _update_summary(trial, row.group_name, row.metrics)
+        _fold_into_summary(summary, row.group_name, row.metrics)
         if row.group_name == VALIDATION:
             trial.latest_validation_id = row.id
             value = _searcher_metric(exp, row.metrics)
             best: float | None = trial.searcher_metric_value
             if value is not None and (best is None or (value < best if smaller else value > best)):
                 trial.searcher_metric_value, trial.best_validation_id = value, row.id
+    trial.summary_metrics = summary
 
 
 @dataclass(frozen=True)
@@ -211,11 +282,16 @@ class ReportResult:
 def report(
     ctx: MasterContext, principal: Principal, trial_id: int, run_id: int, reports: list[Report]
 ) -> ReportResult:
-    """Store reports; says how many were new, how many were resends, and the highest seq stored."""
+    """Store reports; says how many were new, how many were resends, and the highest seq stored.
+
+    Set-based: one query for the sequence numbers already held, one UPDATE per group to archive an
+    earlier run's rows, one multi-row INSERT for every new report, and the trial's summary folded
+    and written once, whatever the batch's size. (Reports without a sequence number, from
+    Determined's clients, come one per call and may merge into a row: they take the row-by-row way.)"""
     for index, item in enumerate(reports):
         _check_report(index, item)
-    stored = duplicates = 0
-    with ctx.unit_of_work() as w:
+    now = utcnow()
+    with ctx.unit_of_work(_intake_lock(ctx, trial_id, reports)) as w:
         trial = reporting_trial(w, principal, trial_id)
         if run_id != trial.run_id:
             raise FailedPrecondition(
@@ -225,48 +301,47 @@ def report(
         seqs = [r.seq for r in reports if r.seq is not None]
         seen: set[int] = set()
         if seqs:
-            seen = set(
+            # By range, not IN: a batch's numbers are (nearly) consecutive, and a range over the
+            # unique index costs nothing to bind, where thousands of IN parameters cost much.
+            wanted = set(seqs)
+            seen = wanted.intersection(
                 w.session.scalars(
                     select(models.Metric.seq).where(
                         models.Metric.trial_id == trial_id,
                         models.Metric.trial_run_id == run_id,
-                        models.Metric.seq.in_(seqs),
+                        models.Metric.seq.between(min(seqs), max(seqs)),
                     )
                 )
             )
-        archived_any = False
+        stored = duplicates = 0
+        fresh: list[tuple[Report, dict[str, Any]]] = []
+        unsequenced: list[tuple[Report, dict[str, Any]]] = []
         for item in reports:
-            if item.seq is not None and item.seq in seen:
-                duplicates += 1
-                continue
             if item.seq is not None:
-                seen.add(item.seq)
-            metrics = sanitize(item.metrics)
-            if item.seq is None:
-                merged = _merge_unsequenced(w, trial, run_id, item, metrics)
-                if merged:
-                    stored += 1
+                if item.seq in seen:
+                    duplicates += 1
                     continue
-            if run_id > 1:
-                archived_any |= _archive_superseded(w, trial, run_id, item.group, item.steps_completed)
-            row = models.Metric(
-                trial_id=trial_id,
-                trial_run_id=run_id,
-                seq=item.seq,
-                group_name=item.group,
-                steps_completed=item.steps_completed,
-                report_time=item.report_time or utcnow(),
-                metrics=metrics,
-                batch_metrics=sanitize(item.batch_metrics) if item.batch_metrics else None,
-                archived=False,
-            )
-            w.session.add(row)
-            w.session.flush()
+                seen.add(item.seq)
+                fresh.append((item, item.metrics if item.plain else sanitize(item.metrics)))
+            else:
+                unsequenced.append((item, item.metrics if item.plain else sanitize(item.metrics)))
+        archived_any = False
+        if run_id > 1:
+            archived_any = _archive_superseded(w, trial, run_id, [item for item, _ in fresh + unsequenced])
+        summary = _summary_copy(trial)
+        if fresh:
+            _store_new(ctx, w, trial, exp, run_id, fresh, summary, now)
+            stored += len(fresh)
+        for item, metrics in unsequenced:
+            if _merge_unsequenced(w, trial, run_id, item, metrics):
+                stored += 1
+                continue
+            _store_new(ctx, w, trial, exp, run_id, [(item, metrics)], summary, now)
             stored += 1
-            trial.total_batches = max(trial.total_batches, item.steps_completed)
-            _update_summary(trial, item.group, metrics)
-            if item.group == VALIDATION:
-                _record_validation(ctx, w, trial, exp, row)
+        if stored:
+            trial.summary_metrics = summary
+            steps = [item.steps_completed for item, _ in fresh + unsequenced]
+            trial.total_batches = max(trial.total_batches, *steps)
         if archived_any:
             _recompute_summary(w, trial, exp)
             trial.total_batches = max(r.steps_completed for r in reports)
@@ -275,10 +350,83 @@ def report(
                 models.Metric.trial_id == trial_id, models.Metric.trial_run_id == run_id
             )
         )
-        if stored:
+        if stored and any(item.group == VALIDATION for item in reports):
+            # A validation may settle the trial's searcher operation, which trial code waits on
+            # (signals.py). Training reports change nothing a signal waiter reads: waking every
+            # waiter of the trial for each batch cost the master a sixth of its intake work.
             topic = trial_topic(trial_id)
             w.later(lambda: ctx.topics.publish(topic))
+        if stored:
+            times = [item.report_time for item, _ in fresh + unsequenced if item.report_time is not None]
+            w.later(lambda: _count_intake(ctx, stored, times))
     return ReportResult(stored=stored, duplicates=duplicates, max_stored_seq=int(max_seq or 0))
+
+
+def _intake_lock(ctx: MasterContext, trial_id: int, reports: list[Report]) -> threading.Lock | None:
+    """The lock a batch is stored under; None: the process-wide one, as every state change.
+
+    On PostgreSQL, a batch without validations takes only its trial's lock, so that intake for
+    different trials (and the rest of the master) runs side by side. That is safe because such a
+    batch writes nothing but the trial's metric rows and the columns only intake writes (the
+    summary, total_batches) and sends nothing: other units updating the trial's other columns meet
+    it in PostgreSQL's row lock, not in a lost update. A validation tells the searcher (an outbox
+    event, ordered against the trial's exit), and SQLite has a single writer anyway: those keep the
+    process-wide lock."""
+    if ctx.db.dialect != "postgresql" or any(r.group == VALIDATION for r in reports):
+        return None
+    return ctx.trial_locks.of(trial_id)
+
+
+def _store_new(
+    ctx: MasterContext,
+    w: Work,
+    trial: models.Trial,
+    exp: models.Experiment,
+    run_id: int,
+    new: list[tuple[Report, dict[str, Any]]],
+    summary: dict[str, Any],
+    now: datetime,
+) -> None:
+    """Insert `new` reports in one statement, fold them into `summary`, and record validations
+    (which need their rows' ids: only then are the ids returned)."""
+    rows: list[metric_rows.Row] = [
+        (
+            trial.id,
+            run_id,
+            item.seq,
+            item.group,
+            item.steps_completed,
+            item.report_time or now,
+            metric_rows.json_text(metrics),
+            metric_rows.json_text(_plain_batches(item)) if item.batch_metrics else None,
+            False,
+        )
+        for item, metrics in new
+    ]
+    validations = [i for i, (item, _) in enumerate(new) if item.group == VALIDATION]
+    if validations:
+        ids = metric_rows.insert_returning_ids(w.session, rows)
+    else:
+        metric_rows.insert(w.session, rows)
+        ids = []
+    _fold_batch(summary, new)
+    for index in validations:
+        item, metrics = new[index]
+        _record_validation(ctx, w, trial, exp, ids[index], item.steps_completed, metrics)
+
+
+def _plain_batches(item: Report) -> Any:
+    return item.batch_metrics if item.plain else sanitize(item.batch_metrics)
+
+
+def _count_intake(ctx: MasterContext, stored: int, report_times: list[datetime]) -> None:
+    """Telemetry, after the commit: rows in, and how long each report took to become readable."""
+    telemetry = ctx.telemetry
+    telemetry.metric_rows.add(stored)
+    telemetry.metric_batches.add()
+    now = utcnow()
+    for at in report_times:
+        telemetry.metric_intake_latency.observe(max(0.0, (now - at).total_seconds()))
 
 
 def _merge_unsequenced(

@@ -5,7 +5,7 @@ no other process."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from google.protobuf import struct_pb2
@@ -28,6 +28,13 @@ class Searcher(Protocol):
     def start(self, session_id: str, spec: spb.SearchSpec) -> spb.SearcherResponse: ...
 
     def handle(self, session_id: str, after_seq: int, event: spb.SearcherEvent) -> spb.SearcherResponse: ...
+
+    def handle_many(
+        self, session_id: str, after_seq: int, events: Sequence[spb.SearcherEvent]
+    ) -> spb.SearcherResponse:
+        """`events` in order as one answer, whose snapshot's seq says how many were applied (a
+        searcher without batches takes only the first)."""
+        ...
 
     def restore(self, session_id: str, spec: spb.SearchSpec, snapshot: spb.Snapshot) -> None: ...
 

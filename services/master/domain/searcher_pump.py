@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 
 from cairn.searcher.v1 import searcher_pb2 as spb
 from services.common.logging import get_logger
@@ -18,7 +18,7 @@ from services.master.domain.context import MasterContext, Work
 from services.master.domain.creation import search_spec
 from services.master.domain.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from services.master.domain.loops import BackgroundLoop
-from services.master.domain.searcher_actions import apply_response
+from services.master.domain.searcher_actions import apply_response_in_part, apply_stored_chunk
 from services.master.domain.states import is_terminal
 from services.master.domain.topics import searcher_answers_topic
 from services.master.store import models
@@ -29,6 +29,9 @@ IDLE_POLL_S = 1.0
 # After a failure, an experiment's events wait this long before the next try.
 RETRY_BACKOFF_S = 2.0
 MAX_RESTORES_PER_EVENT = 3
+# Events sent in one call (HandleEvents): a backlog (an experiment of 10,000 trials hears of each
+# creation) goes in a few calls, each answered with one snapshot.
+MAX_EVENTS_PER_CALL = 1000
 
 
 class SearcherPump:
@@ -47,11 +50,22 @@ class SearcherPump:
 
     def deliver_all(self) -> None:
         with self._ctx.db.read() as s:
+            # Those with a stored answer to finish first (their events follow it), then those with
+            # events, oldest first.
             experiment_ids = list(
-                s.scalars(
-                    select(models.SearcherEvent.experiment_id)
-                    .group_by(models.SearcherEvent.experiment_id)
-                    .order_by(func.min(models.SearcherEvent.id))
+                dict.fromkeys(
+                    [
+                        *s.scalars(
+                            select(models.SearcherAnswer.experiment_id)
+                            .group_by(models.SearcherAnswer.experiment_id)
+                            .order_by(func.min(models.SearcherAnswer.id))
+                        ),
+                        *s.scalars(
+                            select(models.SearcherEvent.experiment_id)
+                            .group_by(models.SearcherEvent.experiment_id)
+                            .order_by(func.min(models.SearcherEvent.id))
+                        ),
+                    ]
                 )
             )
         now = time.monotonic()
@@ -70,31 +84,38 @@ class SearcherPump:
                 self._retry_after[experiment_id] = time.monotonic() + RETRY_BACKOFF_S
 
     def _deliver(self, experiment_id: int) -> None:
+        # The rest of an answer too big for the call that got it comes before any later event's
+        # answer: the searcher made those trials first.
+        while not self._ctx.stopping.is_set():
+            with self._ctx.unit_of_work() as w:
+                if not apply_stored_chunk(self._ctx, w, experiment_id):
+                    break
+                self._announce(w, experiment_id)
         restores = 0
+        batch_limit = MAX_EVENTS_PER_CALL
         while not self._ctx.stopping.is_set():
             with self._ctx.db.read() as s:
-                event_row = s.scalar(
-                    select(models.SearcherEvent)
+                event_rows = s.execute(
+                    select(models.SearcherEvent.id, models.SearcherEvent.payload)
                     .where(models.SearcherEvent.experiment_id == experiment_id)
                     .order_by(models.SearcherEvent.id)
-                    .limit(1)
-                )
-                if event_row is None:
+                    .limit(batch_limit)
+                ).all()
+                if not event_rows:
                     return
                 exp = s.get_one(models.Experiment, experiment_id)
                 snapshot = s.get(models.SearcherSnapshot, experiment_id)
                 if is_terminal(exp.state) or snapshot is None:
                     self._drop_events(experiment_id)
                     return
-                event_id, payload = event_row.id, event_row.payload
                 session_id, config = exp.searcher_session_id, exp.config
                 stored = spb.Snapshot(
                     seq=snapshot.seq, state=snapshot.state, method=snapshot.method, version=snapshot.version
                 )
             client = self._ctx.searchers.for_config(config)
-            event = spb.SearcherEvent.FromString(payload)
+            events = [spb.SearcherEvent.FromString(payload) for _, payload in event_rows]
             try:
-                response = client.handle(session_id, stored.seq, event)
+                response = client.handle_many(session_id, stored.seq, events)
             except (NotFound, FailedPrecondition) as exc:
                 restores += 1
                 if restores > MAX_RESTORES_PER_EVENT:
@@ -103,24 +124,43 @@ class SearcherPump:
                 client.restore(session_id, search_spec(config), stored)
                 continue
             except InvalidArgument as exc:
+                if len(events) > 1:
+                    # One of them is refused: find it by sending them one at a time.
+                    batch_limit = 1
+                    continue
                 # The searcher refuses this event for good; keeping it would block the search forever.
                 log.error(
                     "searcher rejected an event; dropping it", experiment_id=experiment_id, error=str(exc)
                 )
                 with self._ctx.unit_of_work() as w:
-                    row = w.session.get(models.SearcherEvent, event_id)
+                    row = w.session.get(models.SearcherEvent, event_rows[0].id)
                     if row is not None:
                         w.session.delete(row)
                     self._announce(w, experiment_id)
                 continue
+            # The answer's seq says how many of the events it covers (one, from a searcher that
+            # takes them singly).
+            applied = response.snapshot.seq - stored.seq
+            if not 1 <= applied <= len(events):
+                raise Unavailable(
+                    f"searcher answered seq {response.snapshot.seq} to {len(events)} event(s) after seq "
+                    f"{stored.seq}"
+                )
+            applied_ids = [row.id for row in event_rows[:applied]]
             with self._ctx.unit_of_work() as w:
-                row = w.session.get(models.SearcherEvent, event_id)
                 current = w.session.get(models.SearcherSnapshot, experiment_id)
-                if row is None or current is None or current.seq != stored.seq:
+                if current is None or current.seq != stored.seq:
                     continue  # the experiment ended or moved on meanwhile; re-read and retry
-                w.session.delete(row)
+                removed = w.session.execute(
+                    delete(models.SearcherEvent)
+                    .where(models.SearcherEvent.id.in_(applied_ids))
+                    .execution_options(synchronize_session=False)
+                )
+                if removed.rowcount != len(applied_ids):  # type: ignore[attr-defined]
+                    w.session.rollback()
+                    continue  # dropped meanwhile (the experiment ended); re-read
                 exp_now = w.session.get_one(models.Experiment, experiment_id)
-                apply_response(self._ctx, w, exp_now, response)
+                apply_response_in_part(self._ctx, w, exp_now, response)
                 self._announce(w, experiment_id)
             restores = 0
 

@@ -234,16 +234,20 @@ def kill(ctx: MasterContext, w: Work, task: models.Task) -> None:
 MIN_PRIORITY, MAX_PRIORITY = 1, 99
 
 
+def check_priority(priority: int) -> None:
+    if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+        raise InvalidArgument(
+            f"priority: {priority} is out of range; a priority is {MIN_PRIORITY} to {MAX_PRIORITY}"
+        )
+
+
 def set_priority(
     ctx: MasterContext, principal: Principal, task_id: str, kind: TaskKind, priority: int
 ) -> None:
     """`principal` (its owner or an admin) moves task `task_id` in its pool's queue: the priority is
     kept in its config (a restart or fork keeps it) and its live allocation takes it at the next
     scheduling pass, where a running one may now preempt or be preempted by priority."""
-    if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
-        raise InvalidArgument(
-            f"priority: {priority} is out of range; a priority is {MIN_PRIORITY} to {MAX_PRIORITY}"
-        )
+    check_priority(priority)
     with ctx.unit_of_work() as w:
         task = load(w, task_id, kind)
         check_can_modify(principal, task)

@@ -21,26 +21,35 @@ _ENDED_AS = {
 
 def record(w: Work, exp: models.Experiment, trial: models.Trial) -> models.Task:
     """The task of a trial just created (in the same transaction)."""
+    return record_many(w, exp, [trial])[0]
+
+
+def record_many(w: Work, exp: models.Experiment, trials: list[models.Trial]) -> list[models.Task]:
+    """The tasks of trials just created (in the same transaction)."""
     project = w.session.get(models.Project, exp.project_id)
-    task = models.Task(
-        id=trial_task_id(exp.id, trial.request_id),
-        kind=TaskKind.TRIAL,
-        owner_id=exp.owner_id,
-        description=f"Trial {trial.id} (Experiment {exp.id})",
-        config=None,
-        job_id=experiment_job_id(exp.id),
-        state=TaskState.ACTIVE,
-        start_time=trial.start_time,
-        resource_pool=exp.resource_pool,
-        slots=0,
-        run_id=0,
-        workspace_id=project.workspace_id if project is not None else None,
-        project_id=exp.project_id,
-        experiment_id=exp.id,
-        no_pause=False,
-    )
-    w.session.add(task)
-    return task
+    workspace_id = project.workspace_id if project is not None else None
+    tasks = [
+        models.Task(
+            id=trial_task_id(exp.id, trial.request_id),
+            kind=TaskKind.TRIAL,
+            owner_id=exp.owner_id,
+            description=f"Trial {trial.id} (Experiment {exp.id})",
+            config=None,
+            job_id=experiment_job_id(exp.id),
+            state=TaskState.ACTIVE,
+            start_time=trial.start_time,
+            resource_pool=exp.resource_pool,
+            slots=0,
+            run_id=0,
+            workspace_id=workspace_id,
+            project_id=exp.project_id,
+            experiment_id=exp.id,
+            no_pause=False,
+        )
+        for trial in trials
+    ]
+    w.session.add_all(tasks)
+    return tasks
 
 
 def follow(w: Work, exp_id: int, trial: models.Trial, target: RunState, *, continuing: bool) -> None:

@@ -92,6 +92,22 @@ def ensure_running(ctx: MasterContext, w: Work, trial: models.Trial, exp: models
     allocations.request(ctx, w, trial, exp)
 
 
+def request_allocations(
+    ctx: MasterContext, w: Work, trials: list[models.Trial], exp: models.Experiment
+) -> None:
+    """Allocations for trials just created (none has one yet): ensure_running for many at once."""
+    wanted = [
+        trial
+        for trial in trials
+        if exp.state == S.ACTIVE
+        and trial.state == S.ACTIVE
+        and not trial.searcher_stopped
+        and not awaiting_verdict(trial)
+    ]
+    if wanted:
+        allocations.request_many(ctx, w, wanted, exp)
+
+
 def on_allocation_exit(
     ctx: MasterContext, w: Work, alloc: models.Allocation, outcome: allocations.Outcome
 ) -> None:
@@ -171,15 +187,31 @@ def finish(
     transition(ctx, w, trial, target, reason)
 
 
-def stop(ctx: MasterContext, w: Work, trial: models.Trial, exp: models.Experiment, target: RunState) -> None:
-    """Stop a trial: graceful for COMPLETED/CANCELED, immediate for KILLED/ERROR."""
+class _LookUp:
+    """The caller did not say which allocation is live: look it up."""
+
+
+LOOK_UP = _LookUp()
+
+
+def stop(
+    ctx: MasterContext,
+    w: Work,
+    trial: models.Trial,
+    exp: models.Experiment,
+    target: RunState,
+    *,
+    live: models.Allocation | _LookUp | None = LOOK_UP,
+) -> None:
+    """Stop a trial: graceful for COMPLETED/CANCELED, immediate for KILLED/ERROR. `live`: its live
+    allocation (or None), when the caller read them all at once."""
     current = RunState(trial.state)
     if current in TERMINAL:
         return
     if is_stopping(current) and STOPPING_SEVERITY.index(target) <= STOPPING_SEVERITY.index(current):
         return  # a stop can only become more severe
     transition(ctx, w, trial, target, "stop requested")
-    alloc = allocations.live_allocation(w, trial.id)
+    alloc = allocations.live_allocation(w, trial.id) if isinstance(live, _LookUp) else live
     if alloc is None:
         finish(ctx, w, trial, exp, STOPPING_TO_TERMINAL[target], "stopped with nothing running")
         return

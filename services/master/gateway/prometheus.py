@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from services.master.domain.clock import utcnow
 from services.master.domain.context import MasterContext
-from services.master.domain.reads.cluster import cluster_counts
+from services.master.domain.reads.cluster import cluster_counts, queue_counts
 from services.master.domain.reads.deferred_work import owed_work
 from services.master.domain.reads.provisioning import provisioning_counts
+from services.master.domain.telemetry import Histogram
 
 
 def _gauge(
@@ -23,12 +24,70 @@ def _gauge(
         lines.append(f"{name}{{{label_text}}} {value}" if label_text else f"{name} {value}")
 
 
+def _histogram(lines: list[str], name: str, help_text: str, histogram: Histogram) -> None:
+    snapshot = histogram.snapshot()
+    lines.append(f"# HELP {name} {help_text}")
+    lines.append(f"# TYPE {name} histogram")
+    for bound, count in zip(snapshot.bounds, snapshot.cumulative, strict=False):
+        lines.append(f'{name}_bucket{{le="{bound:g}"}} {count}')
+    lines.append(f'{name}_bucket{{le="+Inf"}} {snapshot.count}')
+    lines.append(f"{name}_sum {snapshot.total:.6f}")
+    lines.append(f"{name}_count {snapshot.count}")
+
+
 def render(ctx: MasterContext) -> str:
     lines: list[str] = []
+    now = utcnow()
     with ctx.db.read() as s:
         counts = cluster_counts(s)
+        queue = queue_counts(s, now)
         owed = owed_work(s)
-        provisioned = provisioning_counts(s, utcnow())
+        provisioned = provisioning_counts(s, now)
+    telemetry = ctx.telemetry
+    _histogram(
+        lines,
+        "cairn_scheduling_pass_seconds",
+        "Scheduling passes with something to place: building the request, the decision, applying it.",
+        telemetry.scheduling_pass,
+    )
+    _gauge(
+        lines,
+        "cairn_pending_allocations",
+        "Allocations waiting for slots, by resource pool.",
+        [({"pool": pool}, n) for pool, n in queue.pending_by_pool],
+    )
+    _gauge(
+        lines,
+        "cairn_metric_rows_total",
+        "Metric reports stored (one row each).",
+        [({}, telemetry.metric_rows.value)],
+        kind="counter",
+    )
+    _gauge(
+        lines,
+        "cairn_metric_report_batches_total",
+        "Batches of metric reports stored (one transaction each).",
+        [({}, telemetry.metric_batches.value)],
+        kind="counter",
+    )
+    _histogram(
+        lines,
+        "cairn_metric_intake_seconds",
+        "From a metric report's time (the trial's clock) to the commit that made it readable.",
+        telemetry.metric_intake_latency,
+    )
+    _gauge(
+        lines,
+        "cairn_searcher_events_pending",
+        "Searcher events written but not yet applied.",
+        [({}, queue.searcher_events)],
+    )
+    _gauge(
+        lines,
+        "cairn_searcher_pump_lag_seconds",
+        "Age of the oldest searcher event not yet applied (0 when none waits).",
+        [({}, round(queue.searcher_lag_s, 3))],
+    )
     _gauge(
         lines,
         "cairn_experiments",

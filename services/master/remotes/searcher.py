@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -22,6 +22,8 @@ class SearcherClient:
         self.address = address
         self._channel = internal_channel(address, cluster_token)
         self._stub = searcher_pb2_grpc.SearcherServiceStub(self._channel)
+        # Whether the server takes HandleEvents (a custom searcher may predate it).
+        self._batches = True
 
     def _call(self, method: str, request: object) -> object:
         try:
@@ -35,6 +37,22 @@ class SearcherClient:
     def handle(self, session_id: str, after_seq: int, event: pb.SearcherEvent) -> pb.SearcherResponse:
         request = pb.HandleEventRequest(session_id=session_id, after_seq=after_seq, event=event)
         return self._call("HandleEvent", request)  # type: ignore[return-value]
+
+    def handle_many(
+        self, session_id: str, after_seq: int, events: Sequence[pb.SearcherEvent]
+    ) -> pb.SearcherResponse:
+        """Several events as one answer (HandleEvents); one at a time where the server predates it
+        (UNIMPLEMENTED, remembered): then only the first event is sent, and the answer says so by
+        its snapshot's seq (after_seq + 1)."""
+        if len(events) > 1 and self._batches:
+            request = pb.HandleEventsRequest(session_id=session_id, after_seq=after_seq, events=events)
+            try:
+                return self._stub.HandleEvents(request, timeout=CALL_TIMEOUT_S)
+            except grpc.RpcError as exc:
+                if not (isinstance(exc, grpc.Call) and exc.code() == grpc.StatusCode.UNIMPLEMENTED):
+                    raise translate("searcher", self.address, exc) from None
+                self._batches = False
+        return self.handle(session_id, after_seq, events[0])
 
     def restore(self, session_id: str, spec: pb.SearchSpec, snapshot: pb.Snapshot) -> None:
         self._call(

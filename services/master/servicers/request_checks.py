@@ -16,31 +16,43 @@ def _bad_string(value: str) -> bool:
 
 
 def nul_field(message: Message, prefix: str = "", depth: int = 0) -> str | None:
-    """The path of the first string field holding a NUL character, or None."""
+    """The path of the first string field holding a NUL character, or None. Every request passes
+    through here, large metric batches too: the walk builds no path until it finds a NUL."""
+    found = _first_nul(message, depth)
+    if found is None:
+        return None
+    return prefix + "".join(reversed(found))
+
+
+def _first_nul(message: Message, depth: int) -> list[str] | None:
+    """The path to the first NUL, as segments from the innermost out; None when there is none."""
     if depth > _MAX_DEPTH:
         return None
     for field, value in message.ListFields():
-        path = f"{prefix}{field.name}"
         if field.message_type is not None and field.message_type.GetOptions().map_entry:
             value_field = field.message_type.fields_by_name["value"]
             for key, item in value.items():
                 if isinstance(key, str) and _bad_string(key):
-                    return f"{path} (a key)"
+                    return [f"{field.name} (a key)"]
                 if value_field.message_type is not None:
-                    found = nul_field(item, f"{path}[{key!r}].", depth + 1)
-                    if found:
-                        return found
+                    inner = _first_nul(item, depth + 1)
+                    if inner is not None:
+                        return [*inner, f"{field.name}[{key!r}]."]
                 elif isinstance(item, str) and _bad_string(item):
-                    return f"{path}[{key!r}]"
+                    return [f"{field.name}[{key!r}]"]
             continue
-        repeated = field.is_repeated
-        items = list(value) if repeated else [value]
-        for index, item in enumerate(items):
-            where = f"{path}[{index}]" if repeated else path
-            if isinstance(item, Message):
-                found = nul_field(item, f"{where}.", depth + 1)
-                if found:
-                    return found
-            elif isinstance(item, str) and _bad_string(item):
-                return where
+        if field.is_repeated:
+            for index, item in enumerate(value):
+                if isinstance(item, Message):
+                    inner = _first_nul(item, depth + 1)
+                    if inner is not None:
+                        return [*inner, f"{field.name}[{index}]."]
+                elif isinstance(item, str) and _bad_string(item):
+                    return [f"{field.name}[{index}]"]
+        elif isinstance(value, Message):
+            inner = _first_nul(value, depth + 1)
+            if inner is not None:
+                return [*inner, f"{field.name}."]
+        elif isinstance(value, str) and _bad_string(value):
+            return [field.name]
     return None

@@ -163,6 +163,20 @@ class SearcherEvent(Base):
     created_at: Mapped[datetime]
 
 
+class SearcherAnswer(Base):
+    """The rest of a searcher's answer too big to apply in the call that got it (an experiment of
+    10,000 trials): written with the answer's snapshot, applied in chunks by the searcher pump, each
+    chunk in its own transaction that also stores what is left. Applying is idempotent (a trial is
+    made once per request id), so a crash between chunks repeats nothing."""
+
+    __tablename__ = "searcher_answers"
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id", ondelete="CASCADE"), index=True)
+    # A serialized cairn.searcher.v1.SearcherResponse holding only the actions still to apply.
+    payload: Mapped[bytes] = mapped_column(LargeBinary)
+    created_at: Mapped[datetime]
+
+
 class Trial(Base):
     __tablename__ = "trials"
     __table_args__ = (

@@ -7,6 +7,7 @@ can fail chosen calls, before or after doing their work, to exercise the client'
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -57,6 +58,8 @@ class MasterDouble(api_pb2_grpc.CairnServicer):
         self.unauthenticated_calls = 0
         # Metrics.
         self.stored_reports: list[trial_pb2.MetricReport] = []
+        # False: a master older than ReportTrialMetricsBatchRequest.reports_json (it sees no report).
+        self.reads_json_batches = True
         self._stored_seqs: set[int] = set()
         self.metrics_gate = threading.Event()
         self.metrics_gate.set()
@@ -145,7 +148,10 @@ class MasterDouble(api_pb2_grpc.CairnServicer):
     def ReportTrialMetricsBatch(
         self, request: trial_pb2.ReportTrialMetricsBatchRequest, context: grpc.ServicerContext
     ) -> trial_pb2.ReportTrialMetricsBatchResponse:
-        if not request.reports:
+        reports = list(request.reports)
+        if request.reports_json and self.reads_json_batches:
+            reports = [_report_of(entry) for entry in json.loads(request.reports_json)]
+        if not reports:
             # The shipper's opening question (which seqs are stored?): not a batch the tests count.
             with self._cond:
                 self.sequence_queries += 1
@@ -156,7 +162,7 @@ class MasterDouble(api_pb2_grpc.CairnServicer):
         self.metrics_gate.wait(timeout=10.0)
         stored = duplicates = 0
         with self._cond:
-            for report in request.reports:
+            for report in reports:
                 if report.seq in self._stored_seqs:
                     duplicates += 1
                     continue
@@ -348,3 +354,14 @@ def wait_for(condition: Any, timeout: float = 5.0, interval: float = 0.01) -> bo
             return True
         time.sleep(interval)
     return bool(condition())
+
+
+def _report_of(entry: list[Any]) -> trial_pb2.MetricReport:
+    """One report of a JSON batch ([seq, group, steps, time, metrics, batch_metrics]) as a message."""
+    seq, group, steps, at, values, batches = entry
+    report = trial_pb2.MetricReport(seq=seq, group=group, steps_completed=steps)
+    report.report_time.FromNanoseconds(int(at * 1e9))
+    report.metrics.update(values)
+    for batch in batches or ():
+        report.batch_metrics.add().update(batch)
+    return report

@@ -3,9 +3,11 @@ the training code."""
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 import time
+from typing import Any
 
 import grpc
 import pytest
@@ -30,8 +32,17 @@ def _batches(env: ClusterEnv) -> list:
     return env.master.calls.of("ReportTrialMetricsBatch")
 
 
+def _batch_seqs(batch: Any) -> list[int]:
+    """The sequence numbers a batch carried, whichever form it was sent in."""
+    if batch.reports_json:
+        return [int(entry[0]) for entry in json.loads(batch.reports_json)]
+    return _seqs(batch.reports)
+
+
 def test_reports_are_batched_with_increasing_sequence_numbers(cluster_env: ClusterEnv) -> None:
-    with cairn.core.init() as core:
+    info = get_cluster_info()
+    assert info is not None
+    with cluster_context(info, settings=CoreSettings(metrics_batch_size=500)) as core:
         for step in range(1, 1201):
             core.train.report_training_metrics(step, {"loss": 1.0 / step})
         core.train.report_validation_metrics(1200, {"loss": 0.5, "accuracy": 0.9})
@@ -41,9 +52,9 @@ def test_reports_are_batched_with_increasing_sequence_numbers(cluster_env: Clust
     assert stored[-1].group == "validation"
     batches = _batches(cluster_env)
     assert len(batches) >= 3, "1201 reports cannot fit in fewer than three batches of 500"
-    assert all(len(batch.reports) <= 500 for batch in batches)
+    assert all(len(_batch_seqs(batch)) <= 500 for batch in batches)
     assert all(batch.trial_id == 3 and batch.trial_run_id == 2 for batch in batches)
-    sent_in_order = [seq for batch in batches for seq in _seqs(batch.reports)]
+    sent_in_order = [seq for batch in batches for seq in _batch_seqs(batch)]
     assert sent_in_order == sorted(sent_in_order)
 
 
@@ -78,7 +89,7 @@ def test_batch_resent_after_lost_reply_is_stored_once(cluster_env: ClusterEnv) -
     batches = _batches(cluster_env)
     assert len(batches) >= 2
     # The resend carries exactly the numbers of the attempt whose reply was lost.
-    assert _seqs(batches[1].reports) == _seqs(batches[0].reports)
+    assert _batch_seqs(batches[1]) == _batch_seqs(batches[0])
     assert _seqs(cluster_env.master.stored_reports) == [1, 2, 3, 4, 5]
 
 
@@ -261,3 +272,18 @@ def test_reporting_outside_the_with_block_is_refused(cluster_env: ClusterEnv) ->
     with pytest.raises(RuntimeError, match=r"with cairn\.core\.init"):
         core.train.report_training_metrics(1, {"loss": 1.0})
     core.close()
+
+
+def test_an_older_master_that_reads_no_json_batches_gets_the_reports_as_messages(
+    cluster_env: ClusterEnv,
+) -> None:
+    """The Core API sends a batch as one JSON document; a master from before that form answers it
+    as an empty batch (nothing stored): the shipper sends the same reports again as messages, and
+    keeps to them. Same sequence numbers: nothing is stored twice."""
+    cluster_env.master.reads_json_batches = False
+    with cairn.core.init() as core:
+        for step in (1, 2, 3):
+            core.train.report_training_metrics(step, {"loss": 1.0 / step})
+        core.train.report_validation_metrics(3, {"loss": 0.25})
+    assert _seqs(cluster_env.master.stored_reports) == [1, 2, 3, 4]
+    assert [r.group for r in cluster_env.master.stored_reports] == ["training"] * 3 + ["validation"]

@@ -146,3 +146,19 @@ def test_the_writer_rolls_to_a_new_file_that_sorts_after_the_last(tmp_path: Path
     writer.flush()
     assert first is not None and writer.current_file is not None
     assert sorted(p.name for p in tmp_path.iterdir()) == [first.name, writer.current_file.name]
+
+
+def test_the_batch_encoder_writes_what_the_record_encoder_writes() -> None:
+    """ScalarEventWriter encodes its pending scalars in one loop (event_file._records): byte for
+    byte the records record(scalar_event(...)) makes, for steps on both sides of a one-byte varint
+    and long tags."""
+    from cairn.tensorboard import event_file
+
+    scalars = [
+        ("Determined/loss", 0.5, 0, 1795750000.25),
+        ("Determined/val_accuracy", -3.0e38, 127, 1795750001.5),
+        ("Determined/" + "x" * 300, float("nan"), 128, 1795750002.0),
+        ("Determined/lr", 1e-9, 10**12, 1795750003.125),
+    ]
+    expected = b"".join(event_file.record(event_file.scalar_event(*s)) for s in scalars)
+    assert event_file._records(scalars) == expected

@@ -34,3 +34,15 @@ def test_migrations_build_the_models_schema(backend: str, tmp_path: Path) -> Non
                 assert s.scalar(select(models.Workspace.id).where(models.Workspace.name == "second")) == 2
         finally:
             db.dispose()
+
+
+def test_metric_intakes_table_is_the_models_table() -> None:
+    """store/metric_rows.py writes the metrics table with JSON as text: the same columns, the same
+    nullability, as the ORM model that reads it."""
+    from services.master.store import models
+    from services.master.store.metric_rows import METRIC_ROWS
+
+    model = models.Metric.__table__
+    assert [c.name for c in METRIC_ROWS.columns] == [c.name for c in model.columns]
+    for column in METRIC_ROWS.columns:
+        assert column.nullable == model.columns[column.name].nullable, column.name

@@ -350,3 +350,32 @@ def test_entry_point_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
             process.wait(timeout=10)
         if process.stderr:
             process.stderr.close()
+
+
+def test_handle_events_applies_a_batch_and_bounds_it(stub: searcher_pb2_grpc.SearcherServiceStub) -> None:
+    start = stub.StartSession(
+        pb.StartSessionRequest(session_id="exp-b", spec=search_spec()), timeout=TIMEOUT_S
+    )
+    events = [event(trial_created=pb.TrialCreated(request_id=t.request_id)) for t in created(start)]
+    answer = stub.HandleEvents(
+        pb.HandleEventsRequest(session_id="exp-b", after_seq=0, events=events), timeout=TIMEOUT_S
+    )
+    assert answer.snapshot.seq == len(events) and not answer.actions
+    too_many = [events[0]] * 10_001
+    assert code_of(
+        lambda: stub.HandleEvents(
+            pb.HandleEventsRequest(session_id="exp-b", after_seq=len(events), events=too_many),
+            timeout=TIMEOUT_S,
+        )
+    ) == (grpc.StatusCode.INVALID_ARGUMENT, "events: at most 10000 events in one call, got 10001")
+    # A refused event refuses the batch, naming its index.
+    assert code_of(
+        lambda: stub.HandleEvents(
+            pb.HandleEventsRequest(
+                session_id="exp-b",
+                after_seq=len(events),
+                events=[events[0], pb.SearcherEvent()],
+            ),
+            timeout=TIMEOUT_S,
+        )
+    )[1].startswith("events[1]: event: must set one of")

@@ -188,3 +188,30 @@ def test_registering_a_name_twice_is_refused() -> None:
     registry = builtin_registry()
     with pytest.raises(ValueError, match="already registered"):
         registry.register("random", build_broken)
+
+
+def test_a_batch_of_events_is_one_answer_counting_one_per_event() -> None:
+    """HandleEvents: the same actions, state and seq as the events one by one, in one answer."""
+    one_by_one, (a, b) = started()
+    singly = [
+        one_by_one.handle("exp-1", 0, TrialCreated(a)),
+        one_by_one.handle("exp-1", 1, TrialCreated(b)),
+        one_by_one.handle("exp-1", 2, TrialExited(a)),
+    ]
+    batched_manager, _ = started()
+    batched = batched_manager.handle_many("exp-1", 0, [TrialCreated(a), TrialCreated(b), TrialExited(a)])
+    assert batched.snapshot.seq == 3
+    assert batched.actions == [action for answer in singly for action in answer.actions]
+    assert batched.snapshot.state == singly[-1].snapshot.state
+    assert batched.progress == singly[-1].progress
+
+
+def test_a_refused_event_refuses_its_whole_batch_naming_its_index() -> None:
+    manager, (a, b) = started()
+    with pytest.raises(InvalidEvent) as caught:
+        manager.handle_many("exp-1", 0, [TrialCreated(a), TrialExited("unknown"), TrialCreated(b)])
+    assert str(caught.value).startswith("events[1]: ")
+    # Nothing of it was kept: the first event applies again at seq 0.
+    assert manager.handle_many("exp-1", 0, [TrialCreated(a), TrialCreated(b)]).snapshot.seq == 2
+    with pytest.raises(InvalidEvent):
+        manager.handle_many("exp-1", 2, [])

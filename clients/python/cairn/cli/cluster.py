@@ -130,6 +130,20 @@ def _processes_table(record: ClusterRecord) -> list[list[str]]:
     help="Dynamic agents: the master starts agents (processes on this machine) as work waits and "
     "retires them when idle, between --min-agents and --max-agents.",
 )
+@click.option(
+    "--provision-provider",
+    type=click.Choice(["local", "docker"]),
+    default="local",
+    show_default=True,
+    help="With --provision: agents as processes here (local), or as containers of --agent-image "
+    "that run their trials as containers (docker; needs --runtime docker).",
+)
+@click.option(
+    "--agent-image",
+    default="cairn-service:latest",
+    show_default=True,
+    help="With --provision-provider docker: the service image (`make images`) agents run from.",
+)
 @click.option("--min-agents", type=click.IntRange(0, 64), default=0, show_default=True)
 @click.option("--max-agents", type=click.IntRange(1, 64), default=3, show_default=True)
 @click.option(
@@ -156,6 +170,8 @@ def up(
     tls: bool,
     supervise: bool,
     provision: bool,
+    provision_provider: str,
+    agent_image: str,
     min_agents: int,
     max_agents: int,
     max_idle_agent_period: str,
@@ -169,11 +185,23 @@ def up(
         raise CliError("--agents: with --provision the master starts the agents; leave --agents out")
     if min_agents > max_agents:
         raise CliError(f"--min-agents: {min_agents} is more than --max-agents ({max_agents})")
+    if provision and provision_provider == "docker" and runtime != "docker":
+        raise CliError(
+            "--provision-provider docker: its agents run trials as containers; add --runtime docker"
+        )
+    if provision and provision_provider == "docker" and tls:
+        raise CliError(
+            "--provision-provider docker: not with --tls (the agents' containers cannot read the CA)"
+        )
     options = ClusterOptions(
         state_dir=(state_dir or default_state_dir()).expanduser().resolve(),
         agents=0 if provision else (1 if agents is None else agents),
         provision=Provisioning(
-            min_agents=min_agents, max_agents=max_agents, max_idle_agent_period=max_idle_agent_period
+            min_agents=min_agents,
+            max_agents=max_agents,
+            max_idle_agent_period=max_idle_agent_period,
+            provider=provision_provider,
+            agent_image=agent_image,
         )
         if provision
         else None,

@@ -16,7 +16,18 @@ from cairn.cli.output import (
 )
 from cairn.cli.state import CliState, json_option, pass_state
 
-JOB_COLUMNS = ("#", "ID", "Type", "Name", "Priority", "Submitted", "Slots (acquired/needed)", "State", "User")
+JOB_COLUMNS = (
+    "#",
+    "ID",
+    "Type",
+    "Name",
+    "Priority",
+    "Submitted",
+    "Slots (acquired/needed)",
+    "State",
+    "User",
+    "Waiting because",
+)
 
 
 @click.group(cls=AliasedGroup, aliases={"ls": "list"})
@@ -29,7 +40,8 @@ def job() -> None:
 @json_option
 @pass_state
 def list_jobs(state: CliState, resource_pool: str, as_json: bool) -> None:
-    """List the jobs of a pool in queue order."""
+    """List the jobs of a pool in queue order (experiments, commands, notebooks, shells,
+    TensorBoards, generic tasks), and why each waiting one waits."""
     response = state.session().api.GetJobsV2(job_pb2.GetJobsV2Request(resource_pool=resource_pool, limit=-1))
     jobs = [j.full for j in response.jobs]
     if as_json:
@@ -46,6 +58,7 @@ def list_jobs(state: CliState, resource_pool: str, as_json: bool) -> None:
             f"{j.allocated_slots}/{j.requested_slots}",
             enum_label(experiment_pb2.JobSummary.State.Name(j.summary.state)),
             j.username,
+            j.waiting_reason,
         ]
         for j in jobs
     ]

@@ -64,9 +64,16 @@ def plain_mapping(values: Mapping[Any, Any], where: str) -> dict[str, JsonValue]
         raise TypeError(f"{where}: must be a dict, not {type(values).__name__}")
     plain: dict[str, JsonValue] = {}
     for key, value in values.items():
-        if not isinstance(key, str):
+        if type(key) is not str and not isinstance(key, str):
             raise TypeError(f"{where}: keys must be strings, not {type(key).__name__} ({key!r})")
-        plain[key] = plain_value(value, f"{where}[{key!r}]")
+        kind = type(value)
+        # The common case first, without building the error path a bad value would need.
+        if kind is float:
+            plain[key] = value if math.isfinite(value) else finite_or_name(value)
+        elif kind is int or kind is str or kind is bool or value is None:
+            plain[key] = value
+        else:
+            plain[key] = plain_value(value, f"{where}[{key!r}]")
     return plain
 
 

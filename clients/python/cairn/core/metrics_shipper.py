@@ -1,6 +1,12 @@
 """Metric reports on their way to the master: queued by the training loop, sent in batches by one
 background thread.
 
+A report costs the training loop an append to a list under a lock: the sender is not woken for
+each one (that wake-up was most of reporting's cost in a tight loop). It sleeps until the first
+report after an empty spell, then lingers (metrics_linger_s) and takes what came meanwhile; it is
+woken early only when a batch is full or someone waits for what is queued (a flush, a checkpoint,
+the exit). Reports become protobuf messages on the sender's thread.
+
 Each report gets a sequence number when it is queued (1, 2, 3, ... per allocation), so a batch
 resent after a failure whose outcome was unknown is stored once by the master. A failure that
 outlasts the retry budget, or a refusal, stops the shipper; the error is raised to the training
@@ -9,15 +15,21 @@ code on its next report and when the context closes, never dropped.
 
 from __future__ import annotations
 
+import json
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
 from google.protobuf import timestamp_pb2
+
+try:
+    import orjson
+except ImportError:  # pragma: no cover - a dependency of the client; the stdlib encoder does too
+    orjson = None  # type: ignore[assignment]
 
 from cairn.api.v1 import trial_pb2
 from cairn.core.errors import MasterCallError, MetricsReportError
@@ -31,9 +43,6 @@ log = logging.getLogger(__name__)
 # (the training code may open one after another) continues where the first stopped.
 _sequence_lock = threading.Lock()
 _last_sequence: dict[str, int] = {}
-
-# Queued to wake the sender when it should stop.
-_WAKE = object()
 
 
 def _next_sequence(allocation_id: str) -> int:
@@ -49,6 +58,28 @@ def _continue_after(allocation_id: str, stored: int) -> None:
         _last_sequence[allocation_id] = max(_last_sequence.get(allocation_id, 0), stored)
 
 
+@dataclass(frozen=True)
+class _Queued:
+    seq: int
+    group: str
+    steps_completed: int
+    report_time: float  # time.time() when reported
+    metrics: Mapping[str, JsonValue]
+    batch_metrics: Sequence[Mapping[str, JsonValue]] | None
+
+    def message(self) -> trial_pb2.MetricReport:
+        stamp = timestamp_pb2.Timestamp()
+        stamp.FromNanoseconds(int(self.report_time * 1e9))
+        return trial_pb2.MetricReport(
+            seq=self.seq,
+            group=self.group,
+            steps_completed=self.steps_completed,
+            report_time=stamp,
+            metrics=to_struct(self.metrics),
+            batch_metrics=[to_struct(batch) for batch in self.batch_metrics or ()],
+        )
+
+
 class MetricsShipper:
     def __init__(
         self, session: MasterSession, *, trial_id: int, trial_run_id: int, allocation_id: str
@@ -58,15 +89,23 @@ class MetricsShipper:
         self._trial_id = trial_id
         self._trial_run_id = trial_run_id
         self._allocation_id = allocation_id
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=self._settings.metrics_queue_size)
-        # Serializes numbering and queueing, so reports enter the queue in sequence order.
-        self._submit_lock = threading.Lock()
+        # Reports not yet taken by the sender, in sequence order; `_room` waits for space in it.
+        self._queue: list[_Queued] = []
+        self._queue_lock = threading.Lock()
+        self._room = threading.Condition(self._queue_lock)
+        # Set to make the sender send now, rather than at the end of its linger.
+        self._send_now = threading.Event()
+        # Set when the first report after an empty spell is queued (the sender sleeps until then).
+        self._reported = threading.Event()
         self._state = threading.Condition()
         self._last_queued = 0
         self._last_stored = 0
         self._failure: MetricsReportError | None = None
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        # Batches go as one JSON document (ReportTrialMetricsBatchRequest.reports_json) unless the
+        # master turns out not to read that form.
+        self._json_wire = True
 
     def start(self) -> None:
         if self._thread is not None:
@@ -105,9 +144,9 @@ class MetricsShipper:
         )
 
     def raise_if_failed(self) -> None:
-        with self._state:
-            if self._failure is not None:
-                raise self._failure
+        failure = self._failure  # set once, never cleared: a plain read is enough
+        if failure is not None:
+            raise failure
 
     def submit(
         self,
@@ -121,25 +160,23 @@ class MetricsShipper:
             raise RuntimeError(
                 "the Core API is not running: report metrics inside `with cairn.core.init() as core:`"
             )
-        report = trial_pb2.MetricReport(
-            group=group,
-            steps_completed=steps_completed,
-            report_time=_now(),
-            metrics=to_struct(metrics),
-            batch_metrics=[to_struct(batch) for batch in batch_metrics or ()],
-        )
-        with self._submit_lock:
+        reported_at = time.time()
+        with self._queue_lock:
             self.raise_if_failed()
-            report.seq = _next_sequence(self._allocation_id)
-            while True:
-                try:
-                    self._queue.put(report, timeout=0.2)
-                    break
-                except queue.Full:
-                    # The sender is retrying through an outage; its failure must not leave us here.
-                    self.raise_if_failed()
-            with self._state:
-                self._last_queued = report.seq
+            while len(self._queue) >= self._settings.metrics_queue_size:
+                # The sender is behind (or retrying through an outage): wait for room, but never
+                # past its failure.
+                self._send_now.set()
+                self._room.wait(0.2)
+                self.raise_if_failed()
+            seq = _next_sequence(self._allocation_id)
+            self._queue.append(_Queued(seq, group, steps_completed, reported_at, metrics, batch_metrics))
+            queued = len(self._queue)
+            self._last_queued = seq
+        if queued == 1:
+            self._reported.set()
+        elif queued >= self._settings.metrics_batch_size:
+            self._send_now.set()
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every queued report is stored; False when `timeout` passed first.
@@ -148,10 +185,8 @@ class MetricsShipper:
         with self._state:
             pending = self._last_stored < self._last_queued
         if pending:
-            try:
-                self._queue.put_nowait(_WAKE)  # cut the sender's linger short
-            except queue.Full:
-                pass  # a full queue is sent without lingering anyway
+            self._send_now.set()  # cut the sender's linger short
+            self._reported.set()
         with self._state:
             while self._failure is None and self._last_stored < self._last_queued:
                 remaining = None if deadline is None else deadline - time.monotonic()
@@ -179,13 +214,15 @@ class MetricsShipper:
                 )
         finally:
             self._stopping.set()
-            try:
-                self._queue.put_nowait(_WAKE)
-            except queue.Full:
-                pass
+            self._send_now.set()
+            self._reported.set()
             self._thread.join(timeout=5.0)
 
     def _run(self) -> None:
+        # One batch at a time: a second on its way before the first is answered could be stored
+        # first, and a trial's rows must be stored in the order they were reported (the summary's
+        # last values, the order curves are read in). The master stores a batch of thousands in one
+        # go, so one at a time keeps up with any training loop.
         while True:
             batch = self._collect()
             if batch:
@@ -195,6 +232,8 @@ class MetricsShipper:
                     with self._state:
                         self._failure = failure
                         self._state.notify_all()
+                    with self._queue_lock:
+                        self._room.notify_all()
                     log.error("%s", failure)
                     return
                 with self._state:
@@ -203,34 +242,51 @@ class MetricsShipper:
             elif self._stopping.is_set():
                 return
 
-    def _collect(self) -> list[trial_pb2.MetricReport]:
-        """The next batch: waits for a first report, then lingers briefly for more."""
-        batch: list[trial_pb2.MetricReport] = []
-        while not batch:
-            if self._stopping.is_set() and self._queue.empty():
-                return batch
-            try:
-                item = self._queue.get(timeout=0.5)
-            except queue.Empty:
-                continue
-            if item is not _WAKE:
-                batch.append(item)
-        deadline = time.monotonic() + self._settings.metrics_linger_s
-        while len(batch) < self._settings.metrics_batch_size:
-            remaining = deadline - time.monotonic()
-            try:
-                item = self._queue.get(timeout=remaining) if remaining > 0 else self._queue.get_nowait()
-            except queue.Empty:
-                break
-            if item is _WAKE:
-                break  # someone waits for what is queued (a flush, a checkpoint, the exit): send now
-            batch.append(item)
+    def _full_batch_queued(self) -> bool:
+        with self._queue_lock:
+            return len(self._queue) >= self._settings.metrics_batch_size
+
+    def _take(self) -> list[_Queued]:
+        with self._queue_lock:
+            size = self._settings.metrics_batch_size
+            batch, self._queue = self._queue[:size], self._queue[size:]
+            self._room.notify_all()
         return batch
 
-    def _send(self, batch: list[trial_pb2.MetricReport]) -> None:
+    def _collect(self) -> list[_Queued]:
+        """The next batch: waits for a first report, then lingers briefly for more (unless a full
+        batch, a flush or the exit says to send now)."""
+        while True:
+            with self._queue_lock:
+                waiting = bool(self._queue)
+                if not waiting:
+                    self._reported.clear()
+            if waiting:
+                break
+            if self._stopping.is_set():
+                return []
+            self._reported.wait(0.5)
+        self._send_now.wait(self._settings.metrics_linger_s)
+        self._send_now.clear()
+        batch = self._take()
+        if self._full_batch_queued():
+            self._send_now.set()  # a full batch waits: no linger for it
+        return batch
+
+    def _request(self, batch: list[_Queued]) -> trial_pb2.ReportTrialMetricsBatchRequest:
         request = trial_pb2.ReportTrialMetricsBatchRequest(
-            trial_id=self._trial_id, trial_run_id=self._trial_run_id, reports=batch
+            trial_id=self._trial_id, trial_run_id=self._trial_run_id
         )
+        if self._json_wire:
+            rows = [
+                [q.seq, q.group, q.steps_completed, q.report_time, q.metrics, q.batch_metrics] for q in batch
+            ]
+            request.reports_json = _encode_json(rows)
+        else:
+            request.reports.extend(queued.message() for queued in batch)
+        return request
+
+    def _send(self, batch: list[_Queued]) -> None:
         failed_attempts: list[grpc.RpcError] = []
 
         def note_failure(exc: grpc.RpcError) -> None:
@@ -244,7 +300,12 @@ class MetricsShipper:
             )
 
         try:
-            response = self._call(request, on_failed_attempt=note_failure)
+            response = self._call(self._request(batch), on_failed_attempt=note_failure)
+            if self._json_wire and response.stored + response.duplicates == 0:
+                # A master older than the JSON form read no report from it: send as messages.
+                log.info("the master reads no JSON metric batches; sending them as messages")
+                self._json_wire = False
+                response = self._call(self._request(batch), on_failed_attempt=note_failure)
         except MasterCallError as exc:
             raise MetricsReportError(
                 f"metrics of trial {self._trial_id} could not be stored ({exc}); reports from seq "
@@ -260,7 +321,8 @@ class MetricsShipper:
             )
 
 
-def _now() -> timestamp_pb2.Timestamp:
-    stamp = timestamp_pb2.Timestamp()
-    stamp.GetCurrentTime()
-    return stamp
+def _encode_json(rows: list[list[Any]]) -> bytes:
+    """The batch as one JSON document (values are plain JSON already: no NaN or infinities)."""
+    if orjson is not None:
+        return bytes(orjson.dumps(rows))
+    return json.dumps(rows, separators=(",", ":"), allow_nan=False).encode()

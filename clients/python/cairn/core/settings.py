@@ -13,11 +13,12 @@ class CoreSettings:
     call_timeout_s: float = 30.0
     # Retrying calls (metric batches included) through an outage of the master.
     retry: RetryPolicy = field(default_factory=RetryPolicy)
-    # A metrics batch goes out when it holds this many reports or its first report is this old.
-    metrics_batch_size: int = 500
-    metrics_linger_s: float = 0.1
+    # A metrics batch goes out when it holds this many reports or its first report is this old
+    # (one JSON document of ~2,000 reports is a few hundred KB: the master stores it in one go).
+    metrics_batch_size: int = 2000
+    metrics_linger_s: float = 0.5
     # Reports waiting to be sent; a full queue makes report calls wait (back-pressure).
-    metrics_queue_size: int = 10_000
+    metrics_queue_size: int = 20_000
     # When the training code leaves the context with an exception, unsent metrics get this long.
     flush_on_error_s: float = 30.0
     # Reconnecting the signal stream (or the long poll) after it broke.

@@ -16,6 +16,7 @@ TensorFlow nor PyTorch nor the tensorboard package is needed in the training env
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 import tempfile
 import time
@@ -47,6 +48,7 @@ def default_path(allocation_id: str, rank: int) -> Path:
     return Path(tempfile.gettempdir()) / f"tensorboard-{allocation_id}-{rank}"
 
 
+@functools.lru_cache(maxsize=4096)
 def metric_tag(group: str, name: str) -> str:
     if group == VALIDATION and not name.startswith("val"):
         name = f"val_{name}"
@@ -82,17 +84,18 @@ class TensorboardFiles:
         """AUTO: write a report's scalars (batch metrics at their own steps, as Determined does)."""
         if self._writer is None or group not in (TRAINING, VALIDATION):
             return
+        writer, now = self._writer, time.time()
         seen = set()
         for index, batch in enumerate(batch_metrics or ()):
             step = steps_completed - len(batch_metrics or ()) + index
             for name, value in batch.items():
                 seen.add(name)
                 if is_scalar(value):
-                    self._writer.add_scalar(metric_tag(group, name), value, step)
+                    writer.add_scalar(metric_tag(group, name), value, step, now)
         for name, value in metrics.items():
             if name not in seen and is_scalar(value):
-                self._writer.add_scalar(metric_tag(group, name), value, steps_completed)
-        self._writer.flush()
+                writer.add_scalar(metric_tag(group, name), value, steps_completed, now)
+        # Written out when the buffer fills and at each sync (which rolls the file): not per report.
         if time.monotonic() - self._last_sync >= self._sync_interval_s:
             self.sync()
 

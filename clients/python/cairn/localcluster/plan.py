@@ -49,6 +49,11 @@ class Provisioning:
     # Determined's max_idle_agent_period / max_agent_starting_period (durations: "5m", "90s").
     max_idle_agent_period: str = "5m"
     max_agent_starting_period: str = "2m"
+    # local: agents as processes of this machine; docker: containers of the service image
+    # (agent_image, `make images`) running their trials as containers (the cluster's runtime must
+    # be docker).
+    provider: str = "local"
+    agent_image: str = "cairn-service:latest"
 
 
 @dataclass(frozen=True)

@@ -34,15 +34,18 @@ def master_config(options: ClusterOptions, paths: ClusterPaths) -> dict[str, obj
     tasks_root = options.isolation.tasks_root / "{agent_id}" if options.isolation is not None else None
     agent_args += agent_runtime_flags(options, str(tasks_root) if tasks_root is not None else None)
     provider: dict[str, object] = {
-        "type": "local",
+        "type": provision.provider,
         "min_instances": provision.min_agents,
         "max_instances": provision.max_agents,
         "instance_slots": options.slots_per_agent,
         "max_idle_agent_period": provision.max_idle_agent_period,
         "max_agent_starting_period": provision.max_agent_starting_period,
-        "python": options.python,
         "agent_args": agent_args,
     }
+    if provision.provider == "docker":
+        provider["agent_docker_image"] = provision.agent_image
+    else:
+        provider["python"] = options.python
     return {"resource_pools": [{"pool_name": "default", "provider": provider}]}
 
 

@@ -18,11 +18,14 @@ import grpc
 from cairn.searcher.v1 import searcher_pb2 as pb
 from cairn.searcher.v1 import searcher_pb2_grpc
 from cairn.searcher_plugin import convert
-from cairn.searcher_plugin.errors import SearcherError
+from cairn.searcher_plugin.errors import InvalidEvent, InvalidRequest, SearcherError
 from cairn.searcher_plugin.method import SearchFactory
 from cairn.searcher_plugin.sessions import SessionTable
 
 log = logging.getLogger(__name__)
+
+# HandleEvents takes at most this many events (the contract's bound).
+MAX_EVENTS_PER_CALL = 10_000
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["SearcherService"].full_name
 
@@ -67,6 +70,23 @@ class SearcherServicer(searcher_pb2_grpc.SearcherServiceServicer):
     ) -> pb.SearcherResponse:
         event = convert.event_from_proto(request.event)
         answer = self._sessions.handle(request.session_id, request.after_seq, event)
+        return convert.answer_to_proto(answer)
+
+    @_rpc
+    def HandleEvents(
+        self, request: pb.HandleEventsRequest, context: grpc.ServicerContext
+    ) -> pb.SearcherResponse:
+        if len(request.events) > MAX_EVENTS_PER_CALL:
+            raise InvalidRequest(
+                f"events: at most {MAX_EVENTS_PER_CALL} events in one call, got {len(request.events)}"
+            )
+        events = []
+        for index, message in enumerate(request.events):
+            try:
+                events.append(convert.event_from_proto(message))
+            except InvalidEvent as exc:
+                raise InvalidEvent(f"events[{index}]: {exc}") from None
+        answer = self._sessions.handle_many(request.session_id, request.after_seq, events)
         return convert.answer_to_proto(answer)
 
     @_rpc

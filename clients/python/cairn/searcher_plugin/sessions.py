@@ -7,8 +7,10 @@ FAILED_PRECONDITION names both numbers. A start retried with the same spec befor
 the same answer again (a search is deterministic in its spec); any other start on a live id is
 refused.
 
-Every answer carries a snapshot of the session after it. If a search raises while applying an
-event, the session goes back to its last snapshot, so a refused or failed event changes nothing.
+A batch of events (HandleEvents) is applied in order as one answer, all or nothing, and counts
+one up per event. Every answer carries a snapshot of the session after it. If a search raises
+while applying an event, the session goes back to its last snapshot, so a refused or failed event
+changes nothing.
 
 Locking: one lock per session serializes its events; the table's lock is only held to find, add or
 remove a session, never while a search runs.
@@ -18,10 +20,17 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from cairn.searcher_plugin.actions import Action, CreateTrial
-from cairn.searcher_plugin.errors import InvalidRequest, SeqMismatch, SessionExists, SessionNotFound
+from cairn.searcher_plugin.errors import (
+    InvalidEvent,
+    InvalidRequest,
+    SeqMismatch,
+    SessionExists,
+    SessionNotFound,
+)
 from cairn.searcher_plugin.events import Event
 from cairn.searcher_plugin.method import Search, SearchFactory
 from cairn.searcher_plugin.snapshot import Snapshot, check_frame
@@ -109,7 +118,15 @@ class SessionTable:
             )
 
     def handle(self, session_id: str, after_seq: int, event: Event) -> Answer:
+        return self.handle_many(session_id, after_seq, [event])
+
+    def handle_many(self, session_id: str, after_seq: int, events: Sequence[Event]) -> Answer:
+        """Apply `events` in order as one answer: their actions in order, one snapshot after the last
+        (seq advanced by one per event). A refused event refuses them all: the session is left as it
+        was, and the error names the event's index when there are several."""
         _check_id(session_id)
+        if not events:
+            raise InvalidEvent("events: at least one event is needed")
         for _ in range(_LOOKUP_ATTEMPTS):
             session = self._find(session_id)
             with session.lock:
@@ -120,22 +137,33 @@ class SessionTable:
                         f"search session '{session_id}' is at seq {session.seq}, but the event follows seq "
                         f"{after_seq}; restore the session from the snapshot at seq {after_seq}"
                     )
-                return self._apply(session, event)
+                return self._apply(session, events)
         raise SessionNotFound(f"search session '{session_id}' was closed or replaced while the event waited")
 
-    def _apply(self, session: Session, event: Event) -> Answer:
+    def _apply(self, session: Session, events: Sequence[Event]) -> Answer:
+        actions: list[Action] = []
+        applied = 0
         try:
-            actions = session.search.apply(event)
+            for event in events:
+                actions.extend(session.search.apply(event))
+                applied += 1
+        except InvalidEvent as exc:
+            session.search = self.factory.restore(session.snapshot)
+            if len(events) > 1:
+                raise InvalidEvent(f"events[{applied}]: {exc}") from None
+            raise
         except Exception:
             # Refused events leave the search untouched; anything else may have changed it halfway.
+            # Either way the session goes back to its last snapshot, so a batch is all or nothing.
             session.search = self.factory.restore(session.snapshot)
             raise
-        session.snapshot = self._snapshot(session.search, session.seq + 1)
+        session.snapshot = self._snapshot(session.search, session.seq + len(events))
         log.debug(
-            "search event applied session_id=%s seq=%d event_kind=%s actions=%d",
+            "search events applied session_id=%s seq=%d events=%d first_kind=%s actions=%d",
             session.session_id,
             session.seq,
-            type(event).__name__,
+            len(events),
+            type(events[0]).__name__,
             len(actions),
         )
         return Answer(actions, session.snapshot, session.search.progress())

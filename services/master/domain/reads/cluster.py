@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -35,4 +36,30 @@ def cluster_counts(s: Session) -> ClusterCounts:
         ),
         agents=int(s.scalar(select(func.count()).select_from(models.Agent)) or 0),
         slots=int(s.scalar(select(func.count()).select_from(models.AgentSlot)) or 0),
+    )
+
+
+@dataclass(frozen=True)
+class QueueCounts:
+    # Allocations waiting for slots, per resource pool.
+    pending_by_pool: list[tuple[str, int]]
+    # Searcher events written but not yet applied, and the age of the oldest (0 when none waits).
+    searcher_events: int
+    searcher_lag_s: float
+
+
+def queue_counts(s: Session, now: datetime) -> QueueCounts:
+    pending = s.execute(
+        select(models.Allocation.resource_pool, func.count())
+        .where(models.Allocation.state == AllocationState.PENDING)
+        .group_by(models.Allocation.resource_pool)
+    ).all()
+    events, oldest = s.execute(
+        select(func.count(), func.min(models.SearcherEvent.created_at)).select_from(models.SearcherEvent)
+    ).one()
+    lag = max(0.0, (now - oldest).total_seconds()) if oldest is not None else 0.0
+    return QueueCounts(
+        pending_by_pool=[(str(pool), int(n)) for pool, n in pending],
+        searcher_events=int(events or 0),
+        searcher_lag_s=lag,
     )

@@ -1,5 +1,6 @@
-"""The job queue (Determined's `det job list`): every experiment with live allocations, with what
-it asks for, what it holds and its place in its pool's queue."""
+"""The job queue (Determined's `det job list`): every experiment and every other task (commands,
+notebooks, shells, TensorBoards, generic tasks) with live allocations, with what it asks for, what
+it holds and its place in its pool's queue."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from services.master.domain.config.view import config_view
-from services.master.domain.states import LIVE_ALLOCATION, PLACED_ALLOCATION
+from services.master.domain.states import LIVE_ALLOCATION, PLACED_ALLOCATION, PREEMPTIBLE_KINDS, TaskKind
 from services.master.store import models
 
 JOB_ID_PREFIX = "exp-"
+# An experiment's job, as Determined names the kinds of job (jobv1.Type without its prefix).
+EXPERIMENT = "EXPERIMENT"
 
 
 def experiment_job_id(experiment_id: int) -> str:
@@ -30,7 +33,11 @@ def experiment_of_job(job_id: str) -> int | None:
 
 @dataclass(frozen=True)
 class JobRow:
-    experiment_id: int
+    job_id: str
+    # EXPERIMENT, or the task's kind (TaskKind: COMMAND, NOTEBOOK, SHELL, TENSORBOARD, GENERIC).
+    kind: str
+    # The experiment's id, or the task's.
+    entity_id: str
     name: str
     user_id: int
     username: str
@@ -38,18 +45,33 @@ class JobRow:
     resource_pool: str
     priority: int | None
     weight: float
-    progress: float
+    progress: float | None
     requested_slots: int
     allocated_slots: int
     allocation_ids: tuple[str, ...]
     # Whether any of its allocations holds slots (Determined's STATE_SCHEDULED).
     scheduled: bool
-    # The workspace of the experiment's project.
     workspace_id: int
+    preemptible: bool
+
+    @property
+    def experiment_id(self) -> int | None:
+        return int(self.entity_id) if self.kind == EXPERIMENT else None
+
+
+def _live_by_owner(rows: list[tuple[models.Allocation, str]]) -> dict[str, list[models.Allocation]]:
+    grouped: dict[str, list[models.Allocation]] = {}
+    for alloc, key in rows:
+        grouped.setdefault(key, []).append(alloc)
+    return grouped
 
 
 def queued_jobs(s: Session) -> list[JobRow]:
-    """Jobs in submission order (the queue order of equal priorities)."""
+    """Every job with live allocations, in submission order (the queue order of equal priorities)."""
+    return sorted([*_experiment_jobs(s), *_task_jobs(s)], key=lambda j: (j.submitted_at, j.kind, j.entity_id))
+
+
+def _experiment_jobs(s: Session) -> list[JobRow]:
     rows = s.execute(
         select(models.Allocation, models.Experiment, models.User.username, models.Project.workspace_id)
         .join(models.Trial, models.Trial.id == models.Allocation.trial_id)
@@ -68,7 +90,9 @@ def queued_jobs(s: Session) -> list[JobRow]:
         placed = [a for a in allocs if a.state in PLACED_ALLOCATION]
         jobs.append(
             JobRow(
-                experiment_id=experiment.id,
+                job_id=experiment_job_id(experiment.id),
+                kind=EXPERIMENT,
+                entity_id=str(experiment.id),
                 name=experiment.name,
                 user_id=experiment.owner_id,
                 username=username,
@@ -82,6 +106,48 @@ def queued_jobs(s: Session) -> list[JobRow]:
                 allocation_ids=tuple(a.id for a in allocs),
                 scheduled=bool(placed),
                 workspace_id=workspace_id,
+                preemptible=True,
+            )
+        )
+    return jobs
+
+
+def _task_jobs(s: Session) -> list[JobRow]:
+    """Tasks that are not trials (a trial's job is its experiment's)."""
+    rows = s.execute(
+        select(models.Allocation, models.Task, models.User.username)
+        .join(models.Task, models.Task.id == models.Allocation.task_id)
+        .join(models.User, models.User.id == models.Task.owner_id)
+        .where(
+            models.Allocation.state.in_(list(LIVE_ALLOCATION)),
+            models.Task.kind != TaskKind.TRIAL,
+        )
+        .order_by(models.Task.start_time, models.Task.id)
+    ).all()
+    jobs = []
+    for alloc, task, username in rows:
+        placed = alloc.state in PLACED_ALLOCATION
+        config = task.config or {}
+        resources = config.get("resources") if isinstance(config.get("resources"), dict) else {}
+        jobs.append(
+            JobRow(
+                job_id=task.job_id or task.id,
+                kind=str(task.kind),
+                entity_id=task.id,
+                name=task.description or str(task.kind).lower(),
+                user_id=task.owner_id,
+                username=str(username),
+                submitted_at=task.start_time,
+                resource_pool=task.resource_pool,
+                priority=task.priority,
+                weight=float((resources or {}).get("weight") or 1.0),
+                progress=None,
+                requested_slots=alloc.slots,
+                allocated_slots=alloc.slots if placed else 0,
+                allocation_ids=(alloc.id,),
+                scheduled=placed,
+                workspace_id=int(task.workspace_id or 1),
+                preemptible=task.kind in PREEMPTIBLE_KINDS,
             )
         )
     return jobs

@@ -1,22 +1,44 @@
-"""The job queue: Determined's `det job list` and `det job update`."""
+"""The job queue: Determined's `det job list` and `det job update`, for experiments and every other
+kind of task (commands, notebooks, shells, TensorBoards, generic tasks), with why a waiting job
+waits (the scheduler's reason, or the master's own hold such as an experiment's max_slots)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import grpc
 
 from cairn.api.v1 import common_pb2, experiment_pb2, job_pb2
 from services.common.priority import DETERMINED_DEFAULT_PRIORITY
-from services.master.domain import experiment_edits
+from services.master.domain import experiment_edits, tasks
 from services.master.domain import experiments as lifecycle
 from services.master.domain.errors import InvalidArgument, NotFound
 from services.master.domain.paging import page_of
-from services.master.domain.reads.jobs import JobRow, experiment_job_id, experiment_of_job, queued_jobs
+from services.master.domain.reads.jobs import EXPERIMENT, JobRow, experiment_of_job, queued_jobs
+from services.master.domain.states import TaskKind
 from services.master.servicers.api import convert
 from services.master.servicers.api.base import ServicerBase
 from services.master.servicers.errors import rpc
+from services.master.store import models
 
 STATE = experiment_pb2.JobSummary.State
 MAX_UPDATES = 1000
+JOB_TYPES = {
+    EXPERIMENT: job_pb2.Job.TYPE_EXPERIMENT,
+    TaskKind.NOTEBOOK: job_pb2.Job.TYPE_NOTEBOOK,
+    TaskKind.TENSORBOARD: job_pb2.Job.TYPE_TENSORBOARD,
+    TaskKind.SHELL: job_pb2.Job.TYPE_SHELL,
+    TaskKind.COMMAND: job_pb2.Job.TYPE_COMMAND,
+    TaskKind.CHECKPOINT_GC: job_pb2.Job.TYPE_CHECKPOINT_GC,
+    TaskKind.GENERIC: job_pb2.Job.TYPE_GENERIC,
+}
+
+
+@dataclass(frozen=True)
+class TaskPriority:
+    task_id: str
+    kind: TaskKind
+    priority: int
 
 
 class JobsApi(ServicerBase):
@@ -33,6 +55,15 @@ class JobsApi(ServicerBase):
         )
         return job.priority if job.priority is not None else default
 
+    def _waiting_reason(self, job: JobRow) -> str:
+        """Why the job's waiting allocations wait: the first reason given for any of them."""
+        reasons = self.deps.waiting.reasons
+        for alloc_id in job.allocation_ids:
+            reason = reasons.get(alloc_id, ("", 0))[0]
+            if reason:
+                return reason
+        return ""
+
     @rpc
     def GetJobsV2(
         self, request: job_pb2.GetJobsV2Request, context: grpc.ServicerContext
@@ -42,9 +73,7 @@ class JobsApi(ServicerBase):
         with self.ctx.db.read() as s:
             jobs = [j for j in queued_jobs(s) if j.resource_pool == pool]
         # The pool's queue order: scheduled work first, then by priority and submission.
-        jobs.sort(
-            key=lambda j: (not j.scheduled, self._effective_priority(j), j.submitted_at, j.experiment_id)
-        )
+        jobs.sort(key=lambda j: (not j.scheduled, self._effective_priority(j), j.submitted_at, j.entity_id))
         messages = []
         for ahead, job in enumerate(jobs):
             state = STATE.STATE_SCHEDULED if job.scheduled else STATE.STATE_QUEUED
@@ -52,22 +81,24 @@ class JobsApi(ServicerBase):
                 continue
             message = job_pb2.Job(
                 summary=experiment_pb2.JobSummary(state=state, jobs_ahead=ahead),
-                type=job_pb2.Job.TYPE_EXPERIMENT,
+                type=JOB_TYPES.get(job.kind, job_pb2.Job.TYPE_UNSPECIFIED),
                 submission_time=convert.ts(job.submitted_at),
                 username=job.username,
                 user_id=job.user_id,
                 resource_pool=job.resource_pool,
-                is_preemptible=True,
+                is_preemptible=job.preemptible,
                 priority=self._effective_priority(job),
                 weight=job.weight,
-                entity_id=str(job.experiment_id),
-                job_id=experiment_job_id(job.experiment_id),
+                entity_id=job.entity_id,
+                job_id=job.job_id,
                 requested_slots=job.requested_slots,
                 allocated_slots=job.allocated_slots,
                 name=job.name,
-                progress=job.progress,
                 workspace_id=job.workspace_id,
+                waiting_reason="" if job.scheduled else self._waiting_reason(job),
             )
+            if job.progress is not None:
+                message.progress = job.progress
             messages.append(message)
         if request.order_by == common_pb2.ORDER_BY_DESC:
             messages.reverse()
@@ -77,6 +108,21 @@ class JobsApi(ServicerBase):
             pagination=convert.pagination(page),
         )
 
+    def _task_update(self, field: str, update: job_pb2.QueueControl) -> TaskPriority:
+        """A queue change for a task's job (not an experiment's): its priority only."""
+        with self.ctx.db.read() as s:
+            task = s.get(models.Task, update.job_id) if len(update.job_id) <= 128 else None
+        if task is None or task.kind == TaskKind.TRIAL:
+            raise NotFound(f"{field}.job_id: no job {update.job_id[:80]!r}")
+        if update.HasField("weight") or update.HasField("resource_pool"):
+            raise InvalidArgument(
+                f"{field}: a {str(task.kind).lower()}'s job can change its priority only (its pool "
+                "and weight are fixed once it is queued)"
+            )
+        if not update.HasField("priority"):
+            raise InvalidArgument(f"{field}: nothing to change (give a priority)")
+        return TaskPriority(task.id, TaskKind(task.kind), update.priority)
+
     @rpc
     def UpdateJobQueue(
         self, request: job_pb2.UpdateJobQueueRequest, context: grpc.ServicerContext
@@ -85,16 +131,18 @@ class JobsApi(ServicerBase):
         if len(request.updates) > MAX_UPDATES:
             raise InvalidArgument(f"updates: at most {MAX_UPDATES} per request (got {len(request.updates)})")
         edits: list[tuple[int, experiment_edits.ExperimentEdit]] = []
+        task_priorities: list[TaskPriority] = []
         for index, update in enumerate(request.updates):
             field = f"updates[{index}]"
-            experiment_id = experiment_of_job(update.job_id)
-            if experiment_id is None:
-                raise NotFound(f"{field}.job_id: no job {update.job_id[:80]!r}")
             if update.HasField("ahead_of") or update.HasField("behind_of"):
                 raise InvalidArgument(
                     f"{field}: the priority scheduler orders its queue by priority and submission time; "
                     "set a priority instead of moving a job ahead of or behind another"
                 )
+            experiment_id = experiment_of_job(update.job_id)
+            if experiment_id is None:
+                task_priorities.append(self._task_update(field, update))
+                continue
             edits.append(
                 (
                     experiment_id,
@@ -105,10 +153,15 @@ class JobsApi(ServicerBase):
                     ),
                 )
             )
-        # All or nothing: one transaction, so a refused update leaves every job as it was.
+        for change in task_priorities:
+            tasks.check_priority(change.priority)
+        # The experiments' changes all or nothing, in one transaction; then the tasks', each checked
+        # (owner, range, still running) as it is applied.
         with self.ctx.unit_of_work() as w:
             for experiment_id, edit in edits:
                 exp = lifecycle.load(w, experiment_id)
                 lifecycle.check_can_modify(principal, exp)
                 experiment_edits.apply(self.ctx, w, exp, edit)
+        for change in task_priorities:
+            tasks.set_priority(self.ctx, principal, change.task_id, change.kind, change.priority)
         return job_pb2.UpdateJobQueueResponse()

@@ -18,7 +18,7 @@ from services.master.domain.downsample import downsample
 from services.master.domain.errors import InvalidArgument
 from services.master.domain.paging import page_of
 from services.master.domain.reads import metrics as reads
-from services.master.servicers.api import convert
+from services.master.servicers.api import convert, metrics_wire
 from services.master.servicers.api.base import ServicerBase
 from services.master.servicers.errors import rpc, stream_rpc
 
@@ -62,17 +62,7 @@ class MetricsApi(ServicerBase):
     def ReportTrialMetricsBatch(
         self, request: tpb.ReportTrialMetricsBatchRequest, context: grpc.ServicerContext
     ) -> tpb.ReportTrialMetricsBatchResponse:
-        reports = [
-            metrics.Report(
-                group=r.group,
-                steps_completed=r.steps_completed,
-                metrics=struct_to_python(r.metrics),
-                report_time=r.report_time.ToDatetime(UTC) if r.HasField("report_time") else None,
-                batch_metrics=[struct_to_python(b) for b in r.batch_metrics] or None,
-                seq=r.seq,
-            )
-            for r in request.reports
-        ]
+        reports = metrics_wire.reports_of(request)
         result = metrics.report(
             self.ctx, self.caller(context), request.trial_id, request.trial_run_id, reports
         )

@@ -8,7 +8,7 @@ in the background."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,6 +83,10 @@ class InProcessSearcher:
     def __init__(self) -> None:
         self.registry = builtin_registry()
         self.sessions = SessionManager(self.registry)
+        # False: answer HandleEvents as a searcher without it is answered (the first event only),
+        # as the remote client falls back.
+        self.batches = True
+        self.calls: list[int] = []  # events per call, as the pump sent them
 
     def restart(self) -> None:
         self.sessions = SessionManager(self.registry)
@@ -101,6 +105,17 @@ class InProcessSearcher:
         converted = searcher_convert.event_from_proto(event)
         return searcher_convert.answer_to_proto(
             self._call(self.sessions.handle, session_id, after_seq, converted)
+        )
+
+    def handle_many(
+        self, session_id: str, after_seq: int, events: Sequence[spb.SearcherEvent]
+    ) -> spb.SearcherResponse:
+        converted = [searcher_convert.event_from_proto(e) for e in events]
+        if not self.batches:
+            converted = converted[:1]
+        self.calls.append(len(converted))
+        return searcher_convert.answer_to_proto(
+            self._call(self.sessions.handle_many, session_id, after_seq, converted)
         )
 
     def restore(self, session_id: str, spec: spb.SearchSpec, snapshot: spb.Snapshot) -> None:

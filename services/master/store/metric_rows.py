@@ -1,0 +1,111 @@
+"""The metrics table as metric intake writes it: many rows at once, JSON encoded once per report.
+
+The ORM model (models.Metric) reads rows back; intake writes thousands of reports a second, so it
+bypasses the ORM's per-row work: each report's JSON is encoded once with orjson, and the rows go
+to PostgreSQL through COPY and to SQLite through the driver's executemany, in the session's own
+transaction. Where the new rows' ids are needed (validations, which the trial points at), they are
+inserted with RETURNING through METRIC_ROWS, a Core table whose JSON columns take JSON text. A test
+holds METRIC_ROWS and the model's table together.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+from sqlalchemy import BigInteger, Boolean, Column, Integer, MetaData, String, Table
+from sqlalchemy.orm import Session
+from sqlalchemy.types import UserDefinedType
+
+from services.master.store.models import UtcDateTime
+
+
+class JsonText(UserDefinedType[str]):
+    """JSON already encoded as text: bound as it is (no second encoding), and named JSON wherever
+    SQLAlchemy casts a bound value to its column's type (PostgreSQL's multi-row RETURNING form)."""
+
+    cache_ok = True
+
+    def get_col_spec(self, **_kw: Any) -> str:
+        return "JSON"
+
+
+METRIC_ROWS = Table(
+    "metrics",
+    MetaData(),
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True),
+    Column("trial_id", Integer, nullable=False),
+    Column("trial_run_id", Integer, nullable=False),
+    Column("seq", BigInteger),
+    Column("group_name", String(64), nullable=False),
+    Column("steps_completed", BigInteger, nullable=False),
+    Column("report_time", UtcDateTime(), nullable=False),
+    Column("metrics", JsonText(), nullable=False),
+    Column("batch_metrics", JsonText()),
+    Column("archived", Boolean, nullable=False),
+)
+# What each row holds, in order (every column but the id, which the database gives).
+COLUMNS = tuple(c.name for c in METRIC_ROWS.columns if c.name != "id")
+# (trial_id, trial_run_id, seq, group_name, steps_completed, report_time, metrics, batch_metrics,
+#  archived): metrics and batch_metrics as JSON text, report_time timezone-aware.
+Row = tuple[int, int, int | None, str, int, datetime, str, str | None, bool]
+
+
+def json_text(value: Any) -> str:
+    """`value` (JSON values only: NaN and infinities were made strings) as compact JSON text."""
+    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+
+
+def insert(session: Session, rows: Sequence[Row]) -> None:
+    """Insert `rows` in the session's transaction, the fastest way the backend has."""
+    if not rows:
+        return
+    connection = session.connection()
+    if connection.dialect.name == "postgresql":
+        _copy(connection.connection.dbapi_connection, rows)
+        return
+    marks = ", ".join("?" for _ in COLUMNS)
+    connection.exec_driver_sql(
+        f"INSERT INTO metrics ({', '.join(COLUMNS)}) VALUES ({marks})",
+        [_sqlite_row(row) for row in rows],
+    )
+
+
+def insert_returning_ids(session: Session, rows: Sequence[Row]) -> list[int]:
+    """Insert `rows`; their ids, in order."""
+    statement = METRIC_ROWS.insert().returning(METRIC_ROWS.c.id, sort_by_parameter_order=True)
+    return list(session.scalars(statement, [dict(zip(COLUMNS, row, strict=True)) for row in rows]))
+
+
+def _sqlite_row(row: Row) -> tuple[Any, ...]:
+    # As SQLAlchemy's DateTime stores it on SQLite (UTC, without the zone), read back by the model.
+    at = row[5].astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+    return (*row[:5], at, row[6], row[7], int(row[8]))
+
+
+_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+
+def _copy_text(value: str | None) -> str:
+    """A text value in COPY's text format. JSON text (orjson's) holds no raw tab, newline or
+    carriage return, only backslashes of its escapes, which COPY must see doubled."""
+    if value is None:
+        return "\\N"
+    if "\\" in value or "\t" in value or "\n" in value or "\r" in value:
+        return value.translate(_COPY_ESCAPES)
+    return value
+
+
+def _copy(dbapi_connection: Any, rows: Sequence[Row]) -> None:
+    lines = []
+    for trial_id, run_id, seq, group, steps, at, metrics, batch_metrics, archived in rows:
+        seq_text = "\\N" if seq is None else seq
+        lines.append(
+            f"{trial_id}\t{run_id}\t{seq_text}\t{_copy_text(group)}\t{steps}\t{at.isoformat()}\t"
+            f"{_copy_text(metrics)}\t{_copy_text(batch_metrics)}\t{'t' if archived else 'f'}\n"
+        )
+    with dbapi_connection.cursor() as cursor:
+        cursor.copy_expert(f"COPY metrics ({', '.join(COLUMNS)}) FROM STDIN", io.StringIO("".join(lines)))

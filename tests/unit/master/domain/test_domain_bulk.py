@@ -1,0 +1,128 @@
+"""Bulk paths at experiment scale: a searcher's run of creations made set-based (trials, tasks,
+events and allocations in a few statements, queued in the searcher's order, a retried answer
+making nothing twice), the backlog of searcher events delivered in batches (and one by one to a
+searcher without them), and a cancel or kill that stops the first trials at once and the rest in
+the deferred-work loop, placing nothing more meanwhile."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import func, select
+
+from services.master.domain import creation, experiments, searcher_actions, searcher_pump
+from services.master.domain.creation import search_spec
+from services.master.domain.searcher_actions import apply_response
+from services.master.store import models
+from tests.unit.master.domain.harness import Master, config_text
+
+TRIALS = 600
+
+
+def grid(trials: int = TRIALS, **overrides: Any) -> str:
+    return config_text(
+        searcher={"name": "grid", "metric": "loss", "max_length": 1, "max_concurrent_trials": 0},
+        hyperparameters={"x": {"type": "int", "minval": 0, "maxval": trials - 1, "count": trials}},
+        **overrides,
+    )
+
+
+def count(master: Master, model: Any, **where: Any) -> int:
+    with master.db.read() as s:
+        query = select(func.count()).select_from(model)
+        for name, value in where.items():
+            query = query.where(getattr(model, name) == value)
+        return int(s.scalar(query) or 0)
+
+
+def test_a_run_of_creations_makes_every_trial_task_and_allocation_in_the_searchers_order(
+    master: Master,
+) -> None:
+    experiment_id = master.create(grid())
+    trials = master.trials(experiment_id)
+    assert len(trials) == TRIALS
+    assert count(master, models.Task, experiment_id=experiment_id) == TRIALS
+    with master.db.read() as s:
+        allocs = list(
+            s.scalars(
+                select(models.Allocation).order_by(models.Allocation.requested_at, models.Allocation.id)
+            )
+        )
+        snapshot = s.get_one(models.SearcherSnapshot, experiment_id)
+    assert [a.trial_id for a in allocs] == [t.id for t in trials]  # queued as the searcher made them
+    assert {a.state for a in allocs} == {"PENDING"}
+    assert sorted(t.hparams["x"] for t in trials) == list(range(TRIALS))
+    # Every creation was heard, in batches of at most the pump's limit: seq counts one per event.
+    assert count(master, models.SearcherEvent) == 0 and snapshot.seq == TRIALS
+    assert master.searchers.searcher.calls == [TRIALS]
+
+
+def test_a_big_answer_makes_its_first_trials_in_the_call_and_the_rest_after_it(master: Master) -> None:
+    request = creation.CreateRequest(config_text=grid(), files=[], activate=True, validate_only=False)
+    experiment_id = creation.create(master.ctx, master.admin, request).experiment_id
+    assert experiment_id is not None
+    assert len(master.trials(experiment_id)) == searcher_actions.INLINE_CREATES
+    assert count(master, models.SearcherAnswer, experiment_id=experiment_id) == 1
+    master.settle()
+    assert len(master.trials(experiment_id)) == TRIALS
+    assert count(master, models.SearcherAnswer) == 0
+    # The stored rest came before the creations' events: the searcher heard of every trial.
+    with master.db.read() as s:
+        assert s.get_one(models.SearcherSnapshot, experiment_id).seq == TRIALS
+
+
+def test_a_retried_answer_makes_no_trial_twice(master: Master) -> None:
+    experiment_id = master.create(grid(trials=20))
+    with master.ctx.unit_of_work() as w:
+        exp = w.session.get_one(models.Experiment, experiment_id)
+        response = master.searchers.searcher.start("replay", search_spec(exp.config))
+        # The same request ids, as a retried answer carries them.
+        for action, trial in zip(response.actions, master.trials(experiment_id), strict=True):
+            action.create.request_id = trial.request_id
+        apply_response(master.ctx, w, exp, response)
+    assert len(master.trials(experiment_id)) == 20
+    assert count(master, models.Allocation) == 20
+
+
+def test_events_go_one_by_one_to_a_searcher_without_batches(master: Master) -> None:
+    master.searchers.searcher.batches = False
+    experiment_id = master.create(grid(trials=30))
+    master.settle(passes=40)
+    with master.db.read() as s:
+        snapshot = s.get_one(models.SearcherSnapshot, experiment_id)
+    assert snapshot.seq == 30 and count(master, models.SearcherEvent) == 0
+    assert set(master.searchers.searcher.calls) == {1}
+
+
+def test_the_pump_sends_a_backlog_in_calls_of_at_most_its_limit(master: Master, monkeypatch: Any) -> None:
+    monkeypatch.setattr(searcher_pump, "MAX_EVENTS_PER_CALL", 250)
+    experiment_id = master.create(grid())
+    with master.db.read() as s:
+        assert s.get_one(models.SearcherSnapshot, experiment_id).seq == TRIALS
+    assert master.searchers.searcher.calls == [250, 250, 100]
+
+
+def test_a_kill_stops_the_first_trials_now_and_the_rest_in_the_deferred_loop(master: Master) -> None:
+    master.add_agent("a1", slots=2)
+    experiment_id = master.create(grid())
+    running = [a.id for a in _allocations(master) if a.state == "ASSIGNED"]
+    assert len(running) == 2
+    with master.ctx.unit_of_work() as w:
+        experiments.kill(master.ctx, w, experiments.load(w, experiment_id))
+    # The two holding slots are told at once, with the first INLINE_STOPS trials.
+    assert sum(t.state != "ACTIVE" for t in master.trials(experiment_id)) == experiments.INLINE_STOPS
+    assert {a.state for a in _allocations(master) if a.id in running} == {"TERMINATING"}
+    # Nothing more of a killed experiment is placed, even on a new agent.
+    master.add_agent("a2", slots=4)
+    master.scheduling.run_pass()
+    assert sum(a.state == "ASSIGNED" for a in _allocations(master)) <= 2
+    # The deferred-work loop stops the rest.
+    assert master.run_deferred() >= 1
+    trials = master.trials(experiment_id)
+    assert sum(t.state == "CANCELED" for t in trials) == TRIALS - 2
+    assert {t.state for t in trials if t.state != "CANCELED"} == {"STOPPING_KILLED"}
+
+
+def _allocations(master: Master) -> list[models.Allocation]:
+    with master.db.read() as s:
+        return list(s.scalars(select(models.Allocation)))

@@ -1,0 +1,99 @@
+"""What /metrics says of the master's own work: scheduling passes timed, the queue per pool, metric
+rows and their intake latency, and the searcher pump's backlog; and every metric the Grafana
+dashboard in deploy/grafana queries is one the master serves."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import timedelta
+from pathlib import Path
+
+from services.master.domain import metrics
+from services.master.domain.clock import utcnow
+from services.master.gateway import prometheus
+from tests.unit.master.domain.harness import Master
+
+DASHBOARD = Path(__file__).resolve().parents[4] / "deploy" / "grafana" / "cairn-dashboard.json"
+
+
+def _value(scraped: str, series: str) -> float:
+    match = re.search(rf"^{re.escape(series)} (\S+)$", scraped, re.MULTILINE)
+    assert match, f"{series} not in:\n{scraped}"
+    return float(match.group(1))
+
+
+def test_passes_queue_and_intake_show_on_the_scrape(master: Master) -> None:
+    master.add_agent("a1", slots=1)
+    first = master.create(searcher={"name": "single", "metric": "loss", "max_length": {"batches": 10}})
+    second = master.create(searcher={"name": "single", "metric": "loss", "max_length": {"batches": 10}})
+    master.settle()
+    scraped = prometheus.render(master.ctx)
+    assert _value(scraped, "cairn_scheduling_pass_seconds_count") >= 1
+    assert _value(scraped, 'cairn_scheduling_pass_seconds_bucket{le="+Inf"}') == _value(
+        scraped, "cairn_scheduling_pass_seconds_count"
+    )
+    assert _value(scraped, 'cairn_pending_allocations{pool="default"}') == 1  # one slot, two trials
+    assert _value(scraped, "cairn_metric_rows_total") == 0
+
+    (trial,) = master.trials(first)
+    master.run_containers(master.live(trial.id).id)
+    sent = utcnow() - timedelta(seconds=2)
+    stored = metrics.report(
+        master.ctx,
+        master.admin,
+        trial.id,
+        1,
+        [
+            metrics.Report("training", step, {"loss": 1.0 / step}, report_time=sent, seq=step)
+            for step in (1, 2, 3)
+        ],
+    )
+    assert stored.stored == 3
+    scraped = prometheus.render(master.ctx)
+    assert _value(scraped, "cairn_metric_rows_total") == 3
+    assert _value(scraped, "cairn_metric_report_batches_total") == 1
+    assert _value(scraped, "cairn_metric_intake_seconds_count") == 3
+    assert _value(scraped, "cairn_metric_intake_seconds_sum") >= 6.0  # three reports, 2 s old each
+    assert _value(scraped, 'cairn_metric_intake_seconds_bucket{le="1"}') == 0
+    assert _value(scraped, "cairn_searcher_events_pending") >= 0
+    assert _value(scraped, "cairn_searcher_pump_lag_seconds") >= 0
+    assert second  # still queued behind the first
+
+
+def test_every_metric_the_dashboard_queries_is_served(master: Master) -> None:
+    master.add_agent("a1")
+    master.create()
+    master.settle()
+    served = set()
+    for line in prometheus.render(master.ctx).splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split()
+            served.add(name)
+            if kind == "histogram":
+                served |= {f"{name}_bucket", f"{name}_sum", f"{name}_count"}
+    dashboard = json.loads(DASHBOARD.read_text())
+    queried = {
+        name
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+        for name in re.findall(r"\b(cairn_[a-z_]+)\b", target["expr"])
+    }
+    assert queried and queried <= served, f"the dashboard queries what /metrics lacks: {queried - served}"
+
+
+def test_a_batch_folds_into_the_summary_as_its_reports_one_by_one() -> None:
+    """Intake folds a whole batch into the trial's summary at once; the result is what folding
+    each report in turn gives (numbers, strings, a metric missing from some reports, bools)."""
+    reports = [
+        metrics.Report("training", 1, {"loss": 4.0, "note": "a", "flag": True}),
+        metrics.Report("training", 2, {"loss": 2, "acc": 0.5}),
+        metrics.Report("validation", 2, {"loss": 1.5}),
+        metrics.Report("training", 3, {"loss": "NaN", "acc": 0.75, "note": 7.0}),
+    ]
+    one_by_one: dict = {"avg_metrics": {"loss": {"count": 1, "sum": 1.0, "min": 1.0, "max": 1.0}}}
+    batched = json.loads(json.dumps(one_by_one))
+    for report in reports:
+        metrics._fold_into_summary(one_by_one, report.group, report.metrics)
+    metrics._fold_batch(batched, [(r, r.metrics) for r in reports])
+    assert batched == one_by_one
