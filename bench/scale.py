@@ -10,8 +10,9 @@ directory). For each --trials N, in --rounds rounds:
 - kill: the KillExperiment call, until it returns;
 - killed: from the kill until the experiment is CANCELED (every trial ended).
 
-It also reads the scheduling passes' durations from /metrics (`cairn_scheduling_pass_seconds`)
-while N trials are pending.
+With the N trials pending it also reads, from /metrics (`cairn_scheduling_pass_seconds`), the
+mean duration of the scheduling passes that one change sets off (a one-trial experiment created
+beside them), and how many passes run in the 12 s after, when nothing changes.
 
     .venv/bin/python -m bench.scale [--trials 2000,10000] [--backends postgres,sqlite] [--rounds 3]
 
@@ -62,21 +63,28 @@ def metric_value(api: Api, name: str) -> float:
     return total
 
 
-BUCKET = r'^cairn_scheduling_pass_seconds_bucket{le="([^"]+)"} ([0-9.]+)$'
+def pass_totals(api: Api) -> tuple[float, float]:
+    """(count, sum) of the scheduling passes so far."""
+    return (
+        metric_value(api, "cairn_scheduling_pass_seconds_count"),
+        metric_value(api, "cairn_scheduling_pass_seconds_sum"),
+    )
 
 
-def pass_quantile(api: Api, q: float) -> float:
-    """The q-quantile of the scheduling passes so far, from the histogram's buckets (upper bound)."""
-    with urllib.request.urlopen(f"{api.http_url}/metrics", timeout=30) as reply:
-        text = reply.read().decode()
-    buckets = [
-        (float("inf") if le == "+Inf" else float(le), float(count))
-        for le, count in re.findall(BUCKET, text, re.M)
-    ]
-    if not buckets or buckets[-1][1] == 0:
-        return float("nan")
-    wanted = q * buckets[-1][1]
-    return next(le for le, count in buckets if count >= wanted)
+def pass_after_change(api: Api, trials: int) -> tuple[float, float]:
+    """With `trials` pending: the mean duration of the passes that one change (a one-trial
+    experiment created beside them) sets off, and how many passes run in 12 s with nothing
+    changing."""
+    count0, sum0 = pass_totals(api)
+    poke = api.create(CONFIG.format(trials=1, top=1), MODEL_DIR)
+    time.sleep(2)
+    count1, sum1 = pass_totals(api)
+    time.sleep(12)
+    count2, _ = pass_totals(api)
+    api.KillExperiment(experiment_pb2.KillExperimentRequest(id=poke))
+    api.wait_terminal(poke, timeout=120, interval=0.1)
+    mean = (sum1 - sum0) / (count1 - count0) if count1 > count0 else float("nan")
+    return mean, count2 - count1
 
 
 def wait_for(predicate, timeout: float, interval: float = 0.05) -> float:  # type: ignore[no-untyped-def]
@@ -100,15 +108,22 @@ def one_round(api: Api, trials: int) -> dict[str, float]:
         return exp.experiment.num_trials >= trials and metric_value(api, "cairn_searcher_events_pending") == 0
 
     all_trials = created + wait_for(all_heard, timeout=600, interval=0.1)
-    time.sleep(3)  # a few scheduling passes with everything pending
-    p95 = pass_quantile(api, 0.95)
+    time.sleep(3)  # settled
+    pass_s, idle_passes = pass_after_change(api, trials)
     started = time.perf_counter()
     api.KillExperiment(experiment_pb2.KillExperimentRequest(id=experiment_id))
     kill = time.perf_counter() - started
     state = api.wait_terminal(experiment_id, timeout=600, interval=0.1)
     killed = time.perf_counter() - started
     assert state == "CANCELED", state
-    return {"create": created, "all trials": all_trials, "kill": kill, "killed": killed, "pass p95": p95}
+    return {
+        "create": created,
+        "all trials": all_trials,
+        "kill": kill,
+        "killed": killed,
+        "pass": pass_s,
+        "idle passes": idle_passes,
+    }
 
 
 def run(db_url: str | None, trials: int, rounds: int) -> dict[str, float]:
@@ -140,7 +155,11 @@ def main() -> None:
             else:
                 raise SystemExit(f"--backends: no backend {backend!r} (postgres, sqlite)")
             shown = ", ".join(
-                f"{key} {value * 1000:.1f} ms" if key == "pass p95" else f"{key} {value:.2f} s"
+                f"{key} {value * 1000:.0f} ms"
+                if key == "pass"
+                else f"{key} {value:.0f} in 12 s"
+                if key == "idle passes"
+                else f"{key} {value:.2f} s"
                 for key, value in figures.items()
             )
             print(f"{backend:9} {trials:6} trials: {shown}", flush=True)

@@ -72,8 +72,11 @@ class Wakeup:
 
     def __init__(self) -> None:
         self._event = threading.Event()
+        # How many times it was set: a loop can tell whether anything asked for it since it looked.
+        self.generation = 0
 
     def set(self) -> None:
+        self.generation += 1
         self._event.set()
 
     def wait(self, timeout: float) -> None:

@@ -40,6 +40,8 @@ S = RunState
 # rest are stopped STOP_BATCH to a unit of work by the deferred-work loop.
 INLINE_STOPS = 200
 STOP_BATCH = 1000
+# Ids per IN list when reading many trials' rows.
+_READ_CHUNK = 900
 
 
 def load(w: Work, experiment_id: int) -> models.Experiment:
@@ -112,16 +114,20 @@ def pause(ctx: MasterContext, w: Work, exp: models.Experiment) -> None:
     if exp.state == S.PAUSED:
         return
     _move(ctx, w, exp, S.PAUSED, "paused")
-    for trial in _trials(w, exp):
-        trial_lifecycle.pause(ctx, w, trial)
+    trials = [t for t in _trials(w, exp) if t.state == S.ACTIVE]
+    live, _tasks = _read_for(w, exp, trials)
+    for trial in trials:
+        trial_lifecycle.pause(ctx, w, trial, live=live.get(trial.id))
 
 
 def activate(ctx: MasterContext, w: Work, exp: models.Experiment) -> None:
     if exp.state == S.ACTIVE:
         return
     _move(ctx, w, exp, S.ACTIVE, "activated")
-    for trial in _trials(w, exp):
-        trial_lifecycle.activate(ctx, w, trial, exp)
+    trials = [t for t in _trials(w, exp) if t.state == S.PAUSED]
+    live, _tasks = _read_for(w, exp, trials)
+    for trial in trials:
+        trial_lifecycle.activate(ctx, w, trial, exp, live=live.get(trial.id))
 
 
 def _stop(ctx: MasterContext, w: Work, exp: models.Experiment, target: RunState, verb: str) -> None:
@@ -174,17 +180,25 @@ def _stop_trials(
     held here so the session keeps them, where the trial lifecycle finds them without a query)."""
     if not trials:
         return
-    ids = [t.id for t in trials]
-    live = allocations.live_of_trials(w, ids)
-    tasks = list(  # noqa: F841 - held for the session's identity map
-        w.session.scalars(
-            select(models.Task).where(
-                models.Task.id.in_([trial_task_id(exp.id, t.request_id) for t in trials])
-            )
-        )
-    )
+    live, _tasks = _read_for(w, exp, trials)
     for trial in trials:
         trial_lifecycle.stop(ctx, w, trial, exp, target, live=live.get(trial.id))
+
+
+def _read_for(
+    w: Work, exp: models.Experiment, trials: list[models.Trial]
+) -> tuple[dict[int, models.Allocation], list[models.Task]]:
+    """The trials' live allocations and their tasks, a query each (in chunks, for the database's
+    bound on parameters). The caller holds the tasks while it works: held, they stay in the
+    session, where the trial lifecycle finds them without a query per trial."""
+    live: dict[int, models.Allocation] = {}
+    tasks: list[models.Task] = []
+    for start in range(0, len(trials), _READ_CHUNK):
+        chunk = trials[start : start + _READ_CHUNK]
+        live.update(allocations.live_of_trials(w, [t.id for t in chunk]))
+        task_ids = [trial_task_id(exp.id, t.request_id) for t in chunk]
+        tasks.extend(w.session.scalars(select(models.Task).where(models.Task.id.in_(task_ids))))
+    return live, tasks
 
 
 def stop_remaining(ctx: MasterContext, experiment_id: int) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -36,6 +37,9 @@ log = get_logger(__name__)
 FITTING = {"best": pb.FITTING_POLICY_BEST, "worst": pb.FITTING_POLICY_WORST}
 # Without any wake-up, look again this often (agents may have freed slots).
 MAX_IDLE_S = 2.0
+# A pass that could only repeat the last one is skipped (SchedulingLoop._step), but never for
+# longer than this.
+QUIET_RECHECK_S = 10.0
 # Experiments whose trials are stopping for good: their pending allocations are not offered.
 STOPPED_EXPERIMENT = frozenset({RunState.STOPPING_CANCELED, RunState.STOPPING_KILLED})
 
@@ -47,10 +51,14 @@ class WaitingInfo:
     reasons: dict[str, tuple[str, int]] = field(default_factory=dict)
 
 
-def _ts(value: object) -> Timestamp:
-    ts = Timestamp()
-    ts.FromDatetime(value)  # type: ignore[arg-type]
-    return ts
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _ts(value: datetime) -> Timestamp:
+    """An aware UTC datetime (as the store gives them) as a Timestamp, by arithmetic: a pass
+    converts two per allocation."""
+    delta = (value if value.tzinfo is not None else value.replace(tzinfo=UTC)) - _EPOCH
+    return Timestamp(seconds=delta.days * 86_400 + delta.seconds, nanos=delta.microseconds * 1000)
 
 
 def _over_max_slots(rows: list[tuple[Any, int | None, int | None]]) -> dict[str, str]:
@@ -109,7 +117,6 @@ def build_request(ctx: MasterContext) -> tuple[pb.ScheduleRequest, bool, dict[st
                 models.Allocation.slots,
                 models.Allocation.priority,
                 models.Allocation.requested_at,
-                models.Allocation.placements,
                 func.coalesce(models.Experiment.start_time, models.Task.start_time).label("submitted_at"),
                 models.Task.kind,
                 models.Task.job_id,
@@ -120,7 +127,13 @@ def build_request(ctx: MasterContext) -> tuple[pb.ScheduleRequest, bool, dict[st
             .outerjoin(models.Experiment, models.Experiment.id == models.Task.experiment_id)
             .where(models.Allocation.state.in_(list(LIVE_ALLOCATION)))
         ).all()
+        # Placements only where there are any: pending allocations have none to decode.
+        placed = select(models.Allocation.id, models.Allocation.placements).where(
+            models.Allocation.state.in_(list(PLACED_ALLOCATION))
+        )
+        placements_of: dict[str, list[dict[str, Any]]] = {row.id: row.placements for row in s.execute(placed)}
         experiment_ids = {row.experiment_id for row in rows if row.experiment_id is not None}
+        submitted: dict[datetime, Timestamp] = {}  # a job's time, shared by all its allocations
         max_slots = {
             eid: config_view(config).max_slots
             for eid, config in s.execute(
@@ -151,13 +164,14 @@ def build_request(ctx: MasterContext) -> tuple[pb.ScheduleRequest, bool, dict[st
                 resource_pool=alloc.resource_pool,
                 slots_needed=alloc.slots,
                 priority=alloc.priority or 0,
-                job_submitted_at=_ts(alloc.submitted_at),
+                job_submitted_at=submitted.get(alloc.submitted_at)
+                or submitted.setdefault(alloc.submitted_at, _ts(alloc.submitted_at)),
                 requested_at=_ts(alloc.requested_at),
                 job_id=experiment_job_id(experiment_id) if experiment_id is not None else alloc.job_id,
                 preemptible=alloc.kind in PREEMPTIBLE_KINDS,
             )
             if alloc.state in PLACED_ALLOCATION:
-                for placement in alloc.placements:
+                for placement in placements_of.get(alloc.id) or []:
                     slot_ids = [str(x) for x in placement.get("slot_ids", [])]
                     req.placements.append(pb.Placement(agent_id=placement["agent_id"], slot_ids=slot_ids))
                     for slot_id in slot_ids:
@@ -269,10 +283,14 @@ class SchedulingLoop:
         self._last_error = ""
         # Passes run when something changed, at most every scheduling interval (Determined: 500
         # ms), and at least every MAX_IDLE_S (agents may have freed slots).
+        # What the last pass saw, to skip passes that could only repeat it (_step).
+        self._seen: tuple[int, frozenset[str]] | None = None
+        self._quiet = False
+        self._last_pass = 0.0
         self._loop = BackgroundLoop(
             ctx,
             "scheduling",
-            self.run_pass,
+            self._step,
             period_s=MAX_IDLE_S,
             wakeup=ctx.scheduler_wakeup,
             min_gap_s=ctx.settings.scheduling_interval_s,
@@ -284,7 +302,22 @@ class SchedulingLoop:
     def join(self, timeout: float) -> None:
         self._loop.join(timeout)
 
-    def run_pass(self) -> None:
+    def _step(self) -> None:
+        """A pass, unless it could only repeat the last one: that pass placed and preempted
+        nothing, nothing asked for a pass since (allocations requested or ended, agents or their
+        slots changed, an edit of priority or max_slots all set the wakeup) and the agents that
+        take work are the same. Every QUIET_RECHECK_S a pass runs anyway. So a queue of 10,000
+        pending trials before a full cluster costs nothing between changes."""
+        seen = (self._ctx.scheduler_wakeup.generation, frozenset(self._ctx.hub.placeable_ids()))
+        now = time.monotonic()
+        if self._quiet and seen == self._seen and now - self._last_pass < QUIET_RECHECK_S:
+            return
+        self._seen, self._last_pass = seen, now
+        self._quiet = self.run_pass()
+
+    def run_pass(self) -> bool:
+        """One pass; whether it was quiet (it reached the scheduler, or needed not, and placed and
+        preempted nothing)."""
         started = time.perf_counter()
         request, any_pending, capped = build_request(self._ctx)
         held_back = {alloc_id: (reason, 0) for alloc_id, reason in capped.items()}
@@ -292,21 +325,21 @@ class SchedulingLoop:
             if self.waiting.reasons != held_back:
                 self.waiting.reasons = held_back
                 self._ctx.data_changed()
-            return
+            return True
         try:
-            self._decide_and_apply(request, held_back)
+            return self._decide_and_apply(request, held_back)
         finally:
             # Passes with something to place only: an idle pass costs nothing worth a sample.
             self._ctx.telemetry.scheduling_pass.observe(time.perf_counter() - started)
 
-    def _decide_and_apply(self, request: pb.ScheduleRequest, held_back: dict[str, tuple[str, int]]) -> None:
+    def _decide_and_apply(self, request: pb.ScheduleRequest, held_back: dict[str, tuple[str, int]]) -> bool:
         try:
             decision = self._ctx.scheduler.schedule(request)
         except DomainError as exc:
             if str(exc) != self._last_error:
                 log.warning("scheduler call failed; retrying", error=str(exc))
                 self._last_error = str(exc)
-            return
+            return False
         self._last_error = ""
         reasons = {w.allocation_id: (w.reason, w.queue_position) for w in decision.waiting} | held_back
         if reasons != self.waiting.reasons:
@@ -314,6 +347,8 @@ class SchedulingLoop:
             self._ctx.data_changed()  # queue positions show in the API
         if decision.assignments or decision.preemptions:
             self._apply(decision)
+            return False
+        return True
 
     def _apply(self, decision: pb.ScheduleResponse) -> None:
         ctx = self._ctx

@@ -38,6 +38,13 @@ log = get_logger(__name__)
 S = RunState
 
 
+class _LookUp:
+    """The caller did not say which allocation is live: look it up."""
+
+
+LOOK_UP = _LookUp()
+
+
 def transition(
     ctx: MasterContext,
     w: Work,
@@ -83,11 +90,21 @@ def awaiting_verdict(trial: models.Trial) -> bool:
     return trial.searcher_target > 0 and trial.searcher_completed_length >= trial.searcher_target
 
 
-def ensure_running(ctx: MasterContext, w: Work, trial: models.Trial, exp: models.Experiment) -> None:
-    """Request an allocation if the trial should be running and has none."""
+def ensure_running(
+    ctx: MasterContext,
+    w: Work,
+    trial: models.Trial,
+    exp: models.Experiment,
+    *,
+    live: models.Allocation | _LookUp | None = LOOK_UP,
+) -> None:
+    """Request an allocation if the trial should be running and has none (`live`: its live
+    allocation or None, when the caller read them all at once)."""
     if exp.state != S.ACTIVE or trial.state != S.ACTIVE or trial.searcher_stopped:
         return
-    if awaiting_verdict(trial) or allocations.live_allocation(w, trial.id) is not None:
+    if isinstance(live, _LookUp):
+        live = allocations.live_allocation(w, trial.id)
+    if awaiting_verdict(trial) or live is not None:
         return
     allocations.request(ctx, w, trial, exp)
 
@@ -187,13 +204,6 @@ def finish(
     transition(ctx, w, trial, target, reason)
 
 
-class _LookUp:
-    """The caller did not say which allocation is live: look it up."""
-
-
-LOOK_UP = _LookUp()
-
-
 def stop(
     ctx: MasterContext,
     w: Work,
@@ -222,20 +232,29 @@ def stop(
         allocations.request_preempt(ctx, w, alloc, reason)
 
 
-def pause(ctx: MasterContext, w: Work, trial: models.Trial) -> None:
+def pause(
+    ctx: MasterContext, w: Work, trial: models.Trial, *, live: models.Allocation | _LookUp | None = LOOK_UP
+) -> None:
     if trial.state != S.ACTIVE:
         return
     transition(ctx, w, trial, S.PAUSED, "experiment paused")
-    alloc = allocations.live_allocation(w, trial.id)
+    alloc = allocations.live_allocation(w, trial.id) if isinstance(live, _LookUp) else live
     if alloc is not None:
         allocations.request_preempt(ctx, w, alloc, "experiment paused")
 
 
-def activate(ctx: MasterContext, w: Work, trial: models.Trial, exp: models.Experiment) -> None:
+def activate(
+    ctx: MasterContext,
+    w: Work,
+    trial: models.Trial,
+    exp: models.Experiment,
+    *,
+    live: models.Allocation | _LookUp | None = LOOK_UP,
+) -> None:
     if trial.state != S.PAUSED:
         return
     transition(ctx, w, trial, S.ACTIVE, "experiment activated")
-    ensure_running(ctx, w, trial, exp)
+    ensure_running(ctx, w, trial, exp, live=live)
 
 
 def live_trial_count(w: Work, experiment_id: int) -> int:

@@ -63,22 +63,52 @@ def run_priority_pass(
     first_preemptor: str | None = None
     blocker: _Blocker | None = None
 
+    # Whether a request fits, and why not, depends on the working state and on the request's
+    # shape alone (its slots, whether it needs one agent), not on which request it is. So while the
+    # working state is unchanged (`version` counts its changes), a shape that found no place finds
+    # none again: 10,000 pending one-slot requests before a full pool cost one search, not 10,000.
+    version = 0
+    no_place: dict[tuple[int, bool], int] = {}  # shape -> the version it found no place at
+    why_not: dict[tuple[int, bool], tuple[int, str]] = {}  # shape -> (version, reason)
+    fits_idle_by_shape: dict[tuple[int, bool], bool] = {}
+
+    def shape(request: AllocationRequest) -> tuple[int, bool]:
+        return (request.slots_needed, request.single_agent)
+
+    def fit_now(request: AllocationRequest) -> Fit | None:
+        if no_place.get(shape(request)) == version:
+            return None
+        fit = find_fit(request, capacity, pool.fitting_policy)
+        if fit is None:
+            no_place[shape(request)] = version
+        return fit
+
+    def fits_idle(request: AllocationRequest) -> bool:
+        key = shape(request)
+        if key not in fits_idle_by_shape:
+            fits_idle_by_shape[key] = find_fit(request, idle_pool, pool.fitting_policy) is not None
+        return fits_idle_by_shape[key]
+
     for priority, level in by_priority_level(pending, pool).items():
         fitted: list[tuple[AllocationRequest, Fit]] = []
         unplaced: list[AllocationRequest] = []
         # Unplaced requests that would fit were nothing running: only those can gain by preempting.
         fits_when_idle: set[str] = set()
         for request in level:
-            fit = find_fit(request, capacity, pool.fitting_policy)
+            fit = fit_now(request)
             if fit is None:
                 unplaced.append(request)
-                if find_fit(request, idle_pool, pool.fitting_policy) is not None:
+                idle_fit = fits_idle(request)
+                if idle_fit:
                     fits_when_idle.add(request.allocation_id)
-                outcome.waiting[request.allocation_id] = reasons.cannot_fit(
-                    request, facts, capacity, request.allocation_id in fits_when_idle
-                )
+                known = why_not.get(shape(request))
+                if known is None or known[0] != version:
+                    known = (version, reasons.cannot_fit(request, facts, capacity, idle_fit))
+                    why_not[shape(request)] = known
+                outcome.waiting[request.allocation_id] = known[1]
                 continue
             apply_fit(capacity, fit, request.allocation_id)
+            version += 1
             fitted.append((request, fit))
 
         for request, fit in fitted:
@@ -98,9 +128,10 @@ def run_priority_pass(
         if not pool.preemption_enabled:
             continue
         for request in unplaced:
-            fit = find_fit(request, capacity, pool.fitting_policy)
+            fit = fit_now(request)
             if fit is not None:
                 apply_fit(capacity, fit, request.allocation_id)
+                version += 1
                 outcome.waiting[request.allocation_id] = reasons.RESERVED_AFTER_PREEMPTION
                 continue
             if request.allocation_id not in fits_when_idle:
@@ -109,6 +140,7 @@ def run_priority_pass(
             if plan is None:
                 continue
             capacity = plan.capacity
+            version += 1
             for victim in plan.victims:
                 preempted[victim] = request.allocation_id
                 outcome.preemptions.append(Preemption(victim, request.allocation_id))

@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from services.master.domain import creation, experiments, searcher_actions, searcher_pump
+from services.master.domain import creation, experiments, scheduling, searcher_actions, searcher_pump
 from services.master.domain.creation import search_spec
 from services.master.domain.searcher_actions import apply_response
 from services.master.store import models
@@ -126,3 +126,39 @@ def test_a_kill_stops_the_first_trials_now_and_the_rest_in_the_deferred_loop(mas
 def _allocations(master: Master) -> list[models.Allocation]:
     with master.db.read() as s:
         return list(s.scalars(select(models.Allocation)))
+
+
+def test_the_loop_skips_passes_that_could_only_repeat_the_last(master: Master, monkeypatch: Any) -> None:
+    master.add_agent("a1", slots=1)
+    master.create(grid(trials=5))
+    passes: list[int] = []
+    real = scheduling.build_request
+    monkeypatch.setattr(scheduling, "build_request", lambda ctx: passes.append(1) or real(ctx))
+    loop = master.scheduling
+    loop._step()
+    loop._step()
+    assert len(passes) == 1  # nothing changed and the first pass was quiet (the one slot is busy)
+    master.add_agent("a2", slots=1)  # a change that asks for a pass
+    loop._step()
+    assert len(passes) == 2
+    assert sum(a.state == "ASSIGNED" for a in _allocations(master)) == 2
+    loop._step()
+    loop._step()
+    assert len(passes) == 3
+    # However quiet, a pass runs every QUIET_RECHECK_S.
+    monkeypatch.setattr(scheduling, "QUIET_RECHECK_S", 0.0)
+    loop._step()
+    assert len(passes) == 4
+
+
+def test_pause_and_activate_of_a_big_experiment_end_and_remake_its_requests(master: Master) -> None:
+    experiment_id = master.create(grid())
+    with master.ctx.unit_of_work() as w:
+        experiments.pause(master.ctx, w, experiments.load(w, experiment_id))
+    assert {t.state for t in master.trials(experiment_id)} == {"PAUSED"}
+    assert {a.state for a in _allocations(master)} == {"TERMINATED"}
+    with master.ctx.unit_of_work() as w:
+        experiments.activate(master.ctx, w, experiments.load(w, experiment_id))
+    trials = master.trials(experiment_id)
+    assert {t.state for t in trials} == {"ACTIVE"} and {t.run_id for t in trials} == {2}
+    assert sum(a.state == "PENDING" for a in _allocations(master)) == TRIALS
