@@ -22,6 +22,7 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 from enum import StrEnum
+from typing import Any
 
 from sqlalchemy import select
 
@@ -175,6 +176,22 @@ def _publish(ctx: MasterContext, w: Work, alloc: models.Allocation) -> None:
     w.later(publish)
 
 
+def _pending(**fields: Any) -> models.Allocation:
+    """A new allocation request: PENDING, unplaced, with nothing asked of it yet."""
+    return models.Allocation(
+        state=A.PENDING,
+        placements=[],
+        token_hash="",
+        failure_type="",
+        preempt_requested=False,
+        preempt_reason="",
+        preempt_acked=False,
+        kill_requested=False,
+        is_ready=False,
+        **fields,
+    )
+
+
 def request(ctx: MasterContext, w: Work, trial: models.Trial, exp: models.Experiment) -> models.Allocation:
     """A new allocation request for the trial; the scheduler places it."""
     return request_many(ctx, w, [trial], exp)[0]
@@ -189,26 +206,17 @@ def request_many(
     for trial in trials:
         trial.run_id += 1
         made.append(
-            models.Allocation(
+            _pending(
                 id=f"{exp.id}.{trial.id}.{trial.run_id}",
                 task_id=trial_task_id(exp.id, trial.request_id),
                 trial_id=trial.id,
                 run_id=trial.run_id,
-                state=A.PENDING,
                 slots=view.slots_per_trial,
                 resource_pool=exp.resource_pool,
                 priority=view.priority,
                 # Queue order within the experiment is the trials' order: a trial resumed (promoted,
                 # restarted, unpaused) goes before trials created after it.
                 requested_at=trial.start_time,
-                placements=[],
-                token_hash="",
-                failure_type="",
-                preempt_requested=False,
-                preempt_reason="",
-                preempt_acked=False,
-                kill_requested=False,
-                is_ready=False,
             )
         )
     w.session.add_all(made)
@@ -235,24 +243,15 @@ def request_for_task(ctx: MasterContext, w: Work, task: models.Task) -> models.A
     """A new allocation request for a task that is not a trial (a command, a generic task): the
     same scheduler places it, with the slots, pool and priority its config asked for."""
     task.run_id += 1
-    alloc = models.Allocation(
+    alloc = _pending(
         id=f"{task.id}.{task.run_id}",
         task_id=task.id,
         trial_id=None,
         run_id=task.run_id,
-        state=A.PENDING,
         slots=task.slots,
         resource_pool=task.resource_pool,
         priority=task.priority,
         requested_at=utcnow(),
-        placements=[],
-        token_hash="",
-        failure_type="",
-        preempt_requested=False,
-        preempt_reason="",
-        preempt_acked=False,
-        kill_requested=False,
-        is_ready=False,
     )
     w.session.add(alloc)
     w.session.flush()
