@@ -16,6 +16,7 @@ from services.scheduler.domain.model import (
     ResourcePool,
     Slot,
 )
+from services.scheduler.domain.session import Changes, SessionAnswer
 
 _POLICIES = {
     # Determined's default policy is best fit.
@@ -99,3 +100,25 @@ def decision_to_proto(decision: Decision) -> pb.ScheduleResponse:
             for w in decision.waiting
         ],
     )
+
+
+def changes_from_proto(msg: pb.ScheduleChangesRequest) -> Changes:
+    return Changes(
+        pools=tuple(_pool(i, p) for i, p in enumerate(msg.pools)) if msg.pools else None,
+        agents=tuple(_agent(a) for a in msg.agents),
+        removed_agents=tuple(msg.removed_agents),
+        requests=tuple(_request(r) for r in msg.requests),
+        removed_requests=tuple(msg.removed_requests),
+    )
+
+
+def snapshot_from_proto(msg: pb.ScheduleChangesRequest) -> ClusterState:
+    return ClusterState(
+        pools=tuple(_pool(i, p) for i, p in enumerate(msg.pools)),
+        agents=tuple(_agent(a) for a in msg.agents),
+        requests=tuple(_request(r) for r in msg.requests),
+    )
+
+
+def answer_to_proto(answer: SessionAnswer) -> pb.ScheduleResponse:
+    return decision_to_proto(Decision(answer.assignments, answer.preemptions, answer.waiting))

@@ -13,11 +13,36 @@ from services.common.status import abort_with
 from services.scheduler.convert import decision_to_proto, state_from_proto
 from services.scheduler.domain.errors import InvalidScheduleInput
 from services.scheduler.domain.schedule import schedule
+from services.scheduler.session_table import SessionTable
 
 log = get_logger(__name__)
 
 
 class SchedulerServicer(scheduler_pb2_grpc.SchedulerServiceServicer):
+    def __init__(self) -> None:
+        self._sessions = SessionTable()
+
+    def ScheduleChanges(
+        self, request: pb.ScheduleChangesRequest, context: grpc.ServicerContext
+    ) -> pb.ScheduleChangesResponse:
+        started = time.monotonic()
+        try:
+            answer = self._sessions.handle(request)
+        except InvalidScheduleInput as exc:
+            log.warning("schedule changes refused", field=exc.field, problem=exc.problem)
+            abort_with(context, exc)
+        log.debug(
+            "scheduled changes",
+            snapshot=request.snapshot,
+            agents=len(request.agents),
+            requests=len(request.requests),
+            removed=len(request.removed_requests),
+            applied=answer.applied,
+            assignments=len(answer.decision.assignments),
+            elapsed_ms=round((time.monotonic() - started) * 1000, 2),
+        )
+        return answer
+
     def Schedule(self, request: pb.ScheduleRequest, context: grpc.ServicerContext) -> pb.ScheduleResponse:
         started = time.monotonic()
         try:

@@ -20,6 +20,11 @@ class Scheduler(Protocol):
 
     def schedule(self, request: schpb.ScheduleRequest) -> schpb.ScheduleResponse: ...
 
+    def schedule_changes(self, request: schpb.ScheduleChangesRequest) -> schpb.ScheduleChangesResponse:
+        """A pass over the scheduler's session (scheduling_view.py); NotImplementedError from a
+        scheduler that predates sessions."""
+        ...
+
 
 class Searcher(Protocol):
     """One searcher's sessions (SearcherService). Raises NotFound / FailedPrecondition /

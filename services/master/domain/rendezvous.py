@@ -10,7 +10,7 @@ below Linux's ephemeral ports (32768+) and do not overlap one another.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cairn.agent.v1 import agent_pb2 as apb
@@ -44,13 +44,11 @@ def ports_for(offset: int) -> Ports:
     )
 
 
-def free_port_offset(in_use: Iterable[int | None]) -> int:
-    """The lowest offset no live allocation holds (then the least shared one, past PORT_BLOCKS)."""
-    counts = [0] * PORT_BLOCKS
-    for offset in in_use:
-        if offset is not None:
-            counts[offset % PORT_BLOCKS] += 1
-    return min(range(PORT_BLOCKS), key=lambda block: (counts[block], block))
+def free_port_offset(counts: Sequence[int]) -> int:
+    """The lowest offset no live allocation holds (then the least shared one, past PORT_BLOCKS),
+    given how many hold each block."""
+    fewest = min(counts)
+    return counts.index(fewest)
 
 
 def agent_address(addresses: Sequence[str]) -> str:

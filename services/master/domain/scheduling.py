@@ -5,202 +5,131 @@ while the scheduler was thinking."""
 
 from __future__ import annotations
 
+import threading
 import time
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
-from sqlalchemy import func, select
+from sqlalchemy import select
 
 from cairn.scheduler.v1 import scheduler_pb2 as pb
 from services.common.logging import get_logger
+from services.common.priority import DETERMINED_DEFAULT_PRIORITY
 from services.master.domain import allocations
 from services.master.domain.clock import utcnow
-from services.master.domain.config.view import config_view
 from services.master.domain.context import MasterContext
 from services.master.domain.errors import DomainError
 from services.master.domain.loops import BackgroundLoop
 from services.master.domain.provisioning.decide import fits_shape
-from services.master.domain.reads.jobs import experiment_job_id
+from services.master.domain.scheduling_rows import (
+    FITTING,
+    agent_messages,
+    allocation_rows,
+    max_slots_of,
+    offered,
+    over_max_slots,
+    pool_messages,
+    request_message,
+    ts,
+)
+from services.master.domain.scheduling_view import Pass, SchedulingView
 from services.master.domain.states import (
-    LIVE_ALLOCATION,
     PLACED_ALLOCATION,
-    PREEMPTIBLE_KINDS,
-    RunState,
 )
 from services.master.domain.states import AllocationState as A
 from services.master.store import models
 
 log = get_logger(__name__)
 
-FITTING = {"best": pb.FITTING_POLICY_BEST, "worst": pb.FITTING_POLICY_WORST}
 # Without any wake-up, look again this often (agents may have freed slots).
 MAX_IDLE_S = 2.0
 # A pass that could only repeat the last one is skipped (SchedulingLoop._step), but never for
 # longer than this.
 QUIET_RECHECK_S = 10.0
-# Experiments whose trials are stopping for good: their pending allocations are not offered.
-STOPPED_EXPERIMENT = frozenset({RunState.STOPPING_CANCELED, RunState.STOPPING_KILLED})
 
 
-@dataclass
 class WaitingInfo:
-    """Why each pending allocation waits, from the last pass (shown by the API)."""
+    """Why each pending allocation waits and its place in its pool's queue, from the last pass
+    (shown by the API). A session's pass gives reasons only (scheduling_view.py): the positions
+    are worked out when someone first reads them, not on every pass."""
 
-    reasons: dict[str, tuple[str, int]] = field(default_factory=dict)
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._reasons: dict[str, tuple[str, int]] = {}
+        self._later: Callable[[], dict[str, tuple[str, int]]] | None = None
+
+    @property
+    def reasons(self) -> dict[str, tuple[str, int]]:
+        with self._lock:
+            if self._later is not None:
+                self._reasons, self._later = self._later(), None
+            return self._reasons
+
+    @reasons.setter
+    def reasons(self, value: dict[str, tuple[str, int]]) -> None:
+        with self._lock:
+            self._reasons, self._later = value, None
+
+    def set_later(self, compute: Callable[[], dict[str, tuple[str, int]]]) -> None:
+        with self._lock:
+            self._later = compute
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def _ts(value: datetime) -> Timestamp:
-    """An aware UTC datetime (as the store gives them) as a Timestamp, by arithmetic: a pass
-    converts two per allocation."""
-    delta = (value if value.tzinfo is not None else value.replace(tzinfo=UTC)) - _EPOCH
-    return Timestamp(seconds=delta.days * 86_400 + delta.seconds, nanos=delta.microseconds * 1000)
-
-
-def _over_max_slots(rows: list[tuple[Any, int | None, int | None]]) -> dict[str, str]:
-    """Pending allocations an experiment's max_slots holds back, with why: in request order, a
-    pending allocation is offered only while the experiment's placed slots plus those offered
-    before it leave room for it."""
-    held: dict[int | None, int] = {}
-    caps: dict[int | None, int | None] = {}
-    for alloc, experiment, cap in rows:
-        if experiment is None:
-            continue  # not a trial: no experiment's max_slots applies
-        caps[experiment] = cap
-        if alloc.state in PLACED_ALLOCATION:
-            held[experiment] = held.get(experiment, 0) + alloc.slots
-    capped: dict[str, str] = {}
-    pending = sorted((r for r in rows if r[0].state == A.PENDING), key=lambda r: (r[0].requested_at, r[0].id))
-    for alloc, experiment, _ in pending:
-        cap = caps.get(experiment) if experiment is not None else None
-        if cap is None:
+def queue_positions(
+    reasons: dict[str, str], requests: dict[str, pb.AllocationRequest], default_priority: dict[str, int]
+) -> dict[str, tuple[str, int]]:
+    """Each waiting request's reason and its place among the waiting requests of its pool, in the
+    scheduler's queue order (priority, the job's submission, the request's, the id)."""
+    by_pool: dict[str, list[tuple[tuple[int, int, int, str], str]]] = {}
+    for request_id in reasons:
+        r = requests.get(request_id)
+        if r is None:
             continue
-        if held.get(experiment, 0) + alloc.slots > cap:
-            capped[alloc.id] = (
-                f"experiment {experiment} holds {held.get(experiment, 0)} of its max_slots {cap}; "
-                f"this allocation needs {alloc.slots} more"
-            )
-        else:
-            held[experiment] = held.get(experiment, 0) + alloc.slots
-    return capped
+        priority = r.priority or default_priority.get(r.resource_pool) or DETERMINED_DEFAULT_PRIORITY
+        key = (priority, r.job_submitted_at.ToNanoseconds(), r.requested_at.ToNanoseconds(), request_id)
+        by_pool.setdefault(r.resource_pool, []).append((key, request_id))
+    positions: dict[str, tuple[str, int]] = {}
+    for queue in by_pool.values():
+        queue.sort()
+        for position, (_, request_id) in enumerate(queue):
+            positions[request_id] = (reasons[request_id], position)
+    return positions
 
 
 def build_request(ctx: MasterContext) -> tuple[pb.ScheduleRequest, bool, dict[str, str]]:
     """The scheduler's view of the cluster, whether anything is waiting for a place, and the
     pending allocations held back by their experiment's max_slots (not offered, with why)."""
-    request = pb.ScheduleRequest()
-    for pool in ctx.settings.pools:
-        request.pools.append(
-            pb.ResourcePool(
-                name=pool.name,
-                fitting_policy=FITTING.get(pool.fitting_policy, pb.FITTING_POLICY_BEST),
-                preemption_enabled=pool.preemption_enabled,
-                default_priority=pool.default_priority,
-            )
-        )
-    # Connected and not shutting down: an agent that is away, or stopping, keeps its running work
-    # but gets nothing new.
+    request = pb.ScheduleRequest(pools=pool_messages(ctx))
     placeable = ctx.hub.placeable_ids()
     with ctx.db.read() as s:
-        # Every live allocation, whatever its task's kind: one queue, one scheduler. A trial's
-        # job is its experiment; any other task is its own job. Columns, not objects: a pass at
-        # 10,000 pending allocations reads rows, and each experiment's config once.
-        rows = s.execute(
-            select(
-                models.Allocation.id,
-                models.Allocation.state,
-                models.Allocation.resource_pool,
-                models.Allocation.slots,
-                models.Allocation.priority,
-                models.Allocation.requested_at,
-                func.coalesce(models.Experiment.start_time, models.Task.start_time).label("submitted_at"),
-                models.Task.kind,
-                models.Task.job_id,
-                models.Experiment.id.label("experiment_id"),
-                models.Experiment.state.label("experiment_state"),
-            )
-            .join(models.Task, models.Task.id == models.Allocation.task_id)
-            .outerjoin(models.Experiment, models.Experiment.id == models.Task.experiment_id)
-            .where(models.Allocation.state.in_(list(LIVE_ALLOCATION)))
-        ).all()
+        rows = [row for row in allocation_rows(s) if offered(row)]
         # Placements only where there are any: pending allocations have none to decode.
         placed = select(models.Allocation.id, models.Allocation.placements).where(
             models.Allocation.state.in_(list(PLACED_ALLOCATION))
         )
         placements_of: dict[str, list[dict[str, Any]]] = {row.id: row.placements for row in s.execute(placed)}
-        experiment_ids = {row.experiment_id for row in rows if row.experiment_id is not None}
-        submitted: dict[datetime, Timestamp] = {}  # a job's time, shared by all its allocations
-        max_slots = {
-            eid: config_view(config).max_slots
-            for eid, config in s.execute(
-                select(models.Experiment.id, models.Experiment.config).where(
-                    models.Experiment.id.in_(experiment_ids)
-                )
-            )
-        }
-        # A canceled or killed experiment's trials are being stopped (in batches, for a big one):
-        # none of its pending allocations is placed meanwhile.
-        rows = [
-            row for row in rows if not (row.state == A.PENDING and row.experiment_state in STOPPED_EXPERIMENT)
-        ]
-        capped = _over_max_slots(
+        max_slots = max_slots_of(s, {row.experiment_id for row in rows if row.experiment_id is not None})
+        capped = over_max_slots(
             [
                 (row, row.experiment_id, max_slots.get(row.experiment_id) if row.experiment_id else None)
                 for row in rows
             ]
         )
+        submitted: dict[datetime, Timestamp] = {}
         slot_owner: dict[tuple[str, str], str] = {}
         any_pending = False
-        for alloc in rows:
-            if alloc.id in capped:
+        for row in rows:
+            if row.id in capped:
                 continue
-            experiment_id = alloc.experiment_id
-            req = pb.AllocationRequest(
-                allocation_id=alloc.id,
-                resource_pool=alloc.resource_pool,
-                slots_needed=alloc.slots,
-                priority=alloc.priority or 0,
-                job_submitted_at=submitted.get(alloc.submitted_at)
-                or submitted.setdefault(alloc.submitted_at, _ts(alloc.submitted_at)),
-                requested_at=_ts(alloc.requested_at),
-                job_id=experiment_job_id(experiment_id) if experiment_id is not None else alloc.job_id,
-                preemptible=alloc.kind in PREEMPTIBLE_KINDS,
-            )
-            if alloc.state in PLACED_ALLOCATION:
-                for placement in placements_of.get(alloc.id) or []:
-                    slot_ids = [str(x) for x in placement.get("slot_ids", [])]
-                    req.placements.append(pb.Placement(agent_id=placement["agent_id"], slot_ids=slot_ids))
-                    for slot_id in slot_ids:
-                        slot_owner[(placement["agent_id"], slot_id)] = alloc.id
-            else:
-                any_pending = True
+            req = request_message(row, placements_of.get(row.id), submitted)
+            for placement in req.placements:
+                for slot_id in placement.slot_ids:
+                    slot_owner[(placement.agent_id, slot_id)] = row.id
+            any_pending = any_pending or row.state not in PLACED_ALLOCATION
             request.requests.append(req)
-        agents = list(s.scalars(select(models.Agent).order_by(models.Agent.id)))
-        slots = list(s.scalars(select(models.AgentSlot).order_by(models.AgentSlot.agent_id)))
-    by_agent: dict[str, list[models.AgentSlot]] = {}
-    for slot in slots:
-        by_agent.setdefault(slot.agent_id, []).append(slot)
-    for agent in agents:
-        request.agents.append(
-            pb.Agent(
-                id=agent.id,
-                resource_pool=agent.resource_pool,
-                enabled=agent.enabled and agent.id in placeable,
-                draining=agent.draining,
-                slots=[
-                    pb.Slot(
-                        id=slot.slot_id,
-                        enabled=slot.enabled and not slot.draining,
-                        allocation_id=slot_owner.get((agent.id, slot.slot_id), ""),
-                    )
-                    for slot in by_agent.get(agent.id, [])
-                ],
-            )
-        )
+        request.agents.extend(agent_messages(s, placeable, slot_owner))
     return request, any_pending, capped
 
 
@@ -259,8 +188,8 @@ def never_fits(ctx: MasterContext, pool: str, slots: int) -> str | None:
                 allocation_id="capacity-check",
                 resource_pool=pool,
                 slots_needed=slots,
-                job_submitted_at=_ts(utcnow()),
-                requested_at=_ts(utcnow()),
+                job_submitted_at=ts(utcnow()),
+                requested_at=ts(utcnow()),
                 job_id="capacity-check",
             )
         ],
@@ -287,6 +216,11 @@ class SchedulingLoop:
         self._seen: tuple[int, frozenset[str]] | None = None
         self._quiet = False
         self._last_pass = 0.0
+        # Passes over a scheduler session (changes only), unless the scheduler predates them.
+        self.view: SchedulingView | None = SchedulingView(ctx)
+        # What the session told of waiting requests (reasons only) and the held-back ones.
+        self._session_reasons: dict[str, str] = {}
+        self._capped: dict[str, str] = {}
         self._loop = BackgroundLoop(
             ctx,
             "scheduling",
@@ -318,6 +252,8 @@ class SchedulingLoop:
     def run_pass(self) -> bool:
         """One pass; whether it was quiet (it reached the scheduler, or needed not, and placed and
         preempted nothing)."""
+        if self.view is not None:
+            return self._session_pass()
         started = time.perf_counter()
         request, any_pending, capped = build_request(self._ctx)
         held_back = {alloc_id: (reason, 0) for alloc_id, reason in capped.items()}
@@ -331,6 +267,76 @@ class SchedulingLoop:
         finally:
             # Passes with something to place only: an idle pass costs nothing worth a sample.
             self._ctx.telemetry.scheduling_pass.observe(time.perf_counter() - started)
+
+    def _session_pass(self) -> bool:
+        """A pass over the scheduler's session: the changes since the last pass go out, the
+        decision comes back. A snapshot replaces the session whenever either side is in doubt."""
+        assert self.view is not None
+        started = time.perf_counter()
+        with self.view.lock:
+            step = self.view.next_pass()
+        try:
+            answer = self._ctx.scheduler.schedule_changes(step.request)
+            if not answer.applied:  # the scheduler restarted or dropped the session
+                self.view.resync()
+                with self.view.lock:
+                    step = self.view.next_pass()
+                answer = self._ctx.scheduler.schedule_changes(step.request)
+        except NotImplementedError:
+            log.warning("the scheduler predates sessions: each pass sends the whole cluster")
+            if self.view.tracker is not None:
+                self.view.tracker.stop()
+            self.view = None
+            return self.run_pass()
+        except DomainError as exc:
+            self.view.resync()  # what the scheduler holds is in doubt
+            if str(exc) != self._last_error:
+                log.warning("scheduler call failed; retrying", error=str(exc))
+                self._last_error = str(exc)
+            return False
+        self._last_error = ""
+        decision = answer.decision
+        self._take_reasons(step, decision)
+        if step.any_pending or step.request.snapshot:
+            self._ctx.telemetry.scheduling_pass.observe(time.perf_counter() - started)
+        if decision.assignments or decision.preemptions:
+            self._apply(decision)
+            return False
+        return True
+
+    def _take_reasons(self, step: Pass, decision: pb.ScheduleResponse) -> None:
+        """Keep the session's reasons (it sends those that changed) and publish them, with their
+        queue positions worked out on first read, from the state then current."""
+        view = self.view
+        assert view is not None
+        with view.lock:
+            reasons = self._session_reasons
+            before = len(reasons)
+            if step.request.snapshot:
+                reasons.clear()
+            for request_id in step.request.removed_requests:
+                reasons.pop(request_id, None)
+            for request in step.request.requests:
+                if request.placements:
+                    reasons.pop(request.allocation_id, None)
+            for assignment in decision.assignments:
+                reasons.pop(assignment.allocation_id, None)
+            for waiting in decision.waiting:
+                reasons[waiting.allocation_id] = waiting.reason
+            changed = bool(decision.waiting) or step.request.snapshot or len(reasons) != before
+            changed = changed or step.capped != self._capped
+            self._capped = step.capped
+        if not changed:
+            return
+        defaults = {pool.name: pool.default_priority for pool in self._ctx.settings.pools}
+
+        def positions() -> dict[str, tuple[str, int]]:
+            with view.lock:
+                waiting = queue_positions(self._session_reasons, view.pending_requests(), defaults)
+                return waiting | {k: (v, 0) for k, v in self._capped.items()}
+
+        self.waiting.set_later(positions)
+        self._ctx.data_changed()  # reasons and queue positions show in the API
 
     def _decide_and_apply(self, request: pb.ScheduleRequest, held_back: dict[str, tuple[str, int]]) -> bool:
         try:
@@ -353,13 +359,21 @@ class SchedulingLoop:
     def _apply(self, decision: pb.ScheduleResponse) -> None:
         ctx = self._ctx
         with ctx.unit_of_work() as w:
+            # The slots of the agents the decision names that live work holds now: a container
+            # per placement, so the agents' containers say it without reading every placement.
+            named = {p.agent_id for a in decision.assignments for p in a.placements}
             used: set[tuple[str, str]] = set()
-            for placed in w.session.scalars(
-                select(models.Allocation).where(models.Allocation.state.in_(list(PLACED_ALLOCATION)))
+            for agent_id, slot_ids in w.session.execute(
+                select(models.Container.agent_id, models.Container.slot_ids)
+                .join(models.Allocation, models.Allocation.id == models.Container.allocation_id)
+                .where(
+                    models.Container.agent_id.in_(list(named)),
+                    models.Allocation.state.in_(list(PLACED_ALLOCATION)),
+                )
             ):
-                for placement in placed.placements:
-                    used.update((placement["agent_id"], str(s)) for s in placement.get("slot_ids", []))
+                used.update((agent_id, str(s)) for s in slot_ids)
             connected = ctx.hub.connected_ids()
+            offsets = None
             for assignment in decision.assignments:
                 alloc = w.session.get(models.Allocation, assignment.allocation_id)
                 if alloc is None or alloc.state != A.PENDING:
@@ -368,11 +382,14 @@ class SchedulingLoop:
                 if wanted & used or any(p.agent_id not in connected for p in assignment.placements):
                     continue  # stale decision; the next pass decides again
                 used |= wanted
+                if offsets is None:
+                    offsets = self.view.port_offsets() if self.view else allocations.PortOffsets.counted(w)
                 allocations.assign(
                     ctx,
                     w,
                     alloc,
                     [{"agent_id": p.agent_id, "slot_ids": list(p.slot_ids)} for p in assignment.placements],
+                    offsets,
                 )
             for preemption in decision.preemptions:
                 alloc = w.session.get(models.Allocation, preemption.allocation_id)

@@ -24,5 +24,13 @@ class SchedulerClient:
         except grpc.RpcError as exc:
             raise translate("scheduler", self.address, exc) from None
 
+    def schedule_changes(self, request: pb.ScheduleChangesRequest) -> pb.ScheduleChangesResponse:
+        try:
+            return self._stub.ScheduleChanges(request, timeout=CALL_TIMEOUT_S)
+        except grpc.RpcError as exc:
+            if isinstance(exc, grpc.Call) and exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                raise NotImplementedError("the scheduler predates sessions (ScheduleChanges)") from None
+            raise translate("scheduler", self.address, exc) from None
+
     def shutdown(self) -> None:
         self._channel.close()

@@ -199,6 +199,11 @@ class Database:
                 if broken:
                     raise RuntimeError(f"the migration left rows pointing at nothing: {broken[:5]}")
 
+    def listen_to_writes(self, name: str, fn: Any) -> None:
+        """Listen to an event of every write session (sqlalchemy.orm.SessionEvents), e.g. to learn
+        which rows each committed transaction changed."""
+        event.listen(self._sessions, name, fn)
+
     def ping(self) -> bool:
         try:
             with self.engine.connect() as connection:

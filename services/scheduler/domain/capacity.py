@@ -109,41 +109,107 @@ class AgentCapacity:
         return {h for h in self.occupant.values() if h is not None} | self.zero_slot_allocations
 
 
-@dataclass
 class PoolCapacity:
-    agents: dict[str, AgentCapacity]
-    # allocation id -> the agents it holds something on, so releasing one visits only those.
-    _hosts: dict[str, set[str]] = field(default_factory=dict, repr=False)
+    """A pool's agents. Copies are copy-on-write: a pass copies the pool for every kind of request
+    and every preemption it plans, and usually changes a few agents of a thousand, so a copy
+    shares every agent (and every host set) with its original until it first changes it. Shared
+    objects are never changed in place by anyone: the owner of an object is the one copy that
+    made it."""
 
-    def __post_init__(self) -> None:
-        if not self._hosts:
+    def __init__(self, agents: dict[str, AgentCapacity], hosts: dict[str, set[str]] | None = None) -> None:
+        self.agents = agents
+        # allocation id -> the agents it holds something on, so releasing one visits only those.
+        self._hosts: dict[str, set[str]] = {} if hosts is None else hosts
+        # Which agents and host sets this copy made itself (and so may change in place).
+        self._own_agents: set[str] = set(agents) if hosts is None else set()
+        self._own_hosts: set[str] = set()
+        # A copy shares its original's two dicts too until its first change.
+        self._shared_dicts = hosts is not None
+        if hosts is None:
             for agent in self.agents.values():
                 for holder in agent.holders():
                     self._hosts.setdefault(holder, set()).add(agent.agent_id)
+            self._own_hosts = set(self._hosts)
+
+    def _unshare(self) -> None:
+        if self._shared_dicts:
+            self.agents = dict(self.agents)
+            self._hosts = dict(self._hosts)
+            self._shared_dicts = False
 
     def __iter__(self) -> Iterator[AgentCapacity]:
         return iter(self.agents.values())
 
     def copy(self) -> PoolCapacity:
-        return PoolCapacity(
-            {agent_id: agent.copy() for agent_id, agent in self.agents.items()},
-            {holder: set(hosts) for holder, hosts in self._hosts.items()},
-        )
+        return PoolCapacity(self.agents, self._hosts)
 
     def emptied(self) -> PoolCapacity:
         return PoolCapacity({agent_id: agent.emptied() for agent_id, agent in self.agents.items()})
 
+    def _agent(self, agent_id: str) -> AgentCapacity:
+        """The agent, made this copy's own before it changes."""
+        self._unshare()
+        if agent_id not in self._own_agents:
+            self.agents[agent_id] = self.agents[agent_id].copy()
+            self._own_agents.add(agent_id)
+        return self.agents[agent_id]
+
+    def _add_host(self, allocation_id: str, agent_id: str) -> None:
+        self._unshare()
+        hosts = self._hosts.get(allocation_id)
+        if hosts is None:
+            self._hosts[allocation_id] = {agent_id}
+            self._own_hosts.add(allocation_id)
+            return
+        if allocation_id not in self._own_hosts:
+            hosts = self._hosts[allocation_id] = set(hosts)
+            self._own_hosts.add(allocation_id)
+        hosts.add(agent_id)
+
     def take(self, agent_id: str, slot_ids: Iterable[str], allocation_id: str) -> None:
-        self.agents[agent_id].take(slot_ids, allocation_id)
-        self._hosts.setdefault(allocation_id, set()).add(agent_id)
+        self._agent(agent_id).take(slot_ids, allocation_id)
+        self._add_host(allocation_id, agent_id)
 
     def add_zero_slot(self, agent_id: str, allocation_id: str) -> None:
-        self.agents[agent_id].add_zero_slot(allocation_id)
-        self._hosts.setdefault(allocation_id, set()).add(agent_id)
+        self._agent(agent_id).add_zero_slot(allocation_id)
+        self._add_host(allocation_id, agent_id)
 
     def release(self, allocation_id: str) -> None:
+        self._unshare()
+        self._own_hosts.discard(allocation_id)
         for agent_id in self._hosts.pop(allocation_id, set()):
-            self.agents[agent_id].release(allocation_id)
+            if agent_id in self.agents:
+                self._agent(agent_id).release(allocation_id)
+
+    def set_agent(self, agent: AgentCapacity) -> None:
+        """Put in (or replace) an agent; what it holds is recorded as held. The session's base
+        state changes this way when an agent joins or changes."""
+        self.remove_agent(agent.agent_id)
+        self.agents[agent.agent_id] = agent
+        self._own_agents.add(agent.agent_id)
+        for holder in agent.holders():
+            self._add_host(holder, agent.agent_id)
+
+    def remove_agent(self, agent_id: str) -> None:
+        self._unshare()
+        old = self.agents.pop(agent_id, None)
+        self._own_agents.discard(agent_id)
+        if old is None:
+            return
+        for holder in old.holders():
+            hosts = self._hosts.get(holder)
+            if hosts is None:
+                continue
+            if holder not in self._own_hosts:
+                hosts = self._hosts[holder] = set(hosts)
+                self._own_hosts.add(holder)
+            hosts.discard(agent_id)
+            if not hosts:
+                del self._hosts[holder]
+                self._own_hosts.discard(holder)
+
+    def holds(self, allocation_id: str) -> bool:
+        return allocation_id in self._hosts
 
 
 def build_pool_capacity(agents: Iterable[Agent], requests: Iterable[AllocationRequest]) -> PoolCapacity:

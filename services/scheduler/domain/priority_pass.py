@@ -22,15 +22,45 @@ does not start in this pass: it starts once the preempted work has released its 
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 
 from services.scheduler.domain import reasons
 from services.scheduler.domain.capacity import PoolCapacity
 from services.scheduler.domain.fitting import Fit, apply_fit, find_fit
 from services.scheduler.domain.model import AllocationRequest, Preemption, ResourcePool
-from services.scheduler.domain.ordering import by_priority_level
+from services.scheduler.domain.ordering import QueueKey, by_priority_level, effective_priority, queue_key
 from services.scheduler.domain.preemption import plan_preemption
 from services.scheduler.domain.reasons import PoolFacts
+
+# A request's shape: what fitting looks at (its slots, whether it needs one agent), never which
+# request it is.
+Shape = tuple[int, bool]
+# One priority level's pending requests: per shape, in queue order, each with its queue key.
+Level = dict[Shape, list[tuple[QueueKey, AllocationRequest]]]
+
+
+def shape_of(request: AllocationRequest) -> Shape:
+    return (request.slots_needed, request.single_agent)
+
+
+def levels_of(pending: list[AllocationRequest], pool: ResourcePool) -> list[tuple[int, Level]]:
+    """Pending requests as the pass takes them: levels highest priority first, each split by
+    shape, every shape's list in queue order."""
+    levels: dict[int, Level] = {}
+    for request in sorted(pending, key=lambda r: queue_key(r, pool)):
+        level = levels.setdefault(effective_priority(request, pool), {})
+        level.setdefault(shape_of(request), []).append((queue_key(request, pool), request))
+    return sorted(levels.items())
+
+
+@dataclass(frozen=True)
+class Tail:
+    priority: int
+    shape: Shape
+    # In queue order: the rest of the level's requests of this shape.
+    requests: list[tuple[QueueKey, AllocationRequest]]
+    reason: str
 
 
 @dataclass
@@ -39,6 +69,16 @@ class PassOutcome:
     preemptions: list[Preemption] = field(default_factory=list)
     # allocation id -> why it waits.
     waiting: dict[str, str] = field(default_factory=dict)
+    # Requests the pass did not look at one by one, all waiting for the same reason: the rest of a
+    # level's shape once no shape of the level could fit (see run_priority_pass).
+    tails: list[Tail] = field(default_factory=list)
+
+    def all_waiting(self) -> dict[str, str]:
+        """Every waiting request with its reason, the tails spelled out."""
+        waiting = dict(self.waiting)
+        for tail in self.tails:
+            waiting.update((request.allocation_id, tail.reason) for _, request in tail.requests)
+        return waiting
 
 
 @dataclass
@@ -51,65 +91,92 @@ def run_priority_pass(
     pool: ResourcePool,
     facts: PoolFacts,
     capacity: PoolCapacity,
-    pending: list[AllocationRequest],
+    pending: list[tuple[int, Level]],
     running: list[AllocationRequest],
+    idle_pool: PoolCapacity | None = None,
+    fits_idle_by_shape: dict[Shape, bool] | None = None,
 ) -> PassOutcome:
-    """Decide for `pending` given `running` (both of this pool and this kind). `capacity` is the
-    pass's own working copy, used as scratch."""
+    """Decide for `pending` (levels_of's form) given `running` (both of this pool and this kind).
+    `capacity` is the pass's own working copy, used as scratch; `idle_pool` the pool with nothing
+    running (computed here when not given), and `fits_idle_by_shape` which shapes fit in it, as
+    far as known (filled in here: a caller that keeps the pool keeps this too).
+
+    Once every shape of a level has found no place in the unchanged working state, nothing more of
+    that level can fit, so without preemption the pass stops looking at it: the rest of each shape
+    waits for that shape's reason (`tails`). 10,000 requests waiting before a full pool cost a
+    look at one of them, not 10,000. With preemption each waiting request may plan its own
+    preemption, so every one is looked at."""
     outcome = PassOutcome()
-    idle_pool = capacity.emptied()
-    running_by_level = by_priority_level(running, pool)
+    idle: list[PoolCapacity | None] = [idle_pool]
+    # Only preemption looks at running work by level (sorting 8,000 running requests is not free).
+    running_by_level = by_priority_level(running, pool) if pool.preemption_enabled else {}
     preempted: dict[str, str] = {}  # victim -> the request it makes room for
     first_preemptor: str | None = None
     blocker: _Blocker | None = None
+    may_stop_early = not pool.preemption_enabled
 
     # Whether a request fits, and why not, depends on the working state and on the request's
-    # shape alone (its slots, whether it needs one agent), not on which request it is. So while the
-    # working state is unchanged (`version` counts its changes), a shape that found no place finds
-    # none again: 10,000 pending one-slot requests before a full pool cost one search, not 10,000.
+    # shape alone, not on which request it is. So while the working state is unchanged (`version`
+    # counts its changes), a shape that found no place finds none again.
     version = 0
-    no_place: dict[tuple[int, bool], int] = {}  # shape -> the version it found no place at
-    why_not: dict[tuple[int, bool], tuple[int, str]] = {}  # shape -> (version, reason)
-    fits_idle_by_shape: dict[tuple[int, bool], bool] = {}
-
-    def shape(request: AllocationRequest) -> tuple[int, bool]:
-        return (request.slots_needed, request.single_agent)
+    no_place: dict[Shape, int] = {}  # shape -> the version it found no place at
+    why_not: dict[Shape, tuple[int, str]] = {}  # shape -> (version, reason)
+    if fits_idle_by_shape is None:
+        fits_idle_by_shape = {}
 
     def fit_now(request: AllocationRequest) -> Fit | None:
-        if no_place.get(shape(request)) == version:
+        if no_place.get(shape_of(request)) == version:
             return None
         fit = find_fit(request, capacity, pool.fitting_policy)
         if fit is None:
-            no_place[shape(request)] = version
+            no_place[shape_of(request)] = version
         return fit
 
     def fits_idle(request: AllocationRequest) -> bool:
-        key = shape(request)
+        key = shape_of(request)
         if key not in fits_idle_by_shape:
-            fits_idle_by_shape[key] = find_fit(request, idle_pool, pool.fitting_policy) is not None
+            idle_now = idle[0]
+            if idle_now is None:
+                idle_now = idle[0] = capacity.emptied()
+            fits_idle_by_shape[key] = find_fit(request, idle_now, pool.fitting_policy) is not None
         return fits_idle_by_shape[key]
 
-    for priority, level in by_priority_level(pending, pool).items():
+    for priority, level in pending:
         fitted: list[tuple[AllocationRequest, Fit]] = []
         unplaced: list[AllocationRequest] = []
         # Unplaced requests that would fit were nothing running: only those can gain by preempting.
         fits_when_idle: set[str] = set()
-        for request in level:
+        looked_at = dict.fromkeys(level, 0)  # shape -> how many of its requests were looked at
+        stopped_early = False
+        queue = level[next(iter(level))] if len(level) == 1 else heapq.merge(*level.values())
+        for _, request in queue:
+            if may_stop_early and all(no_place.get(s) == version for s in level):
+                stopped_early = True
+                break
+            looked_at[shape_of(request)] += 1
             fit = fit_now(request)
             if fit is None:
                 unplaced.append(request)
                 idle_fit = fits_idle(request)
                 if idle_fit:
                     fits_when_idle.add(request.allocation_id)
-                known = why_not.get(shape(request))
+                known = why_not.get(shape_of(request))
                 if known is None or known[0] != version:
                     known = (version, reasons.cannot_fit(request, facts, capacity, idle_fit))
-                    why_not[shape(request)] = known
+                    why_not[shape_of(request)] = known
                 outcome.waiting[request.allocation_id] = known[1]
                 continue
             apply_fit(capacity, fit, request.allocation_id)
             version += 1
             fitted.append((request, fit))
+        first_of_tails: AllocationRequest | None = None
+        if stopped_early:
+            for s, requests in level.items():
+                tail = requests[looked_at[s] :]
+                if tail:
+                    outcome.tails.append(Tail(priority, s, tail, why_not[s][1]))
+                    if first_of_tails is None or tail[0][0] < queue_key(first_of_tails, pool):
+                        first_of_tails = tail[0][1]
 
         for request, fit in fitted:
             if first_preemptor is not None:
@@ -122,8 +189,12 @@ def run_priority_pass(
                     blocker.request, blocker.priority, rule
                 )
 
-        if unplaced and blocker is None:
-            blocker = _Blocker(unplaced[0], priority)
+        if blocker is None:
+            # The first request of the level left waiting, in queue order: looked-at ones come
+            # before every tail.
+            first_unplaced = unplaced[0] if unplaced else first_of_tails
+            if first_unplaced is not None:
+                blocker = _Blocker(first_unplaced, priority)
 
         if not pool.preemption_enabled:
             continue

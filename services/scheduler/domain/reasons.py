@@ -90,8 +90,7 @@ def cannot_fit(
             f"({facts.largest_agent_slots}), and a multi-agent fit takes every slot of agents of one "
             f"size, so it needs a multiple of an agent's slot count{note}"
         )
-    by_free_block = sorted(capacity, key=lambda a: (-a.num_free, a.agent_id))
-    largest = by_free_block[0] if by_free_block else None
+    largest = min(capacity, key=lambda a: (-a.num_free, a.agent_id), default=None)
     if largest is None or largest.num_free == 0:
         return f"needs {_slots(needed)}; no agent in pool '{facts.name}' has a free slot{note}"
     return (

@@ -23,7 +23,7 @@ from services.scheduler.domain.model import (
     Waiting,
 )
 from services.scheduler.domain.ordering import queue_key
-from services.scheduler.domain.priority_pass import PassOutcome, run_priority_pass
+from services.scheduler.domain.priority_pass import PassOutcome, levels_of, run_priority_pass
 from services.scheduler.domain.reasons import PoolFacts
 from services.scheduler.domain.validation import validate_state
 
@@ -75,12 +75,12 @@ def _schedule_pool(
             pool,
             facts,
             base.copy(),
-            pending=[r for r in kind if not r.running],
+            pending=levels_of([r for r in kind if not r.running], pool),
             running=[r for r in kind if r.running],
         )
         combined.started.extend(outcome.started)
         combined.preemptions.extend(outcome.preemptions)
-        combined.waiting.update(outcome.waiting)
+        combined.waiting.update(outcome.all_waiting())
     return combined
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.master.domain.allocations import Outcome, classify
+from services.master.domain.allocations import Outcome, PortOffsets, classify
 from services.master.domain.rendezvous import PORT_BLOCKS, free_port_offset, ports_for, rendezvous_for
 from services.master.domain.task_spec import entrypoint_of
 from services.master.store import models
@@ -46,9 +46,16 @@ def test_exit_classification(fields: dict[str, object], outcome: Outcome) -> Non
 
 
 def test_port_offsets_are_unique_among_live_allocations() -> None:
-    assert free_port_offset([]) == 0
-    assert free_port_offset([0, 1, 3, None]) == 2
-    assert free_port_offset(range(PORT_BLOCKS)) == 0  # all taken: the least shared
+    def offset(in_use: list[tuple[int | None, int]]) -> int:
+        return PortOffsets(in_use).take()
+
+    assert offset([]) == 0
+    assert offset([(0, 1), (1, 1), (3, 1), (None, 4)]) == 2
+    assert offset([(b, 1) for b in range(PORT_BLOCKS)]) == 0  # all taken: the least shared
+    assert offset([(0, 2), (PORT_BLOCKS + 1, 1), *((b, 1) for b in range(2, PORT_BLOCKS))]) == 1
+    offsets = PortOffsets([(0, 1)])
+    assert [offsets.take(), offsets.take()] == [1, 2]  # each taken one counts at once
+    assert free_port_offset([2, 1, 1]) == 1
     ports = [ports_for(offset) for offset in range(PORT_BLOCKS)]
     used = [p for block in ports for p in (block.c10d, block.collectives, block.det_pub, block.det_pull)]
     assert len(used) == len(set(used)), "two blocks share a port"

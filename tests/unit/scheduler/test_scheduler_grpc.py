@@ -168,6 +168,90 @@ def test_invalid_input_is_invalid_argument_naming_the_field(
     assert caught.value.details() == "requests[3].slots_needed: must be >= 0"
 
 
+def test_a_session_over_grpc_takes_changes_and_answers_what_schedule_would(
+    stub: scheduler_pb2_grpc.SchedulerServiceStub,
+) -> None:
+    whole = _cluster_request()
+    snapshot = pb.ScheduleChangesRequest(
+        session_id="m1",
+        version=1,
+        snapshot=True,
+        pools=whole.pools,
+        agents=whole.agents,
+        requests=whole.requests,
+    )
+    first = stub.ScheduleChanges(snapshot, timeout=CALL_TIMEOUT_S)
+    expected = stub.Schedule(whole, timeout=CALL_TIMEOUT_S)
+    assert first.applied
+    assert list(first.decision.assignments) == list(expected.assignments)
+    assert {(w.allocation_id, w.reason) for w in first.decision.waiting} == {
+        (w.allocation_id, w.reason) for w in expected.waiting
+    }
+    # "urgent" and "two" are placed as decided: the next answer has no news for the waiting.
+    placed = {a.allocation_id: a for a in first.decision.assignments}
+    changed = [
+        pb.AllocationRequest(
+            allocation_id=r.allocation_id,
+            resource_pool=r.resource_pool,
+            slots_needed=r.slots_needed,
+            priority=r.priority,
+            placements=placed[r.allocation_id].placements,
+        )
+        for r in whole.requests
+        if r.allocation_id in placed
+    ]
+    second = stub.ScheduleChanges(
+        pb.ScheduleChangesRequest(session_id="m1", base_version=1, version=2, requests=changed),
+        timeout=CALL_TIMEOUT_S,
+    )
+    assert second.applied
+    assert list(second.decision.assignments) == []
+    assert list(second.decision.waiting) == []
+    # Changes on top of a version the scheduler does not hold are not applied: send a snapshot.
+    stale = stub.ScheduleChanges(
+        pb.ScheduleChangesRequest(session_id="m1", base_version=1, version=2), timeout=CALL_TIMEOUT_S
+    )
+    assert not stale.applied
+    unknown = stub.ScheduleChanges(
+        pb.ScheduleChangesRequest(session_id="other", base_version=4, version=5), timeout=CALL_TIMEOUT_S
+    )
+    assert not unknown.applied
+
+
+def test_a_contradicting_change_is_invalid_argument_and_ends_the_session(
+    stub: scheduler_pb2_grpc.SchedulerServiceStub,
+) -> None:
+    whole = _cluster_request()
+    stub.ScheduleChanges(
+        pb.ScheduleChangesRequest(
+            session_id="m2",
+            version=1,
+            snapshot=True,
+            pools=whole.pools,
+            agents=whole.agents,
+            requests=whole.requests,
+        ),
+        timeout=CALL_TIMEOUT_S,
+    )
+    bad = pb.AllocationRequest(
+        allocation_id="x",
+        resource_pool="gpu",
+        slots_needed=1,
+        placements=[pb.Placement(agent_id="nope", slot_ids=["0"])],
+    )
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.ScheduleChanges(
+            pb.ScheduleChangesRequest(session_id="m2", base_version=1, version=2, requests=[bad]),
+            timeout=CALL_TIMEOUT_S,
+        )
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert caught.value.details() == "requests[0].placements[0].agent_id: unknown agent 'nope'"
+    gone = stub.ScheduleChanges(
+        pb.ScheduleChangesRequest(session_id="m2", base_version=1, version=2), timeout=CALL_TIMEOUT_S
+    )
+    assert not gone.applied
+
+
 def test_unknown_fitting_policy_is_invalid_argument(stub: scheduler_pb2_grpc.SchedulerServiceStub) -> None:
     request = _cluster_request()
     request.pools[0].fitting_policy = 7  # type: ignore[assignment]

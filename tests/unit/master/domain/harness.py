@@ -40,7 +40,9 @@ from services.master.settings import Settings
 from services.master.store import models
 from services.master.store.db import Database
 from services.scheduler.convert import decision_to_proto, state_from_proto
+from services.scheduler.domain.errors import InvalidScheduleInput
 from services.scheduler.domain.schedule import schedule
+from services.scheduler.session_table import SessionTable
 from services.searcher.domain.preview import preview
 from services.searcher.domain.registry import builtin_registry
 from services.searcher.domain.sessions import SessionManager
@@ -69,8 +71,21 @@ class RecordingHub(AgentHub):
 class InProcessScheduler:
     """The scheduler service's decision function, behind the domain's Scheduler port."""
 
+    def __init__(self) -> None:
+        self.sessions = SessionTable()
+
     def schedule(self, request: schpb.ScheduleRequest) -> schpb.ScheduleResponse:
         return decision_to_proto(schedule(state_from_proto(request)))
+
+    def schedule_changes(self, request: schpb.ScheduleChangesRequest) -> schpb.ScheduleChangesResponse:
+        try:
+            return self.sessions.handle(request)
+        except InvalidScheduleInput as exc:
+            raise InvalidArgument(str(exc)) from None
+
+    def restart(self) -> None:
+        """Forget every session, as a restarted scheduler process would."""
+        self.sessions = SessionTable()
 
 
 _SEARCHER_ERRORS = {"NOT_FOUND": NotFound, "FAILED_PRECONDITION": FailedPrecondition}

@@ -132,9 +132,10 @@ def test_the_loop_skips_passes_that_could_only_repeat_the_last(master: Master, m
     master.add_agent("a1", slots=1)
     master.create(grid(trials=5))
     passes: list[int] = []
-    real = scheduling.build_request
-    monkeypatch.setattr(scheduling, "build_request", lambda ctx: passes.append(1) or real(ctx))
     loop = master.scheduling
+    assert loop.view is not None
+    real = loop.view.next_pass
+    monkeypatch.setattr(loop.view, "next_pass", lambda: passes.append(1) or real())
     loop._step()
     loop._step()
     assert len(passes) == 1  # nothing changed and the first pass was quiet (the one slot is busy)

@@ -1,0 +1,153 @@
+"""Scheduling passes over a scheduler session: the master sends what changed, recovers with a
+snapshot whenever the scheduler lost the session or a call failed, falls back to whole-state passes
+for a scheduler without sessions, and shows the same reasons and queue positions a whole-state pass
+gives. (Every pass of every test also compares the master's view with a whole read of the
+database: tests/conftest.py.)"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from cairn.scheduler.v1 import scheduler_pb2 as pb
+from services.master.domain import experiment_edits, experiments
+from services.master.domain.errors import Unavailable
+from services.master.store import models
+from tests.unit.master.domain.harness import Master, config_text
+
+
+def grid(trials: int, **overrides: Any) -> str:
+    return config_text(
+        searcher={"name": "grid", "metric": "loss", "max_length": 1, "max_concurrent_trials": 0},
+        hyperparameters={"x": {"type": "int", "minval": 0, "maxval": trials - 1, "count": trials}},
+        **overrides,
+    )
+
+
+def assigned(master: Master) -> int:
+    with master.db.read() as s:
+        return sum(1 for state in s.scalars(select(models.Allocation.state)) if state == "ASSIGNED")
+
+
+class Recording:
+    """The scheduler port, recording what each pass sent."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.sent: list[pb.ScheduleChangesRequest] = []
+
+    def schedule(self, request: pb.ScheduleRequest) -> pb.ScheduleResponse:
+        return self.inner.schedule(request)  # type: ignore[no-any-return]
+
+    def schedule_changes(self, request: pb.ScheduleChangesRequest) -> pb.ScheduleChangesResponse:
+        self.sent.append(request)
+        return self.inner.schedule_changes(request)  # type: ignore[no-any-return]
+
+
+def test_a_pass_sends_only_what_changed(master: Master) -> None:
+    recording = Recording(master.ctx.scheduler)
+    master.ctx.scheduler = recording  # type: ignore[assignment]
+    master.add_agent("a1", slots=2)
+    master.create(grid(50))
+    master.settle()
+    assert assigned(master) == 2
+    recording.sent.clear()
+    master.add_agent("a2", slots=1)
+    master.scheduling.run_pass()
+    first = recording.sent[0]
+    assert not first.snapshot
+    assert [a.id for a in first.agents] == ["a2"]
+    assert not first.requests  # nothing about the 48 waiting trials changed
+    assert assigned(master) == 3
+    master.scheduling.run_pass()
+    # The next pass tells of the trial the last one placed, and nothing else.
+    assert [r.allocation_id for r in recording.sent[1].requests] == [
+        a.allocation_id for a in recording.sent[1].requests if a.placements
+    ]
+    assert len(recording.sent[1].requests) == 1
+
+
+def test_a_restarted_scheduler_gets_a_snapshot_and_placing_goes_on(master: Master) -> None:
+    master.add_agent("a1", slots=1)
+    master.create(grid(5))
+    master.settle()
+    master.ctx.scheduler.restart()  # type: ignore[attr-defined]
+    master.add_agent("a2", slots=1)
+    master.scheduling.run_pass()
+    assert assigned(master) == 2
+
+
+def test_a_failed_call_means_a_snapshot_next(master: Master, monkeypatch: Any) -> None:
+    master.add_agent("a1", slots=1)
+    master.create(grid(5))
+    master.settle()
+    real = master.ctx.scheduler.schedule_changes
+    sent: list[pb.ScheduleChangesRequest] = []
+
+    def unavailable(request: pb.ScheduleChangesRequest) -> pb.ScheduleChangesResponse:
+        sent.append(request)
+        raise Unavailable("scheduler down")
+
+    monkeypatch.setattr(master.ctx.scheduler, "schedule_changes", unavailable)
+    master.add_agent("a2", slots=1)
+    assert master.scheduling.run_pass() is False
+    monkeypatch.setattr(
+        master.ctx.scheduler, "schedule_changes", lambda request: sent.append(request) or real(request)
+    )
+    master.scheduling.run_pass()
+    assert sent[-1].snapshot
+    assert assigned(master) == 2
+
+
+def test_a_scheduler_without_sessions_gets_the_whole_state(master: Master, monkeypatch: Any) -> None:
+    def unimplemented(request: pb.ScheduleChangesRequest) -> pb.ScheduleChangesResponse:
+        raise NotImplementedError("old scheduler")
+
+    monkeypatch.setattr(master.ctx.scheduler, "schedule_changes", unimplemented)
+    master.add_agent("a1", slots=2)
+    master.create(grid(5))
+    master.settle()
+    assert master.scheduling.view is None
+    assert assigned(master) == 2
+
+
+def test_waiting_reasons_and_positions_match_a_whole_state_pass(master: Master) -> None:
+    master.add_agent("a1", slots=2)
+    first = master.create(grid(6))
+    second = master.create(grid(4, resources={"priority": 10}))
+    master.settle()
+    session = master.scheduling.waiting.reasons
+    view = master.scheduling.view
+    master.scheduling.view = None  # the same cluster, decided whole
+    master.scheduling.run_pass()
+    whole = master.scheduling.waiting.reasons
+    master.scheduling.view = view
+    assert session == whole
+    assert len(session) == 8
+    # An edit of priority or max_slots shows at the next pass.
+    with master.ctx.unit_of_work() as w:
+        experiment_edits.apply(
+            master.ctx, w, experiments.load(w, first), experiment_edits.ExperimentEdit(max_slots=1)
+        )
+    master.scheduling.run_pass()
+    held = [
+        why
+        for alloc_id, (why, _) in master.scheduling.waiting.reasons.items()
+        if alloc_id.startswith(f"{first}.")
+    ]
+    assert held and all("max_slots" in why for why in held)
+    assert second
+
+
+@pytest.mark.parametrize("trials", [30])
+def test_a_canceled_experiments_pending_trials_leave_the_session(master: Master, trials: int) -> None:
+    master.add_agent("a1", slots=1)
+    experiment_id = master.create(grid(trials))
+    master.settle()
+    with master.ctx.unit_of_work() as w:
+        experiments.cancel(master.ctx, w, experiments.load(w, experiment_id))
+    master.scheduling.run_pass()
+    assert master.scheduling.view is not None
+    assert master.scheduling.view.pending == 0
