@@ -5,7 +5,6 @@ started the shim or found it again after a restart."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -24,13 +23,13 @@ from services.agent.runtime.protocol import (
     ExitReport,
     LaunchSpec,
 )
-from services.agent.runtime.standbys import StandbyPool
+from services.agent.runtime.standbys import StandbyPool, standby_order
 from services.agent.runtime.warm_starts import (
     PreloadError,
+    WarmCommand,
     WarmKey,
     preload_modules,
-    python_run,
-    start_environment,
+    warm_command,
     warm_key,
 )
 
@@ -102,37 +101,38 @@ class ProcessRuntime:
         warm = self._warm_plan(spec, request)
         if warm is None or self._standbys is None:
             return self._start_shim(paths, spec, ())
-        key, modules = warm
+        key, command, modules = warm
         standby = self._standbys.take(key)
         # The next container of this kind finds a standby ready (this one, if it is taken, is spent).
-        self._standbys.prepare_soon(key, modules, start_environment(spec.env))
+        self._standbys.prepare_soon(
+            key, lambda folder: standby_order(folder, command, modules, spec.env, spec.cwd)
+        )
         if standby is not None:
             write_json_atomic(paths.launch, spec.to_json())
             try:
-                standby.hand_over(paths.meta)
+                self._standbys.hand_over(standby, paths.meta)
             except OSError:
                 standby.discard()  # it died while waiting: start cold
             else:
-                shutil.rmtree(standby.folder, ignore_errors=True)
                 pid = standby.popen.pid
                 return ShimHandle(pid=pid, start_ticks=start_ticks(pid), popen=standby.popen)
         return self._start_shim(paths, spec, ())
 
     def _warm_plan(
         self, spec: LaunchSpec, request: StartRequest | None
-    ) -> tuple[WarmKey, tuple[str, ...]] | None:
-        """(key, modules) when this command may start warm: the experiment declared preload modules
-        and the command is a plain python run (warm_starts.py)."""
+    ) -> tuple[WarmKey, WarmCommand, tuple[str, ...]] | None:
+        """(key, command, modules) when this command may start warm: the experiment declared preload
+        modules and the command is a plain python run (warm_starts.py)."""
         if self._standbys is None or request is None:
             return None
         try:
             modules = preload_modules(request.container_config)
         except PreloadError:
             return None  # before_start said so in the container's log
-        run = python_run(spec.argv, spec.env) if modules else None
-        if run is None:
+        command = warm_command(spec.argv, spec.env) if modules else None
+        if command is None:
             return None
-        return warm_key(run, modules, spec.env), modules
+        return warm_key(command, modules, spec.env, spec.cwd), command, modules
 
     def close(self) -> None:
         """The agent stops: discard the standbys (running containers are not touched)."""

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+from services.agent.containers.private_mounts import bind_in_namespace
 from services.agent.runtime.events import EventWriter, LogLine
 from services.agent.runtime.jsonfile import read_json, write_json_atomic
 from services.agent.runtime.log_lines import LineSplitter, parse_line
@@ -45,7 +46,7 @@ from services.agent.runtime.protocol import (
     ExitReport,
     LaunchSpec,
 )
-from services.agent.runtime.warm_starts import python_run
+from services.agent.runtime.warm_starts import WarmCommand, warm_command
 
 # After the command ends and its group is swept, how long to wait for the output readers to see
 # the end of the pipes (a descendant that left the group may still hold them open).
@@ -215,13 +216,13 @@ class Shim:
         prepared, self._prepared = self._prepared, None
         if prepared is None:
             return None
-        run = python_run(self.spec.argv, self.spec.env)
-        if run is None or run.python != prepared.python:
+        command = warm_command(self.spec.argv, self.spec.env)
+        if command is None or command.run.python != prepared.python:
             prepared.discard()
             return None
         try:
-            return prepared.assign(run.assignment(self.spec.env, self.spec.cwd))
-        except OSError as exc:
+            return prepared.assign(command, self.spec.env, self.spec.cwd)
+        except (OSError, subprocess.SubprocessError) as exc:
             self._note(f"warm start failed ({exc}): starting the command cold")
             prepared.discard()
             return None
@@ -257,14 +258,18 @@ class Shim:
 class PreparedInterpreter:
     """A standby shim's child: a task-environment interpreter that imported the modules it was
     given and waits on its stdin for the command to become (warm_interpreter.py). It is started
-    exactly as a cold command is (own process group, parent-death signal), so once assigned it is
-    supervised, signalled and killed as any command."""
+    exactly as a cold command is (own process group, parent-death signal; as the task user and in
+    a mount namespace of its own where the command would be), so once assigned it is supervised,
+    signalled and killed as any command."""
 
-    def __init__(self, python: str, modules: list[str], env: dict[str, str], cwd: str) -> None:
+    def __init__(
+        self, argv: list[str], python: str, env: dict[str, str], cwd: str, unmount: list[str]
+    ) -> None:
         self.python = python
-        source = (Path(__file__).parent / "warm_interpreter.py").read_text()
+        # What stands in the namespace for the container's binds until the hand-over (its /tmp).
+        self._unmount = unmount
         self._child = subprocess.Popen(
-            [python, "-c", source, *modules],
+            argv,
             cwd=cwd,
             env=env,
             stdin=subprocess.PIPE,
@@ -275,11 +280,25 @@ class PreparedInterpreter:
             preexec_fn=_child_setup(os.getpid()),  # noqa: PLW1509
         )
 
-    def assign(self, assignment: dict[str, object]) -> subprocess.Popen[bytes]:
+    def assign(self, command: WarmCommand, env: dict[str, str], cwd: str) -> subprocess.Popen[bytes]:
+        """Bind the container's folders in the interpreter's namespace, then hand it the command.
+        OSError when it cannot be done (the caller starts the command cold)."""
         assert self._child.stdin is not None
         if self._child.poll() is not None:
             raise OSError(f"the prepared interpreter had exited (status {self._child.returncode})")
-        self._child.stdin.write(json.dumps(assignment).encode() + b"\n")
+        if command.binds or self._unmount:
+            bind = subprocess.run(
+                bind_in_namespace(self._child.pid, command.binds, self._unmount),
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=30,
+                check=False,
+            )
+            if bind.returncode != 0:
+                raise OSError(
+                    f"cannot bind the container's folders: {bind.stderr.decode(errors='replace').strip()}"
+                )
+        self._child.stdin.write(json.dumps(command.run.assignment(env, cwd)).encode() + b"\n")
         self._child.stdin.close()
         return self._child
 
@@ -289,18 +308,19 @@ class PreparedInterpreter:
 
 
 def standby(control: IO[bytes]) -> int:
-    """`shim --standby`: prepare an interpreter (first line of `control`: python, modules, env,
-    cwd), wait for the container to supervise (second line: its bookkeeping folder, launch.json
+    """`shim --standby`: prepare an interpreter (first line of `control`: standbys.standby_order),
+    wait for the container to supervise (second line: its bookkeeping folder, launch.json
     written), then supervise it as `shim <folder>` would. End of input first: discard and exit."""
     first = control.readline()
     if not first:
         return 0
     order = json.loads(first)
     prepared = PreparedInterpreter(
+        [str(a) for a in order["argv"]],
         str(order["python"]),
-        [str(m) for m in order["modules"]],
         {str(k): str(v) for k, v in order["env"].items()},
         str(order["cwd"]),
+        [str(t) for t in order["unmount"]],
     )
     second = control.readline()
     if not second.strip():

@@ -24,18 +24,22 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import structlog
 
-from services.agent.runtime.warm_starts import WarmKey
+from services.agent.containers.private_mounts import Bind, in_private_namespace
+from services.agent.runtime.warm_starts import WarmCommand, WarmKey, start_environment
+from services.agent.task_user import run_as_ids
 
 log = structlog.get_logger(__name__)
 
-# The standby's first control line: what to prepare.
-_ORDER_KEYS = ("python", "modules", "env", "cwd")
+# The standby's first control line: what to prepare (shim.standby reads it).
+_ORDER_KEYS = ("argv", "python", "env", "cwd", "unmount")
+_WARM_INTERPRETER = Path(__file__).with_name("warm_interpreter.py")
 
 
 @dataclass
@@ -71,6 +75,40 @@ class Standby:
 
 # Starts a shim process: (argv extra, cwd, stdout/stderr file) -> Popen with stdin a pipe.
 ShimStarter = Callable[[Sequence[str], Path, Path], "subprocess.Popen[bytes]"]
+# Given a new standby's folder, what it is to prepare (a standby_order).
+Recipe = Callable[[Path], dict[str, Any]]
+
+
+def standby_order(
+    folder: Path, command: WarmCommand, modules: Sequence[str], env: Mapping[str, str], cwd: str
+) -> dict[str, Any]:
+    """What a standby prepares for commands like `command` (whose container's env and cwd are
+    `env`, `cwd`): its interpreter with `modules` imported, wrapped as the runtime wraps the
+    command: as the task user, and in a mount namespace of its own where the command has one. The
+    container's binds come at the hand-over; meanwhile a private /tmp of the standby's own stands
+    in for the container's (unmounted at the hand-over)."""
+    argv = [*command.run_as, command.run.python, "-c", _WARM_INTERPRETER.read_text(), *modules]
+    home = str(folder)
+    unmount: list[str] = []
+    if command.binds:
+        binds = []
+        if any(bind.target == "/tmp" for bind in command.binds):
+            tmp = folder / "tmp"
+            tmp.mkdir(mode=0o700)
+            ids = run_as_ids(command.run_as)
+            if ids is not None:
+                os.chown(tmp, *ids)
+            binds.append(Bind(tmp, "/tmp"))
+            unmount.append("/tmp")
+            home = "/tmp"  # the task user's, writable, as its own folder would be
+        argv = in_private_namespace(argv, binds)
+    return {
+        "argv": argv,
+        "python": command.run.python,
+        "env": start_environment(env, cwd, home),
+        "cwd": str(folder),
+        "unmount": unmount,
+    }
 
 
 class StandbyPool:
@@ -80,6 +118,8 @@ class StandbyPool:
         self._start_shim = start_shim
         self._lock = threading.Lock()
         self._ready: list[Standby] = []
+        # Standbys that became containers' shims; their folders go once they end.
+        self._handed_over: list[Standby] = []
         self._pending = 0
         self._closed = False
         self._numbers = itertools.count()
@@ -95,12 +135,21 @@ class StandbyPool:
                     return standby
         return None
 
-    def prepare_soon(self, key: WarmKey, modules: Sequence[str], env: dict[str, str]) -> None:
+    def hand_over(self, standby: Standby, meta_dir: Path) -> None:
+        """Make a taken standby the shim of the container at `meta_dir` (Standby.hand_over). Its
+        folder stays until that shim has ended: it may still be starting its interpreter there."""
+        standby.hand_over(meta_dir)
+        with self._lock:
+            self._handed_over.append(standby)
+
+    def prepare_soon(self, key: WarmKey, recipe: Recipe) -> None:
         """Start, in the background, a standby of `key` if the pool has room for it (discarding one of
         another key to make room)."""
         with self._lock:
             gone = [s for s in self._ready if not s.alive()]
             self._ready = [s for s in self._ready if s.alive()]
+            ended = [s for s in self._handed_over if not s.alive()]
+            self._handed_over = [s for s in self._handed_over if s.alive()]
             same = sum(1 for s in self._ready if s.key == key)
             wanted = not self._closed and same + self._pending < self._capacity
             if wanted and len(self._ready) + self._pending >= self._capacity:
@@ -111,17 +160,19 @@ class StandbyPool:
                 self._pending += 1
         for standby in gone:
             self._later(standby.discard)
+        for standby in ended:
+            shutil.rmtree(standby.folder, ignore_errors=True)
         if wanted:
-            self._later(lambda: self._start(key, modules, env))
+            self._later(lambda: self._start(key, recipe))
 
-    def _start(self, key: WarmKey, modules: Sequence[str], env: dict[str, str]) -> None:
+    def _start(self, key: WarmKey, recipe: Recipe) -> None:
         standby = None
         try:
             folder = self._folder / f"{os.getpid()}-{next(self._numbers)}"
             folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            order = recipe(folder)
             popen = self._start_shim(("--standby",), folder, folder / "standby.log")
             standby = Standby(key, popen, folder)
-            order = {"python": key.python, "modules": list(modules), "env": env, "cwd": str(folder)}
             assert popen.stdin is not None and set(order) == set(_ORDER_KEYS)
             popen.stdin.write(json.dumps(order).encode() + b"\n")
             popen.stdin.flush()

@@ -21,6 +21,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from services.agent.containers.private_mounts import Bind, split_private_mounts
+from services.agent.task_user import split_run_as
+
 # Always imported: the Core API (Cairn's, and Determined's package where the environment has it is
 # up to the experiment to declare: it is heavier).
 CORE_MODULES = ("cairn.core",)
@@ -64,12 +67,35 @@ class PythonRun:
 
 
 @dataclass(frozen=True)
+class WarmCommand:
+    """A python run as the process runtime wraps it: run as the task user (a setpriv prefix), in a
+    mount namespace with the container's own folders bound (private_mounts.py)."""
+
+    run: PythonRun
+    run_as: tuple[str, ...] = ()
+    # Present: the command runs in a mount namespace of its own, these bound in it.
+    binds: tuple[Bind, ...] = ()
+
+
+@dataclass(frozen=True)
 class WarmKey:
     """Prepared interpreters are interchangeable exactly when their keys are equal."""
 
     python: str
     modules: tuple[str, ...]
     start_env: frozenset[tuple[str, str]]
+    run_as: tuple[str, ...] = ()
+    bind_targets: tuple[str, ...] = ()
+
+
+def warm_command(argv: Sequence[str], env: Mapping[str, str]) -> WarmCommand | None:
+    """`argv` as the runtime made it, taken apart; None when a prepared interpreter cannot run it."""
+    binds, inner = split_private_mounts(argv)
+    run_as, inner = split_run_as(inner)
+    run = python_run(inner, env)
+    if run is None:
+        return None
+    return WarmCommand(run, tuple(run_as), tuple(binds))
 
 
 def python_run(argv: Sequence[str], env: Mapping[str, str]) -> PythonRun | None:
@@ -96,13 +122,30 @@ def python_run(argv: Sequence[str], env: Mapping[str, str]) -> PythonRun | None:
     return None
 
 
-def start_environment(env: Mapping[str, str]) -> dict[str, str]:
-    """The environment a prepared interpreter starts with: the task's, less what names one task."""
-    return {k: v for k, v in env.items() if not k.startswith(_PER_TASK_PREFIXES) and k not in _PER_TASK_NAMES}
+def start_environment(env: Mapping[str, str], cwd: str, home: str) -> dict[str, str]:
+    """The environment a prepared interpreter starts with: the task's, less what names one task.
+    A task user's HOME is the task's own (new, empty) folder: the standby's is its own folder
+    `home`, as empty, which is all the interpreter's start reads of it (no ~/.local)."""
+    start = {
+        k: v for k, v in env.items() if not k.startswith(_PER_TASK_PREFIXES) and k not in _PER_TASK_NAMES
+    }
+    if start.get("HOME") == cwd:
+        start["HOME"] = home
+    return start
 
 
-def warm_key(run: PythonRun, modules: Sequence[str], env: Mapping[str, str]) -> WarmKey:
-    return WarmKey(run.python, tuple(modules), frozenset(start_environment(env).items()))
+def warm_key(command: WarmCommand, modules: Sequence[str], env: Mapping[str, str], cwd: str) -> WarmKey:
+    return WarmKey(
+        command.run.python,
+        tuple(modules),
+        frozenset(start_environment(env, cwd, _OWN_FOLDER).items()),
+        command.run_as,
+        tuple(bind.target for bind in command.binds),
+    )
+
+
+# What a key says for "HOME is the task's own folder".
+_OWN_FOLDER = "<own folder>"
 
 
 class PreloadError(ValueError):

@@ -5,7 +5,11 @@ environment, stdin, exit status, signals, kills), falling back to a cold start f
 from __future__ import annotations
 
 import json
+import os
+import pwd
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -13,13 +17,16 @@ from pathlib import Path
 import pytest
 
 from cairn.agent.v1 import agent_pb2 as apb
+from services.agent.containers.private_mounts import Bind, in_private_mounts, split_private_mounts
 from services.agent.runtime.processes import is_running
 from services.agent.runtime.warm_starts import (
     PreloadError,
     preload_modules,
     python_run,
     start_environment,
+    warm_command,
 )
+from services.agent.task_user import TaskUser, resolve_task_user, run_as_ids
 from tests.unit.agent.agent_master_double import MasterServer, MasterStore, wait_until
 from tests.unit.agent.agent_processes import AgentProcess, command_pid, wait_terminated
 from tests.unit.agent.test_agent_containers import model_definition
@@ -181,6 +188,70 @@ def standby_pids(folder: Path) -> list[int]:
     return pids
 
 
+TASK_USER_REPORT = f"""
+import json, os, sys
+with open("/tmp/mine", "w") as f:
+    f.write(os.environ["CAIRN_TEST_MARKER"])
+print(json.dumps({{
+    "warm": {PRELOADED!r} in sys.modules,
+    "uid": os.getuid(),
+    "tmp": sorted(os.listdir("/tmp")),
+    "cluster": open("/run/determined/info/cluster.json").read(),
+    "cwd": os.getcwd(),
+    "home": os.environ["HOME"],
+}}), flush=True)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
+def test_a_task_users_warm_container_has_its_own_user_tmp_and_run_dir(
+    master: MasterServer, store: MasterStore, launch_agent: Callable[..., AgentProcess], tmp_path: Path
+) -> None:
+    user = resolve_task_user("cairn-task" if _has_user("cairn-task") else "nobody")
+    task_root = Path(tempfile.mkdtemp(prefix="cairn-warm-tasks-", dir="/var/tmp"))
+    try:
+        agent = launch_agent(master.address, "--task-user", user.name, "--task-root", str(task_root), slots=1)
+        master.double.wait_connected()
+        reports = []
+        for name in ("w1", "w2"):
+            store.contexts[f"alloc-{name}"] = model_definition({"trial.py": TASK_USER_REPORT})
+            env = {
+                "CAIRN_TEST_MARKER": name,
+                "DET_TASK_ID": f"task-{name}",
+                "DET_ALLOCATION_ID": f"alloc-{name}",
+            }
+            master.double.start(
+                name, ["python3 trial.py"], shell=True, env=env, has_context=True, container_config=PRELOAD
+            )
+            wait_terminated(store, name)
+            if "private mount namespace" in " ".join(store.messages(name)):
+                pytest.skip("no private mount namespace here")
+            reports.append(report_of(store, name))
+            if name == "w1":
+                wait_until(standbys_ready(agent, 1), 10, "a standby")
+                time.sleep(0.5)
+        cold, warm = reports
+        assert (cold["warm"], warm["warm"]) == (False, True)
+        for report, name in ((cold, "w1"), (warm, "w2")):
+            assert report["uid"] == user.uid
+            assert report["tmp"] == ["mine"]  # its own /tmp: empty but for what it wrote
+            assert f'"task_id": "task-{name}"' in str(report["cluster"])
+            assert report["cwd"] == report["home"] == str(task_root / name)
+            final = store.final(name)
+            assert final is not None and final.exit_code == 0
+        assert not Path("/tmp/mine").exists()
+    finally:
+        shutil.rmtree(task_root, ignore_errors=True)
+
+
+def _has_user(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
+
+
 # -- the pure part --------------------------------------------------------------------------------
 
 
@@ -211,8 +282,28 @@ def test_the_start_environment_leaves_out_what_names_one_task() -> None:
         "DET_TRIAL_ID": "3",
         "C10D_PORT": "1",
         "OMP_NUM_THREADS": "1",
+        "HOME": "/tasks/c1",
     }
-    assert start_environment(env) == {"PATH": "/bin", "OMP_NUM_THREADS": "1"}
+    # A task user's HOME is its task folder: the standby gets a folder of its own instead.
+    assert start_environment(env, "/tasks/c1", "/own") == {
+        "PATH": "/bin",
+        "OMP_NUM_THREADS": "1",
+        "HOME": "/own",
+    }
+    assert start_environment(env, "/elsewhere", "/own")["HOME"] == "/tasks/c1"
+
+
+def test_a_wrapped_command_is_taken_apart_exactly() -> None:
+    user = TaskUser(name="t", uid=1234, gid=1235)
+    binds = [Bind(Path("/agent/c1/run"), "/run/determined"), Bind(Path("/tasks/c1.tmp"), "/tmp")]
+    env = {"PATH": str(Path(sys.executable).parent)}
+    argv = in_private_mounts(user.run_as(["sh", "-c", "python3 train.py --x 1"]), binds)
+    command = warm_command(argv, env)
+    assert command is not None
+    assert command.binds == tuple(binds) and command.run_as == tuple(user.run_as([]))
+    assert (command.run.target, command.run.args) == ("train.py", ("--x", "1"))
+    assert run_as_ids(command.run_as) == (1234, 1235)
+    assert split_private_mounts(["unshare", "--mount", "x"]) == ([], ["unshare", "--mount", "x"])
 
 
 def test_preload_modules_come_from_the_config_part_and_are_checked() -> None:
