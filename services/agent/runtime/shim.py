@@ -221,11 +221,13 @@ class Shim:
             prepared.discard()
             return None
         try:
-            return prepared.assign(command, self.spec.env, self.spec.cwd)
+            child = prepared.assign(command, self.spec.env, self.spec.cwd)
         except (OSError, subprocess.SubprocessError) as exc:
             self._note(f"warm start failed ({exc}): starting the command cold")
             prepared.discard()
             return None
+        self._note("warm start: the command runs in an interpreter prepared with its modules imported")
+        return child
 
     def _pump(self, stream: IO[bytes], stdtype: str) -> None:
         splitter = LineSplitter()
