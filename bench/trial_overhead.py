@@ -5,7 +5,8 @@ spread over its trials (in slot-seconds per trial). All three run the same sleep
 sleep one second, report one metric.
 
     make bench-install   # Ray Tune and Optuna into .venv-bench
-    .venv/bin/python -m bench.trial_overhead [--trials 200] [--systems cairn,cairn_warm,cairn_docker,ray_tune,optuna]
+    .venv/bin/python -m bench.trial_overhead [--trials 200] \
+        [--systems cairn,cairn_warm,cairn_docker,ray_tune,optuna]
 """
 
 from __future__ import annotations
