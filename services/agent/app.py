@@ -209,7 +209,8 @@ class Agent:
         s = self.settings
         if s.runtime != "docker":
             # Standbys for warm starts live beside the containers: one per slot at most.
-            return ProcessRuntime(standby_dir=work_dir.root / "standby", slots=len(slots))
+            standby_dir = work_dir.root / "standby" if s.warm_starts else None
+            return ProcessRuntime(standby_dir=standby_dir, slots=len(slots))
         return DockerRuntime(
             engine=DockerEngine(),
             agent_id=s.agent_id,

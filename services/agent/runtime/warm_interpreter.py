@@ -38,8 +38,8 @@ def _become(assignment: dict[str, Any]) -> None:
     os.environ.clear()
     os.environ.update(assignment["env"])
     if assignment["unbuffered"]:
-        sys.stdout.reconfigure(write_through=True)  # type: ignore[union-attr]
-        sys.stderr.reconfigure(write_through=True)  # type: ignore[union-attr]
+        sys.stdout.reconfigure(line_buffering=True, write_through=True)  # type: ignore[union-attr]
+        sys.stderr.reconfigure(line_buffering=True, write_through=True)  # type: ignore[union-attr]
     target = assignment["target"]
     if assignment["module"]:
         # `python3 -m`: the working directory first on sys.path; runpy sets sys.argv[0] to the file.

@@ -160,6 +160,18 @@ def test_commands_a_prepared_interpreter_cannot_run_faithfully_start_cold(
     assert same["warm"] is True
 
 
+def test_an_agent_with_no_warm_starts_keeps_no_standby(
+    master: MasterServer, store: MasterStore, launch_agent: Callable[..., AgentProcess]
+) -> None:
+    agent = launch_agent(master.address, "--no-warm-starts", slots=1)
+    master.double.wait_connected()
+    reports = [
+        run_report(master, store, name, entrypoint="python3 trial.py", env={}) for name in ("c1", "c2")
+    ]
+    assert [r["warm"] for r in reports] == [False, False]
+    assert not (agent.work_dir / "standby").exists()
+
+
 def test_the_agent_discards_its_standbys_when_it_stops(
     master: MasterServer, store: MasterStore, launch_agent: Callable[..., AgentProcess]
 ) -> None:
