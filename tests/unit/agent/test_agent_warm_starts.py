@@ -8,6 +8,7 @@ import json
 import os
 import pwd
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -158,6 +159,39 @@ def test_commands_a_prepared_interpreter_cannot_run_faithfully_start_cold(
     assert other["warm"] is False
     same = run_report(master, store, "c4", entrypoint="python3 trial.py", env={"PYTHONHASHSEED": "7"})
     assert same["warm"] is True
+
+
+def test_a_warm_container_outlives_its_agent_and_is_reattached(
+    master: MasterServer, store: MasterStore, launch_agent: Callable[..., AgentProcess]
+) -> None:
+    agent = launch_agent(master.address, slots=1)
+    master.double.wait_connected()
+    run_report(master, store, "c1", entrypoint="python3 trial.py", env={})
+    wait_until(standbys_ready(agent, 1), 10, "a standby")
+    code = (
+        "import sys, time\n"
+        f"print('warm' if {PRELOADED!r} in sys.modules else 'cold', flush=True)\n"
+        "for i in range(1, 16):\n"
+        "    print(f'line {i}', flush=True)\n"
+        "    time.sleep(0.1)\n"
+        "sys.exit(5)\n"
+    )
+    store.contexts["alloc-c2"] = model_definition({"count.py": code})
+    master.double.start("c2", ["python3 count.py"], shell=True, has_context=True, container_config=PRELOAD)
+    wait_until(lambda: "line 2" in store.messages("c2"), 10, "the first lines")
+    pid = command_pid(agent.container("c2"))
+    agent.stop(signal.SIGKILL)
+    assert is_running(pid), "a warm container must survive its agent too"
+
+    launch_agent(master.address, slots=1)
+    stream = master.double.wait_connected(2)
+    assert [c.container_id for c in stream.hello.containers] == ["c2"]
+    wait_terminated(store, "c2", timeout=20)
+    final = store.final("c2")
+    assert final is not None and final.exit_code == 5
+    wait_until(lambda: "line 15" in store.messages("c2"), 5, "every line")
+    task_lines = [e.message for e in store.lines("c2") if e.source == "task"]
+    assert task_lines == ["warm", *[f"line {i}" for i in range(1, 16)]]
 
 
 def test_an_agent_with_no_warm_starts_keeps_no_standby(
