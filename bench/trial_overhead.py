@@ -5,7 +5,8 @@ spread over its trials (in slot-seconds per trial). All three run the same sleep
 sleep one second, report one metric.
 
     make bench-install   # Ray Tune and Optuna into .venv-bench
-    .venv/bin/python -m bench.trial_overhead [--trials 200] [--systems cairn,cairn_docker,ray_tune,optuna]
+    .venv/bin/python -m bench.trial_overhead [--trials 200] \
+        [--systems cairn,cairn_warm,cairn_docker,ray_tune,optuna]
 """
 
 from __future__ import annotations
@@ -29,7 +30,10 @@ BENCH_PYTHON = REPO / ".venv-bench" / "bin" / "python"
 SLOTS = 2
 
 
-def cairn(trials: int, runtime: str = "process") -> dict[str, object]:
+def cairn(trials: int, runtime: str = "process", warm: bool = False) -> dict[str, object]:
+    # Warm starts: declaring preload_modules (here none beyond the Core API, which is always
+    # preloaded) lets the agent run each trial in an interpreter it prepared beforehand.
+    environment = "environment: {preload_modules: []}" if warm else ""
     config = f"""
 name: overhead
 entrypoint: python3 sleep_trial.py
@@ -37,6 +41,7 @@ hyperparameters:
   x: {{type: double, minval: 0.0, maxval: 1.0}}
 searcher: {{name: random, metric: loss, max_trials: {trials}, max_concurrent_trials: 16}}
 max_restarts: 0
+{environment}
 """
     with (
         tempfile.TemporaryDirectory() as state,
@@ -46,8 +51,13 @@ max_restarts: 0
         experiment_id = api.create(config, HERE / "trials" / "sleep_trial")
         outcome = api.wait_terminal(experiment_id)
         wall = time.monotonic() - started
-    system = "cairn" if runtime == "process" else f"cairn_{runtime}"
+    system = ("cairn" if runtime == "process" else f"cairn_{runtime}") + ("_warm" if warm else "")
     return {"system": system, "trials": trials, "state": outcome, "wall_s": wall}
+
+
+def cairn_warm(trials: int) -> dict[str, object]:
+    """The process runtime with warm starts (environment.preload_modules)."""
+    return cairn(trials, warm=True)
 
 
 def cairn_docker(trials: int) -> dict[str, object]:
@@ -94,13 +104,19 @@ def ray_tune(trials: int) -> dict[str, object]:
     return peer("ray_tune_sleep.py", trials)
 
 
-SYSTEMS = {"cairn": cairn, "cairn_docker": cairn_docker, "ray_tune": ray_tune, "optuna": optuna}
+SYSTEMS = {
+    "cairn": cairn,
+    "cairn_warm": cairn_warm,
+    "cairn_docker": cairn_docker,
+    "ray_tune": ray_tune,
+    "optuna": optuna,
+}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--trials", type=int, default=200)
-    parser.add_argument("--systems", default="cairn,ray_tune,optuna")
+    parser.add_argument("--systems", default="cairn,cairn_warm,ray_tune,optuna")
     args = parser.parse_args()
     ideal = args.trials * 1.0 / SLOTS
     rows = []

@@ -22,6 +22,7 @@ from bench.hpo.budget import MAX_EPOCHS, NUM_RUNGS, REDUCTION_FACTOR
 from bench.hpo.record import ENDED_BY_BUDGET, ENDED_BY_SEARCH, RunRecord
 from bench.hpo.task import (
     BATCH_SIZES,
+    CACHE_DIR_ENV,
     DEPTH,
     DROPOUT,
     LEARNING_RATE,
@@ -72,7 +73,15 @@ def _log_uniform(bounds: tuple[float, float]) -> str:
     return f"{{type: log, base: 10, minval: {low}, maxval: {high}}}"
 
 
-def experiment_config(system: str, seed: int) -> str:
+# Where the trials share the generated data: not /tmp, which is each isolated trial's own (the
+# process runtime gives a task user's task a private /tmp), so each would generate it again.
+SHARED_DATA_CACHE = "/var/tmp/cairn-bench-hpo"
+
+
+def experiment_config(system: str, seed: int, warm_starts: bool = True) -> str:
+    # Warm starts: each trial and each promotion runs in an interpreter the agent prepared with
+    # torch and scikit-learn's generator already imported.
+    preload = "\n  preload_modules: [torch, sklearn.datasets]" if warm_starts else ""
     return f"""
 name: hpo-{system}-seed{seed}
 entrypoint: python3 -m bench.hpo.cairn_trial
@@ -87,6 +96,8 @@ searcher:{SEARCHERS[system]}
 reproducibility:
   experiment_seed: {seed}
 max_restarts: 0
+environment:
+  environment_variables: [{CACHE_DIR_ENV}={SHARED_DATA_CACHE}]{preload}
 """
 
 
@@ -160,9 +171,9 @@ def _state(api: Api, experiment_id: int) -> str:
     return experiment_pb2.Experiment.State.Name(experiment.state).removeprefix("STATE_")
 
 
-def run_cairn(system: str, seed: int, budget: float, timeout_s: float) -> RunRecord:
+def run_cairn(system: str, seed: int, budget: float, timeout_s: float, warm_starts: bool = True) -> RunRecord:
     budget_epochs = epochs_for(budget, MAX_EPOCHS)
-    config = experiment_config(system, seed)
+    config = experiment_config(system, seed, warm_starts)
     with tempfile.TemporaryDirectory(prefix="cairn-hpo-") as scratch:
         root = Path(scratch)
         model_dir = model_definition(root / "model")

@@ -42,9 +42,11 @@ def parse_systems(text: str) -> list[str]:
     return names
 
 
-def run_one(system: str, seed: int, budget: float, out: Path, timeout_s: float) -> RunRecord:
+def run_one(
+    system: str, seed: int, budget: float, out: Path, timeout_s: float, warm_starts: bool = True
+) -> RunRecord:
     if system in SEARCHERS:
-        record = run_cairn(system, seed, budget, timeout_s)
+        record = run_cairn(system, seed, budget, timeout_s, warm_starts)
         write_record(out, record)
         return record
     if system in OPTUNA_PRUNERS:
@@ -67,6 +69,11 @@ def main() -> None:
         default="seed",
         help="seed: every system for seed 0, then seed 1, ... (a partial study stays balanced)",
     )
+    parser.add_argument(
+        "--cold-starts",
+        action="store_true",
+        help="Cairn without warm starts (no preload_modules): each trial starts a new interpreter",
+    )
     args = parser.parse_args()
     configure_logging("bench-hpo", "console", "INFO")
     systems, seeds = parse_systems(args.systems), parse_seeds(args.seeds)
@@ -81,7 +88,7 @@ def main() -> None:
             log.info("already measured", system=system, seed=seed, path=str(path))
             continue
         started = time.monotonic()
-        record = run_one(system, seed, args.budget, path, args.timeout)
+        record = run_one(system, seed, args.budget, path, args.timeout, not args.cold_starts)
         log.info(
             "measured",
             system=system,

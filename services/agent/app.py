@@ -122,7 +122,7 @@ class Agent:
             work_dir.unlock()
             return 1
         try:
-            runtime = self._runtime(slots)
+            runtime = self._runtime(slots, work_dir)
         except DockerUnavailable as exc:
             log.error("agent cannot start", error=str(exc))
             self._server.stop(1)
@@ -197,6 +197,7 @@ class Agent:
         finally:
             monitor_stop.set()
             monitor.join(5)
+            runtime.close()
             manager.save_all()
             self._server.stop(1)
             channel.close()
@@ -204,10 +205,12 @@ class Agent:
         log.info("agent stopped", exit_code=self._exit_code)
         return self._exit_code
 
-    def _runtime(self, slots: list[SlotInfo]) -> ProcessRuntime:
+    def _runtime(self, slots: list[SlotInfo], work_dir: WorkDir) -> ProcessRuntime:
         s = self.settings
         if s.runtime != "docker":
-            return ProcessRuntime()
+            # Standbys for warm starts live beside the containers: one per slot at most.
+            standby_dir = work_dir.root / "standby" if s.warm_starts else None
+            return ProcessRuntime(standby_dir=standby_dir, slots=len(slots))
         return DockerRuntime(
             engine=DockerEngine(),
             agent_id=s.agent_id,

@@ -55,6 +55,8 @@ class AgentSettings:
     task_root: Path | None = None
     # --master-cert: the CA (PEM text) the master's TLS certificate is verified with; "" = plaintext.
     master_ca_pem: str = ""
+    # Process runtime: keep standby interpreters for experiments that declare preload_modules.
+    warm_starts: bool = True
 
     def python_envs(self) -> PythonEnvs:
         return PythonEnvs(self.task_envs, self.default_task_env)
@@ -93,6 +95,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="on SIGTERM kill the running containers before exiting (local clusters); "
         "without it they keep running for a restarted agent to reattach",
+    )
+    parser.add_argument(
+        "--no-warm-starts",
+        action="store_true",
+        help="process runtime: keep no standby interpreters (each holds its experiment's "
+        "preload_modules in memory); every container starts cold",
     )
     parser.add_argument(
         "--advertise-address",
@@ -234,6 +242,7 @@ def parse_settings(argv: Sequence[str] | None = None) -> AgentSettings:
         task_user=args.task_user,
         task_root=task_root,
         master_ca_pem=_master_ca(args.master_cert, parser),
+        warm_starts=not args.no_warm_starts,
     )
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -152,3 +153,24 @@ class TaskDirs:
 
     def remove_tmp(self, container_id: str) -> None:
         shutil.rmtree(self.tmp_path(container_id), ignore_errors=True)
+
+
+def split_run_as(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(prefix, command) of a command line TaskUser.run_as made; ([], argv) for any other."""
+    words = list(argv)
+    if (
+        len(words) > 6
+        and os.path.basename(words[0]) == "setpriv"
+        and words[1].startswith("--reuid=")
+        and words[2].startswith("--regid=")
+        and words[3:6] == ["--init-groups", "--pdeathsig=KILL", "--"]
+    ):
+        return words[:6], words[6:]
+    return [], words
+
+
+def run_as_ids(prefix: Sequence[str]) -> tuple[int, int] | None:
+    """(uid, gid) a split_run_as prefix switches to; None for no prefix."""
+    if not prefix:
+        return None
+    return int(prefix[1].removeprefix("--reuid=")), int(prefix[2].removeprefix("--regid="))

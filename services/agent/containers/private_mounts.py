@@ -13,6 +13,7 @@ collide in a shared /tmp.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 from collections.abc import Sequence
@@ -24,6 +25,8 @@ from pathlib import Path
 _BIND_ALL_AND_EXEC = (
     'set -e; while [ "$1" != -- ]; do mkdir -p "$2"; mount --bind "$1" "$2"; shift 2; done; shift; exec "$@"'
 )
+_UNSHARE = ("unshare", "--mount", "--propagation", "private", "--")
+_BIND_ALL_AND_EXEC_ARGV = ("sh", "-c", _BIND_ALL_AND_EXEC, "sh")
 
 
 @dataclass(frozen=True)
@@ -52,18 +55,36 @@ def in_private_mounts(argv: list[str], binds: Sequence[Bind]) -> list[str]:
     """`argv` started in its own mount namespace with each bind in place (in order)."""
     if not binds:
         return argv
+    return in_private_namespace(argv, binds)
+
+
+def in_private_namespace(argv: list[str], binds: Sequence[Bind]) -> list[str]:
+    """As in_private_mounts, but in a namespace of its own even without binds: a standby
+    interpreter gets its container's binds later (bind_in_namespace)."""
     pairs = [part for bind in binds for part in (str(bind.source), bind.target)]
-    return [
-        "unshare",
-        "--mount",
-        "--propagation",
-        "private",
-        "--",
-        "sh",
-        "-c",
-        _BIND_ALL_AND_EXEC,
-        "sh",
-        *pairs,
-        "--",
-        *argv,
-    ]
+    return [*_UNSHARE, *_BIND_ALL_AND_EXEC_ARGV, *pairs, "--", *argv]
+
+
+def split_private_mounts(argv: Sequence[str]) -> tuple[list[Bind], list[str]]:
+    """(binds, command) of a command line in_private_mounts made; ([], argv) for any other."""
+    head = [*_UNSHARE, *_BIND_ALL_AND_EXEC_ARGV]
+    if list(argv[: len(head)]) != head:
+        return [], list(argv)
+    rest = list(argv[len(head) :])
+    binds = []
+    while len(rest) >= 2 and rest[0] != "--":
+        binds.append(Bind(Path(rest[0]), rest[1]))
+        rest = rest[2:]
+    if not rest or rest[0] != "--":
+        return [], list(argv)
+    return binds, rest[1:]
+
+
+def bind_in_namespace(pid: int, binds: Sequence[Bind], unmount: Sequence[str] = ()) -> list[str]:
+    """The command that, as root, makes process `pid`'s mount namespace what in_private_mounts would
+    have made it: first lazily unmounts `unmount` (what the standby had there meanwhile), then binds
+    in order (a source under the host's /tmp must be found before a private /tmp hides it)."""
+    pairs = [part for bind in binds for part in (str(bind.source), bind.target)]
+    unmounts = "".join(f"umount -l {shlex.quote(target)}; " for target in unmount)
+    script = _BIND_ALL_AND_EXEC.replace("set -e; ", f"set -e; {unmounts}", 1)
+    return ["nsenter", f"--target={pid}", "--mount", "--", "sh", "-c", script, "sh", *pairs, "--"]

@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,6 +22,15 @@ from services.agent.runtime.protocol import (
     ContainerPaths,
     ExitReport,
     LaunchSpec,
+)
+from services.agent.runtime.standbys import StandbyPool, standby_order
+from services.agent.runtime.warm_starts import (
+    PreloadError,
+    WarmCommand,
+    WarmKey,
+    preload_modules,
+    warm_command,
+    warm_key,
 )
 
 if TYPE_CHECKING:
@@ -69,34 +78,93 @@ class ProcessRuntime:
     # The supervisor every container gets (the docker runtime's differs, and speaks the same files).
     shim_module = "services.agent.runtime.shim"
 
-    def __init__(self, python: str = sys.executable) -> None:
+    def __init__(self, python: str = sys.executable, standby_dir: Path | None = None, slots: int = 1) -> None:
         self._python = python
+        # Warm starts (standbys.py): only where the agent gives the runtime a folder for standbys.
+        self._standbys = (
+            StandbyPool(standby_dir, slots, self._start_standby_shim) if standby_dir is not None else None
+        )
 
     def before_start(self, request: StartRequest, note: Note, pulling: Callable[[], None]) -> None:
-        """What must happen before a container starts (the docker runtime pulls its image): nothing."""
+        """What must happen before a container starts (the docker runtime pulls its image): for the
+        process runtime, a word in the container's log when its warm-start declaration is unusable."""
+        if self._standbys is None:
+            return
+        try:
+            preload_modules(request.container_config)
+        except PreloadError as exc:
+            note(f"warm starts off for this container: {exc}", "WARNING")
 
     def launch(
         self, paths: ContainerPaths, spec: LaunchSpec, request: StartRequest | None = None
     ) -> ShimHandle:
+        warm = self._warm_plan(spec, request)
+        if warm is None or self._standbys is None:
+            return self._start_shim(paths, spec, ())
+        key, command, modules = warm
+        standby = self._standbys.take(key)
+        # The next container of this kind finds a standby ready (this one, if it is taken, is spent).
+        self._standbys.prepare_soon(
+            key, lambda folder: standby_order(folder, command, modules, spec.env, spec.cwd)
+        )
+        if standby is not None:
+            write_json_atomic(paths.launch, spec.to_json())
+            try:
+                self._standbys.hand_over(standby, paths.meta)
+            except OSError:
+                standby.discard()  # it died while waiting: start cold
+            else:
+                pid = standby.popen.pid
+                return ShimHandle(pid=pid, start_ticks=start_ticks(pid), popen=standby.popen)
         return self._start_shim(paths, spec, ())
+
+    def _warm_plan(
+        self, spec: LaunchSpec, request: StartRequest | None
+    ) -> tuple[WarmKey, WarmCommand, tuple[str, ...]] | None:
+        """(key, command, modules) when this command may start warm: the experiment declared preload
+        modules and the command is a plain python run (warm_starts.py)."""
+        if self._standbys is None or request is None:
+            return None
+        try:
+            modules = preload_modules(request.container_config)
+        except PreloadError:
+            return None  # before_start said so in the container's log
+        command = warm_command(spec.argv, spec.env) if modules else None
+        if command is None:
+            return None
+        return warm_key(command, modules, spec.env, spec.cwd), command, modules
+
+    def close(self) -> None:
+        """The agent stops: discard the standbys (running containers are not touched)."""
+        if self._standbys is not None:
+            self._standbys.close()
 
     def _start_shim(
         self, paths: ContainerPaths, spec: LaunchSpec | None, extra: tuple[str, ...]
     ) -> ShimHandle:
         if spec is not None:
             write_json_atomic(paths.launch, spec.to_json())
+        popen = self._spawn_shim(
+            [str(paths.meta), *extra], paths.root, paths.shim_log, stdin=subprocess.DEVNULL
+        )
+        return ShimHandle(pid=popen.pid, start_ticks=start_ticks(popen.pid), popen=popen)
+
+    def _start_standby_shim(self, extra: Sequence[str], cwd: Path, log_path: Path) -> subprocess.Popen[bytes]:
+        return self._spawn_shim(list(extra), cwd, log_path, stdin=subprocess.PIPE)
+
+    def _spawn_shim(self, args: list[str], cwd: Path, log_path: Path, stdin: int) -> subprocess.Popen[bytes]:
         env = shim_environment(os.environ, _CODE_ROOT)
-        argv = [self._python, "-m", self.shim_module, str(paths.meta), *extra]
-        with open(paths.shim_log, "ab") as log:
+        argv = [self._python, "-m", self.shim_module, *args]
+        with open(log_path, "ab") as log:
             # The shim inherits this thread's signal mask: with the control signals blocked, one
             # sent before the shim is ready stays pending instead of killing it (see shim.py).
             previous = signal.pthread_sigmask(signal.SIG_BLOCK, CONTROL_SIGNALS)
             try:
-                popen = subprocess.Popen(
+                return subprocess.Popen(
                     argv,
-                    cwd=paths.root,
+                    cwd=cwd,
                     env=env,
-                    stdin=subprocess.DEVNULL,
+                    stdin=stdin,
                     stdout=log,
                     stderr=log,
                     start_new_session=True,  # its own session: an agent crash or restart leaves it be
@@ -104,7 +172,6 @@ class ProcessRuntime:
                 )
             finally:
                 signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-        return ShimHandle(pid=popen.pid, start_ticks=start_ticks(popen.pid), popen=popen)
 
     def attach(self, pid: int, ticks: int | None, paths: ContainerPaths | None = None) -> ShimHandle:
         return ShimHandle(pid=pid, start_ticks=ticks)

@@ -23,6 +23,7 @@ shim is about to start the command means the command never starts (exit.json say
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import signal
 import subprocess
@@ -33,6 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+from services.agent.containers.private_mounts import bind_in_namespace
 from services.agent.runtime.events import EventWriter, LogLine
 from services.agent.runtime.jsonfile import read_json, write_json_atomic
 from services.agent.runtime.log_lines import LineSplitter, parse_line
@@ -44,6 +46,7 @@ from services.agent.runtime.protocol import (
     ExitReport,
     LaunchSpec,
 )
+from services.agent.runtime.warm_starts import WarmCommand, warm_command
 
 # After the command ends and its group is swept, how long to wait for the output readers to see
 # the end of the pipes (a descendant that left the group may still hold them open).
@@ -82,9 +85,13 @@ def _child_setup(shim_pid: int) -> Callable[[], None]:
 
 
 class Shim:
-    def __init__(self, paths: ContainerPaths, spec: LaunchSpec) -> None:
+    def __init__(
+        self, paths: ContainerPaths, spec: LaunchSpec, prepared: PreparedInterpreter | None = None
+    ) -> None:
         self.paths = paths
         self.spec = spec
+        # A standby shim's interpreter, ready to become the command (warm start).
+        self._prepared = prepared
         self.events = EventWriter(paths.events, spec.first_seq)
         # Orders signalling the command against reaping it (after which its pid may be reused).
         self._lock = threading.Lock()
@@ -149,21 +156,12 @@ class Shim:
         # SIGTERM/SIGINT stay pending for the control thread, which starts once the command runs.
         if KILL_SIGNAL in signal.sigpending():
             signal.sigtimedwait({KILL_SIGNAL}, 0)
+            if self._prepared is not None:
+                self._prepared.discard()
             self._finish(ExitReport(exit_code=None, aborted=True, finished_at=time.time()))
             return 0
         try:
-            # No other thread exists yet, so preexec_fn cannot deadlock on a lock held elsewhere.
-            child = subprocess.Popen(
-                self.spec.argv,
-                cwd=self.spec.cwd,
-                env=self.spec.env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                process_group=0,
-                close_fds=True,
-                preexec_fn=_child_setup(os.getpid()),  # noqa: PLW1509
-            )
+            child = self._warm_start() or self._cold_start()
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             command = self.spec.argv[0] if self.spec.argv else "(empty command)"
@@ -198,6 +196,39 @@ class Shim:
         self._finish(report)
         return 0
 
+    def _cold_start(self) -> subprocess.Popen[bytes]:
+        # No other thread exists yet, so preexec_fn cannot deadlock on a lock held elsewhere.
+        return subprocess.Popen(
+            self.spec.argv,
+            cwd=self.spec.cwd,
+            env=self.spec.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            process_group=0,
+            close_fds=True,
+            preexec_fn=_child_setup(os.getpid()),  # noqa: PLW1509
+        )
+
+    def _warm_start(self) -> subprocess.Popen[bytes] | None:
+        """The prepared interpreter, told to become the command; None (it is discarded) when it
+        cannot: the command is not its kind of python run, or it died meanwhile."""
+        prepared, self._prepared = self._prepared, None
+        if prepared is None:
+            return None
+        command = warm_command(self.spec.argv, self.spec.env)
+        if command is None or command.run.python != prepared.python:
+            prepared.discard()
+            return None
+        try:
+            child = prepared.assign(command, self.spec.env, self.spec.cwd)
+        except (OSError, subprocess.SubprocessError) as exc:
+            self._note(f"warm start failed ({exc}): starting the command cold")
+            prepared.discard()
+            return None
+        self._note("warm start: the command runs in an interpreter prepared with its modules imported")
+        return child
+
     def _pump(self, stream: IO[bytes], stdtype: str) -> None:
         splitter = LineSplitter()
         fd = stream.fileno()
@@ -226,16 +257,92 @@ class Shim:
         write_json_atomic(self.paths.exit_report, report.to_json())
 
 
-def main(argv: list[str] | None = None) -> int:
-    # Before any thread exists, so every thread inherits the mask (see the module docstring).
-    signal.pthread_sigmask(signal.SIG_BLOCK, CONTROL_SIGNALS)
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m services.agent.runtime.shim <container dir>/.cairn-agent", file=sys.stderr)
-        return 2
-    paths = ContainerPaths(Path(args[0]).resolve().parent)
+class PreparedInterpreter:
+    """A standby shim's child: a task-environment interpreter that imported the modules it was
+    given and waits on its stdin for the command to become (warm_interpreter.py). It is started
+    exactly as a cold command is (own process group, parent-death signal; as the task user and in
+    a mount namespace of its own where the command would be), so once assigned it is supervised,
+    signalled and killed as any command."""
+
+    def __init__(
+        self, argv: list[str], python: str, env: dict[str, str], cwd: str, unmount: list[str]
+    ) -> None:
+        self.python = python
+        # What stands in the namespace for the container's binds until the hand-over (its /tmp).
+        self._unmount = unmount
+        self._child = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            process_group=0,
+            close_fds=True,
+            preexec_fn=_child_setup(os.getpid()),  # noqa: PLW1509
+        )
+
+    def assign(self, command: WarmCommand, env: dict[str, str], cwd: str) -> subprocess.Popen[bytes]:
+        """Bind the container's folders in the interpreter's namespace, then hand it the command.
+        OSError when it cannot be done (the caller starts the command cold)."""
+        assert self._child.stdin is not None
+        if self._child.poll() is not None:
+            raise OSError(f"the prepared interpreter had exited (status {self._child.returncode})")
+        if command.binds or self._unmount:
+            bind = subprocess.run(
+                bind_in_namespace(self._child.pid, command.binds, self._unmount),
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=30,
+                check=False,
+            )
+            if bind.returncode != 0:
+                raise OSError(
+                    f"cannot bind the container's folders: {bind.stderr.decode(errors='replace').strip()}"
+                )
+        self._child.stdin.write(json.dumps(command.run.assignment(env, cwd)).encode() + b"\n")
+        self._child.stdin.close()
+        return self._child
+
+    def discard(self) -> None:
+        signal_group(self._child.pid, signal.SIGKILL)
+        self._child.wait()
+
+
+def standby(control: IO[bytes]) -> int:
+    """`shim --standby`: prepare an interpreter (first line of `control`: standbys.standby_order),
+    wait for the container to supervise (second line: its bookkeeping folder, launch.json
+    written), then supervise it as `shim <folder>` would. End of input first: discard and exit."""
+    first = control.readline()
+    if not first:
+        return 0
+    order = json.loads(first)
+    prepared = PreparedInterpreter(
+        [str(a) for a in order["argv"]],
+        str(order["python"]),
+        {str(k): str(v) for k, v in order["env"].items()},
+        str(order["cwd"]),
+        [str(t) for t in order["unmount"]],
+    )
+    second = control.readline()
+    if not second.strip():
+        prepared.discard()
+        return 0
+    paths = ContainerPaths(Path(json.loads(second)["meta"]).resolve().parent)
+    # From here on this is the container's supervisor: its own diagnostics go where a cold shim's do.
+    log = os.open(paths.shim_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    os.chdir(paths.root)
+    return supervise(paths, prepared)
+
+
+def supervise(paths: ContainerPaths, prepared: PreparedInterpreter | None = None) -> int:
     data = read_json(paths.launch)
     if data is None:
+        if prepared is not None:
+            prepared.discard()
         print(f"shim: no readable launch spec at {paths.launch}", file=sys.stderr)
         write_json_atomic(
             paths.exit_report,
@@ -244,7 +351,22 @@ def main(argv: list[str] | None = None) -> int:
             ).to_json(),
         )
         return 1
-    return Shim(paths, LaunchSpec.from_json(data)).run()
+    return Shim(paths, LaunchSpec.from_json(data), prepared).run()
+
+
+def main(argv: list[str] | None = None) -> int:
+    # Before any thread exists, so every thread inherits the mask (see the module docstring).
+    signal.pthread_sigmask(signal.SIG_BLOCK, CONTROL_SIGNALS)
+    args = sys.argv[1:] if argv is None else argv
+    if args == ["--standby"]:
+        return standby(sys.stdin.buffer)
+    if len(args) != 1:
+        print(
+            "usage: python -m services.agent.runtime.shim <container dir>/.cairn-agent | --standby",
+            file=sys.stderr,
+        )
+        return 2
+    return supervise(ContainerPaths(Path(args[0]).resolve().parent))
 
 
 if __name__ == "__main__":

@@ -117,6 +117,7 @@ def container_config(config: dict[str, Any]) -> str:
                 "environment_variables",
                 "add_capabilities",
                 "drop_capabilities",
+                "preload_modules",  # warm starts on the process runtime
             )
             if environment.get(key) is not None
         },

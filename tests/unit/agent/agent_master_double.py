@@ -141,6 +141,7 @@ class MasterDouble(agent_pb2_grpc.AgentServiceServicer):
         has_context: bool = False,
         grace: int = 1,
         command_id: str | None = None,
+        container_config: str = "",
     ) -> None:
         self.send(
             apb.MasterMessage(
@@ -157,6 +158,7 @@ class MasterDouble(agent_pb2_grpc.AgentServiceServicer):
                         kill_grace_seconds=grace,
                         has_context=has_context,
                         description=f"test {container_id}",
+                        container_config=container_config,
                     ),
                 )
             )

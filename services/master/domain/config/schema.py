@@ -45,6 +45,10 @@ MAX_CONFIG_COUNT = 2**31 - 1
 # that a JSON number and a google.protobuf.Struct double carry exactly.
 MAX_JSON_SAFE_INT = 2**53
 
+# environment.preload_modules: dotted Python module names, a bounded list.
+MAX_PRELOAD_MODULES = 64
+MODULE_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z"
+
 
 def _integer(minimum: int | None = None, maximum: int = MAX_CONFIG_COUNT) -> Schema:
     schema: Schema = {"type": "integer", "maximum": maximum}
@@ -395,6 +399,18 @@ _ENVIRONMENT: Schema = _closed(
         "ports": {"type": "object", "additionalProperties": _integer(0, 65535)},
         "add_capabilities": _strings(),
         "drop_capabilities": _strings(),
+        # Cairn's extension (Determined has no such key): the heavy modules (torch, ...) a trial
+        # imports. The process runtime keeps an interpreter per slot with them already imported and
+        # starts the next trial's `python3 ...` entrypoint in it (warm starts; see the agent's README).
+        "preload_modules": {
+            "type": "array",
+            "maxItems": MAX_PRELOAD_MODULES,
+            "items": {
+                "type": "string",
+                "pattern": MODULE_NAME_PATTERN,
+                "x-messages": {"pattern": "must be a module name such as torch or numpy.linalg"},
+            },
+        },
     }
 )
 

@@ -1,0 +1,206 @@
+"""Warm starts, the agent's part: standby supervisors, each with a prepared interpreter, kept ready
+for the next container of the same kind.
+
+A standby is `python -m services.agent.runtime.shim --standby`, started like any container's shim
+(own session, control signals blocked, the shim's environment) but before there is a container:
+it starts a task-environment interpreter that imports the Core API and the experiment's
+`environment.preload_modules` (shim.PreparedInterpreter) and waits. Handing it a container (its
+launch.json written, its folder on the standby's stdin) makes it that container's shim, with the
+interpreter becoming the command; from then on nothing tells it from a cold shim: same files,
+same signals, same kill and reattach paths.
+
+The pool holds at most one standby per slot. Each launch of a warm-eligible command takes a
+standby of its key (warm_starts.WarmKey) if there is one and prepares the next in the background;
+a standby of another key is discarded to make room. Closing the agent's end of a standby's stdin
+(agent stop, or the agent dying) makes an unused standby discard its interpreter and exit.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from services.agent.containers.private_mounts import Bind, in_private_namespace
+from services.agent.runtime.warm_starts import WarmCommand, WarmKey, start_environment
+from services.agent.task_user import run_as_ids
+
+log = structlog.get_logger(__name__)
+
+# The standby's first control line: what to prepare (shim.standby reads it).
+_ORDER_KEYS = ("argv", "python", "env", "cwd", "unmount")
+_WARM_INTERPRETER = Path(__file__).with_name("warm_interpreter.py")
+
+
+@dataclass
+class Standby:
+    key: WarmKey
+    popen: subprocess.Popen[bytes]
+    folder: Path
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def hand_over(self, meta_dir: Path) -> None:
+        """Make it the shim of the container whose bookkeeping folder is `meta_dir` (launch.json
+        already written). Raises OSError when the standby is gone."""
+        assert self.popen.stdin is not None
+        self.popen.stdin.write(json.dumps({"meta": str(meta_dir)}).encode() + b"\n")
+        self.popen.stdin.close()
+
+    def discard(self) -> None:
+        """End of input: the standby discards its interpreter and exits."""
+        assert self.popen.stdin is not None
+        try:
+            self.popen.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.popen.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+# Starts a shim process: (argv extra, cwd, stdout/stderr file) -> Popen with stdin a pipe.
+ShimStarter = Callable[[Sequence[str], Path, Path], "subprocess.Popen[bytes]"]
+# Given a new standby's folder, what it is to prepare (a standby_order).
+Recipe = Callable[[Path], dict[str, Any]]
+
+
+def standby_order(
+    folder: Path, command: WarmCommand, modules: Sequence[str], env: Mapping[str, str], cwd: str
+) -> dict[str, Any]:
+    """What a standby prepares for commands like `command` (whose container's env and cwd are
+    `env`, `cwd`): its interpreter with `modules` imported, wrapped as the runtime wraps the
+    command: as the task user, and in a mount namespace of its own where the command has one. The
+    container's binds come at the hand-over; meanwhile a private /tmp of the standby's own stands
+    in for the container's (unmounted at the hand-over)."""
+    argv = [*command.run_as, command.run.python, "-c", _WARM_INTERPRETER.read_text(), *modules]
+    home = str(folder)
+    unmount: list[str] = []
+    if command.binds:
+        binds = []
+        if any(bind.target == "/tmp" for bind in command.binds):
+            tmp = folder / "tmp"
+            tmp.mkdir(mode=0o700)
+            ids = run_as_ids(command.run_as)
+            if ids is not None:
+                os.chown(tmp, *ids)
+            binds.append(Bind(tmp, "/tmp"))
+            unmount.append("/tmp")
+            home = "/tmp"  # the task user's, writable, as its own folder would be
+        argv = in_private_namespace(argv, binds)
+    return {
+        "argv": argv,
+        "python": command.run.python,
+        "env": start_environment(env, cwd, home),
+        "cwd": str(folder),
+        "unmount": unmount,
+    }
+
+
+class StandbyPool:
+    def __init__(self, folder: Path, capacity: int, start_shim: ShimStarter) -> None:
+        self._folder = folder
+        self._capacity = max(1, capacity)
+        self._start_shim = start_shim
+        self._lock = threading.Lock()
+        self._ready: list[Standby] = []
+        # Standbys that became containers' shims; their folders go once they end.
+        self._handed_over: list[Standby] = []
+        self._pending = 0
+        self._closed = False
+        self._numbers = itertools.count()
+        # Folders of standbys an earlier agent process left (their shims ended with its stdin).
+        shutil.rmtree(folder, ignore_errors=True)
+
+    def take(self, key: WarmKey) -> Standby | None:
+        """A live standby of `key`, now the caller's; None when there is none."""
+        with self._lock:
+            for standby in list(self._ready):
+                if standby.key == key and standby.alive():
+                    self._ready.remove(standby)
+                    return standby
+        return None
+
+    def hand_over(self, standby: Standby, meta_dir: Path) -> None:
+        """Make a taken standby the shim of the container at `meta_dir` (Standby.hand_over). Its
+        folder stays until that shim has ended: it may still be starting its interpreter there."""
+        standby.hand_over(meta_dir)
+        with self._lock:
+            self._handed_over.append(standby)
+
+    def prepare_soon(self, key: WarmKey, recipe: Recipe) -> None:
+        """Start, in the background, a standby of `key` if the pool has room for it (discarding one of
+        another key to make room)."""
+        with self._lock:
+            gone = [s for s in self._ready if not s.alive()]
+            self._ready = [s for s in self._ready if s.alive()]
+            ended = [s for s in self._handed_over if not s.alive()]
+            self._handed_over = [s for s in self._handed_over if s.alive()]
+            same = sum(1 for s in self._ready if s.key == key)
+            wanted = not self._closed and same + self._pending < self._capacity
+            if wanted and len(self._ready) + self._pending >= self._capacity:
+                evicted = next(s for s in self._ready if s.key != key)  # the oldest first
+                self._ready.remove(evicted)
+                gone.append(evicted)
+            if wanted:
+                self._pending += 1
+        for standby in gone:
+            self._later(standby.discard)
+        for standby in ended:
+            shutil.rmtree(standby.folder, ignore_errors=True)
+        if wanted:
+            self._later(lambda: self._start(key, recipe))
+
+    def _start(self, key: WarmKey, recipe: Recipe) -> None:
+        standby = None
+        try:
+            folder = self._folder / f"{os.getpid()}-{next(self._numbers)}"
+            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            order = recipe(folder)
+            popen = self._start_shim(("--standby",), folder, folder / "standby.log")
+            standby = Standby(key, popen, folder)
+            assert popen.stdin is not None and set(order) == set(_ORDER_KEYS)
+            popen.stdin.write(json.dumps(order).encode() + b"\n")
+            popen.stdin.flush()
+        except OSError as exc:
+            log.warning("cannot prepare a standby interpreter", error=str(exc), python=key.python)
+            if standby is not None:
+                standby.discard()
+            standby = None
+        with self._lock:
+            self._pending -= 1
+            if standby is not None and not self._closed:
+                self._ready.append(standby)
+                standby = None
+        if standby is not None:
+            standby.discard()
+
+    @staticmethod
+    def _later(work: Callable[[], None]) -> None:
+        # Starting or reaping a process takes milliseconds: not under the container manager's lock.
+        threading.Thread(target=work, name="standby", daemon=True).start()
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Discard every standby (the agent stops)."""
+        with self._lock:
+            self._closed = True
+            ready, self._ready = self._ready, []
+        for standby in ready:
+            standby.discard()
+        deadline = time.monotonic() + timeout
+        while self._pending and time.monotonic() < deadline:
+            time.sleep(0.01)
