@@ -17,7 +17,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Awaitable, Callable, Iterator, MutableMapping, Sequence
+import threading
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
 from http.client import HTTPMessage
@@ -45,7 +46,11 @@ Send = Callable[[Message], Awaitable[None]]
 _BUSY = b'{"error": "the master is busy: too many requests at once; retry shortly"}'
 _NOT_FOUND = b'{"error": "not found"}'
 _INTERNAL = b'{"error": "internal error"}'
-_END = object()  # what next() gives when a stream's iterator is exhausted
+# The longest stream answered whole to an HTTP/1.0 client.
+MAX_HTTP10_STREAM_BYTES = 64 * 1024 * 1024
+# Chunks a stream's producer may be ahead of its client.
+STREAM_BUFFER_CHUNKS = 256
+_END = object()  # the end of a stream's chunks
 
 
 class AsgiRequest:
@@ -180,7 +185,10 @@ class GatewayApp:
             request.has_turn = True
         try:
             response = await loop.run_in_executor(self._threads, self._route, request)
-            if isinstance(response, StreamingResponse):
+            if isinstance(response, StreamingResponse) and scope.get("http_version") == "1.0":
+                answer = await loop.run_in_executor(self._threads, _whole_stream, request, response)
+                await _respond(send, request, answer)
+            elif isinstance(response, StreamingResponse):
                 request.leave_turns()
                 await _stream(send, receive, request, response, loop, self._threads)
             else:
@@ -205,6 +213,32 @@ class GatewayApp:
             if response is not None:
                 return response
         return Response(HTTPStatus.NOT_FOUND, _NOT_FOUND)
+
+
+def _whole_stream(request: AsgiRequest, response: StreamingResponse) -> Response:
+    """An HTTP/1.0 client cannot read chunks (and uvicorn's httptools protocol would send them):
+    it gets the stream whole, with its length, when the stream ends and is not too long; a followed
+    stream, which does not end, is refused with the reason."""
+    try:
+        if is_long_lived(request.path, request.headers):
+            body = b'{"error": "a followed stream needs HTTP/1.1 (chunked answers)"}'
+            return Response(HTTPStatus.HTTP_VERSION_NOT_SUPPORTED, body, headers={"Connection": "close"})
+        parts: list[bytes] = []
+        size = 0
+        for chunk in response.chunks:
+            size += len(chunk)
+            if size > MAX_HTTP10_STREAM_BYTES:
+                body = b'{"error": "the stream is too long for HTTP/1.0: use HTTP/1.1"}'
+                return Response(HTTPStatus.HTTP_VERSION_NOT_SUPPORTED, body, headers={"Connection": "close"})
+            parts.append(chunk)
+        return Response(
+            HTTPStatus(response.status), b"".join(parts), response.content_type, {"Connection": "close"}
+        )
+    finally:
+        response.cancel()  # a no-op once it ended
+        close = getattr(response.chunks, "close", None)
+        if close is not None:
+            close()
 
 
 def _headers(content_type: str, extra: dict[str, str] | None, close: bool) -> list[tuple[bytes, bytes]]:
@@ -234,36 +268,62 @@ async def _stream(
     loop: asyncio.AbstractEventLoop,
     threads: ThreadPoolExecutor,
 ) -> None:
-    """Chunk by chunk, each as it comes; a disconnect (seen by receive()) cancels the producer."""
-    chunks: Iterator[bytes] = iter(response.chunks)
+    """Chunks as they come; a disconnect (seen by receive()) cancels the producer.
+
+    One thread iterates the producer and hands chunks over; the loop sends what has gathered since
+    its last write as one write, so a fast producer (a page of metrics) costs a wake-up per write,
+    not per message, and a slow one (a followed log) still gets each message out at once."""
+    ready: asyncio.Queue[bytes | object] = asyncio.Queue()
+    # Chunks handed over but not yet sent: a producer faster than its client waits, as it did on a
+    # blocking socket, instead of filling memory.
+    room = threading.Semaphore(STREAM_BUFFER_CHUNKS)
+    leaving = threading.Event()
+
+    def produce() -> None:
+        try:
+            for chunk in response.chunks:
+                if chunk:
+                    while not room.acquire(timeout=1.0):
+                        if leaving.is_set():
+                            return
+                    loop.call_soon_threadsafe(ready.put_nowait, chunk)
+        finally:
+            loop.call_soon_threadsafe(ready.put_nowait, _END)
+
     gone = asyncio.ensure_future(_disconnected(receive, request))
+    producing = loop.run_in_executor(threads, produce)
     finished = False
-    pending: asyncio.Future[Any] | None = None
     try:
         headers = _headers(response.content_type, response.headers, close=False)
         await send({"type": "http.response.start", "status": int(response.status), "headers": headers})
-        while True:
-            pending = loop.run_in_executor(threads, next, chunks, _END)
-            done, _ = await asyncio.wait({pending, gone}, return_when=asyncio.FIRST_COMPLETED)
-            if pending not in done:
+        ended = False
+        while not ended:
+            waiting = asyncio.ensure_future(ready.get())
+            done, _ = await asyncio.wait({waiting, gone}, return_when=asyncio.FIRST_COMPLETED)
+            if waiting not in done:
+                waiting.cancel()
                 break  # the client left while the producer waited for its next message
-            chunk = pending.result()
-            pending = None
-            if chunk is _END:
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
-                finished = True
-                break
-            if chunk:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            parts = [waiting.result()]
+            while not ready.empty():
+                parts.append(ready.get_nowait())
+            for _ in range(len(parts)):
+                room.release()
+            ended = parts[-1] is _END
+            body = b"".join(part for part in parts if isinstance(part, bytes))
+            if body:
+                await send({"type": "http.response.body", "body": body, "more_body": True})
+        if ended:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            finished = True
     except OSError:
         pass  # the client went away mid-stream (uvicorn's ClientDisconnected is an OSError)
     finally:
         gone.cancel()
+        leaving.set()
         if not finished:
             response.cancel()  # the producer must not run on for nobody
-        if pending is not None:
-            with contextlib.suppress(Exception):
-                await pending  # the producer's thread returns once cancelled
+        with contextlib.suppress(Exception):
+            await producing  # the producer's thread returns once cancelled
         close = getattr(response.chunks, "close", None)
         if close is not None:
             await loop.run_in_executor(threads, close)

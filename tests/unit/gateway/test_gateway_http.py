@@ -204,7 +204,7 @@ def test_chunked_request_bodies_and_http_1_0_streams(gateway: Gateway) -> None:
     finally:
         connection.close()
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
-        # HTTP/1.0 has no chunked encoding: the stream is the raw lines, ended by closing.
+        # HTTP/1.0 has no chunked encoding: the stream comes whole, with its length, then the close.
         sock.sendall(b"GET /api/v1/trials/5/logs?limit=2 HTTP/1.0\r\n\r\n")
         received = b""
         while chunk := sock.recv(4096):
@@ -212,3 +212,13 @@ def test_chunked_request_bodies_and_http_1_0_streams(gateway: Gateway) -> None:
     head, _, body = received.partition(b"\r\n\r\n")
     assert b"transfer-encoding" not in head.lower() and b"connection: close" in head.lower()
     assert [json.loads(line)["result"]["id"] for line in body.splitlines()] == ["0", "1"]
+
+
+def test_a_followed_stream_needs_http_1_1(gateway: Gateway) -> None:
+    with socket.create_connection(("127.0.0.1", gateway.http.server_address[1]), timeout=10) as sock:
+        sock.sendall(b"GET /api/v1/trials/5/logs?limit=1&follow=true HTTP/1.0\r\n\r\n")
+        received = b""
+        while chunk := sock.recv(4096):
+            received += chunk
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 505") and b"needs HTTP/1.1" in body
