@@ -183,20 +183,43 @@ class GatewayApp:
                 )
                 return
             request.has_turn = True
+        chunks = _Chunks(loop)
+        answered: asyncio.Future[Response | StreamingResponse] = loop.create_future()
+        http10 = scope.get("http_version") == "1.0"
+        working = loop.run_in_executor(self._threads, self._answer, request, answered, chunks, http10)
         try:
-            response = await loop.run_in_executor(self._threads, self._route, request)
-            if isinstance(response, StreamingResponse) and scope.get("http_version") == "1.0":
-                answer = await loop.run_in_executor(self._threads, _whole_stream, request, response)
-                await _respond(send, request, answer)
-            elif isinstance(response, StreamingResponse):
+            response = await answered
+            if isinstance(response, StreamingResponse):
                 request.leave_turns()
-                await _stream(send, receive, request, response, loop, self._threads)
+                await _stream(send, receive, request, response, chunks)
             else:
                 await _respond(send, request, response)
         finally:
+            chunks.leaving.set()
+            with contextlib.suppress(Exception):
+                await working  # a stream's producer returns once its client left (cancelled)
             if request.has_turn:
                 request.has_turn = False
                 self._turns.release()
+
+    def _answer(
+        self,
+        request: AsgiRequest,
+        answered: asyncio.Future[Response | StreamingResponse],
+        chunks: _Chunks,
+        http10: bool,
+    ) -> None:
+        """In a thread: route, hand the answer to the loop, and when it is a stream go on in this
+        same thread as its producer (one thread hop per request, streams included)."""
+        response: Response | StreamingResponse = Response(HTTPStatus.INTERNAL_SERVER_ERROR, _INTERNAL)
+        try:
+            response = self._route(request)
+            if isinstance(response, StreamingResponse) and http10:
+                response = _whole_stream(request, response)
+        finally:
+            chunks.loop.call_soon_threadsafe(_settle, answered, response)
+        if isinstance(response, StreamingResponse):
+            chunks.produce(response)
 
     def _route(self, request: AsgiRequest) -> Response | StreamingResponse:
         for route in self.routes:
@@ -260,56 +283,66 @@ async def _respond(send: Send, request: AsgiRequest, response: Response) -> None
     await send({"type": "http.response.body", "body": b"" if request.command == "HEAD" else response.body})
 
 
-async def _stream(
-    send: Send,
-    receive: Receive,
-    request: AsgiRequest,
-    response: StreamingResponse,
-    loop: asyncio.AbstractEventLoop,
-    threads: ThreadPoolExecutor,
-) -> None:
-    """Chunks as they come; a disconnect (seen by receive()) cancels the producer.
+def _settle(answered: asyncio.Future[Any], response: Response | StreamingResponse) -> None:
+    if not answered.done():
+        answered.set_result(response)
 
-    One thread iterates the producer and hands chunks over; the loop sends what has gathered since
-    its last write as one write, so a fast producer (a page of metrics) costs a wake-up per write,
-    not per message, and a slow one (a followed log) still gets each message out at once."""
-    ready: asyncio.Queue[bytes | object] = asyncio.Queue()
-    # Chunks handed over but not yet sent: a producer faster than its client waits, as it did on a
-    # blocking socket, instead of filling memory.
-    room = threading.Semaphore(STREAM_BUFFER_CHUNKS)
-    leaving = threading.Event()
 
-    def produce() -> None:
+class _Chunks:
+    """A stream's chunks, from the producer's thread to the loop. The loop sends what gathered
+    since its last write as one write, so a fast producer (a page of metrics) costs a wake-up per
+    write, not per message, and a slow one (a followed log) still gets each message out at once.
+    A producer more than STREAM_BUFFER_CHUNKS ahead of its client waits, as it did on a blocking
+    socket, instead of filling memory."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.ready: asyncio.Queue[bytes | object] = asyncio.Queue()
+        self.room = threading.Semaphore(STREAM_BUFFER_CHUNKS)
+        self.leaving = threading.Event()
+
+    def produce(self, response: StreamingResponse) -> None:
         try:
             for chunk in response.chunks:
-                if chunk:
-                    while not room.acquire(timeout=1.0):
-                        if leaving.is_set():
-                            return
-                    loop.call_soon_threadsafe(ready.put_nowait, chunk)
+                if not chunk:
+                    continue
+                while not self.room.acquire(timeout=1.0):
+                    if self.leaving.is_set():
+                        return
+                self.loop.call_soon_threadsafe(self.ready.put_nowait, chunk)
         finally:
-            loop.call_soon_threadsafe(ready.put_nowait, _END)
+            self.loop.call_soon_threadsafe(self.ready.put_nowait, _END)
+            close = getattr(response.chunks, "close", None)
+            if close is not None:
+                close()
 
+    async def next_batch(self) -> tuple[bytes, bool]:
+        """What gathered (waiting for at least one chunk), and whether the stream ended."""
+        parts = [await self.ready.get()]
+        while not self.ready.empty():
+            parts.append(self.ready.get_nowait())
+        for _ in parts:
+            self.room.release()
+        return b"".join(p for p in parts if isinstance(p, bytes)), parts[-1] is _END
+
+
+async def _stream(
+    send: Send, receive: Receive, request: AsgiRequest, response: StreamingResponse, chunks: _Chunks
+) -> None:
+    """Chunks as they come; a disconnect (seen by receive()) cancels the producer."""
     gone = asyncio.ensure_future(_disconnected(receive, request))
-    producing = loop.run_in_executor(threads, produce)
     finished = False
     try:
         headers = _headers(response.content_type, response.headers, close=False)
         await send({"type": "http.response.start", "status": int(response.status), "headers": headers})
         ended = False
         while not ended:
-            waiting = asyncio.ensure_future(ready.get())
-            done, _ = await asyncio.wait({waiting, gone}, return_when=asyncio.FIRST_COMPLETED)
-            if waiting not in done:
-                waiting.cancel()
+            batch = asyncio.ensure_future(chunks.next_batch())
+            done, _ = await asyncio.wait({batch, gone}, return_when=asyncio.FIRST_COMPLETED)
+            if batch not in done:
+                batch.cancel()
                 break  # the client left while the producer waited for its next message
-            parts = [waiting.result()]
-            while not ready.empty():
-                parts.append(ready.get_nowait())
-            for _ in range(len(parts)):
-                room.release()
-            ended = parts[-1] is _END
-            body = b"".join(part for part in parts if isinstance(part, bytes))
+            body, ended = batch.result()
             if body:
                 await send({"type": "http.response.body", "body": body, "more_body": True})
         if ended:
@@ -319,14 +352,9 @@ async def _stream(
         pass  # the client went away mid-stream (uvicorn's ClientDisconnected is an OSError)
     finally:
         gone.cancel()
-        leaving.set()
+        chunks.leaving.set()
         if not finished:
             response.cancel()  # the producer must not run on for nobody
-        with contextlib.suppress(Exception):
-            await producing  # the producer's thread returns once cancelled
-        close = getattr(response.chunks, "close", None)
-        if close is not None:
-            await loop.run_in_executor(threads, close)
 
 
 async def _disconnected(receive: Receive, request: AsgiRequest) -> None:
