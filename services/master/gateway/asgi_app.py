@@ -46,6 +46,10 @@ Send = Callable[[Message], Awaitable[None]]
 _BUSY = b'{"error": "the master is busy: too many requests at once; retry shortly"}'
 _NOT_FOUND = b'{"error": "not found"}'
 _INTERNAL = b'{"error": "internal error"}'
+# A body that stops arriving gives its request's turn back after this (uvicorn has no such timeout;
+# the threaded server's was its socket timeout). A chunked body is refused only once its data passes
+# the limit: uvicorn's parsers do not show the chunk sizes.
+BODY_IDLE_TIMEOUT_S = 30.0
 # The longest stream answered whole to an HTTP/1.0 client.
 MAX_HTTP10_STREAM_BYTES = 64 * 1024 * 1024
 # Chunks a stream's producer may be ahead of its client.
@@ -99,7 +103,11 @@ class AsgiRequest:
         parts: list[bytes] = []
         total = 0
         while True:
-            message = await self._receive()
+            try:
+                message = await asyncio.wait_for(self._receive(), BODY_IDLE_TIMEOUT_S)
+            except TimeoutError:
+                message_text = f"the request body stalled: no data for {BODY_IDLE_TIMEOUT_S:g} s"
+                raise BodyError(HTTPStatus.REQUEST_TIMEOUT, message_text) from None
             if message["type"] == "http.disconnect":
                 raise BodyError(HTTPStatus.BAD_REQUEST, "the client went away before its body ended")
             chunk = message.get("body", b"")

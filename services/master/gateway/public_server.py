@@ -182,6 +182,16 @@ class WorkerSpec:
     log_level: str = "INFO"
 
 
+# What a worker does not need and must not hold: it serves callers with their own credentials.
+_WITHHELD_FROM_WORKERS = ("CAIRN_CLUSTER_TOKEN", "CAIRN_INITIAL_USER_PASSWORD")
+
+
+def _worker_environment() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _WITHHELD_FROM_WORKERS}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
 class WorkerProcess:
     """One `python -m services.master.gateway.http_worker`. It serves until its stdin closes,
     which happens when the master stops, or dies (kill -9 included), so no worker outlives it."""
@@ -193,7 +203,7 @@ class WorkerProcess:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             pass_fds=(spec.fd,),
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env=_worker_environment(),
         )
         assert self.process.stdin is not None and self.process.stdout is not None
         self.process.stdin.write(json.dumps(asdict(spec)).encode() + b"\n")

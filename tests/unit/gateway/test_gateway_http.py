@@ -12,6 +12,7 @@ import grpc
 import pytest
 import requests
 
+from services.master.gateway import asgi_app
 from tests.unit.gateway.conftest import Gateway
 
 EXPECTED_STATUS = {
@@ -222,3 +223,13 @@ def test_a_followed_stream_needs_http_1_1(gateway: Gateway) -> None:
             received += chunk
     head, _, body = received.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 505") and b"needs HTTP/1.1" in body
+
+
+def test_a_stalled_body_gives_its_turn_back(gateway: Gateway, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(asgi_app, "BODY_IDLE_TIMEOUT_S", 0.5)
+    with socket.create_connection(("127.0.0.1", gateway.http.server_address[1]), timeout=10) as sock:
+        sock.sendall(b"POST /api/v1/auth/login HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+        received = b""
+        while b"\r\n\r\n" not in received:
+            received += sock.recv(4096)
+    assert received.startswith(b"HTTP/1.1 408")
