@@ -4,10 +4,14 @@ metrics and checkpoints) stored in PostgreSQL. Reports p50 and p95 per endpoint 
 
     .venv/bin/python -m bench.rest_latency [--experiments 1000] [--trials-per-experiment 10]
         [--seconds 20] [--concurrency 10,25] [--cache on|off] [--model closed,determined]
+        [--http-processes 1,2]
 
 The load comes from wrk (Debian's `wrk`, `make bench-install`), which shares this 2-core machine
 with the master: the numbers are pessimistic. `--cache off` measures the master without its
-read cache (servicers/read_cache.py), i.e. every request running its queries.
+read cache (servicers/read_cache.py), i.e. every request running its queries. `--http-processes`
+runs the whole load once per value against a master serving its HTTP port with that many processes
+(gateway/public_server.py), on the same seeded database; every line names its value and the load
+average of the machine when it started.
 Anchor: Determined's published load test on a large database averaged 4.6 s with p95 44 s.
 """
 
@@ -227,6 +231,35 @@ def load(
     }
 
 
+def measure(args: argparse.Namespace, url: str, processes: int) -> None:
+    with (
+        tempfile.TemporaryDirectory() as state,
+        cairn_cluster(Path(state), agents=0, slots=0, db_url=url) as api,
+    ):
+        base = api.http_url
+        token = requests.post(
+            f"{base}api/v1/auth/login",
+            json={"username": "determined", "password": salt_and_hash(""), "isHashed": True},
+            timeout=30,
+        ).json()["token"]
+        trials = args.experiments * args.trials_per_experiment
+        for model in args.model.split(","):
+            for kind in args.endpoints.split(","):
+                for concurrency in (int(c) for c in args.concurrency.split(",")):
+                    shape = (base, token, kind, concurrency)
+                    more = (args.experiments, trials, args.working_set, model)
+                    load(*shape, 3, *more)  # warm-up
+                    load_average = round(os.getloadavg()[0], 2)
+                    result = load(*shape, args.seconds, *more)
+                    line = {
+                        "cache": args.cache,
+                        "http_processes": processes,
+                        "load_1m": load_average,
+                        **result,
+                    }
+                    print(json.dumps(line), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--experiments", type=int, default=1000)
@@ -248,6 +281,11 @@ def main() -> None:
         f"load: {DETERMINED_SUITE} requests, then 1 s of sleep, per virtual user)",
     )
     parser.add_argument("--endpoints", default="experiments,trials,metrics")
+    parser.add_argument(
+        "--http-processes",
+        default="1",
+        help="comma-separated: processes serving the master's HTTP port, one full run each",
+    )
     args = parser.parse_args()
     name = f"cairn_bench_rest_{uuid.uuid4().hex[:8]}"
     admin = psycopg2.connect(dbname="postgres")
@@ -260,43 +298,9 @@ def main() -> None:
         seed(url, args.experiments, args.trials_per_experiment)
         print(json.dumps({"seeded_s": round(time.perf_counter() - started, 1)}), flush=True)
         os.environ["CAIRN_READ_CACHE"] = args.cache  # read by the master the cluster starts
-        with (
-            tempfile.TemporaryDirectory() as state,
-            cairn_cluster(Path(state), agents=0, slots=0, db_url=url) as api,
-        ):
-            base = api.http_url
-            token = requests.post(
-                f"{base}api/v1/auth/login",
-                json={"username": "determined", "password": salt_and_hash(""), "isHashed": True},
-                timeout=30,
-            ).json()["token"]
-            trials = args.experiments * args.trials_per_experiment
-            for model in args.model.split(","):
-                for kind in args.endpoints.split(","):
-                    for concurrency in (int(c) for c in args.concurrency.split(",")):
-                        load(
-                            base,
-                            token,
-                            kind,
-                            concurrency,
-                            3,
-                            args.experiments,
-                            trials,
-                            args.working_set,
-                            model,
-                        )  # warm-up
-                        result = load(
-                            base,
-                            token,
-                            kind,
-                            concurrency,
-                            args.seconds,
-                            args.experiments,
-                            trials,
-                            args.working_set,
-                            model,
-                        )
-                        print(json.dumps({"cache": args.cache, **result}), flush=True)
+        for processes in (int(p) for p in args.http_processes.split(",")):
+            os.environ["CAIRN_HTTP_PROCESSES"] = str(processes)
+            measure(args, url, processes)
     finally:
         with admin.cursor() as cursor:
             cursor.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

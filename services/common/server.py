@@ -46,6 +46,8 @@ class ServiceServer:
     server: grpc.Server
     port: int
     health: health.HealthServicer
+    # A plaintext port on 127.0.0.1 beside a TLS port (start_server's loopback_plaintext).
+    loopback_port: int | None = None
     on_stop: list[Callable[[], None]] = field(default_factory=list)
 
     def stop(self, grace: float = 5.0) -> None:
@@ -69,11 +71,14 @@ def start_server(
     interceptors: Sequence[grpc.ServerInterceptor] = (),
     max_workers: int = 64,
     tls: ServerTls | None = None,
+    loopback_plaintext: bool = False,
 ) -> ServiceServer:
     """Start a server with the services `register` adds (it returns their full names).
 
     `port` 0 binds a free port; the bound one is in the result. With `tls` the port speaks only
-    TLS; without, only plaintext.
+    TLS; without, only plaintext. `loopback_plaintext` adds a plaintext port on 127.0.0.1 (for the
+    master's HTTP gateway, which dials back into its own server as grpc-gateway does: callers are
+    still authenticated by their tokens, and loopback is where plaintext is allowed anyway).
     """
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=f"{name}-rpc"),
@@ -96,9 +101,10 @@ def start_server(
         bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
         raise OSError(f"{name}: cannot bind {host}:{port}")
+    loopback = server.add_insecure_port("127.0.0.1:0") if loopback_plaintext else None
     server.start()
     log.info("serving", host=host, port=bound, services=service_names, tls=tls is not None)
-    return ServiceServer(name=name, server=server, port=bound, health=health_servicer)
+    return ServiceServer(name=name, server=server, port=bound, health=health_servicer, loopback_port=loopback)
 
 
 def write_ready_file(path: str | None, **fields: int | str) -> None:

@@ -41,7 +41,20 @@ from services.master.domain.scheduling import SchedulingLoop
 from services.master.domain.searcher_pump import SearcherPump
 from services.master.domain.tensorboard_files import TensorboardFiles
 from services.master.gateway.http_limits import HttpLimits
-from services.master.gateway.http_server import MasterHttpServer, health_routes, start_http
+from services.master.gateway.http_server import (
+    MasterHttpServer,
+    health_routes,
+    info_route,
+    master_info,
+    start_http,
+)
+from services.master.gateway.master_relay import MasterRelay
+from services.master.gateway.public_server import (
+    PublicHttpServer,
+    WorkerSpec,
+    start_public_http,
+    start_workers,
+)
 from services.master.gateway.rest_gateway import rest_routes
 from services.master.gateway.task_proxy import proxy_routes
 from services.master.gateway.webui import webui_routes
@@ -83,7 +96,10 @@ class Master:
         self.lease: LeaderLease | None = None
         self._sqlite_lock: SqliteMasterLock | None = None
         self.grpc: ServiceServer | None = None
-        self.http: MasterHttpServer | None = None
+        # The public port (REST, WebUI, /info, /healthz, /metrics; the task proxy relayed), and the
+        # threaded loopback listener behind it for what writes to the socket itself (public_server.py).
+        self.http: PublicHttpServer | None = None
+        self.http_loopback: MasterHttpServer | None = None
         self.provisioning: BackgroundLoop | None = None
         # The master's own recent log (`det master logs`), fed from start to stop.
         self.master_log = MasterLogRing()
@@ -121,12 +137,14 @@ class Master:
         )
         check_transport(settings.host, tls is not None, settings.insecure_allow_plaintext)
         # HTTP first: with --http-port 0 the bound port must be known before anything reports it.
-        self.http, _ = start_http(
+        limits = HttpLimits(workers=settings.http_workers, max_connections=settings.max_http_connections)
+        self.http_loopback, _ = start_http("127.0.0.1", 0, [], limits)
+        self.http = start_public_http(
             settings.host,
             settings.http_port,
-            [],
+            limits.per_process(settings.http_processes),
             tls.ssl_context() if tls is not None else None,
-            HttpLimits(workers=settings.http_workers, max_connections=settings.max_http_connections),
+            MasterRelay("127.0.0.1", self.http_loopback.server_address[1]),
         )
         settings = dataclasses.replace(settings, http_port=self.http.server_address[1])
         self.searchers = SearcherDirectory(
@@ -191,22 +209,53 @@ class Master:
             # Followers never take the ordinary calls' threads: they have their own (follow_slots.py).
             max_workers=settings.rpc_workers + settings.max_log_followers,
             tls=tls,
+            # The REST gateway's streams and worker processes dial back in; under TLS, on loopback.
+            loopback_plaintext=tls is not None,
         )
         settings = dataclasses.replace(settings, grpc_port=self.grpc.port)
         ctx.settings = settings
+        grpc_host, grpc_port = (
+            ("127.0.0.1", self.grpc.loopback_port)
+            if self.grpc.loopback_port
+            else (settings.host, self.grpc.port)
+        )
+        info = master_info(ctx)
+        self.http.routes.append(info_route(info))
         self.http.routes.extend(health_routes(ctx))
         self.http.routes.extend(
             rest_routes(
                 self.http,
                 api_pb2.DESCRIPTOR.services_by_name["Cairn"],
-                settings.host,
-                self.grpc.port,
+                grpc_host,
+                grpc_port,
                 # The same servicers behind the same interceptors, called in the HTTP thread.
                 local=LocalCalls(register, interceptors),
             )
         )
-        self.http.routes.extend(proxy_routes(ctx, self.auth.authenticate_user_token))
         self.http.routes.extend(webui_routes())  # last: it answers every other GET
+        self.http_loopback.routes.extend(health_routes(ctx))  # for the worker processes
+        self.http_loopback.routes.extend(proxy_routes(ctx, self.auth.authenticate_user_token))
+        if settings.http_processes > 1:
+            share = limits.per_process(settings.http_processes)
+            start_workers(
+                self.http,
+                WorkerSpec(
+                    fd=self.http.socket.fileno(),
+                    grpc_host=grpc_host,
+                    grpc_port=grpc_port,
+                    relay_host="127.0.0.1",
+                    relay_port=self.http_loopback.server_address[1],
+                    info=info,
+                    workers=share.workers,
+                    max_connections=share.max_connections,
+                    queue_timeout_s=share.queue_timeout_s,
+                    tls_cert=str(settings.tls_cert) if tls is not None else None,
+                    tls_key=str(settings.tls_key) if tls is not None else None,
+                    log_format=settings.log_format,
+                    log_level=settings.log_level,
+                ),
+                settings.http_processes - 1,
+            )
         self.scheduling.start()
         self.pump.start()
         self.liveness.start()
@@ -262,9 +311,10 @@ class Master:
         ctx.pump_wakeup.set()
         if self.grpc is not None:
             self.grpc.stop(grace=3.0)
-        if self.http is not None:
-            self.http.shutdown()
-            self.http.server_close()
+        for server in (self.http, self.http_loopback):
+            if server is not None:
+                server.shutdown()
+                server.server_close()
         for loop in (self.scheduling, self.pump, self.liveness, self.provisioning):
             if loop is not None:
                 loop.join(timeout=5.0)

@@ -92,6 +92,10 @@ class Settings:
     # then get 503), and connections open at once (more are refused).
     http_workers: int = 64
     max_http_connections: int = 4096
+    # Processes serving the public HTTP port (gateway/public_server.py): the master's own and
+    # http_processes - 1 workers on the same socket. 1 on a small machine: see bench/README.md's
+    # "REST served by several processes" for when more pay.
+    http_processes: int = 1
     agent_heartbeat_interval_ms: int = 2_000
     # An agent silent for this long is treated as disconnected.
     agent_heartbeat_timeout_s: float = 15.0
@@ -256,6 +260,7 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
         max_log_followers=args.max_log_followers,
         http_workers=args.http_workers,
         max_http_connections=args.max_http_connections,
+        http_processes=args.http_processes,
         max_trials_per_experiment=args.max_trials_per_experiment,
         allow_local_storage_endpoints=args.allow_local_storage_endpoints,
         bind_mount_allowed_paths=tuple(os.path.normpath(p) for p in allowed_mounts),
@@ -283,6 +288,8 @@ def _plugins(items: list[str], parser: argparse.ArgumentParser) -> tuple[tuple[s
 MAX_LOG_FOLLOWERS = 10_000
 MAX_HTTP_WORKERS = 4096
 MAX_HTTP_CONNECTIONS = 100_000
+# Each is a Python process of ~60 MB; beyond the cores of a big machine more only contend.
+MAX_HTTP_PROCESSES = 64
 # Sessions longer than a year are not sessions any more; Determined's last 7 days.
 MAX_SESSION_TTL_S = 366 * 24 * 3600
 
@@ -333,6 +340,14 @@ def add_login_flags(parser: argparse.ArgumentParser) -> None:
         help="HTTP connections open at once; more are refused",
     )
     parser.add_argument(
+        "--http-processes",
+        type=int,
+        default=int(env("CAIRN_HTTP_PROCESSES", str(Settings.http_processes))),
+        help="processes serving the HTTP port: the master and N-1 workers that transcode REST to "
+        "its gRPC port (env CAIRN_HTTP_PROCESSES); --http-workers and --max-http-connections are "
+        "shared out among them",
+    )
+    parser.add_argument(
         "--initial-user-password",
         default=env("CAIRN_INITIAL_USER_PASSWORD", ""),
         help="password for the built-in accounts (admin, determined) while they have none; "
@@ -381,6 +396,7 @@ def check_login_flags(args: argparse.Namespace, parser: argparse.ArgumentParser)
     for flag, value, most in (
         ("--http-workers", args.http_workers, MAX_HTTP_WORKERS),
         ("--max-http-connections", args.max_http_connections, MAX_HTTP_CONNECTIONS),
+        ("--http-processes", args.http_processes, MAX_HTTP_PROCESSES),
     ):
         if not 1 <= value <= most:
             parser.error(f"{flag}: must be between 1 and {most}, not {value}")

@@ -103,3 +103,17 @@ def client_address(peer: str) -> str:
     if kind == "http":
         return rest
     return peer
+
+
+_LOOPBACK = ("127.0.0.1", "::1")
+
+
+def login_address(peer: str, forwarded_for: list[str]) -> str:
+    """The address a login's failures count against. The HTTP port's worker processes
+    (gateway/public_server.py) call in over loopback and name the HTTP client last in
+    x-forwarded-for; only a loopback peer is taken at its word, and one that forges the header moves
+    its failures to another address's count, never off the per-user count."""
+    address = client_address(peer)
+    if address not in _LOOPBACK or not forwarded_for:
+        return address
+    return forwarded_for[-1].rsplit(",", 1)[-1].strip() or address

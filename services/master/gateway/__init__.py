@@ -1,10 +1,21 @@
-"""The master's HTTP side: health, Prometheus metrics, the REST gateway (and later the WebUI files).
+"""The master's HTTP side: health, Prometheus metrics, the REST gateway, the WebUI files, the task proxy.
 
 Module layout:
 
-- http_server.py     the ThreadingHTTPServer (HTTP/1.1 keep-alive, request bodies, chunked
-                     streaming answers that stop their producer when the client leaves), the
-                     route list, /healthz and /metrics.
+- public_server.py   the public HTTP port: uvicorn serving asgi_app in the master's process and in
+                     --http-processes - 1 worker processes (http_worker.py) on the same socket.
+- asgi_app.py        the ASGI app: runs the routes in threads with per-process turns (503 +
+                     Retry-After), streams NDJSON and cancels a stream whose client left, relays
+                     what needs the master's own listener.
+- master_relay.py    HTTP and websocket relay to the master's threaded loopback listener.
+- http_worker.py     a worker process: REST through the gRPC port, /info, the WebUI; the rest relayed.
+- http_request.py    what a route may ask of a request, whichever server carries it.
+- http_server.py     the threaded loopback listener (the task proxy owns its sockets there), the
+                     shared answer types, /info, /healthz and /metrics routes.
+- task_proxy.py, proxy_forwarding.py, tcp_tunnel.py, websocket_frames.py
+                     /proxy/{task_id}/...: HTTP relayed as the task answered, websocket and TCP
+                     tunnels (on the loopback listener).
+- http_limits.py     the bounds on connections and ordinary requests at once.
 - prometheus.py      cluster gauges for /metrics.
 - rest_gateway.py    the REST API under /api/: routes a request, builds the gRPC request, calls the
                      master's own gRPC port, answers JSON (unary) or NDJSON (server streams), sets
@@ -17,7 +28,8 @@ Module layout:
                      grpc-gateway v1's rules; malformed input → 400 naming the field.
 - credentials.py     Authorization / `auth` cookie / Grpc-Metadata-* headers into gRPC metadata;
                      the session cookie's Set-Cookie values.
-- upstream.py        the gRPC channel to the master's own port and a callable per RPC.
+- upstream.py        the master's handlers in-process (its own process) or the gRPC channel to its
+                     port (worker processes, and streams), a callable per RPC.
 - json_encoding.py   messages to JSON objects as grpc-gateway prints them (EmitDefaults, camelCase,
                      enum names, int64 as strings), compiled per message type and memoized.
 - errors.py          gRPC code → HTTP status, the error body, the last line of a failed stream.

@@ -27,6 +27,14 @@ class HttpLimits:
     max_connections: int = 4096
     queue_timeout_s: float = QUEUE_TIMEOUT_S
 
+    def per_process(self, processes: int) -> HttpLimits:
+        """Each process's share when `processes` serve the same port (gateway/public_server.py)."""
+        return HttpLimits(
+            workers=max(1, self.workers // processes),
+            max_connections=max(1, self.max_connections // processes),
+            queue_timeout_s=self.queue_timeout_s,
+        )
+
 
 class RequestTurns:
     """Turns for ordinary requests: `workers` at once, the rest queue for a while."""

@@ -1,4 +1,8 @@
-"""The master's HTTP server. Routes are matched in order; each either answers or passes.
+"""The master's threaded HTTP server, on loopback behind the public port (public_server.py): it
+serves what must own its socket (the task proxy's answers as the task sent them, websocket and TCP
+tunnels) and /healthz and /metrics for the worker processes. Routes are matched in order; each
+either answers or passes. The types here (Response, StreamingResponse, BodyError) are shared with
+the public ASGI server.
 
 HTTP/1.1 with keep-alive: every answer carries a Content-Length or is chunked, and every request
 body is read to its end (or the connection is closed), so clients that reuse connections
@@ -10,8 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
-import ssl
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -25,6 +27,7 @@ from services.master.domain.context import MasterContext
 from services.master.gateway import prometheus
 from services.master.gateway.disconnects import DisconnectWatcher
 from services.master.gateway.http_limits import ConnectionCount, HttpLimits, RequestTurns, is_long_lived
+from services.master.gateway.http_request import HttpRequest
 
 log = get_logger(__name__)
 
@@ -78,8 +81,11 @@ class BodyError(Exception):
 
 
 # A route handler gets the request handler (method, path, headers, body reader) and answers, or
-# returns None to let the next route try.
+# returns None to let the next route try. A Route may write to the socket itself (Answered): such
+# routes run on this threaded server only. A PlainRoute needs no socket, so it runs on the public
+# ASGI server (asgi_app.py) as well.
 Route = Callable[["RequestHandler"], Response | StreamingResponse | Answered | None]
+PlainRoute = Callable[[HttpRequest], Response | StreamingResponse | None]
 
 
 class RequestHandler(BaseHTTPRequestHandler):
@@ -263,15 +269,6 @@ class RequestHandler(BaseHTTPRequestHandler):
     do_OPTIONS = _dispatch
 
 
-# A client that has not finished its TLS handshake by then gives its thread back.
-TLS_HANDSHAKE_TIMEOUT_S = 10.0
-# The first byte of every TLS connection: a handshake record.
-_TLS_HANDSHAKE_RECORD = 0x16
-_PLAIN_HTTP_REFUSAL = (
-    b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nConnection: close\r\n"
-    b"Content-Length: 55\r\n\r\nthis port speaks HTTPS only: use https:// to reach it.\n"
-)
-
 _TOO_MANY_CONNECTIONS = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nConnection: close\r\n"
     b"Retry-After: 1\r\nContent-Length: 44\r\n\r\nthe master has too many connections; retry.\n"
@@ -289,16 +286,12 @@ class MasterHttpServer(ThreadingHTTPServer):
         self,
         address: tuple[str, int],
         routes: list[Route],
-        ssl_context: ssl.SSLContext | None = None,
         limits: HttpLimits | None = None,
     ) -> None:
         super().__init__(address, RequestHandler)
         limits = limits or HttpLimits()
         self.turns = RequestTurns(limits.workers, limits.queue_timeout_s)
         self.connections = ConnectionCount(limits.max_connections)
-        # With a context every connection is TLS; the handshake runs in the connection's own
-        # thread (finish_request), so a slow or silent client never holds up accepting others.
-        self.ssl_context = ssl_context
         self.routes = routes
         self.disconnects = DisconnectWatcher()
         # Run by server_close: routes that hold resources (channels) register their cleanup here.
@@ -315,10 +308,9 @@ class MasterHttpServer(ThreadingHTTPServer):
         # On the accepting thread: a connection over the limit costs no thread.
         if not self.connections.try_open():
             log.warning("http connection refused: too many open", client=str(client_address))
-            if self.ssl_context is None:
-                with contextlib.suppress(OSError):
-                    request.setblocking(False)
-                    request.send(_TOO_MANY_CONNECTIONS)
+            with contextlib.suppress(OSError):
+                request.setblocking(False)
+                request.send(_TOO_MANY_CONNECTIONS)
             self.shutdown_request(request)
             return
         try:
@@ -333,83 +325,65 @@ class MasterHttpServer(ThreadingHTTPServer):
         finally:
             self.connections.closed()
 
-    def finish_request(self, request: Any, client_address: Any) -> None:
-        if self.ssl_context is None:
-            super().finish_request(request, client_address)
-            return
-        tls_socket = self._handshake(request, client_address)
-        if tls_socket is None:
-            return
-        try:
-            super().finish_request(tls_socket, client_address)
-        finally:
-            with contextlib.suppress(OSError):
-                tls_socket.shutdown(socket.SHUT_RDWR)
-            tls_socket.close()
-
-    def _handshake(self, request: socket.socket, client_address: Any) -> ssl.SSLSocket | None:
-        """The connection as TLS, or None when the client does not speak it: a plain HTTP request
-        gets a 400 saying so (as Go's servers answer), anything else is closed."""
-        assert self.ssl_context is not None
-        request.settimeout(TLS_HANDSHAKE_TIMEOUT_S)
-        try:
-            first = request.recv(1, socket.MSG_PEEK)
-            if first and first[0] != _TLS_HANDSHAKE_RECORD:
-                if first.isalpha():
-                    request.sendall(_PLAIN_HTTP_REFUSAL)
-                log.debug("plaintext connection to the https port refused", client=str(client_address))
-                return None
-            return self.ssl_context.wrap_socket(request, server_side=True)
-        except (ssl.SSLError, OSError) as exc:
-            log.debug("tls handshake failed", client=str(client_address), error=str(exc))
-            return None
-
     def handle_error(self, request: Any, client_address: Any) -> None:
         log.debug("http connection error", client=str(client_address), exc_info=True)
 
 
-def health_routes(ctx: MasterContext) -> list[Route]:
-    def healthz(req: RequestHandler) -> Response | None:
+def master_info(ctx: MasterContext) -> dict[str, Any]:
+    """What /info answers: the same in every process that serves the public port."""
+    return {
+        # The Determined API level (what its clients compare themselves with), and Cairn's own.
+        "version": DETERMINED_API_VERSION,
+        "cairn_version": __version__,
+        "master_id": ctx.master_id,
+        "cluster_id": ctx.cluster_id,
+        "cluster_name": ctx.settings.cluster_name,
+        "telemetry": {"enabled": False},
+        "product": "cairn",
+    }
+
+
+def info_route(info: dict[str, Any]) -> PlainRoute:
+    body = json.dumps(info).encode()
+
+    def info_answer(req: HttpRequest) -> Response | None:
+        # Determined's clients ask /info (outside the API) for the master's version before anything.
+        if req.path.split("?")[0] != "/info":
+            return None
+        return Response(HTTPStatus.OK, body)
+
+    return info_answer
+
+
+def health_routes(ctx: MasterContext) -> list[PlainRoute]:
+    """/healthz and /metrics: they read the master's in-process state, so they run in the master's
+    process (worker processes relay them there)."""
+
+    def healthz(req: HttpRequest) -> Response | None:
         if req.path.split("?")[0] not in ("/healthz", "/health"):
             return None
         if ctx.db.ping():
             return Response(HTTPStatus.OK, b'{"status": "ok"}')
         return Response(HTTPStatus.SERVICE_UNAVAILABLE, b'{"status": "database unreachable"}')
 
-    def metrics(req: RequestHandler) -> Response | None:
+    def metrics(req: HttpRequest) -> Response | None:
         if req.path.split("?")[0] != "/metrics":
             return None
         return Response(HTTPStatus.OK, prometheus.render(ctx).encode(), "text/plain; version=0.0.4")
 
-    def info(req: RequestHandler) -> Response | None:
-        # Determined's clients ask /info (outside the API) for the master's version before anything.
-        if req.path.split("?")[0] != "/info":
-            return None
-        body = {
-            # The Determined API level (what its clients compare themselves with), and Cairn's own.
-            "version": DETERMINED_API_VERSION,
-            "cairn_version": __version__,
-            "master_id": ctx.master_id,
-            "cluster_id": ctx.cluster_id,
-            "cluster_name": ctx.settings.cluster_name,
-            "telemetry": {"enabled": False},
-            "product": "cairn",
-        }
-        return Response(HTTPStatus.OK, json.dumps(body).encode())
-
-    return [healthz, metrics, info]
+    return [healthz, metrics]
 
 
 def start_http(
     host: str,
     port: int,
     routes: list[Route],
-    ssl_context: ssl.SSLContext | None = None,
     limits: HttpLimits | None = None,
 ) -> tuple[MasterHttpServer, threading.Thread]:
-    """Serve on host:port: HTTPS only with `ssl_context`, plain HTTP only without."""
-    server = MasterHttpServer((host, port), routes, ssl_context, limits)
-    thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
+    """Serve on host:port, plain HTTP: the master binds it on loopback only, behind its public
+    port (public_server.py), which carries TLS."""
+    server = MasterHttpServer((host, port), routes, limits)
+    thread = threading.Thread(target=server.serve_forever, name="http-loopback", daemon=True)
     thread.start()
-    log.info("http serving", host=host, port=server.server_address[1], https=ssl_context is not None)
+    log.info("http loopback listener serving", host=host, port=server.server_address[1])
     return server, thread

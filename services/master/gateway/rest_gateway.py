@@ -11,9 +11,9 @@ answer, with the HTTP status of the gRPC code.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http import HTTPStatus
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlsplit
 
 import grpc
@@ -31,15 +31,14 @@ from services.master.gateway.errors import (
     rpc_error_parts,
     stream_error_line,
 )
+from services.master.gateway.http_request import HttpRequest
 from services.master.gateway.http_rules import HttpBinding, RpcMethod, http_bindings
 from services.master.gateway.http_server import (
     MAX_BODY_BYTES,
     MAX_REQUEST_BODY_BYTES,
     BodyError,
-    MasterHttpServer,
-    RequestHandler,
+    PlainRoute,
     Response,
-    Route,
     StreamingResponse,
 )
 from services.master.gateway.json_encoding import JsonEncoder
@@ -102,7 +101,7 @@ class RestGateway:
         self.openapi_json = _compact(openapi_document(service, bindings))
         self.replies = ReplyCache()
 
-    def handle(self, req: RequestHandler) -> Response | StreamingResponse | None:
+    def handle(self, req: HttpRequest) -> Response | StreamingResponse | None:
         path, raw_query = _split_target(req.path)
         if not path.startswith(API_PREFIX):
             return None
@@ -113,7 +112,7 @@ class RestGateway:
             log.exception("rest gateway failed", path=path, method=req.command)
             return self._error(GatewayError(grpc.StatusCode.INTERNAL, "internal error in the REST gateway"))
 
-    def _handle(self, req: RequestHandler, path: str, raw_query: str) -> Response | StreamingResponse:
+    def _handle(self, req: HttpRequest, path: str, raw_query: str) -> Response | StreamingResponse:
         try:
             query = parse_qsl(raw_query, keep_blank_values=True, max_num_fields=MAX_QUERY_PARAMS)
         except ValueError as exc:
@@ -255,13 +254,17 @@ def _dial_address(host: str, port: int) -> str:
     return f"{host}:{port}"
 
 
+class ClosesWithServer(Protocol):
+    close_hooks: list[Callable[[], None]]
+
+
 def rest_routes(
-    server: MasterHttpServer,
+    server: ClosesWithServer,
     service: ServiceDescriptor,
     grpc_host: str,
     grpc_port: int,
     local: LocalCalls | None = None,
-) -> list[Route]:
+) -> list[PlainRoute]:
     """The REST gateway for `service` as routes of `server`. Unary calls run through `local` (the
     master's own handlers, in-process) when given; streams, and everything without `local`, dial the
     gRPC server at grpc_host:grpc_port. The channel closes with the HTTP server."""

@@ -23,7 +23,8 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from services.common.logging import get_logger
-from services.master.gateway.http_server import RequestHandler, Response, Route
+from services.master.gateway.http_request import HttpRequest
+from services.master.gateway.http_server import PlainRoute, Response
 
 log = get_logger(__name__)
 
@@ -125,12 +126,12 @@ def _content_type(path: Path) -> str:
     return guessed or "application/octet-stream"
 
 
-def _accepts_gzip(req: RequestHandler) -> bool:
+def _accepts_gzip(req: HttpRequest) -> bool:
     accepted = req.headers.get("Accept-Encoding", "")
     return any(part.split(";")[0].strip().lower() == "gzip" for part in accepted.split(","))
 
 
-def _file_response(req: RequestHandler, files: WebUiFiles, path: Path, cache_control: str) -> Response:
+def _file_response(req: HttpRequest, files: WebUiFiles, path: Path, cache_control: str) -> Response:
     asset = files.load(path)
     headers = {
         "Cache-Control": cache_control,
@@ -155,7 +156,7 @@ def _looks_like_file(url_path: str) -> bool:
     return "." in url_path.rsplit("/", 1)[-1]
 
 
-def webui_routes(dist: Path | None = None) -> list[Route]:
+def webui_routes(dist: Path | None = None) -> list[PlainRoute]:
     """The WebUI route; put it after every other route, since it answers any remaining GET."""
     files = WebUiFiles(dist or DEFAULT_DIST)
     if not files.is_built():
@@ -166,7 +167,7 @@ def webui_routes(dist: Path | None = None) -> list[Route]:
         )
     not_built = NOT_BUILT_PAGE.format(dist=files.dist).encode()
 
-    def webui(req: RequestHandler) -> Response | None:
+    def webui(req: HttpRequest) -> Response | None:
         if req.command not in ("GET", "HEAD"):
             return None
         url_path = urlsplit(req.path).path or "/"
@@ -188,7 +189,7 @@ def webui_routes(dist: Path | None = None) -> list[Route]:
     return [webui]
 
 
-def _serve(req: RequestHandler, files: WebUiFiles, url_path: str) -> Response:
+def _serve(req: HttpRequest, files: WebUiFiles, url_path: str) -> Response:
     found = files.resolve(url_path)
     if found is not None:
         immutable = found.parent == files.dist / "assets"

@@ -16,7 +16,8 @@ import pytest
 from google.protobuf import json_format
 
 from cairn.api.v1 import api_pb2, api_pb2_grpc, auth_pb2, experiment_pb2, master_pb2, trial_pb2
-from services.master.gateway.http_server import MasterHttpServer, start_http
+from services.master.gateway.http_limits import HttpLimits
+from services.master.gateway.public_server import PublicHttpServer, start_public_http
 from services.master.gateway.rest_gateway import rest_routes
 
 
@@ -96,11 +97,11 @@ def _fields(request: Any) -> dict[str, Any]:
 class Gateway:
     base: str
     observed: Observed
-    http: MasterHttpServer
+    http: PublicHttpServer
 
 
-@pytest.fixture(scope="module")
-def gateway() -> Iterator[Gateway]:
+def start_scripted() -> tuple[grpc.Server, int, Observed]:
+    """The scripted service on a free port: (server, port, what it saw)."""
     observed = Observed()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
     # Only some methods are served: the others answer UNIMPLEMENTED, as gRPC's base class does.
@@ -108,7 +109,13 @@ def gateway() -> Iterator[Gateway]:
     api_pb2_grpc.add_CairnServicer_to_server(scripted, server)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
-    http, _thread = start_http("127.0.0.1", 0, [])
+    return server, port, observed
+
+
+@pytest.fixture(scope="module")
+def gateway() -> Iterator[Gateway]:
+    server, port, observed = start_scripted()
+    http = start_public_http("127.0.0.1", 0, HttpLimits(), None)
     http.routes.extend(rest_routes(http, api_pb2.DESCRIPTOR.services_by_name["Cairn"], "127.0.0.1", port))
     try:
         yield Gateway(f"http://127.0.0.1:{http.server_address[1]}", observed, http)

@@ -12,6 +12,7 @@ import grpc
 import pytest
 import requests
 
+from services.master.gateway import asgi_app
 from tests.unit.gateway.conftest import Gateway
 
 EXPECTED_STATUS = {
@@ -135,7 +136,7 @@ def test_credentials_and_grpc_metadata_headers_are_forwarded(gateway: Gateway) -
     assert seen["x-forwarded-for"] == "127.0.0.1"
     for header in ("Grpc-Metadata-Bad$Key", "Grpc-Metadata-Grpc-Status"):
         bad = requests.get(f"{gateway.base}/api/v1/trials/100", headers={header: "x"}, timeout=10)
-        assert bad.status_code == 400 and header in bad.json()["message"]
+        assert bad.status_code == 400 and header.lower() in bad.json()["message"].lower()
 
 
 def test_login_sets_the_cookie_and_the_cookie_authenticates(gateway: Gateway) -> None:
@@ -204,11 +205,31 @@ def test_chunked_request_bodies_and_http_1_0_streams(gateway: Gateway) -> None:
     finally:
         connection.close()
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
-        # HTTP/1.0 has no chunked encoding: the stream is the raw lines, ended by closing.
+        # HTTP/1.0 has no chunked encoding: the stream comes whole, with its length, then the close.
         sock.sendall(b"GET /api/v1/trials/5/logs?limit=2 HTTP/1.0\r\n\r\n")
         received = b""
         while chunk := sock.recv(4096):
             received += chunk
     head, _, body = received.partition(b"\r\n\r\n")
-    assert b"Transfer-Encoding" not in head and b"Connection: close" in head
+    assert b"transfer-encoding" not in head.lower() and b"connection: close" in head.lower()
     assert [json.loads(line)["result"]["id"] for line in body.splitlines()] == ["0", "1"]
+
+
+def test_a_followed_stream_needs_http_1_1(gateway: Gateway) -> None:
+    with socket.create_connection(("127.0.0.1", gateway.http.server_address[1]), timeout=10) as sock:
+        sock.sendall(b"GET /api/v1/trials/5/logs?limit=1&follow=true HTTP/1.0\r\n\r\n")
+        received = b""
+        while chunk := sock.recv(4096):
+            received += chunk
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 505") and b"needs HTTP/1.1" in body
+
+
+def test_a_stalled_body_gives_its_turn_back(gateway: Gateway, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(asgi_app, "BODY_IDLE_TIMEOUT_S", 0.5)
+    with socket.create_connection(("127.0.0.1", gateway.http.server_address[1]), timeout=10) as sock:
+        sock.sendall(b"POST /api/v1/auth/login HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+        received = b""
+        while b"\r\n\r\n" not in received:
+            received += sock.recv(4096)
+    assert received.startswith(b"HTTP/1.1 408")

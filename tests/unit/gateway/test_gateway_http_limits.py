@@ -20,6 +20,7 @@ from services.master.gateway.http_server import (
     StreamingResponse,
     start_http,
 )
+from services.master.gateway.public_server import PublicHttpServer, start_public_http
 
 
 class Routes:
@@ -43,19 +44,27 @@ class Routes:
         return Response(HTTPStatus.OK, b"quick")
 
 
-@pytest.fixture
-def served() -> Iterator[tuple[MasterHttpServer, Routes]]:
+Server = MasterHttpServer | PublicHttpServer
+
+
+# The same bounds on the threaded loopback listener and on the public port (public_server.py).
+@pytest.fixture(params=["loopback", "public"])
+def served(request: pytest.FixtureRequest) -> Iterator[tuple[Server, Routes]]:
     routes = Routes()
     limits = HttpLimits(workers=2, max_connections=6, queue_timeout_s=0.5)
-    server, thread = start_http("127.0.0.1", 0, [routes.route], limits=limits)
+    server: Server
+    if request.param == "public":
+        server = start_public_http("127.0.0.1", 0, limits, None)
+        server.routes.append(routes.route)  # type: ignore[arg-type]
+    else:
+        server, _ = start_http("127.0.0.1", 0, [routes.route], limits=limits)
     yield server, routes
     routes.release.set()
     server.shutdown()
     server.server_close()
-    thread.join(5)
 
 
-def get(server: MasterHttpServer, path: str) -> tuple[int, bytes, str | None]:
+def get(server: Server, path: str) -> tuple[int, bytes, str | None]:
     connection = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=10)
     try:
         connection.request("GET", path)
@@ -66,7 +75,7 @@ def get(server: MasterHttpServer, path: str) -> tuple[int, bytes, str | None]:
 
 
 def test_ordinary_requests_beyond_the_workers_queue_then_are_refused_while_streams_flow(
-    served: tuple[MasterHttpServer, Routes],
+    served: tuple[Server, Routes],
 ) -> None:
     server, routes = served
     slow_answers: list[tuple[int, bytes, str | None]] = []
@@ -91,7 +100,7 @@ def test_ordinary_requests_beyond_the_workers_queue_then_are_refused_while_strea
     assert get(server, "/api/v1/experiments")[:2] == (HTTPStatus.OK, b"quick")
 
 
-def test_connections_beyond_the_limit_are_refused(served: tuple[MasterHttpServer, Routes]) -> None:
+def test_connections_beyond_the_limit_are_refused(served: tuple[Server, Routes]) -> None:
     server, _ = served
     port = server.server_address[1]
     held = [http.client.HTTPConnection("127.0.0.1", port, timeout=10) for _ in range(6)]
@@ -99,15 +108,16 @@ def test_connections_beyond_the_limit_are_refused(served: tuple[MasterHttpServer
         for connection in held:
             connection.request("GET", "/quick")  # keep-alive: each stays open after its answer
             assert connection.getresponse().read() == b"quick"
-        assert server.connections.open == 6
         status, body, _ = get(server, "/quick")
-        assert status == HTTPStatus.SERVICE_UNAVAILABLE and b"too many connections" in body
+        assert status == HTTPStatus.SERVICE_UNAVAILABLE
+        if isinstance(server, MasterHttpServer):
+            assert server.connections.open == 6 and b"too many connections" in body
     finally:
         for connection in held:
             connection.close()
     wait = threading.Event()
     for _ in range(50):
-        if server.connections.open == 0:
+        if get(server, "/quick")[0] == HTTPStatus.OK:
             break
         wait.wait(0.1)
     assert get(server, "/quick")[:2] == (HTTPStatus.OK, b"quick")

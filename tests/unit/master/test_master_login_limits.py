@@ -15,7 +15,7 @@ from services.master.domain import login_limiter
 from services.master.domain.auth import AuthService
 from services.master.domain.errors import ResourceExhausted, Unauthenticated
 from services.master.domain.exposure import UnsafeExposure, check_exposure, is_loopback
-from services.master.domain.login_limiter import LoginLimiter, LoginLimits, client_address
+from services.master.domain.login_limiter import LoginLimiter, LoginLimits, client_address, login_address
 from services.master.store.db import Database
 
 
@@ -87,6 +87,15 @@ def test_client_address_from_grpc_and_gateway_peers() -> None:
     assert client_address("ipv6:[::1]:51234") == "::1"
     assert client_address("http:192.168.1.5") == "192.168.1.5"
     assert client_address("unix:/tmp/sock") == "unix:/tmp/sock"
+
+
+def test_a_login_through_an_http_worker_counts_against_the_http_client() -> None:
+    # A worker process of the HTTP port calls in over loopback, the HTTP client named last.
+    assert login_address("ipv4:127.0.0.1:40000", ["198.51.100.7, 203.0.113.9"]) == "203.0.113.9"
+    assert login_address("ipv6:[::1]:40000", ["203.0.113.9"]) == "203.0.113.9"
+    assert login_address("ipv4:127.0.0.1:40000", []) == "127.0.0.1"
+    # Beyond loopback the header is the caller's word only: the peer counts.
+    assert login_address("ipv4:10.1.2.3:5000", ["203.0.113.9"]) == "10.1.2.3"
 
 
 def test_login_is_limited_and_refused_attempts_are_not_checked(db: Database) -> None:

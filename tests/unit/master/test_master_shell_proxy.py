@@ -22,7 +22,10 @@ from services.master.domain import shells, task_services
 from services.master.domain.errors import Unauthenticated
 from services.master.gateway import tcp_tunnel
 from services.master.gateway import websocket_frames as wsf
+from services.master.gateway.http_limits import HttpLimits
 from services.master.gateway.http_server import MasterHttpServer, start_http
+from services.master.gateway.master_relay import MasterRelay
+from services.master.gateway.public_server import PublicHttpServer, start_public_http
 from services.master.gateway.task_proxy import proxy_routes
 from services.master.store import models
 from tests.unit.master.domain.harness import Master
@@ -87,8 +90,11 @@ class EchoService:
                 conn.sendall(data)
 
 
-@pytest.fixture()
-def proxied_shell(tmp_path: Path) -> Iterator[tuple[MasterHttpServer, str, dict[str, Principal]]]:
+# Through the loopback listener itself, and through the public port that relays /proxy/ to it.
+@pytest.fixture(params=["loopback", "public"])
+def proxied_shell(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[tuple[MasterHttpServer | PublicHttpServer, str, dict[str, Principal]]]:
     master = Master(tmp_path / "master")
     owner = Principal(user_id=master.admin.user_id, username="admin", admin=False)
     sessions: dict[str, Principal] = {
@@ -112,9 +118,16 @@ def proxied_shell(tmp_path: Path) -> Iterator[tuple[MasterHttpServer, str, dict[
     with master.ctx.unit_of_work() as w:
         w.session.get_one(models.Allocation, alloc_id).proxy_address = f"127.0.0.1:{service.port}"
     server, _ = start_http("127.0.0.1", 0, proxy_routes(master.ctx, authenticate))
+    relay = MasterRelay("127.0.0.1", server.server_address[1])
+    front = (
+        start_public_http("127.0.0.1", 0, HttpLimits(), None, relay) if request.param == "public" else None
+    )
     try:
-        yield server, task_id, sessions
+        yield front or server, task_id, sessions
     finally:
+        if front is not None:
+            front.shutdown()
+            front.server_close()
         server.shutdown()
         server.server_close()
         service.listener.close()

@@ -25,7 +25,9 @@ from cairn.tls import TlsConfigError, ca_from_environment, channel_credentials, 
 from services.common.server import ServiceServer, start_server
 from services.common.tls import ServerTls, TlsSetupError
 from services.master.domain.exposure import UnsafeExposure, check_transport
-from services.master.gateway.http_server import MasterHttpServer, Response, StreamingResponse, start_http
+from services.master.gateway.http_limits import HttpLimits
+from services.master.gateway.http_server import Response, StreamingResponse
+from services.master.gateway.public_server import PublicHttpServer, start_public_http
 from services.master.settings import parse_settings
 
 
@@ -53,12 +55,13 @@ def tls_grpc(pair: CertificatePair) -> Iterator[ServiceServer]:
 
 
 @pytest.fixture
-def tls_http(pair: CertificatePair) -> Iterator[MasterHttpServer]:
+def tls_http(pair: CertificatePair) -> Iterator[PublicHttpServer]:
     def hello(_req: object) -> Response:
         return Response(200, json.dumps({"hello": "tls"}).encode())
 
     context = ServerTls.load(pair.cert_file, pair.key_file).ssl_context()
-    server, _thread = start_http("127.0.0.1", 0, [hello], context)
+    server = start_public_http("127.0.0.1", 0, HttpLimits(), context)
+    server.routes.append(hello)
     yield server
     server.shutdown()
     server.server_close()
@@ -96,22 +99,22 @@ def test_a_plaintext_grpc_client_is_refused(tls_grpc: ServiceServer) -> None:
     assert failure.value.code() == grpc.StatusCode.UNAVAILABLE
 
 
-def test_https_verifies_and_plain_http_is_told_to_use_https(
-    tls_http: MasterHttpServer, pair: CertificatePair, other_ca: Path
+def test_https_verifies_and_plain_http_is_refused(
+    tls_http: PublicHttpServer, pair: CertificatePair, other_ca: Path
 ) -> None:
     port = tls_http.server_address[1]
     reply = requests.get(f"https://127.0.0.1:{port}/anything", verify=str(pair.cert_file), timeout=10)
     assert reply.json() == {"hello": "tls"}
     with pytest.raises(requests.exceptions.SSLError):
         requests.get(f"https://127.0.0.1:{port}/", verify=str(other_ca), timeout=10)
+    # Plain HTTP fails the TLS handshake: the connection is closed without an answer.
     plain = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     plain.request("GET", "/anything")
-    answer = plain.getresponse()
-    assert answer.status == 400
-    assert b"HTTPS only" in answer.read()
-    # A client that connects and says nothing gives its thread back; the server keeps serving.
+    with pytest.raises((http.client.RemoteDisconnected, ConnectionResetError)):
+        plain.getresponse()
+    # A client that sends garbage is closed; the server keeps serving.
     with socket.create_connection(("127.0.0.1", port), timeout=10) as silent:
-        silent.sendall(b"\x00\x01")
+        silent.sendall(b"\x00" * 16)
         assert silent.recv(100) == b""
     again = requests.get(f"https://127.0.0.1:{port}/", verify=str(pair.cert_file), timeout=10)
     assert again.status_code == 200
@@ -184,7 +187,8 @@ def test_an_https_stream_runs_until_its_client_leaves(pair: CertificatePair) -> 
         return StreamingResponse(200, chunks(), cancel=cancelled.set)
 
     context = ServerTls.load(pair.cert_file, pair.key_file).ssl_context()
-    server, _thread = start_http("127.0.0.1", 0, [endless], context)
+    server = start_public_http("127.0.0.1", 0, HttpLimits(), context)
+    server.routes.append(endless)
     try:
         client = ssl.create_default_context(cafile=str(pair.cert_file)).wrap_socket(
             socket.create_connection(("127.0.0.1", server.server_address[1]), timeout=10),

@@ -6,17 +6,22 @@ import grpc
 
 from cairn.api.v1 import auth_pb2
 from services.common.metadata import user_token
-from services.master.domain.login_limiter import client_address
+from services.master.domain.login_limiter import login_address
 from services.master.servicers.api import convert
 from services.master.servicers.api.base import ServicerBase
 from services.master.servicers.errors import rpc
+
+
+def _login_address(context: grpc.ServicerContext) -> str:
+    forwarded = [v for k, v in context.invocation_metadata() if k == "x-forwarded-for" and isinstance(v, str)]
+    return login_address(context.peer() or "", forwarded)
 
 
 class AuthApi(ServicerBase):
     @rpc
     def Login(self, request: auth_pb2.LoginRequest, context: grpc.ServicerContext) -> auth_pb2.LoginResponse:
         # The REST gateway calls in with the HTTP client's address as the peer ("http:IP").
-        address = client_address(context.peer() or "")
+        address = _login_address(context)
         token, info = self.deps.auth.login(request.username, request.password, request.is_hashed, address)
         return auth_pb2.LoginResponse(token=token, user=convert.user(info))
 
