@@ -169,7 +169,7 @@ class Master:
             follow_slots=FollowSlots(settings.max_log_followers),
         )
         api = CairnServicer(deps)
-        agent_stream = AgentStreamServicer(ctx, self.logs)
+        agent_stream = AgentStreamServicer(ctx, self.logs, settings.max_agents)
 
         def register(server: grpc.Server) -> list[str]:
             api_pb2_grpc.add_CairnServicer_to_server(api, server)
@@ -188,8 +188,9 @@ class Master:
             host=settings.host,
             port=settings.grpc_port,
             interceptors=interceptors,
-            # Followers never take the ordinary calls' threads: they have their own (follow_slots.py).
-            max_workers=settings.rpc_workers + settings.max_log_followers,
+            # Followers and agents' streams never take the ordinary calls' threads: they have their
+            # own (follow_slots.py, agent_stream.py).
+            max_workers=settings.rpc_workers + settings.max_log_followers + settings.max_agents,
             tls=tls,
         )
         settings = dataclasses.replace(settings, grpc_port=self.grpc.port)
