@@ -187,7 +187,7 @@ class Master:
             follow_slots=FollowSlots(settings.max_log_followers),
         )
         api = CairnServicer(deps)
-        agent_stream = AgentStreamServicer(ctx, self.logs)
+        agent_stream = AgentStreamServicer(ctx, self.logs, settings.max_agents)
 
         def register(server: grpc.Server) -> list[str]:
             api_pb2_grpc.add_CairnServicer_to_server(api, server)
@@ -206,8 +206,9 @@ class Master:
             host=settings.host,
             port=settings.grpc_port,
             interceptors=interceptors,
-            # Followers never take the ordinary calls' threads: they have their own (follow_slots.py).
-            max_workers=settings.rpc_workers + settings.max_log_followers,
+            # Followers and agents' streams never take the ordinary calls' threads: they have their
+            # own (follow_slots.py, agent_stream.py).
+            max_workers=settings.rpc_workers + settings.max_log_followers + settings.max_agents,
             tls=tls,
             # The REST gateway's streams and worker processes dial back in; under TLS, on loopback.
             loopback_plaintext=tls is not None,

@@ -88,6 +88,12 @@ class Settings:
     # (servicers/follow_slots.py): 512 is 2.5 times the 200 followers a busy team was seen to open,
     # and each costs an idle thread and a database poll a second.
     max_log_followers: int = 512
+    # Agent streams served at once, each on a thread of its own beside the two above: an agent's
+    # stream holds a server thread for as long as the agent is connected, so out of rpc_workers a
+    # few hundred agents left nothing for other calls, and past the pool's size the next agents and
+    # every other call waited for good (bench/sim_agents.py, at 1,000 agents). Threads are made as
+    # streams open, so an unused slot costs nothing.
+    max_agents: int = 2048
     # The HTTP server (gateway/http_limits.py): ordinary requests handled at once (more queue,
     # then get 503), and connections open at once (more are refused).
     http_workers: int = 64
@@ -258,6 +264,7 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
         login_window_s=args.login_window,
         initial_user_password=args.initial_user_password,
         max_log_followers=args.max_log_followers,
+        max_agents=args.max_agents,
         http_workers=args.http_workers,
         max_http_connections=args.max_http_connections,
         http_processes=args.http_processes,
@@ -286,6 +293,7 @@ def _plugins(items: list[str], parser: argparse.ArgumentParser) -> tuple[tuple[s
 
 # Each follower is a thread: past this the process's threads, not the setting, are the limit.
 MAX_LOG_FOLLOWERS = 10_000
+MAX_AGENTS = 20_000
 MAX_HTTP_WORKERS = 4096
 MAX_HTTP_CONNECTIONS = 100_000
 # Each is a Python process of ~60 MB; beyond the cores of a big machine more only contend.
@@ -325,6 +333,13 @@ def add_login_flags(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=int(env("CAIRN_MAX_LOG_FOLLOWERS", str(Settings.max_log_followers))),
         help="followed log streams (`logs -f`) served at once; more are refused until one ends",
+    )
+    parser.add_argument(
+        "--max-agents",
+        type=int,
+        default=int(env("CAIRN_MAX_AGENTS", str(Settings.max_agents))),
+        help="agents connected at once, each stream on a thread of its own; more are refused (and "
+        "retry) until one leaves",
     )
     parser.add_argument(
         "--http-workers",
@@ -394,6 +409,7 @@ def check_login_flags(args: argparse.Namespace, parser: argparse.ArgumentParser)
             f"--max-log-followers: must be between 1 and {MAX_LOG_FOLLOWERS}, not {args.max_log_followers}"
         )
     for flag, value, most in (
+        ("--max-agents", args.max_agents, MAX_AGENTS),
         ("--http-workers", args.http_workers, MAX_HTTP_WORKERS),
         ("--max-http-connections", args.max_http_connections, MAX_HTTP_CONNECTIONS),
         ("--http-processes", args.http_processes, MAX_HTTP_PROCESSES),

@@ -28,6 +28,9 @@ class AgentLink:
     agent_id: str
     outbox: queue.Queue[apb.MasterMessage | None] = field(default_factory=queue.Queue)
     last_heard: float = field(default_factory=time.monotonic)
+    # True while the stream's reader applies one of the agent's messages: the agent is not silent
+    # then, the master is behind (its messages wait unread while the database is busy).
+    applying: bool = False
     closed: threading.Event = field(default_factory=threading.Event)
 
     def close(self) -> None:

@@ -53,6 +53,7 @@ SHOWN_SETTINGS = frozenset(
         "initial_user_password",
         "rpc_workers",
         "max_log_followers",
+        "max_agents",
         "http_workers",
         "max_http_connections",
         "agent_heartbeat_interval_ms",
@@ -197,9 +198,10 @@ def effective_config(ctx: MasterContext) -> dict[str, Any]:
         # Where experiments that name no checkpoint storage keep their checkpoints.
         "checkpoint_dir": str(settings.checkpoint_dir),
         "read_cache_entries": settings.read_cache_entries,
-        # gRPC threads: ordinary calls, and followed log streams beside them (follow_slots.py).
+        # gRPC threads: ordinary calls, and followed log streams and agents' streams beside them.
         "rpc_workers": settings.rpc_workers,
         "max_log_followers": settings.max_log_followers,
+        "max_agents": settings.max_agents,
         # The HTTP server: ordinary requests at once, and open connections (http_limits.py).
         "http_workers": settings.http_workers,
         "max_http_connections": settings.max_http_connections,

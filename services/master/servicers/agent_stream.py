@@ -2,6 +2,10 @@
 
 Per agent stream, one reader thread applies what the agent sends, in order; the RPC's own thread
 sends what the master queues for the agent (Welcome first, then any backlog, then new commands).
+That thread is held for as long as the agent is connected, so the server's pool has one per agent
+slot beside the ordinary calls' (app.py); an agent past the last slot is refused at once with
+RESOURCE_EXHAUSTED (it retries with backoff) instead of waiting for a thread with every call behind
+it.
 """
 
 from __future__ import annotations
@@ -36,11 +40,26 @@ T = TypeVar("T")
 
 
 class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
-    def __init__(self, ctx: MasterContext, logs: LogStore) -> None:
+    def __init__(self, ctx: MasterContext, logs: LogStore, max_agents: int) -> None:
         self.ctx = ctx
         self.logs = logs
+        self.max_agents = max_agents
+        self._agent_slots = threading.BoundedSemaphore(max_agents)
 
     def Connect(
+        self, request_iterator: Iterator[apb.AgentMessage], context: grpc.ServicerContext
+    ) -> Iterator[apb.MasterMessage]:
+        if not self._agent_slots.acquire(blocking=False):
+            context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"this master already serves {self.max_agents} agents (its --max-agents): retry later",
+            )
+        try:
+            yield from self._session(request_iterator, context)
+        finally:
+            self._agent_slots.release()
+
+    def _session(
         self, request_iterator: Iterator[apb.AgentMessage], context: grpc.ServicerContext
     ) -> Iterator[apb.MasterMessage]:
         try:
@@ -97,7 +116,7 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
             try:
                 message = link.outbox.get(timeout=0.5)
             except queue.Empty:
-                if time.monotonic() - link.last_heard > timeout:
+                if not link.applying and time.monotonic() - link.last_heard > timeout:
                     log.warning("agent silent for too long; closing its stream", agent_id=link.agent_id)
                     return
                 continue
@@ -164,13 +183,21 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
     def _apply(self, link: AgentLink, what: str, apply: Callable[[], T]) -> T:
         """Apply one message from an agent, riding out a database outage. Applying a message twice
         applies it once (state changes and log lines carry per-container sequence numbers), so
-        even a commit in doubt is tried again. While it waits the agent counts as heard: it is the
-        master that is not listening."""
+        even a commit in doubt is tried again. While it applies, and while it waits out an outage,
+        the agent counts as heard: it is the master that is not listening."""
 
         def still_here() -> None:
             link.last_heard = time.monotonic()
 
-        return ride_out(apply, what=what, idempotent=True, stopping=self.ctx.stopping, waiting=still_here)
+        # The same while the transaction waits its turn: at 1,000 agents the state changes of a
+        # full cluster's starts queue for the database for longer than the heartbeat timeout, and
+        # the agents, heard all along, were cut off (bench/sim_agents.py).
+        link.applying = True
+        try:
+            return ride_out(apply, what=what, idempotent=True, stopping=self.ctx.stopping, waiting=still_here)
+        finally:
+            link.applying = False
+            still_here()
 
     def _container_state(self, change: apb.ContainerStateChanged) -> None:
         with self.ctx.unit_of_work() as w:

@@ -1,0 +1,505 @@
+"""Scheduling passes on a real cluster of many simulated agents (issue 14).
+
+A local cluster (real master, scheduler, searcher processes, started by the same supervisor as
+`cairn cluster up`) with no real agents, on SQLite (a temporary state directory) or PostgreSQL (a
+scratch database, dropped afterwards). In this process, --agents simulated agents of --slots CPU
+slots each, on one asyncio loop, each holding its own AgentService.Connect stream over its own
+socket, authenticated with the cluster token the local cluster keeps in its record: Hello, the
+Welcome, heartbeats at the interval the Welcome asks, an ok for every command, and a fake process
+runtime (a start is RUNNING at once and TERMINATED with exit code 0 after --trial-seconds, with a
+little jitter; a kill or terminate signal ends it at once).
+
+An experiment of --trials one-slot trials (a grid; its entrypoint never runs) then fills the
+cluster, and turns over for --seconds after it is full: each trial that ends frees a slot and the
+master places the next pending one. Reported:
+
+- connected: from the first agent dialling to every agent welcomed;
+- full: from the experiment's creation until the first --agents x --slots trials were started
+  (placed and their StartContainer received; with short trials the first have ended by then);
+- over the turnover window (a difference of two /metrics scrapes of the master's
+  `cairn_scheduling_pass_seconds` histogram): passes, their p50/p95 (interpolated within the
+  histogram's buckets) and mean, trials ended per second, and the master's and scheduler's CPU
+  seconds (/proc/<pid>/stat).
+
+    .venv/bin/python -m bench.sim_agents [--agents 1000] [--slots 8] [--trials 10000] [--seconds 60]
+        [--trial-seconds 2] [--backend sqlite|postgres]
+
+Everything it starts is stopped and removed when it ends, Ctrl-C included. Only 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import random
+import re
+import shutil
+import tempfile
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import grpc.aio
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from bench.cairn_cluster import Api, cairn_cluster
+from bench.metric_intake import scratch_postgres
+from cairn.agent.v1 import agent_pb2 as apb
+from cairn.agent.v1 import agent_pb2_grpc
+from cairn.api.v1 import experiment_pb2
+from cairn.localcluster.paths import ClusterPaths
+from cairn.localcluster.record import ClusterRecord, load_record
+from cairn.metadata_keys import CLUSTER_TOKEN_KEY
+from cairn.wire import CHANNEL_OPTIONS
+
+HERE = Path(__file__).parent
+MODEL_DIR = HERE / "trials" / "sleep_trial"
+CONFIG = """
+name: sim-agents-{trials}
+entrypoint: python3 sleep_trial.py
+searcher:
+  name: grid
+  metric: loss
+  smaller_is_better: true
+  max_length: 1
+  max_concurrent_trials: 0  # all at once (Determined: 0 is no limit)
+max_restarts: 0  # a trial that exits without its searcher work ends once: one turnover each
+resources:
+  slots_per_trial: 1
+hyperparameters:
+  x:
+    type: int
+    minval: 0
+    maxval: {top}
+    count: {trials}
+"""
+PASS_METRIC = "cairn_scheduling_pass_seconds"
+# Agents dialling at once while the cluster comes up: all of them at once would measure the
+# listen backlog more than the master.
+DIAL_CONCURRENCY = 100
+# A trial's end: the jitter (a fraction of --trial-seconds) keeps ends from arriving in waves.
+JITTER = 0.2
+SIGTERM_EXIT, SIGKILL_EXIT = 143, 137
+
+
+@dataclass
+class Tally:
+    """What the simulated agents have seen, for the whole run."""
+
+    welcomed: int = 0
+    started: int = 0
+    ended: int = 0
+    # The most trials running at once.
+    peak_running: int = 0
+
+
+def now_timestamp() -> Timestamp:
+    stamp = Timestamp()
+    stamp.GetCurrentTime()
+    return stamp
+
+
+class SimAgent:
+    """One simulated agent: its own channel and Connect stream, and a fake process runtime."""
+
+    def __init__(
+        self, agent_id: str, slots: int, address: str, token: str, trial_seconds: float, tally: Tally
+    ):
+        self.agent_id = agent_id
+        self.slots = slots
+        self.address = address
+        self.token = token
+        self.trial_seconds = trial_seconds
+        self.tally = tally
+        self.welcomed = asyncio.Event()
+        # One writer per stream (grpc.aio allows no concurrent writes): everything goes through it.
+        self.outgoing: asyncio.Queue[apb.AgentMessage] = asyncio.Queue()
+        self.seq: dict[str, int] = {}
+        # Running containers: their trial's end, and their allocation (for a kill's report).
+        self.timers: dict[str, asyncio.TimerHandle] = {}
+        self.allocations: dict[str, str] = {}
+
+    def hello(self) -> apb.Hello:
+        slots = [
+            apb.Slot(
+                id=str(i),
+                type=apb.DEVICE_TYPE_CPU,
+                brand="simulated",
+                uuid=str(uuid.uuid5(uuid.NAMESPACE_URL, f"{self.agent_id}/cpu/{i}")),
+                index=i,
+            )
+            for i in range(self.slots)
+        ]
+        return apb.Hello(
+            agent_id=self.agent_id,
+            version="sim",
+            resource_pool="default",
+            hostname=self.agent_id,
+            addresses=["127.0.0.1"],
+            slots=slots,
+            runtime="process",
+            boot_time=now_timestamp(),
+        )
+
+    async def run(self, dial: asyncio.Semaphore) -> None:
+        async with grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS) as channel:
+            stub = agent_pb2_grpc.AgentServiceStub(channel)
+            call = stub.Connect(metadata=[(CLUSTER_TOKEN_KEY, self.token)])
+            async with dial:
+                await call.write(apb.AgentMessage(hello=self.hello()))
+                first = await call.read()
+            if not isinstance(first, apb.MasterMessage) or first.WhichOneof("msg") != "welcome":
+                raise RuntimeError(f"{self.agent_id}: the master's first message is not a welcome")
+            heartbeat_s = (first.welcome.heartbeat_interval_ms or 5000) / 1000
+            self.tally.welcomed += 1
+            self.welcomed.set()
+            tasks = [
+                asyncio.create_task(self.write_loop(call)),
+                asyncio.create_task(self.heartbeat_loop(heartbeat_s)),
+            ]
+            try:
+                await self.read_loop(call)
+            finally:
+                for task in tasks:
+                    task.cancel()
+                for timer in self.timers.values():
+                    timer.cancel()
+                call.cancel()
+
+    async def write_loop(self, call: grpc.aio.StreamStreamCall) -> None:
+        while True:
+            await call.write(await self.outgoing.get())
+
+    async def heartbeat_loop(self, interval_s: float) -> None:
+        seq = 0
+        while True:
+            await asyncio.sleep(interval_s)
+            seq += 1
+            self.outgoing.put_nowait(
+                apb.AgentMessage(heartbeat=apb.Heartbeat(seq=seq, sent_at=now_timestamp()))
+            )
+
+    async def read_loop(self, call: grpc.aio.StreamStreamCall) -> None:
+        while True:
+            message = await call.read()
+            if message is grpc.aio.EOF:
+                return
+            assert isinstance(message, apb.MasterMessage)
+            kind = message.WhichOneof("msg")
+            if kind == "start":
+                self.start(message.start)
+            elif kind == "kill":
+                self.command_done(message.kill.command_id)
+                self.terminate(message.kill.container_id, SIGKILL_EXIT)
+            elif kind == "signal":
+                self.command_done(message.signal.command_id)
+                if message.signal.signal == apb.SignalContainer.SIGNAL_TERMINATE:
+                    self.terminate(message.signal.container_id, SIGTERM_EXIT)
+            elif kind == "shutdown":
+                return
+            # log_ack: nothing kept to forget (every state change is sent once, on a live stream).
+
+    def command_done(self, command_id: str) -> None:
+        self.outgoing.put_nowait(apb.AgentMessage(ack=apb.CommandAck(command_id=command_id, ok=True)))
+
+    def start(self, start: apb.StartContainer) -> None:
+        self.command_done(start.command_id)
+        self.tally.started += 1
+        self.tally.peak_running = max(self.tally.peak_running, self.tally.started - self.tally.ended)
+        container_id, allocation_id = start.container_id, start.allocation_id
+        self.allocations[container_id] = allocation_id
+        self.report(container_id, allocation_id, apb.CONTAINER_STATE_RUNNING)
+        seconds = self.trial_seconds * random.uniform(1 - JITTER, 1 + JITTER)
+        loop = asyncio.get_running_loop()
+        self.timers[container_id] = loop.call_later(seconds, self.exit, container_id, allocation_id, 0)
+
+    def terminate(self, container_id: str, exit_code: int) -> None:
+        timer = self.timers.get(container_id)
+        if timer is None:
+            return  # already ended (or never ours): the master has its TERMINATED
+        timer.cancel()
+        allocation_id = self.allocations[container_id]
+        self.exit(container_id, allocation_id, exit_code, apb.FAILURE_TYPE_KILLED)
+
+    def exit(
+        self,
+        container_id: str,
+        allocation_id: str,
+        exit_code: int,
+        failure: int = apb.FAILURE_TYPE_UNSPECIFIED,
+    ) -> None:
+        self.report(container_id, allocation_id, apb.CONTAINER_STATE_TERMINATED, exit_code, failure)
+        self.timers.pop(container_id, None)
+        self.allocations.pop(container_id, None)
+        self.seq.pop(container_id, None)
+        self.tally.ended += 1
+
+    def report(
+        self,
+        container_id: str,
+        allocation_id: str,
+        state: int,
+        exit_code: int | None = None,
+        failure: int = apb.FAILURE_TYPE_UNSPECIFIED,
+    ) -> None:
+        """A state change, with the container's next sequence number (the master applies each
+        (container, seq) once and ignores one at or below what it stored)."""
+        seq = self.seq.get(container_id, 0) + 1
+        self.seq[container_id] = seq
+        change = apb.ContainerStateChanged(
+            container_id=container_id,
+            allocation_id=allocation_id,
+            state=state,  # type: ignore[arg-type]
+            exit_code=exit_code,
+            failure_type=failure,  # type: ignore[arg-type]
+            time=now_timestamp(),
+            seq=seq,
+        )
+        self.outgoing.put_nowait(apb.AgentMessage(container_state=change))
+
+
+# -- the master's measurements ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class Buckets:
+    """A scrape of a Prometheus histogram: cumulative counts by upper bound (the last is +Inf)."""
+
+    bounds: tuple[float, ...]
+    cumulative: tuple[float, ...]
+    total: float
+
+    def minus(self, earlier: Buckets) -> Buckets:
+        return Buckets(
+            self.bounds,
+            tuple(a - b for a, b in zip(self.cumulative, earlier.cumulative, strict=True)),
+            self.total - earlier.total,
+        )
+
+    @property
+    def count(self) -> float:
+        return self.cumulative[-1] if self.cumulative else 0.0
+
+    def quantile(self, q: float) -> float:
+        """Interpolated linearly within the bucket it falls in, as Prometheus' histogram_quantile
+        does; inf when it falls past the last finite bound."""
+        if not self.count:
+            return float("nan")
+        target = q * self.count
+        lower, below = 0.0, 0.0
+        for bound, cumulative in zip(self.bounds, self.cumulative, strict=True):
+            if cumulative >= target:
+                if bound == float("inf"):
+                    return bound
+                share = (target - below) / (cumulative - below) if cumulative > below else 1.0
+                return lower + (bound - lower) * share
+            lower, below = bound, cumulative
+        return float("inf")
+
+
+def scrape(http_url: str) -> str:
+    with urllib.request.urlopen(f"{http_url.rstrip('/')}/metrics", timeout=30) as reply:
+        return str(reply.read().decode())
+
+
+def pass_buckets(text: str) -> Buckets:
+    pairs = [
+        (float(bound), float(count))
+        for bound, count in re.findall(rf'^{PASS_METRIC}_bucket{{le="([^"]+)"}} ([0-9.eE+-]+)$', text, re.M)
+    ]
+    pairs.sort()
+    total = re.search(rf"^{PASS_METRIC}_sum ([0-9.eE+-]+)$", text, re.M)
+    return Buckets(
+        tuple(b for b, _ in pairs), tuple(c for _, c in pairs), float(total.group(1)) if total else 0.0
+    )
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of a process so far (0 when it is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat.rpartition(")")[2].split()
+    # After the command's closing parenthesis: state is field 3, utime 14 and stime 15.
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    at: float
+    passes: Buckets
+    ended: int
+    cpu: dict[str, float]
+
+
+# -- the run -----------------------------------------------------------------------------------------
+async def wait_until(
+    predicate: Callable[[], bool],
+    timeout: float,
+    what: str,
+    agent_tasks: list[asyncio.Task[None]],
+    tally: Tally,
+) -> float:
+    """Seconds until `predicate()` holds, polled every 50 ms; fails after `timeout` s or as soon as
+    an agent's stream has failed."""
+    started = time.perf_counter()
+    deadline = started + timeout
+    while not predicate():
+        failed = [t for t in agent_tasks if t.done() and not t.cancelled() and t.exception() is not None]
+        if failed:
+            raise RuntimeError(
+                f"while waiting for {what}: {len(failed)} agents failed, e.g. {failed[0].exception()!r}"
+            )
+        if time.perf_counter() > deadline:
+            raise TimeoutError(
+                f"{what}: not within {timeout:g} s ({tally.welcomed} agents welcomed, {tally.started} "
+                f"trials started, {tally.ended} ended)"
+            )
+        await asyncio.sleep(0.05)
+    return time.perf_counter() - started
+
+
+def kill_unless_ended(api: Api, experiment_id: int) -> None:
+    """Kill the experiment (so that the cluster stops with nothing left to place) unless every
+    trial already ended."""
+    try:
+        api.KillExperiment(experiment_pb2.KillExperimentRequest(id=experiment_id))
+    except grpc.RpcError as exc:
+        if exc.code() != grpc.StatusCode.FAILED_PRECONDITION:  # already ended
+            raise
+
+
+async def snapshot(http_url: str, tally: Tally, pids: dict[str, int]) -> Snapshot:
+    text = await asyncio.to_thread(scrape, http_url)
+    cpu = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    cpu["bench"] = time.process_time()
+    return Snapshot(time.perf_counter(), pass_buckets(text), tally.ended, cpu)
+
+
+async def turnover(args: argparse.Namespace, api: Api, record: ClusterRecord) -> dict[str, float]:
+    assert record.master_grpc_address and record.master_http_url
+    pids = {name: p.pid for name in ("master", "scheduler") if (p := record.by_name(name)) is not None}
+    tally = Tally()
+    agents = [
+        SimAgent(
+            f"sim-{i:04d}",
+            args.slots,
+            record.master_grpc_address,
+            record.cluster_token,
+            args.trial_seconds,
+            tally,
+        )
+        for i in range(args.agents)
+    ]
+    dial = asyncio.Semaphore(DIAL_CONCURRENCY)
+    tasks = [asyncio.create_task(agent.run(dial)) for agent in agents]
+    try:
+        connected = await wait_until(
+            lambda: tally.welcomed == args.agents,
+            60 + args.agents * 0.2,
+            f"{args.agents} agents welcomed",
+            tasks,
+            tally,
+        )
+        print(f"{args.agents} agents connected in {connected:.2f} s", flush=True)
+        config = CONFIG.format(trials=args.trials, top=args.trials - 1)
+        started = time.perf_counter()
+        experiment_id = await asyncio.to_thread(api.create, config, MODEL_DIR)
+        capacity = min(args.agents * args.slots, args.trials)
+        await wait_until(lambda: tally.started >= capacity, 600, f"{capacity} trials started", tasks, tally)
+        full = time.perf_counter() - started
+        print(f"the first {capacity} trials placed {full:.2f} s after the experiment's creation", flush=True)
+        before = await snapshot(record.master_http_url, tally, pids)
+        window_end = before.at + args.seconds
+        while time.perf_counter() < window_end and tally.ended < args.trials:
+            await asyncio.sleep(min(1.0, max(0.0, window_end - time.perf_counter())))
+        after = await snapshot(record.master_http_url, tally, pids)
+        await asyncio.to_thread(kill_unless_ended, api, experiment_id)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    passes = after.passes.minus(before.passes)
+    window = after.at - before.at
+    figures = {
+        "connected_s": connected,
+        "full_s": full,
+        "window_s": window,
+        "passes": passes.count,
+        "p50_ms": passes.quantile(0.5) * 1000,
+        "p95_ms": passes.quantile(0.95) * 1000,
+        "mean_ms": passes.total / passes.count * 1000 if passes.count else float("nan"),
+        "ended_per_s": (after.ended - before.ended) / window,
+        "peak_running": tally.peak_running,
+    }
+    for name, seconds in after.cpu.items():
+        figures[f"{name}_cpu_s"] = seconds - before.cpu[name]
+    return figures
+
+
+@contextlib.contextmanager
+def database(backend: str) -> Iterator[str | None]:
+    if backend == "postgres":
+        with scratch_postgres() as url:
+            yield url
+    elif backend == "sqlite":
+        yield None  # the master's own, in the temporary state directory
+    else:
+        raise SystemExit(f"--backend: no backend {backend!r} (sqlite, postgres)")
+
+
+def run(args: argparse.Namespace) -> dict[str, float]:
+    with (
+        database(args.backend) as db_url,
+        tempfile.TemporaryDirectory(prefix="cairn-sim-agents-") as tmp,
+        cairn_cluster(Path(tmp), agents=0, slots=args.slots, db_url=db_url) as api,
+    ):
+        paths = ClusterPaths(Path(tmp))
+        record = load_record(paths.record_file)
+        assert record is not None, "the local cluster keeps no record"
+        try:
+            return asyncio.run(turnover(args, api, record))
+        except Exception:
+            if args.keep_logs:
+                shutil.copytree(paths.logs_dir, args.keep_logs, dirs_exist_ok=True)
+                print(f"the cluster's logs are in {args.keep_logs}", flush=True)
+            raise
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--agents", type=int, default=1000)
+    parser.add_argument("--slots", type=int, default=8)
+    parser.add_argument("--trials", type=int, default=10_000)
+    parser.add_argument(
+        "--seconds", type=float, default=60.0, help="the turnover window, once the cluster is full"
+    )
+    parser.add_argument("--trial-seconds", type=float, default=2.0)
+    parser.add_argument("--backend", default="sqlite", choices=("sqlite", "postgres"))
+    parser.add_argument(
+        "--keep-logs", type=Path, help="a folder to copy the cluster's logs to if the run fails"
+    )
+    args = parser.parse_args()
+    figures = run(args)
+    print(
+        f"{args.backend}, {args.agents} agents x {args.slots} slots, {args.trials} trials of "
+        f"{args.trial_seconds:g} s: over {figures['window_s']:.1f} s, {figures['passes']:.0f} passes, "
+        f"p50 {figures['p50_ms']:.1f} ms, p95 {figures['p95_ms']:.1f} ms, mean {figures['mean_ms']:.1f} ms; "
+        f"{figures['ended_per_s']:.1f} trials ended/s, at most {figures['peak_running']:.0f} running; "
+        "CPU s: "
+        + ", ".join(
+            f"{k.removesuffix('_cpu_s')} {v:.1f}" for k, v in figures.items() if k.endswith("_cpu_s")
+        ),
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    main()
