@@ -16,10 +16,12 @@ master places the next pending one. Reported:
 - connected: from the first agent dialling to every agent welcomed;
 - full: from the experiment's creation until the first --agents x --slots trials were started
   (placed and their StartContainer received; with short trials the first have ended by then);
-- over the turnover window (a difference of two /metrics scrapes of the master's
-  `cairn_scheduling_pass_seconds` histogram): passes, their p50/p95 (interpolated within the
-  histogram's buckets) and mean, trials ended per second, and the master's and scheduler's CPU
-  seconds (/proc/<pid>/stat).
+- over the turnover window (a difference of two /metrics scrapes of the master's histograms):
+  passes, the p50/p95 (interpolated within the histogram's buckets) and mean of their decisions in
+  wall time (`cairn_scheduling_pass_seconds`) and in the scheduling thread's CPU time
+  (`cairn_scheduling_pass_cpu_seconds`: the difference is waiting for the GIL and locks), and of
+  starting what each placed (`cairn_scheduling_start_seconds`); trials ended per second; the
+  master's and scheduler's CPU seconds (/proc/<pid>/stat).
 
     .venv/bin/python -m bench.sim_agents [--agents 1000] [--slots 8] [--trials 10000] [--seconds 60]
         [--trial-seconds 2] [--backend sqlite|postgres]
@@ -79,7 +81,12 @@ hyperparameters:
     maxval: {top}
     count: {trials}
 """
-PASS_METRIC = "cairn_scheduling_pass_seconds"
+# A pass's decision (wall and the scheduling thread's CPU) and the starting of what it placed.
+PASS_METRICS = {
+    "pass": "cairn_scheduling_pass_seconds",
+    "pass_cpu": "cairn_scheduling_pass_cpu_seconds",
+    "start": "cairn_scheduling_start_seconds",
+}
 # Agents dialling at once while the cluster comes up: all of them at once would measure the
 # listen backlog more than the master.
 DIAL_CONCURRENCY = 100
@@ -306,13 +313,13 @@ def scrape(http_url: str) -> str:
         return str(reply.read().decode())
 
 
-def pass_buckets(text: str) -> Buckets:
+def histogram_buckets(text: str, metric: str) -> Buckets:
     pairs = [
         (float(bound), float(count))
-        for bound, count in re.findall(rf'^{PASS_METRIC}_bucket{{le="([^"]+)"}} ([0-9.eE+-]+)$', text, re.M)
+        for bound, count in re.findall(rf'^{metric}_bucket{{le="([^"]+)"}} ([0-9.eE+-]+)$', text, re.M)
     ]
     pairs.sort()
-    total = re.search(rf"^{PASS_METRIC}_sum ([0-9.eE+-]+)$", text, re.M)
+    total = re.search(rf"^{metric}_sum ([0-9.eE+-]+)$", text, re.M)
     return Buckets(
         tuple(b for b, _ in pairs), tuple(c for _, c in pairs), float(total.group(1)) if total else 0.0
     )
@@ -332,7 +339,7 @@ def cpu_seconds(pid: int) -> float:
 @dataclass(frozen=True)
 class Snapshot:
     at: float
-    passes: Buckets
+    histograms: dict[str, Buckets]
     ended: int
     cpu: dict[str, float]
 
@@ -378,7 +385,8 @@ async def snapshot(http_url: str, tally: Tally, pids: dict[str, int]) -> Snapsho
     text = await asyncio.to_thread(scrape, http_url)
     cpu = {name: cpu_seconds(pid) for name, pid in pids.items()}
     cpu["bench"] = time.process_time()
-    return Snapshot(time.perf_counter(), pass_buckets(text), tally.ended, cpu)
+    histograms = {name: histogram_buckets(text, metric) for name, metric in PASS_METRICS.items()}
+    return Snapshot(time.perf_counter(), histograms, tally.ended, cpu)
 
 
 async def turnover(args: argparse.Namespace, api: Api, record: ClusterRecord) -> dict[str, float]:
@@ -424,19 +432,20 @@ async def turnover(args: argparse.Namespace, api: Api, record: ClusterRecord) ->
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-    passes = after.passes.minus(before.passes)
     window = after.at - before.at
     figures = {
         "connected_s": connected,
         "full_s": full,
         "window_s": window,
-        "passes": passes.count,
-        "p50_ms": passes.quantile(0.5) * 1000,
-        "p95_ms": passes.quantile(0.95) * 1000,
-        "mean_ms": passes.total / passes.count * 1000 if passes.count else float("nan"),
         "ended_per_s": (after.ended - before.ended) / window,
         "peak_running": tally.peak_running,
     }
+    for name in PASS_METRICS:
+        seen = after.histograms[name].minus(before.histograms[name])
+        figures[f"{name}_count"] = seen.count
+        figures[f"{name}_p50_ms"] = seen.quantile(0.5) * 1000
+        figures[f"{name}_p95_ms"] = seen.quantile(0.95) * 1000
+        figures[f"{name}_mean_ms"] = seen.total / seen.count * 1000 if seen.count else float("nan")
     for name, seconds in after.cpu.items():
         figures[f"{name}_cpu_s"] = seconds - before.cpu[name]
     return figures
@@ -490,8 +499,13 @@ def main() -> None:
     figures = run(args)
     print(
         f"{args.backend}, {args.agents} agents x {args.slots} slots, {args.trials} trials of "
-        f"{args.trial_seconds:g} s: over {figures['window_s']:.1f} s, {figures['passes']:.0f} passes, "
-        f"p50 {figures['p50_ms']:.1f} ms, p95 {figures['p95_ms']:.1f} ms, mean {figures['mean_ms']:.1f} ms; "
+        f"{args.trial_seconds:g} s: over {figures['window_s']:.1f} s, {figures['pass_count']:.0f} passes; "
+        + "; ".join(
+            f"{label} p50 {figures[f'{name}_p50_ms']:.1f} ms, p95 {figures[f'{name}_p95_ms']:.1f} ms, "
+            f"mean {figures[f'{name}_mean_ms']:.1f} ms"
+            for name, label in (("pass", "decision"), ("pass_cpu", "its CPU"), ("start", "starting"))
+        )
+        + "; "
         f"{figures['ended_per_s']:.1f} trials ended/s, at most {figures['peak_running']:.0f} running; "
         "CPU s: "
         + ", ".join(

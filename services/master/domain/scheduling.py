@@ -19,7 +19,7 @@ from services.common.logging import get_logger
 from services.common.priority import DETERMINED_DEFAULT_PRIORITY
 from services.master.domain import allocations
 from services.master.domain.clock import utcnow
-from services.master.domain.context import MasterContext
+from services.master.domain.context import MasterContext, Work
 from services.master.domain.errors import DomainError
 from services.master.domain.loops import BackgroundLoop
 from services.master.domain.provisioning.decide import fits_shape
@@ -39,10 +39,13 @@ from services.master.domain.states import (
     PLACED_ALLOCATION,
 )
 from services.master.domain.states import AllocationState as A
+from services.master.domain.telemetry import Telemetry
 from services.master.store import models
 
 log = get_logger(__name__)
 
+# Assignments started per transaction (SchedulingLoop._apply).
+APPLY_CHUNK = 64
 # Without any wake-up, look again this often (agents may have freed slots).
 MAX_IDLE_S = 2.0
 # A pass that could only repeat the last one is skipped (SchedulingLoop._step), but never for
@@ -205,6 +208,19 @@ def never_fits(ctx: MasterContext, pool: str, slots: int) -> str | None:
     return reason or f"no placement for {slots} slots"
 
 
+class _PassClock:
+    """A pass's decision time, wall and the scheduling thread's CPU (only passes with something to
+    place are counted: an idle pass costs nothing worth a sample)."""
+
+    def __init__(self) -> None:
+        self.wall = time.perf_counter()
+        self.cpu = time.thread_time()
+
+    def decided(self, telemetry: Telemetry) -> None:
+        telemetry.scheduling_pass.observe(time.perf_counter() - self.wall)
+        telemetry.scheduling_pass_cpu.observe(time.thread_time() - self.cpu)
+
+
 class SchedulingLoop:
     def __init__(self, ctx: MasterContext) -> None:
         self._ctx = ctx
@@ -254,7 +270,7 @@ class SchedulingLoop:
         preempted nothing)."""
         if self.view is not None:
             return self._session_pass()
-        started = time.perf_counter()
+        clock = _PassClock()
         request, any_pending, capped = build_request(self._ctx)
         held_back = {alloc_id: (reason, 0) for alloc_id, reason in capped.items()}
         if not any_pending:
@@ -262,17 +278,13 @@ class SchedulingLoop:
                 self.waiting.reasons = held_back
                 self._ctx.data_changed()
             return True
-        try:
-            return self._decide_and_apply(request, held_back)
-        finally:
-            # Passes with something to place only: an idle pass costs nothing worth a sample.
-            self._ctx.telemetry.scheduling_pass.observe(time.perf_counter() - started)
+        return self._decide_and_apply(request, held_back, clock)
 
     def _session_pass(self) -> bool:
         """A pass over the scheduler's session: the changes since the last pass go out, the
         decision comes back. A snapshot replaces the session whenever either side is in doubt."""
         assert self.view is not None
-        started = time.perf_counter()
+        clock = _PassClock()
         with self.view.lock:
             step = self.view.next_pass()
         try:
@@ -298,7 +310,7 @@ class SchedulingLoop:
         decision = answer.decision
         self._take_reasons(step, decision)
         if step.any_pending or step.request.snapshot:
-            self._ctx.telemetry.scheduling_pass.observe(time.perf_counter() - started)
+            clock.decided(self._ctx.telemetry)
         if decision.assignments or decision.preemptions:
             self._apply(decision)
             return False
@@ -338,7 +350,9 @@ class SchedulingLoop:
         self.waiting.set_later(positions)
         self._ctx.data_changed()  # reasons and queue positions show in the API
 
-    def _decide_and_apply(self, request: pb.ScheduleRequest, held_back: dict[str, tuple[str, int]]) -> bool:
+    def _decide_and_apply(
+        self, request: pb.ScheduleRequest, held_back: dict[str, tuple[str, int]], clock: _PassClock
+    ) -> bool:
         try:
             decision = self._ctx.scheduler.schedule(request)
         except DomainError as exc:
@@ -347,6 +361,7 @@ class SchedulingLoop:
                 self._last_error = str(exc)
             return False
         self._last_error = ""
+        clock.decided(self._ctx.telemetry)
         reasons = {w.allocation_id: (w.reason, w.queue_position) for w in decision.waiting} | held_back
         if reasons != self.waiting.reasons:
             self.waiting.reasons = reasons
@@ -357,43 +372,58 @@ class SchedulingLoop:
         return True
 
     def _apply(self, decision: pb.ScheduleResponse) -> None:
+        """Start what the decision places, APPLY_CHUNK assignments per transaction (a pass that
+        fills a thousand freed slots must not hold the master's lock for seconds while agents'
+        reports wait), then ask for the preemptions."""
         ctx = self._ctx
-        with ctx.unit_of_work() as w:
-            # The slots of the agents the decision names that live work holds now: a container
-            # per placement, so the agents' containers say it without reading every placement.
-            named = {p.agent_id for a in decision.assignments for p in a.placements}
-            used: set[tuple[str, str]] = set()
-            for agent_id, slot_ids in w.session.execute(
-                select(models.Container.agent_id, models.Container.slot_ids)
-                .join(models.Allocation, models.Allocation.id == models.Container.allocation_id)
-                .where(
-                    models.Container.agent_id.in_(list(named)),
-                    models.Allocation.state.in_(list(PLACED_ALLOCATION)),
-                )
-            ):
-                used.update((agent_id, str(s)) for s in slot_ids)
-            connected = ctx.hub.connected_ids()
-            offsets = None
-            for assignment in decision.assignments:
-                alloc = w.session.get(models.Allocation, assignment.allocation_id)
-                if alloc is None or alloc.state != A.PENDING:
-                    continue
-                wanted = {(p.agent_id, s) for p in assignment.placements for s in p.slot_ids}
-                if wanted & used or any(p.agent_id not in connected for p in assignment.placements):
-                    continue  # stale decision; the next pass decides again
-                used |= wanted
+        started = time.perf_counter()
+        offsets = self.view.port_offsets() if self.view is not None else None
+        assignments = list(decision.assignments)
+        for start in range(0, len(assignments), APPLY_CHUNK):
+            with ctx.unit_of_work() as w:
                 if offsets is None:
-                    offsets = self.view.port_offsets() if self.view else allocations.PortOffsets.counted(w)
-                allocations.assign(
-                    ctx,
-                    w,
-                    alloc,
-                    [{"agent_id": p.agent_id, "slot_ids": list(p.slot_ids)} for p in assignment.placements],
-                    offsets,
-                )
-            for preemption in decision.preemptions:
-                alloc = w.session.get(models.Allocation, preemption.allocation_id)
-                if alloc is not None:
-                    allocations.request_preempt(
-                        ctx, w, alloc, f"preempted by the scheduler for {preemption.for_allocation_id}"
-                    )
+                    offsets = allocations.PortOffsets.counted(w)
+                self._assign(w, assignments[start : start + APPLY_CHUNK], offsets)
+        if decision.preemptions:
+            with ctx.unit_of_work() as w:
+                for preemption in decision.preemptions:
+                    alloc = w.session.get(models.Allocation, preemption.allocation_id)
+                    if alloc is not None:
+                        allocations.request_preempt(
+                            ctx, w, alloc, f"preempted by the scheduler for {preemption.for_allocation_id}"
+                        )
+        ctx.telemetry.scheduling_start.observe(time.perf_counter() - started)
+
+    def _assign(self, w: Work, assignments: list[pb.Assignment], offsets: allocations.PortOffsets) -> None:
+        """Assign each allocation still pending whose slots are still free on a connected agent:
+        the cluster may have moved on while the scheduler was deciding."""
+        ctx = self._ctx
+        # The slots of the agents the decision names that live work holds now: a container per
+        # placement, so the agents' containers say it without reading every placement.
+        named = {p.agent_id for a in assignments for p in a.placements}
+        used: set[tuple[str, str]] = set()
+        for agent_id, slot_ids in w.session.execute(
+            select(models.Container.agent_id, models.Container.slot_ids)
+            .join(models.Allocation, models.Allocation.id == models.Container.allocation_id)
+            .where(
+                models.Container.agent_id.in_(list(named)),
+                models.Allocation.state.in_(list(PLACED_ALLOCATION)),
+            )
+        ):
+            used.update((agent_id, str(s)) for s in slot_ids)
+        connected = ctx.hub.connected_ids()
+        for assignment in assignments:
+            alloc = w.session.get(models.Allocation, assignment.allocation_id)
+            if alloc is None or alloc.state != A.PENDING:
+                continue
+            wanted = {(p.agent_id, s) for p in assignment.placements for s in p.slot_ids}
+            if wanted & used or any(p.agent_id not in connected for p in assignment.placements):
+                continue  # stale decision; the next pass decides again
+            used |= wanted
+            allocations.assign(
+                ctx,
+                w,
+                alloc,
+                [{"agent_id": p.agent_id, "slot_ids": list(p.slot_ids)} for p in assignment.placements],
+                offsets,
+            )

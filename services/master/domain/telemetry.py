@@ -70,7 +70,12 @@ class Counter:
 class Telemetry:
     """One per master (MasterContext.telemetry)."""
 
+    # A scheduling pass's decision (changes read, sent, decided on), in wall time and in the
+    # scheduling thread's CPU time: on a busy master the two differ by the waits for the GIL.
     scheduling_pass: Histogram
+    scheduling_pass_cpu: Histogram
+    # Starting what a pass placed (containers recorded, start commands sent).
+    scheduling_start: Histogram
     metric_rows: Counter
     metric_batches: Counter
     # From a report's time (the trial's clock) to the commit that stored it.
@@ -80,6 +85,8 @@ class Telemetry:
     def new(cls) -> Telemetry:
         return cls(
             scheduling_pass=Histogram(),
+            scheduling_pass_cpu=Histogram(),
+            scheduling_start=Histogram(),
             metric_rows=Counter(),
             metric_batches=Counter(),
             metric_intake_latency=Histogram(),

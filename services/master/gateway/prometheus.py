@@ -47,8 +47,20 @@ def render(ctx: MasterContext) -> str:
     _histogram(
         lines,
         "cairn_scheduling_pass_seconds",
-        "Scheduling passes with something to place: building the request, the decision, applying it.",
+        "Scheduling passes with something to place: the changes (or the cluster) read, sent and decided on.",
         telemetry.scheduling_pass,
+    )
+    _histogram(
+        lines,
+        "cairn_scheduling_pass_cpu_seconds",
+        "The same passes in the scheduling thread's CPU time (wall time less waits for locks and the GIL).",
+        telemetry.scheduling_pass_cpu,
+    )
+    _histogram(
+        lines,
+        "cairn_scheduling_start_seconds",
+        "Starting what a pass placed: allocations assigned, containers recorded, start commands sent.",
+        telemetry.scheduling_start,
     )
     _gauge(
         lines,

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import select
 
 from cairn.scheduler.v1 import scheduler_pb2 as pb
-from services.master.domain import experiment_edits, experiments
+from services.master.domain import experiment_edits, experiments, scheduling
 from services.master.domain.errors import Unavailable
 from services.master.store import models
 from tests.unit.master.domain.harness import Master, config_text
@@ -151,3 +151,26 @@ def test_a_canceled_experiments_pending_trials_leave_the_session(master: Master,
     master.scheduling.run_pass()
     assert master.scheduling.view is not None
     assert master.scheduling.view.pending == 0
+
+
+def test_a_pass_that_places_many_starts_them_a_chunk_per_transaction(
+    master: Master, monkeypatch: Any
+) -> None:
+    for i in range(100):
+        master.add_agent(f"a{i:03d}", slots=1)
+    units: list[int] = []
+    real_assign = master.scheduling._assign
+    monkeypatch.setattr(
+        master.scheduling,
+        "_assign",
+        lambda w, chunk, offsets: units.append(len(chunk)) or real_assign(w, chunk, offsets),
+    )
+    master.create(grid(150))
+    master.settle()
+    assert assigned(master) == 100
+    assert units[:2] == [scheduling.APPLY_CHUNK, 100 - scheduling.APPLY_CHUNK]
+    with master.db.read() as s:
+        offsets = [o for o in s.scalars(select(models.Allocation.port_offset)) if o is not None]
+    assert sorted(offsets) == list(range(100))  # one port block each, across the chunks
+    assert master.ctx.telemetry.scheduling_start.snapshot().count >= 1
+    assert master.ctx.telemetry.scheduling_pass_cpu.snapshot().count >= 1
