@@ -55,6 +55,7 @@ SHOWN_SETTINGS = frozenset(
         "max_log_followers",
         "max_agents",
         "http_workers",
+        "http_processes",
         "max_http_connections",
         "agent_heartbeat_interval_ms",
         "agent_heartbeat_timeout_s",
@@ -204,6 +205,7 @@ def effective_config(ctx: MasterContext) -> dict[str, Any]:
         "max_agents": settings.max_agents,
         # The HTTP server: ordinary requests at once, and open connections (http_limits.py).
         "http_workers": settings.http_workers,
+        "http_processes": settings.http_processes,
         "max_http_connections": settings.max_http_connections,
         # PostgreSQL: the lease that makes one master active and the others standbys.
         "leader_lease": {

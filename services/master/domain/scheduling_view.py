@@ -194,6 +194,15 @@ class SchedulingView:
         self._session_id = ""
 
     def next_pass(self) -> Pass:
+        if not self.check:
+            return self._next_pass()
+        # Checked (tests): no transaction may commit between reading the changes and the whole
+        # read they are compared with, or the comparison would see a change the pass rightly
+        # leaves to the next one. Units of work hold this lock through their commit.
+        with self._ctx.lock:
+            return self._next_pass()
+
+    def _next_pass(self) -> Pass:
         assert self.tracker is not None, "a view without a tracker only takes snapshots"
         changed = self.tracker.take()
         placeable = self._ctx.hub.placeable_ids()
