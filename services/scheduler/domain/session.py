@@ -39,7 +39,7 @@ from services.scheduler.domain.model import (
 from services.scheduler.domain.ordering import QueueKey, effective_priority, queue_key
 from services.scheduler.domain.priority_pass import Level, Shape, Tail, run_priority_pass, shape_of
 from services.scheduler.domain.reasons import PoolFacts
-from services.scheduler.domain.validation import validate_state
+from services.scheduler.domain.validation import validate_placements, validate_state
 
 # Where a pending request sits in its pool: (zero-slot?, priority, shape).
 QueuePlace = tuple[bool, int, Shape]
@@ -295,33 +295,19 @@ class SchedulingSession:
                 del levels[priority]
 
     def _check_placements(self, field: str, request: AllocationRequest) -> None:
-        agents_named: set[str] = set()
-        for j, placement in enumerate(request.placements):
-            where = f"{field}.placements[{j}]"
-            agent = self._agents.get(placement.agent_id)
-            if agent is None:
-                raise InvalidScheduleInput(f"{where}.agent_id", f"unknown agent '{placement.agent_id}'")
-            if placement.agent_id in agents_named:
-                raise InvalidScheduleInput(
-                    f"{where}.agent_id", f"agent '{placement.agent_id}' appears in two placements"
-                )
-            agents_named.add(placement.agent_id)
-            known = {s.id for s in agent.slots}
-            listed: set[str] = set()
-            for k, slot_id in enumerate(placement.slot_ids):
-                if slot_id not in known:
-                    raise InvalidScheduleInput(
-                        f"{where}.slot_ids[{k}]", f"unknown slot '{slot_id}' on agent '{placement.agent_id}'"
-                    )
-                if slot_id in listed:
-                    raise InvalidScheduleInput(f"{where}.slot_ids[{k}]", f"slot '{slot_id}' is listed twice")
-                listed.add(slot_id)
-                owner = self._claims.get((placement.agent_id, slot_id))
-                if owner is not None:
-                    raise InvalidScheduleInput(
-                        f"{where}.slot_ids[{k}]",
-                        f"slot '{slot_id}' on agent '{placement.agent_id}' is also placed for '{owner}'",
-                    )
+        """A whole state's checks (validation.py), against the session's agents and the slots the
+        running requests on the named agents claim."""
+        named = {p.agent_id for p in request.placements}
+        slots_by_agent = {a: {s.id for s in self._agents[a].slots} for a in named if a in self._agents}
+        claimed = {
+            (agent_id, slot_id): request_id
+            for agent_id in named
+            for request_id in self._on_agent.get(agent_id, ())
+            for placement in self._requests[request_id].placements
+            if placement.agent_id == agent_id
+            for slot_id in placement.slot_ids
+        }
+        validate_placements(field, request, slots_by_agent, claimed)
 
     # -- decisions -----------------------------------------------------------------------------
 

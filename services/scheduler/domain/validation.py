@@ -68,10 +68,10 @@ def _validate_requests(state: ClusterState, slots_by_agent: dict[str, set[str]])
             raise InvalidScheduleInput(f"{field}.slots_needed", "must be >= 0")
         if request.priority < 0:
             raise InvalidScheduleInput(f"{field}.priority", "must be >= 0 (0 means the pool's default)")
-        _validate_placements(field, request, slots_by_agent, claimed)
+        validate_placements(field, request, slots_by_agent, claimed)
 
 
-def _validate_placements(
+def validate_placements(
     field: str,
     request: AllocationRequest,
     slots_by_agent: dict[str, set[str]],
