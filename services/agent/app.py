@@ -227,7 +227,11 @@ class Agent:
             self._ready_written = True
 
     def _monitor(self, manager: ContainerManager, stop: threading.Event) -> None:
-        while not stop.wait(TICK_SECONDS):
+        while not stop.is_set():
+            manager.activity.wait(TICK_SECONDS)
+            manager.activity.clear()
+            if stop.is_set():
+                return
             try:
                 manager.tick()
             except Exception:

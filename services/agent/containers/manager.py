@@ -79,6 +79,9 @@ class ContainerManager:
         self._finished: dict[str, float] = {}
         # Set once the agent is shutting down: it starts nothing more (see start()).
         self._stopping = ""
+        # Set when a supervisor process of ours exits: the monitor ticks at once rather than at
+        # its next interval (its polling stays, for supervisors an earlier agent process started).
+        self.activity = threading.Event()
 
     # -- boot ------------------------------------------------------------------------------------
     def restore(self) -> None:
@@ -278,6 +281,7 @@ class ContainerManager:
                     ) from exc
                 c.record.shim_pid, c.record.shim_start_ticks = c.shim.pid, c.shim.start_ticks
                 self._save(c)
+                self._watch_exit(c)
             log.info("container launched", container_id=c.id, shim_pid=c.shim.pid, argv=prepared.argv)
         except StartError as exc:
             with self._lock:
@@ -294,6 +298,18 @@ class ContainerManager:
                 self._end_before_launch(
                     c, FailureType.TASK_ERROR, f"the agent failed to start the container: {exc}"
                 )
+
+    def _watch_exit(self, c: Container) -> None:
+        popen = c.shim.popen if c.shim is not None else None
+        if popen is None:
+            return
+
+        def wait_then_wake() -> None:
+            # Popen.wait and the monitor's poll() share Popen's own reaping lock.
+            popen.wait()
+            self.activity.set()
+
+        threading.Thread(target=wait_then_wake, name=f"exit-{c.id}", daemon=True).start()
 
     def _note(self, c: Container, message: str, level: str) -> None:
         with self._lock:
@@ -456,7 +472,10 @@ class ContainerManager:
                     # follows reaches the true end of the event file, which _finalize relies on.
                     self._supervise(c, now)
                     self._read_events(c)
-                    self._finalize(c, now)
+                    if self._finalize(c, now):
+                        # The final event goes out in this tick, not the next (a trial's end
+                        # reaches the master, and its slot the next trial, a tick sooner).
+                        self._read_events(c)
                     self._retire(c)
                     if c.dirty and now - c.saved_at >= SAVE_INTERVAL_SECONDS and c.id in self._containers:
                         self._save(c)
@@ -518,10 +537,11 @@ class ContainerManager:
             self._runtime.force_kill(c.shim, c.paths)
             c.forced_steps = 2
 
-    def _finalize(self, c: Container, now: float) -> None:
-        """Write the final event once the command's end is known and every line before it is read."""
+    def _finalize(self, c: Container, now: float) -> bool:
+        """Write the final event once the command's end is known and every line before it is read.
+        True when it wrote it now."""
         if c.record.state == ContainerState.TERMINATED or c.exit is None:
-            return
+            return False
         failure, exit_code, message = classify_exit(c.record, c.exit, c.lost)
         if c.record.forgotten:
             c.record.state = ContainerState.TERMINATED
@@ -529,9 +549,9 @@ class ContainerManager:
             c.record.finished_at = c.exit.finished_at or now
             self._save(c)
             self._preparer.ended(c.id)
-            return
+            return False
         if not c.caught_up:
-            return
+            return False
         if repair_tail(c.paths.events):
             log.warning("cut an incomplete last line from the event file", container_id=c.id)
         writer = EventWriter(c.paths.events, self._next_seq(c))
@@ -553,6 +573,7 @@ class ContainerManager:
             failure=failure.value or None,
             reason=message or None,
         )
+        return True
 
     def _set_terminated(
         self, c: Container, event: StateEvent, exit_code: int | None, failure: FailureType

@@ -13,6 +13,7 @@ the agent's modules), and the task's interpreter need not be able to import the 
 Standard library only, for the same reason.
 """
 
+import gc
 import importlib
 import json
 import os
@@ -54,6 +55,10 @@ def _become(assignment: dict[str, Any]) -> None:
 
 def main() -> None:
     _preload(sys.argv[1:])
+    # What the preloads made lives as long as the process: out of the collector's sight, no
+    # collection scans it again, and above all the interpreter's exit does not (its collections
+    # over every module's objects are most of the exit: ~35 ms of 45 with the Core API loaded).
+    gc.freeze()
     line = sys.stdin.buffer.readline()
     if not line.strip():
         os._exit(0)

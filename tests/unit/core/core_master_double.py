@@ -63,6 +63,9 @@ class MasterDouble(api_pb2_grpc.CairnServicer):
         self._stored_seqs: set[int] = set()
         self.metrics_gate = threading.Event()
         self.metrics_gate.set()
+        # Holds the shipper's opening question (which seqs are stored?) while clear.
+        self.sequence_gate = threading.Event()
+        self.sequence_gate.set()
         # Checkpoints.
         self.checkpoints: dict[str, checkpoint_pb2.Checkpoint] = {}
         # Searcher.
@@ -104,11 +107,19 @@ class MasterDouble(api_pb2_grpc.CairnServicer):
         with self._cond:
             self._stored_seqs.update(seqs)
 
+    refuse_sequence_queries = False
+
+    def stop_answering_sequence_queries(self) -> None:
+        """Refuse the shipper's opening question from now on (FAILED_PRECONDITION)."""
+        with self._cond:
+            self.refuse_sequence_queries = True
+
     def close(self) -> None:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
         self.metrics_gate.set()
+        self.sequence_gate.set()
 
     # ---- plumbing ----
 
@@ -153,6 +164,9 @@ class MasterDouble(api_pb2_grpc.CairnServicer):
             reports = [_report_of(entry) for entry in json.loads(request.reports_json)]
         if not reports:
             # The shipper's opening question (which seqs are stored?): not a batch the tests count.
+            self.sequence_gate.wait(timeout=10.0)
+            if self.refuse_sequence_queries:
+                context.abort(grpc.StatusCode.FAILED_PRECONDITION, "refusing the opening question, as asked")
             with self._cond:
                 self.sequence_queries += 1
                 return trial_pb2.ReportTrialMetricsBatchResponse(

@@ -142,6 +142,43 @@ def test_a_later_process_of_the_allocation_continues_after_the_stored_numbers(
     assert cluster_env.master.sequence_queries == 1
 
 
+def test_the_opening_question_is_asked_off_the_training_thread(cluster_env: ClusterEnv) -> None:
+    # The start does not wait a round trip for the stored numbering; the first report does, so
+    # numbers still continue after what another process of the allocation stored.
+    cluster_env.master.store_seqs_beforehand([1, 2])
+    cluster_env.master.sequence_gate.clear()
+    core = cairn.core.init()
+    core.start()  # returns with the question unanswered (the gate is shut)
+    reported = threading.Event()
+
+    def report() -> None:
+        core.train.report_training_metrics(1, {"loss": 1.0})
+        reported.set()
+
+    reporter = threading.Thread(target=report, daemon=True)
+    reporter.start()
+    assert not reported.wait(0.2), "the first report did not wait for the numbering"
+    cluster_env.master.sequence_gate.set()
+    assert reported.wait(5.0)
+    core.close()
+    assert _seqs(cluster_env.master.stored_reports) == [3]
+    assert cluster_env.master.sequence_queries == 1
+
+
+def test_a_refused_opening_question_surfaces_on_the_first_report(cluster_env: ClusterEnv) -> None:
+    info = get_cluster_info()
+    assert info is not None
+    cluster_env.master.sequence_gate.clear()
+    core = cluster_context(info, settings=CoreSettings(retry=FAST_RETRY))
+    core.start()
+    cluster_env.master.stop_answering_sequence_queries()
+    cluster_env.master.sequence_gate.set()
+    with pytest.raises(cairn.core.MetricsReportError, match="cannot be reported"):
+        core.train.report_training_metrics(1, {"loss": 1.0})
+    with pytest.raises(cairn.core.MetricsReportError, match="cannot be reported"):
+        core.close()
+
+
 def test_second_context_of_the_allocation_continues_the_numbers(cluster_env: ClusterEnv) -> None:
     for steps in (1, 2):
         with cairn.core.init() as core:

@@ -102,15 +102,19 @@ class MetricsShipper:
         self._last_stored = 0
         self._failure: MetricsReportError | None = None
         self._stopping = threading.Event()
+        # Set once the sender learned where this allocation's numbering stands (or failed to):
+        # the first report waits for it, the start of the trial does not.
+        self._numbered = threading.Event()
         self._thread: threading.Thread | None = None
         # Batches go as one JSON document (ReportTrialMetricsBatchRequest.reports_json) unless the
         # master turns out not to read that form.
         self._json_wire = True
 
     def start(self) -> None:
+        """Start the sender. Its first call (learning the stored numbering) is made on its own
+        thread, so that the training code starts without waiting a round trip for it."""
         if self._thread is not None:
             return
-        self._learn_stored_sequence()
         self._thread = threading.Thread(
             target=self._run, name=f"cairn-metrics-{self._allocation_id}", daemon=True
         )
@@ -127,6 +131,15 @@ class MetricsShipper:
         except MasterCallError as exc:
             raise MetricsReportError(f"metrics of trial {self._trial_id} cannot be reported: {exc}") from exc
         _continue_after(self._allocation_id, response.max_stored_seq)
+
+    def _fail(self, failure: MetricsReportError) -> None:
+        with self._state:
+            self._failure = failure
+            self._state.notify_all()
+        with self._queue_lock:
+            self._room.notify_all()
+        self._numbered.set()
+        log.error("%s", failure)
 
     def _call(
         self,
@@ -161,6 +174,9 @@ class MetricsShipper:
                 "the Core API is not running: report metrics inside `with cairn.core.init() as core:`"
             )
         reported_at = time.time()
+        if not self._numbered.is_set():
+            # Only the first report of a process can get here before the sender's first answer.
+            self._numbered.wait()
         with self._queue_lock:
             self.raise_if_failed()
             while len(self._queue) >= self._settings.metrics_queue_size:
@@ -223,18 +239,19 @@ class MetricsShipper:
         # first, and a trial's rows must be stored in the order they were reported (the summary's
         # last values, the order curves are read in). The master stores a batch of thousands in one
         # go, so one at a time keeps up with any training loop.
+        try:
+            self._learn_stored_sequence()
+        except MetricsReportError as failure:
+            self._fail(failure)
+            return
+        self._numbered.set()
         while True:
             batch = self._collect()
             if batch:
                 try:
                     self._send(batch)
                 except MetricsReportError as failure:
-                    with self._state:
-                        self._failure = failure
-                        self._state.notify_all()
-                    with self._queue_lock:
-                        self._room.notify_all()
-                    log.error("%s", failure)
+                    self._fail(failure)
                     return
                 with self._state:
                     self._last_stored = batch[-1].seq
