@@ -148,6 +148,7 @@ class Agent:
             outbox=outbox,
             preparer=preparer,
             master=MasterFacts(grpc_address=s.master, ca_pem=s.master_ca_pem),
+            handover_wait_s=s.handover_wait_s,
         )
         manager.restore()
         if isinstance(runtime, DockerRuntime):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import socket
@@ -57,6 +58,8 @@ class AgentSettings:
     master_ca_pem: str = ""
     # Process runtime: keep standby interpreters for experiments that declare preload_modules.
     warm_starts: bool = True
+    # How long a start handed over early waits for the slot's exiting container (manager.py).
+    handover_wait_s: float = 60.0
 
     def python_envs(self) -> PythonEnvs:
         return PythonEnvs(self.task_envs, self.default_task_env)
@@ -101,6 +104,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="process runtime: keep no standby interpreters (each holds its experiment's "
         "preload_modules in memory); every container starts cold",
+    )
+    parser.add_argument(
+        "--handover-wait",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="how long a container the master handed a slot early (its previous container said it "
+        "was exiting) waits for that container to end before starting beside it (default 60)",
     )
     parser.add_argument(
         "--advertise-address",
@@ -207,6 +218,8 @@ def parse_settings(argv: Sequence[str] | None = None) -> AgentSettings:
         else (Path.home() / ".local" / "share" / "cairn" / "agent" / agent_id)
     )
     task_root = None
+    if not math.isfinite(args.handover_wait) or args.handover_wait < 0:
+        parser.error("--handover-wait: must be a number of seconds, 0 or more")
     if args.task_user:
         if args.runtime != "process":
             parser.error("--task-user: only for --runtime process (docker isolates tasks by container)")
@@ -243,6 +256,7 @@ def parse_settings(argv: Sequence[str] | None = None) -> AgentSettings:
         task_root=task_root,
         master_ca_pem=_master_ca(args.master_cert, parser),
         warm_starts=not args.no_warm_starts,
+        handover_wait_s=args.handover_wait,
     )
 
 

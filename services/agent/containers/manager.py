@@ -24,7 +24,7 @@ import shutil
 import signal
 import threading
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 from services.agent.containers.container import Container, classify_exit
@@ -49,6 +49,10 @@ SAVE_INTERVAL_SECONDS = 1.0
 # After a kill's grace period, how long the agent gives the shim before it SIGKILLs the command's
 # process group itself, and then how long before it SIGKILLs the shim too.
 KILL_BACKSTOP_SECONDS = 3.0
+# How long a start handed over early waits for the slot's previous container, which said it was
+# exiting, to end (the agent's --handover-wait). Past that it starts beside it (with a note in its
+# log) rather than leave the slot's next work behind a process that lingers in its exit.
+HANDOVER_WAIT_SECONDS = 60.0
 SHIM_BACKSTOP_SECONDS = 5.0
 
 _CONTAINER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -66,8 +70,10 @@ class ContainerManager:
         outbox: Outbox,
         preparer: Preparer,
         master: MasterFacts,
+        handover_wait_s: float = HANDOVER_WAIT_SECONDS,
     ) -> None:
         self._dir = containers_dir
+        self._handover_wait_s = handover_wait_s
         self._agent_id = agent_id
         self._runtime = runtime
         self._outbox = outbox
@@ -82,6 +88,8 @@ class ContainerManager:
         # Set when a supervisor process of ours exits: the monitor ticks at once rather than at
         # its next interval (its polling stays, for supervisors an earlier agent process started).
         self.activity = threading.Event()
+        # Notified after every tick: starts handed over early wait on it for their predecessors.
+        self._ticked = threading.Condition(self._lock)
 
     # -- boot ------------------------------------------------------------------------------------
     def restore(self) -> None:
@@ -262,6 +270,7 @@ class ContainerManager:
                 note=lambda m, level: self._note(c, m, level),
                 aborted=lambda: c.record.abort_requested,
             )
+            self._wait_for_predecessors(c, request.after_container_ids)
             with self._lock:
                 if c.record.abort_requested:
                     raise StartError(FailureType.CONTAINER_ABORTED, "stopped before its command started")
@@ -298,6 +307,38 @@ class ContainerManager:
                 self._end_before_launch(
                     c, FailureType.TASK_ERROR, f"the agent failed to start the container: {exc}"
                 )
+
+    def _wait_for_predecessors(self, c: Container, after: Sequence[str]) -> None:
+        """An early hand-over: the previous containers on these slots said they are exiting, and the
+        master placed this one meanwhile. Everything is prepared; the command starts once they
+        have ended (their supervisors reported the exit), or after the agent's --handover-wait."""
+        if not after:
+            return
+        deadline = time.monotonic() + self._handover_wait_s
+        noted = False
+        with self._lock:
+            while not c.record.abort_requested:
+                running = [x for x in after if self._still_running(x)]
+                if not running:
+                    return
+                if not noted:
+                    previous = ", ".join(running)
+                    self._note(c, f"waiting for the slot's previous container to exit: {previous}", "INFO")
+                    noted = True
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    message = (
+                        f"container {', '.join(running)} said it was exiting but has not ended "
+                        f"{self._handover_wait_s:g} s after its slots were handed on: starting beside it"
+                    )
+                    log.warning("early hand-over: predecessor lingers", container_id=c.id, running=running)
+                    self._note(c, message, "WARNING")
+                    return
+                self._ticked.wait(min(remaining, 1.0))
+
+    def _still_running(self, container_id: str) -> bool:
+        known = self._containers.get(container_id)
+        return known is not None and known.record.state != ContainerState.TERMINATED and known.exit is None
 
     def _watch_exit(self, c: Container) -> None:
         popen = c.shim.popen if c.shim is not None else None
@@ -482,6 +523,7 @@ class ContainerManager:
                 except Exception:
                     log.exception("supervising a container failed", container_id=c.id)
             self._remove_old_folders()
+            self._ticked.notify_all()
 
     def _read_events(self, c: Container) -> None:
         c.caught_up = False

@@ -47,6 +47,9 @@ class StartRequest:
     rendezvous: RendezvousInfo | None = None
     # The config's container-shaping part, JSON (docker runtime; see runtime/docker_spec.py).
     container_config: str = ""
+    # Containers still on these slots whose tasks are exiting (an early hand-over): the command
+    # starts once they have ended.
+    after_container_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -125,4 +125,5 @@ def start_request(start: apb.StartContainer) -> StartRequest:
         description=spec.description,
         rendezvous=rendezvous_info(start),
         container_config=spec.container_config,
+        after_container_ids=tuple(start.after_container_ids),
     )

@@ -402,15 +402,27 @@ class SchedulingLoop:
         # placement, so the agents' containers say it without reading every placement.
         named = {p.agent_id for a in assignments for p in a.placements}
         used: set[tuple[str, str]] = set()
-        for agent_id, slot_ids in w.session.execute(
-            select(models.Container.agent_id, models.Container.slot_ids)
+        # Containers of allocations that released their slots early: those slots are free to
+        # place on, and a start there waits for the container (allocations.release_early).
+        releasing: dict[str, tuple[str, set[str]]] = {}
+        for container_id, agent_id, slot_ids, released, container_state in w.session.execute(
+            select(
+                models.Container.id,
+                models.Container.agent_id,
+                models.Container.slot_ids,
+                models.Allocation.releasing,
+                models.Container.state,
+            )
             .join(models.Allocation, models.Allocation.id == models.Container.allocation_id)
             .where(
                 models.Container.agent_id.in_(list(named)),
                 models.Allocation.state.in_(list(PLACED_ALLOCATION)),
             )
         ):
-            used.update((agent_id, str(s)) for s in slot_ids)
+            if not released:
+                used.update((agent_id, str(s)) for s in slot_ids)
+            elif container_state != A.TERMINATED:
+                releasing[container_id] = (agent_id, {str(s) for s in slot_ids})
         connected = ctx.hub.connected_ids()
         for assignment in assignments:
             alloc = w.session.get(models.Allocation, assignment.allocation_id)
@@ -426,4 +438,5 @@ class SchedulingLoop:
                 alloc,
                 [{"agent_id": p.agent_id, "slot_ids": list(p.slot_ids)} for p in assignment.placements],
                 offsets,
+                releasing,
             )

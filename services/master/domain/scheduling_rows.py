@@ -80,6 +80,7 @@ def allocation_rows(s: Session, *where: Any) -> list[Any]:
             models.Allocation.priority,
             models.Allocation.requested_at,
             models.Allocation.port_offset,
+            models.Allocation.releasing,
             func.coalesce(models.Experiment.start_time, models.Task.start_time).label("submitted_at"),
             models.Task.kind,
             models.Task.job_id,
@@ -142,7 +143,11 @@ def request_message(
 def offered(row: Any) -> bool:
     """Whether a live allocation goes to the scheduler at all: a canceled or killed experiment's
     trials are being stopped (in batches, for a big one), and none of its pending allocations is
-    placed meanwhile."""
+    placed meanwhile; an allocation whose task said it is exiting (releasing) no longer holds its
+    slots in the scheduler's eyes (nor against its experiment's max_slots): the next allocation
+    placed there starts once its container has ended (allocations.assign)."""
+    if row.releasing and row.state in PLACED_ALLOCATION:
+        return False
     return not (row.state == A.PENDING and row.experiment_state in STOPPED_EXPERIMENT)
 
 

@@ -11,7 +11,7 @@ from sqlalchemy import exists, func, select
 from sqlalchemy.orm import Session
 
 from services.common.principal import Principal
-from services.master.domain import allocation_access
+from services.master.domain import allocation_access, allocations
 from services.master.domain.config import config_view
 from services.master.domain.context import MasterContext
 from services.master.domain.errors import InvalidArgument, NotFound
@@ -80,6 +80,17 @@ def ack_preemption(ctx: MasterContext, principal: Principal, allocation_id: str)
         if alloc is None:
             raise NotFound(f"allocation {allocation_id} not found")
         alloc.preempt_acked = True
+
+
+def notify_exiting(ctx: MasterContext, principal: Principal, allocation_id: str) -> bool:
+    """The allocation's task is exiting: its slots may go to the next allocation now
+    (allocations.release_early). Whether they were released."""
+    _check_owner(ctx, principal, allocation_id)
+    with ctx.unit_of_work() as w:
+        alloc = w.session.get(models.Allocation, allocation_id)
+        if alloc is None:
+            raise NotFound(f"allocation {allocation_id} not found")
+        return allocations.release_early(ctx, w, alloc)
 
 
 def watch(

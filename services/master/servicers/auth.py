@@ -41,6 +41,7 @@ ALLOCATION_METHODS = frozenset(
         "PatchCheckpoints",
         "AllocationPreemptionSignal",
         "AckAllocationPreemptionSignal",
+        "NotifyAllocationExiting",
         "WatchAllocationSignals",
         "GetMaster",
         "RunPrepareForReporting",

@@ -23,6 +23,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -317,6 +318,10 @@ class Allocation(Base):
     # Where a task that serves something (a notebook, TensorBoard, sshd) listens, as its proxy
     # reaches it; recorded here so that the proxy keeps working across a master restart.
     proxy_address: Mapped[str | None] = mapped_column(String(255))
+    # Its task said it is exiting (NotifyAllocationExiting): its slots are offered to the next
+    # allocation, whose container the agent starts once this one's has ended (an early hand-over).
+    # Cleared when it ends.
+    releasing: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 class Container(Base):

@@ -142,6 +142,7 @@ class MasterDouble(agent_pb2_grpc.AgentServiceServicer):
         grace: int = 1,
         command_id: str | None = None,
         container_config: str = "",
+        after: list[str] | None = None,
     ) -> None:
         self.send(
             apb.MasterMessage(
@@ -160,6 +161,7 @@ class MasterDouble(agent_pb2_grpc.AgentServiceServicer):
                         description=f"test {container_id}",
                         container_config=container_config,
                     ),
+                    after_container_ids=after or [],
                 )
             )
         )

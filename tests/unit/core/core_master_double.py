@@ -285,6 +285,12 @@ class MasterDouble(api_pb2_grpc.CairnServicer):
         self._enter("AckAllocationPreemptionSignal", request, context)
         return task_pb2.AckAllocationPreemptionSignalResponse()
 
+    def NotifyAllocationExiting(
+        self, request: task_pb2.NotifyAllocationExitingRequest, context: grpc.ServicerContext
+    ) -> task_pb2.NotifyAllocationExitingResponse:
+        self._enter("NotifyAllocationExiting", request, context)
+        return task_pb2.NotifyAllocationExitingResponse(released=True)
+
     def AllocationPreemptionSignal(
         self, request: task_pb2.AllocationPreemptionSignalRequest, context: grpc.ServicerContext
     ) -> task_pb2.AllocationPreemptionSignalResponse:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 import cairn.core
+from cairn.core import exit_notice
 from cairn.core.cluster_info import cluster_info_from_env
 from tests.unit.core.conftest import ClusterEnv
 from tests.unit.core.core_master_double import TOKEN
@@ -138,3 +139,27 @@ def test_torch_distributed_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GROUP_WORLD_SIZE", "x")
     with pytest.raises(ValueError, match="GROUP_WORLD_SIZE: must be an integer"):
         cairn.core.DistributedContext.from_torch_distributed()
+
+
+def test_a_clean_exit_tells_the_master_the_allocation_is_exiting(cluster_env: ClusterEnv) -> None:
+    # The notice goes at the interpreter's exit (an atexit hook): sent by hand here.
+    with cairn.core.init() as core:
+        core.train.report_training_metrics(1, {"loss": 1.0})
+    assert cluster_env.master.calls.of("NotifyAllocationExiting") == []
+    assert exit_notice.send_pending()
+    [notice] = cluster_env.master.calls.of("NotifyAllocationExiting")
+    assert notice.allocation_id == cluster_env.allocation_id
+    assert not exit_notice.send_pending()  # once
+
+
+def test_no_notice_after_a_failure_or_when_another_context_follows(cluster_env: ClusterEnv) -> None:
+    with pytest.raises(RuntimeError), cairn.core.init():
+        raise RuntimeError("training failed")
+    assert not exit_notice.send_pending()
+    with cairn.core.init():
+        pass
+    with cairn.core.init():  # the process went on: the first close's notice is dropped
+        pass
+    assert exit_notice.send_pending()
+    assert len(cluster_env.master.calls.of("NotifyAllocationExiting")) == 1
+

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
+from cairn.core import exit_notice
 from cairn.core.checkpoint import CheckpointContext
 from cairn.core.checkpoint_records import LocalCheckpointRecords, MasterCheckpointRecords
 from cairn.core.checkpoint_storage import StorageSpec, cluster_storage, local_storage
@@ -48,6 +49,7 @@ class Context:
         info: ClusterInfo,
         session: MasterSession | None = None,
         settings: CoreSettings | None = None,
+        exit_notice_for: str | None = None,
     ) -> None:
         self.checkpoint = checkpoint
         self.distributed = distributed
@@ -57,6 +59,9 @@ class Context:
         self.info = info
         self._session = session
         self._settings = settings or CoreSettings()
+        # The allocation to tell the master about as the process exits after a clean close (the
+        # chief of a trial on a cluster; exit_notice.py).
+        self._exit_notice_for = exit_notice_for
         self._started = False
         self._closed = False
 
@@ -65,6 +70,7 @@ class Context:
         if self._started:
             return
         self._started = True
+        exit_notice.cancel()
         self.train.start()
         self.preempt.start()
 
@@ -74,13 +80,18 @@ class Context:
         if self._closed:
             return
         self._closed = True
+        stored_all = False
         try:
             self.train.close(None if clean else self._settings.flush_on_error_s)
+            stored_all = clean
         finally:
             self.preempt.close()
             self.distributed.close()
             if self._session is not None:
-                self._session.close()
+                if stored_all and self._exit_notice_for:
+                    exit_notice.arrange(self._session, self._exit_notice_for)
+                else:
+                    self._session.close()
 
     def _close_after_error(self) -> None:
         # The training code's own exception is what the user needs to see; a failure to send
@@ -235,6 +246,7 @@ def cluster_context(
         info=info,
         session=session,
         settings=settings,
+        exit_notice_for=info.allocation_id if distributed.is_chief else None,
     )
 
 

@@ -68,6 +68,13 @@ class SignalsApi(ServicerBase):
         signals.ack_preemption(self.ctx, self.caller(context), request.allocation_id)
         return task_pb2.AckAllocationPreemptionSignalResponse()
 
+    @rpc
+    def NotifyAllocationExiting(
+        self, request: task_pb2.NotifyAllocationExitingRequest, context: grpc.ServicerContext
+    ) -> task_pb2.NotifyAllocationExitingResponse:
+        released = signals.notify_exiting(self.ctx, self.caller(context), request.allocation_id)
+        return task_pb2.NotifyAllocationExitingResponse(released=released)
+
     @stream_rpc
     def WatchAllocationSignals(
         self, request: task_pb2.WatchAllocationSignalsRequest, context: grpc.ServicerContext
