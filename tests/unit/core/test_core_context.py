@@ -162,4 +162,3 @@ def test_no_notice_after_a_failure_or_when_another_context_follows(cluster_env: 
         pass
     assert exit_notice.send_pending()
     assert len(cluster_env.master.calls.of("NotifyAllocationExiting")) == 1
-
