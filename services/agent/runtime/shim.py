@@ -289,17 +289,10 @@ class PreparedInterpreter:
         if self._child.poll() is not None:
             raise OSError(f"the prepared interpreter had exited (status {self._child.returncode})")
         if command.binds or self._unmount:
-            bind = subprocess.run(
-                bind_in_namespace(self._child.pid, command.binds, self._unmount),
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                timeout=30,
-                check=False,
-            )
-            if bind.returncode != 0:
-                raise OSError(
-                    f"cannot bind the container's folders: {bind.stderr.decode(errors='replace').strip()}"
-                )
+            try:
+                bind_in_namespace(self._child.pid, command.binds, self._unmount)
+            except OSError as exc:
+                raise OSError(f"cannot bind the container's folders: {exc}") from exc
         self._child.stdin.write(json.dumps(command.run.assignment(env, cwd)).encode() + b"\n")
         self._child.stdin.close()
         return self._child
