@@ -14,7 +14,7 @@ from services.common.principal import Principal
 from services.master.domain import allocation_access, allocations
 from services.master.domain.config import config_view
 from services.master.domain.context import MasterContext
-from services.master.domain.errors import InvalidArgument, NotFound
+from services.master.domain.errors import InvalidArgument, NotFound, PermissionDenied
 from services.master.domain.metrics import forward_operation_result
 from services.master.domain.states import TERMINAL
 from services.master.domain.states import AllocationState as A
@@ -84,7 +84,10 @@ def ack_preemption(ctx: MasterContext, principal: Principal, allocation_id: str)
 
 def notify_exiting(ctx: MasterContext, principal: Principal, allocation_id: str) -> bool:
     """The allocation's task is exiting: its slots may go to the next allocation now
-    (allocations.release_early). Whether they were released."""
+    (allocations.release_early). Whether they were released. Only the allocation's own task may say
+    so (its allocation token): a user's word would hand slots on under a process still running."""
+    if not allocation_access.is_trial_code(principal):
+        raise PermissionDenied("only the allocation's own task (its allocation token) can say it is exiting")
     _check_owner(ctx, principal, allocation_id)
     with ctx.unit_of_work() as w:
         alloc = w.session.get(models.Allocation, allocation_id)

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from cairn.agent.v1 import agent_pb2 as apb
 from services.common.principal import Principal
 from services.master.domain import signals
+from services.master.domain.errors import PermissionDenied
 from tests.unit.master.domain.harness import Master, config_text
 
 
@@ -84,6 +87,21 @@ def test_a_start_without_an_exiting_predecessor_waits_for_nothing(master: Master
     # The third trial took the released slot; only its start waits (for the first's container).
     waiting = [s for s in starts(master) if s.after_container_ids]
     assert len(starts(master)) == 3 and len(waiting) == 1
+
+
+def test_only_the_allocations_own_task_can_release_it(master: Master) -> None:
+    master.add_agent("a1", slots=1)
+    experiment_id = master.create(grid(2))
+    master.settle()
+    first = master.live(master.trials(experiment_id)[0].id)
+    master.run_containers(first.id)
+    with pytest.raises(PermissionDenied, match="allocation token"):
+        signals.notify_exiting(master.ctx, master.admin, first.id)
+    second = master.live(master.trials(experiment_id)[1].id)
+    with pytest.raises(PermissionDenied, match="belongs to allocation"):
+        signals.notify_exiting(master.ctx, Principal(allocation_id=first.id), second.id)
+    assert not master.live(master.trials(experiment_id)[0].id).releasing
+    assert len(starts(master)) == 1
 
 
 def test_an_allocation_not_running_does_not_release(master: Master) -> None:
