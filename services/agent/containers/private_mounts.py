@@ -88,6 +88,9 @@ def bind_in_namespace(pid: int, binds: Sequence[Bind], unmount: Sequence[str] = 
     'mkdir; mount; ...'` spawned a process per step, ~20 ms of a warm start. OSError when it fails."""
     namespace = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
     try:
+        if os.fstat(namespace).st_ino == os.stat("/proc/self/ns/mnt").st_ino:
+            # Not in a namespace of its own (yet): binding would change this machine's mounts.
+            raise OSError(f"process {pid} shares this process's mount namespace")
         errors_r, errors_w = os.pipe()
         child = os.fork()
         if child == 0:  # pragma: no cover - the child's outcome is reported through the pipe

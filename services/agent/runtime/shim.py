@@ -257,6 +257,10 @@ class Shim:
         write_json_atomic(self.paths.exit_report, report.to_json())
 
 
+# How long a hand-over waits for a just-started standby's interpreter to be running (else: cold).
+PYTHON_WAIT_SECONDS = 5.0
+
+
 class PreparedInterpreter:
     """A standby shim's child: a task-environment interpreter that imported the modules it was
     given and waits on its stdin for the command to become (warm_interpreter.py). It is started
@@ -289,6 +293,7 @@ class PreparedInterpreter:
         if self._child.poll() is not None:
             raise OSError(f"the prepared interpreter had exited (status {self._child.returncode})")
         if command.binds or self._unmount:
+            self._wait_until_python()
             try:
                 bind_in_namespace(self._child.pid, command.binds, self._unmount)
             except OSError as exc:
@@ -296,6 +301,25 @@ class PreparedInterpreter:
         self._child.stdin.write(json.dumps(command.run.assignment(env, cwd)).encode() + b"\n")
         self._child.stdin.close()
         return self._child
+
+    def _wait_until_python(self, timeout: float = PYTHON_WAIT_SECONDS) -> None:
+        """Wait until the child is the interpreter itself: before that it is still `unshare` or
+        the shell that makes the standby's own binds, and binding now would come before those
+        (a standby taken moments after it was started: another slot's hand-over) or, before the
+        unshare, into the agent's own namespace. OSError when it does not get there in time."""
+        python = os.path.realpath(self.python)
+        deadline = time.monotonic() + timeout
+        while True:
+            if self._child.poll() is not None:
+                raise OSError(f"the prepared interpreter had exited (status {self._child.returncode})")
+            try:
+                if os.readlink(f"/proc/{self._child.pid}/exe") == python:
+                    return
+            except OSError:
+                pass  # between two execs
+            if time.monotonic() >= deadline:
+                raise OSError(f"the prepared interpreter did not start within {timeout:g} s")
+            time.sleep(0.002)
 
     def discard(self) -> None:
         signal_group(self._child.pid, signal.SIGKILL)

@@ -1,0 +1,67 @@
+"""Binding a container's folders into a standby's mount namespace (private_mounts.bind_in_namespace):
+into that namespace only, never into the agent's own."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from services.agent.containers import private_mounts
+from services.agent.containers.private_mounts import Bind, bind_in_namespace
+
+pytestmark = pytest.mark.skipif(not private_mounts.supported(), reason="needs root, unshare and mount")
+
+
+def mounted(target: Path) -> bool:
+    return any(line.split()[1] == str(target) for line in Path("/proc/self/mounts").read_text().splitlines())
+
+
+def test_a_process_without_a_namespace_of_its_own_is_refused(tmp_path: Path) -> None:
+    source, target = tmp_path / "source", tmp_path / "target"
+    source.mkdir()
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        with pytest.raises(OSError, match="shares this process's mount namespace"):
+            bind_in_namespace(sleeper.pid, [Bind(source, str(target))])
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert not mounted(target)
+
+
+def test_binds_land_in_the_namespace_and_nowhere_else(tmp_path: Path) -> None:
+    source, target = tmp_path / "source", tmp_path / "target"
+    source.mkdir()
+    (source / "marker").write_text("in the namespace")
+    probe = subprocess.Popen(
+        [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+            "sh",
+            "-c",
+            'read line; cat "$1"/marker',
+            "sh",
+            str(target),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        own = Path("/proc/self/ns/mnt").stat().st_ino
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{probe.pid}/ns/mnt").stat().st_ino == own and time.monotonic() < deadline:
+            time.sleep(0.01)
+        bind_in_namespace(probe.pid, [Bind(source, str(target))])
+        out, err = probe.communicate(b"go\n", timeout=10)
+    finally:
+        probe.kill()
+        probe.wait()
+    assert out.decode().strip() == "in the namespace", err
+    assert not mounted(target)  # the agent's own namespace is untouched
