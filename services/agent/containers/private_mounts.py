@@ -85,7 +85,9 @@ def bind_in_namespace(pid: int, binds: Sequence[Bind], unmount: Sequence[str] = 
     first lazily unmount `unmount` (what the standby had there meanwhile), then bind in order (a
     source under the host's /tmp must be found before a private /tmp hides it). Done by a forked
     child that enters the namespace (setns) and makes the system calls itself: `nsenter ... sh -c
-    'mkdir; mount; ...'` spawned a process per step, ~20 ms of a warm start. OSError when it fails."""
+    'mkdir; mount; ...'` spawned a process per step, ~20 ms of a warm start. OSError when it fails.
+    The caller must not have gRPC loaded (its fork handlers start threads in the child, and a
+    process with threads cannot enter a mount namespace: EINVAL); the shim has not."""
     namespace = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
     try:
         if os.fstat(namespace).st_ino == os.stat("/proc/self/ns/mnt").st_ino:

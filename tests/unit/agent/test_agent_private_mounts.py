@@ -1,18 +1,43 @@
 """Binding a container's folders into a standby's mount namespace (private_mounts.bind_in_namespace):
-into that namespace only, never into the agent's own."""
+into that namespace only, never into the agent's own. Called from a fresh interpreter, as the shim
+calls it: this test process has gRPC loaded, whose fork handlers start threads in a forked child,
+and a process with threads cannot enter a mount namespace."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from services.agent.containers import private_mounts
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+BIND = """
+import sys
+from pathlib import Path
 from services.agent.containers.private_mounts import Bind, bind_in_namespace
+try:
+    bind_in_namespace(int(sys.argv[1]), [Bind(Path(sys.argv[2]), sys.argv[3])])
+except OSError as exc:
+    sys.exit(str(exc))
+"""
+
+
+def bind_in_namespace(pid: int, source: Path, target: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", BIND, str(pid), str(source), str(target)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
 
 pytestmark = pytest.mark.skipif(not private_mounts.supported(), reason="needs root, unshare and mount")
 
@@ -26,8 +51,9 @@ def test_a_process_without_a_namespace_of_its_own_is_refused(tmp_path: Path) -> 
     source.mkdir()
     sleeper = subprocess.Popen(["sleep", "30"])
     try:
-        with pytest.raises(OSError, match="shares this process's mount namespace"):
-            bind_in_namespace(sleeper.pid, [Bind(source, str(target))])
+        result = bind_in_namespace(sleeper.pid, source, target)
+        assert result.returncode != 0
+        assert "shares this process's mount namespace" in result.stderr
     finally:
         sleeper.kill()
         sleeper.wait()
@@ -67,7 +93,8 @@ def test_binds_land_in_the_namespace_and_nowhere_else(tmp_path: Path) -> None:
             except OSError:
                 pass
             time.sleep(0.005)
-        bind_in_namespace(probe.pid, [Bind(source, str(target))])
+        result = bind_in_namespace(probe.pid, source, target)
+        assert result.returncode == 0, result.stderr
         out, err = probe.communicate(b"go\n", timeout=10)
     finally:
         probe.kill()
