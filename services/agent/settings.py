@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cairn.tls import MASTER_CERT_ENV, TlsConfigError, read_ca_bundle
+from services.agent.containers.manager import HANDOVER_WAIT_SECONDS
 from services.agent.containers.python_envs import PythonEnv, PythonEnvError, PythonEnvs, parse_task_env
 from services.agent.containers.task_env import split_host_port
 from services.agent.runtime.docker_spec import default_task_image
@@ -59,7 +60,7 @@ class AgentSettings:
     # Process runtime: keep standby interpreters for experiments that declare preload_modules.
     warm_starts: bool = True
     # How long a start handed over early waits for the slot's exiting container (manager.py).
-    handover_wait_s: float = 60.0
+    handover_wait_s: float = HANDOVER_WAIT_SECONDS
 
     def python_envs(self) -> PythonEnvs:
         return PythonEnvs(self.task_envs, self.default_task_env)
@@ -108,10 +109,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--handover-wait",
         type=float,
-        default=60.0,
+        default=HANDOVER_WAIT_SECONDS,
         metavar="SECONDS",
         help="how long a container the master handed a slot early (its previous container said it "
-        "was exiting) waits for that container to end before starting beside it (default 60)",
+        "was exiting) waits for that container to end before starting beside it "
+        f"(default {HANDOVER_WAIT_SECONDS:g})",
     )
     parser.add_argument(
         "--advertise-address",

@@ -33,21 +33,24 @@ _registered = False
 def arrange(session: MasterSession, allocation_id: str) -> None:
     """After a clean close: send the notice when the interpreter exits, over `session`, which this
     module now owns (it closes it)."""
-    global _pending, _registered
+    global _registered
     with _lock:
-        previous, _pending = _pending, (session, allocation_id)
         if not _registered:
             atexit.register(send_pending)
             _registered = True
-    if previous is not None:
-        previous[0].close()
+    _replace((session, allocation_id))
 
 
 def cancel() -> None:
     """A new context started in this process: it is not exiting after all."""
+    _replace(None)
+
+
+def _replace(pending: tuple[MasterSession, str] | None) -> None:
+    """Make `pending` the notice to send; the one it replaces is dropped and its session closed."""
     global _pending
     with _lock:
-        previous, _pending = _pending, None
+        previous, _pending = _pending, pending
     if previous is not None:
         previous[0].close()
 
