@@ -30,10 +30,14 @@ BENCH_PYTHON = REPO / ".venv-bench" / "bin" / "python"
 SLOTS = 2
 
 
-def cairn(trials: int, runtime: str = "process", warm: bool = False) -> dict[str, object]:
+def cairn(
+    trials: int, runtime: str = "process", warm: bool = False, full_exit: bool = False
+) -> dict[str, object]:
     # Warm starts: declaring preload_modules (here none beyond the Core API, which is always
     # preloaded) lets the agent run each trial in an interpreter it prepared beforehand.
-    environment = "environment: {preload_modules: []}" if warm else ""
+    # full_exit: that interpreter ends with Python's whole finalization, as before it skipped it.
+    variables = ", environment_variables: [CAIRN_WARM_EXIT=full]" if full_exit else ""
+    environment = f"environment: {{preload_modules: []{variables}}}" if warm else ""
     config = f"""
 name: overhead
 entrypoint: python3 sleep_trial.py
@@ -52,12 +56,18 @@ max_restarts: 0
         outcome = api.wait_terminal(experiment_id)
         wall = time.monotonic() - started
     system = ("cairn" if runtime == "process" else f"cairn_{runtime}") + ("_warm" if warm else "")
+    system += "_full_exit" if full_exit else ""
     return {"system": system, "trials": trials, "state": outcome, "wall_s": wall}
 
 
 def cairn_warm(trials: int) -> dict[str, object]:
     """The process runtime with warm starts (environment.preload_modules)."""
     return cairn(trials, warm=True)
+
+
+def cairn_warm_full_exit(trials: int) -> dict[str, object]:
+    """Warm starts whose interpreters end with Python's whole finalization (CAIRN_WARM_EXIT=full)."""
+    return cairn(trials, warm=True, full_exit=True)
 
 
 def cairn_docker(trials: int) -> dict[str, object]:
@@ -107,6 +117,7 @@ def ray_tune(trials: int) -> dict[str, object]:
 SYSTEMS = {
     "cairn": cairn,
     "cairn_warm": cairn_warm,
+    "cairn_warm_full_exit": cairn_warm_full_exit,
     "cairn_docker": cairn_docker,
     "ray_tune": ray_tune,
     "optuna": optuna,
