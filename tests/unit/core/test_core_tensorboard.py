@@ -149,16 +149,57 @@ def test_the_writer_rolls_to_a_new_file_that_sorts_after_the_last(tmp_path: Path
 
 
 def test_the_batch_encoder_writes_what_the_record_encoder_writes() -> None:
-    """ScalarEventWriter encodes its pending scalars in one loop (event_file._records): byte for
-    byte the records record(scalar_event(...)) makes, for steps on both sides of a one-byte varint
-    and long tags."""
+    """ScalarEventWriter encodes its pending steps in one loop (event_file._records): byte for
+    byte the records record(scalars_event(...)) makes, one event per step with its plottable values
+    (strings and bools left out, a float32's overflow as infinity), for steps on every side of the
+    varint's fast paths and long tags; a step with nothing to plot writes nothing."""
     from cairn.tensorboard import event_file
 
-    scalars = [
-        ("Determined/loss", 0.5, 0, 1795750000.25),
-        ("Determined/val_accuracy", -3.0e38, 127, 1795750001.5),
-        ("Determined/" + "x" * 300, float("nan"), 128, 1795750002.0),
-        ("Determined/lr", 1e-9, 10**12, 1795750003.125),
+    def tag_of(name: str) -> str:
+        return f"Determined/{name}"
+
+    steps: list[event_file.PendingStep] = [
+        (0, 1795750000.25, {"loss": 0.5, "note": "text", "flag": True}, tag_of, frozenset()),
+        (127, 1795750001.5, {"val_accuracy": -3.0e38, "lr": 1e-9, "big": 10**400}, tag_of, frozenset()),
+        (128, 1795750002.0, {"x" * 300: float("nan"), "skipped": 1.0}, tag_of, frozenset({"skipped"})),
+        (2**14 + 1, 1795750003.125, {"loss": 1e300}, tag_of, frozenset()),
+        (2**21 + 5, 1795750004.0, {"only": "text"}, tag_of, frozenset()),
+        (10**12, 1795750005.0, {"loss": 7}, tag_of, frozenset()),
     ]
-    expected = b"".join(event_file.record(event_file.scalar_event(*s)) for s in scalars)
-    assert event_file._records(scalars) == expected
+    expected = b"".join(
+        [
+            event_file.record(event_file.scalars_event([("Determined/loss", 0.5)], 0, 1795750000.25)),
+            event_file.record(
+                event_file.scalars_event(
+                    [
+                        ("Determined/val_accuracy", -3.0e38),
+                        ("Determined/lr", 1e-9),
+                        ("Determined/big", float("inf")),
+                    ],
+                    127,
+                    1795750001.5,
+                )
+            ),
+            event_file.record(
+                event_file.scalars_event([("Determined/" + "x" * 300, float("nan"))], 128, 1795750002.0)
+            ),
+            event_file.record(
+                event_file.scalars_event([("Determined/loss", float("inf"))], 2**14 + 1, 1795750003.125)
+            ),
+            event_file.record(event_file.scalars_event([("Determined/loss", 7.0)], 10**12, 1795750005.0)),
+        ]
+    )
+    assert event_file._records(steps) == expected
+    # The varint's fast paths agree with the general loop on each side of their bounds.
+    for value in (0, 127, 128, 2**14 - 1, 2**14, 2**21 - 1, 2**21, 10**12, -1):
+        assert event_file._varint(value) == _varint_by_the_book(value)
+
+
+def _varint_by_the_book(value: int) -> bytes:
+    value &= 0xFFFFFFFFFFFFFFFF
+    out = bytearray()
+    while True:
+        out.append(value & 0x7F | (0x80 if value >> 7 else 0))
+        value >>= 7
+        if not value:
+            return bytes(out)

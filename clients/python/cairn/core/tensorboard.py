@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from cairn.tensorboard.event_file import ScalarEventWriter, is_scalar
+from cairn.tensorboard.event_file import ScalarEventWriter
 from cairn.tensorboard.uploader import Mangler, Selector, TensorboardUploader
 
 log = logging.getLogger(__name__)
@@ -53,6 +53,13 @@ def metric_tag(group: str, name: str) -> str:
     if group == VALIDATION and not name.startswith("val"):
         name = f"val_{name}"
     return f"Determined/{name}"
+
+
+# A report's tags are made once per name (reports repeat their names every step).
+_TAGGERS = {
+    group: functools.lru_cache(maxsize=4096)(functools.partial(metric_tag, group))
+    for group in (TRAINING, VALIDATION)
+}
 
 
 class TensorboardFiles:
@@ -85,16 +92,15 @@ class TensorboardFiles:
         if self._writer is None or group not in (TRAINING, VALIDATION):
             return
         writer, now = self._writer, time.time()
-        seen = set()
-        for index, batch in enumerate(batch_metrics or ()):
-            step = steps_completed - len(batch_metrics or ()) + index
-            for name, value in batch.items():
-                seen.add(name)
-                if is_scalar(value):
-                    writer.add_scalar(metric_tag(group, name), value, step, now)
-        for name, value in metrics.items():
-            if name not in seen and is_scalar(value):
-                writer.add_scalar(metric_tag(group, name), value, steps_completed, now)
+        tag_of = _TAGGERS[group]
+        if not batch_metrics:
+            writer.add_step(steps_completed, now, metrics, tag_of)
+        else:
+            seen: set[str] = set()
+            for index, batch in enumerate(batch_metrics):
+                writer.add_step(steps_completed - len(batch_metrics) + index, now, batch, tag_of)
+                seen.update(batch)
+            writer.add_step(steps_completed, now, metrics, tag_of, seen)
         # Written out when the buffer fills and at each sync (which rolls the file): not per report.
         if time.monotonic() - self._last_sync >= self._sync_interval_s:
             self.sync()

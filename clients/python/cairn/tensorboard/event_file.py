@@ -4,7 +4,9 @@ package, so the Core API writes them in any training environment.
 An event file is a TFRecord stream of `Event` protocol buffers. Each record is
     uint64 length | uint32 masked crc32c(length) | data | uint32 masked crc32c(data)
 (little-endian). The first event carries the file version; every other one a `Summary` with
-scalar values. Only the few protobuf fields TensorBoard's scalar plugin reads are encoded:
+the scalar values of one step (one event per report, not per scalar: TensorBoard reads every
+value of an event's summary, and one record's framing and checksums cost more than its values).
+Only the few protobuf fields TensorBoard's scalar plugin reads are encoded:
 Event{wall_time=1 double, step=2 int64, file_version=3 string, summary=5}, Summary{value=1},
 Summary.Value{tag=1 string, simple_value=2 float}.
 """
@@ -12,10 +14,13 @@ Summary.Value{tag=1 string, simple_value=2 float}.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import socket
 import struct
 import time
+from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 
 FILE_VERSION = "brain.Event:2"
@@ -74,6 +79,13 @@ def record(data: bytes) -> bytes:
 
 
 def _varint(value: int) -> bytes:
+    # Steps are mostly below 2**21: one to three bytes without a loop.
+    if 0 <= value < 0x80:
+        return bytes((value,))
+    if 0 <= value < 0x4000:
+        return bytes((value & 0x7F | 0x80, value >> 7))
+    if 0 <= value < 0x200000:
+        return bytes((value & 0x7F | 0x80, (value >> 7) & 0x7F | 0x80, value >> 14))
     value &= 0xFFFFFFFFFFFFFFFF  # int64 on the wire: negatives as two's complement
     out = bytearray()
     while True:
@@ -100,28 +112,35 @@ def version_event(wall_time: float) -> bytes:
 
 _DOUBLE = struct.Struct("<d")
 _FLOAT = struct.Struct("<f")
+# A step not yet written: (step, wall time, values by name, tag of a name, names left out).
+PendingStep = tuple[int, float, Mapping[str, object], Callable[[str], str], AbstractSet[str]]
 
 
 @functools.lru_cache(maxsize=4096)
-def _scalar_tail(tag: str) -> bytes:
-    """What a scalar event of `tag` holds after its step, up to the value: the same bytes for every
-    event of the tag (the summary's field header and lengths, the tag, the value's field tag)."""
-    summary_value_head = _length_delimited(1, tag.encode()) + b"\x15"
-    summary_value_length = len(summary_value_head) + 4  # + the 32-bit float
-    summary_length = 1 + len(_varint(summary_value_length)) + summary_value_length
-    return (
-        _varint(5 << 3 | 2)
-        + _varint(summary_length)
-        + b"\x0a"
-        + _varint(summary_value_length)
-        + summary_value_head
-    )
+def _value_head(tag: str) -> bytes:
+    """A Summary.Value of `tag` up to its float: the summary's field header and the value's length,
+    the tag, the float's field tag (the same bytes for every value of the tag)."""
+    inner = _length_delimited(1, tag.encode()) + b"\x15"
+    return b"\x0a" + _varint(len(inner) + 4) + inner
+
+
+def _float32(value: float) -> bytes:
+    try:
+        return _FLOAT.pack(value)
+    except (OverflowError, struct.error):  # beyond a 32-bit float (or a huge int): a float32 cast's inf
+        return _FLOAT.pack(math.inf if value > 0 else -math.inf)
+
+
+def scalars_event(scalars: Sequence[tuple[str, float]], step: int, wall_time: float) -> bytes:
+    """An Event at `step` whose summary holds `scalars` (tag, value) as TensorBoard's simple_value,
+    a 32-bit float each."""
+    values = b"".join(_value_head(tag) + _float32(value) for tag, value in scalars)
+    return b"\x09" + _DOUBLE.pack(wall_time) + b"\x10" + _varint(step) + _length_delimited(5, values)
 
 
 def scalar_event(tag: str, value: float, step: int, wall_time: float) -> bytes:
-    """An Event with one scalar (TensorBoard's simple_value, a 32-bit float)."""
-    step_bytes = bytes((step,)) if 0 <= step < 0x80 else _varint(step)
-    return b"\x09" + _DOUBLE.pack(wall_time) + b"\x10" + step_bytes + _scalar_tail(tag) + _FLOAT.pack(value)
+    """An Event with one scalar."""
+    return scalars_event([(tag, value)], step, wall_time)
 
 
 def is_scalar(value: object) -> bool:
@@ -139,9 +158,10 @@ class ScalarEventWriter:
         self._directory = directory
         self._file: Path | None = None
         self._sequence = 0
-        # (tag, value, step, wall time) of scalars not yet written: encoded together at a flush,
-        # so adding one costs an append (a training loop may report every step).
-        self._pending: list[tuple[str, float, int, float]] = []
+        # Steps not yet written: encoded together at a flush, so adding one costs an append (a
+        # training loop may report every step); what to plot, and under which tag, is sorted out
+        # there too.
+        self._pending: list[PendingStep] = []
 
     @property
     def current_file(self) -> Path | None:
@@ -160,7 +180,20 @@ class ScalarEventWriter:
         return path
 
     def add_scalar(self, tag: str, value: float, step: int, wall_time: float | None = None) -> None:
-        self._pending.append((tag, float(value), int(step), time.time() if wall_time is None else wall_time))
+        self.add_step(int(step), time.time() if wall_time is None else wall_time, {tag: value})
+
+    def add_step(
+        self,
+        step: int,
+        wall_time: float,
+        values: Mapping[str, object],
+        tag_of: Callable[[str], str] = str,
+        skip: AbstractSet[str] = frozenset(),
+    ) -> None:
+        """One event at `step`: the values of `values` TensorBoard can plot (is_scalar), each under
+        the tag `tag_of(name)`, less the names in `skip`. `values` is kept until the flush, not
+        copied: the caller must not change it."""
+        self._pending.append((step, wall_time, values, tag_of, skip))
         if len(self._pending) >= FLUSH_RECORDS:
             self.flush()
 
@@ -185,23 +218,62 @@ _LENGTH = struct.Struct("<Q")
 _CRC = struct.Struct("<I")
 
 
-def _records(scalars: list[tuple[str, float, int, float]]) -> bytes:
-    """The TFRecords of scalar events, in one tight loop (what record(scalar_event(...)) gives
-    for each)."""
+@functools.lru_cache(maxsize=4096)
+def _length_header(length: int) -> bytes:
+    """A record's length and its masked checksum (events of one report shape share a length)."""
+    packed = _LENGTH.pack(length)
+    return packed + _CRC.pack(masked_crc32c(packed))
+
+
+# Per (tag function, names of a step): the value heads of those names, made once.
+_heads: dict[tuple[Callable[[str], str], tuple[str, ...]], tuple[bytes, ...]] = {}
+
+
+def _values(values: Mapping[str, object], tag_of: Callable[[str], str], skip: AbstractSet[str]) -> bytes:
+    """The Summary.Values of a step's plottable values."""
+    if skip:
+        return b"".join(
+            [
+                _value_head(tag_of(name)) + _float32(value)  # type: ignore[arg-type]
+                for name, value in values.items()
+                if name not in skip and is_scalar(value)
+            ]
+        )
+    key = (tag_of, tuple(values))
+    heads = _heads.get(key)
+    if heads is None:
+        if len(_heads) >= 4096:
+            _heads.clear()
+        heads = _heads[key] = tuple(_value_head(tag_of(name)) for name in key[1])
+    parts: list[bytes] = []
+    for head, value in zip(heads, values.values(), strict=True):
+        if type(value) is float:  # the common case, without is_scalar's checks
+            parts.append(head)
+            try:
+                parts.append(_FLOAT.pack(value))
+            except OverflowError:
+                parts.append(_float32(value))
+        elif is_scalar(value):
+            parts.append(head)
+            parts.append(_float32(value))  # type: ignore[arg-type]
+    return b"".join(parts)
+
+
+def _records(steps: list[PendingStep]) -> bytes:
+    """The TFRecords of the pending steps' events, in one tight loop (what
+    record(scalars_event(...)) gives for each; a step with nothing to plot writes nothing)."""
     out: list[bytes] = []
     append = out.append
-    for tag, value, step, wall_time in scalars:
-        data = (
-            b"\x09"
-            + _DOUBLE.pack(wall_time)
-            + b"\x10"
-            + (bytes((step,)) if 0 <= step < 0x80 else _varint(step))
-            + _scalar_tail(tag)
-            + _FLOAT.pack(value)
+    crc = _crc32c_c or crc32c
+    for step, wall_time, values, tag_of, skip in steps:
+        body = _values(values, tag_of, skip)
+        if not body:
+            continue
+        data = b"".join(
+            (b"\x09", _DOUBLE.pack(wall_time), b"\x10", _varint(step), b"\x2a", _varint(len(body)), body)
         )
-        length = _LENGTH.pack(len(data))
-        append(length)
-        append(_CRC.pack(masked_crc32c(length)))
+        append(_length_header(len(data)))
         append(data)
-        append(_CRC.pack(masked_crc32c(data)))
+        check = crc(data)
+        append(_CRC.pack((((check >> 15) | (check << 17)) + 0xA282EAD8) & 0xFFFFFFFF))
     return b"".join(out)
