@@ -101,11 +101,17 @@ def _copy_text(value: str | None) -> str:
 
 def _copy(dbapi_connection: Any, rows: Sequence[Row]) -> None:
     lines = []
+    groups: dict[str, str] = {}
     for trial_id, run_id, seq, group, steps, at, metrics, batch_metrics, archived in rows:
         seq_text = "\\N" if seq is None else seq
+        group_text = groups.get(group)
+        if group_text is None:
+            group_text = groups[group] = _copy_text(group)
+        # JSON text: only its backslashes need escaping (see _copy_text).
+        metrics_text = metrics if "\\" not in metrics else metrics.translate(_COPY_ESCAPES)
         lines.append(
-            f"{trial_id}\t{run_id}\t{seq_text}\t{_copy_text(group)}\t{steps}\t{at.isoformat()}\t"
-            f"{_copy_text(metrics)}\t{_copy_text(batch_metrics)}\t{'t' if archived else 'f'}\n"
+            f"{trial_id}\t{run_id}\t{seq_text}\t{group_text}\t{steps}\t{at.isoformat()}\t"
+            f"{metrics_text}\t{_copy_text(batch_metrics)}\t{'t' if archived else 'f'}\n"
         )
     with dbapi_connection.cursor() as cursor:
         cursor.copy_expert(f"COPY metrics ({', '.join(COLUMNS)}) FROM STDIN", io.StringIO("".join(lines)))
