@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from services.common.logging import get_logger
 from services.master.domain.idle_clock import IdleClock
+from services.master.domain.intake_order import IntakeOrder
 from services.master.domain.telemetry import Telemetry
 from services.master.domain.topics import Topics
 from services.master.settings import Settings
@@ -110,6 +111,9 @@ class MasterContext:
     # Per-trial locks for the work that may run beside the process-wide lock (metric intake of
     # training reports on PostgreSQL: metrics.py says why it is safe there).
     trial_locks: StripedLocks = field(default_factory=StripedLocks)
+    # The highest metric sequence number stored per trial run, for batches sent before the last
+    # was answered (intake_order.py).
+    intake_order: IntakeOrder = field(default_factory=IntakeOrder)
     # Endings travel up through hooks registered at start-up (wiring.py), while commands go down
     # (experiment -> trial -> allocation): so the lifecycle modules never import their owners.
     # Run inside the transaction that ends an allocation, with its outcome (allocations.Outcome).

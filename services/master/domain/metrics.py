@@ -23,7 +23,7 @@ from services.master.domain import allocation_access, searcher_outbox
 from services.master.domain.clock import utcnow
 from services.master.domain.config import config_view
 from services.master.domain.context import MasterContext, Work
-from services.master.domain.errors import FailedPrecondition, InvalidArgument, NotFound
+from services.master.domain.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from services.master.domain.states import TERMINAL
 from services.master.domain.topics import trial_topic
 from services.master.store import metric_rows, models
@@ -287,7 +287,12 @@ class ReportResult:
 
 
 def report(
-    ctx: MasterContext, principal: Principal, trial_id: int, run_id: int, reports: list[Report]
+    ctx: MasterContext,
+    principal: Principal,
+    trial_id: int,
+    run_id: int,
+    reports: list[Report],
+    after_seq: int = 0,
 ) -> ReportResult:
     """Store reports; says how many were new, how many were resends, and the highest seq stored.
 
@@ -297,6 +302,15 @@ def report(
     Determined's clients, come one per call and may merge into a row: they take the row-by-row way.)"""
     for index, item in enumerate(reports):
         _check_report(index, item)
+    if after_seq < 0:
+        raise InvalidArgument("after_seq: must be >= 0")
+    # Outside the unit of work: the batch waited for takes the trial's lock to be stored.
+    if after_seq and not ctx.intake_order.wait_turn(
+        (trial_id, run_id), after_seq, lambda: _max_stored_seq(ctx, principal, trial_id, run_id)
+    ):
+        raise Unavailable(
+            f"trial {trial_id}: reports up to seq {after_seq} are not stored yet; this batch follows them"
+        )
     now = utcnow()
     with ctx.unit_of_work(_intake_lock(ctx, trial_id, reports)) as w:
         trial = reporting_trial(w, principal, trial_id)
@@ -366,7 +380,22 @@ def report(
         if stored:
             times = [item.report_time for item, _ in fresh + unsequenced if item.report_time is not None]
             w.later(lambda: _count_intake(ctx, stored, times))
+        if max_seq:
+            committed = int(max_seq)
+            w.later(lambda: ctx.intake_order.stored((trial_id, run_id), committed))
     return ReportResult(stored=stored, duplicates=duplicates, max_stored_seq=int(max_seq or 0))
+
+
+def _max_stored_seq(ctx: MasterContext, principal: Principal, trial_id: int, run_id: int) -> int:
+    """The run's highest stored sequence number, once the caller may report for the trial."""
+    with ctx.db.read() as s:
+        allocation_access.check_trial(s, principal, trial_id)
+        found = s.scalar(
+            select(func.max(models.Metric.seq)).where(
+                models.Metric.trial_id == trial_id, models.Metric.trial_run_id == run_id
+            )
+        )
+    return int(found or 0)
 
 
 def _intake_lock(ctx: MasterContext, trial_id: int, reports: list[Report]) -> threading.Lock | None:

@@ -61,6 +61,8 @@ class MasterDouble(api_pb2_grpc.CairnServicer):
         # False: a master older than ReportTrialMetricsBatchRequest.reports_json (it sees no report).
         self.reads_json_batches = True
         self._stored_seqs: set[int] = set()
+        # True: a master that keeps batches sent before the last was answered in order (after_seq).
+        self.orders_batches = False
         self.metrics_gate = threading.Event()
         self.metrics_gate.set()
         # Holds the shipper's opening question (which seqs are stored?) while clear.
@@ -170,10 +172,15 @@ class MasterDouble(api_pb2_grpc.CairnServicer):
             with self._cond:
                 self.sequence_queries += 1
                 return trial_pb2.ReportTrialMetricsBatchResponse(
-                    max_stored_seq=max(self._stored_seqs, default=0)
+                    max_stored_seq=max(self._stored_seqs, default=0), ordered_batches=self.orders_batches
                 )
         failure = self._enter("ReportTrialMetricsBatch", request, context)
-        self.metrics_gate.wait(timeout=10.0)
+        if request.after_seq:
+            # As the master does: store it once every report up to after_seq is stored.
+            with self._cond:
+                self._cond.wait_for(lambda: request.after_seq in self._stored_seqs, timeout=10.0)
+        else:
+            self.metrics_gate.wait(timeout=10.0)
         stored = duplicates = 0
         with self._cond:
             for report in reports:
@@ -184,6 +191,7 @@ class MasterDouble(api_pb2_grpc.CairnServicer):
                 self.stored_reports.append(report)
                 stored += 1
             max_stored = max(self._stored_seqs, default=0)
+            self._cond.notify_all()
         self._leave("ReportTrialMetricsBatch", failure, context)
         return trial_pb2.ReportTrialMetricsBatchResponse(
             stored=stored, duplicates=duplicates, max_stored_seq=max_stored

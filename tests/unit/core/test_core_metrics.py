@@ -213,6 +213,39 @@ def test_full_queue_holds_the_reporter_back(cluster_env: ClusterEnv) -> None:
     assert _seqs(cluster_env.master.stored_reports) == list(range(1, 21))
 
 
+def test_the_next_batch_goes_while_the_last_is_stored_and_names_it(cluster_env: ClusterEnv) -> None:
+    """A master that keeps them in order gets a second batch before answering the first, naming the
+    first one's highest number (after_seq); everything is stored once, in order."""
+    cluster_env.master.orders_batches = True
+    cluster_env.master.metrics_gate.clear()  # the first batch (no after_seq) waits at the master
+    info = get_cluster_info()
+    assert info is not None
+    with cluster_context(info, settings=CoreSettings(metrics_batch_size=10, metrics_linger_s=0.05)) as core:
+        for step in range(1, 21):
+            core.train.report_training_metrics(step, {"loss": 1.0 / step})
+        assert wait_for(lambda: len(_batches(cluster_env)) >= 2, timeout=5.0)
+        assert cluster_env.master.stored_reports == []  # both on their way, neither answered
+        cluster_env.master.metrics_gate.set()
+    batches = _batches(cluster_env)
+    assert [b.after_seq for b in batches[:2]] == [0, _batch_seqs(batches[0])[-1]]
+    assert _seqs(cluster_env.master.stored_reports) == list(range(1, 21))
+
+
+def test_one_batch_at_a_time_for_a_master_that_does_not_order_them(cluster_env: ClusterEnv) -> None:
+    cluster_env.master.metrics_gate.clear()
+    info = get_cluster_info()
+    assert info is not None
+    with cluster_context(info, settings=CoreSettings(metrics_batch_size=10, metrics_linger_s=0.05)) as core:
+        for step in range(1, 21):
+            core.train.report_training_metrics(step, {"loss": 1.0 / step})
+        assert wait_for(lambda: len(_batches(cluster_env)) >= 1, timeout=5.0)
+        time.sleep(0.3)
+        assert len(_batches(cluster_env)) == 1  # the second waits for the first's answer
+        cluster_env.master.metrics_gate.set()
+    assert all(b.after_seq == 0 for b in _batches(cluster_env))
+    assert _seqs(cluster_env.master.stored_reports) == list(range(1, 21))
+
+
 def test_values_are_made_plain(cluster_env: ClusterEnv) -> None:
     class Scalar:
         """Stands for a numpy or torch scalar: it has .item()."""

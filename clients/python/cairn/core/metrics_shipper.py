@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -109,6 +110,12 @@ class MetricsShipper:
         # Batches go as one JSON document (ReportTrialMetricsBatchRequest.reports_json) unless the
         # master turns out not to read that form.
         self._json_wire = True
+        # Batches on their way: one, or two once the master keeps them in order (_run).
+        self._slots = threading.Semaphore(1)
+        # Sent by two daemon threads (a process exiting without closing the Core API must not wait
+        # on a retrying call), each taking (batch, after_seq) in turn; None ends one.
+        self._outgoing: queue.SimpleQueue[tuple[list[_Queued], int] | None] = queue.SimpleQueue()
+        self._last_sent = 0
 
     def start(self) -> None:
         """Start the sender. Its first call (learning the stored numbering) is made on its own
@@ -120,9 +127,10 @@ class MetricsShipper:
         )
         self._thread.start()
 
-    def _learn_stored_sequence(self) -> None:
+    def _learn_stored_sequence(self) -> trial_pb2.ReportTrialMetricsBatchResponse:
         """An empty batch answers with the highest seq stored for this run, so a second process of
-        the same allocation (an entrypoint running two scripts) continues the numbering."""
+        the same allocation (an entrypoint running two scripts) continues the numbering; and says
+        whether the master keeps batches sent before the last was answered in order."""
         request = trial_pb2.ReportTrialMetricsBatchRequest(
             trial_id=self._trial_id, trial_run_id=self._trial_run_id
         )
@@ -131,6 +139,7 @@ class MetricsShipper:
         except MasterCallError as exc:
             raise MetricsReportError(f"metrics of trial {self._trial_id} cannot be reported: {exc}") from exc
         _continue_after(self._allocation_id, response.max_stored_seq)
+        return response
 
     def _fail(self, failure: MetricsReportError) -> None:
         with self._state:
@@ -235,29 +244,61 @@ class MetricsShipper:
             self._thread.join(timeout=5.0)
 
     def _run(self) -> None:
-        # One batch at a time: a second on its way before the first is answered could be stored
-        # first, and a trial's rows must be stored in the order they were reported (the summary's
-        # last values, the order curves are read in). The master stores a batch of thousands in one
-        # go, so one at a time keeps up with any training loop.
+        # A trial's rows must be stored in the order they were reported (the summary's last
+        # values, the order curves are read in). The next batch goes while the last is being
+        # stored (two at most on the way), naming the last one's highest number (after_seq), once
+        # the master said it stores such a batch only after that one; until then one at a time.
         try:
-            self._learn_stored_sequence()
+            response = self._learn_stored_sequence()
         except MetricsReportError as failure:
             self._fail(failure)
             return
         self._numbered.set()
-        while True:
-            batch = self._collect()
-            if batch:
-                try:
-                    self._send(batch)
-                except MetricsReportError as failure:
-                    self._fail(failure)
+        if response.ordered_batches:
+            self._slots.release()  # a second batch on the way
+        senders = [
+            threading.Thread(
+                target=self._send_each, name=f"{threading.current_thread().name}-send", daemon=True
+            )
+            for _ in range(2)
+        ]
+        for sender in senders:
+            sender.start()
+        try:
+            while self._failure is None:
+                # A slot first, then the batch: what waits for a slot stays in the queue, whose
+                # bound holds the training code back.
+                self._slots.acquire()
+                batch = self._collect() if self._failure is None else []
+                if batch:
+                    after_seq, self._last_sent = self._last_sent, batch[-1].seq
+                    self._outgoing.put((batch, after_seq if response.ordered_batches else 0))
+                    continue
+                self._slots.release()
+                if self._stopping.is_set() or self._failure is not None:
                     return
-                with self._state:
-                    self._last_stored = batch[-1].seq
-                    self._state.notify_all()
-            elif self._stopping.is_set():
-                return
+        finally:
+            for _ in senders:
+                self._outgoing.put(None)
+            for sender in senders:
+                sender.join()
+
+    def _send_each(self) -> None:
+        while (item := self._outgoing.get()) is not None:
+            self._send_one(*item)
+
+    def _send_one(self, batch: list[_Queued], after_seq: int) -> None:
+        try:
+            self._send(batch, after_seq)
+        except MetricsReportError as failure:
+            self._fail(failure)
+            return
+        finally:
+            self._slots.release()
+        with self._state:
+            # A batch stored means every one before it is (the master kept their order).
+            self._last_stored = max(self._last_stored, batch[-1].seq)
+            self._state.notify_all()
 
     def _full_batch_queued(self) -> bool:
         with self._queue_lock:
@@ -290,9 +331,9 @@ class MetricsShipper:
             self._send_now.set()  # a full batch waits: no linger for it
         return batch
 
-    def _request(self, batch: list[_Queued]) -> trial_pb2.ReportTrialMetricsBatchRequest:
+    def _request(self, batch: list[_Queued], after_seq: int = 0) -> trial_pb2.ReportTrialMetricsBatchRequest:
         request = trial_pb2.ReportTrialMetricsBatchRequest(
-            trial_id=self._trial_id, trial_run_id=self._trial_run_id
+            trial_id=self._trial_id, trial_run_id=self._trial_run_id, after_seq=after_seq
         )
         if self._json_wire:
             rows = [
@@ -303,7 +344,7 @@ class MetricsShipper:
             request.reports.extend(queued.message() for queued in batch)
         return request
 
-    def _send(self, batch: list[_Queued]) -> None:
+    def _send(self, batch: list[_Queued], after_seq: int = 0) -> None:
         failed_attempts: list[grpc.RpcError] = []
 
         def note_failure(exc: grpc.RpcError) -> None:
@@ -317,7 +358,7 @@ class MetricsShipper:
             )
 
         try:
-            response = self._call(self._request(batch), on_failed_attempt=note_failure)
+            response = self._call(self._request(batch, after_seq), on_failed_attempt=note_failure)
             if self._json_wire and response.stored + response.duplicates == 0:
                 # A master older than the JSON form read no report from it: send as messages.
                 log.info("the master reads no JSON metric batches; sending them as messages")

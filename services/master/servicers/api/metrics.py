@@ -64,10 +64,18 @@ class MetricsApi(ServicerBase):
     ) -> tpb.ReportTrialMetricsBatchResponse:
         reports = metrics_wire.reports_of(request)
         result = metrics.report(
-            self.ctx, self.caller(context), request.trial_id, request.trial_run_id, reports
+            self.ctx,
+            self.caller(context),
+            request.trial_id,
+            request.trial_run_id,
+            reports,
+            after_seq=request.after_seq,
         )
         return tpb.ReportTrialMetricsBatchResponse(
-            stored=result.stored, duplicates=result.duplicates, max_stored_seq=result.max_stored_seq
+            stored=result.stored,
+            duplicates=result.duplicates,
+            max_stored_seq=result.max_stored_seq,
+            ordered_batches=True,
         )
 
     @stream_rpc
