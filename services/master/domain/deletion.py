@@ -41,12 +41,21 @@ def delete_now(ctx: MasterContext, experiment_id: int) -> None:
                 )
         raise
     with ctx.unit_of_work() as w:
+        # Locked first (FOR UPDATE waits for a metric batch still holding a trial, FOR KEY SHARE):
+        # metrics have no foreign key, so this is what keeps a late batch's rows from outliving
+        # their trial. A batch arriving after the lock finds no trial once this commits.
         trial_ids = list(
-            w.session.scalars(select(models.Trial.id).where(models.Trial.experiment_id == experiment_id))
+            w.session.scalars(
+                select(models.Trial.id)
+                .where(models.Trial.experiment_id == experiment_id)
+                .order_by(models.Trial.id)
+                .with_for_update()
+            )
         )
         if trial_ids:
             w.session.execute(delete(models.TaskLog).where(models.TaskLog.trial_id.in_(trial_ids)))
-        # The rest goes with the experiment row (ON DELETE CASCADE), in order for SQLite's sake.
+        # The rest goes with the experiment row (ON DELETE CASCADE; metrics have none), in order for
+        # SQLite's sake.
         for trial_id in trial_ids:
             w.session.execute(delete(models.Checkpoint).where(models.Checkpoint.trial_id == trial_id))
             w.session.execute(delete(models.Metric).where(models.Metric.trial_id == trial_id))

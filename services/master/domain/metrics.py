@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import func, select, update
+from sqlalchemy import and_, func, select, update
 
 from cairn.searcher.v1 import searcher_pb2 as spb
 from services.common.logging import get_logger
@@ -313,27 +313,13 @@ def report(
         )
     now = utcnow()
     with ctx.unit_of_work(_intake_lock(ctx, trial_id, reports)) as w:
-        trial = reporting_trial(w, principal, trial_id)
+        trial, exp = _intake_trial(w, principal, trial_id)
         if run_id != trial.run_id:
             raise FailedPrecondition(
                 f"trial {trial_id} is on run {trial.run_id}; reports of run {run_id} are no longer accepted"
             )
-        exp = w.session.get_one(models.Experiment, trial.experiment_id)
         seqs = [r.seq for r in reports if r.seq is not None]
-        seen: set[int] = set()
-        if seqs:
-            # By range, not IN: a batch's numbers are (nearly) consecutive, and a range over the
-            # unique index costs nothing to bind, where thousands of IN parameters cost much.
-            wanted = set(seqs)
-            seen = wanted.intersection(
-                w.session.scalars(
-                    select(models.Metric.seq).where(
-                        models.Metric.trial_id == trial_id,
-                        models.Metric.trial_run_id == run_id,
-                        models.Metric.seq.between(min(seqs), max(seqs)),
-                    )
-                )
-            )
+        seen, max_seq = _stored_seqs(w, trial_id, run_id, seqs)
         stored = duplicates = 0
         fresh: list[tuple[Report, dict[str, Any]]] = []
         unsequenced: list[tuple[Report, dict[str, Any]]] = []
@@ -366,11 +352,6 @@ def report(
         if archived_any:
             _recompute_summary(w, trial, exp)
             trial.total_batches = max(r.steps_completed for r in reports)
-        max_seq = w.session.scalar(
-            select(func.max(models.Metric.seq)).where(
-                models.Metric.trial_id == trial_id, models.Metric.trial_run_id == run_id
-            )
-        )
         if stored and any(item.group == VALIDATION for item in reports):
             # A validation may settle the trial's searcher operation, which trial code waits on
             # (signals.py). Training reports change nothing a signal waiter reads: waking every
@@ -383,7 +364,49 @@ def report(
         if max_seq:
             committed = int(max_seq)
             w.later(lambda: ctx.intake_order.stored((trial_id, run_id), committed))
-    return ReportResult(stored=stored, duplicates=duplicates, max_stored_seq=int(max_seq or 0))
+    return ReportResult(stored=stored, duplicates=duplicates, max_stored_seq=max_seq)
+
+
+def _intake_trial(w: Work, principal: Principal, trial_id: int) -> tuple[models.Trial, models.Experiment]:
+    """The trial a batch is for and its experiment, once the caller may report for it: read in one
+    round trip (with trial code's allocation, which the access check then finds in the session).
+
+    The trial's row is held FOR KEY SHARE until the batch commits. Metrics have no foreign key
+    (PostgreSQL would check it row by row): this one lock stands for it. Deleting an experiment
+    takes its trials FOR UPDATE first, which waits for the batch; a batch that comes after finds no
+    trial. KEY SHARE does not block the trial's other updates (state, summary, progress)."""
+    query = (
+        select(models.Trial, models.Experiment)
+        .join(models.Experiment, models.Experiment.id == models.Trial.experiment_id)
+        .where(models.Trial.id == trial_id)
+        .with_for_update(of=models.Trial, key_share=True)
+    )
+    if allocation_access.is_trial_code(principal):
+        query = query.add_columns(models.Allocation).outerjoin(
+            models.Allocation, models.Allocation.id == principal.allocation_id
+        )
+    found = w.session.execute(query).first()
+    allocation_access.check_trial(w.session, principal, trial_id)
+    if found is None:
+        raise NotFound(f"trial {trial_id} not found")
+    return found[0], found[1]
+
+
+def _stored_seqs(w: Work, trial_id: int, run_id: int, seqs: list[int]) -> tuple[set[int], int]:
+    """Of `seqs`, those the run has stored already, and the run's highest number once this batch
+    is stored too: one query. By range, not IN: a batch's numbers are (nearly) consecutive, and a
+    range over the unique index costs nothing to bind, where thousands of IN parameters cost much."""
+    of_run = (models.Metric.trial_id == trial_id, models.Metric.trial_run_id == run_id)
+    top = select(func.max(models.Metric.seq).label("top")).where(*of_run).subquery()
+    if not seqs:
+        return set(), int(w.session.scalar(select(top.c.top)) or 0)
+    low, high = min(seqs), max(seqs)
+    rows = w.session.execute(
+        select(top.c.top, models.Metric.seq)
+        .select_from(top)
+        .outerjoin(models.Metric, and_(*of_run, models.Metric.seq.between(low, high)))
+    ).all()
+    return set(seqs).intersection(seq for _, seq in rows), max(int(rows[0][0] or 0), high)
 
 
 def _max_stored_seq(ctx: MasterContext, principal: Principal, trial_id: int, run_id: int) -> int:

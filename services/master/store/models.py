@@ -407,7 +407,10 @@ class Metric(Base):
         NEVER_REUSED,
     )
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
-    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"))
+    # No foreign key (migration 0013): PostgreSQL would check it per row, thousands a batch. Intake
+    # holds the trial's row (FOR KEY SHARE) while it writes, and deletion locks the trials before it
+    # deletes their metrics, so no row outlives its trial.
+    trial_id: Mapped[int] = mapped_column(Integer)
     trial_run_id: Mapped[int] = mapped_column(Integer)
     seq: Mapped[int | None] = mapped_column(BigInteger)
     group_name: Mapped[str] = mapped_column(String(64))

@@ -214,8 +214,8 @@ def config_text(**overrides: Any) -> str:
 class Master:
     """The domain with its loops driven by hand."""
 
-    def __init__(self, state_dir: Path, *, pools: Iterable[Any] = ()) -> None:
-        settings = Settings(state_dir=state_dir, db_url=f"sqlite:///{state_dir / 'master.db'}")
+    def __init__(self, state_dir: Path, *, pools: Iterable[Any] = (), db_url: str | None = None) -> None:
+        settings = Settings(state_dir=state_dir, db_url=db_url or f"sqlite:///{state_dir / 'master.db'}")
         if pools:
             settings = Settings(state_dir=state_dir, db_url=settings.db_url, pools=tuple(pools))
         state_dir.mkdir(parents=True, exist_ok=True)
