@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import threading
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from sqlalchemy import and_, func, select, update
@@ -19,7 +19,7 @@ from sqlalchemy import and_, func, select, update
 from cairn.searcher.v1 import searcher_pb2 as spb
 from services.common.logging import get_logger
 from services.common.principal import Principal
-from services.master.domain import allocation_access, searcher_outbox
+from services.master.domain import allocation_access, metric_columns, searcher_outbox
 from services.master.domain.clock import utcnow
 from services.master.domain.config import config_view
 from services.master.domain.context import MasterContext, Work
@@ -233,12 +233,16 @@ def forward_operation_result(
     return True
 
 
-def _archive_superseded(w: Work, trial: models.Trial, run_id: int, reports: list[Report]) -> bool:
-    """An earlier run's rows that this run's `reports` pass again are archived: per group, every
-    row at or past the group's first step reported here. One UPDATE per group."""
+def _first_steps(reports: list[Report]) -> dict[str, int]:
     first_step: dict[str, int] = {}
     for item in reports:
         first_step[item.group] = min(first_step.get(item.group, item.steps_completed), item.steps_completed)
+    return first_step
+
+
+def _archive_superseded(w: Work, trial: models.Trial, run_id: int, first_step: dict[str, int]) -> bool:
+    """An earlier run's rows that this run's reports pass again are archived: per group, every row
+    at or past the group's first step reported now (`first_step`). One UPDATE per group."""
     archived = False
     for group, steps in first_step.items():
         result = w.session.execute(
@@ -291,7 +295,7 @@ def report(
     principal: Principal,
     trial_id: int,
     run_id: int,
-    reports: list[Report],
+    batch: list[Report] | metric_columns.FlatBatch,
     after_seq: int = 0,
 ) -> ReportResult:
     """Store reports; says how many were new, how many were resends, and the highest seq stored.
@@ -299,9 +303,22 @@ def report(
     Set-based: one query for the sequence numbers already held, one UPDATE per group to archive an
     earlier run's rows, one multi-row INSERT for every new report, and the trial's summary folded
     and written once, whatever the batch's size. (Reports without a sequence number, from
-    Determined's clients, come one per call and may merge into a row: they take the row-by-row way.)"""
-    for index, item in enumerate(reports):
-        _check_report(index, item)
+    Determined's clients, come one per call and may merge into a row: they take the row-by-row way.)
+    A batch held by column (metric_columns.FlatBatch) is stored from its columns where nothing in
+    it was stored before and the database is PostgreSQL, and as reports otherwise."""
+    flat = batch if isinstance(batch, metric_columns.FlatBatch) else None
+    if flat is not None and (flat.group == VALIDATION or len(set(flat.seqs)) != len(flat.seqs)):
+        # Validations need their rows' ids; a number given twice is stored once, the general way.
+        batch = _reports_of_columns(flat)
+        flat = None
+    if flat is not None:
+        metric_columns.check(flat)
+        reports: list[Report] = []
+    else:
+        assert not isinstance(batch, metric_columns.FlatBatch)
+        reports = batch
+        for index, item in enumerate(reports):
+            _check_report(index, item)
     if after_seq < 0:
         raise InvalidArgument("after_seq: must be >= 0")
     # Outside the unit of work: the batch waited for takes the trial's lock to be stored.
@@ -312,14 +329,24 @@ def report(
             f"trial {trial_id}: reports up to seq {after_seq} are not stored yet; this batch follows them"
         )
     now = utcnow()
-    with ctx.unit_of_work(_intake_lock(ctx, trial_id, reports)) as w:
+    lock = _intake_lock(ctx, trial_id, [] if flat is not None else reports)
+    with ctx.unit_of_work(lock) as w:
         trial, exp = _intake_trial(w, principal, trial_id)
         if run_id != trial.run_id:
             raise FailedPrecondition(
                 f"trial {trial_id} is on run {trial.run_id}; reports of run {run_id} are no longer accepted"
             )
-        seqs = [r.seq for r in reports if r.seq is not None]
+        seqs = flat.seqs if flat is not None else [r.seq for r in reports if r.seq is not None]
         seen, max_seq = _stored_seqs(w, trial_id, run_id, seqs)
+        if flat is not None and not seen and ctx.db.dialect == "postgresql":
+            stored = _store_columns(w, trial, run_id, flat)
+            w.later(lambda: _count_intake(ctx, stored, _latencies_of_times(flat.times)))
+            if max_seq:
+                committed = max_seq
+                w.later(lambda: ctx.intake_order.stored((trial_id, run_id), committed))
+            return ReportResult(stored=stored, duplicates=0, max_stored_seq=max_seq)
+        if flat is not None:
+            reports = _reports_of_columns(flat)
         stored = duplicates = 0
         fresh: list[tuple[Report, dict[str, Any]]] = []
         unsequenced: list[tuple[Report, dict[str, Any]]] = []
@@ -334,7 +361,9 @@ def report(
                 unsequenced.append((item, item.metrics if item.plain else sanitize(item.metrics)))
         archived_any = False
         if run_id > 1:
-            archived_any = _archive_superseded(w, trial, run_id, [item for item, _ in fresh + unsequenced])
+            archived_any = _archive_superseded(
+                w, trial, run_id, _first_steps([item for item, _ in fresh + unsequenced])
+            )
         summary = _summary_copy(trial)
         if fresh:
             _store_new(ctx, w, trial, exp, run_id, fresh, summary, now)
@@ -360,7 +389,7 @@ def report(
             w.later(lambda: ctx.topics.publish(topic))
         if stored:
             times = [item.report_time for item, _ in fresh + unsequenced if item.report_time is not None]
-            w.later(lambda: _count_intake(ctx, stored, times))
+            w.later(lambda: _count_intake(ctx, stored, _latencies_of(times)))
         if max_seq:
             committed = int(max_seq)
             w.later(lambda: ctx.intake_order.stored((trial_id, run_id), committed))
@@ -478,14 +507,47 @@ def _plain_batches(item: Report) -> Any:
     return item.batch_metrics if item.plain else sanitize(item.batch_metrics)
 
 
-def _count_intake(ctx: MasterContext, stored: int, report_times: list[datetime]) -> None:
+def _count_intake(ctx: MasterContext, stored: int, latencies: list[float]) -> None:
     """Telemetry, after the commit: rows in, and how long each report took to become readable."""
     telemetry = ctx.telemetry
     telemetry.metric_rows.add(stored)
     telemetry.metric_batches.add()
+    telemetry.metric_intake_latency.observe_many(latencies)
+
+
+def _latencies_of(report_times: list[datetime]) -> list[float]:
     now = utcnow()
-    for at in report_times:
-        telemetry.metric_intake_latency.observe(max(0.0, (now - at).total_seconds()))
+    return [max(0.0, (now - at).total_seconds()) for at in report_times]
+
+
+def _latencies_of_times(times: list[float]) -> list[float]:
+    now = utcnow().timestamp()
+    return [max(0.0, now - at) for at in times]
+
+
+def _store_columns(w: Work, trial: models.Trial, run_id: int, flat: metric_columns.FlatBatch) -> int:
+    """A batch by column, none of it stored before: an earlier run's rows it passes archived, one
+    COPY, the summary folded from the columns. (No validation: those go as reports.)"""
+    if run_id > 1 and _archive_superseded(w, trial, run_id, {flat.group: min(flat.steps)}):
+        metric_rows.copy_columns(w.session, trial.id, run_id, flat)
+        exp = w.session.get_one(models.Experiment, trial.experiment_id)
+        _recompute_summary(w, trial, exp)
+        trial.total_batches = max(flat.steps)
+        return len(flat.seqs)
+    metric_rows.copy_columns(w.session, trial.id, run_id, flat)
+    summary = _summary_copy(trial)
+    key = SUMMARY_KEYS.get(flat.group, flat.group)
+    metric_columns.fold(summary.setdefault(key, {}), flat)
+    trial.summary_metrics = summary
+    trial.total_batches = max(trial.total_batches, *flat.steps)
+    return len(flat.seqs)
+
+
+def _reports_of_columns(flat: metric_columns.FlatBatch) -> list[Report]:
+    return [
+        Report(flat.group, steps, values, datetime.fromtimestamp(at, UTC), None, seq, True)
+        for seq, steps, at, values in zip(flat.seqs, flat.steps, flat.times, flat.values, strict=True)
+    ]
 
 
 def _merge_unsequenced(

@@ -41,6 +41,23 @@ class Histogram:
             self._counts[index] += times
             self._sum += value * times
 
+    def observe_many(self, values: Sequence[float]) -> None:
+        """Each of `values` once, as `observe` would count them: sorted, then counted per bucket by
+        bisection (a batch of reports' latencies: thousands, where a call each cost more than the
+        rest of their bookkeeping)."""
+        if not values:
+            return
+        ordered = sorted(values)
+        # Values up to each bound (`observe` puts a value equal to a bound in that bound's bucket).
+        upto = [bisect.bisect_right(ordered, bound) for bound in self._bounds]
+        upto.append(len(ordered))
+        added = [upto[0]] + [upto[i] - upto[i - 1] for i in range(1, len(upto))]
+        total = sum(ordered)
+        with self._lock:
+            for index, count in enumerate(added):
+                self._counts[index] += count
+            self._sum += total
+
     def snapshot(self) -> HistogramSnapshot:
         with self._lock:
             counts = list(self._counts)

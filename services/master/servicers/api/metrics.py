@@ -62,13 +62,12 @@ class MetricsApi(ServicerBase):
     def ReportTrialMetricsBatch(
         self, request: tpb.ReportTrialMetricsBatchRequest, context: grpc.ServicerContext
     ) -> tpb.ReportTrialMetricsBatchResponse:
-        reports = metrics_wire.reports_of(request)
         result = metrics.report(
             self.ctx,
             self.caller(context),
             request.trial_id,
             request.trial_run_id,
-            reports,
+            metrics_wire.batch_of(request),
             after_seq=request.after_seq,
         )
         return tpb.ReportTrialMetricsBatchResponse(

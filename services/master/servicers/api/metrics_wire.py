@@ -10,6 +10,7 @@ JSON cannot hold NaN or infinities, which the Core API sends as the strings Cair
 from __future__ import annotations
 
 import math
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,12 +20,26 @@ from cairn.api.v1 import trial_pb2 as tpb
 from cairn.wire import struct_to_python
 from services.master.domain import metrics
 from services.master.domain.errors import InvalidArgument
+from services.master.domain.metric_columns import FlatBatch
 
 # As deep as a config may nest (and far from Python's recursion limit, which the summary's and
 # the store's walks must never reach).
 MAX_DEPTH = 32
 # The fields of one report in the JSON form, in order.
 REPORT_FIELDS = ("seq", "group", "steps_completed", "report_time", "metrics", "batch_metrics")
+
+
+def batch_of(request: tpb.ReportTrialMetricsBatchRequest) -> list[metrics.Report] | FlatBatch:
+    """The request's reports: held by column where they allow it (metric_columns), else one
+    Report each."""
+    if request.reports_json and request.reports:
+        raise InvalidArgument("reports_json: give the reports either as messages or as JSON, not both")
+    if request.reports_json:
+        document = _document(request.reports_json)
+        return _flat_batch(document, request.reports_json) or _reports_of_document(
+            document, request.reports_json
+        )
+    return reports_of(request)
 
 
 def reports_of(request: tpb.ReportTrialMetricsBatchRequest) -> list[metrics.Report]:
@@ -90,7 +105,7 @@ def _flat_and_clean(values: dict[str, Any]) -> bool:
     return True
 
 
-def reports_from_json(data: bytes) -> list[metrics.Report]:
+def _document(data: bytes) -> list[Any]:
     try:
         # orjson refuses documents nested past its own limit (1024) before building anything.
         document = orjson.loads(data)
@@ -98,6 +113,66 @@ def reports_from_json(data: bytes) -> list[metrics.Report]:
         raise InvalidArgument(f"reports_json: not valid JSON ({exc})") from None
     if not isinstance(document, list):
         raise InvalidArgument("reports_json: must be a JSON array of reports")
+    return document
+
+
+# One report's metrics object in a document whose every `{` and `}` opens or closes one.
+_OBJECT = re.compile(rb"\{[^}]*\}")
+
+
+def _flat_batch(document: list[Any], data: bytes) -> FlatBatch | None:
+    """The document as a FlatBatch, when it is one (else None, and it is read report by report,
+    which also names what is wrong with it): every report well formed, of one group, without batch
+    metrics, with the same metric names, every value a float. Checked by builtins over columns.
+
+    Each report's metrics JSON text is cut from the document itself (it was just parsed, so it is
+    valid JSON) when every `{` and `}` in it is one of those objects' own: one of each per report,
+    so none can be inside a string. Otherwise it is encoded again."""
+    count = len(document)
+    if not count or b"\\u0000" in data or set(map(type, document)) != {list}:
+        return None
+    if set(map(len, document)) != {len(REPORT_FIELDS)}:
+        return None
+    seqs, groups, steps, times, values, batches = zip(*document, strict=True)
+    if (
+        set(map(type, seqs)) != {int}
+        or set(map(type, steps)) != {int}
+        or set(map(type, groups)) != {str}
+        or not set(map(type, times)) <= {int, float}
+        or set(map(type, values)) != {dict}
+        or batches.count(None) != count
+    ):
+        return None
+    if min(seqs) < 1 or max(seqs) >= 2**63 or min(steps) < 0 or max(steps) >= 2**63:
+        return None
+    if min(times) < 0 or max(times) >= 32503680000 or len(set(groups)) != 1:
+        return None
+    if len(set(map(tuple, values))) != 1:
+        return None
+    columns = list(zip(*map(dict.values, values), strict=True))
+    if any(set(map(type, column)) != {float} for column in columns):
+        return None
+    if data.count(b"{") == count and data.count(b"}") == count:
+        texts = _OBJECT.findall(data)
+    else:
+        texts = [orjson.dumps(v) for v in values]
+    return FlatBatch(
+        group=groups[0],
+        names=tuple(values[0]),
+        seqs=list(seqs),
+        steps=list(steps),
+        times=list(times),
+        values=list(values),
+        texts=texts,
+        columns=columns,
+    )
+
+
+def reports_from_json(data: bytes) -> list[metrics.Report]:
+    return _reports_of_document(_document(data), data)
+
+
+def _reports_of_document(document: list[Any], data: bytes) -> list[metrics.Report]:
     # The common batch at once, in C: a NUL can only be written \u0000 in JSON, and a document
     # with one `[` per report (and the outer one) and one `{` per report has every report's metrics
     # flat and no batch metrics. Either count is thrown off by such characters in strings, which
