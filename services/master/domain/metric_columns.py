@@ -4,7 +4,7 @@ names, every value a float (a training loop's loss, accuracy, learning rate...).
 Read so by the wire (servicers/api/metrics_wire.py) without a tuple or a check per report, stored
 by one COPY built straight from the columns (store/metric_rows.py), and folded into the trial's
 summary by builtins over each column. Anything else (other value types, names that vary, several
-groups, validations, resent reports, SQLite) goes the general way, one Report per report
+groups, validations, resent reports) goes the general way, one Report per report
 (domain/metrics.py), which gives the same rows and summary.
 """
 

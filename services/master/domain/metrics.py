@@ -305,7 +305,7 @@ def report(
     and written once, whatever the batch's size. (Reports without a sequence number, from
     Determined's clients, come one per call and may merge into a row: they take the row-by-row way.)
     A batch held by column (metric_columns.FlatBatch) is stored from its columns where nothing in
-    it was stored before and the database is PostgreSQL, and as reports otherwise."""
+    it was stored before, and as reports otherwise."""
     flat = batch if isinstance(batch, metric_columns.FlatBatch) else None
     if flat is not None and (flat.group == VALIDATION or len(set(flat.seqs)) != len(flat.seqs)):
         # Validations need their rows' ids; a number given twice is stored once, the general way.
@@ -338,7 +338,7 @@ def report(
             )
         seqs = flat.seqs if flat is not None else [r.seq for r in reports if r.seq is not None]
         seen, max_seq = _stored_seqs(w, trial_id, run_id, seqs)
-        if flat is not None and not seen and ctx.db.dialect == "postgresql":
+        if flat is not None and not seen:
             stored = _store_columns(w, trial, run_id, flat)
             w.later(lambda: _count_intake(ctx, stored, _latencies_of_times(flat.times)))
             if max_seq:
@@ -529,12 +529,12 @@ def _store_columns(w: Work, trial: models.Trial, run_id: int, flat: metric_colum
     """A batch by column, none of it stored before: an earlier run's rows it passes archived, one
     COPY, the summary folded from the columns. (No validation: those go as reports.)"""
     if run_id > 1 and _archive_superseded(w, trial, run_id, {flat.group: min(flat.steps)}):
-        metric_rows.copy_columns(w.session, trial.id, run_id, flat)
+        metric_rows.insert_columns(w.session, trial.id, run_id, flat)
         exp = w.session.get_one(models.Experiment, trial.experiment_id)
         _recompute_summary(w, trial, exp)
         trial.total_batches = max(flat.steps)
         return len(flat.seqs)
-    metric_rows.copy_columns(w.session, trial.id, run_id, flat)
+    metric_rows.insert_columns(w.session, trial.id, run_id, flat)
     summary = _summary_copy(trial)
     key = SUMMARY_KEYS.get(flat.group, flat.group)
     metric_columns.fold(summary.setdefault(key, {}), flat)
