@@ -28,10 +28,11 @@ class ReplyCache:
 
     @staticmethod
     def key_of(method: str, pretty: bool, reply: Message) -> tuple[str, bool, bytes] | None:
-        """The key of a reply message; its size is known without serializing it."""
-        if reply.ByteSize() < MIN_REPLY_BYTES:
+        """The key of a reply message (serialized once: upb's ByteSize serializes as well)."""
+        serialized = reply.SerializeToString()
+        if len(serialized) < MIN_REPLY_BYTES:
             return None
-        return (method, pretty, hashlib.blake2b(reply.SerializeToString(), digest_size=20).digest())
+        return (method, pretty, hashlib.blake2b(serialized, digest_size=20).digest())
 
     def get(self, key: tuple[str, bool, bytes]) -> bytes | None:
         return self._entries.get(key)

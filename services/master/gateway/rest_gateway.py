@@ -172,8 +172,11 @@ class RestGateway:
         body = self.replies.get(key) if key is not None else None
         if body is not None:
             return Response(HTTPStatus.OK, body)
-        payload = self._payload(binding, reply)
-        response = Response(HTTPStatus.OK, _pretty(payload) if pretty else _compact(payload))
+        if pretty:
+            body = _pretty(self._payload(binding, reply))
+        else:
+            body = self._compact_json(lambda: self._payload(binding, reply))
+        response = Response(HTTPStatus.OK, body)
         if key is not None:
             self.replies.put(key, response.body)
         token = getattr(reply, "token", "") if rpc.name == _SETS_COOKIE else ""
@@ -182,6 +185,18 @@ class RestGateway:
         elif rpc.name == _CLEARS_COOKIE:
             response.headers = {"Set-Cookie": credentials.logout_cookie()}
         return response
+
+    def _result_line(self, binding: HttpBinding, message: Message) -> bytes:
+        return self._compact_json(lambda: {"result": self._payload(binding, message)}) + b"\n"
+
+    def _compact_json(self, build: Callable[[], Any]) -> bytes:
+        """`build()`'s object as compact JSON, its memoized messages spliced in as stored."""
+        with self.encoder.fragments():
+            obj = build()
+        try:
+            return orjson.dumps(obj)
+        except orjson.JSONEncodeError:
+            return _compact(build())  # what orjson refuses, built again as plain objects
 
     def _payload(self, binding: HttpBinding, reply: Message) -> Any:
         if not binding.response_body:
@@ -214,9 +229,9 @@ class RestGateway:
         self, binding: HttpBinding, call: StreamCall, first: Message, rest: Iterator[Message]
     ) -> Iterator[bytes]:
         try:
-            yield _compact({"result": self._payload(binding, first)}) + b"\n"
+            yield self._result_line(binding, first)
             for message in rest:
-                yield _compact({"result": self._payload(binding, message)}) + b"\n"
+                yield self._result_line(binding, message)
         except grpc.RpcError as exc:
             code, message_text = rpc_error_parts(exc)
             if code != grpc.StatusCode.CANCELLED:
