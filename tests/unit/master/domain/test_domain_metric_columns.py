@@ -177,3 +177,30 @@ def test_a_histogram_observes_many_as_it_observes_each() -> None:
     at_once.observe_many(values)
     assert one_by_one.snapshot().cumulative == at_once.snapshot().cumulative
     assert one_by_one.snapshot().total == pytest.approx(at_once.snapshot().total)
+
+
+def test_a_restarted_run_by_column_archives_what_it_passes_again(master: Master) -> None:
+    """A later run resumed from an earlier checkpoint: the rows of the run before at or past its
+    first step are archived and the summary rebuilt, by column as by reports."""
+    by_report, by_column = _two_trials(master)
+    for trial_id in (by_report, by_column):
+        first_run = metrics_wire.reports_from_json(_document(1, 50))
+        metrics.report(master.ctx, master.admin, trial_id, 1, first_run)
+        (container,) = master.run_containers(master.live(trial_id).id)
+        master.exit(container, 1)
+        assert master.live(trial_id).run_id == 2
+    # Run 2 starts again from step 200 (run 1 reached 500): run 1's rows from 200 on are archived.
+    data = _document(1001, 30)
+    rows = orjson.loads(data)
+    for index, row in enumerate(rows):
+        row[2] = 200 + 10 * index
+    data = orjson.dumps(rows)
+    flat = _flat(data)
+    assert flat is not None
+    metrics.report(master.ctx, master.admin, by_report, 2, metrics_wire.reports_from_json(data))
+    assert metrics.report(master.ctx, master.admin, by_column, 2, flat).stored == 30
+
+    assert _stored(master, by_column) == _stored(master, by_report)
+    stored, summary, total_batches = _stored(master, by_column)
+    assert sum(1 for row in stored if row[6]) == 31  # run 1's steps 200..500
+    assert summary["avg_metrics"]["loss"]["count"] == 19 + 30 and total_batches == 490
