@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -20,20 +18,14 @@ from services.master.domain.errors import InvalidArgument
 from services.master.domain.telemetry import Histogram
 from services.master.servicers.api import metrics_wire
 from services.master.store import metric_rows, models
-from tests.support.databases import BACKENDS, fresh_database
 from tests.unit.master.domain.harness import Master
 
 NAMES = ("loss", "accuracy", "lr")
 
 
-@pytest.fixture(params=BACKENDS)
-def master(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Master]:
-    with fresh_database(request.param, tmp_path) as url:
-        m = Master(tmp_path / "master", db_url=url)
-        try:
-            yield m
-        finally:
-            m.close()
+@pytest.fixture
+def master(master_on_each_database: Master) -> Master:
+    return master_on_each_database
 
 
 def _document(

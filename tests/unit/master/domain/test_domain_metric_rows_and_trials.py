@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -16,19 +15,13 @@ from sqlalchemy import func, select
 from services.master.domain import deletion, experiments, metrics
 from services.master.domain.errors import NotFound
 from services.master.store import metric_rows, models
-from tests.support.databases import BACKENDS, fresh_database
 from tests.unit.master.domain.harness import Master
 from tests.unit.master.domain.test_domain_models import Trial
 
 
-@pytest.fixture(params=BACKENDS)
-def master(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Master]:
-    with fresh_database(request.param, tmp_path) as url:
-        m = Master(tmp_path / "master", db_url=url)
-        try:
-            yield m
-        finally:
-            m.close()
+@pytest.fixture
+def master(master_on_each_database: Master) -> Master:
+    return master_on_each_database
 
 
 def _metric_rows(master: Master, trial_id: int) -> int:
