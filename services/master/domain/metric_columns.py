@@ -10,6 +10,7 @@ groups, validations, resent reports) goes the general way, one Report per report
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from services.master.domain.errors import InvalidArgument
@@ -52,14 +53,18 @@ def fold(section: dict[str, dict[str, Any]], batch: FlatBatch) -> None:
     name), from the columns: the same sums in the same order, so the same floats."""
     for name, column in zip(batch.names, batch.columns, strict=True):
         entry: dict[str, Any] = section.setdefault(name, {})
-        count = int(entry.get("count", 0)) + len(column)
-        total = sum(column, float(entry.get("sum", 0.0)))
-        entry.update(
-            count=count,
-            sum=total,
-            min=min(float(entry.get("min", column[0])), *column),
-            max=max(float(entry.get("max", column[0])), *column),
-            mean=total / count,
-            last=column[-1],
-            type="number",
-        )
+        add_numbers(entry, column)
+        entry.update(last=column[-1], type="number")
+
+
+def add_numbers(entry: dict[str, Any], numbers: Sequence[float]) -> None:
+    """Fold finite `numbers` (at least one) into a summary entry's count, sum, min, max and mean."""
+    count = int(entry.get("count", 0)) + len(numbers)
+    total = sum(numbers, float(entry.get("sum", 0.0)))
+    entry.update(
+        count=count,
+        sum=total,
+        min=min(float(entry.get("min", numbers[0])), *numbers),
+        max=max(float(entry.get("max", numbers[0])), *numbers),
+        mean=total / count,
+    )

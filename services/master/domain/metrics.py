@@ -127,15 +127,7 @@ def _fold_batch(summary: dict[str, Any], new: list[tuple[Report, dict[str, Any]]
                 numbers = [float(v) for v in values if _is_number(v)]
             entry: dict[str, Any] = section.setdefault(name, {})
             if numbers:
-                count = int(entry.get("count", 0)) + len(numbers)
-                total = sum(numbers, float(entry.get("sum", 0.0)))
-                entry.update(
-                    count=count,
-                    sum=total,
-                    min=min(float(entry.get("min", numbers[0])), *numbers),
-                    max=max(float(entry.get("max", numbers[0])), *numbers),
-                    mean=total / count,
-                )
+                metric_columns.add_numbers(entry, numbers)
             last = values[-1]
             if _is_number(last):
                 entry.update(last=last, type="number")
@@ -339,7 +331,7 @@ def report(
         seqs = flat.seqs if flat is not None else [r.seq for r in reports if r.seq is not None]
         seen, max_seq = _stored_seqs(w, trial_id, run_id, seqs)
         if flat is not None and not seen:
-            stored = _store_columns(w, trial, run_id, flat)
+            stored = _store_columns(w, trial, exp, run_id, flat)
             w.later(lambda: _count_intake(ctx, stored, _latencies_of_times(flat.times)))
             if max_seq:
                 committed = max_seq
@@ -525,16 +517,17 @@ def _latencies_of_times(times: list[float]) -> list[float]:
     return [max(0.0, now - at) for at in times]
 
 
-def _store_columns(w: Work, trial: models.Trial, run_id: int, flat: metric_columns.FlatBatch) -> int:
+def _store_columns(
+    w: Work, trial: models.Trial, exp: models.Experiment, run_id: int, flat: metric_columns.FlatBatch
+) -> int:
     """A batch by column, none of it stored before: an earlier run's rows it passes archived, one
     COPY, the summary folded from the columns. (No validation: those go as reports.)"""
-    if run_id > 1 and _archive_superseded(w, trial, run_id, {flat.group: min(flat.steps)}):
-        metric_rows.insert_columns(w.session, trial.id, run_id, flat)
-        exp = w.session.get_one(models.Experiment, trial.experiment_id)
+    archived = run_id > 1 and _archive_superseded(w, trial, run_id, {flat.group: min(flat.steps)})
+    metric_rows.insert_columns(w.session, trial.id, run_id, flat)
+    if archived:
         _recompute_summary(w, trial, exp)
         trial.total_batches = max(flat.steps)
         return len(flat.seqs)
-    metric_rows.insert_columns(w.session, trial.id, run_id, flat)
     summary = _summary_copy(trial)
     key = SUMMARY_KEYS.get(flat.group, flat.group)
     metric_columns.fold(summary.setdefault(key, {}), flat)

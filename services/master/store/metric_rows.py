@@ -69,6 +69,9 @@ def json_text(value: Any) -> str:
     return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
 
 
+_SQLITE_INSERT = f"INSERT INTO metrics ({', '.join(COLUMNS)}) VALUES ({', '.join('?' for _ in COLUMNS)})"
+
+
 def insert(session: Session, rows: Sequence[Row]) -> None:
     """Insert `rows` in the session's transaction, the fastest way the backend has."""
     if not rows:
@@ -77,11 +80,7 @@ def insert(session: Session, rows: Sequence[Row]) -> None:
     if connection.dialect.name == "postgresql":
         _copy(connection.connection.dbapi_connection, rows)
         return
-    marks = ", ".join("?" for _ in COLUMNS)
-    connection.exec_driver_sql(
-        f"INSERT INTO metrics ({', '.join(COLUMNS)}) VALUES ({marks})",
-        [_sqlite_row(row) for row in rows],
-    )
+    connection.exec_driver_sql(_SQLITE_INSERT, [_sqlite_row(row) for row in rows])
 
 
 def insert_columns(session: Session, trial_id: int, run_id: int, batch: FlatBatch) -> None:
@@ -105,8 +104,7 @@ def insert_columns(session: Session, trial_id: int, run_id: int, batch: FlatBatc
         repeat(0, count),
         strict=True,
     )
-    marks = ", ".join("?" for _ in COLUMNS)
-    connection.exec_driver_sql(f"INSERT INTO metrics ({', '.join(COLUMNS)}) VALUES ({marks})", list(rows))
+    connection.exec_driver_sql(_SQLITE_INSERT, list(rows))
 
 
 def _copy_columns(dbapi_connection: Any, trial_id: int, run_id: int, batch: FlatBatch) -> None:

@@ -39,14 +39,10 @@ def batch_of(request: tpb.ReportTrialMetricsBatchRequest) -> list[metrics.Report
         return _flat_batch(document, request.reports_json) or _reports_of_document(
             document, request.reports_json
         )
-    return reports_of(request)
+    return _reports_of_messages(request)
 
 
-def reports_of(request: tpb.ReportTrialMetricsBatchRequest) -> list[metrics.Report]:
-    if request.reports_json and request.reports:
-        raise InvalidArgument("reports_json: give the reports either as messages or as JSON, not both")
-    if request.reports_json:
-        return reports_from_json(request.reports_json)
+def _reports_of_messages(request: tpb.ReportTrialMetricsBatchRequest) -> list[metrics.Report]:
     return [
         metrics.Report(
             group=r.group,
