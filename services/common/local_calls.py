@@ -68,6 +68,24 @@ class LocalCallError(grpc.RpcError, grpc.Call):
         return False
 
 
+class RenderedJson:
+    """A stream message already written as the JSON the REST gateway would print for it (compact,
+    grpc-gateway's shape): what a handler may yield instead of the message to a local caller that
+    asked for it (`LocalCalls.stream(..., rendered_json=True)`; see `accepts_rendered_json`), so a
+    hot read skips building protobuf only for the gateway to take it apart again. A handler yields
+    these only when the call's context accepts them: over a real channel it yields messages."""
+
+    __slots__ = ("json",)
+
+    def __init__(self, json: bytes) -> None:
+        self.json = json
+
+
+def accepts_rendered_json(context: grpc.ServicerContext) -> bool:
+    """Whether the caller behind `context` takes RenderedJson messages (only local REST calls do)."""
+    return getattr(context, "rendered_json", False) is True
+
+
 class _CallDetails(grpc.HandlerCallDetails):
     def __init__(self, method: str, metadata: tuple[tuple[str, str | bytes], ...]) -> None:
         self.method = method
@@ -87,6 +105,8 @@ class _Context(grpc.ServicerContext):
         self._callbacks: list[Callable[[], None]] = []
         self.status_code: grpc.StatusCode | None = None
         self.status_details = ""
+        # Set by LocalCalls.stream for a caller that takes RenderedJson (accepts_rendered_json).
+        self.rendered_json = False
 
     # --- what servicers read ---
     def invocation_metadata(self) -> tuple[tuple[str, str | bytes], ...]:
@@ -298,9 +318,12 @@ class LocalCalls:
         metadata: Metadata = (),
         timeout_s: float | None = None,
         peer: str | None = None,
+        rendered_json: bool = False,
     ) -> LocalStream:
-        """The messages of server-streaming `method`; iterating raises LocalCallError on failure."""
+        """The messages of server-streaming `method`; iterating raises LocalCallError on failure.
+        With `rendered_json`, handlers that can may yield RenderedJson instead of messages."""
         behaviour, context = self._start(method, metadata, timeout_s, peer, streaming=True)
+        context.rendered_json = rendered_json
         run = contextvars.copy_context()
         # A generator handler runs nothing until the first next(): checks and errors come then.
         try:

@@ -12,8 +12,10 @@ from typing import Any, Protocol, TypeVar
 
 
 class _Report(Protocol):
-    steps_completed: int
-    metrics: dict[str, Any]
+    @property
+    def steps_completed(self) -> int: ...
+    @property
+    def metrics(self) -> dict[str, Any]: ...
 
 
 R = TypeVar("R", bound=_Report)

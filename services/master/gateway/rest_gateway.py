@@ -21,7 +21,7 @@ import orjson
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import Message
 
-from services.common.local_calls import LocalCalls
+from services.common.local_calls import LocalCalls, RenderedJson
 from services.common.logging import get_logger
 from services.master.gateway import credentials
 from services.master.gateway.errors import (
@@ -186,7 +186,13 @@ class RestGateway:
             response.headers = {"Set-Cookie": credentials.logout_cookie()}
         return response
 
-    def _result_line(self, binding: HttpBinding, message: Message) -> bytes:
+    def _result_line(self, binding: HttpBinding, message: Message | RenderedJson) -> bytes:
+        if isinstance(message, RenderedJson):
+            # Already the message's JSON (a local handler's): spliced in as written.
+            if not binding.response_body:
+                return b'{"result":' + message.json + b"}\n"
+            field = binding.rpc.response_descriptor.fields_by_name[binding.response_body].json_name
+            return _compact({"result": orjson.loads(message.json).get(field)}) + b"\n"
         return self._compact_json(lambda: {"result": self._payload(binding, message)}) + b"\n"
 
     def _compact_json(self, build: Callable[[], Any]) -> bytes:

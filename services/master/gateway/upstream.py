@@ -90,7 +90,9 @@ class Upstream:
     ) -> StreamCall:
         """A started stream; its messages raise grpc.RpcError when it fails."""
         if self._local is not None:
-            return StreamCall(self._local.stream(method.full_path, request, metadata, peer=peer))
+            # The gateway prints every message it gets: a handler may hand over its JSON instead.
+            stream = self._local.stream(method.full_path, request, metadata, peer=peer, rendered_json=True)
+            return StreamCall(stream)
         return StreamCall(self._streams[method.full_path](request, metadata=tuple(metadata)))
 
     def close(self) -> None:

@@ -3,6 +3,7 @@ int64 as strings), with Go's whole numbers in Structs, for every message of the 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -16,7 +17,10 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
 from cairn.api.v1 import api_pb2, experiment_pb2, trial_pb2
+from services.common.local_calls import RenderedJson
+from services.master.gateway.http_rules import http_bindings
 from services.master.gateway.json_encoding import MEMO_MIN_BYTES, JsonEncoder
+from services.master.gateway.rest_gateway import RestGateway
 
 CAIRN = api_pb2.DESCRIPTOR.services_by_name["Cairn"]
 
@@ -206,3 +210,20 @@ def test_fragments_are_this_threads_only() -> None:
         worker.join()
         assert isinstance(encoder.to_object(trial), orjson.Fragment)
     assert isinstance(seen[0], dict) and isinstance(encoder.to_object(trial), dict)
+
+
+def test_a_handlers_rendered_json_is_spliced_in_as_the_message_would_print() -> None:
+    service = api_pb2.DESCRIPTOR.services_by_name["Cairn"]
+    bindings = http_bindings(service)
+    gateway = RestGateway(service, bindings, upstream=None)  # type: ignore[arg-type]  # nothing is called
+    binding = next(b for b in bindings if b.rpc.name == "GetMetrics")
+    struct = struct_pb2.Struct()
+    struct.update({"avg_metrics": {"loss": 0.25, "epoch": 2}})
+    message = trial_pb2.GetMetricsResponse(
+        metrics=[trial_pb2.MetricsReport(trial_id=3, group="validation", metrics=struct, id=9)]
+    )
+    rendered = RenderedJson(orjson.dumps(JsonEncoder().to_object(message)))
+    line = gateway._result_line(binding, rendered)
+    assert line == gateway._result_line(binding, message) and line.endswith(b"}\n")
+    one_field = dataclasses.replace(binding, response_body="metrics")
+    assert gateway._result_line(one_field, rendered) == gateway._result_line(one_field, message)

@@ -13,7 +13,7 @@ import pytest
 from google.protobuf import wrappers_pb2
 
 from services.common.interceptors import AuthError, AuthInterceptor, current_principal
-from services.common.local_calls import LocalCallError, LocalCalls
+from services.common.local_calls import LocalCallError, LocalCalls, accepts_rendered_json
 from services.common.metadata import Metadata, user_token
 from services.common.principal import Principal
 from services.common.server import start_server
@@ -51,6 +51,9 @@ def _count(
     the first message, "forever" streams until the caller goes away."""
     principal = current_principal()
     who = principal.username if principal else "nobody"
+    if request.value == "json?":
+        yield wrappers_pb2.StringValue(value=f"takes rendered json: {accepts_rendered_json(context)}")
+        return
     yield wrappers_pb2.StringValue(value=f"{who}:1")
     if request.value == "abort":
         context.abort(grpc.StatusCode.OUT_OF_RANGE, "enough")
@@ -220,3 +223,12 @@ def test_cancel_from_another_thread_ends_a_waiting_stream() -> None:
     assert list(stream) == []
     assert time.monotonic() - started < 5
     stream.close()
+
+
+def test_only_a_caller_that_asks_for_rendered_json_is_offered_it(channel: grpc.Channel) -> None:
+    local = LocalCalls(_register, INTERCEPTORS)
+    method, ask = f"/{SERVICE}/Count", wrappers_pb2.StringValue(value="json?")
+    asked = local.stream(method, ask, _auth("good"), rendered_json=True)
+    assert [m.value for m in asked] == ["takes rendered json: True"]  # type: ignore[attr-defined]
+    assert _stream_in_process(local, "json?", "good") == ["takes rendered json: False"]
+    assert _stream_over_channel(channel, "json?", "good") == ["takes rendered json: False"]

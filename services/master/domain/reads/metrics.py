@@ -3,20 +3,39 @@ Determined's CLI lists a trial's history), and the best searcher metric of an ex
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any
+import json
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any, NamedTuple
 
-from sqlalchemy import Row, bindparam, select
+import orjson
+from sqlalchemy import Text, bindparam, cast, select
 from sqlalchemy.orm import Session
 
 from services.master.domain.config import config_view
 from services.master.domain.errors import NotFound
 from services.master.store import models
+from services.master.store.prepared_select import PreparedSelect
 
-# What a MetricsReport carries, read as plain rows (not ORM objects: nothing here is changed, and
-# building a mapped object per report cost more than the query). Built once with bound parameters:
-# constructing the statement anew cost a fifth of a metrics read.
-_REPORTS_OF_TRIAL = (
+
+class ReportRow(NamedTuple):
+    """A stored report as a MetricsReport carries it (values parsed, not ORM objects)."""
+
+    id: int
+    trial_id: int
+    trial_run_id: int
+    group_name: str
+    steps_completed: int
+    report_time: datetime
+    metrics: Any
+    batch_metrics: Any
+    archived: bool
+
+
+# A trial's learning curve is the most frequent read there is (the WebUI, the SDK): a statement
+# built once, run on the cursor (store/prepared_select.py), its JSON columns read as text and
+# parsed by orjson. Each of those cut a fifth or more of the read.
+_REPORTS_OF_TRIAL = PreparedSelect(
     select(
         models.Metric.id,
         models.Metric.trial_id,
@@ -24,8 +43,8 @@ _REPORTS_OF_TRIAL = (
         models.Metric.group_name,
         models.Metric.steps_completed,
         models.Metric.report_time,
-        models.Metric.metrics,
-        models.Metric.batch_metrics,
+        cast(models.Metric.metrics, Text),
+        cast(models.Metric.batch_metrics, Text),
         models.Metric.archived,
     )
     .where(
@@ -37,9 +56,24 @@ _REPORTS_OF_TRIAL = (
 )
 
 
-def reports_of_trial(s: Session, trial_id: int, group: str) -> Sequence[Row[Any]]:
+def _json(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        # What orjson refuses and the column's own reader takes (a number past a double's range).
+        return json.loads(text)
+
+
+def reports_of_trial(s: Session, trial_id: int, group: str) -> list[ReportRow]:
     """The trial's current (not archived) reports of `group`, by step."""
-    return s.execute(_REPORTS_OF_TRIAL, {"trial_id": trial_id, "group": group}).all()
+    return [
+        ReportRow(row_id, trial, run, group_name, steps, at, _json(values), _json(batch), archived)
+        for row_id, trial, run, group_name, steps, at, values, batch, archived in _REPORTS_OF_TRIAL.rows(
+            s, trial_id=trial_id, group=group
+        )
+    ]
 
 
 def trial_history(

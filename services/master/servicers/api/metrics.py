@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC
 from typing import Any
 
@@ -13,12 +13,13 @@ import grpc
 from cairn.api.v1 import common_pb2
 from cairn.api.v1 import trial_pb2 as tpb
 from cairn.wire import struct_to_python
+from services.common.local_calls import RenderedJson, accepts_rendered_json
 from services.master.domain import allocation_access, metrics, signals
 from services.master.domain.downsample import downsample
 from services.master.domain.errors import InvalidArgument
 from services.master.domain.paging import page_of
 from services.master.domain.reads import metrics as reads
-from services.master.servicers.api import convert, metrics_wire
+from services.master.servicers.api import convert, metrics_json, metrics_wire
 from services.master.servicers.api.base import ServicerBase
 from services.master.servicers.errors import rpc, stream_rpc
 
@@ -80,12 +81,20 @@ class MetricsApi(ServicerBase):
     @stream_rpc
     def GetMetrics(
         self, request: tpb.GetMetricsRequest, context: grpc.ServicerContext
-    ) -> Iterator[tpb.GetMetricsResponse]:
+    ) -> Iterator[Any]:  # GetMetricsResponse, or RenderedJson of one for the REST gateway
         if not request.trial_ids:
             raise InvalidArgument("trial_ids: required")
+        if accepts_rendered_json(context):
+            # The REST gateway's own call: the JSON it would print, made from the rows.
+            def rendered() -> list[RenderedJson]:
+                return [RenderedJson(metrics_json.response_json(page)) for page in self._pages(request)]
+
+            yield from self.cache.get("GetMetrics:json", request, rendered)
+            return
         yield from self.cache.get("GetMetrics", request, lambda: list(self._metrics(request)))
 
-    def _metrics(self, request: tpb.GetMetricsRequest) -> Iterator[tpb.GetMetricsResponse]:
+    def _pages(self, request: tpb.GetMetricsRequest) -> Iterator[Sequence[Any]]:
+        """The rows of each reply message: per trial, at most REPORTS_PER_MESSAGE at a time."""
         group = request.group or "training"
         for trial_id in request.trial_ids:
             with self.ctx.db.read() as s:
@@ -93,23 +102,27 @@ class MetricsApi(ServicerBase):
             if request.max_datapoints > 0:
                 rows = downsample(rows, request.max_datapoints)
             for start in range(0, len(rows), REPORTS_PER_MESSAGE):
-                yield tpb.GetMetricsResponse(
-                    metrics=[
-                        tpb.MetricsReport(
-                            trial_id=row.trial_id,
-                            end_time=convert.ts(row.report_time),
-                            metrics=convert.struct(
-                                report_metrics(row.group_name, row.metrics, row.batch_metrics)
-                            ),
-                            total_batches=int(row.steps_completed),
-                            archived=row.archived,
-                            id=int(row.id),
-                            trial_run_id=row.trial_run_id,
-                            group=row.group_name,
-                        )
-                        for row in rows[start : start + REPORTS_PER_MESSAGE]
-                    ]
-                )
+                yield rows[start : start + REPORTS_PER_MESSAGE]
+
+    def _metrics(self, request: tpb.GetMetricsRequest) -> Iterator[tpb.GetMetricsResponse]:
+        for page in self._pages(request):
+            yield tpb.GetMetricsResponse(
+                metrics=[
+                    tpb.MetricsReport(
+                        trial_id=row.trial_id,
+                        end_time=convert.ts(row.report_time),
+                        metrics=convert.struct(
+                            report_metrics(row.group_name, row.metrics, row.batch_metrics)
+                        ),
+                        total_batches=int(row.steps_completed),
+                        archived=row.archived,
+                        id=int(row.id),
+                        trial_run_id=row.trial_run_id,
+                        group=row.group_name,
+                    )
+                    for row in page
+                ]
+            )
 
     @rpc
     def ReportTrialProgress(
