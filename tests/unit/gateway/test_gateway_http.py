@@ -103,6 +103,23 @@ def test_stream_is_ndjson_and_ends_with_the_error_line(gateway: Gateway) -> None
     }
 
 
+def test_a_stream_past_the_read_ahead_streams_on_in_order_and_ends_as_it_would(
+    gateway: Gateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Short streams are read whole before the answer starts; a longer one goes on as a stream.
+    monkeypatch.setattr(asgi_app, "READ_AHEAD_BYTES", 300)
+    expected = [f"line {i}\n" for i in range(40)]
+    for limit in (2, 40):
+        response = requests.get(f"{gateway.base}/api/v1/trials/5/logs?limit={limit}", stream=True, timeout=10)
+        assert response.status_code == 200 and response.headers["Transfer-Encoding"] == "chunked"
+        lines = [json.loads(line) for line in response.iter_lines()]
+        assert [line["result"]["message"] for line in lines] == expected[:limit]
+    failed = requests.get(f"{gateway.base}/api/v1/trials/5/logs?limit=40&searchText=fail", timeout=10)
+    *results, last = [json.loads(line) for line in failed.text.splitlines()]
+    assert [r["result"]["message"] for r in results] == expected
+    assert last["error"]["message"] == "the trial went away"
+
+
 def test_a_stream_failing_before_its_first_message_is_an_ordinary_error(gateway: Gateway) -> None:
     response = requests.get(f"{gateway.base}/api/v1/trials/5/logs?limit=0&searchText=fail", timeout=10)
     assert response.status_code == 404 and response.json()["error"]["error"] == "the trial went away"

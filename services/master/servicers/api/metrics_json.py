@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -69,11 +69,15 @@ def _flat_floats(values: dict[str, Any]) -> dict[str, Any] | None:
 
 def timestamp_json(value: datetime) -> str:
     """A datetime as google.protobuf.Timestamp's JSON (what Timestamp.ToJsonString gives for the
-    Timestamp convert.ts makes): UTC with "Z", and 0, 3 or 6 fraction digits, as few as exact."""
-    if value.tzinfo is not None:
-        value = value.astimezone(UTC).replace(tzinfo=None)
+    Timestamp convert.ts makes): UTC with "Z", and 0, 3 or 6 fraction digits, as few as exact.
+    (Arithmetic on the offset, not astimezone: a third of the cost, for every report read.)"""
+    offset = value.utcoffset()
+    if offset is not None:
+        value = value.replace(tzinfo=None)
+        if offset:
+            value -= offset
     micros = value.microsecond
-    whole = value.replace(microsecond=0).isoformat()
+    whole = value.isoformat(timespec="seconds")
     if micros == 0:
         return whole + "Z"
     if micros % 1000 == 0:
