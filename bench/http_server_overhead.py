@@ -1,7 +1,8 @@
 """What the HTTP serving layer costs by itself, without the database: wrk keeps 25 connections busy
 on `/info` (answered by every process of the public port from memory) and on a 50-line NDJSON
-stream, against the threaded server the master used before (http_server.py, now its loopback
-listener) and against the public port (public_server.py) with 1, 2, ... processes.
+stream (handed over chunk by chunk, and read ahead as a stream that ends on its own is), against
+the threaded server the master used before (http_server.py, now its loopback listener) and against
+the public port (public_server.py) with 1, 2, ... processes.
 
     .venv/bin/python -m bench.http_server_overhead [--seconds 5] [--processes 1,2] [--clients 25]
 
@@ -43,10 +44,12 @@ STREAM_LINES = 50
 
 
 def stream(req: HttpRequest) -> Response | StreamingResponse | None:
+    """/stream: handed to the client chunk by chunk, as a followed log is; /stream-read-ahead: a
+    stream that ends on its own (a trial's metrics), which the public port reads ahead."""
     if not req.path.startswith("/stream"):
         return None
     lines: Iterator[bytes] = iter([b'{"result": {"n": %d}}\n' % i for i in range(STREAM_LINES)])
-    return StreamingResponse(HTTPStatus.OK, lines, lambda: None)
+    return StreamingResponse(HTTPStatus.OK, lines, lambda: None, read_ahead=req.path == "/stream-read-ahead")
 
 
 _UNIT_MS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60_000.0}
@@ -104,7 +107,9 @@ def main() -> None:
         for name, server in servers:
             port = server.server_address[1]
             paths = (
-                ["/info"] if isinstance(server, PublicHttpServer) and server.workers else ["/info", "/stream"]
+                ["/info"]
+                if isinstance(server, PublicHttpServer) and server.workers
+                else ["/info", "/stream", "/stream-read-ahead"]
             )
             for path in paths:
                 wrk(port, path, args.clients, 2)  # warm-up

@@ -55,8 +55,9 @@ BODY_IDLE_TIMEOUT_S = 30.0
 MAX_HTTP10_STREAM_BYTES = 64 * 1024 * 1024
 # Chunks a stream's producer may be ahead of its client.
 STREAM_BUFFER_CHUNKS = 256
-# A stream that is not followed is read ahead up to this many bytes before it is answered: one
-# that ends within them (a trial's metrics, a page of logs: most streams) goes out in one write,
+# A stream that ends on its own (StreamingResponse.read_ahead) and is not followed is read ahead up
+# to this many bytes before it is answered: one that ends within them (a trial's metrics, a page of
+# logs: most such streams) goes out in one write,
 # still chunked, without a producer handing its chunks to the loop one by one. At 25 clients
 # reading metrics, that hand-off was a tenth of the master's time.
 READ_AHEAD_BYTES = 256 * 1024
@@ -275,7 +276,7 @@ class GatewayApp:
             if isinstance(response, StreamingResponse):
                 if http10:
                     response = _whole_stream(request, response)
-                elif not is_long_lived(request.path, request.headers):
+                elif response.read_ahead and not is_long_lived(request.path, request.headers):
                     response = _read_ahead(response)
         finally:
             chunks.loop.call_soon_threadsafe(_settle, answered, response)

@@ -54,7 +54,10 @@ class StreamingResponse:
     """An answer written as it is produced: each item of `chunks` goes out at once, as one chunk.
 
     `cancel` stops the producer (it is called from another thread when the client disconnects);
-    `chunks` is closed in every case once the answer ends.
+    `chunks` is closed in every case once the answer ends. `read_ahead`: the stream ends on its own
+    without waiting for anything to happen (a trial's metrics, logs not followed), so the server
+    may read it ahead and answer it whole when it is short; never for a stream that waits (a
+    followed log, periodic samples), which would not be answered at all until it ended.
     """
 
     status: int
@@ -62,6 +65,7 @@ class StreamingResponse:
     cancel: Callable[[], None]
     content_type: str = "application/json"
     headers: dict[str, str] | None = None
+    read_ahead: bool = False
 
 
 @dataclass

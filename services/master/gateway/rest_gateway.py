@@ -62,6 +62,12 @@ _SETS_COOKIE = "Login"
 _CLEARS_COOKIE = "Logout"
 
 
+# Streams that end on their own, without waiting for events (unless followed, which the HTTP layer
+# sees in the query): short ones may be read ahead and answered whole (StreamingResponse.read_ahead).
+# TrialsSample and WatchAllocationSignals wait, and are not here.
+ENDING_STREAMS = frozenset({"GetMetrics", "TrialLogs", "TaskLogs", "MasterLogs", "DownloadCheckpoint"})
+
+
 def _split_target(target: str) -> tuple[str, str]:
     """Path and query of a request target; the path stays percent-encoded for matching."""
     if target.startswith(("http://", "https://")):  # absolute form, as sent to proxies
@@ -229,7 +235,8 @@ class RestGateway:
         except grpc.RpcError as exc:
             code, message = rpc_error_parts(exc)
             return self._rpc_error(rpc, code, message)
-        return StreamingResponse(HTTPStatus.OK, self._lines(binding, call, first, messages), call.cancel)
+        lines = self._lines(binding, call, first, messages)
+        return StreamingResponse(HTTPStatus.OK, lines, call.cancel, read_ahead=rpc.name in ENDING_STREAMS)
 
     def _lines(
         self, binding: HttpBinding, call: StreamCall, first: Message, rest: Iterator[Message]

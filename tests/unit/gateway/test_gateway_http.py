@@ -12,7 +12,10 @@ import grpc
 import pytest
 import requests
 
+from cairn.api.v1 import api_pb2
 from services.master.gateway import asgi_app
+from services.master.gateway.http_rules import http_bindings
+from services.master.gateway.rest_gateway import ENDING_STREAMS
 from tests.unit.gateway.conftest import Gateway
 
 EXPECTED_STATUS = {
@@ -250,3 +253,11 @@ def test_a_stalled_body_gives_its_turn_back(gateway: Gateway, monkeypatch: pytes
         while b"\r\n\r\n" not in received:
             received += sock.recv(4096)
     assert received.startswith(b"HTTP/1.1 408")
+
+
+def test_only_streams_that_end_on_their_own_are_read_ahead() -> None:
+    bindings = http_bindings(api_pb2.DESCRIPTOR.services_by_name["Cairn"])
+    streams = {b.rpc.name for b in bindings if b.rpc.server_streaming}
+    assert streams >= ENDING_STREAMS, "a name that is no stream (misspelt?)"
+    # These wait for what happens next: read ahead, they would not be answered until they ended.
+    assert not ENDING_STREAMS & {"TrialsSample", "WatchAllocationSignals"}
