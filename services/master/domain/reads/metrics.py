@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 import orjson
-from sqlalchemy import Text, bindparam, cast, select
+from sqlalchemy import Connection, Text, bindparam, cast, select
 from sqlalchemy.orm import Session
 
 from services.master.domain.config import config_view
@@ -66,12 +66,13 @@ def _json(text: str | None) -> Any:
         return json.loads(text)
 
 
-def reports_of_trial(s: Session, trial_id: int, group: str) -> list[ReportRow]:
-    """The trial's current (not archived) reports of `group`, by step."""
+def reports_of_trial(connection: Connection, trial_id: int, group: str) -> list[ReportRow]:
+    """The trial's current (not archived) reports of `group`, by step (on a connection from
+    `Database.read_connection()`)."""
     return [
         ReportRow(row_id, trial, run, group_name, steps, at, _json(values), _json(batch), archived)
         for row_id, trial, run, group_name, steps, at, values, batch, archived in _REPORTS_OF_TRIAL.rows(
-            s, trial_id=trial_id, group=group
+            connection, trial_id=trial_id, group=group
         )
     ]
 

@@ -97,8 +97,8 @@ class MetricsApi(ServicerBase):
         """The rows of each reply message: per trial, at most REPORTS_PER_MESSAGE at a time."""
         group = request.group or "training"
         for trial_id in request.trial_ids:
-            with self.ctx.db.read() as s:
-                rows = reads.reports_of_trial(s, trial_id, group)
+            with self.ctx.db.read_connection() as connection:
+                rows = reads.reports_of_trial(connection, trial_id, group)
             if request.max_datapoints > 0:
                 rows = downsample(rows, request.max_datapoints)
             for start in range(0, len(rows), REPORTS_PER_MESSAGE):

@@ -94,8 +94,10 @@ def test_rows_read_on_the_cursor_are_what_the_orm_reads(master: Master) -> None:
         metrics.Report(group="training", steps_completed=5, metrics={"loss": 1.5}, batch_metrics=[{"l": 1}])
     )
     metrics.report(master.ctx, master.admin, trial, 1, reports)
+    with master.db.read_connection() as connection:
+        rows = reads.reports_of_trial(connection, trial, "validation")
+        training = reads.reports_of_trial(connection, trial, "training")
     with master.db.read() as s:
-        rows = reads.reports_of_trial(s, trial, "validation")
         orm = list(
             s.scalars(
                 select(models.Metric)
@@ -103,7 +105,6 @@ def test_rows_read_on_the_cursor_are_what_the_orm_reads(master: Master) -> None:
                 .order_by(models.Metric.steps_completed)
             )
         )
-        training = reads.reports_of_trial(s, trial, "training")
     assert [r.steps_completed for r in rows] == [10, 20, 30, 40, 50]
     for row, stored in zip(rows, orm, strict=True):
         assert (row.id, row.trial_id, row.trial_run_id, row.group_name, row.archived) == (
@@ -180,11 +181,11 @@ def test_a_read_on_a_lost_connection_is_an_outage_and_the_connection_is_not_reus
             pid = s.scalar(text("SELECT pg_backend_pid()"))
         with master.db.transaction() as s:
             s.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
-        with pytest.raises(DatabaseUnavailable), database.read() as s:
-            reads.reports_of_trial(s, trial, "training")
-        with database.read() as s:
-            assert len(reads.reports_of_trial(s, trial, "training")) == 1
-            assert s.scalar(text("SELECT pg_backend_pid()")) != pid
+        with pytest.raises(DatabaseUnavailable), database.read_connection() as connection:
+            reads.reports_of_trial(connection, trial, "training")
+        with database.read_connection() as connection:
+            assert len(reads.reports_of_trial(connection, trial, "training")) == 1
+            assert connection.scalar(text("SELECT pg_backend_pid()")) != pid
     finally:
         database.dispose()
 
