@@ -86,7 +86,7 @@ def timestamp_json(value: datetime) -> str:
 
 
 def _metrics(group: str, values: Any, batch_metrics: Any) -> dict[str, Any]:
-    """What metrics.report_metrics gives, printed: the same keys, each a Struct's JSON."""
+    """What servicers.api.metrics.report_metrics gives, printed: the same keys, each a Struct's JSON."""
     printed = _flat_floats(values) if type(values) is dict else None
     if printed is None:
         printed = struct_json(values)
