@@ -77,7 +77,9 @@ def _float(value: float) -> float | str:
     return _double(value)
 
 
-def _struct_number(value: float) -> float | int | str:
+def struct_number(value: float) -> float | int | str:
+    """A number held in a Struct/Value as printed (see the module's docstring): whole ones as
+    integers, NaN and infinities as strings. Also what metrics_json writes."""
     if not math.isfinite(value):
         return _double(value)
     if value.is_integer() and abs(value) < _LARGEST_PRINTED_AS_INTEGER:
@@ -90,7 +92,7 @@ def _value(value: Any) -> Any:
     if kind == "string_value":
         return value.string_value
     if kind == "number_value":
-        return _struct_number(value.number_value)
+        return struct_number(value.number_value)
     if kind == "bool_value":
         return value.bool_value
     if kind == "struct_value":

@@ -88,6 +88,17 @@ def _lost(when: str, exc: BaseException) -> str:
     return f"the database is unavailable ({when}): {detail}"
 
 
+@contextlib.contextmanager
+def _reads_lost_as_outages() -> Iterator[None]:
+    """A read's lost or refused connection raised as DatabaseUnavailable; other errors as they are."""
+    try:
+        yield
+    except Exception as exc:
+        if is_disconnect(exc):
+            raise DatabaseUnavailable(_lost("connection lost or refused during a read", exc)) from exc
+        raise
+
+
 def _ping(dbapi_connection: Any) -> None:
     cursor = dbapi_connection.cursor()
     try:
@@ -169,13 +180,8 @@ class Database:
     def read(self) -> Iterator[Session]:
         """A session for reads only (on PostgreSQL, outside any transaction); a lost connection
         raises DatabaseUnavailable."""
-        with self._read_sessions() as session:
-            try:
-                yield session
-            except Exception as exc:
-                if is_disconnect(exc):
-                    raise DatabaseUnavailable(_lost("connection lost or refused during a read", exc)) from exc
-                raise
+        with self._read_sessions() as session, _reads_lost_as_outages():
+            yield session
 
     @contextlib.contextmanager
     def read_connection(self) -> Iterator[Connection]:
@@ -183,13 +189,8 @@ class Database:
         (store/prepared_select.py), where making and closing a Session cost a sixth of the read.
         Otherwise as read(): on PostgreSQL outside any transaction; a lost connection raises
         DatabaseUnavailable."""
-        try:
-            with (self._read_engine or self.engine).connect() as connection:
-                yield connection
-        except Exception as exc:
-            if is_disconnect(exc):
-                raise DatabaseUnavailable(_lost("connection lost or refused during a read", exc)) from exc
-            raise
+        with _reads_lost_as_outages(), (self._read_engine or self.engine).connect() as connection:
+            yield connection
 
     def migrate(self) -> None:
         """Bring the schema to the latest migration (idempotent).

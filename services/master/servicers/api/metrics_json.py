@@ -8,30 +8,18 @@ those two steps were half of what a read cost the master. Here the same JSON is 
 plain values: what `JsonEncoder` prints for the message GetMetrics would have built (the same
 fields in the same order, whole numbers in a Struct as integers, NaN and infinities as strings,
 Timestamps as protobuf writes them), checked against it in
-tests/unit/master/servicers/test_metrics_json.py.
+tests/unit/master/domain/test_domain_metric_reads.py.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 import orjson
 
-# Go's protojson, like JsonEncoder, prints a whole double as an integer only below this.
-_LARGEST_PRINTED_AS_INTEGER = 1e21
-
-
-def _number(value: float) -> float | int | str:
-    if value != value:  # noqa: PLR0124 (NaN is the one value unequal to itself)
-        return "NaN"
-    if value in (math.inf, -math.inf):
-        return "Infinity" if value > 0 else "-Infinity"
-    if value.is_integer() and abs(value) < _LARGEST_PRINTED_AS_INTEGER:
-        return int(value)
-    return value
+from services.master.gateway.json_encoding import struct_number
 
 
 def struct_json(value: Any) -> Any:
@@ -40,11 +28,11 @@ def struct_json(value: Any) -> Any:
     Struct.update refuses, as building the message would."""
     kind = type(value)
     if kind is float:
-        return _number(value)
+        return struct_number(value)
     if kind is str or value is None or kind is bool:
         return value
     if kind is int:
-        return _number(float(value))  # a Struct holds doubles: past 2^53 it rounds, as here
+        return struct_number(float(value))  # a Struct holds doubles: past 2^53 it rounds, as here
     if kind is dict:
         return {_key(k): struct_json(v) for k, v in value.items()}
     if kind is list or kind is tuple:
