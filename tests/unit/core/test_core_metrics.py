@@ -16,10 +16,12 @@ from google.protobuf import json_format
 import cairn.core
 from cairn.core.cluster_info import get_cluster_info
 from cairn.core.context import cluster_context
+from cairn.core.master_session import MasterSession
 from cairn.core.retry import RetryPolicy
 from cairn.core.settings import CoreSettings
+from cairn.core.train import ClusterTrainContext
 from tests.unit.core.conftest import ClusterEnv
-from tests.unit.core.core_master_double import wait_for
+from tests.unit.core.core_master_double import TOKEN, RunningDouble, wait_for
 
 FAST_RETRY = RetryPolicy(first_delay_s=0.02, max_delay_s=0.05, give_up_after_s=0.5)
 
@@ -357,3 +359,36 @@ def test_an_older_master_that_reads_no_json_batches_gets_the_reports_as_messages
         core.train.report_validation_metrics(3, {"loss": 0.25})
     assert _seqs(cluster_env.master.stored_reports) == [1, 2, 3, 4]
     assert [r.group for r in cluster_env.master.stored_reports] == ["training"] * 3 + ["validation"]
+
+
+def test_a_report_is_a_copy_of_the_callers_dict(cluster_env: ClusterEnv) -> None:
+    metrics = {"loss": 1.0}
+    with cairn.core.init() as core:
+        core.train.report_training_metrics(1, metrics)
+        metrics["loss"] = 2.0  # a loop that reuses its dict
+        metrics["extra"] = 3.0
+        core.train.report_training_metrics(2, metrics)
+    first, second = cluster_env.master.stored_reports
+    assert json_format.MessageToDict(first.metrics) == {"loss": 1.0}
+    assert json_format.MessageToDict(second.metrics) == {"loss": 2.0, "extra": 3.0}
+
+
+def test_a_rank_other_than_the_chief_may_not_report(master: RunningDouble) -> None:
+    session = MasterSession(master.address, TOKEN, CoreSettings())
+    try:
+        train = ClusterTrainContext(
+            session, trial_id=3, trial_run_id=2, experiment_id=7, allocation_id="7.3.rank1", is_chief=False
+        )
+        with pytest.raises(RuntimeError, match=r"only the chief \(rank 0\) may report metrics"):
+            train.report_training_metrics(1, {"loss": 1.0})
+    finally:
+        session.close()
+    assert master.master.calls.of("ReportTrialMetricsBatch") == []
+
+
+def test_reporting_after_the_context_closed_is_refused(cluster_env: ClusterEnv) -> None:
+    with cairn.core.init() as core:
+        core.train.report_training_metrics(1, {"loss": 1.0})
+    with pytest.raises(RuntimeError, match=r"with cairn\.core\.init"):
+        core.train.report_training_metrics(2, {"loss": 1.0})
+    assert _seqs(cluster_env.master.stored_reports) == [1]
