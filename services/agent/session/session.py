@@ -26,6 +26,7 @@ from services.agent.containers.outbox import Outbox
 from services.agent.containers.task_env import MasterFacts
 from services.agent.session import convert
 from services.agent.session.backoff import Backoff
+from services.agent.session.reconnect_pause import pause_until_reachable
 from services.agent.slots import SlotInfo
 from services.common.logging import get_logger
 
@@ -92,6 +93,7 @@ class MasterSession:
         on_fatal: Callable[[str], None],
         master_ca_pem: str = "",
     ) -> None:
+        self._channel = channel
         self._stub = agent_pb2_grpc.AgentServiceStub(channel)
         self._master_address = master_address
         # --master-cert: handed to tasks, which verify the master with it too.
@@ -130,7 +132,8 @@ class MasterSession:
                 return
             delay = backoff.next_delay()
             log.info("reconnecting to the master", master=self._master_address, in_seconds=round(delay, 2))
-            self._stopping.wait(delay)
+            if pause_until_reachable(self._channel, delay, self._stopping):
+                log.info("the master is reachable again; reconnecting now", master=self._master_address)
 
     def stop(self, wait_seconds: float = 3.0, thread: threading.Thread | None = None) -> None:
         """End the session: half-close the stream after what is queued, then wait for the master
