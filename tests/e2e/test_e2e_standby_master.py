@@ -37,14 +37,9 @@ from tests.e2e.helpers import (
 from tests.support.cluster import TEST_ENV, AuthedStub, TestCluster
 from tests.support.databases import fresh_database
 from tests.support.polling import wait_for
+from tests.support.ports import free_port
 
 TAKEOVER_LIMIT_S = 15.0
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _accepts(port: int) -> bool:
@@ -85,7 +80,7 @@ class Standby:
 @pytest.fixture
 def two_masters(tmp_path: Path) -> Iterator[tuple[TestCluster, Standby]]:
     with fresh_database("postgres", tmp_path) as db_url:
-        standby_grpc, standby_http = _free_port(), _free_port()
+        standby_grpc, standby_http = free_port(), free_port()
         cluster = TestCluster(
             tmp_path / "cluster", db_url, agents=1, slots=2, standby_masters=(f"127.0.0.1:{standby_grpc}",)
         )

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -21,14 +20,10 @@ from pathlib import Path
 import psycopg2
 import pytest
 
+from tests.support.ports import free_port
+
 PG_BIN = Path(os.environ.get("CAIRN_TEST_PG_BIN", "/usr/lib/postgresql/15/bin"))
 SERVER_USER = "postgres"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class PrivatePostgres:
@@ -98,7 +93,7 @@ def private_postgres() -> Iterator[PrivatePostgres]:
         owner = pwd.getpwnam(run_as)
         for path in (root, data_dir):
             os.chown(path, owner.pw_uid, owner.pw_gid)
-    server = PrivatePostgres(data_dir, _free_port(), run_as)
+    server = PrivatePostgres(data_dir, free_port(), run_as)
     started = False
     try:
         server.init()

@@ -3,28 +3,22 @@ its running container keeps running and reports to the new leader, nothing lost 
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable
 
 import pytest
 
 from services.agent.containers.task_env import MasterFacts
 from services.agent.settings import parse_settings
+from tests.support.ports import free_port
 from tests.unit.agent.agent_master_double import MasterServer, MasterStore, wait_until
 from tests.unit.agent.agent_processes import AgentProcess, python_command, wait_terminated
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def test_agent_moves_to_the_standby_when_the_active_master_dies(
     store: MasterStore, launch_agent: Callable[..., AgentProcess]
 ) -> None:
     active = MasterServer(store, ack=False)
-    standby_port = _free_port()
+    standby_port = free_port()
     # The standby's port is closed until it leads; the agent starts with both addresses.
     agent = launch_agent(f"{active.address},127.0.0.1:{standby_port}")
     active.double.wait_connected()

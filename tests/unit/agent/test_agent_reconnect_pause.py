@@ -4,10 +4,8 @@ long backoff, and a master that could be reached gets the whole pause."""
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
-from collections.abc import Iterator
 from concurrent import futures
 
 import grpc
@@ -15,12 +13,7 @@ import pytest
 
 from services.agent.session.reconnect_pause import pause_until_reachable
 from services.common.channels import internal_channel
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests.support.ports import free_port
 
 
 def _serve(port: int) -> grpc.Server:
@@ -30,12 +23,8 @@ def _serve(port: int) -> grpc.Server:
     return server
 
 
-@pytest.fixture
-def port() -> Iterator[int]:
-    yield _free_port()
-
-
-def test_the_pause_ends_when_a_master_that_was_away_starts_serving(port: int) -> None:
+def test_the_pause_ends_when_a_master_that_was_away_starts_serving() -> None:
+    port = free_port()
     channel = internal_channel(f"127.0.0.1:{port}", "token")
     server: grpc.Server | None = None
     try:
@@ -61,7 +50,8 @@ def test_the_pause_ends_when_a_master_that_was_away_starts_serving(port: int) ->
             server.stop(0)
 
 
-def test_a_reachable_master_gets_the_whole_pause(port: int) -> None:
+def test_a_reachable_master_gets_the_whole_pause() -> None:
+    port = free_port()
     server = _serve(port)
     channel = internal_channel(f"127.0.0.1:{port}", "token")
     try:
@@ -75,7 +65,8 @@ def test_a_reachable_master_gets_the_whole_pause(port: int) -> None:
         server.stop(0)
 
 
-def test_stopping_ends_the_pause(port: int) -> None:
+def test_stopping_ends_the_pause() -> None:
+    port = free_port()
     channel = internal_channel(f"127.0.0.1:{port}", "token")
     stopping = threading.Event()
     try:

@@ -3,7 +3,6 @@ over to whichever master serves, for the CLI's Session and the Core API's Master
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
@@ -22,6 +21,7 @@ from cairn.client.address import (
 from cairn.client.session import Session
 from cairn.core.master_session import MasterSession
 from cairn.core.settings import CoreSettings
+from tests.support.ports import free_port
 
 T = TypeVar("T")
 
@@ -70,7 +70,7 @@ class Masters:
     """Two ports for an active master and a standby; a master serves on a port only when started."""
 
     def __init__(self) -> None:
-        self.ports = [_free_port(), _free_port()]
+        self.ports = [free_port(), free_port()]
         self._servers: dict[int, grpc.Server] = {}
 
     @property
@@ -90,12 +90,6 @@ class Masters:
     def stop_all(self) -> None:
         for index in list(self._servers):
             self.kill(index)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture

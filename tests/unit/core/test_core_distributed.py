@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import socket
 import time
 import traceback
 from collections.abc import Callable
@@ -20,15 +19,10 @@ from cairn.core.checkpoint_records import LocalCheckpointRecords
 from cairn.core.checkpoint_storage import local_storage
 from cairn.core.distributed import DistributedContext
 from cairn.core.tcp_collectives import CollectivesError, Member, TcpCollectives
+from tests.support.ports import free_port
 
 KEY = "allocation-token-for-tests"
 Job = Callable[[DistributedContext, Path], Any]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _worker(rank: int, nodes: int, per_node: int, port: int, job: Job, tmp: str, out: Any) -> None:

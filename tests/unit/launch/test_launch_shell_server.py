@@ -6,7 +6,6 @@ keeps the public key to itself, and refuses to start without what the master han
 from __future__ import annotations
 
 import asyncio
-import socket
 from pathlib import Path
 
 import asyncssh
@@ -14,12 +13,7 @@ import pytest
 
 import cairn.task_environment as tenv
 from cairn import shell_server
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.support.ports import free_port
 
 
 def test_a_session_runs_in_the_tasks_directory_and_environment_for_the_shells_key_only(
@@ -27,7 +21,7 @@ def test_a_session_runs_in_the_tasks_directory_and_environment_for_the_shells_ke
 ) -> None:
     key = asyncssh.generate_private_key("ssh-ed25519")
     stranger = asyncssh.generate_private_key("ssh-ed25519")
-    port = _free_port()
+    port = free_port()
     env = {
         "PATH": "/usr/bin:/bin",
         "SHELL": "/bin/sh",
