@@ -32,6 +32,7 @@ from services.agent.runtime.warm_starts import (
     warm_command,
     warm_key,
 )
+from services.agent.runtime.zygotes import ZygotePool
 
 if TYPE_CHECKING:
     from services.agent.containers.requests import StartRequest
@@ -82,7 +83,17 @@ class ProcessRuntime:
         self._python = python
         # Warm starts (standbys.py): only where the agent gives the runtime a folder for standbys.
         self._standbys = (
-            StandbyPool(standby_dir, slots, self._start_standby_shim) if standby_dir is not None else None
+            StandbyPool(
+                standby_dir,
+                slots,
+                self._start_standby_shim,
+                self._shim_invocation,
+                # As many kinds as slots, as for the standbys: a GPU agent's slots differ in
+                # CUDA_VISIBLE_DEVICES, so each slot is a kind of its own there.
+                ZygotePool(standby_dir.parent / f"{standby_dir.name}-zygotes", capacity=slots),
+            )
+            if standby_dir is not None
+            else None
         )
 
     def before_start(self, request: StartRequest, note: Note, pulling: Callable[[], None]) -> None:
@@ -114,8 +125,7 @@ class ProcessRuntime:
             except OSError:
                 standby.discard()  # it died while waiting: start cold
             else:
-                pid = standby.popen.pid
-                return ShimHandle(pid=pid, start_ticks=start_ticks(pid), popen=standby.popen)
+                return ShimHandle(pid=standby.pid, start_ticks=standby.start_ticks, popen=standby.popen)
         return self._start_shim(paths, spec, ())
 
     def _warm_plan(
@@ -152,9 +162,12 @@ class ProcessRuntime:
     def _start_standby_shim(self, extra: Sequence[str], cwd: Path, log_path: Path) -> subprocess.Popen[bytes]:
         return self._spawn_shim(list(extra), cwd, log_path, stdin=subprocess.PIPE)
 
+    def _shim_invocation(self, args: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+        """The shim's command line with `args`, and its environment."""
+        return [self._python, "-m", self.shim_module, *args], shim_environment(os.environ, _CODE_ROOT)
+
     def _spawn_shim(self, args: list[str], cwd: Path, log_path: Path, stdin: int) -> subprocess.Popen[bytes]:
-        env = shim_environment(os.environ, _CODE_ROOT)
-        argv = [self._python, "-m", self.shim_module, *args]
+        argv, env = self._shim_invocation(args)
         with open(log_path, "ab") as log:
             # The shim inherits this thread's signal mask: with the control signals blocked, one
             # sent before the shim is ready stays pending instead of killing it (see shim.py).

@@ -84,6 +84,38 @@ def _child_setup(shim_pid: int) -> Callable[[], None]:
     return setup
 
 
+class AdoptedChild:
+    """A child process this shim got rather than started: the interpreter of a standby forked by a
+    zygote (zygote.py), which made it before exec'ing this shim, so it is this process's child all
+    the same. As much of subprocess.Popen as the shim uses: pid, the three pipes, poll and wait."""
+
+    def __init__(self, pid: int, stdin: int, stdout: int, stderr: int) -> None:
+        self.pid = pid
+        self.stdin: IO[bytes] | None = os.fdopen(stdin, "wb", buffering=0)
+        self.stdout: IO[bytes] | None = os.fdopen(stdout, "rb", buffering=0)
+        self.stderr: IO[bytes] | None = os.fdopen(stderr, "rb", buffering=0)
+        for fd in (stdin, stdout, stderr):
+            os.set_inheritable(fd, False)
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid != 0:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            _, status = os.waitpid(self.pid, 0)
+            self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+
+# What the shim supervises: a command it started, or a forked standby's interpreter.
+Child = subprocess.Popen[bytes] | AdoptedChild
+
+
 class Shim:
     def __init__(
         self, paths: ContainerPaths, spec: LaunchSpec, prepared: PreparedInterpreter | None = None
@@ -95,7 +127,7 @@ class Shim:
         self.events = EventWriter(paths.events, spec.first_seq)
         # Orders signalling the command against reaping it (after which its pid may be reused).
         self._lock = threading.Lock()
-        self._child: subprocess.Popen[bytes] | None = None
+        self._child: Child | None = None
         self._kill_deadline: float | None = None
         self._killed_hard = False
         self._ended = threading.Event()
@@ -196,7 +228,7 @@ class Shim:
         self._finish(report)
         return 0
 
-    def _cold_start(self) -> subprocess.Popen[bytes]:
+    def _cold_start(self) -> Child:
         # No other thread exists yet, so preexec_fn cannot deadlock on a lock held elsewhere.
         return subprocess.Popen(
             self.spec.argv,
@@ -210,7 +242,7 @@ class Shim:
             preexec_fn=_child_setup(os.getpid()),  # noqa: PLW1509
         )
 
-    def _warm_start(self) -> subprocess.Popen[bytes] | None:
+    def _warm_start(self) -> Child | None:
         """The prepared interpreter, told to become the command; None (it is discarded) when it
         cannot: the command is not its kind of python run, or it died meanwhile."""
         prepared, self._prepared = self._prepared, None
@@ -268,13 +300,17 @@ class PreparedInterpreter:
     a mount namespace of its own where the command would be), so once assigned it is supervised,
     signalled and killed as any command."""
 
-    def __init__(
-        self, argv: list[str], python: str, env: dict[str, str], cwd: str, unmount: list[str]
-    ) -> None:
+    def __init__(self, child: Child, python: str, unmount: list[str]) -> None:
         self.python = python
         # What stands in the namespace for the container's binds until the hand-over (its /tmp).
         self._unmount = unmount
-        self._child = subprocess.Popen(
+        self._child = child
+
+    @classmethod
+    def start(
+        cls, argv: list[str], python: str, env: dict[str, str], cwd: str, unmount: list[str]
+    ) -> PreparedInterpreter:
+        child = subprocess.Popen(
             argv,
             cwd=cwd,
             env=env,
@@ -285,8 +321,9 @@ class PreparedInterpreter:
             close_fds=True,
             preexec_fn=_child_setup(os.getpid()),  # noqa: PLW1509
         )
+        return cls(child, python, unmount)
 
-    def assign(self, command: WarmCommand, env: dict[str, str], cwd: str) -> subprocess.Popen[bytes]:
+    def assign(self, command: WarmCommand, env: dict[str, str], cwd: str) -> Child:
         """Bind the container's folders in the interpreter's namespace, then hand it the command.
         OSError when it cannot be done (the caller starts the command cold)."""
         assert self._child.stdin is not None
@@ -334,13 +371,31 @@ def standby(control: IO[bytes]) -> int:
     if not first:
         return 0
     order = json.loads(first)
-    prepared = PreparedInterpreter(
+    prepared = PreparedInterpreter.start(
         [str(a) for a in order["argv"]],
         str(order["python"]),
         {str(k): str(v) for k, v in order["env"].items()},
         str(order["cwd"]),
         [str(t) for t in order["unmount"]],
     )
+    return await_container(control, prepared)
+
+
+def forked_standby(control: IO[bytes], adopted_json: str) -> int:
+    """`shim --standby-forked ADOPTED`: a standby a zygote made (zygote.py), its interpreter already
+    this process's child and set up (ADOPTED: its pid, pipes, python and what to unmount); then as
+    `shim --standby` after its first line."""
+    adopted = json.loads(adopted_json)
+    child = AdoptedChild(
+        int(adopted["pid"]), int(adopted["stdin"]), int(adopted["stdout"]), int(adopted["stderr"])
+    )
+    prepared = PreparedInterpreter(child, str(adopted["python"]), [str(t) for t in adopted["unmount"]])
+    return await_container(control, prepared)
+
+
+def await_container(control: IO[bytes], prepared: PreparedInterpreter) -> int:
+    """Wait for the container to supervise (its bookkeeping folder on `control`, launch.json
+    written), then supervise it; end of input: discard the interpreter and exit."""
     second = control.readline()
     if not second.strip():
         prepared.discard()
@@ -377,9 +432,12 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args == ["--standby"]:
         return standby(sys.stdin.buffer)
+    if len(args) == 2 and args[0] == "--standby-forked":
+        return forked_standby(sys.stdin.buffer, args[1])
     if len(args) != 1:
         print(
-            "usage: python -m services.agent.runtime.shim <container dir>/.cairn-agent | --standby",
+            "usage: python -m services.agent.runtime.shim <container dir>/.cairn-agent | --standby"
+            " | --standby-forked ADOPTED",
             file=sys.stderr,
         )
         return 2

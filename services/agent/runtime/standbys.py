@@ -7,7 +7,8 @@ it starts a task-environment interpreter that imports the Core API and the exper
 `environment.preload_modules` (shim.PreparedInterpreter) and waits. Handing it a container (its
 launch.json written, its folder on the standby's stdin) makes it that container's shim, with the
 interpreter becoming the command; from then on nothing tells it from a cold shim: same files,
-same signals, same kill and reattach paths.
+same signals, same kill and reattach paths. Where its kind may have a zygote (zygotes.py), the
+standby is forked by that zygote instead (`shim --standby-forked`): the imports are done once.
 
 The pool holds at most one standby per slot. Each launch of a warm-eligible command takes a
 standby of its key (warm_starts.WarmKey) if there is one and prepares the next in the background;
@@ -21,18 +22,21 @@ import itertools
 import json
 import os
 import shutil
+import signal
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import structlog
 
 from services.agent.containers.private_mounts import Bind, in_private_namespace
+from services.agent.runtime.processes import is_running, signal_process, start_ticks
 from services.agent.runtime.warm_starts import WarmCommand, WarmKey, start_environment
+from services.agent.runtime.zygotes import ZygoteError, ZygotePool, shim_signals
 from services.agent.task_user import run_as_ids
 
 log = structlog.get_logger(__name__)
@@ -45,36 +49,56 @@ _WARM_INTERPRETER = Path(__file__).with_name("warm_interpreter.py")
 @dataclass
 class Standby:
     key: WarmKey
-    popen: subprocess.Popen[bytes]
+    pid: int
     folder: Path
+    # The write end of the standby's control pipe (its stdin).
+    stdin: IO[bytes]
+    # Present when this agent started the shim itself (it reaps it); a zygote's fork is the
+    # zygote's child, known by pid and start time.
+    popen: subprocess.Popen[bytes] | None = None
+    start_ticks: int | None = None
+
+    @classmethod
+    def started(cls, key: WarmKey, popen: subprocess.Popen[bytes], folder: Path) -> Standby:
+        assert popen.stdin is not None
+        return cls(key, popen.pid, folder, popen.stdin, popen, start_ticks(popen.pid))
 
     def alive(self) -> bool:
-        return self.popen.poll() is None
+        if self.popen is not None:
+            return self.popen.poll() is None
+        return is_running(self.pid, self.start_ticks)
 
     def hand_over(self, meta_dir: Path) -> None:
         """Make it the shim of the container whose bookkeeping folder is `meta_dir` (launch.json
         already written). Raises OSError when the standby is gone."""
-        assert self.popen.stdin is not None
-        self.popen.stdin.write(json.dumps({"meta": str(meta_dir)}).encode() + b"\n")
-        self.popen.stdin.close()
+        self.stdin.write(json.dumps({"meta": str(meta_dir)}).encode() + b"\n")
+        self.stdin.close()
 
     def discard(self) -> None:
         """End of input: the standby discards its interpreter and exits."""
-        assert self.popen.stdin is not None
         try:
-            self.popen.stdin.close()
+            self.stdin.close()
         except OSError:
             pass
-        try:
-            self.popen.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.popen.kill()
-            self.popen.wait()
+        if self.popen is not None:
+            try:
+                self.popen.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+        else:
+            deadline = time.monotonic() + 5
+            while self.alive() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            if self.alive():
+                signal_process(self.pid, signal.SIGKILL)
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
 # Starts a shim process: (argv extra, cwd, stdout/stderr file) -> Popen with stdin a pipe.
 ShimStarter = Callable[[Sequence[str], Path, Path], "subprocess.Popen[bytes]"]
+# The shim's command line with these arguments and its environment: (argv, env).
+ShimInvocation = Callable[[Sequence[str]], tuple[list[str], dict[str, str]]]
 # Given a new standby's folder, what it is to prepare (a standby_order).
 Recipe = Callable[[Path], dict[str, Any]]
 
@@ -90,8 +114,8 @@ def standby_order(
     argv = [*command.run_as, command.run.python, "-c", _WARM_INTERPRETER.read_text(), *modules]
     home = str(folder)
     unmount: list[str] = []
+    binds: list[Bind] = []
     if command.binds:
-        binds = []
         if any(bind.target == "/tmp" for bind in command.binds):
             tmp = folder / "tmp"
             tmp.mkdir(mode=0o700)
@@ -108,14 +132,28 @@ def standby_order(
         "env": start_environment(env, cwd, home),
         "cwd": str(folder),
         "unmount": unmount,
+        # The same, taken apart, for a zygote that forks the interpreter instead (zygote.py).
+        "modules": list(modules),
+        "binds": [[str(bind.source), bind.target] for bind in binds] if command.binds else None,
+        "ids": run_as_ids(command.run_as),
     }
 
 
 class StandbyPool:
-    def __init__(self, folder: Path, capacity: int, start_shim: ShimStarter) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        capacity: int,
+        start_shim: ShimStarter,
+        shim_invocation: ShimInvocation | None = None,
+        zygotes: ZygotePool | None = None,
+    ) -> None:
         self._folder = folder
         self._capacity = max(1, capacity)
         self._start_shim = start_shim
+        # Standbys forked by their kind's zygote (zygotes.py) where it may have one; else started.
+        self._shim_invocation = shim_invocation
+        self._zygotes = zygotes
         self._lock = threading.Lock()
         self._ready: list[Standby] = []
         # Standbys that became containers' shims; their folders go once they end.
@@ -171,11 +209,13 @@ class StandbyPool:
             folder = self._folder / f"{os.getpid()}-{next(self._numbers)}"
             folder.mkdir(parents=True, exist_ok=True, mode=0o700)
             order = recipe(folder)
-            popen = self._start_shim(("--standby",), folder, folder / "standby.log")
-            standby = Standby(key, popen, folder)
-            assert popen.stdin is not None and set(order) == set(_ORDER_KEYS)
-            popen.stdin.write(json.dumps(order).encode() + b"\n")
-            popen.stdin.flush()
+            standby = self._forked(key, order, folder)
+            if standby is None:
+                popen = self._start_shim(("--standby",), folder, folder / "standby.log")
+                standby = Standby.started(key, popen, folder)
+                assert popen.stdin is not None and set(_ORDER_KEYS) <= set(order)
+                popen.stdin.write(json.dumps(order).encode() + b"\n")
+                popen.stdin.flush()
         except OSError as exc:
             log.warning("cannot prepare a standby interpreter", error=str(exc), python=key.python)
             if standby is not None:
@@ -188,6 +228,44 @@ class StandbyPool:
                 standby = None
         if standby is not None:
             standby.discard()
+
+    def _forked(self, key: WarmKey, order: dict[str, Any], folder: Path) -> Standby | None:
+        """A standby forked by the zygote of `key`; None where that kind has none (or it failed:
+        the kind then starts its standbys itself from now on)."""
+        if self._zygotes is None or self._shim_invocation is None:
+            return None
+        zygote = self._zygotes.get(key, order["python"], order["modules"], order["env"], order["ids"])
+        if zygote is None:
+            return None
+        argv, env = self._shim_invocation(["--standby-forked"])
+        request = {
+            "python": order["python"],
+            "binds": order["binds"],
+            "ids": order["ids"],
+            "env": order["env"],
+            "cwd": order["cwd"],
+            "unmount": order["unmount"],
+            "signals": shim_signals(),
+            "shim": {"argv": argv, "env": env, "cwd": str(folder)},
+        }
+        try:
+            # Only then its log: a standby's log is the sign it exists (tests wait for it).
+            zygote.wait_ready()
+        except ZygoteError as exc:
+            self._zygotes.refuse(key, str(exc))
+            return None
+        control_r, control_w = os.pipe()
+        log_fd = os.open(folder / "standby.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            pid = zygote.fork(request, control_r, log_fd)
+        except ZygoteError as exc:
+            os.close(control_w)
+            self._zygotes.refuse(key, str(exc))
+            return None
+        finally:
+            os.close(control_r)
+            os.close(log_fd)
+        return Standby(key, pid, folder, os.fdopen(control_w, "wb", buffering=0), None, start_ticks(pid))
 
     @staticmethod
     def _later(work: Callable[[], None]) -> None:
@@ -204,3 +282,5 @@ class StandbyPool:
         deadline = time.monotonic() + timeout
         while self._pending and time.monotonic() < deadline:
             time.sleep(0.01)
+        if self._zygotes is not None:
+            self._zygotes.close()

@@ -1,0 +1,327 @@
+"""A zygote: `python3 -c <this file's text> <warm_interpreter.py's text> OPTIONS MODULE...`, started
+by the agent (zygotes.py) once per kind of standby (warm_starts.WarmKey), with that kind's
+environment (where it imports as root, only the part zygotes.import_environment keeps).
+
+It imports MODULE... once (warm_interpreter.prepare: the Core API and the experiment's
+`environment.preload_modules`) and then forks, on the agent's request, a standby per request,
+instead of every standby importing them afresh: ~2.8 s of CPU with torch and torch._dynamo, which
+on a machine whose cores all train is taken from training. Forked memory is shared copy-on-write.
+
+Each request (a JSON message on fd 0, a Unix seqpacket socket, with two descriptors: the read end
+of the standby's control pipe and its log file) makes a supervisor and its interpreter, as a
+standby shim would have made them:
+
+    zygote ──fork──▶ A: its own session, control signals blocked, the agent's pipe as stdin, the log
+                     as stdout and stderr
+                     ├──fork──▶ B: its own process group; in a mount namespace of its own with the
+                     │          standby's private /tmp bound (as root), then the task user's groups,
+                     │          gid and uid, the parent-death signal re-armed, the control signals
+                     │          unblocked, the standby's environment and folder: then it waits for
+                     │          its command on a pipe (warm_interpreter.serve)
+                     └──exec──▶ the standby shim (`shim --standby-forked`), B's parent: it supervises
+                                B as a standby shim supervises the interpreter it started itself
+
+B tells A on a pipe that its namespace and user are in place before A becomes the shim, so the
+shim never binds a container's folders into a namespace not yet B's own. The zygote answers
+{"pid": A} (or {"error": ...}) and reaps A when it ends; a zygote that ends (its socket closed:
+the agent stops) leaves running shims be, as an agent restart does.
+
+What a fork shares that a fresh interpreter would not have: the state the imports made (numpy's
+global random generator is seeded again in B; Python's `random` reseeds itself after a fork), the
+hash seed of str and bytes, and no thread the imports started (OpenBLAS's and the like re-create
+theirs through their fork handlers). The agent asks for a zygote only where it may import as the
+agent's user what the trial would import as the task user (zygotes.py says when).
+
+Standard library only, and passed as `-c` text: the task's interpreter need not see the agent's code.
+"""
+
+import contextlib
+import ctypes
+import json
+import os
+import pwd
+import select
+import signal
+import socket
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+_CLONE_NEWNS = 0x00020000
+_MS_BIND = 4096
+_MS_REC = 16384
+_MS_PRIVATE = 1 << 18
+_PR_SET_PDEATHSIG = 1
+# How often the zygote looks for ended supervisors to reap when no request comes.
+_REAP_SECONDS = 1.0
+_MAX_MESSAGE = 1 << 20
+
+
+def _libc() -> Any:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        number = ctypes.get_errno()
+        raise OSError(number, f"{what}: {os.strerror(number)}")
+
+
+def _private_namespace(binds: list[list[str]]) -> None:
+    """unshare --mount --propagation private, then each SOURCE bound on TARGET (as root)."""
+    libc = _libc()
+    _check(libc.unshare(_CLONE_NEWNS), "unshare --mount")
+    _check(libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None), "mount --make-rprivate /")
+    for source, target in binds:
+        os.makedirs(target, exist_ok=True)
+        _check(
+            libc.mount(source.encode(), target.encode(), None, _MS_BIND, None),
+            f"mount --bind {source} {target}",
+        )
+
+
+def _become_user(uid: int, gid: int) -> None:
+    """What `setpriv --reuid --regid --init-groups` does."""
+    os.initgroups(pwd.getpwuid(uid).pw_name, gid)
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+
+
+def _interpreter(order: dict[str, Any], shim_pid: int, fds: dict[str, int]) -> None:
+    """B: set up as the standby's interpreter would have been started, then tell A."""
+    os.close(fds["ready_r"])
+    for name in ("command_w", "out_r", "err_r"):
+        os.close(fds[name])
+    os.dup2(fds["command_r"], 0)
+    os.dup2(fds["out_w"], 1)
+    os.dup2(fds["err_w"], 2)
+    for name in ("command_r", "out_w", "err_w"):
+        os.close(fds[name])
+    os.setpgid(0, 0)
+    # First: its folder may be under a path the private /tmp is about to cover (held by reference).
+    os.chdir(order["cwd"])
+    if order["binds"] is not None:  # a namespace of its own, even with nothing bound yet
+        _private_namespace(order["binds"])
+    if order["ids"]:
+        _become_user(*order["ids"])
+    # The parent-death signal, which a change of credentials clears: SIGKILL if the shim dies.
+    _libc().prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
+    if os.getppid() != shim_pid:
+        os._exit(137)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.Signals(n) for n in order["signals"]])
+    os.environ.clear()
+    os.environ.update(order["env"])
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        try:
+            numpy.random.seed()  # the legacy global generator, seeded at import: each trial its own
+        except Exception:
+            pass
+    os.write(fds["ready_w"], b"ok")
+    os.close(fds["ready_w"])
+
+
+def _supervisor(order: dict[str, Any], control: int, log: int) -> bool:
+    """A: fork B, wait until it is set up, then exec the standby shim (B stays its child).
+    Returns (True) only in B, once it is set up: it then serves as the standby's interpreter."""
+    os.setsid()
+    os.dup2(control, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(control)
+    os.close(log)
+    signals = [signal.Signals(n) for n in order["signals"]]
+    signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    command_r, command_w = os.pipe()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    ready_r, ready_w = os.pipe()
+    fds = {
+        "command_r": command_r,
+        "command_w": command_w,
+        "out_r": out_r,
+        "out_w": out_w,
+        "err_r": err_r,
+        "err_w": err_w,
+        "ready_r": ready_r,
+        "ready_w": ready_w,
+    }
+    shim_pid = os.getpid()
+    child = os.fork()
+    if child == 0:
+        try:
+            _interpreter(order, shim_pid, fds)
+        except BaseException as exc:
+            try:
+                os.write(fds["ready_w"], f"error: {exc}".encode(errors="replace")[:4000])
+            finally:
+                os._exit(1)
+        return True
+    for name in ("command_r", "out_w", "err_w", "ready_w"):
+        os.close(fds[name])
+    answer = b""
+    while True:
+        chunk = os.read(ready_r, 4096)
+        if not chunk:
+            break
+        answer += chunk
+    os.close(ready_r)
+    if answer != b"ok":
+        reason = answer.decode(errors="replace") or "it ended before it was ready"
+        os.write(2, f"zygote: the standby's interpreter could not be set up: {reason}\n".encode())
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+        os._exit(1)
+    for fd in (command_w, out_r, err_r):
+        os.set_inheritable(fd, True)
+    adopted = {
+        "pid": child,
+        "stdin": command_w,
+        "stdout": out_r,
+        "stderr": err_r,
+        "python": order["python"],
+        "unmount": order["unmount"],
+    }
+    shim = order["shim"]
+    os.chdir(shim["cwd"])
+    os.execve(shim["argv"][0], [*shim["argv"], json.dumps(adopted)], shim["env"])
+    return False  # not reached: execve returns only by raising
+
+
+def _fork_standby(order: dict[str, Any], fds: list[int], server: socket.socket) -> int | None:
+    """The supervisor's pid (in the zygote); None in the standby's interpreter, set up."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid != 0:
+        return pid
+    try:
+        server.close()
+        if _supervisor(order, fds[0], fds[1]):
+            return None
+    except BaseException as exc:
+        try:
+            os.write(2, f"zygote: cannot make the standby: {exc}\n".encode(errors="replace"))
+        finally:
+            os._exit(127)
+    os._exit(127)
+
+
+@contextlib.contextmanager
+def _recorded_lookups() -> Iterator[set[str]]:
+    """The names os.environ is asked for meanwhile (os.getenv, environ.get, [], in: all of them go
+    through os._Environ.__getitem__). Iterating the whole environment is not counted: it cannot
+    say which names the caller wanted."""
+    looked_up: set[str] = set()
+    environ_type = type(os.environ)
+    original = environ_type.__getitem__
+
+    def recording(self: Any, key: Any) -> Any:
+        if self is os.environ:
+            looked_up.add(key)
+        return original(self, key)
+
+    environ_type.__getitem__ = recording  # type: ignore[method-assign]
+    try:
+        yield looked_up
+    finally:
+        environ_type.__getitem__ = original  # type: ignore[method-assign]
+
+
+def _unreadable_modules(ids: list[int]) -> list[str]:
+    """The files of the imported modules the task user (`ids`) may not read, asked by a child that
+    is that user (its groups included): a zygote that imports as root must not give a trial code
+    it could not have read itself."""
+    files = sorted(
+        {f for f in (getattr(m, "__file__", None) for m in list(sys.modules.values())) if isinstance(f, str)}
+    )
+    files.append(sys.executable)
+    report_r, report_w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        try:
+            os.close(report_r)
+            _become_user(*ids)
+            denied = [f for f in files if os.path.exists(f) and not os.access(f, os.R_OK)]
+            os.write(report_w, json.dumps(denied).encode())
+        finally:
+            os._exit(0)
+    os.close(report_w)
+    with os.fdopen(report_r, "rb") as report:
+        data = report.read()
+    os.waitpid(child, 0)
+    return list(json.loads(data)) if data else ["(the check did not finish)"]
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _serve_requests(server: socket.socket) -> bool:
+    """Fork standbys until the agent closes its end (False), or, in a forked interpreter, True."""
+    while True:
+        readable, _, _ = select.select([server], [], [], _REAP_SECONDS)
+        _reap()
+        if not readable:
+            continue
+        try:
+            message, fds, _, _ = socket.recv_fds(server, _MAX_MESSAGE, 2)
+        except OSError:
+            return False
+        if not message:
+            return False  # the agent closed its end: stop; running standbys and trials are not ours
+        answer: dict[str, Any]
+        try:
+            order = json.loads(message)
+            if len(fds) != 2:
+                raise ValueError(f"expected 2 descriptors with the request, got {len(fds)}")
+            pid = _fork_standby(order, fds, server)
+            if pid is None:
+                return True
+            answer = {"pid": pid}
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            answer = {"error": str(exc)}
+        for fd in fds:
+            os.close(fd)
+        server.sendall(json.dumps(answer).encode())
+
+
+def main() -> None:
+    warm: dict[str, Any] = {"__name__": "cairn_warm_interpreter"}
+    exec(compile(sys.argv[1], "<warm_interpreter>", "exec"), warm)
+    # The socket moves off fd 0: a forked interpreter's stdin is its command pipe.
+    server = socket.socket(fileno=os.dup(0))
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    options = json.loads(sys.argv[2])
+    ids, withheld = options["ids"], set(options["withheld"])
+    with _recorded_lookups() as looked_up:
+        warm["prepare"](sys.argv[3:])
+    refusal = ""
+    read = sorted(withheld & looked_up)
+    if read:
+        # The experiment's variables reach each fork, not the imports: these would have differed.
+        refusal = f"the preloaded modules looked up the experiment's {', '.join(read[:5])} as they loaded"
+    unreadable = _unreadable_modules(ids) if ids and not refusal else []
+    if unreadable:
+        # The trial, as the task user, could not have imported these itself.
+        refusal = f"the task user cannot read what the zygote imported: {', '.join(unreadable[:3])}"
+    if refusal:
+        server.sendall(json.dumps({"error": refusal}).encode())
+        return
+    server.sendall(json.dumps({"ready": True, "pid": os.getpid()}).encode())
+    if _serve_requests(server):
+        # A forked standby's interpreter: from here on exactly what warm_interpreter.main does
+        # after its imports, with nothing of the zygote's loop left on the stack to catch anything.
+        warm["serve"]()
+
+
+if __name__ == "__main__":  # so it is, run as `-c` text
+    main()
