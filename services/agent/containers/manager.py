@@ -37,6 +37,7 @@ from services.agent.containers.task_env import MasterFacts
 from services.agent.runtime.events import EventTailer, EventWriter, LogLine, StateEvent, repair_tail
 from services.agent.runtime.jsonfile import read_json
 from services.agent.runtime.process_runtime import ContainerSetupError, ProcessRuntime
+from services.agent.runtime.processes import watch_pid_exit
 from services.agent.runtime.protocol import ContainerPaths, ExitReport, LaunchSpec
 from services.common.logging import get_logger
 
@@ -341,8 +342,12 @@ class ContainerManager:
         return known is not None and known.record.state != ContainerState.TERMINATED and known.exit is None
 
     def _watch_exit(self, c: Container) -> None:
-        popen = c.shim.popen if c.shim is not None else None
+        if c.shim is None:
+            return
+        popen = c.shim.popen
         if popen is None:
+            # Not this process's child (a standby a zygote forked): its pidfd says when it ends.
+            watch_pid_exit(c.shim.pid, c.shim.start_ticks, self.activity.set, name=f"exit-{c.id}")
             return
 
         def wait_then_wake() -> None:

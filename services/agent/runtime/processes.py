@@ -9,7 +9,10 @@ inherited it may simply not have reaped it yet.
 from __future__ import annotations
 
 import os
+import select
 import signal
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -71,4 +74,30 @@ def signal_group(pgid: int, sig: signal.Signals) -> bool:
         os.killpg(pgid, sig)
     except ProcessLookupError:
         return False
+    return True
+
+
+def watch_pid_exit(pid: int, expected_start: int | None, on_exit: Callable[[], None], name: str) -> bool:
+    """Call `on_exit` (from a thread of its own) when process `pid`, started at `expected_start`,
+    ends, though it is not this process's child: through a pidfd (Linux 5.3), which stays bound
+    to that process even if its pid is reused. False, and nothing watched, where there is none
+    (the caller's polling finds the end instead)."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return False
+    # Checked after the pidfd is open: if that pid is still the process started then, so is the pidfd's.
+    if not is_running(pid, expected_start):
+        os.close(pidfd)
+        on_exit()
+        return True
+
+    def wait() -> None:
+        try:
+            select.select([pidfd], [], [])
+        finally:
+            os.close(pidfd)
+        on_exit()
+
+    threading.Thread(target=wait, name=name, daemon=True).start()
     return True

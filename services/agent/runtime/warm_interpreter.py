@@ -13,8 +13,11 @@ program can tell: non-daemon threads waited for, `atexit` handlers run, the stan
 every open file flushed, the exit status Python would give. It then skips the interpreter's
 finalization (`os._exit`): tearing down every module's objects, and the C++ statics of libraries
 such as torch, takes 0.3-0.9 s with torch loaded, during which the slot's next trial waits for
-this process to end. Python makes no promise that `__del__` runs for objects alive at exit; a
-command that needs the full finalization anyway sets CAIRN_WARM_EXIT=full in its environment.
+this process to end. The finalizers (weakref.finalize) that the preloaded modules registered as
+they were imported are part of that teardown and are skipped with it (torch.library's 174 took
+25 ms); the command's own run. Python makes no promise that `__del__` runs for objects alive at
+exit; a command that needs the full finalization anyway sets CAIRN_WARM_EXIT=full in its
+environment.
 
 Passed as `-c` text, not run as a file: a file's folder would go first on sys.path (this one holds
 the agent's modules), and the task's interpreter need not be able to import the agent's code at all.
@@ -33,6 +36,8 @@ from typing import Any
 
 # The command's environment variable that asks for the interpreter's full finalization at exit.
 FULL_EXIT_ENV = "CAIRN_WARM_EXIT"
+# weakref.finalize objects the preloaded modules registered (prepare): part of their teardown.
+_PRELOADED_FINALIZERS: list[Any] = []
 
 
 def _preload(modules: list[str]) -> None:
@@ -102,6 +107,8 @@ def _leave(status: int) -> None:
         threading._shutdown()  # joins the non-daemon threads, as the interpreter's exit does
     import atexit
 
+    for finalizer in _PRELOADED_FINALIZERS:
+        finalizer.atexit = False  # the modules' own teardown, as finalization's (see prepare)
     atexit._run_exitfuncs()
     _flush_files()
     if status == -signal.SIGINT:
@@ -144,6 +151,12 @@ def prepare(modules: list[str]) -> None:
     # collection scans it again, and above all the interpreter's exit does not (its collections
     # over every module's objects are most of the exit: ~35 ms of 45 with the Core API loaded).
     gc.freeze()
+    # The finalizers they registered (torch.library's: 174 of them, 25 ms at exit in a forked
+    # interpreter) tear down what the modules made, as finalization would: the exit skips them too.
+    weakref = sys.modules.get("weakref")
+    registry = getattr(getattr(weakref, "finalize", None), "_registry", None)
+    if isinstance(registry, dict):
+        _PRELOADED_FINALIZERS.extend(registry)
 
 
 def serve() -> None:

@@ -16,7 +16,7 @@ import pytest
 from services.agent.runtime import warm_interpreter
 
 SCRIPT = """
-import atexit, ctypes, os, sys, threading, time
+import atexit, ctypes, os, sys, threading, time, weakref
 
 left_open = open("left-open.txt", "w")
 left_open.write("written, never closed\\n")
@@ -36,6 +36,8 @@ class Finalized:
         os.write(1, b"finalized\\n")
 
 kept = Finalized()
+own = Finalized()
+weakref.finalize(own, os.write, 1, b"the command's finalizer\\n")
 how = os.environ["HOW"]
 if how == "raise":
     raise ValueError("boom")
@@ -47,8 +49,19 @@ sys.exit(int(how))
 """
 
 
+# A module that, as torch.library does, registers a finalizer as it is imported.
+PRELOADED = """
+import os, weakref
+class Registered:
+    pass
+registered = Registered()
+weakref.finalize(registered, os.write, 1, b"the preloaded module's finalizer\\n")
+"""
+
+
 def run_warm(tmp_path: Path, how: str, **extra_env: str) -> subprocess.CompletedProcess[str]:
     (tmp_path / "trial.py").write_text(SCRIPT)
+    (tmp_path / "preloaded_with_finalizer.py").write_text(PRELOADED)
     assignment = {
         "module": False,
         "target": str(tmp_path / "trial.py"),
@@ -59,8 +72,9 @@ def run_warm(tmp_path: Path, how: str, **extra_env: str) -> subprocess.Completed
     }
     text = Path(warm_interpreter.__file__).read_text()
     return subprocess.run(
-        [sys.executable, "-c", text, "json"],
+        [sys.executable, "-c", text, "json", "preloaded_with_finalizer"],
         check=False,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
         input=json.dumps(assignment) + "\n",
         capture_output=True,
         text=True,
@@ -91,13 +105,18 @@ def test_the_exit_status_and_what_the_program_left_are_those_of_pythons_own_exit
     # The non-daemon thread ran to its end before the process did; the unclosed file was flushed.
     assert (tmp_path / "thread.txt").read_text() == "finished\n"
     assert (tmp_path / "left-open.txt").read_text() == "written, never closed\n"
-    # No finalization: objects alive at exit are not torn down one by one.
+    # No finalization: objects alive at exit are not torn down one by one, and the finalizers the
+    # preloaded modules registered are theirs; the command's own finalizers run, as atexit does.
     assert "finalized" not in lines
+    assert "the command's finalizer" in lines
+    assert "the preloaded module's finalizer" not in lines
 
 
 def test_a_command_can_ask_for_the_interpreters_full_finalization(tmp_path: Path) -> None:
     done = run_warm(tmp_path, "4", CAIRN_WARM_EXIT="full")
 
     assert done.returncode == 4
-    assert "atexit ran" in done.stdout.splitlines()
+    assert {"atexit ran", "the command's finalizer", "the preloaded module's finalizer"} <= set(
+        done.stdout.splitlines()
+    )
     assert (tmp_path / "thread.txt").read_text() == "finished\n"

@@ -8,13 +8,15 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from services.agent.runtime.processes import is_running
+from services.agent.runtime.processes import is_running, start_ticks, watch_pid_exit
 from services.agent.runtime.zygotes import (
     _writable_by_others,
     eligibility,
@@ -254,3 +256,22 @@ def test_an_interpreter_in_a_folder_others_may_write_is_not_trusted(tmp_path: Pa
     assert python is not None
     found = untrusted_paths(python, {"PATH": f"{tmp_path}:/usr/bin"})
     assert found is not None and str(tmp_path).startswith(found.split(" (")[0])
+
+
+def test_the_end_of_a_process_that_is_not_our_child_is_seen_at_once() -> None:
+    # A grandchild: its parent (sh) exits at once, so it is not this process's to wait for.
+    out = subprocess.run(
+        ["sh", "-c", "sleep 1 >/dev/null 2>&1 & echo $!"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=10,
+    )
+    pid = int(out.stdout.strip())
+    ended = threading.Event()
+    assert watch_pid_exit(pid, start_ticks(pid), ended.set, name="test-watch")
+    assert not ended.wait(0.1)
+    assert ended.wait(5), "the watcher must see the process end"
+    # A pid whose start time is not the one expected is someone else's: ended already.
+    other = threading.Event()
+    assert watch_pid_exit(os.getpid(), -1, other.set, name="test-watch") and other.is_set()
