@@ -27,7 +27,7 @@ from services.agent.task_user import resolve_task_user
 from tests.unit.agent.agent_master_double import MasterServer, MasterStore, wait_until
 from tests.unit.agent.agent_processes import AgentProcess, command_pid, shim_pid, wait_terminated
 from tests.unit.agent.test_agent_containers import model_definition
-from tests.unit.agent.test_agent_warm_starts import _has_user, report_of, standbys_ready
+from tests.unit.agent.test_agent_warm_starts import _has_user, report_of, standby_logs, standbys_ready
 
 PRELOAD = json.dumps({"environment": {"preload_modules": ["numpy"]}})
 
@@ -83,6 +83,10 @@ def _run(master: MasterServer, store: MasterStore, name: str, env: dict[str, str
     master.double.start(
         name, ["python3 trial.py"], shell=True, env=env or {}, has_context=True, container_config=PRELOAD
     )
+
+
+def _a_standby_beyond(agent: AgentProcess, earlier: set[Path]) -> Callable[[], bool]:
+    return lambda: bool(set(standby_logs(agent)) - earlier)
 
 
 def _agent_with_a_standby(
@@ -184,6 +188,7 @@ def test_a_root_zygote_serves_task_users_but_not_what_it_cannot_import_as_they_w
         parents = {}
         for kind, env in kinds.items():
             for name in (f"{kind}1", f"{kind}2"):
+                earlier = set(standby_logs(agent))
                 _run(master, store, name, env)
                 command_pid(agent.container(name))
                 parents[name] = _ppid(shim_pid(agent.container(name)))
@@ -191,7 +196,8 @@ def test_a_root_zygote_serves_task_users_but_not_what_it_cannot_import_as_they_w
                 wait_terminated(store, name)
                 if "private mount namespace" in " ".join(store.messages(name)):
                     pytest.skip("no private mount namespace here")
-                wait_until(standbys_ready(agent, 1), 20, "a standby")
+                # This kind's next standby (its zygote may import first), not an earlier kind's.
+                wait_until(_a_standby_beyond(agent, earlier), 20, "a standby of this kind")
             # The second of a kind is warm: forked by a zygote, or a standby the agent started itself.
             forked = parents[f"{kind}2"] in zygotes
             assert forked == (kind in ("t", "m")), kind
