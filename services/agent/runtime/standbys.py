@@ -36,7 +36,7 @@ import structlog
 from services.agent.containers.private_mounts import Bind, in_private_namespace
 from services.agent.runtime.processes import is_running, signal_process, start_ticks
 from services.agent.runtime.warm_starts import WarmCommand, WarmKey, start_environment
-from services.agent.runtime.zygotes import ZygoteError, ZygotePool, shim_signals
+from services.agent.runtime.zygotes import ZygotePool, shim_signals
 from services.agent.task_user import run_as_ids
 
 log = structlog.get_logger(__name__)
@@ -251,16 +251,18 @@ class StandbyPool:
         try:
             # Only then its log: a standby's log is the sign it exists (tests wait for it).
             zygote.wait_ready()
-        except ZygoteError as exc:
-            self._zygotes.refuse(key, str(exc))
+        except Exception as exc:  # whatever went wrong, this kind starts its own standbys
+            if not zygote.closed:
+                self._zygotes.refuse(key, str(exc))
             return None
         control_r, control_w = os.pipe()
         log_fd = os.open(folder / "standby.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
             pid = zygote.fork(request, control_r, log_fd)
-        except ZygoteError as exc:
+        except Exception as exc:  # as above; the pipe's end must not leak
             os.close(control_w)
-            self._zygotes.refuse(key, str(exc))
+            if not zygote.closed:
+                self._zygotes.refuse(key, str(exc))
             return None
         finally:
             os.close(control_r)

@@ -43,7 +43,9 @@ import pwd
 import select
 import signal
 import socket
+import stat
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -52,6 +54,9 @@ _MS_BIND = 4096
 _MS_REC = 16384
 _MS_PRIVATE = 1 << 18
 _PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
+# How long A waits for B to be set up (B looks up the task user's groups, makes its namespace).
+_SETUP_SECONDS = 30.0
 # How often the zygote looks for ended supervisors to reap when no request comes.
 _REAP_SECONDS = 1.0
 _MAX_MESSAGE = 1 << 20
@@ -97,6 +102,10 @@ def _interpreter(order: dict[str, Any], shim_pid: int, fds: dict[str, int]) -> N
     os.dup2(fds["err_w"], 2)
     for name in ("command_r", "out_w", "err_w"):
         os.close(fds[name])
+    _leave_zygote_namespace()
+    # Nothing the zygote had open stays open in what becomes the trial.
+    os.closerange(3, fds["ready_w"])
+    os.closerange(fds["ready_w"] + 1, _max_fd())
     os.setpgid(0, 0)
     # First: its folder may be under a path the private /tmp is about to cover (held by reference).
     os.chdir(order["cwd"])
@@ -104,11 +113,14 @@ def _interpreter(order: dict[str, Any], shim_pid: int, fds: dict[str, int]) -> N
         _private_namespace(order["binds"])
     if order["ids"]:
         _become_user(*order["ids"])
+        # A change of user without an exec leaves the process undumpable (no core dump, no
+        # debugger, /proc/self owned by root); setpriv's exec would have reset it.
+        _libc().prctl(_PR_SET_DUMPABLE, 1)
     # The parent-death signal, which a change of credentials clears: SIGKILL if the shim dies.
     _libc().prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
     if os.getppid() != shim_pid:
         os._exit(137)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.Signals(n) for n in order["signals"]])
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])  # as a command the shim starts: nothing blocked
     os.environ.clear()
     os.environ.update(order["env"])
     numpy = sys.modules.get("numpy")
@@ -159,12 +171,7 @@ def _supervisor(order: dict[str, Any], control: int, log: int) -> bool:
         return True
     for name in ("command_r", "out_w", "err_w", "ready_w"):
         os.close(fds[name])
-    answer = b""
-    while True:
-        chunk = os.read(ready_r, 4096)
-        if not chunk:
-            break
-        answer += chunk
+    answer = _read_until_closed(ready_r, _SETUP_SECONDS)
     os.close(ready_r)
     if answer != b"ok":
         reason = answer.decode(errors="replace") or "it ended before it was ready"
@@ -183,17 +190,36 @@ def _supervisor(order: dict[str, Any], control: int, log: int) -> bool:
         "unmount": order["unmount"],
     }
     shim = order["shim"]
+    _leave_zygote_namespace()
     os.chdir(shim["cwd"])
     os.execve(shim["argv"][0], [*shim["argv"], json.dumps(adopted)], shim["env"])
     return False  # not reached: execve returns only by raising
+
+
+def _read_until_closed(fd: int, timeout: float) -> bytes:
+    """All `fd` gives until its writers close it; a note instead when that takes over `timeout`."""
+    answer = b""
+    deadline = time.monotonic() + timeout
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+            return f"not set up within {timeout:g} s".encode()
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            return answer
+        answer += chunk
 
 
 def _fork_standby(order: dict[str, Any], fds: list[int], server: socket.socket) -> int | None:
     """The supervisor's pid (in the zygote); None in the standby's interpreter, set up."""
     sys.stdout.flush()
     sys.stderr.flush()
+    # Blocked before the fork: the agent may signal the supervisor as soon as it has its pid.
+    signals = [signal.Signals(n) for n in order["signals"]]
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, signals)
     pid = os.fork()
     if pid != 0:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
         return pid
     try:
         server.close()
@@ -205,6 +231,99 @@ def _fork_standby(order: dict[str, Any], fds: list[int], server: socket.socket) 
         finally:
             os._exit(127)
     os._exit(127)
+
+
+# The agent's mount namespace, where a root zygote's forks go back to (see _private_zygote).
+_HOST_NAMESPACE: list[int] = []
+
+
+def _private_zygote() -> None:
+    """A root zygote imports in a mount namespace of its own with an empty /tmp of root's, the HOME
+    it imports under: what the modules read or write there at import is neither the host's shared
+    /tmp (anyone's files, read as root) nor left behind. Its forks return to the agent's namespace
+    (the supervisor) or make theirs from it (the interpreter)."""
+    _HOST_NAMESPACE.append(os.open("/proc/self/ns/mnt", os.O_RDONLY))
+    libc = _libc()
+    _check(libc.unshare(_CLONE_NEWNS), "unshare --mount")
+    _check(libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None), "mount --make-rprivate /")
+    _check(libc.mount(b"tmpfs", b"/tmp", b"tmpfs", 0, b"mode=0700"), "mount -t tmpfs /tmp")
+
+
+def _leave_zygote_namespace() -> None:
+    if _HOST_NAMESPACE:
+        _check(_libc().setns(_HOST_NAMESPACE[0], _CLONE_NEWNS), "setns (the agent's mount namespace)")
+        os.close(_HOST_NAMESPACE.pop())
+
+
+def _max_fd() -> int:
+    try:
+        return int(os.sysconf("SC_OPEN_MAX"))
+    except (OSError, ValueError):
+        return 65536
+
+
+def _open_fds(keep: set[int]) -> list[str]:
+    """What this process holds open beyond stdin, stdout, stderr and `keep`: where each leads."""
+    found = []
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd > 2 and fd not in keep:
+            try:
+                found.append(f"{fd} -> {os.readlink(f'/proc/self/fd/{fd}')}")
+            except OSError:
+                pass  # the listing's own descriptor, closed meanwhile
+    return found
+
+
+def _untrusted(path: str) -> str | None:
+    """As zygotes.py's check (this file cannot import it): `path`, what it leads to, and every
+    folder above either must be root's and writable by root alone; the first that is not."""
+    for start in dict.fromkeys([os.path.abspath(path), os.path.realpath(path)]):
+        current = start
+        while True:
+            try:
+                info = os.lstat(current)
+            except FileNotFoundError:
+                info = None
+            except OSError as exc:
+                return f"{current} ({exc.strerror})"
+            if info is not None and not stat.S_ISLNK(info.st_mode):
+                if info.st_uid != 0:
+                    return f"{current} (owned by uid {info.st_uid})"
+                if info.st_mode & 0o022:
+                    return f"{current} (writable by group or others)"
+            parent = os.path.dirname(current)
+            if parent == current:
+                break
+            current = parent
+    return None
+
+
+class _TrustedOrigins:
+    """A meta path finder, first in line while a root zygote imports: it asks the others where a
+    module would come from and refuses (ImportError) any file or folder the task user, or anyone
+    but root, could have changed — before the module's code runs as root. Refusals are kept."""
+
+    def __init__(self) -> None:
+        self.refused: list[str] = []
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            if finder is self or find is None:
+                continue
+            spec = find(name, path, target)
+            if spec is None:
+                continue
+            places = [spec.origin, getattr(spec, "cached", None), *(spec.submodule_search_locations or ())]
+            for place in places:
+                if isinstance(place, str) and os.path.isabs(place):
+                    found = _untrusted(place)
+                    if found is not None:
+                        self.refused.append(f"{name} from {found}")
+                        raise ImportError(f"not imported as root: {name} comes from {found}")
+            return spec
+        return None
 
 
 @contextlib.contextmanager
@@ -302,17 +421,33 @@ def main() -> None:
     os.close(devnull)
     options = json.loads(sys.argv[2])
     ids, withheld = options["ids"], set(options["withheld"])
+    modules = sys.argv[3:]
+    # As a standby's interpreter had them while importing: its modules, not the zygote's texts.
+    sys.argv = ["-c", *modules]
+    origins = _TrustedOrigins()
+    if ids:
+        _private_zygote()
+        sys.meta_path.insert(0, origins)
     with _recorded_lookups() as looked_up:
-        warm["prepare"](sys.argv[3:])
+        warm["prepare"](modules)
+    if origins in sys.meta_path:
+        sys.meta_path.remove(origins)
     refusal = ""
     read = sorted(withheld & looked_up)
-    if read:
+    if origins.refused:
+        refusal = f"a preloaded module comes from where root alone does not decide: {origins.refused[0]}"
+    elif read:
         # The experiment's variables reach each fork, not the imports: these would have differed.
         refusal = f"the preloaded modules looked up the experiment's {', '.join(read[:5])} as they loaded"
-    unreadable = _unreadable_modules(ids) if ids and not refusal else []
-    if unreadable:
-        # The trial, as the task user, could not have imported these itself.
-        refusal = f"the task user cannot read what the zygote imported: {', '.join(unreadable[:3])}"
+    elif ids and _open_fds({server.fileno(), *_HOST_NAMESPACE}):
+        # What a module opened as root would be open in every trial.
+        leaked = _open_fds({server.fileno(), *_HOST_NAMESPACE})
+        refusal = f"the preloaded modules left files open as root: {', '.join(leaked[:3])}"
+    elif ids:
+        unreadable = _unreadable_modules(ids)
+        if unreadable:
+            # The trial, as the task user, could not have imported these itself.
+            refusal = f"the task user cannot read what the zygote imported: {', '.join(unreadable[:3])}"
     if refusal:
         server.sendall(json.dumps({"error": refusal}).encode())
         return

@@ -77,6 +77,47 @@ ZYGOTE_VARIABLES = frozenset(
         "VECLIB_MAXIMUM_THREADS",
     }
 )
+# The packages a root zygote imports (the top-level name of each preload module): libraries known
+# to do nothing at import but define things. An experiment may name any module; where trials run
+# as the task user, one outside these keeps standbys that import as the task user, as before.
+ZYGOTE_PACKAGES = frozenset(
+    {
+        "cairn",
+        "determined",
+        "torch",
+        "torchvision",
+        "torchaudio",
+        "torchtext",
+        "numpy",
+        "scipy",
+        "pandas",
+        "sklearn",
+        "tensorflow",
+        "keras",
+        "jax",
+        "jaxlib",
+        "flax",
+        "optax",
+        "transformers",
+        "tokenizers",
+        "datasets",
+        "accelerate",
+        "deepspeed",
+        "lightning",
+        "pytorch_lightning",
+        "timm",
+        "xgboost",
+        "lightgbm",
+        "PIL",
+        "numba",
+        "einops",
+        "safetensors",
+        "tqdm",
+        "yaml",
+    }
+)
+# Module names that run a program or tests when imported (unittest.__main__, test.autotest).
+_RUNNABLE_PARTS = frozenset({"__main__", "test", "tests", "testing"})
 # Variables allowed with these values only: a task in a private /tmp has TMPDIR=/tmp, the default.
 ZYGOTE_SETTINGS = frozenset({("TMPDIR", "/tmp")})
 # How long a standby waits for its kind's zygote to have imported (else: a standby of its own).
@@ -129,10 +170,25 @@ def import_environment(env: Mapping[str, str], drops_privileges: bool) -> dict[s
     }
 
 
-def eligibility(env: Mapping[str, str], drops_privileges: bool) -> str | None:
-    """Why a zygote may not serve a kind whose interpreters start with `env`; None when it may."""
+def eligibility(env: Mapping[str, str], drops_privileges: bool, modules: Sequence[str] = ()) -> str | None:
+    """Why a zygote may not serve a kind whose interpreters start with `env` and preload
+    `modules`; None when it may."""
     if not drops_privileges:
         return None
+    for name in modules:
+        parts = name.split(".")
+        if parts[0] not in ZYGOTE_PACKAGES:
+            return (
+                f"it preloads {name}; a zygote imports as root only the packages it knows (ZYGOTE_PACKAGES)"
+            )
+        if any(part in _RUNNABLE_PARTS for part in parts):
+            return f"it preloads {name}, a program or tests rather than a library"
+    for name in ("LANG", "LANGUAGE", "TZ"):
+        if "/" in env.get(name, ""):
+            return f"its environment sets {name} to a path, which root would read as it starts"
+    for name, value in env.items():
+        if name.startswith("LC_") and "/" in value:
+            return f"its environment sets {name} to a path, which root would read as it starts"
     imported = import_environment(env, drops_privileges)
     unfaithful = sorted(n for n in env if n not in imported and n.startswith(_READ_AT_LOAD_PREFIXES))
     if unfaithful:
@@ -144,9 +200,18 @@ def eligibility(env: Mapping[str, str], drops_privileges: bool) -> str | None:
 
 
 def _writable_by_others(path: Path) -> str | None:
-    """The first component of `path` (it, then each folder up to /) that is not root's or that
-    others than root may write; None when there is none. Missing components are skipped: their
-    closest existing folder decides who may create them."""
+    """The first component of `path` (it, then each folder up to /; then the same for what it
+    leads to through symbolic links) that is not root's or that others than root may write; None
+    when there is none. Missing components are skipped: their closest existing folder decides who
+    may create them."""
+    for start in dict.fromkeys([Path(os.path.abspath(path)), Path(os.path.realpath(path))]):
+        found = _first_writable_by_others(start)
+        if found is not None:
+            return found
+    return None
+
+
+def _first_writable_by_others(path: Path) -> str | None:
     current = path
     while True:
         try:
@@ -252,7 +317,9 @@ class Zygote:
                 self._popen = subprocess.Popen(
                     argv,
                     cwd=folder,
-                    env={**imported, "HOME": str(folder)},
+                    # A root zygote imports in a namespace of its own whose /tmp is empty and
+                    # root's (zygote.py): HOME there, as a standby's was its private /tmp.
+                    env={**imported, "HOME": "/tmp" if drops_privileges else str(folder)},
                     stdin=theirs.fileno(),
                     stdout=out,
                     stderr=out,
@@ -264,6 +331,8 @@ class Zygote:
         self._socket = ours
         self._lock = threading.Lock()
         self._ready = False
+        # Closed by the agent (it stops, or the pool made room): not a failure of its kind.
+        self.closed = False
 
     @property
     def pid(self) -> int:
@@ -294,6 +363,8 @@ class Zygote:
             self._wait_ready(timeout)
 
     def _wait_ready(self, timeout: float) -> None:
+        if self.closed:
+            raise ZygoteError("the zygote was closed")
         if not self._ready:
             answer = self._receive(timeout)
             if not answer.get("ready"):
@@ -316,8 +387,11 @@ class Zygote:
         return answer if isinstance(answer, dict) else {"error": answer}
 
     def close(self, timeout: float = 5.0) -> None:
-        """End of its socket: the zygote exits (standbys and trials it forked are not touched)."""
-        self._socket.close()
+        """End of its socket: the zygote exits (standbys and trials it forked are not touched).
+        After a fork request in progress, if any: ended so, its kind has not failed."""
+        with self._lock:
+            self.closed = True
+            self._socket.close()
         try:
             self._popen.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -369,7 +443,7 @@ class ZygotePool:
                 self._refuse(key, f"its zygote ended (see {zygote.folder / 'zygote.log'})")
                 return None
             drops_privileges = ids is not None
-            reason = eligibility(env, drops_privileges)
+            reason = eligibility(env, drops_privileges, modules)
             if reason is None and drops_privileges:
                 reason = self._trust(python, env)
                 if reason is not None:

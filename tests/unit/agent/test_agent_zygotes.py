@@ -4,11 +4,13 @@ a private mount namespace where it would be; kinds a zygote may not serve keep t
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Callable
@@ -16,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from services.agent.runtime import zygote as zygote_module
 from services.agent.runtime.processes import is_running, start_ticks, watch_pid_exit
 from services.agent.runtime.zygotes import (
     _writable_by_others,
@@ -30,10 +33,11 @@ from tests.unit.agent.test_agent_containers import model_definition
 from tests.unit.agent.test_agent_warm_starts import _has_user, report_of, standby_logs, standbys_ready
 
 PRELOAD = json.dumps({"environment": {"preload_modules": ["numpy"]}})
+ZYGOTE = Path(zygote_module.__file__)
 
 # What a trial shows of how it was started, and two draws from the generators a fork would share.
 REPORT = """
-import json, os, random, sys
+import ctypes, json, os, random, sys
 try:
     import numpy  # the interpreter a task user finds first may not have it
 except ImportError:
@@ -48,6 +52,7 @@ print(json.dumps({
     "numpy": float(numpy.random.rand()) if numpy else None,
     "tmp": sorted(os.listdir("/tmp")),
     "setting": os.environ.get("MY_SETTING"),
+    "dumpable": ctypes.CDLL(None).prctl(3, 0, 0, 0, 0),  # PR_GET_DUMPABLE
 }), flush=True)
 """
 
@@ -205,7 +210,9 @@ def test_a_root_zygote_serves_task_users_but_not_what_it_cannot_import_as_they_w
         reports = {name: report_of(store, name) for name in parents}
         assert {n: r["warm"] for n, r in reports.items()} == {n: n.endswith("2") for n in parents}
         for report in reports.values():
-            assert report["uid"] == user.uid and report["tmp"] == []
+            # The task user, its own empty /tmp, and dumpable as after setpriv's exec (core dumps,
+            # debuggers), however it was started.
+            assert report["uid"] == user.uid and report["tmp"] == [] and report["dumpable"] == 1
         assert reports["m2"]["setting"] == "kept"
         log = agent.log_path.read_text()
         assert "its environment sets LD_PRELOAD, which takes effect as a program loads" in log
@@ -235,6 +242,37 @@ def test_a_root_zygote_imports_without_the_experiments_variables_and_refuses_loa
     odd = {**env, "PYTHONPATH": "/x", "LD_PRELOAD": "/x.so"}
     assert eligibility(odd, drops_privileges=False) is None
     assert import_environment(odd, drops_privileges=False) == odd
+
+
+def test_a_root_zygote_preloads_only_libraries_it_knows_and_no_locale_from_a_path() -> None:
+    env = {"PATH": "/usr/bin", "LANG": "C.UTF-8"}
+    assert eligibility(env, True, ["cairn.core", "torch", "torch._dynamo", "numpy.linalg"]) is None
+    for module in ("unittest.__main__", "test.autotest", "mypkg", "torch.testing", "numpy.f2py.__main__"):
+        reason = eligibility(env, True, ["cairn.core", module])
+        assert reason is not None and module in reason
+    assert eligibility(env, False, ["unittest.__main__"]) is None  # imported as the trial would be
+    for name, value in (("LANG", "/home/u/locale"), ("LC_ALL", "/x"), ("TZ", "/home/u/zone")):
+        reason = eligibility({**env, name: value}, True, ["numpy"])
+        assert reason is not None and name in reason
+
+
+def test_the_zygotes_finder_refuses_a_module_anyone_but_root_could_have_changed(tmp_path: Path) -> None:
+    # zygote.py runs in the task's interpreter without the agent's code: taken as it is run.
+    zygote: dict[str, object] = {"__name__": "zygote_under_test"}
+    exec(compile(ZYGOTE.read_text(), str(ZYGOTE), "exec"), zygote)
+    (tmp_path / "planted.py").write_text("raise SystemExit('planted code ran')\n")
+    origins = zygote["_TrustedOrigins"]()  # type: ignore[operator]
+    sys.path.insert(0, str(tmp_path))
+    sys.meta_path.insert(0, origins)
+    try:
+        with pytest.raises(ImportError, match="not imported as root: planted comes from /tmp"):
+            importlib.import_module("planted")
+        importlib.import_module("json.tool")  # the standard library is root's
+    finally:
+        sys.meta_path.remove(origins)
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("planted", None)
+    assert len(origins.refused) == 1 and origins.refused[0].startswith("planted from /tmp")
 
 
 def test_a_path_is_trusted_only_if_root_alone_may_change_it(tmp_path: Path) -> None:
