@@ -13,10 +13,11 @@ standby shim would have made them:
 
     zygote ──fork──▶ A: its own session, control signals blocked, the agent's pipe as stdin, the log
                      as stdout and stderr
-                     ├──fork──▶ B: its own process group; in a mount namespace of its own with the
-                     │          standby's private /tmp bound (as root), then the task user's groups,
-                     │          gid and uid, the parent-death signal re-armed, the control signals
-                     │          unblocked, the standby's environment and folder: then it waits for
+                     ├──fork──▶ B: every other descriptor closed, its own process group; in a
+                     │          mount namespace of its own (made from the agent's) with the standby's
+                     │          private /tmp bound (as root), then the task user's groups, gid and
+                     │          uid, dumpable again, the parent-death signal re-armed, no signal
+                     │          blocked, the standby's environment and folder: then it waits for
                      │          its command on a pipe (warm_interpreter.serve)
                      └──exec──▶ the standby shim (`shim --standby-forked`), B's parent: it supervises
                                 B as a standby shim supervises the interpreter it started itself
@@ -30,7 +31,9 @@ What a fork shares that a fresh interpreter would not have: the state the import
 global random generator is seeded again in B; Python's `random` reseeds itself after a fork), the
 hash seed of str and bytes, and no thread the imports started (OpenBLAS's and the like re-create
 theirs through their fork handlers). The agent asks for a zygote only where it may import as the
-agent's user what the trial would import as the task user (zygotes.py says when).
+agent's user what the trial would import as the task user (zygotes.py says when). A root zygote
+(the trial drops to the task user) imports in a mount namespace of its own with an empty /tmp,
+and through a finder that refuses any module file anyone but root could have changed.
 
 Standard library only, and passed as `-c` text: the task's interpreter need not see the agent's code.
 """

@@ -10,23 +10,27 @@ When the agent may use one (`eligibility`): a zygote imports with the agent's pr
 trial will run with the task user's. Where they are the same (no --task-user) nothing changes
 hands. Where the agent is root and the trial runs as the task user, the zygote imports as root, so
 only what root would import anyway may reach it:
+  * only modules of packages known to do nothing at import but define things (ZYGOTE_PACKAGES),
+    never a __main__ or test module;
   * it imports under the variables known not to lead an import to code or files that could hold
-    it (ZYGOTE_VARIABLES: PATH, locale, the task environment's, thread and device knobs; no
-    PYTHONPATH, LD_PRELOAD or TMPDIR but /tmp), not the experiment's others: those reach each
-    forked interpreter only. So that the trial sees what a fresh interpreter would have, a kind
-    whose variables take effect as a program loads (LD_*, PYTHON*, the C libraries' thread knobs
-    not on the list) keeps its own standbys, and the zygote refuses to serve when its imports
-    looked up one of the experiment's own variables by name (it records os.environ's lookups
-    while importing);
+    it (ZYGOTE_VARIABLES: PATH, locale and TZ not naming a path, the task environment's, thread
+    and device knobs; no PYTHONPATH, LD_PRELOAD or TMPDIR but /tmp), not the experiment's others:
+    those reach each forked interpreter only. So that the trial sees what a fresh interpreter
+    would have, a kind whose variables take effect as a program loads (LD_*, PYTHON*, the C
+    libraries' thread knobs not on the list) keeps its own standbys, and the zygote refuses to
+    serve when its imports looked up one of the experiment's own variables by name (it records
+    os.environ's lookups while importing);
   * every file and folder the interpreter starts from is root's and writable by root only, up to
     /: the interpreter, the standard library, the site-packages folders, their .pth files and the
     folders those name, and each folder of PATH (`untrusted_paths`, checked before the zygote
-    starts, without running the site-packages' .pth files);
-  * HOME and the working directory are the zygote's own folder (root's, empty), not the task's;
-  * the trial gets nothing it could not have read: once its imports are done the zygote asks, as
-    the task user, whether every module file it loaded is readable (zygote.py), else it refuses.
-A kind that fails either check starts its standbys as before, each its own interpreter, importing
-as the task user; the agent says why once in its log.
+    starts, without running the site-packages' .pth files); and each module's file and folders as
+    it is found, before its code runs (zygote.py's finder);
+  * it imports in a mount namespace of its own, HOME its empty root-owned /tmp (zygote.py);
+  * the trial gets nothing it could not have had: no file the imports left open (the zygote
+    refuses), no module file the task user could not read (checked as that user, after the
+    imports).
+A kind that fails a check starts its standbys as before, each its own interpreter, importing as
+the task user; the agent says why once in its log.
 """
 
 from __future__ import annotations
