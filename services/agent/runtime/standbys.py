@@ -234,7 +234,10 @@ class StandbyPool:
         the kind then starts its standbys itself from now on)."""
         if self._zygotes is None or self._shim_invocation is None:
             return None
-        zygote = self._zygotes.get(key, order["python"], order["modules"], order["env"], order["ids"])
+        private_tmp = any(target == "/tmp" for _, target in order["binds"] or ())
+        zygote = self._zygotes.get(
+            key, order["python"], order["modules"], order["env"], order["ids"], private_tmp
+        )
         if zygote is None:
             return None
         argv, env = self._shim_invocation(["--standby-forked"])

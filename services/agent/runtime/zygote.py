@@ -40,6 +40,7 @@ Standard library only, and passed as `-c` text: the task's interpreter need not 
 
 import contextlib
 import ctypes
+import importlib.machinery
 import json
 import os
 import pwd
@@ -105,15 +106,23 @@ def _interpreter(order: dict[str, Any], shim_pid: int, fds: dict[str, int]) -> N
     os.dup2(fds["err_w"], 2)
     for name in ("command_r", "out_w", "err_w"):
         os.close(fds[name])
+    root_zygote = bool(_HOST_NAMESPACE)
     _leave_zygote_namespace()
-    # Nothing the zygote had open stays open in what becomes the trial.
-    os.closerange(3, fds["ready_w"])
-    os.closerange(fds["ready_w"] + 1, _max_fd())
+    if root_zygote:
+        # Nothing the root zygote had open stays open in what becomes the trial (it refused to
+        # serve if its imports left any: these are its own).
+        for fd in _open_fds({fds["ready_w"]}):
+            os.close(int(fd.split(" ", 1)[0]))
     os.setpgid(0, 0)
     # First: its folder may be under a path the private /tmp is about to cover (held by reference).
     os.chdir(order["cwd"])
     if order["binds"] is not None:  # a namespace of its own, even with nothing bound yet
         _private_namespace(order["binds"])
+    for finder in [f for f in sys.meta_path if isinstance(f, _TrustedOrigins)]:
+        sys.meta_path.remove(finder)  # what the trial imports is its own business, as the task user
+    site: Any = sys.modules.get("site")
+    if site is not None:
+        site.USER_BASE = site.USER_SITE = None  # worked out again from the trial's HOME if asked
     if order["ids"]:
         _become_user(*order["ids"])
         # A change of user without an exec leaves the process undumpable (no core dump, no
@@ -250,19 +259,15 @@ def _private_zygote() -> None:
     _check(libc.unshare(_CLONE_NEWNS), "unshare --mount")
     _check(libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None), "mount --make-rprivate /")
     _check(libc.mount(b"tmpfs", b"/tmp", b"tmpfs", 0, b"mode=0700"), "mount -t tmpfs /tmp")
+    # Only now: at the interpreter's start HOME was the zygote's own folder, so no user
+    # site-packages could be found in the host's shared /tmp.
+    os.environ["HOME"] = "/tmp"
 
 
 def _leave_zygote_namespace() -> None:
     if _HOST_NAMESPACE:
         _check(_libc().setns(_HOST_NAMESPACE[0], _CLONE_NEWNS), "setns (the agent's mount namespace)")
         os.close(_HOST_NAMESPACE.pop())
-
-
-def _max_fd() -> int:
-    try:
-        return int(os.sysconf("SC_OPEN_MAX"))
-    except (OSError, ValueError):
-        return 65536
 
 
 def _open_fds(keep: set[int]) -> list[str]:
@@ -302,6 +307,36 @@ def _untrusted(path: str) -> str | None:
     return None
 
 
+def _untrusted_package_files(modules: list[str]) -> str | None:
+    """Every file and folder of the preloaded packages, and of their `NAME.libs` folders beside
+    them (numpy.libs: shared libraries their extensions load by path, out of any finder's sight),
+    must be root's and writable by root alone; the first that is not. Found, not imported:
+    nothing of theirs runs before this."""
+    for top in dict.fromkeys(name.split(".")[0] for name in modules):
+        spec = importlib.machinery.PathFinder.find_spec(top)
+        if spec is None:
+            continue  # not installed: importing it fails, for the trial too
+        roots = list(spec.submodule_search_locations or [])
+        if spec.origin and not roots:
+            roots = [spec.origin]
+        roots += [os.path.join(os.path.dirname(root.rstrip("/")), f"{top}.libs") for root in roots]
+        for root in roots:
+            found = _untrusted(root)
+            if found is not None:
+                return found
+            for folder, dirs, files in os.walk(root):
+                for entry in (*dirs, *files):
+                    path = os.path.join(folder, entry)
+                    info = os.lstat(path)
+                    if stat.S_ISLNK(info.st_mode):
+                        found = _untrusted(path)
+                        if found is not None:
+                            return found
+                    elif info.st_uid != 0 or info.st_mode & 0o022:
+                        return f"{path} (not root's alone)"
+    return None
+
+
 class _TrustedOrigins:
     """A meta path finder, first in line while a root zygote imports: it asks the others where a
     module would come from and refuses (ImportError) any file or folder the task user, or anyone
@@ -320,7 +355,7 @@ class _TrustedOrigins:
                 continue
             places = [spec.origin, getattr(spec, "cached", None), *(spec.submodule_search_locations or ())]
             for place in places:
-                if isinstance(place, str) and os.path.isabs(place):
+                if isinstance(place, str) and place not in ("built-in", "frozen"):
                     found = _untrusted(place)
                     if found is not None:
                         self.refused.append(f"{name} from {found}")
@@ -428,16 +463,21 @@ def main() -> None:
     # As a standby's interpreter had them while importing: its modules, not the zygote's texts.
     sys.argv = ["-c", *modules]
     origins = _TrustedOrigins()
+    untrusted_package = None
     if ids:
         _private_zygote()
+        # Kept while the zygote lives (fork handlers run as root in each supervisor); B drops it.
         sys.meta_path.insert(0, origins)
-    with _recorded_lookups() as looked_up:
-        warm["prepare"](modules)
-    if origins in sys.meta_path:
-        sys.meta_path.remove(origins)
+        untrusted_package = _untrusted_package_files(modules)
+    looked_up: set[str] = set()
+    if untrusted_package is None:
+        with _recorded_lookups() as looked_up:
+            warm["prepare"](modules)
     refusal = ""
     read = sorted(withheld & looked_up)
-    if origins.refused:
+    if untrusted_package is not None:
+        refusal = f"a preloaded package holds what root alone does not decide: {untrusted_package}"
+    elif origins.refused:
         refusal = f"a preloaded module comes from where root alone does not decide: {origins.refused[0]}"
     elif read:
         # The experiment's variables reach each fork, not the imports: these would have differed.

@@ -321,9 +321,11 @@ class Zygote:
                 self._popen = subprocess.Popen(
                     argv,
                     cwd=folder,
-                    # A root zygote imports in a namespace of its own whose /tmp is empty and
-                    # root's (zygote.py): HOME there, as a standby's was its private /tmp.
-                    env={**imported, "HOME": "/tmp" if drops_privileges else str(folder)},
+                    # Its own folder (root's, empty) while the interpreter starts: the user
+                    # site-packages it looks for there cannot exist. A root zygote then moves to
+                    # a namespace of its own whose /tmp is empty and root's, and imports with
+                    # HOME there, as a standby's HOME was its private /tmp (zygote.py).
+                    env={**imported, "HOME": str(folder)},
                     stdin=theirs.fileno(),
                     stdout=out,
                     stderr=out,
@@ -391,10 +393,14 @@ class Zygote:
         return answer if isinstance(answer, dict) else {"error": answer}
 
     def close(self, timeout: float = 5.0) -> None:
-        """End of its socket: the zygote exits (standbys and trials it forked are not touched).
-        After a fork request in progress, if any: ended so, its kind has not failed."""
+        """End of its socket: the zygote exits (standbys and trials it forked are not touched). A
+        request waiting for its answer meanwhile ends at once, and its kind is not counted failed."""
+        self.closed = True
+        try:
+            self._socket.shutdown(socket.SHUT_RDWR)  # wakes a receive in progress: it reads the end
+        except OSError:
+            pass
         with self._lock:
-            self.closed = True
             self._socket.close()
         try:
             self._popen.wait(timeout=timeout)
@@ -431,6 +437,7 @@ class ZygotePool:
         modules: Sequence[str],
         env: Mapping[str, str],
         ids: Sequence[int] | None,
+        private_tmp: bool = False,
     ) -> Zygote | None:
         """The zygote of `key`, started if need be; None when that kind may not have one."""
         ended: list[Zygote] = []
@@ -448,6 +455,9 @@ class ZygotePool:
                 return None
             drops_privileges = ids is not None
             reason = eligibility(env, drops_privileges, modules)
+            if reason is None and drops_privileges and not private_tmp:
+                # Paths the imports derive from HOME (/tmp) must lead to the trial's own /tmp.
+                reason = "its trials have no private /tmp"
             if reason is None and drops_privileges:
                 reason = self._trust(python, env)
                 if reason is not None:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,6 +22,8 @@ import pytest
 from services.agent.runtime import zygote as zygote_module
 from services.agent.runtime.processes import is_running, start_ticks, watch_pid_exit
 from services.agent.runtime.zygotes import (
+    Zygote,
+    ZygoteError,
     _writable_by_others,
     eligibility,
     import_environment,
@@ -70,12 +73,15 @@ def _zygote_pids(agent: AgentProcess) -> list[int]:
         try:
             cmdline = (entry / "cmdline").read_bytes().split(b"\0")
             cwd = os.readlink(entry / "cwd")
+            parent = _ppid(int(entry.name))
         except OSError:
             continue
+        # The agent's own child (a supervisor just forked from it looks the same for a moment).
         if (
             len(cmdline) > 2
             and cmdline[1] == b"-c"
             and cwd.startswith(str(agent.work_dir / "standby-zygotes"))
+            and parent == agent.proc.pid
         ):
             pids.append(int(entry.name))
     return pids
@@ -198,6 +204,9 @@ def test_a_root_zygote_serves_task_users_but_not_what_it_cannot_import_as_they_w
                 command_pid(agent.container(name))
                 parents[name] = _ppid(shim_pid(agent.container(name)))
                 zygotes = _zygote_pids(agent)
+                if name == "t2":
+                    environ = Path(f"/proc/{zygotes[0]}/environ").read_text().split("\0")
+                    started_home = dict(line.split("=", 1) for line in environ if "=" in line)["HOME"]
                 wait_terminated(store, name)
                 if "private mount namespace" in " ".join(store.messages(name)):
                     pytest.skip("no private mount namespace here")
@@ -214,6 +223,9 @@ def test_a_root_zygote_serves_task_users_but_not_what_it_cannot_import_as_they_w
             # debuggers), however it was started.
             assert report["uid"] == user.uid and report["tmp"] == [] and report["dumpable"] == 1
         assert reports["m2"]["setting"] == "kept"
+        # The zygote started with its own folder as HOME (no user site-packages in the shared
+        # /tmp); it imported with HOME=/tmp in a namespace whose /tmp was its own.
+        assert started_home.startswith(str(agent.work_dir))
         log = agent.log_path.read_text()
         assert "its environment sets LD_PRELOAD, which takes effect as a program loads" in log
         assert "the preloaded modules looked up the experiment's NUMPY_MADVISE_HUGEPAGE as they loaded" in log
@@ -257,9 +269,7 @@ def test_a_root_zygote_preloads_only_libraries_it_knows_and_no_locale_from_a_pat
 
 
 def test_the_zygotes_finder_refuses_a_module_anyone_but_root_could_have_changed(tmp_path: Path) -> None:
-    # zygote.py runs in the task's interpreter without the agent's code: taken as it is run.
-    zygote: dict[str, object] = {"__name__": "zygote_under_test"}
-    exec(compile(ZYGOTE.read_text(), str(ZYGOTE), "exec"), zygote)
+    zygote = _zygote_namespace()
     (tmp_path / "planted.py").write_text("raise SystemExit('planted code ran')\n")
     origins = zygote["_TrustedOrigins"]()  # type: ignore[operator]
     sys.path.insert(0, str(tmp_path))
@@ -267,12 +277,62 @@ def test_the_zygotes_finder_refuses_a_module_anyone_but_root_could_have_changed(
     try:
         with pytest.raises(ImportError, match="not imported as root: planted comes from /tmp"):
             importlib.import_module("planted")
-        importlib.import_module("json.tool")  # the standard library is root's
+        if _writable_by_others(Path(json.__file__)) is None:
+            importlib.import_module("json.tool")  # the standard library, root's here, is let through
     finally:
         sys.meta_path.remove(origins)
         sys.path.remove(str(tmp_path))
         sys.modules.pop("planted", None)
     assert len(origins.refused) == 1 and origins.refused[0].startswith("planted from /tmp")
+
+
+def _zygote_namespace() -> dict[str, object]:
+    # zygote.py runs in the task's interpreter without the agent's code: taken as it is run.
+    namespace: dict[str, object] = {"__name__": "zygote_under_test"}
+    exec(compile(ZYGOTE.read_text(), str(ZYGOTE), "exec"), namespace)
+    return namespace
+
+
+def test_a_package_with_anything_anyone_but_root_could_change_is_not_preloaded_as_root(
+    tmp_path: Path,
+) -> None:
+    untrusted_package_files = _zygote_namespace()["_untrusted_package_files"]
+    package = tmp_path / "mypackage"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        found = untrusted_package_files(["mypackage.sub"])  # type: ignore[operator]
+    finally:
+        sys.path.remove(str(tmp_path))
+    assert found is not None and found.startswith("/tmp")
+    assert untrusted_package_files(["not_installed_anywhere"]) is None  # type: ignore[operator]
+
+
+def test_closing_a_zygote_ends_a_wait_for_its_imports_at_once(tmp_path: Path) -> None:
+    # A preload that takes its time (a zygote of the agent's own user: no checks of where from).
+    (tmp_path / "slow_import.py").write_text("import time\ntime.sleep(60)\n")
+    python = shutil.which("python3")
+    assert python is not None
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(tmp_path)}
+    zygote = Zygote(python, ["slow_import"], env, tmp_path / "zygote")
+    outcome: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            zygote.wait_ready(timeout=60)
+        except ZygoteError as exc:
+            outcome.append(exc)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    time.sleep(0.5)
+    started = time.monotonic()
+    zygote.close(timeout=5)
+    waiter.join(10)
+    assert not waiter.is_alive() and len(outcome) == 1 and zygote.closed
+    assert time.monotonic() - started < 6
+    assert not zygote.alive()
 
 
 def test_a_path_is_trusted_only_if_root_alone_may_change_it(tmp_path: Path) -> None:
