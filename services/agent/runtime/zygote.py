@@ -40,7 +40,7 @@ Standard library only, and passed as `-c` text: the task's interpreter need not 
 
 import contextlib
 import ctypes
-import importlib.machinery
+import importlib.util
 import json
 import os
 import pwd
@@ -118,8 +118,6 @@ def _interpreter(order: dict[str, Any], shim_pid: int, fds: dict[str, int]) -> N
     os.chdir(order["cwd"])
     if order["binds"] is not None:  # a namespace of its own, even with nothing bound yet
         _private_namespace(order["binds"])
-    for finder in [f for f in sys.meta_path if isinstance(f, _TrustedOrigins)]:
-        sys.meta_path.remove(finder)  # what the trial imports is its own business, as the task user
     site: Any = sys.modules.get("site")
     if site is not None:
         site.USER_BASE = site.USER_SITE = None  # worked out again from the trial's HOME if asked
@@ -128,6 +126,8 @@ def _interpreter(order: dict[str, Any], shim_pid: int, fds: dict[str, int]) -> N
         # A change of user without an exec leaves the process undumpable (no core dump, no
         # debugger, /proc/self owned by root); setpriv's exec would have reset it.
         _libc().prctl(_PR_SET_DUMPABLE, 1)
+    for finder in [f for f in sys.meta_path if isinstance(f, _TrustedOrigins)]:
+        sys.meta_path.remove(finder)  # what the trial imports is its own business, as the task user
     # The parent-death signal, which a change of credentials clears: SIGKILL if the shim dies.
     _libc().prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
     if os.getppid() != shim_pid:
@@ -313,7 +313,12 @@ def _untrusted_package_files(modules: list[str]) -> str | None:
     must be root's and writable by root alone; the first that is not. Found, not imported:
     nothing of theirs runs before this."""
     for top in dict.fromkeys(name.split(".")[0] for name in modules):
-        spec = importlib.machinery.PathFinder.find_spec(top)
+        try:
+            # As the import will find it (an editable install's finder included); the finder
+            # first in line vets where from.
+            spec = importlib.util.find_spec(top)
+        except (ImportError, ValueError) as exc:
+            return str(exc)
         if spec is None:
             continue  # not installed: importing it fails, for the trial too
         roots = list(spec.submodule_search_locations or [])

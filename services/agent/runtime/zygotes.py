@@ -236,7 +236,18 @@ def _first_writable_by_others(path: Path) -> str | None:
 
 def untrusted_paths(python: str, env: Mapping[str, str]) -> str | None:
     """Where the interpreter `python` would start from something root does not own alone; None
-    when every part is root's."""
+    when every part is root's: the interpreter and what it reads as it starts (pyvenv.cfg, a
+    ._pth file beside it), checked before it is run at all; then, from its answer to `-I -S`
+    (no .pth run), the standard library's and the site-packages' every file and folder, the
+    folders the .pth files name, and each folder of PATH."""
+    before = [Path(python), Path(os.path.realpath(python))]
+    for executable in list(before):
+        before += [executable.parent / "pyvenv.cfg", executable.parent.parent / "pyvenv.cfg"]
+        before += sorted(executable.parent.glob("*._pth"))
+    for candidate in before:
+        found = _writable_by_others(candidate)
+        if found is not None:
+            return found
     try:
         probe = subprocess.run(
             [python, "-I", "-S", "-c", _PROBE],
@@ -250,18 +261,42 @@ def untrusted_paths(python: str, env: Mapping[str, str]) -> str | None:
         facts = json.loads(probe.stdout)
     except (OSError, subprocess.SubprocessError, ValueError) as exc:
         return f"cannot ask {python} where it starts from: {exc}"
-    candidates: list[Path] = [Path(python), Path(os.path.realpath(python)), Path(facts["executable"])]
-    candidates += [Path(p) for p in facts["path"] if p]
+    candidates: list[Path] = [Path(facts["executable"])]
+    trees = [Path(p) for p in facts["path"] if p] + [Path(p) for p in facts["site"]]
     for folder in facts["site"]:
-        candidates.append(Path(folder))
         candidates += _pth_files_and_paths(Path(folder))
     candidates += [Path(p) for p in env.get("PATH", "").split(os.pathsep) if p]
-    for candidate in candidates:
+    for candidate in [*candidates, *trees]:
         if not candidate.is_absolute():
             return f"{candidate} (a relative path)"
         found = _writable_by_others(candidate)
         if found is not None:
             return found
+    # Every file inside too (sitecustomize, a .pth's own mode, the libraries loaded by path):
+    # ~0.8 s for a task environment with torch and the standard library, once per kind.
+    for tree in trees:
+        found = _anything_writable_by_others(tree)
+        if found is not None:
+            return found
+    return None
+
+
+def _anything_writable_by_others(tree: Path) -> str | None:
+    """The first file or folder under `tree` that is not root's or that others than root may
+    write; symbolic links by what they lead to. None when there is none (or no such folder)."""
+    for folder, dirs, files in os.walk(tree):
+        for name in (*dirs, *files):
+            path = os.path.join(folder, name)
+            try:
+                info = os.lstat(path)
+            except OSError:
+                continue  # gone meanwhile
+            if stat.S_ISLNK(info.st_mode):
+                found = _writable_by_others(Path(path))
+                if found is not None:
+                    return found
+            elif info.st_uid != 0 or info.st_mode & 0o022:
+                return f"{path} (not root's alone)"
     return None
 
 

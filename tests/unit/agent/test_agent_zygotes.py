@@ -379,3 +379,13 @@ def test_the_end_of_a_process_that_is_not_our_child_is_seen_at_once() -> None:
     # A pid whose start time is not the one expected is someone else's: ended already.
     other = threading.Event()
     assert watch_pid_exit(os.getpid(), -1, other.set, name="test-watch") and other.is_set()
+
+
+def test_an_interpreter_root_does_not_own_alone_is_not_even_run(tmp_path: Path) -> None:
+    marker = tmp_path / "it-ran"
+    fake = tmp_path / "python3"
+    fake.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    fake.chmod(0o755)
+    found = untrusted_paths(str(fake), {"PATH": "/usr/bin"})
+    assert found is not None and found.startswith(str(tmp_path)[:4])  # /tmp: everyone's
+    assert not marker.exists()
