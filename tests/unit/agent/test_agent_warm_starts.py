@@ -220,8 +220,11 @@ def test_the_agent_discards_its_standbys_when_it_stops(
     master.double.wait_connected()
     run_report(master, store, "c1", entrypoint="python3 trial.py", env={})
     wait_until(standbys_ready(agent, 1), 10, "a standby")
-    pids = standby_pids(agent.work_dir / "standby")
-    assert pids
+    # Its log exists before its processes move into its folder (a forked one's moves as it is set
+    # up): wait for both, the shim and its interpreter.
+    folder = agent.work_dir / "standby"
+    wait_until(lambda: len(standby_pids(folder)) >= 2, 10, "the standby's shim and interpreter")
+    pids = standby_pids(folder)
     assert agent.stop() == 0
     wait_until(lambda: not any(is_running(pid) for pid in pids), 10, "the standbys to exit")
 
