@@ -9,6 +9,7 @@ from pathlib import Path
 
 from bench.process_cpu import kind_of
 
+REPO = Path(__file__).resolve().parents[3]
 BUSY = "import time\nend = time.process_time() + 0.6\nwhile time.process_time() < end: pass"
 
 
@@ -29,6 +30,7 @@ def test_a_grandchilds_cpu_is_counted_under_its_kind(tmp_path: Path) -> None:
         text=True,
         timeout=60,
         check=False,
+        cwd=REPO,
     )
     assert done.returncode == 0, done.stderr
     figures = json.loads(out.read_text())
