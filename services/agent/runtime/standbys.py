@@ -26,6 +26,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,9 @@ log = structlog.get_logger(__name__)
 
 # The standby's first control line: what to prepare (shim.standby reads it).
 _ORDER_KEYS = ("argv", "python", "env", "cwd", "unmount")
+# The longest take() waits for a standby of its kind whose process is being started (a spawn or a
+# zygote's fork: milliseconds; the bound is for a machine too busy to give them).
+SPAWN_WAIT_S = 5.0
 _WARM_INTERPRETER = Path(__file__).with_name("warm_interpreter.py")
 
 
@@ -155,6 +159,11 @@ class StandbyPool:
         self._shim_invocation = shim_invocation
         self._zygotes = zygotes
         self._lock = threading.Lock()
+        # Woken when a standby's process has been started (or failed to start).
+        self._started = threading.Condition(self._lock)
+        # Standbys of each kind whose process is being started now (milliseconds: its log exists
+        # from that moment, and take() waits for them rather than letting a container start cold).
+        self._spawning: Counter[WarmKey] = Counter()
         self._ready: list[Standby] = []
         # Standbys that became containers' shims; their folders go once they end.
         self._handed_over: list[Standby] = []
@@ -165,13 +174,19 @@ class StandbyPool:
         shutil.rmtree(folder, ignore_errors=True)
 
     def take(self, key: WarmKey) -> Standby | None:
-        """A live standby of `key`, now the caller's; None when there is none."""
-        with self._lock:
-            for standby in list(self._ready):
-                if standby.key == key and standby.alive():
-                    self._ready.remove(standby)
-                    return standby
-        return None
+        """A live standby of `key`, now the caller's; None when there is none. One of `key` whose
+        process is being started at this moment is waited for (at most SPAWN_WAIT_S)."""
+        deadline = time.monotonic() + SPAWN_WAIT_S
+        with self._started:
+            while True:
+                for standby in list(self._ready):
+                    if standby.key == key and standby.alive():
+                        self._ready.remove(standby)
+                        return standby
+                remaining = deadline - time.monotonic()
+                if self._closed or not self._spawning[key] or remaining <= 0:
+                    return None
+                self._started.wait(remaining)
 
     def hand_over(self, standby: Standby, meta_dir: Path) -> None:
         """Make a taken standby the shim of the container at `meta_dir` (Standby.hand_over). Its
@@ -205,33 +220,57 @@ class StandbyPool:
 
     def _start(self, key: WarmKey, recipe: Recipe) -> None:
         standby = None
+        spawning = False
+
+        def spawning_now() -> None:
+            # From here until the end of _start a standby of `key` is about to be ready: take()
+            # waits for it. Its log is made from here on.
+            nonlocal spawning
+            if not spawning:
+                with self._lock:
+                    self._spawning[key] += 1
+                spawning = True
+
+        handled = False  # False while an exception this method does not expect is on its way out
         try:
             folder = self._folder / f"{os.getpid()}-{next(self._numbers)}"
             folder.mkdir(parents=True, exist_ok=True, mode=0o700)
             order = recipe(folder)
-            standby = self._forked(key, order, folder)
+            standby = self._forked(key, order, folder, spawning_now)
             if standby is None:
+                spawning_now()
                 popen = self._start_shim(("--standby",), folder, folder / "standby.log")
                 standby = Standby.started(key, popen, folder)
                 assert popen.stdin is not None and set(_ORDER_KEYS) <= set(order)
                 popen.stdin.write(json.dumps(order).encode() + b"\n")
                 popen.stdin.flush()
+            handled = True
         except OSError as exc:
             log.warning("cannot prepare a standby interpreter", error=str(exc), python=key.python)
+            handled = True
             if standby is not None:
                 standby.discard()
             standby = None
-        with self._lock:
-            self._pending -= 1
-            if standby is not None and not self._closed:
-                self._ready.append(standby)
-                standby = None
-        if standby is not None:
-            standby.discard()
+        finally:
+            # Whatever happened, this start is over: a take() waiting for it goes on.
+            with self._started:
+                self._pending -= 1
+                if spawning:
+                    self._spawning[key] -= 1
+                kept = handled and standby is not None and not self._closed
+                if kept:
+                    assert standby is not None
+                    self._ready.append(standby)
+                self._started.notify_all()
+            if standby is not None and not kept:
+                standby.discard()
 
-    def _forked(self, key: WarmKey, order: dict[str, Any], folder: Path) -> Standby | None:
+    def _forked(
+        self, key: WarmKey, order: dict[str, Any], folder: Path, spawning_now: Callable[[], None]
+    ) -> Standby | None:
         """A standby forked by the zygote of `key`; None where that kind has none (or it failed:
-        the kind then starts its standbys itself from now on)."""
+        the kind then starts its standbys itself from now on). `spawning_now` is called once the
+        zygote is ready, as the fork begins."""
         if self._zygotes is None or self._shim_invocation is None:
             return None
         private_tmp = any(target == "/tmp" for _, target in order["binds"] or ())
@@ -258,6 +297,7 @@ class StandbyPool:
             if not zygote.closed:
                 self._zygotes.refuse(key, str(exc))
             return None
+        spawning_now()
         control_r, control_w = os.pipe()
         log_fd = os.open(folder / "standby.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
@@ -279,9 +319,10 @@ class StandbyPool:
 
     def close(self, timeout: float = 5.0) -> None:
         """Discard every standby (the agent stops)."""
-        with self._lock:
+        with self._started:
             self._closed = True
             ready, self._ready = self._ready, []
+            self._started.notify_all()
         for standby in ready:
             standby.discard()
         deadline = time.monotonic() + timeout

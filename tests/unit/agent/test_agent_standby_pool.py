@@ -1,0 +1,65 @@
+"""The standby pool (services/agent/runtime/standbys.py) with real processes standing in for shims:
+a container that asks for its kind's standby while that standby's process is being started waits
+the milliseconds it takes instead of starting cold."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from services.agent.runtime.standbys import ShimStarter, StandbyPool
+from services.agent.runtime.warm_starts import WarmKey
+
+KEY = WarmKey(python="python3", modules=(), start_env=frozenset())
+OTHER = WarmKey(python="python3", modules=("json",), start_env=frozenset())
+
+
+def _order(folder: Path) -> dict[str, object]:
+    return {"argv": [], "python": "python3", "env": {}, "cwd": str(folder), "unmount": []}
+
+
+def _slow_shim(delay_s: float, started: threading.Event) -> ShimStarter:
+    """Make the standby's log, as the agent's starter does, then take `delay_s` to start it."""
+
+    def start(args: Sequence[str], cwd: Path, log: Path) -> subprocess.Popen[bytes]:
+        log.touch()
+        started.set()
+        time.sleep(delay_s)
+        # Reads its input until it ends, as a standby shim does: discard() closes it.
+        return subprocess.Popen(["cat"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, cwd=cwd)
+
+    return start
+
+
+def test_a_standby_being_started_is_waited_for(tmp_path: Path) -> None:
+    started = threading.Event()
+    pool = StandbyPool(tmp_path / "standby", 1, _slow_shim(0.5, started))
+    try:
+        pool.prepare_soon(KEY, _order)
+        assert started.wait(5)  # its log exists: the process is on its way
+        begun = time.monotonic()
+        standby = pool.take(KEY)
+        assert standby is not None and standby.alive()
+        assert 0.2 < time.monotonic() - begun < 5
+        standby.discard()
+        # Another kind's container does not wait for it, and none is left for anyone.
+        assert pool.take(OTHER) is None
+        assert pool.take(KEY) is None
+    finally:
+        pool.close()
+
+
+def test_a_kind_without_a_standby_on_its_way_is_not_kept_waiting(tmp_path: Path) -> None:
+    started = threading.Event()
+    pool = StandbyPool(tmp_path / "standby", 1, _slow_shim(3.0, started))
+    try:
+        pool.prepare_soon(KEY, _order)
+        assert started.wait(5)
+        begun = time.monotonic()
+        assert pool.take(OTHER) is None
+        assert time.monotonic() - begun < 0.1
+    finally:
+        pool.close()
