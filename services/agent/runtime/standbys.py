@@ -257,12 +257,11 @@ class StandbyPool:
                 self._pending -= 1
                 if spawning:
                     self._spawning[key] -= 1
-                kept = handled and standby is not None and not self._closed
-                if kept:
-                    assert standby is not None
+                if handled and standby is not None and not self._closed:
                     self._ready.append(standby)
+                    standby = None
                 self._started.notify_all()
-            if standby is not None and not kept:
+            if standby is not None:
                 standby.discard()
 
     def _forked(
