@@ -52,17 +52,14 @@ class SearcherPump:
         with self._ctx.db.read() as s:
             # Those with a stored answer to finish first (their events follow it), then those with
             # events, oldest first.
-            with_answers = list(
-                s.scalars(
-                    select(models.SearcherAnswer.experiment_id)
-                    .group_by(models.SearcherAnswer.experiment_id)
-                    .order_by(func.min(models.SearcherAnswer.id))
-                )
-            )
             experiment_ids = list(
                 dict.fromkeys(
                     [
-                        *with_answers,
+                        *s.scalars(
+                            select(models.SearcherAnswer.experiment_id)
+                            .group_by(models.SearcherAnswer.experiment_id)
+                            .order_by(func.min(models.SearcherAnswer.id))
+                        ),
                         *s.scalars(
                             select(models.SearcherEvent.experiment_id)
                             .group_by(models.SearcherEvent.experiment_id)
@@ -71,7 +68,6 @@ class SearcherPump:
                     ]
                 )
             )
-        answered = set(with_answers)
         now = time.monotonic()
         for experiment_id in experiment_ids:
             if self._ctx.stopping.is_set():
@@ -79,7 +75,7 @@ class SearcherPump:
             if self._retry_after.get(experiment_id, 0.0) > now:
                 continue
             try:
-                self._deliver(experiment_id, experiment_id in answered)
+                self._deliver(experiment_id)
                 self._retry_after.pop(experiment_id, None)
             except Unavailable as exc:
                 log.warning(
@@ -87,13 +83,10 @@ class SearcherPump:
                 )
                 self._retry_after[experiment_id] = time.monotonic() + RETRY_BACKOFF_S
 
-    def _deliver(self, experiment_id: int, stored_answer: bool) -> None:
-        """Deliver the experiment's queued events. `stored_answer`: the step saw a stored answer
-        of this experiment's (an answer is stored only by a delivery, which wakes the pump again:
-        one stored after the step looked is seen in the next step)."""
+    def _deliver(self, experiment_id: int) -> None:
         # The rest of an answer too big for the call that got it comes before any later event's
         # answer: the searcher made those trials first.
-        while stored_answer and not self._ctx.stopping.is_set():
+        while not self._ctx.stopping.is_set():
             with self._ctx.unit_of_work() as w:
                 if not apply_stored_chunk(self._ctx, w, experiment_id):
                     break
@@ -170,10 +163,6 @@ class SearcherPump:
                 apply_response_in_part(self._ctx, w, exp_now, response)
                 self._announce(w, experiment_id)
             restores = 0
-            if applied == len(event_rows) < batch_limit:
-                # All there were: an event queued since then woke the pump (the outbox does so
-                # after its commit), so the next step delivers it; no read to find none here.
-                return
 
     def _announce(self, w: Work, experiment_id: int) -> None:
         topic = searcher_answers_topic(experiment_id)

@@ -104,16 +104,14 @@ def watch(
     state, topic = signal_state(ctx, allocation_id)
     yield state
     while not state.ended and is_active() and not ctx.topics.closed:
-        # The version first, then the state (a change after the read moves the version, so the
-        # wait returns at once): one read per wake-up. The trial's topic moves with each of its
-        # reports too, and most of them change no signal.
         seen = ctx.topics.version(topic)
         latest, _ = signal_state(ctx, allocation_id)
         if latest == state:
             ctx.topics.wait(topic, seen, timeout=5.0)
-            continue
-        state = latest
-        yield state
+            latest, _ = signal_state(ctx, allocation_id)
+        if latest != state:
+            state = latest
+            yield state
 
 
 # How long GetCurrentTrialSearcherOperation waits for the searcher's verdict on a result the trial

@@ -115,11 +115,8 @@ class Database:
         self.dialect = "sqlite" if self.url.startswith("sqlite") else "postgresql"
         if self.dialect == "sqlite":
             make_owner_only(self.url)
-            # No ping on checkout: a connection to a file in this process cannot be lost as a
-            # server's can, and the ping was one more statement on every session (3 % of the
-            # master's CPU in the search benchmark).
             self.engine: Engine = create_engine(
-                self.url, connect_args={"check_same_thread": False, "timeout": 30}
+                self.url, connect_args={"check_same_thread": False, "timeout": 30}, pool_pre_ping=True
             )
             event.listen(self.engine, "connect", _tune_sqlite)
         else:
