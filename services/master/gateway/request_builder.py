@@ -54,6 +54,12 @@ _WRAPPERS = frozenset(
 RESERVED_QUERY_KEYS = frozenset({"pretty"})
 # More query parameters than this is not a real client.
 MAX_QUERY_PARAMS = 1000
+# protobuf's ParseDict looks for unpaired surrogates in every string with a regular expression:
+# ~56 ms per million characters, holding the GIL, so a 100 MB config stalled the whole master (its
+# /healthz with it) for over 5 s before the config's own size check refused it. orjson refuses
+# unpaired surrogates itself, so a decoded body's strings need no second look: those this long
+# are set on the message directly (what ParseDict would do after its check).
+LONG_STRING_CHARS = 64 * 1024
 
 
 def _fields_by_any_name(descriptor: Descriptor) -> dict[str, FieldDescriptor]:
@@ -222,9 +228,40 @@ class RequestBuilder:
         if self.body_field is None:
             if not isinstance(decoded, dict):
                 raise bad_request("request body must be a JSON object")
+            lifted = self._lift_long_strings(decoded, self.binding.rpc.request_descriptor)
             self._parse_dict(decoded, request, "body")
+            _set_strings(request, lifted)
+        elif _is_plain_string(self.body_field) and isinstance(decoded, str):
+            if len(decoded) >= LONG_STRING_CHARS:
+                setattr(request, self.body_field.name, decoded)
+            else:
+                self._parse_dict({self.body_field.name: decoded}, request, "body")
+        elif self.body_field.message_type is not None and isinstance(decoded, dict):
+            lifted = self._lift_long_strings(decoded, self.body_field.message_type)
+            self._parse_dict({self.body_field.name: decoded}, request, "body")
+            _set_strings(getattr(request, self.body_field.name), lifted)
         else:
             self._parse_dict({self.body_field.name: decoded}, request, "body")
+
+    def _lift_long_strings(
+        self, values: dict[str, Any], descriptor: Descriptor
+    ) -> list[tuple[FieldDescriptor, str]]:
+        """Takes the long strings of a message's own plain string fields out of `values` (decoded
+        by orjson), to be set after ParseDict (LONG_STRING_CHARS). A field named twice (proto and
+        JSON name) or in a oneof stays for ParseDict, which settles those as it always did."""
+        names = self._lookup(descriptor)
+        lifted: list[tuple[FieldDescriptor, str]] = []
+        for key, value in list(values.items()):
+            if not isinstance(value, str) or len(value) < LONG_STRING_CHARS:
+                continue
+            field = names.get(key)
+            if field is None or not _is_plain_string(field):
+                continue
+            if field.name != field.json_name and field.name in values and field.json_name in values:
+                continue
+            del values[key]
+            lifted.append((field, value))
+        return lifted
 
     def _apply_query(self, request: Message, query: Iterable[tuple[str, str]]) -> None:
         grouped: dict[tuple[str, ...], tuple[str, _FieldPath, list[str]]] = {}
@@ -264,6 +301,18 @@ class RequestBuilder:
             raise bad_request(f"invalid {where}: {exc}") from None
         except (ValueError, TypeError, RecursionError) as exc:
             raise bad_request(f"invalid {where}: {exc}") from None
+
+
+def _is_plain_string(field: FieldDescriptor) -> bool:
+    """A singular string field outside any oneof: setting it directly is all ParseDict would do."""
+    return (
+        field.type == FieldDescriptor.TYPE_STRING and not field.is_repeated and field.containing_oneof is None
+    )
+
+
+def _set_strings(message: Message, lifted: list[tuple[FieldDescriptor, str]]) -> None:
+    for field, value in lifted:
+        setattr(message, field.name, value)
 
 
 def _put(nested: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
