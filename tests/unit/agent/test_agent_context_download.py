@@ -1,5 +1,6 @@
 """The agent's download of a model definition rides out a master that answers UNAVAILABLE (its
-database restarting), for a bounded time; other errors fail the start at once."""
+database restarting) or goes away in the middle of a download (killed), for a bounded time,
+handing out every byte once; other errors fail the start at once."""
 
 from __future__ import annotations
 
@@ -20,14 +21,19 @@ from services.agent.session.context_download import ContextDownloader
 class _Master(agent_pb2_grpc.AgentServiceServicer):
     def __init__(self) -> None:
         self.failures: list[grpc.StatusCode] = []
+        self.cut_after_first_chunk = 0  # calls that end UNAVAILABLE after their first chunk
+        self.chunks = [b"model ", b"definition"]
         self.calls = 0
 
     def FetchTaskContext(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
         self.calls += 1
         if self.failures:
             context.abort(self.failures.pop(0), "the database is unavailable (test)")
-        yield apb.FetchTaskContextChunk(data=b"model ")
-        yield apb.FetchTaskContextChunk(data=b"definition")
+        for index, data in enumerate(self.chunks):
+            yield apb.FetchTaskContextChunk(data=data)
+            if index == 0 and self.cut_after_first_chunk:
+                self.cut_after_first_chunk -= 1
+                context.abort(grpc.StatusCode.UNAVAILABLE, "Stream removed (test)")
 
 
 @pytest.fixture
@@ -50,6 +56,35 @@ def test_the_download_waits_out_a_master_that_answers_unavailable(master: Any) -
     servicer.failures = [grpc.StatusCode.UNAVAILABLE] * 2
     assert b"".join(ContextDownloader(channel).fetch("1.1.1")) == b"model definition"
     assert servicer.calls == 3
+
+
+def test_a_download_cut_in_the_middle_goes_on_after_what_was_handed_out(master: Any) -> None:
+    # CI saw it: the master was killed while an agent fetched a model definition; the chunks
+    # already written must not be written again, nor the start fail as the task's error.
+    servicer, channel = master
+    servicer.cut_after_first_chunk = 2
+    chunks = list(ContextDownloader(channel).fetch("1.1.1"))
+    assert b"".join(chunks) == b"model definition" and chunks[0] == b"model "
+    assert servicer.calls == 3
+
+
+def test_a_download_cut_in_the_middle_goes_on_within_a_chunk(master: Any) -> None:
+    servicer, channel = master
+    servicer.cut_after_first_chunk = 1
+    downloads = ContextDownloader(channel).fetch("1.1.1")
+    assert next(downloads) == b"model "
+    servicer.chunks = [b"mod", b"el definition"]  # the same bytes, cut elsewhere
+    assert b"".join(downloads) == b"definition"
+
+
+def test_an_archive_that_shrank_between_calls_is_refused(master: Any) -> None:
+    servicer, channel = master
+    servicer.cut_after_first_chunk = 1
+    downloads = ContextDownloader(channel).fetch("1.1.1")
+    assert next(downloads) == b"model "
+    servicer.chunks = [b"mod"]
+    with pytest.raises(ContextFetchError, match="changed during its download"):
+        b"".join(downloads)
 
 
 def test_the_download_gives_up_after_its_budget(master: Any, monkeypatch: pytest.MonkeyPatch) -> None:
