@@ -228,8 +228,10 @@ def test_the_next_batch_goes_while_the_last_is_stored_and_names_it(cluster_env: 
         assert wait_for(lambda: len(_batches(cluster_env)) >= 2, timeout=5.0)
         assert cluster_env.master.stored_reports == []  # both on their way, neither answered
         cluster_env.master.metrics_gate.set()
-    batches = _batches(cluster_env)
-    assert [b.after_seq for b in batches[:2]] == [0, _batch_seqs(batches[0])[-1]]
+    # The two calls are in flight together, so the test master's handler threads may note them in
+    # either order (a whole run saw [10, 0]): which is which is told by their after_seq.
+    first, second = sorted(_batches(cluster_env)[:2], key=lambda b: b.after_seq)
+    assert [first.after_seq, second.after_seq] == [0, _batch_seqs(first)[-1]]
     assert _seqs(cluster_env.master.stored_reports) == list(range(1, 21))
 
 
