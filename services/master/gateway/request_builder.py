@@ -228,20 +228,20 @@ class RequestBuilder:
         if self.body_field is None:
             if not isinstance(decoded, dict):
                 raise bad_request("request body must be a JSON object")
-            lifted = self._lift_long_strings(decoded, self.binding.rpc.request_descriptor)
-            self._parse_dict(decoded, request, "body")
-            _set_strings(request, lifted)
-        elif _is_plain_string(self.body_field) and isinstance(decoded, str):
-            if len(decoded) >= LONG_STRING_CHARS:
-                setattr(request, self.body_field.name, decoded)
-            else:
-                self._parse_dict({self.body_field.name: decoded}, request, "body")
-        elif self.body_field.message_type is not None and isinstance(decoded, dict):
-            lifted = self._lift_long_strings(decoded, self.body_field.message_type)
-            self._parse_dict({self.body_field.name: decoded}, request, "body")
-            _set_strings(getattr(request, self.body_field.name), lifted)
+            values = decoded
         else:
-            self._parse_dict({self.body_field.name: decoded}, request, "body")
+            values = {self.body_field.name: decoded}
+        # Long strings skip ParseDict's scan: the request's own fields (which covers a string body
+        # field), then, for a message body field, that message's own fields.
+        lifted = self._lift_long_strings(values, self.binding.rpc.request_descriptor)
+        inner: list[tuple[FieldDescriptor, str]] = []
+        body_message = None if self.body_field is None else self.body_field.message_type
+        if body_message is not None and isinstance(decoded, dict):
+            inner = self._lift_long_strings(decoded, body_message)
+        self._parse_dict(values, request, "body")
+        _set_strings(request, lifted)
+        if inner and self.body_field is not None:
+            _set_strings(getattr(request, self.body_field.name), inner)
 
     def _lift_long_strings(
         self, values: dict[str, Any], descriptor: Descriptor
