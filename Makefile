@@ -80,11 +80,16 @@ task-image: $(STAMP) proto docker
 images: $(STAMP) proto webui docker
 	@$(BIN)/python scripts/build_service_image.py
 
+# Two workers (pytest-xdist), each taking whole test files: an end-to-end test spends about half
+# its time waiting on its cluster (trials sleeping, polls), which the other worker's tests fill.
+# Every test has its own cluster, database, ports and folders. TEST_WORKERS=0 runs them in one process.
+TEST_WORKERS ?= 2
+
 test: install postgres chromium docker
 	@if [ "$${CAIRN_TEST_DOCKER:-}" != skip ] && timeout 20 docker info >/dev/null 2>&1; then \
 		$(MAKE) --no-print-directory task-image images; \
 	fi
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile --durations=30
 
 lint: install
 	$(BIN)/ruff check .
