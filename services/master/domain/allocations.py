@@ -34,7 +34,13 @@ from services.master.domain.clock import utcnow
 from services.master.domain.command_spec import build_command_spec
 from services.master.domain.config import config_view
 from services.master.domain.context import NOT_CONNECTED, MasterContext, Work
-from services.master.domain.rendezvous import PORT_BLOCKS, agent_address, free_port_offset, rendezvous_for
+from services.master.domain.rendezvous import (
+    PORT_BLOCKS,
+    agent_address,
+    cluster_port_shift,
+    free_port_offset,
+    rendezvous_for,
+)
 from services.master.domain.states import LIVE_ALLOCATION, allocation_advances
 from services.master.domain.states import AllocationState as A
 from services.master.domain.task_ids import trial_task_id
@@ -270,7 +276,7 @@ def _spec_for(ctx: MasterContext, w: Work, alloc: models.Allocation, token: str)
         task = w.session.get_one(models.Task, alloc.task_id)
         owner = w.session.get_one(models.User, task.owner_id)
         spec = build_command_spec(ctx.settings, task, alloc, token, owner.username)
-        spec.environment.update(service_environment(w, task, alloc))
+        spec.environment.update(service_environment(ctx, w, task, alloc))
         spec.mounts.extend(service_mounts(w, task))
         return spec
     trial = w.session.get_one(models.Trial, alloc.trial_id)
@@ -309,6 +315,7 @@ def assign(
     slot_lists = [[str(s) for s in p["slot_ids"]] for p in placements]  # type: ignore[attr-defined]
     container_addrs = [addresses.get(a, "") for a in agent_ids]
     slot_counts = [len(slots) for slots in slot_lists]
+    shift = cluster_port_shift(ctx.cluster_id)
     for rank, (agent_id, slot_ids) in enumerate(zip(agent_ids, slot_lists, strict=True)):
         container_id = f"{alloc.id}.{rank}"
         w.session.add(
@@ -329,7 +336,7 @@ def assign(
                 allocation_id=alloc.id,
                 slot_ids=slot_ids,
                 spec=spec,
-                rendezvous=rendezvous_for(container_addrs, slot_counts, rank, alloc.port_offset),
+                rendezvous=rendezvous_for(container_addrs, slot_counts, rank, alloc.port_offset, shift),
                 after_container_ids=sorted(
                     c_id
                     for c_id, (c_agent, c_slots) in releasing.items()

@@ -5,11 +5,15 @@ Determined gives each container its own network namespace, so its fixed ports (t
 on 29400, its DistributedContext on 12360/12361) never collide. Cairn's containers share the host's
 network, so two multi-process trials on one machine would. The master therefore hands every live
 allocation its own port offset, and each meeting port is a base plus that offset: the ranges sit
-below Linux's ephemeral ports (32768+) and do not overlap one another.
+below Linux's ephemeral ports (32768+) and do not overlap one another. A cluster's offsets are
+turned by a shift of its own (from its cluster id): two clusters on one machine (a local cluster
+beside another, the test suite's clusters side by side) would otherwise both give their first
+allocation the first block, and the second trial's c10d store would find its port taken.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -34,8 +38,14 @@ class Ports:
     det_pull: int
 
 
-def ports_for(offset: int) -> Ports:
-    block = offset % PORT_BLOCKS
+def cluster_port_shift(cluster_id: str) -> int:
+    """Where a cluster's port blocks start (a turn of all of them, so its allocations' blocks stay
+    distinct from one another); the same for every master of the cluster and across restarts."""
+    return int.from_bytes(hashlib.sha256(cluster_id.encode()).digest()[:8], "big") % PORT_BLOCKS
+
+
+def ports_for(offset: int, shift: int = 0) -> Ports:
+    block = (offset + shift) % PORT_BLOCKS
     return Ports(
         c10d=C10D_PORT_BASE + block,
         collectives=COLLECTIVES_PORT_BASE + block,
@@ -57,9 +67,9 @@ def agent_address(addresses: Sequence[str]) -> str:
 
 
 def rendezvous_for(
-    container_addrs: Sequence[str], slot_counts: Sequence[int], rank: int, offset: int
+    container_addrs: Sequence[str], slot_counts: Sequence[int], rank: int, offset: int, shift: int = 0
 ) -> apb.Rendezvous:
-    ports = ports_for(offset)
+    ports = ports_for(offset, shift)
     # On one machine every container is local: loopback works whatever the agents advertised.
     addrs = list(container_addrs) if len(set(container_addrs)) > 1 else [LOOPBACK] * len(container_addrs)
     return apb.Rendezvous(

@@ -26,7 +26,7 @@ from services.master.domain import allocation_access, shell_keys, tensorboard_so
 from services.master.domain.context import MasterContext, Work
 from services.master.domain.errors import PermissionDenied
 from services.master.domain.notebook_settings import idle_timeout_s, idle_type
-from services.master.domain.rendezvous import PORT_BLOCKS, agent_address
+from services.master.domain.rendezvous import PORT_BLOCKS, agent_address, cluster_port_shift
 from services.master.domain.states import TaskKind
 from services.master.domain.topics import allocation_topic, task_topic
 from services.master.store import models
@@ -38,8 +38,9 @@ SERVICE_PORT_BASE = 31400  # ends at 32399
 SERVICE_KINDS = frozenset({TaskKind.NOTEBOOK, TaskKind.TENSORBOARD, TaskKind.SHELL})
 
 
-def service_port(port_offset: int) -> int:
-    return SERVICE_PORT_BASE + port_offset % PORT_BLOCKS
+def service_port(ctx: MasterContext, port_offset: int) -> int:
+    """The allocation's service port: its block, turned by the cluster's shift (rendezvous.py)."""
+    return SERVICE_PORT_BASE + (port_offset + cluster_port_shift(ctx.cluster_id)) % PORT_BLOCKS
 
 
 def service_host(w: Work, alloc: models.Allocation) -> str:
@@ -52,11 +53,13 @@ def service_host(w: Work, alloc: models.Allocation) -> str:
     return agent_address(addresses or [])
 
 
-def service_environment(w: Work, task: models.Task, alloc: models.Allocation) -> dict[str, str]:
+def service_environment(
+    ctx: MasterContext, w: Work, task: models.Task, alloc: models.Allocation
+) -> dict[str, str]:
     """What a serving task is told about where to listen; nothing for other kinds."""
     if task.kind not in SERVICE_KINDS or alloc.port_offset is None:
         return {}
-    port = str(service_port(alloc.port_offset))
+    port = str(service_port(ctx, alloc.port_offset))
     env = {tenv.SERVICE_HOST: service_host(w, alloc), tenv.SERVICE_PORT: port}
     if task.kind == TaskKind.TENSORBOARD:
         env["TENSORBOARD_PORT"] = port  # Determined's name for it
@@ -99,7 +102,7 @@ def mark_ready(ctx: MasterContext, w: Work, alloc: models.Allocation) -> None:
     recorded (the master's proxy reads it from here, across restarts)."""
     task = w.session.get_one(models.Task, alloc.task_id)
     if task.kind in SERVICE_KINDS and alloc.port_offset is not None:
-        alloc.proxy_address = f"{service_host(w, alloc)}:{service_port(alloc.port_offset)}"
+        alloc.proxy_address = f"{service_host(w, alloc)}:{service_port(ctx, alloc.port_offset)}"
     alloc.is_ready = True
     topics = (allocation_topic(alloc.id), task_topic(alloc.task_id))
 

@@ -3,10 +3,18 @@ failed and its siblings were stopped, and the rendezvous info and meeting ports 
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from services.master.domain.allocations import Outcome, PortOffsets, classify
-from services.master.domain.rendezvous import PORT_BLOCKS, free_port_offset, ports_for, rendezvous_for
+from services.master.domain.rendezvous import (
+    PORT_BLOCKS,
+    cluster_port_shift,
+    free_port_offset,
+    ports_for,
+    rendezvous_for,
+)
 from services.master.domain.task_spec import entrypoint_of
 from services.master.store import models
 
@@ -61,6 +69,18 @@ def test_port_offsets_are_unique_among_live_allocations() -> None:
     assert len(used) == len(set(used)), "two blocks share a port"
     assert max(used) < 32768, "below Linux's ephemeral ports"
     assert (ports[0].c10d, ports[0].det_pub, ports[0].det_pull) == (29400, 12360, 12361)
+
+
+def test_each_cluster_turns_its_port_blocks_by_a_shift_of_its_own() -> None:
+    """Two clusters on one machine do not both start at the first block; within one cluster the
+    turned blocks stay distinct, and the shift is the same on every master of the cluster."""
+    shifts = {cluster_port_shift(str(uuid.UUID(int=n))) for n in range(50)}
+    assert len(shifts) > 40 and all(0 <= s < PORT_BLOCKS for s in shifts)
+    assert cluster_port_shift("a-cluster") == cluster_port_shift("a-cluster")
+    shift = cluster_port_shift("a-cluster")
+    blocks = [ports_for(offset, shift).c10d for offset in range(PORT_BLOCKS)]
+    assert len(set(blocks)) == PORT_BLOCKS and min(blocks) == 29400 and max(blocks) == 29400 + PORT_BLOCKS - 1
+    assert rendezvous_for(["h"], [2], 0, 3, shift).c10d_port == ports_for(3, shift).c10d
 
 
 def test_rendezvous_by_rank_and_loopback_on_one_machine() -> None:

@@ -53,7 +53,7 @@ def test_a_notebook_runs_jupyter_on_the_port_and_host_the_master_gives_it(master
     (start_cmd,) = [c for _, c in master.hub.commands("start") if c.allocation_id == alloc.id]
     env = start_cmd.spec.environment
     assert list(start_cmd.spec.entrypoint) == notebooks.NOTEBOOK_ENTRYPOINT
-    port = task_services.service_port(alloc.port_offset or 0)
+    port = task_services.service_port(master.ctx, alloc.port_offset or 0)
     assert (env["CAIRN_SERVICE_HOST"], env["CAIRN_SERVICE_PORT"], env["NOTEBOOK_PORT"]) == (
         "10.1.2.3",
         str(port),
@@ -75,7 +75,7 @@ def test_the_proxy_resolves_a_notebook_only_once_it_reports_ready(master: Master
     with pytest.raises(proxy_access.NotReady, match="not ready"):
         address(master, master.admin, task_id)
     task_services.report_ready(master.ctx, Principal(allocation_id=alloc.id), alloc.id)
-    expected = f"127.0.0.1:{task_services.service_port(alloc.port_offset or 0)}"
+    expected = f"127.0.0.1:{task_services.service_port(master.ctx, alloc.port_offset or 0)}"
     assert allocation(master, task_id).proxy_address == expected
     assert allocation(master, task_id).is_ready
     assert address(master, master.admin, task_id) == expected

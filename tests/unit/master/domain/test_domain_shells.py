@@ -52,7 +52,7 @@ def test_a_shell_runs_cairns_ssh_server_with_its_own_public_key(master: Master) 
     (start_cmd,) = [c for _, c in master.hub.commands("start") if c.allocation_id == alloc.id]
     env = start_cmd.spec.environment
     assert list(start_cmd.spec.entrypoint) == shells.SHELL_ENTRYPOINT
-    port = task_services.service_port(alloc.port_offset or 0)
+    port = task_services.service_port(master.ctx, alloc.port_offset or 0)
     assert (env["CAIRN_SERVICE_HOST"], env["CAIRN_SERVICE_PORT"]) == ("10.1.2.3", str(port))
     with master.db.read() as s:
         task = s.get_one(models.Task, task_id)
@@ -96,7 +96,7 @@ def test_the_proxy_reaches_a_shell_as_tcp_without_a_session_but_not_for_another_
 ) -> None:
     owner, other = user(master, "alice"), user(master, "bob")
     task_id, alloc = ready_shell(master, owner)
-    expected = f"10.1.2.3:{task_services.service_port(alloc.port_offset or 0)}"
+    expected = f"10.1.2.3:{task_services.service_port(master.ctx, alloc.port_offset or 0)}"
     assert target(master, None, task_id) == proxy_access.ProxyTarget(address=expected, tcp=True)
     assert target(master, owner, task_id).tcp and target(master, master.admin, task_id).tcp
     with pytest.raises(PermissionDenied, match="another user"):

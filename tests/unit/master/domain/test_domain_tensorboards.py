@@ -45,7 +45,7 @@ def test_a_tensorboard_is_told_its_trials_and_their_storage_on_the_port_the_mast
         assert task.config["entrypoint"] == tensorboards.TENSORBOARD_ENTRYPOINT
     (start,) = [c for _, c in master.hub.commands("start") if c.allocation_id == alloc.id]
     env = start.spec.environment
-    port = str(task_services.service_port(alloc.port_offset or 0))
+    port = str(task_services.service_port(master.ctx, alloc.port_offset or 0))
     assert (env["CAIRN_SERVICE_PORT"], env["TENSORBOARD_PORT"]) == (port, port)
     (source,) = json.loads(env["CAIRN_TENSORBOARD_SOURCES"])
     assert (source["experiment_id"], source["trial_id"]) == (trial.experiment_id, trial.trial_id)
