@@ -11,7 +11,7 @@ from pathlib import Path
 from cairn.tls import MASTER_CERT_PEM_ENV
 from services.agent.containers import determined_info
 from services.agent.containers.private_mounts import Bind, in_private_mounts
-from services.agent.containers.python_envs import PythonEnvs
+from services.agent.containers.python_envs import PythonEnv, PythonEnvs
 from services.agent.containers.requests import StartRequest
 from services.agent.containers.states import FailureType
 from services.agent.containers.task_env import MasterFacts, task_environment
@@ -178,7 +178,8 @@ class Preparer:
             # Innermost: the privilege drop comes after the mounts, which need root.
             argv = task_dirs.user.run_as(argv)
             # Last: the folders bound before may lie under the host's /tmp.
-            binds += self._private_tmp(task_dirs.tmp_path(request.container_id), workdir, env, note)
+            needed = self._host_paths_needed(workdir, request, python_env)
+            binds += self._private_tmp(task_dirs.tmp_path(request.container_id), needed, env, note)
         argv = in_private_mounts(argv, binds)
         if task_dirs is not None:
             task_dirs.hand_over(workdir)
@@ -186,13 +187,29 @@ class Preparer:
                 task_dirs.hand_over(paths.run_determined)
         return Prepared(argv=argv, env=env, cwd=workdir)
 
-    def _private_tmp(self, tmp: Path, workdir: Path, env: dict[str, str], note: Note) -> list[Bind]:
+    @staticmethod
+    def _host_paths_needed(
+        workdir: Path, request: StartRequest, python_env: PythonEnv | None
+    ) -> list[tuple[str, Path]]:
+        """The host folders the task must see as they are, each with what it is for the note."""
+        needed = [("the task root", workdir.parent)]
+        if python_env is not None:
+            needed.append((f"the Python environment {python_env.name!r}", python_env.prefix))
+        needed += [(f"the mount {m.host_path}", Path(m.host_path)) for m in request.mounts if m.host_path]
+        return needed
+
+    def _private_tmp(
+        self, tmp: Path, needed: list[tuple[str, Path]], env: dict[str, str], note: Note
+    ) -> list[Bind]:
         """A task user's task gets a /tmp of its own (TaskDirs made the folder); where that cannot
-        be had, at least TMPDIR leads there (fixed /tmp paths stay shared)."""
+        be had, at least TMPDIR leads there (fixed /tmp paths stay shared). A private /tmp would
+        hide every host folder under /tmp: a clone under /tmp holds the task's virtualenv, say."""
+        hidden = [(what, path) for what, path in needed if _under_tmp(path)]
         if not self._private_mounts:
             why = "this agent cannot give tasks a private mount namespace"
-        elif is_inside(workdir, Path("/tmp")):
-            why = f"the task root ({workdir.parent}) is under /tmp, which a private /tmp would hide"
+        elif hidden:
+            what, path = hidden[0]
+            why = f"{what} ({path}) is under /tmp, which a private /tmp would hide"
         else:
             env["TMPDIR"] = "/tmp"  # the agent's TMPDIR, if any, is not in the task's /tmp
             return [Bind(tmp, "/tmp")]
@@ -290,3 +307,10 @@ class Preparer:
             link.parent.mkdir(parents=True, exist_ok=True)
             if not link.exists() and not link.is_symlink():
                 link.symlink_to(mount.host_path)
+
+
+def _under_tmp(path: Path) -> bool:
+    """Whether `path` lies under the host's /tmp, as written or once its links are followed (a
+    virtualenv's folder itself is no link, but a folder on the way to it may be)."""
+    tmp = Path("/tmp")
+    return path == tmp or tmp in path.parents or is_inside(path, tmp)

@@ -307,3 +307,44 @@ def test_each_task_users_task_has_a_private_tmp_removed_after_it(
     assert not Path("/tmp/pid_server-alloc").exists()  # the host's /tmp was never touched
     assert not (task_root / "t1.tmp").exists() and not (task_root / "t2.tmp").exists()
     assert (task_root / "t1").is_dir()  # its working folder stays a while for a look
+
+
+@pytest.fixture
+def env_under_tmp() -> Iterator[Path]:
+    """A task environment under the host's /tmp, as a clone under /tmp has its .venv-task: its
+    python3 says where it runs from."""
+    base = Path(tempfile.mkdtemp(prefix="cairn-task-env-", dir="/tmp"))
+    base.chmod(0o755)
+    (base / "bin").mkdir(mode=0o755)
+    python3 = base / "bin" / "python3"
+    python3.write_text('#!/bin/sh\necho "python3 of the task env"\n')
+    python3.chmod(0o755)
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@needs_root
+def test_a_task_env_under_tmp_keeps_tmp_shared_so_the_task_still_sees_it(
+    master: MasterServer,
+    store: MasterStore,
+    launch_agent: Callable[..., AgentProcess],
+    task_root: Path,
+    env_under_tmp: Path,
+) -> None:
+    """A private /tmp would hide the environment and `python3` would be Debian's (a new user's
+    `make demo` in a clone under /tmp saw every trial fail: no module named 'torch')."""
+    user = resolve_task_user(unprivileged_user())
+    flags = ("--task-user", user.name, "--task-root", str(task_root), "--task-env", f"venv={env_under_tmp}")
+    launch_agent(master.address, *flags)
+    master.double.wait_connected()
+    master.double.start("v1", ['python3; echo "TMPDIR=$TMPDIR"'], shell=True)
+    wait_terminated(store, "v1")
+    final = store.final("v1")
+    assert final is not None and final.exit_code == 0, store.messages("v1")
+    wait_until(lambda: len(store.lines("v1")) == 2, 5, "two lines")
+    assert [e.message for e in store.lines("v1")] == [
+        "python3 of the task env",
+        f"TMPDIR={task_root / 'v1.tmp'}",
+    ]
+    notes = " ".join(e.message for e in store.lines("v1", source="agent"))
+    assert f"the Python environment 'venv' ({env_under_tmp}) is under /tmp" in notes

@@ -7,6 +7,7 @@ import os
 import pwd
 import shutil
 import stat
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -113,3 +114,18 @@ def test_an_unknown_task_user_is_refused(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setattr(task_isolation.os, "geteuid", lambda: 0)
     with pytest.raises(task_isolation.TaskIsolationError, match="no user 'no-such-user-xyz'"):
         decide_with(tmp_path, SYSTEM_PYTHON, requested_user="no-such-user-xyz")
+
+
+@needs_root
+@pytest.mark.skipif(not Path(SYSTEM_PYTHON).exists(), reason="no system Python")
+def test_a_task_env_under_tmp_is_said_to_share_tmp(shared_root: Path) -> None:
+    """A clone under /tmp: its .venv-task would be hidden by a private /tmp, so the agent keeps
+    /tmp shared for its trials and `cluster up` says so."""
+    env = shared_root.parent / "venv"
+    subprocess.run([SYSTEM_PYTHON, "-m", "venv", "--without-pip", str(env)], check=True, timeout=120)
+    isolation, said = decide_with(shared_root.parent / "state", str(env / "bin" / "python3"))
+    assert isolation is not None
+    assert said[-1] == (
+        f"note: the trials' Python environment ({env}) is under /tmp, so trials share this machine's "
+        "/tmp (each one's TMPDIR is a folder of its own)"
+    )

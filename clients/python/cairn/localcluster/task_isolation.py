@@ -24,6 +24,7 @@ TASK_USER = "cairn-task"
 # Outside every home folder, so the task user can reach it.
 SHARED_ROOT = Path("/var/lib/cairn/clusters")
 _PROBE_TIMEOUT_S = 30.0
+_TMP = Path("/tmp")
 
 
 class TaskIsolationError(Exception):
@@ -78,6 +79,13 @@ def decide(
     os.chown(checkpoint_dir, entry.pw_uid, entry.pw_gid)
     checkpoint_dir.chmod(0o700)
     progress(f"trials run as user {name!r}, in {tasks_root}; default checkpoints in {checkpoint_dir}")
+    environment = Path(interpreter).parent.parent
+    if environment == _TMP or _TMP in environment.parents:
+        # The agent gives each trial a private /tmp only where that hides nothing the trial needs.
+        progress(
+            f"note: the trials' Python environment ({environment}) is under /tmp, so trials share "
+            "this machine's /tmp (each one's TMPDIR is a folder of its own)"
+        )
     return TaskIsolation(user=name, tasks_root=tasks_root, checkpoint_dir=checkpoint_dir)
 
 
