@@ -14,6 +14,7 @@ from cairn.client.address import InvalidMasterAddress, parse_master_addresses
 from cairn.tls import channel_credentials
 from services.agent import host
 from services.agent.containers import private_mounts
+from services.agent.containers.context_cache import ContextCache
 from services.agent.containers.manager import KILL_BACKSTOP_SECONDS, SHIM_BACKSTOP_SECONDS, ContainerManager
 from services.agent.containers.outbox import Outbox
 from services.agent.containers.preparation import Preparer
@@ -135,6 +136,7 @@ class Agent:
             agent_id=s.agent_id,
             slots=slots,
             fetch_context=ContextDownloader(channel).fetch,
+            context_cache=ContextCache(work_dir.contexts),
             base_env=os.environ,
             python_envs=s.python_envs(),
             private_mounts=s.runtime == "process" and private_mounts.supported(),

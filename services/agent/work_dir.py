@@ -19,6 +19,8 @@ class WorkDir:
         self.root = root
         self.layout = WorkDirPaths(root)
         self.containers = self.layout.containers
+        # The context archives kept by digest (containers/context_cache.py).
+        self.contexts = root / "contexts"
         self._lock_fd: int | None = None
 
     def lock(self) -> None:

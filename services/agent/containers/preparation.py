@@ -3,6 +3,7 @@ model definition, expose mounts, and build the command line and environment."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from cairn.tls import MASTER_CERT_PEM_ENV
 from services.agent.containers import determined_info
+from services.agent.containers.context_cache import ContextCache
 from services.agent.containers.private_mounts import Bind, in_private_mounts
 from services.agent.containers.python_envs import PythonEnv, PythonEnvs
 from services.agent.containers.requests import StartRequest
@@ -71,6 +73,7 @@ class Preparer:
         private_mounts: bool = False,
         in_docker: bool = False,
         task_dirs: TaskDirs | None = None,
+        context_cache: ContextCache | None = None,
     ) -> None:
         # Docker runtime: the task runs in a container of its image, its files copied to Determined's
         # places there (the working dir, /run/determined), so nothing of the agent's host applies:
@@ -81,6 +84,7 @@ class Preparer:
         self._agent_id = agent_id
         self._slots = {slot.id: slot for slot in slots}
         self._fetch_context = fetch_context
+        self._context_cache = context_cache
         self._base_env = dict(base_env)
         self._python_envs = python_envs or PythonEnvs([])
         # Process runtime with --task-user: tasks run as that user in folders of their own.
@@ -267,26 +271,54 @@ class Preparer:
         note: Note,
         aborted: Callable[[], bool],
     ) -> None:
-        note("fetching the model definition from the master", "INFO")
-        size = 0
-        try:
-            with open(paths.context_archive, "wb") as archive:
-                for chunk in self._fetch_context(request.allocation_id):
-                    if aborted():
-                        raise StartError(FailureType.CONTAINER_ABORTED, "stopped before its command started")
-                    archive.write(chunk)
-                    size += len(chunk)
-        except ContextFetchError as exc:
-            raise StartError(FailureType.TASK_ERROR, f"cannot fetch the model definition: {exc}") from exc
+        digest = request.context_digest
+        cache = self._context_cache
+        kept = bool(digest) and cache is not None and cache.take(digest, paths.context_archive)
+        if not kept:
+            self._fetch(request, paths, note, aborted)
         try:
             count = unpack_context(paths.context_archive, workdir)
+            size = paths.context_archive.stat().st_size
         except UnsafeArchiveError as exc:
             raise StartError(FailureType.TASK_ERROR, f"refused the model definition: {exc}") from exc
         except OSError as exc:
             raise StartError(FailureType.TASK_ERROR, f"cannot unpack the model definition: {exc}") from exc
         finally:
             paths.context_archive.unlink(missing_ok=True)
-        note(f"unpacked the model definition: {count} entries, {size} bytes", "INFO")
+        where = "kept from an earlier container" if kept else "fetched"
+        note(f"unpacked the model definition ({where}): {count} entries, {size} bytes", "INFO")
+
+    def _fetch(
+        self, request: StartRequest, paths: ContainerPaths, note: Note, aborted: Callable[[], bool]
+    ) -> None:
+        """Fetch the archive into the container's folder; keep it when its bytes are those the
+        master named."""
+        note("fetching the model definition from the master", "INFO")
+        sha = hashlib.sha256()
+        try:
+            with open(paths.context_archive, "wb") as archive:
+                for chunk in self._fetch_context(request.allocation_id):
+                    if aborted():
+                        raise StartError(FailureType.CONTAINER_ABORTED, "stopped before its command started")
+                    archive.write(chunk)
+                    sha.update(chunk)
+        except ContextFetchError as exc:
+            paths.context_archive.unlink(missing_ok=True)
+            raise StartError(FailureType.TASK_ERROR, f"cannot fetch the model definition: {exc}") from exc
+        except BaseException:
+            paths.context_archive.unlink(missing_ok=True)
+            raise
+        digest = request.context_digest
+        if not digest or self._context_cache is None:
+            return
+        if sha.hexdigest() == digest:
+            self._context_cache.keep(digest, paths.context_archive)
+        else:
+            note(
+                f"the model definition's bytes (SHA-256 {sha.hexdigest()}) are not those the master "
+                f"named ({digest}): used, not kept",
+                "WARNING",
+            )
 
     def _expose_mounts(self, request: StartRequest, workdir: Path, note: Note) -> None:
         # The process runtime cannot mount: the command sees host paths as they are. A relative

@@ -41,6 +41,8 @@ class StartRequest:
     image: str = ""
     kill_grace_seconds: int = 0
     has_context: bool = False
+    # The SHA-256 (hex) of the context archive, when the master knows it: a kept copy will do.
+    context_digest: str = ""
     mounts: tuple[MountRequest, ...] = ()
     description: str = ""
     # None from a master that sent none: the container is then rank 0 of 1.

@@ -121,6 +121,7 @@ def start_request(start: apb.StartContainer) -> StartRequest:
         image=spec.image,
         kill_grace_seconds=spec.kill_grace_seconds,
         has_context=spec.has_context,
+        context_digest=spec.context_digest,
         mounts=tuple(MountRequest(m.host_path, m.container_path, m.read_only) for m in spec.mounts),
         description=spec.description,
         rendezvous=rendezvous_info(start),

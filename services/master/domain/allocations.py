@@ -278,12 +278,22 @@ def _spec_for(ctx: MasterContext, w: Work, alloc: models.Allocation, token: str)
         spec = build_command_spec(ctx.settings, task, alloc, token, owner.username)
         spec.environment.update(service_environment(ctx, w, task, alloc))
         spec.mounts.extend(service_mounts(w, task))
+        digest = w.session.scalar(
+            select(models.TaskContext.digest).where(models.TaskContext.task_id == task.id)
+        )
+        spec.context_digest = digest or ""
         return spec
     trial = w.session.get_one(models.Trial, alloc.trial_id)
     exp = w.session.get_one(models.Experiment, trial.experiment_id)
     owner = w.session.get_one(models.User, exp.owner_id)
     alloc.searcher_target = trial.searcher_target
-    return build_task_spec(ctx.settings, exp, trial, alloc, token, owner.username)
+    spec = build_task_spec(ctx.settings, exp, trial, alloc, token, owner.username)
+    # The column alone: the archive itself is not read here (the agent fetches it, when it must).
+    digest = w.session.scalar(
+        select(models.ModelDefinition.digest).where(models.ModelDefinition.experiment_id == exp.id)
+    )
+    spec.context_digest = digest or ""
+    return spec
 
 
 def assign(

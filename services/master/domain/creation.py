@@ -198,7 +198,14 @@ def create(ctx: MasterContext, principal: Principal, request: CreateRequest) -> 
             experiment_projects.check_still_takes_experiments(w, place.project_id)
             w.session.add(exp)
             w.session.flush()
-            w.session.add(models.ModelDefinition(experiment_id=exp.id, archive=archive, size=len(archive)))
+            w.session.add(
+                models.ModelDefinition(
+                    experiment_id=exp.id,
+                    archive=archive,
+                    size=len(archive),
+                    digest=model_definition.context_digest(archive),
+                )
+            )
             apply_response_in_part(ctx, w, exp, response)
             experiment_id = exp.id
     except BaseException:

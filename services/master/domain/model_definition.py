@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import posixpath
 import tarfile
@@ -22,6 +23,11 @@ class ContextFile:
     content: bytes
     mtime: int
     mode: int
+
+
+def context_digest(archive: bytes) -> str:
+    """What a start names a context archive by (TaskSpec.context_digest): its SHA-256, in hex."""
+    return hashlib.sha256(archive).hexdigest()
 
 
 def _safe_path(path: str, index: int) -> str:

@@ -198,7 +198,14 @@ def create(ctx: MasterContext, principal: Principal, request: TaskRequest) -> st
         )
         archive = _context(w, ctx, request)
         w.session.add(task)
-        w.session.add(models.TaskContext(task_id=task_id, archive=archive, size=len(archive)))
+        w.session.add(
+            models.TaskContext(
+                task_id=task_id,
+                archive=archive,
+                size=len(archive),
+                digest=model_definition.context_digest(archive),
+            )
+        )
         w.session.flush()
         if request.prepare is not None:
             request.prepare(w, task)

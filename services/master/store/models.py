@@ -136,6 +136,9 @@ class ModelDefinition(Base):
     )
     archive: Mapped[bytes] = mapped_column(LargeBinary)
     size: Mapped[int] = mapped_column(Integer)
+    # SHA-256 (hex) of `archive`, sent with each start: agents keep archives by it. None for rows
+    # stored before it was kept (migration 0014): their agents fetch every time, as before.
+    digest: Mapped[str | None] = mapped_column(String(64))
 
 
 class SearcherSnapshot(Base):
@@ -263,6 +266,8 @@ class TaskContext(Base):
     task_id: Mapped[str] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True)
     archive: Mapped[bytes] = mapped_column(LargeBinary)
     size: Mapped[int] = mapped_column(Integer)
+    # As ModelDefinition.digest.
+    digest: Mapped[str | None] = mapped_column(String(64))
 
 
 class ShellKey(Base):

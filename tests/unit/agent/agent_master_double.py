@@ -143,6 +143,7 @@ class MasterDouble(agent_pb2_grpc.AgentServiceServicer):
         command_id: str | None = None,
         container_config: str = "",
         after: list[str] | None = None,
+        context_digest: str = "",
     ) -> None:
         self.send(
             apb.MasterMessage(
@@ -160,6 +161,7 @@ class MasterDouble(agent_pb2_grpc.AgentServiceServicer):
                         has_context=has_context,
                         description=f"test {container_id}",
                         container_config=container_config,
+                        context_digest=context_digest,
                     ),
                     after_container_ids=after or [],
                 )
