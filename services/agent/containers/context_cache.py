@@ -45,6 +45,8 @@ class ContextCache:
                 os.utime(kept)  # recently used: evicted last
             except FileNotFoundError:
                 return False
+            except OSError:
+                return False  # it cannot be linked there (another file system, say): fetch
         return True
 
     def keep(self, digest: str, archive: Path) -> None:

@@ -72,3 +72,13 @@ def test_the_least_recently_used_archives_go_first(tmp_path: Path) -> None:
     for path in (tmp_path / "contexts").glob("*.tar.gz"):
         path.unlink()
     assert (tmp_path / "taken-2").read_bytes() == b"archive 2"
+
+
+def test_a_kept_archive_that_cannot_be_linked_is_fetched_instead(tmp_path: Path) -> None:
+    cache = ContextCache(tmp_path / "contexts")
+    source = tmp_path / "archive"
+    source.write_bytes(b"archive")
+    digest = hashlib.sha256(b"archive").hexdigest()
+    cache.keep(digest, source)
+    (tmp_path / "occupied").write_bytes(b"")  # os.link refuses an existing name: EEXIST
+    assert not cache.take(digest, tmp_path / "occupied")
