@@ -41,12 +41,12 @@ class ContextCache:
             return False
         with self._lock:
             try:
-                os.link(kept, destination)
                 os.utime(kept)  # recently used: evicted last
-            except FileNotFoundError:
-                return False
+                # Last, so that a failure leaves no link behind: the fetch that follows writes its
+                # file, and through a link it would write over the kept archive.
+                os.link(kept, destination)
             except OSError:
-                return False  # it cannot be linked there (another file system, say): fetch
+                return False  # not kept, or not linkable there (another file system, say): fetch
         return True
 
     def keep(self, digest: str, archive: Path) -> None:
