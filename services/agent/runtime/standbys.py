@@ -11,8 +11,9 @@ same signals, same kill and reattach paths. Where its kind may have a zygote (zy
 standby is forked by that zygote instead (`shim --standby-forked`): the imports are done once.
 
 The pool holds at most one standby per slot. Each launch of a warm-eligible command takes a
-standby of its key (warm_starts.WarmKey) if there is one and prepares the next in the background;
-a standby of another key is discarded to make room. Closing the agent's end of a standby's stdin
+standby of its key (warm_starts.WarmKey) if there is one and prepares the next in the background,
+a moment later (STANDBY_DELAY_S: not while the launched command starts, unless a take() asks for it
+sooner); a standby of another key is discarded to make room. Closing the agent's end of a standby's stdin
 (agent stop, or the agent dying) makes an unused standby discard its interpreter and exit.
 """
 
@@ -47,6 +48,12 @@ _ORDER_KEYS = ("argv", "python", "env", "cwd", "unmount")
 # The longest take() waits for a standby of its kind whose process is being started (a spawn or a
 # zygote's fork: milliseconds; the bound is for a machine too busy to give them).
 SPAWN_WAIT_S = 5.0
+# How long after a launch the next standby of its kind is started. Starting one (a shim's
+# interpreter, a zygote's fork and its copy-on-write faults) costs tens of milliseconds of CPU,
+# which, begun at the launch, came out of the launched command's own start on a busy machine: on
+# 2 cores, 1 s trials went from their predecessor's close to their first line in 37 ms with the
+# standby started later against 55 ms at once. A take() of that kind before then starts it at once.
+STANDBY_DELAY_S = 0.2
 _WARM_INTERPRETER = Path(__file__).with_name("warm_interpreter.py")
 
 
@@ -151,8 +158,10 @@ class StandbyPool:
         start_shim: ShimStarter,
         shim_invocation: ShimInvocation | None = None,
         zygotes: ZygotePool | None = None,
+        delay_s: float = STANDBY_DELAY_S,
     ) -> None:
         self._folder = folder
+        self._delay_s = delay_s
         self._capacity = max(1, capacity)
         self._start_shim = start_shim
         # Standbys forked by their kind's zygote (zygotes.py) where it may have one; else started.
@@ -164,6 +173,9 @@ class StandbyPool:
         # Standbys of each kind whose process is being started now (milliseconds: its log exists
         # from that moment, and take() waits for them rather than letting a container start cold).
         self._spawning: Counter[WarmKey] = Counter()
+        # Standbys of each kind that prepare_soon asked for and whose start waits out the delay;
+        # setting one's event starts it at once (take(), close()).
+        self._delayed: dict[WarmKey, list[threading.Event]] = {}
         self._ready: list[Standby] = []
         # Standbys that became containers' shims; their folders go once they end.
         self._handed_over: list[Standby] = []
@@ -175,7 +187,8 @@ class StandbyPool:
 
     def take(self, key: WarmKey) -> Standby | None:
         """A live standby of `key`, now the caller's; None when there is none. One of `key` whose
-        process is being started at this moment is waited for (at most SPAWN_WAIT_S)."""
+        start waits out its delay is started now, and one whose process is being started is waited
+        for (at most SPAWN_WAIT_S in all)."""
         deadline = time.monotonic() + SPAWN_WAIT_S
         with self._started:
             while True:
@@ -183,8 +196,11 @@ class StandbyPool:
                     if standby.key == key and standby.alive():
                         self._ready.remove(standby)
                         return standby
+                delayed = self._delayed.get(key, [])
+                for start_now in delayed:
+                    start_now.set()
                 remaining = deadline - time.monotonic()
-                if self._closed or not self._spawning[key] or remaining <= 0:
+                if self._closed or not (self._spawning[key] or delayed) or remaining <= 0:
                     return None
                 self._started.wait(remaining)
 
@@ -211,28 +227,46 @@ class StandbyPool:
                 gone.append(evicted)
             if wanted:
                 self._pending += 1
+                start_now = threading.Event()
+                self._delayed.setdefault(key, []).append(start_now)
         for standby in gone:
             self._later(standby.discard)
         for standby in ended:
             shutil.rmtree(standby.folder, ignore_errors=True)
         if wanted:
-            self._later(lambda: self._start(key, recipe))
+            self._later(lambda: self._start_after_delay(key, recipe, start_now))
 
-    def _start(self, key: WarmKey, recipe: Recipe) -> None:
+    def _start_after_delay(self, key: WarmKey, recipe: Recipe, start_now: threading.Event) -> None:
+        start_now.wait(self._delay_s)
+        self._start(key, recipe, start_now)
+
+    def _no_longer_delayed(self, key: WarmKey, start_now: threading.Event) -> None:
+        """Under the lock: this start has begun (or ended without a process)."""
+        delayed = self._delayed.get(key, [])
+        if start_now in delayed:
+            delayed.remove(start_now)
+            if not delayed:
+                del self._delayed[key]
+
+    def _start(self, key: WarmKey, recipe: Recipe, start_now: threading.Event) -> None:
         standby = None
         spawning = False
 
         def spawning_now() -> None:
             # From here until the end of _start a standby of `key` is about to be ready: take()
-            # waits for it. Its log is made from here on.
+            # waits for it. Its log is made from here on. Until here a take() waited for it as a
+            # delayed start (at once, in the same hold of the lock, so none sees neither).
             nonlocal spawning
             if not spawning:
                 with self._lock:
                     self._spawning[key] += 1
+                    self._no_longer_delayed(key, start_now)
                 spawning = True
 
         handled = False  # False while an exception this method does not expect is on its way out
         try:
+            if self._closed:
+                return  # closed during the delay: nothing to start (finally settles the counts)
             folder = self._folder / f"{os.getpid()}-{next(self._numbers)}"
             folder.mkdir(parents=True, exist_ok=True, mode=0o700)
             order = recipe(folder)
@@ -255,6 +289,7 @@ class StandbyPool:
             # Whatever happened, this start is over: a take() waiting for it goes on.
             with self._started:
                 self._pending -= 1
+                self._no_longer_delayed(key, start_now)
                 if spawning:
                     self._spawning[key] -= 1
                 if handled and standby is not None and not self._closed:
@@ -321,6 +356,9 @@ class StandbyPool:
         with self._started:
             self._closed = True
             ready, self._ready = self._ready, []
+            for waiting in self._delayed.values():
+                for start_now in waiting:
+                    start_now.set()  # out of their delay, to find the pool closed
             self._started.notify_all()
         for standby in ready:
             standby.discard()

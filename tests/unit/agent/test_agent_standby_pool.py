@@ -1,6 +1,7 @@
 """The standby pool (services/agent/runtime/standbys.py) with real processes standing in for shims:
 a container that asks for its kind's standby while that standby's process is being started waits
-the milliseconds it takes instead of starting cold."""
+the milliseconds it takes instead of starting cold; the next standby is started a moment after a
+launch, or at once when a container asks for it sooner."""
 
 from __future__ import annotations
 
@@ -63,3 +64,46 @@ def test_a_kind_without_a_standby_on_its_way_is_not_kept_waiting(tmp_path: Path)
         assert time.monotonic() - begun < 0.1
     finally:
         pool.close()
+
+
+def test_the_next_standby_is_started_after_the_delay(tmp_path: Path) -> None:
+    """Not while the launched command starts: its start would share the CPU with that one's."""
+    started = threading.Event()
+    pool = StandbyPool(tmp_path / "standby", 1, _slow_shim(0.0, started), delay_s=0.6)
+    try:
+        begun = time.monotonic()
+        pool.prepare_soon(KEY, _order)
+        assert not started.wait(0.3)
+        assert started.wait(5)
+        assert time.monotonic() - begun >= 0.6
+    finally:
+        pool.close()
+
+
+def test_a_take_during_the_delay_starts_the_standby_at_once(tmp_path: Path) -> None:
+    started = threading.Event()
+    pool = StandbyPool(tmp_path / "standby", 1, _slow_shim(0.0, started), delay_s=30.0)
+    try:
+        pool.prepare_soon(KEY, _order)
+        begun = time.monotonic()
+        # Another kind's take neither waits for it nor starts it.
+        assert pool.take(OTHER) is None
+        assert not started.is_set()
+        standby = pool.take(KEY)
+        assert standby is not None and standby.alive()
+        assert time.monotonic() - begun < 10
+        standby.discard()
+        assert pool.take(KEY) is None
+    finally:
+        pool.close()
+
+
+def test_closing_the_pool_during_the_delay_starts_nothing(tmp_path: Path) -> None:
+    started = threading.Event()
+    pool = StandbyPool(tmp_path / "standby", 1, _slow_shim(0.0, started), delay_s=30.0)
+    pool.prepare_soon(KEY, _order)
+    begun = time.monotonic()
+    pool.close()
+    assert time.monotonic() - begun < 10
+    assert not started.wait(0.5)
+    assert pool.take(KEY) is None

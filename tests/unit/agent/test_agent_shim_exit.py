@@ -1,0 +1,47 @@
+"""The supervisor's own exit (runtime/shim.py): it leaves without the interpreter's finalization
+once its work is done, with its exit status and what it wrote kept."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from services.agent.runtime.protocol import ContainerPaths
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_the_shim_leaves_with_its_status_its_words_and_its_report(tmp_path: Path) -> None:
+    paths = ContainerPaths(tmp_path / "c1")
+    paths.meta.mkdir(parents=True)  # and no launch.json: the shim reports that and fails
+    env = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}:{REPO_ROOT / 'clients' / 'python'}"}
+    done = subprocess.run(
+        [sys.executable, "-m", "services.agent.runtime.shim", str(paths.meta)],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert "no readable launch spec" in done.stderr
+    report = json.loads(paths.exit_report.read_text())
+    assert report["error"] == "launch spec missing or unreadable"
+
+
+def test_a_standby_told_it_is_not_needed_leaves_with_status_0(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}:{REPO_ROOT / 'clients' / 'python'}"}
+    done = subprocess.run(
+        [sys.executable, "-m", "services.agent.runtime.shim", "--standby"],
+        input="",
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert (done.returncode, done.stderr) == (0, "")
