@@ -188,7 +188,8 @@ class StandbyPool:
     def take(self, key: WarmKey) -> Standby | None:
         """A live standby of `key`, now the caller's; None when there is none. One of `key` whose
         start waits out its delay is started now, and one whose process is being started is waited
-        for (at most SPAWN_WAIT_S in all)."""
+        for (at most SPAWN_WAIT_S in all); not one whose zygote is still importing (the caller
+        holds the container manager's lock: its container starts cold instead)."""
         deadline = time.monotonic() + SPAWN_WAIT_S
         with self._started:
             while True:
@@ -197,8 +198,8 @@ class StandbyPool:
                         self._ready.remove(standby)
                         return standby
                 delayed = self._delayed.get(key, [])
-                for start_now in delayed:
-                    start_now.set()
+                if delayed and not any(start_now.is_set() for start_now in delayed):
+                    delayed[0].set()  # one container, one standby: the others keep their delay
                 remaining = deadline - time.monotonic()
                 if self._closed or not (self._spawning[key] or delayed) or remaining <= 0:
                     return None
@@ -263,6 +264,13 @@ class StandbyPool:
                     self._no_longer_delayed(key, start_now)
                 spawning = True
 
+        def not_soon() -> None:
+            # It waits for its zygote's imports (seconds): a take() must not wait for that (it holds
+            # the container manager's lock) and starts its container cold, as without the delay.
+            with self._started:
+                self._no_longer_delayed(key, start_now)
+                self._started.notify_all()
+
         handled = False  # False while an exception this method does not expect is on its way out
         try:
             if self._closed:
@@ -270,7 +278,7 @@ class StandbyPool:
             folder = self._folder / f"{os.getpid()}-{next(self._numbers)}"
             folder.mkdir(parents=True, exist_ok=True, mode=0o700)
             order = recipe(folder)
-            standby = self._forked(key, order, folder, spawning_now)
+            standby = self._forked(key, order, folder, spawning_now, not_soon)
             if standby is None:
                 spawning_now()
                 popen = self._start_shim(("--standby",), folder, folder / "standby.log")
@@ -300,11 +308,16 @@ class StandbyPool:
                 standby.discard()
 
     def _forked(
-        self, key: WarmKey, order: dict[str, Any], folder: Path, spawning_now: Callable[[], None]
+        self,
+        key: WarmKey,
+        order: dict[str, Any],
+        folder: Path,
+        spawning_now: Callable[[], None],
+        not_soon: Callable[[], None],
     ) -> Standby | None:
         """A standby forked by the zygote of `key`; None where that kind has none (or it failed:
         the kind then starts its standbys itself from now on). `spawning_now` is called once the
-        zygote is ready, as the fork begins."""
+        zygote is ready, as the fork begins; `not_soon` before waiting for a zygote not yet ready."""
         if self._zygotes is None or self._shim_invocation is None:
             return None
         private_tmp = any(target == "/tmp" for _, target in order["binds"] or ())
@@ -324,6 +337,8 @@ class StandbyPool:
             "signals": shim_signals(),
             "shim": {"argv": argv, "env": env, "cwd": str(folder)},
         }
+        if not zygote.ready:
+            not_soon()
         try:
             # Only then its log: a standby's log is the sign it exists (tests wait for it).
             zygote.wait_ready()

@@ -379,6 +379,11 @@ class Zygote:
     def pid(self) -> int:
         return self._popen.pid
 
+    @property
+    def ready(self) -> bool:
+        """Whether it is known to have imported its modules (a fork would not wait for them)."""
+        return self._ready
+
     def alive(self) -> bool:
         return self._popen.poll() is None
 

@@ -107,3 +107,57 @@ def test_closing_the_pool_during_the_delay_starts_nothing(tmp_path: Path) -> Non
     assert time.monotonic() - begun < 10
     assert not started.wait(0.5)
     assert pool.take(KEY) is None
+
+
+class _ImportingZygotes:
+    """A zygote pool whose zygote is still importing its modules (for `import_s`), then fails, so
+    the standby is started by the pool itself."""
+
+    def __init__(self, import_s: float) -> None:
+        self.import_s = import_s
+        self.asked = threading.Event()
+        self.closed = False
+        self.ready = False
+
+    def get(self, *args: object, **kwargs: object) -> _ImportingZygotes:
+        self.asked.set()
+        return self
+
+    def wait_ready(self) -> None:
+        time.sleep(self.import_s)
+        raise OSError("the zygote did not start")
+
+    def refuse(self, key: object, reason: str) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _zygote_order(folder: Path) -> dict[str, object]:
+    return {**_order(folder), "binds": None, "modules": [], "ids": None}
+
+
+def test_a_take_does_not_wait_for_a_zygote_still_importing(tmp_path: Path) -> None:
+    """The take holds the container manager's lock: a delayed start that would wait seconds for its
+    zygote lets the container start cold, as a take without the delay did."""
+    started = threading.Event()
+    zygotes = _ImportingZygotes(import_s=3.0)
+    pool = StandbyPool(
+        tmp_path / "standby",
+        1,
+        _slow_shim(0.0, started),
+        lambda args: (["true", *args], {}),
+        zygotes,  # type: ignore[arg-type]
+        delay_s=30.0,
+    )
+    try:
+        pool.prepare_soon(KEY, _zygote_order)
+        begun = time.monotonic()
+        assert pool.take(KEY) is None
+        assert time.monotonic() - begun < 2.0
+        assert zygotes.asked.is_set()
+        # The standby still comes, once its kind has given up on the zygote.
+        assert started.wait(10)
+    finally:
+        pool.close()
