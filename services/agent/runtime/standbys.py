@@ -12,9 +12,10 @@ standby is forked by that zygote instead (`shim --standby-forked`): the imports 
 
 The pool holds at most one standby per slot. Each launch of a warm-eligible command takes a
 standby of its key (warm_starts.WarmKey) if there is one and prepares the next in the background,
-a moment later (STANDBY_DELAY_S: not while the launched command starts, unless a take() asks for it
-sooner); a standby of another key is discarded to make room. Closing the agent's end of a standby's stdin
-(agent stop, or the agent dying) makes an unused standby discard its interpreter and exit.
+a moment later (STANDBY_DELAY_S: not while the launched command starts, unless a take() asks for
+it sooner); a standby of another key is discarded to make room. Closing the agent's end of a
+standby's stdin (agent stop, or the agent dying) makes an unused standby discard its interpreter
+and exit.
 """
 
 from __future__ import annotations
