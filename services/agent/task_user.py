@@ -106,6 +106,11 @@ def is_inside(path: Path, folder: Path) -> bool:
     return path == folder or folder in path.parents
 
 
+def own_tmp(workdir: Path | str) -> str:
+    """The /tmp folder TaskDirs makes beside a container's working directory `workdir`."""
+    return f"{workdir}.tmp"
+
+
 class TaskDirs:
     """Two folders per container under `root`, owned by the task user (0700): its working directory
     and its /tmp (private_mounts.py binds that on /tmp); the task writes only there, and other
@@ -124,7 +129,7 @@ class TaskDirs:
         return self.root / container_id
 
     def tmp_path(self, container_id: str) -> Path:
-        return self.root / f"{container_id}.tmp"
+        return Path(own_tmp(self.path(container_id)))
 
     def create(self, container_id: str) -> Path:
         """The container's working directory and its /tmp, both empty; returns the former."""

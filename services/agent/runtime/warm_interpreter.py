@@ -56,6 +56,11 @@ def _become(assignment: dict[str, Any]) -> None:
     os.chdir(assignment["cwd"])
     os.environ.clear()
     os.environ.update(assignment["env"])
+    # The temporary folder a preload may have looked up is the standby's (its TMPDIR): found again
+    # from the command's environment on first use, as in a fresh interpreter.
+    tempfile = sys.modules.get("tempfile")
+    if tempfile is not None:
+        tempfile.tempdir = None  # type: ignore[attr-defined]
     if assignment["unbuffered"]:
         sys.stdout.reconfigure(line_buffering=True, write_through=True)  # type: ignore[union-attr]
         sys.stderr.reconfigure(line_buffering=True, write_through=True)  # type: ignore[union-attr]

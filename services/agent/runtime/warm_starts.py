@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.agent.containers.private_mounts import Bind, split_private_mounts
-from services.agent.task_user import split_run_as
+from services.agent.task_user import own_tmp, split_run_as
 
 # Always imported: the Core API (Cairn's, and Determined's package where the environment has it is
 # up to the experiment to declare: it is heavier).
@@ -125,12 +125,16 @@ def python_run(argv: Sequence[str], env: Mapping[str, str]) -> PythonRun | None:
 def start_environment(env: Mapping[str, str], cwd: str, home: str) -> dict[str, str]:
     """The environment a prepared interpreter starts with: the task's, less what names one task.
     A task user's HOME is the task's own (new, empty) folder: the standby's is its own folder
-    `home`, as empty, which is all the interpreter's start reads of it (no ~/.local)."""
+    `home`, as empty, which is all the interpreter's start reads of it (no ~/.local). So is a
+    TMPDIR that is the task's own /tmp folder (where /tmp stays shared: preparation.py), or every
+    container would be of a kind of its own and none would find a standby."""
     start = {
         k: v for k, v in env.items() if not k.startswith(_PER_TASK_PREFIXES) and k not in _PER_TASK_NAMES
     }
     if start.get("HOME") == cwd:
         start["HOME"] = home
+    if start.get("TMPDIR") == own_tmp(cwd):
+        start["TMPDIR"] = home
     return start
 
 

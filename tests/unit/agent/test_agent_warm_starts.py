@@ -26,6 +26,7 @@ from services.agent.runtime.warm_starts import (
     python_run,
     start_environment,
     warm_command,
+    warm_key,
 )
 from services.agent.task_user import TaskUser, resolve_task_user, run_as_ids
 from tests.unit.agent.agent_master_double import MasterServer, MasterStore, wait_until
@@ -347,6 +348,23 @@ def test_the_start_environment_leaves_out_what_names_one_task() -> None:
         "HOME": "/own",
     }
     assert start_environment(env, "/elsewhere", "/own")["HOME"] == "/tasks/c1"
+
+
+def test_a_task_s_own_tmpdir_does_not_make_a_kind_of_its_own() -> None:
+    """Where /tmp stays shared, TMPDIR is the task's own folder beside its working directory: two
+    containers that differ only in their folders are of one kind, so the second finds a standby."""
+    command = warm_command(["python3", "train.py"], {"PATH": str(Path(sys.executable).parent)})
+    assert command is not None
+
+    def key_of(container: str) -> object:
+        env = {"PATH": "/bin", "HOME": f"/tasks/{container}", "TMPDIR": f"/tasks/{container}.tmp"}
+        return warm_key(command, ("torch",), env, f"/tasks/{container}")
+
+    assert key_of("1.1.1.0") == key_of("1.2.1.0")
+    env = {"PATH": "/bin", "TMPDIR": "/tasks/c1.tmp"}
+    assert start_environment(env, "/tasks/c1", "/own")["TMPDIR"] == "/own"
+    # A TMPDIR the experiment chose is the same for every container and kept.
+    assert start_environment({"TMPDIR": "/scratch"}, "/tasks/c1", "/own")["TMPDIR"] == "/scratch"
 
 
 def test_a_wrapped_command_is_taken_apart_exactly() -> None:
