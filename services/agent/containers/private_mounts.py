@@ -12,13 +12,16 @@ collide in a shared /tmp.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import json
 import os
 import shutil
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, NoReturn
 
 # Runs inside the new namespace: "$@" is SOURCE TARGET pairs, then "--", then the task's command.
 # unshare and sh both exec, so the task's process keeps the pid and process group the shim gave it.
@@ -88,30 +91,103 @@ def bind_in_namespace(pid: int, binds: Sequence[Bind], unmount: Sequence[str] = 
     'mkdir; mount; ...'` spawned a process per step, ~20 ms of a warm start. OSError when it fails.
     The caller must not have gRPC loaded (its fork handlers start threads in the child, and a
     process with threads cannot enter a mount namespace: EINVAL); the shim has not."""
-    namespace = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        if os.fstat(namespace).st_ino == os.stat("/proc/self/ns/mnt").st_ino:
-            # Not in a namespace of its own (yet): binding would change this machine's mounts.
-            raise OSError(f"process {pid} shares this process's mount namespace")
-        errors_r, errors_w = os.pipe()
-        child = os.fork()
-        if child == 0:  # pragma: no cover - the child's outcome is reported through the pipe
-            os.close(errors_r)
-            code = 0
+    binder = NamespaceBinder(pid)
+    binder.bind(binds, unmount)
+
+
+class NamespaceBinder:
+    """bind_in_namespace in two steps: made, it forks a child that enters process `pid`'s mount
+    namespace and waits; `bind` hands that child the binds to make. A standby's shim makes one while
+    it waits for its container, so that the container's start pays only the mounts themselves: the
+    fork of the shim, the child's first turn on a core and its setns took 2-5 ms of each warm start
+    on a busy machine. OSError when `pid` has no namespace of its own. Use once: `bind` or
+    `discard`, either ends the child. Same caveat as bind_in_namespace: no gRPC in the caller."""
+
+    def __init__(self, pid: int) -> None:
+        self._what = f"the namespace of process {pid}"
+        namespace = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            if os.fstat(namespace).st_ino == os.stat("/proc/self/ns/mnt").st_ino:
+                # Not in a namespace of its own (yet): binding would change this machine's mounts.
+                raise OSError(f"process {pid} shares this process's mount namespace")
+            orders_r, orders_w = os.pipe2(os.O_CLOEXEC)
+            errors_r, errors_w = os.pipe2(os.O_CLOEXEC)
             try:
-                _enter_and_bind(namespace, binds, unmount)
-            except BaseException as exc:  # everything goes back to the parent, which raises it
-                os.write(errors_w, str(exc).encode(errors="replace")[:4000])
-                code = 1
-            os._exit(code)
-        os.close(errors_w)
-        with os.fdopen(errors_r, "rb") as errors:
+                child = os.fork()
+            except OSError:
+                for fd in (orders_r, orders_w, errors_r, errors_w):
+                    os.close(fd)
+                raise
+            if child == 0:  # pragma: no cover - the child's outcome is reported through the pipe
+                _binder_child(namespace, orders_r, errors_w)
+            os.close(orders_r)
+            os.close(errors_w)
+        finally:
+            os.close(namespace)
+        self._pid: int | None = child
+        self._orders: int | None = orders_w
+        self._errors = errors_r
+
+    def bind(self, binds: Sequence[Bind], unmount: Sequence[str] = ()) -> None:
+        """Unmount, then bind (as bind_in_namespace); OSError when it fails."""
+        order = json.dumps({"binds": [[str(b.source), b.target] for b in binds], "unmount": list(unmount)})
+        try:
+            self._send(order.encode())
+        except OSError:
+            pass  # the child ended already (its setns failed): its error follows
+        status, error = self._end()
+        if status != 0:
+            raise OSError(error or f"binding in {self._what} failed (status {status})")
+
+    def discard(self) -> None:
+        """Not needed: the child leaves without binding anything."""
+        if self._pid is not None:
+            self._end()
+
+    def _send(self, data: bytes) -> None:
+        assert self._orders is not None, "a binder binds once"
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._orders, view) :]
+
+    def _end(self) -> tuple[int, str]:
+        """Close the orders (end of input: the child binds what it read, or nothing) and wait."""
+        if self._orders is not None:
+            os.close(self._orders)
+            self._orders = None
+        with os.fdopen(self._errors, "rb") as errors:
             error = errors.read().decode(errors="replace")
-        _, status = os.waitpid(child, 0)
-    finally:
-        os.close(namespace)
-    if status != 0:
-        raise OSError(error or f"binding in the namespace of process {pid} failed (status {status})")
+        assert self._pid is not None
+        _, status = os.waitpid(self._pid, 0)
+        self._pid = None
+        return status, error
+
+
+def _binder_child(namespace: int, orders: int, errors: int) -> NoReturn:  # pragma: no cover
+    """NamespaceBinder's child: enter the namespace, read the order to its end, carry it out; any
+    failure goes back on `errors`. It keeps no other descriptor: a pipe's write end held here (the
+    interpreter's stdin) would keep its reader from ever seeing the end of it."""
+    code = 0
+    try:
+        keep = {namespace, orders, errors}
+        for name in os.listdir("/proc/self/fd"):
+            fd = int(name)
+            if fd not in keep:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        libc = _enter(namespace)
+        data = b""
+        while chunk := os.read(orders, 65536):
+            data += chunk
+        if data:
+            order = json.loads(data)
+            binds = [Bind(Path(source), target) for source, target in order["binds"]]
+            _bind_all(libc, binds, order["unmount"])
+    except BaseException as exc:  # everything goes back to the parent, which raises it
+        with contextlib.suppress(OSError):
+            os.write(errors, str(exc).encode(errors="replace")[:4000])
+        code = 1
+    os._exit(code)
 
 
 _CLONE_NEWNS = 0x00020000
@@ -119,21 +195,27 @@ _MS_BIND = 4096
 _MNT_DETACH = 2
 
 
-def _enter_and_bind(namespace: int, binds: Sequence[Bind], unmount: Sequence[str]) -> None:
+def _check(libc: Any, result: int, what: str) -> None:
+    if result != 0:
+        number = ctypes.get_errno()
+        raise OSError(number, f"{what}: {os.strerror(number)}")
+
+
+def _enter(namespace: int) -> Any:
+    """Enter the mount namespace (which also moves this process's root and working directory to
+    its root); the C library, for the mounts."""
     libc = ctypes.CDLL(None, use_errno=True)
+    _check(libc, libc.setns(namespace, _CLONE_NEWNS), "setns")
+    return libc
 
-    def check(result: int, what: str) -> None:
-        if result != 0:
-            number = ctypes.get_errno()
-            raise OSError(number, f"{what}: {os.strerror(number)}")
 
-    # Entering a mount namespace also moves this process's root and working directory to its root.
-    check(libc.setns(namespace, _CLONE_NEWNS), "setns")
+def _bind_all(libc: Any, binds: Sequence[Bind], unmount: Sequence[str]) -> None:
     for target in unmount:
-        check(libc.umount2(target.encode(), _MNT_DETACH), f"umount -l {target}")
+        _check(libc, libc.umount2(target.encode(), _MNT_DETACH), f"umount -l {target}")
     for bind in binds:
         os.makedirs(bind.target, exist_ok=True)
-        check(
+        _check(
+            libc,
             libc.mount(str(bind.source).encode(), bind.target.encode(), None, _MS_BIND, None),
             f"mount --bind {bind.source} {bind.target}",
         )

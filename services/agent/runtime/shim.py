@@ -34,7 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from services.agent.containers.private_mounts import bind_in_namespace
+from services.agent.containers.private_mounts import NamespaceBinder, bind_in_namespace
 from services.agent.runtime.events import EventWriter, LogLine
 from services.agent.runtime.jsonfile import read_json, write_json_atomic
 from services.agent.runtime.log_lines import LineSplitter, parse_line
@@ -305,6 +305,8 @@ class PreparedInterpreter:
         # What stands in the namespace for the container's binds until the hand-over (its /tmp).
         self._unmount = unmount
         self._child = child
+        # A child already in the interpreter's namespace, waiting for the container's binds.
+        self._binder: NamespaceBinder | None = None
 
     @classmethod
     def start(
@@ -323,18 +325,39 @@ class PreparedInterpreter:
         )
         return cls(child, python, unmount)
 
+    def enter_namespace_ahead(self) -> None:
+        """While the standby waits for its container: once the interpreter is itself (its namespace
+        final), a child enters that namespace to make the container's binds when they come (off
+        the container's start: private_mounts.NamespaceBinder). Without a namespace of its own, or
+        should this fail, `assign` binds as it did before, or refuses as it did before."""
+        if self._binder is not None:
+            return
+        try:
+            self._wait_until_python()
+            self._binder = NamespaceBinder(self._child.pid)
+        except OSError:
+            self._binder = None
+
     def assign(self, command: WarmCommand, env: dict[str, str], cwd: str) -> Child:
         """Bind the container's folders in the interpreter's namespace, then hand it the command.
         OSError when it cannot be done (the caller starts the command cold)."""
         assert self._child.stdin is not None
+        binder, self._binder = self._binder, None
         if self._child.poll() is not None:
+            if binder is not None:
+                binder.discard()
             raise OSError(f"the prepared interpreter had exited (status {self._child.returncode})")
         if command.binds or self._unmount:
-            self._wait_until_python()
             try:
-                bind_in_namespace(self._child.pid, command.binds, self._unmount)
+                if binder is not None:
+                    binder.bind(command.binds, self._unmount)
+                else:
+                    self._wait_until_python()
+                    bind_in_namespace(self._child.pid, command.binds, self._unmount)
             except OSError as exc:
                 raise OSError(f"cannot bind the container's folders: {exc}") from exc
+        elif binder is not None:
+            binder.discard()
         self._child.stdin.write(json.dumps(command.run.assignment(env, cwd)).encode() + b"\n")
         self._child.stdin.close()
         return self._child
@@ -359,6 +382,9 @@ class PreparedInterpreter:
             time.sleep(0.002)
 
     def discard(self) -> None:
+        if self._binder is not None:
+            self._binder.discard()
+            self._binder = None
         signal_group(self._child.pid, signal.SIGKILL)
         self._child.wait()
 
@@ -396,6 +422,7 @@ def forked_standby(control: IO[bytes], adopted_json: str) -> int:
 def await_container(control: IO[bytes], prepared: PreparedInterpreter) -> int:
     """Wait for the container to supervise (its bookkeeping folder on `control`, launch.json
     written), then supervise it; end of input: discard the interpreter and exit."""
+    prepared.enter_namespace_ahead()
     second = control.readline()
     if not second.strip():
         prepared.discard()
