@@ -166,6 +166,7 @@ def prepare(modules: list[str]) -> None:
 
 def serve() -> None:
     """Wait for the assignment on stdin and become the command (or exit at end of input)."""
+    _warm_up()
     line = sys.stdin.buffer.readline()
     if not line.strip():
         os._exit(0)
@@ -174,6 +175,23 @@ def serve() -> None:
         _become(assignment)  # and the interpreter's own exit, finalization included
         return
     _leave(_run(assignment))
+
+
+# A preloaded module's function that does, while the interpreter waits, work its command's start
+# would otherwise do (the Core API's first gRPC channel). Looked up, not imported: this file runs
+# in the task's interpreter, which imports what the preloads imported and nothing more.
+_WARM_UP = ("cairn.core.master_session", "warm_up")
+
+
+def _warm_up() -> None:
+    module_name, function_name = _WARM_UP
+    function = getattr(sys.modules.get(module_name), function_name, None)
+    if function is None:
+        return
+    try:
+        function()
+    except Exception:
+        pass  # only a head start: the command does the same work itself, and reports what fails
 
 
 if __name__ == "__main__":  # so it is, run as `-c` text
