@@ -38,12 +38,14 @@ def live_allocation(s: Session, allocation_id: str) -> models.Allocation:
 
 
 def allocation_of_token(s: Session, token_hash: str) -> str:
-    """The running allocation a token (by its hash) belongs to."""
-    allocation_id = s.scalar(select(models.Allocation.id).where(models.Allocation.token_hash == token_hash))
-    if allocation_id is None:
+    """The running allocation a token (by its hash) belongs to. One read: the row found is the
+    one live_allocation then checks (from the session, not read again), on every call trial code
+    makes."""
+    alloc = s.scalar(select(models.Allocation).where(models.Allocation.token_hash == token_hash))
+    if alloc is None:
         raise Unauthenticated("invalid allocation token")
-    live_allocation(s, allocation_id)
-    return str(allocation_id)
+    live_allocation(s, alloc.id)
+    return str(alloc.id)
 
 
 def own_trial(s: Session, principal: Principal) -> int:

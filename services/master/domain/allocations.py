@@ -285,7 +285,7 @@ def _spec_for(ctx: MasterContext, w: Work, alloc: models.Allocation, token: str)
         return spec
     # One read for the trial, its experiment, the owner's name and the archive's digest (the
     # column alone: the archive itself is not read here; the agent fetches it, when it must). Four
-    # reads, each flushing the allocation first, were a third of a hand-over's assignment.
+    # reads, the first flushing the allocation's changes, were a third of a hand-over's assignment.
     with w.session.no_autoflush:
         trial, exp, username, digest = w.session.execute(
             select(models.Trial, models.Experiment, models.User.username, models.ModelDefinition.digest)
