@@ -105,19 +105,23 @@ class NamespaceBinder:
 
     def __init__(self, pid: int) -> None:
         self._what = f"the namespace of process {pid}"
+        self._target = pid
         namespace = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
         try:
-            if os.fstat(namespace).st_ino == os.stat("/proc/self/ns/mnt").st_ino:
+            self._namespace_ino = os.fstat(namespace).st_ino
+            if self._namespace_ino == os.stat("/proc/self/ns/mnt").st_ino:
                 # Not in a namespace of its own (yet): binding would change this machine's mounts.
                 raise OSError(f"process {pid} shares this process's mount namespace")
-            orders_r, orders_w = os.pipe2(os.O_CLOEXEC)
-            errors_r, errors_w = os.pipe2(os.O_CLOEXEC)
+            pipes: list[int] = []
             try:
+                pipes += os.pipe2(os.O_CLOEXEC)
+                pipes += os.pipe2(os.O_CLOEXEC)
                 child = os.fork()
             except OSError:
-                for fd in (orders_r, orders_w, errors_r, errors_w):
+                for fd in pipes:
                     os.close(fd)
                 raise
+            orders_r, orders_w, errors_r, errors_w = pipes
             if child == 0:  # pragma: no cover - the child's outcome is reported through the pipe
                 _binder_child(namespace, orders_r, errors_w)
             os.close(orders_r)
@@ -127,6 +131,14 @@ class NamespaceBinder:
         self._pid: int | None = child
         self._orders: int | None = orders_w
         self._errors = errors_r
+
+    def still_current(self) -> bool:
+        """Whether the process is still in the namespace the child entered (a process may move to
+        another one meanwhile, and binds belong where it is at the hand-over)."""
+        try:
+            return os.stat(f"/proc/{self._target}/ns/mnt").st_ino == self._namespace_ino
+        except OSError:
+            return False
 
     def bind(self, binds: Sequence[Bind], unmount: Sequence[str] = ()) -> None:
         """Unmount, then bind (as bind_in_namespace); OSError when it fails."""

@@ -330,7 +330,9 @@ class PreparedInterpreter:
         final), a child enters that namespace to make the container's binds when they come (off
         the container's start: private_mounts.NamespaceBinder). Without a namespace of its own, or
         should this fail, `assign` binds as it did before, or refuses as it did before."""
-        if self._binder is not None:
+        if not self._unmount or self._binder is not None:
+            # Only a standby with a private /tmp of its own is known to have a namespace of its own;
+            # any other binds the way it always did, at the hand-over.
             return
         try:
             self._wait_until_python()
@@ -343,21 +345,25 @@ class PreparedInterpreter:
         OSError when it cannot be done (the caller starts the command cold)."""
         assert self._child.stdin is not None
         binder, self._binder = self._binder, None
-        if self._child.poll() is not None:
+        try:
+            if self._child.poll() is not None:
+                raise OSError(f"the prepared interpreter had exited (status {self._child.returncode})")
+            if command.binds or self._unmount:
+                if binder is not None and not binder.still_current():
+                    binder.discard()
+                    binder = None
+                try:
+                    if binder is not None:
+                        ahead, binder = binder, None
+                        ahead.bind(command.binds, self._unmount)
+                    else:
+                        self._wait_until_python()
+                        bind_in_namespace(self._child.pid, command.binds, self._unmount)
+                except OSError as exc:
+                    raise OSError(f"cannot bind the container's folders: {exc}") from exc
+        finally:
             if binder is not None:
                 binder.discard()
-            raise OSError(f"the prepared interpreter had exited (status {self._child.returncode})")
-        if command.binds or self._unmount:
-            try:
-                if binder is not None:
-                    binder.bind(command.binds, self._unmount)
-                else:
-                    self._wait_until_python()
-                    bind_in_namespace(self._child.pid, command.binds, self._unmount)
-            except OSError as exc:
-                raise OSError(f"cannot bind the container's folders: {exc}") from exc
-        elif binder is not None:
-            binder.discard()
         self._child.stdin.write(json.dumps(command.run.assignment(env, cwd)).encode() + b"\n")
         self._child.stdin.close()
         return self._child
@@ -385,7 +391,9 @@ class PreparedInterpreter:
         if self._binder is not None:
             self._binder.discard()
             self._binder = None
-        signal_group(self._child.pid, signal.SIGKILL)
+        if self._child.returncode is None:
+            # Not once it is reaped (a poll saw it end): its pid, and so its group, may be another's.
+            signal_group(self._child.pid, signal.SIGKILL)
         self._child.wait()
 
 

@@ -3,7 +3,9 @@ unary calls retried through short outages."""
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 from typing import TypeVar
 
 import grpc
@@ -70,11 +72,28 @@ class MasterSession:
 def warm_up() -> None:
     """Pay, ahead of any trial, what a process's first channel and stub cost whatever the master:
     called by an agent's prepared interpreter while it waits for its command (warm starts). gRPC's
-    core started, the channel machinery and the API's method table built, and in an interpreter
-    forked from a zygote, the pages they touch copied: ~2 ms of a warm trial's Core API start. The
-    channel is never dialled (channels connect on their first call) and is closed at once."""
+    one-time setup (a second channel costs a fifth of the first), the API's method table and, in
+    an interpreter forked from a zygote, the pages they touch copied: ~2-3 ms of a warm trial's
+    Core API start. The channel is never dialled (channels connect on their first call) and is
+    closed at once; the threads gRPC started for it end a few milliseconds later, and this waits
+    for that (briefly), so that the command starts in a process with no thread it did not start."""
+    threads_before = _thread_count()
     channel = grpc.insecure_channel("127.0.0.1:9", options=CHANNEL_OPTIONS)
     try:
         api_pb2_grpc.CairnStub(channel)
     finally:
         channel.close()
+    deadline = time.monotonic() + WARM_UP_SETTLE_S
+    while _thread_count() > threads_before and time.monotonic() < deadline:
+        time.sleep(0.001)
+
+
+# How long warm_up waits for gRPC's threads to end (they take ~2 ms).
+WARM_UP_SETTLE_S = 0.1
+
+
+def _thread_count() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 0  # no /proc: nothing to wait for
