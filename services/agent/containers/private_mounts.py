@@ -104,7 +104,6 @@ class NamespaceBinder:
     `discard`, either ends the child. Same caveat as bind_in_namespace: no gRPC in the caller."""
 
     def __init__(self, pid: int) -> None:
-        self._what = f"the namespace of process {pid}"
         self._target = pid
         namespace = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
         try:
@@ -149,7 +148,9 @@ class NamespaceBinder:
             pass  # the child ended already (its setns failed): its error follows
         status, error = self._end()
         if status != 0:
-            raise OSError(error or f"binding in {self._what} failed (status {status})")
+            raise OSError(
+                error or f"binding in the namespace of process {self._target} failed (status {status})"
+            )
 
     def discard(self) -> None:
         """Not needed: the child leaves without binding anything."""

@@ -30,11 +30,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO
 
-from services.agent.containers.private_mounts import NamespaceBinder, bind_in_namespace
+from services.agent.containers.private_mounts import Bind, NamespaceBinder, bind_in_namespace
 from services.agent.runtime.events import EventWriter, LogLine
 from services.agent.runtime.jsonfile import read_json, write_json_atomic
 from services.agent.runtime.log_lines import LineSplitter, parse_line
@@ -342,28 +342,16 @@ class PreparedInterpreter:
 
     def assign(self, command: WarmCommand, env: dict[str, str], cwd: str) -> Child:
         """Bind the container's folders in the interpreter's namespace, then hand it the command.
-        OSError when it cannot be done (the caller starts the command cold)."""
+        OSError when it cannot be done (the caller starts the command cold, and discards this)."""
         assert self._child.stdin is not None
-        binder, self._binder = self._binder, None
-        try:
-            if self._child.poll() is not None:
-                raise OSError(f"the prepared interpreter had exited (status {self._child.returncode})")
-            if command.binds or self._unmount:
-                if binder is not None and not binder.still_current():
-                    binder.discard()
-                    binder = None
-                try:
-                    if binder is not None:
-                        ahead, binder = binder, None
-                        ahead.bind(command.binds, self._unmount)
-                    else:
-                        self._wait_until_python()
-                        bind_in_namespace(self._child.pid, command.binds, self._unmount)
-                except OSError as exc:
-                    raise OSError(f"cannot bind the container's folders: {exc}") from exc
-        finally:
-            if binder is not None:
-                binder.discard()
+        if self._child.poll() is not None:
+            self._drop_binder()
+            raise OSError(f"the prepared interpreter had exited (status {self._child.returncode})")
+        if command.binds or self._unmount:
+            try:
+                self._bind(command.binds)
+            except OSError as exc:
+                raise OSError(f"cannot bind the container's folders: {exc}") from exc
         self._child.stdin.write(json.dumps(command.run.assignment(env, cwd)).encode() + b"\n")
         self._child.stdin.close()
         return self._child
@@ -387,10 +375,25 @@ class PreparedInterpreter:
                 raise OSError(f"the prepared interpreter did not start within {timeout:g} s")
             time.sleep(0.002)
 
-    def discard(self) -> None:
+    def _bind(self, binds: Sequence[Bind]) -> None:
+        """Through the child that entered the namespace ahead, if the interpreter is still in that
+        namespace; else as at the hand-over, in the one it is in now."""
+        binder, self._binder = self._binder, None
+        if binder is not None and binder.still_current():
+            binder.bind(binds, self._unmount)  # it ends its child, whatever happens
+            return
+        if binder is not None:
+            binder.discard()
+        self._wait_until_python()
+        bind_in_namespace(self._child.pid, binds, self._unmount)
+
+    def _drop_binder(self) -> None:
         if self._binder is not None:
             self._binder.discard()
             self._binder = None
+
+    def discard(self) -> None:
+        self._drop_binder()
         if self._child.returncode is None:
             # Not once it is reaped (a poll saw it end): its pid, and so its group, may be another's.
             signal_group(self._child.pid, signal.SIGKILL)

@@ -177,15 +177,14 @@ def serve() -> None:
     _leave(_run(assignment))
 
 
-# A preloaded module's function that does, while the interpreter waits, work its command's start
+# The preloaded module whose warm_up() does, while the interpreter waits, work its command's start
 # would otherwise do (the Core API's first gRPC channel). Looked up, not imported: this file runs
 # in the task's interpreter, which imports what the preloads imported and nothing more.
-_WARM_UP = ("cairn.core.master_session", "warm_up")
+_WARM_UP_MODULE = "cairn.core.master_session"
 
 
 def _warm_up() -> None:
-    module_name, function_name = _WARM_UP
-    function = getattr(sys.modules.get(module_name), function_name, None)
+    function = getattr(sys.modules.get(_WARM_UP_MODULE), "warm_up", None)
     if function is None:
         return
     try:

@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -62,19 +63,28 @@ def test_a_process_without_a_namespace_of_its_own_is_refused(tmp_path: Path) -> 
 
 
 def test_binds_land_in_the_namespace_and_nowhere_else(tmp_path: Path) -> None:
+    result, found, err = bound_in_a_probe(tmp_path, bind_in_namespace)
+    assert result.returncode == 0, result.stderr
+    assert found == "in the namespace", err
+    assert not mounted(tmp_path / "target")  # the agent's own namespace is untouched
+
+
+def bound_in_a_probe(
+    tmp_path: Path, bind: Callable[[int, Path, Path], subprocess.CompletedProcess[str]]
+) -> tuple[subprocess.CompletedProcess[str], str, str]:
+    """`bind(pid, source, target)` run against a namespace probe (the source holds a marker): what
+    it returned, and what the probe then found at the target (its stdout, stripped, and stderr)."""
     source, target = tmp_path / "source", tmp_path / "target"
     source.mkdir()
     (source / "marker").write_text("in the namespace")
     probe = namespace_probe(target)
     try:
-        result = bind_in_namespace(probe.pid, source, target)
-        assert result.returncode == 0, result.stderr
+        result = bind(probe.pid, source, target)
         out, err = probe.communicate(b"go\n", timeout=10)
     finally:
         probe.kill()
         probe.wait()
-    assert out.decode().strip() == "in the namespace", err
-    assert not mounted(target)  # the agent's own namespace is untouched
+    return result, out.decode().strip(), err.decode()
 
 
 def wait_until_shell(pid: int) -> None:
@@ -160,37 +170,23 @@ def run_binder(pid: int, source: Path, target: Path, how: str) -> subprocess.Com
 
 
 def test_a_binder_made_ahead_binds_when_told_and_only_in_the_namespace(tmp_path: Path) -> None:
-    source, target = tmp_path / "source", tmp_path / "target"
-    source.mkdir()
-    (source / "marker").write_text("in the namespace")
-    probe = namespace_probe(target)
-    try:
-        result = run_binder(probe.pid, source, target, "bind")
-        assert result.returncode == 0, result.stderr
-        out, err = probe.communicate(b"go\n", timeout=10)
-    finally:
-        probe.kill()
-        probe.wait()
-    assert out.decode().strip() == "in the namespace", err
-    assert not mounted(target)
+    result, found, err = bound_in_a_probe(
+        tmp_path, lambda pid, source, target: run_binder(pid, source, target, "bind")
+    )
+    assert result.returncode == 0, result.stderr
+    assert found == "in the namespace", err
+    assert not mounted(tmp_path / "target")
     # Its child kept no descriptor of the shim's but its own, and was reaped.
     assert json.loads(result.stdout.splitlines()[-1]) == {"held_open": False, "children_left": False}
 
 
 @pytest.mark.parametrize("how", ["discard", "fail"])
 def test_a_discarded_or_failed_binder_binds_nothing_and_leaves_nothing(tmp_path: Path, how: str) -> None:
-    source, target = tmp_path / "source", tmp_path / "target"
-    source.mkdir()
-    (source / "marker").write_text("in the namespace")
-    probe = namespace_probe(target)
-    try:
-        result = run_binder(probe.pid, source, target, how)
-        assert result.returncode == 0, result.stderr
-        out, _ = probe.communicate(b"go\n", timeout=10)
-    finally:
-        probe.kill()
-        probe.wait()
-    assert out.decode().strip() == ""
+    result, found, _ = bound_in_a_probe(
+        tmp_path, lambda pid, source, target: run_binder(pid, source, target, how)
+    )
+    assert result.returncode == 0, result.stderr
+    assert found == ""
     if how == "fail":
         assert "mount --bind" in result.stdout and "missing" in result.stdout
     assert json.loads(result.stdout.splitlines()[-1]) == {"held_open": False, "children_left": False}
