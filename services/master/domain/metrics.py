@@ -289,8 +289,10 @@ def report(
     run_id: int,
     batch: list[Report] | metric_columns.FlatBatch,
     after_seq: int = 0,
+    progress: float | None = None,
 ) -> ReportResult:
-    """Store reports; says how many were new, how many were resends, and the highest seq stored.
+    """Store reports, then the trial's `progress` when given (the Core API's progress rides on its
+    batches); says how many were new, how many were resends, and the highest seq stored.
 
     Set-based: one query for the sequence numbers already held, one UPDATE per group to archive an
     earlier run's rows, one multi-row INSERT for every new report, and the trial's summary folded
@@ -313,6 +315,8 @@ def report(
             _check_report(index, item)
     if after_seq < 0:
         raise InvalidArgument("after_seq: must be >= 0")
+    if progress is not None:
+        check_progress(progress)
     # Outside the unit of work: the batch waited for takes the trial's lock to be stored.
     if after_seq and not ctx.intake_order.wait_turn(
         (trial_id, run_id), after_seq, lambda: _max_stored_seq(ctx, principal, trial_id, run_id)
@@ -321,13 +325,16 @@ def report(
             f"trial {trial_id}: reports up to seq {after_seq} are not stored yet; this batch follows them"
         )
     now = utcnow()
-    lock = _intake_lock(ctx, trial_id, [] if flat is not None else reports)
+    lock = _intake_lock(ctx, trial_id, [] if flat is not None else reports, progress)
     with ctx.unit_of_work(lock) as w:
         trial, exp = _intake_trial(w, principal, trial_id)
         if run_id != trial.run_id:
             raise FailedPrecondition(
                 f"trial {trial_id} is on run {trial.run_id}; reports of run {run_id} are no longer accepted"
             )
+        if progress is not None:
+            # Stored with the reports (the unit of work is all or nothing), in the batches' order.
+            _set_progress(ctx, w, trial, exp, progress)
         seqs = flat.seqs if flat is not None else [r.seq for r in reports if r.seq is not None]
         seen, max_seq = _stored_seqs(w, trial_id, run_id, seqs)
         if flat is not None and not seen:
@@ -442,7 +449,9 @@ def _max_stored_seq(ctx: MasterContext, principal: Principal, trial_id: int, run
     return int(found or 0)
 
 
-def _intake_lock(ctx: MasterContext, trial_id: int, reports: list[Report]) -> threading.Lock | None:
+def _intake_lock(
+    ctx: MasterContext, trial_id: int, reports: list[Report], progress: float | None = None
+) -> threading.Lock | None:
     """The lock a batch is stored under; None: the process-wide one, as every state change.
 
     On PostgreSQL, a batch without validations takes only its trial's lock, so that intake for
@@ -450,9 +459,9 @@ def _intake_lock(ctx: MasterContext, trial_id: int, reports: list[Report]) -> th
     batch writes nothing but the trial's metric rows and the columns only intake writes (the
     summary, total_batches) and sends nothing: other units updating the trial's other columns meet
     it in PostgreSQL's row lock, not in a lost update. A validation tells the searcher (an outbox
-    event, ordered against the trial's exit), and SQLite has a single writer anyway: those keep the
-    process-wide lock."""
-    if ctx.db.dialect != "postgresql" or any(r.group == VALIDATION for r in reports):
+    event, ordered against the trial's exit), and so may progress; SQLite has a single writer
+    anyway: those keep the process-wide lock."""
+    if ctx.db.dialect != "postgresql" or progress is not None or any(r.group == VALIDATION for r in reports):
         return None
     return ctx.trial_locks.of(trial_id)
 
@@ -588,24 +597,34 @@ def progress_mark(progress: float) -> int:
     return math.floor(progress / PROGRESS_STEP + 1e-9)
 
 
-def report_progress(ctx: MasterContext, principal: Principal, trial_id: int, progress: float) -> None:
+def check_progress(progress: float) -> None:
     if not 0.0 <= progress <= 1.0 or math.isnan(progress):
         raise InvalidArgument("progress: must be between 0 and 1")
+
+
+def report_progress(ctx: MasterContext, principal: Principal, trial_id: int, progress: float) -> None:
+    check_progress(progress)
     with ctx.unit_of_work() as w:
         trial = reporting_trial(w, principal, trial_id)
-        previous = trial.progress
-        trial.progress = progress
         exp = w.session.get_one(models.Experiment, trial.experiment_id)
-        # The searcher only needs progress that moved visibly (it shows in the experiment's
-        # progress): each report would cost a searcher round trip and a snapshot. So it hears when
-        # the trial passes a PROGRESS_STEP mark, and at the end.
-        if exp.state not in TERMINAL and (
-            progress_mark(progress) != progress_mark(previous) or progress == 1.0
-        ):
-            event = spb.SearcherEvent(
-                trial_progress=spb.TrialProgress(request_id=trial.request_id, progress=progress)
-            )
-            searcher_outbox.enqueue(ctx, w, exp.id, event)
+        _set_progress(ctx, w, trial, exp, progress)
+
+
+def _set_progress(
+    ctx: MasterContext, w: Work, trial: models.Trial, exp: models.Experiment, progress: float
+) -> None:
+    """The trial's progress (checked) is `progress`, in the caller's unit of work, which holds the
+    process-wide lock: the searcher may be told (an outbox event)."""
+    previous = trial.progress
+    trial.progress = progress
+    # The searcher only needs progress that moved visibly (it shows in the experiment's
+    # progress): each report would cost a searcher round trip and a snapshot. So it hears when
+    # the trial passes a PROGRESS_STEP mark, and at the end.
+    if exp.state not in TERMINAL and (progress_mark(progress) != progress_mark(previous) or progress == 1.0):
+        event = spb.SearcherEvent(
+            trial_progress=spb.TrialProgress(request_id=trial.request_id, progress=progress)
+        )
+        searcher_outbox.enqueue(ctx, w, exp.id, event)
 
 
 # Determined's harness sets a word or two ("training", "validating"); anything longer is refused.

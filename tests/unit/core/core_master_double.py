@@ -63,6 +63,10 @@ class MasterDouble(api_pb2_grpc.CairnServicer):
         self._stored_seqs: set[int] = set()
         # True: a master that keeps batches sent before the last was answered in order (after_seq).
         self.orders_batches = False
+        # Progress each batch carried, in the order stored; False: a master older than
+        # ReportTrialMetricsBatchRequest.progress (it neither reads nor stores it).
+        self.batch_progress: list[float] = []
+        self.reads_batch_progress = True
         self.metrics_gate = threading.Event()
         self.metrics_gate.set()
         # Holds the shipper's opening question (which seqs are stored?) while clear.
@@ -164,7 +168,8 @@ class MasterDouble(api_pb2_grpc.CairnServicer):
         reports = list(request.reports)
         if request.reports_json and self.reads_json_batches:
             reports = [_report_of(entry) for entry in json.loads(request.reports_json)]
-        if not reports:
+        carries_progress = request.HasField("progress") and self.reads_batch_progress
+        if not reports and not carries_progress:
             # The shipper's opening question (which seqs are stored?): not a batch the tests count.
             self.sequence_gate.wait(timeout=10.0)
             if self.refuse_sequence_queries:
@@ -190,11 +195,13 @@ class MasterDouble(api_pb2_grpc.CairnServicer):
                 self._stored_seqs.add(report.seq)
                 self.stored_reports.append(report)
                 stored += 1
+            if carries_progress:
+                self.batch_progress.append(request.progress)
             max_stored = max(self._stored_seqs, default=0)
             self._cond.notify_all()
         self._leave("ReportTrialMetricsBatch", failure, context)
         return trial_pb2.ReportTrialMetricsBatchResponse(
-            stored=stored, duplicates=duplicates, max_stored_seq=max_stored
+            stored=stored, duplicates=duplicates, max_stored_seq=max_stored, progress_stored=carries_progress
         )
 
     def ReportTrialProgress(

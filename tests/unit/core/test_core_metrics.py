@@ -327,10 +327,60 @@ def test_progress_early_exit_and_best_validation(cluster_env: ClusterEnv) -> Non
         core.train.report_early_exit(cairn.core.EarlyExitReason.USER_REQUESTED_STOP)
         # A second report is refused by the master and ignored, as in Determined.
         core.train.report_early_exit(cairn.core.EarlyExitReason.INVALID_HP)
-    (progress,) = master.calls.of("ReportTrialProgress")
-    assert (progress.trial_id, progress.progress, progress.is_raw) == (3, 0.25, True)
+    assert master.batch_progress == [0.25]
+    (batch,) = [call for call in master.calls.of("ReportTrialMetricsBatch") if call.HasField("progress")]
+    assert batch.trial_id == 3
     first_exit = master.calls.of("ReportTrialSearcherEarlyExit")[0]
     assert first_exit.early_exit.reason == first_exit.early_exit.EXITED_REASON_USER_REQUESTED_STOP
+
+
+def test_progress_rides_on_the_batch_of_the_reports_around_it(cluster_env: ClusterEnv) -> None:
+    """An epoch's validation and its progress are one call; of progress reported faster than the
+    sender sends, only the latest goes."""
+    master = cluster_env.master
+    with cairn.core.init() as core:
+        core.train.report_validation_metrics(1, {"loss": 0.5})
+        core.train.report_progress(0.1)
+        core.train.report_progress(0.2)
+        assert core.train.flush(timeout=10.0)  # type: ignore[attr-defined]
+        assert master.batch_progress == [0.2]
+    (batch,) = _batches(cluster_env)
+    assert _batch_seqs(batch) == [1] and batch.progress == 0.2
+    assert not master.calls.of("ReportTrialProgress")
+
+
+def test_progress_alone_is_stored_by_the_close(cluster_env: ClusterEnv) -> None:
+    """Progress with no report queued goes in a batch of its own, and the close waits for it."""
+    cluster_env.master.metrics_gate.clear()  # held until the close is under way
+    core = cairn.core.init()
+    core.start()
+    core.train.report_progress(0.75)
+    threading.Timer(0.3, cluster_env.master.metrics_gate.set).start()
+    core.close()
+    assert cluster_env.master.batch_progress == [0.75]
+    assert cluster_env.master.stored_reports == []
+
+
+def test_progress_that_cannot_be_stored_fails_the_close(cluster_env: ClusterEnv) -> None:
+    cluster_env.master.fail("ReportTrialMetricsBatch", grpc.StatusCode.FAILED_PRECONDITION)
+    core = cairn.core.init()
+    core.start()
+    core.train.report_progress(0.5)
+    with pytest.raises(cairn.core.MetricsReportError, match="progress not stored"):
+        core.close()
+    assert cluster_env.master.batch_progress == []
+
+
+def test_an_older_master_that_reads_no_progress_in_batches_gets_its_own_call(
+    cluster_env: ClusterEnv,
+) -> None:
+    cluster_env.master.reads_batch_progress = False
+    with cairn.core.init() as core:
+        core.train.report_training_metrics(1, {"loss": 1.0})
+        core.train.report_progress(0.5)
+    (progress,) = cluster_env.master.calls.of("ReportTrialProgress")
+    assert (progress.trial_id, progress.progress, progress.is_raw) == (3, 0.5, True)
+    assert _seqs(cluster_env.master.stored_reports) == [1]
 
 
 def test_every_call_carries_the_allocation_token(cluster_env: ClusterEnv) -> None:

@@ -241,6 +241,7 @@ def cluster_context(
             trial_id=trial.trial_id,
             allocation_id=info.allocation_id,
             config=trial.config,
+            report_progress=train.report_progress,
             distributed=distributed,
         ),
         info=info,

@@ -11,6 +11,10 @@ Each report gets a sequence number when it is queued (1, 2, 3, ... per allocatio
 resent after a failure whose outcome was unknown is stored once by the master. A failure that
 outlasts the retry budget, or a refusal, stops the shipper; the error is raised to the training
 code on its next report and when the context closes, never dropped.
+
+The trial's progress travels the same way: the latest value rides on the next batch (one with no
+report if none is queued), stored after the batches before it; reporting it each epoch costs no
+call of its own, and a flush waits for it as for the reports.
 """
 
 from __future__ import annotations
@@ -81,6 +85,22 @@ class _Queued(NamedTuple):
         )
 
 
+class _Progress(NamedTuple):
+    value: float
+    number: int  # the shipper's _progress_reported when it was reported
+
+
+class _Outgoing(NamedTuple):
+    batch: list[_Queued]
+    progress: _Progress | None
+    after_seq: int
+
+    def describe(self) -> str:
+        if not self.batch:
+            return "progress"
+        return f"seqs={self.batch[0].seq}..{self.batch[-1].seq}"
+
+
 class MetricsShipper:
     def __init__(
         self, session: MasterSession, *, trial_id: int, trial_run_id: int, allocation_id: str
@@ -101,6 +121,11 @@ class MetricsShipper:
         self._state = threading.Condition()
         self._last_queued = 0
         self._last_stored = 0
+        # The latest progress not yet taken by the sender (under _queue_lock), and how many times
+        # progress was reported, and stored (under _state): a flush waits for the last one too.
+        self._progress: float | None = None
+        self._progress_reported = 0
+        self._progress_stored = 0
         self._failure: MetricsReportError | None = None
         self._stopping = threading.Event()
         # Set once the sender learned where this allocation's numbering stands (or failed to):
@@ -113,8 +138,8 @@ class MetricsShipper:
         # Batches on their way: one, or two once the master keeps them in order (_run).
         self._slots = threading.Semaphore(1)
         # Sent by two daemon threads (a process exiting without closing the Core API must not wait
-        # on a retrying call), each taking (batch, after_seq) in turn; None ends one.
-        self._outgoing: queue.SimpleQueue[tuple[list[_Queued], int] | None] = queue.SimpleQueue()
+        # on a retrying call), each taking one in turn; None ends one.
+        self._outgoing: queue.SimpleQueue[_Outgoing | None] = queue.SimpleQueue()
         self._last_sent = 0
 
     def start(self) -> None:
@@ -170,6 +195,24 @@ class MetricsShipper:
         if failure is not None:
             raise failure
 
+    def _check_running(self) -> None:
+        if self._thread is None or self._stopping.is_set():
+            raise RuntimeError(
+                "the Core API is not running: report metrics inside `with cairn.core.init() as core:`"
+            )
+
+    def report_progress(self, progress: float) -> None:
+        """Send the trial's progress (checked) with the next batch; only the latest is sent."""
+        self._check_running()
+        with self._queue_lock:
+            self.raise_if_failed()
+            self._progress = progress
+            with self._state:
+                self._progress_reported += 1
+            idle = not self._queue
+        if idle:
+            self._reported.set()
+
     def submit(
         self,
         group: str,
@@ -178,10 +221,7 @@ class MetricsShipper:
         batch_metrics: Sequence[Mapping[str, JsonValue]] | None,
     ) -> None:
         """Queue a report (already checked and plain); waits while the queue is full."""
-        if self._thread is None or self._stopping.is_set():
-            raise RuntimeError(
-                "the Core API is not running: report metrics inside `with cairn.core.init() as core:`"
-            )
+        self._check_running()
         reported_at = time.time()
         if not self._numbered.is_set():
             # Only the first report of a process can get here before the sender's first answer.
@@ -208,12 +248,12 @@ class MetricsShipper:
         Raises the shipper's failure."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._state:
-            pending = self._last_stored < self._last_queued
+            pending = self._pending()
         if pending:
             self._send_now.set()  # cut the sender's linger short
             self._reported.set()
         with self._state:
-            while self._failure is None and self._last_stored < self._last_queued:
+            while self._failure is None and self._pending():
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return False
@@ -221,6 +261,10 @@ class MetricsShipper:
             if self._failure is not None:
                 raise self._failure
             return True
+
+    def _pending(self) -> bool:
+        """Reports or progress not stored yet (under _state)."""
+        return self._last_stored < self._last_queued or self._progress_stored < self._progress_reported
 
     def close(self, flush_timeout: float | None) -> None:
         """Flush (for at most `flush_timeout`), then stop the sender. Raises the shipper's failure;
@@ -269,10 +313,14 @@ class MetricsShipper:
                 # A slot first, then the batch: what waits for a slot stays in the queue, whose
                 # bound holds the training code back.
                 self._slots.acquire()
-                batch = self._collect() if self._failure is None else []
-                if batch:
-                    after_seq, self._last_sent = self._last_sent, batch[-1].seq
-                    self._outgoing.put((batch, after_seq if response.ordered_batches else 0))
+                batch, progress = self._collect() if self._failure is None else ([], None)
+                if batch or progress is not None:
+                    after_seq = self._last_sent
+                    if batch:
+                        self._last_sent = batch[-1].seq
+                    self._outgoing.put(
+                        _Outgoing(batch, progress, after_seq if response.ordered_batches else 0)
+                    )
                     continue
                 self._slots.release()
                 if self._stopping.is_set() or self._failure is not None:
@@ -285,11 +333,11 @@ class MetricsShipper:
 
     def _send_each(self) -> None:
         while (item := self._outgoing.get()) is not None:
-            self._send_one(*item)
+            self._send_one(item)
 
-    def _send_one(self, batch: list[_Queued], after_seq: int) -> None:
+    def _send_one(self, item: _Outgoing) -> None:
         try:
-            self._send(batch, after_seq)
+            self._send(item)
         except MetricsReportError as failure:
             self._fail(failure)
             return
@@ -297,44 +345,56 @@ class MetricsShipper:
             self._slots.release()
         with self._state:
             # A batch stored means every one before it is (the master kept their order).
-            self._last_stored = max(self._last_stored, batch[-1].seq)
+            if item.batch:
+                self._last_stored = max(self._last_stored, item.batch[-1].seq)
+            if item.progress is not None:
+                self._progress_stored = max(self._progress_stored, item.progress.number)
             self._state.notify_all()
 
     def _full_batch_queued(self) -> bool:
         with self._queue_lock:
             return len(self._queue) >= self._settings.metrics_batch_size
 
-    def _take(self) -> list[_Queued]:
+    def _take(self) -> tuple[list[_Queued], _Progress | None]:
         with self._queue_lock:
             size = self._settings.metrics_batch_size
             batch, self._queue = self._queue[:size], self._queue[size:]
+            progress = None
+            if self._progress is not None:
+                with self._state:
+                    progress = _Progress(self._progress, self._progress_reported)
+                self._progress = None
             self._room.notify_all()
-        return batch
+        return batch, progress
 
-    def _collect(self) -> list[_Queued]:
-        """The next batch: waits for a first report, then lingers briefly for more (unless a full
-        batch, a flush or the exit says to send now)."""
+    def _collect(self) -> tuple[list[_Queued], _Progress | None]:
+        """The next batch and the latest progress: waits for a first report (or progress), then
+        lingers briefly for more (unless a full batch, a flush or the exit says to send now)."""
         while True:
             with self._queue_lock:
-                waiting = bool(self._queue)
+                waiting = bool(self._queue) or self._progress is not None
                 if not waiting:
                     self._reported.clear()
             if waiting:
                 break
             if self._stopping.is_set():
-                return []
+                return [], None
             self._reported.wait(0.5)
         self._send_now.wait(self._settings.metrics_linger_s)
         self._send_now.clear()
-        batch = self._take()
+        batch, progress = self._take()
         if self._full_batch_queued():
             self._send_now.set()  # a full batch waits: no linger for it
-        return batch
+        return batch, progress
 
-    def _request(self, batch: list[_Queued], after_seq: int = 0) -> trial_pb2.ReportTrialMetricsBatchRequest:
+    def _request(
+        self, batch: list[_Queued], after_seq: int = 0, progress: _Progress | None = None
+    ) -> trial_pb2.ReportTrialMetricsBatchRequest:
         request = trial_pb2.ReportTrialMetricsBatchRequest(
             trial_id=self._trial_id, trial_run_id=self._trial_run_id, after_seq=after_seq
         )
+        if progress is not None:
+            request.progress = progress.value
         if self._json_wire:
             rows = [
                 [q.seq, q.group, q.steps_completed, q.report_time, q.metrics, q.batch_metrics] for q in batch
@@ -344,30 +404,41 @@ class MetricsShipper:
             request.reports.extend(queued.message() for queued in batch)
         return request
 
-    def _send(self, batch: list[_Queued], after_seq: int = 0) -> None:
+    def _send(self, item: _Outgoing) -> None:
+        batch, progress = item.batch, item.progress
         failed_attempts: list[grpc.RpcError] = []
 
         def note_failure(exc: grpc.RpcError) -> None:
             failed_attempts.append(exc)
             log.warning(
-                "sending metrics failed, will retry: trial_id=%s seqs=%d..%d error=%s",
+                "sending metrics failed, will retry: trial_id=%s %s error=%s",
                 self._trial_id,
-                batch[0].seq,
-                batch[-1].seq,
+                item.describe(),
                 describe(exc),
             )
 
         try:
-            response = self._call(self._request(batch, after_seq), on_failed_attempt=note_failure)
-            if self._json_wire and response.stored + response.duplicates == 0:
+            response = self._call(
+                self._request(batch, item.after_seq, progress), on_failed_attempt=note_failure
+            )
+            if batch and self._json_wire and response.stored + response.duplicates == 0:
                 # A master older than the JSON form read no report from it: send as messages.
                 log.info("the master reads no JSON metric batches; sending them as messages")
                 self._json_wire = False
-                response = self._call(self._request(batch), on_failed_attempt=note_failure)
+                response = self._call(self._request(batch, 0, progress), on_failed_attempt=note_failure)
+            if progress is not None and not response.progress_stored:
+                # A master older than progress in batches: its own call.
+                self._session.call(
+                    self._session.stub.ReportTrialProgress,
+                    trial_pb2.ReportTrialProgressRequest(
+                        trial_id=self._trial_id, progress=progress.value, is_raw=True
+                    ),
+                    what="ReportTrialProgress",
+                )
         except MasterCallError as exc:
+            unsent = f"reports from seq {batch[0].seq} on were not stored" if batch else "progress not stored"
             raise MetricsReportError(
-                f"metrics of trial {self._trial_id} could not be stored ({exc}); reports from seq "
-                f"{batch[0].seq} on were not stored"
+                f"metrics of trial {self._trial_id} could not be stored ({exc}); {unsent}"
             ) from exc
         if response.duplicates and not failed_attempts:
             # Nothing of this batch was sent before, yet the master had these numbers: another

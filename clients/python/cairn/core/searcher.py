@@ -130,12 +130,15 @@ class ClusterSearcherContext(SearcherContext):
         trial_id: int,
         allocation_id: str,
         config: Mapping[str, Any],
+        report_progress: Callable[[float], None],
         distributed: DistributedContext | None = None,
     ) -> None:
         self._session = session
         self._trial_id = trial_id
         self._allocation_id = allocation_id
         self._config = config
+        # The train context's: progress goes with its metric batches, not a call of its own.
+        self._report_progress = report_progress
         self._distributed = distributed or DistributedContext.single()
 
     def _current(self) -> trial_pb2.GetCurrentTrialSearcherOperationResponse:
@@ -209,13 +212,6 @@ class ClusterSearcherContext(SearcherContext):
     def _operation(self, wire: trial_pb2.TrialOperation) -> SearcherOperation:
         length = int(wire.validate_after.length)
 
-        def progress(fraction: float) -> None:
-            self._session.call(
-                self._session.stub.ReportTrialProgress,
-                trial_pb2.ReportTrialProgressRequest(trial_id=self._trial_id, progress=fraction, is_raw=True),
-                what="ReportTrialProgress",
-            )
-
         def completed(metric: float) -> None:
             completed_op = trial_pb2.TrialOperation()
             completed_op.CopyFrom(wire)
@@ -233,7 +229,7 @@ class ClusterSearcherContext(SearcherContext):
                 metric,
             )
 
-        return SearcherOperation(length, on_progress=progress, on_completed=completed)
+        return SearcherOperation(length, on_progress=self._report_progress, on_completed=completed)
 
     def acknowledge_out_of_ops(self) -> None:
         if not self._distributed.is_chief:

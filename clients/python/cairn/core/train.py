@@ -126,7 +126,9 @@ class TrainContext(abc.ABC):
         self._tensorboard.on_report(group, steps, plain, plain_batches)
 
     def report_progress(self, progress: float) -> None:
-        """Report the fraction of the trial's work done, in [0, 1] (shown in the WebUI)."""
+        """Report the fraction of the trial's work done, in [0, 1] (shown in the WebUI). It goes with
+        the next metric batch (only the latest of several does), not in a call of its own, and is
+        stored by the time `flush()` or the context's close returns."""
         self._raise_if_failed()
         fraction = plain_number(progress, "progress")
         if math.isnan(fraction) or not 0.0 <= fraction <= 1.0:
@@ -241,11 +243,9 @@ class ClusterTrainContext(TrainContext):
 
     def _send_progress(self, progress: float) -> None:
         self._check_chief("report progress")
-        self._session.call(
-            self._session.stub.ReportTrialProgress,
-            trial_pb2.ReportTrialProgressRequest(trial_id=self._trial_id, progress=progress, is_raw=True),
-            what="ReportTrialProgress",
-        )
+        # With the next metric batch (in order with the reports before it), stored by the time a
+        # flush or the context's close returns.
+        self._shipper.report_progress(progress)
 
     def _send_early_exit(self, reason: EarlyExitReason) -> None:
         self._check_chief("report an early exit")

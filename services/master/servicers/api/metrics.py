@@ -70,12 +70,14 @@ class MetricsApi(ServicerBase):
             request.trial_run_id,
             metrics_wire.batch_of(request),
             after_seq=request.after_seq,
+            progress=request.progress if request.HasField("progress") else None,
         )
         return tpb.ReportTrialMetricsBatchResponse(
             stored=result.stored,
             duplicates=result.duplicates,
             max_stored_seq=result.max_stored_seq,
             ordered_batches=True,
+            progress_stored=request.HasField("progress"),
         )
 
     @stream_rpc
