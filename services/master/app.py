@@ -67,8 +67,8 @@ from services.master.servicers.agent_stream import AgentStreamServicer
 from services.master.servicers.api.base import ApiDeps
 from services.master.servicers.api.service import CairnServicer
 from services.master.servicers.auth import PUBLIC_METHODS, master_authenticator
-from services.master.servicers.follow_slots import FollowSlots
 from services.master.servicers.read_cache import ReadCache, RowCache
+from services.master.servicers.thread_slots import FollowSlots, SignalWaitSlots
 from services.master.settings import Settings
 from services.master.store import models
 from services.master.store.db import Database
@@ -185,6 +185,7 @@ class Master:
             database=self.db.dialect,
             master_log=self.master_log,
             follow_slots=FollowSlots(settings.max_log_followers),
+            signal_wait_slots=SignalWaitSlots(settings.max_signal_waiters),
         )
         api = CairnServicer(deps)
         agent_stream = AgentStreamServicer(ctx, self.logs, settings.max_agents)
@@ -207,8 +208,11 @@ class Master:
             port=settings.grpc_port,
             interceptors=interceptors,
             # Followers and agents' streams never take the ordinary calls' threads: they have their
-            # own (follow_slots.py, agent_stream.py).
-            max_workers=settings.rpc_workers + settings.max_log_followers + settings.max_agents,
+            # own, and so do calls waiting for signals (thread_slots.py, agent_stream.py).
+            max_workers=settings.rpc_workers
+            + settings.max_log_followers
+            + settings.max_agents
+            + settings.max_signal_waiters,
             tls=tls,
             # The REST gateway's streams and worker processes dial back in; under TLS, on loopback.
             loopback_plaintext=tls is not None,

@@ -85,7 +85,7 @@ class Settings:
     # gRPC server threads for ordinary calls (reports, agents' streams, CLI and REST calls).
     rpc_workers: int = 256
     # Followed log streams served at once, each on a thread of its own beside rpc_workers
-    # (servicers/follow_slots.py): 512 is 2.5 times the 200 followers a busy team was seen to open,
+    # (servicers/thread_slots.py): 512 is 2.5 times the 200 followers a busy team was seen to open,
     # and each costs an idle thread and a database poll a second.
     max_log_followers: int = 512
     # Agent streams served at once, each on a thread of its own beside the two above: an agent's
@@ -94,6 +94,12 @@ class Settings:
     # every other call waited for good (bench/sim_agents.py, at 1,000 agents). Threads are made as
     # streams open, so an unused slot costs nothing.
     max_agents: int = 2048
+    # Calls waiting for an allocation's signals (a running trial's WatchAllocationSignals, a
+    # stock Determined client's preemption long poll), each on a thread of its own beside the
+    # three above (servicers/thread_slots.py): every running trial keeps one, so these are sized
+    # for a large cluster's running trials; past them a watch is told the state and asks again
+    # later, and a long poll is refused (Determined's client asks again 10 s later).
+    max_signal_waiters: int = 4096
     # The HTTP server (gateway/http_limits.py): ordinary requests handled at once (more queue,
     # then get 503), and connections open at once (more are refused).
     http_workers: int = 64
@@ -265,6 +271,7 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
         initial_user_password=args.initial_user_password,
         max_log_followers=args.max_log_followers,
         max_agents=args.max_agents,
+        max_signal_waiters=args.max_signal_waiters,
         http_workers=args.http_workers,
         max_http_connections=args.max_http_connections,
         http_processes=args.http_processes,
@@ -294,6 +301,7 @@ def _plugins(items: list[str], parser: argparse.ArgumentParser) -> tuple[tuple[s
 # Each follower is a thread: past this the process's threads, not the setting, are the limit.
 MAX_LOG_FOLLOWERS = 10_000
 MAX_AGENTS = 20_000
+MAX_SIGNAL_WAITERS = 50_000
 MAX_HTTP_WORKERS = 4096
 MAX_HTTP_CONNECTIONS = 100_000
 # Each is a Python process of ~60 MB; beyond the cores of a big machine more only contend.
@@ -340,6 +348,13 @@ def add_login_flags(parser: argparse.ArgumentParser) -> None:
         default=int(env("CAIRN_MAX_AGENTS", str(Settings.max_agents))),
         help="agents connected at once, each stream on a thread of its own; more are refused (and "
         "retry) until one leaves",
+    )
+    parser.add_argument(
+        "--max-signal-waiters",
+        type=int,
+        default=int(env("CAIRN_MAX_SIGNAL_WAITERS", str(Settings.max_signal_waiters))),
+        help="calls waiting for allocation signals at once (running trials' signal watches, "
+        "preemption long polls), each on a thread of its own; past them a watch asks again later",
     )
     parser.add_argument(
         "--http-workers",
@@ -410,6 +425,7 @@ def check_login_flags(args: argparse.Namespace, parser: argparse.ArgumentParser)
         )
     for flag, value, most in (
         ("--max-agents", args.max_agents, MAX_AGENTS),
+        ("--max-signal-waiters", args.max_signal_waiters, MAX_SIGNAL_WAITERS),
         ("--http-workers", args.http_workers, MAX_HTTP_WORKERS),
         ("--max-http-connections", args.max_http_connections, MAX_HTTP_CONNECTIONS),
         ("--http-processes", args.http_processes, MAX_HTTP_PROCESSES),

@@ -54,6 +54,7 @@ SHOWN_SETTINGS = frozenset(
         "rpc_workers",
         "max_log_followers",
         "max_agents",
+        "max_signal_waiters",
         "http_workers",
         "http_processes",
         "max_http_connections",
@@ -199,10 +200,12 @@ def effective_config(ctx: MasterContext) -> dict[str, Any]:
         # Where experiments that name no checkpoint storage keep their checkpoints.
         "checkpoint_dir": str(settings.checkpoint_dir),
         "read_cache_entries": settings.read_cache_entries,
-        # gRPC threads: ordinary calls, and followed log streams and agents' streams beside them.
+        # gRPC threads: ordinary calls, and followed log streams, agents' streams and calls waiting
+        # for signals beside them.
         "rpc_workers": settings.rpc_workers,
         "max_log_followers": settings.max_log_followers,
         "max_agents": settings.max_agents,
+        "max_signal_waiters": settings.max_signal_waiters,
         # The HTTP server: ordinary requests at once, and open connections (http_limits.py).
         "http_workers": settings.http_workers,
         "http_processes": settings.http_processes,

@@ -3,8 +3,10 @@ to train (searcher operations)."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 from sqlalchemy import exists, func, select
@@ -20,6 +22,10 @@ from services.master.domain.states import TERMINAL
 from services.master.domain.states import AllocationState as A
 from services.master.domain.topics import allocation_topic, searcher_answers_topic, trial_topic
 from services.master.store import models
+
+# Held while a call waits for signals: a server thread is taken for that long (the servicer's
+# bounded slots; ResourceExhausted when none is free). A call that answers at once takes none.
+WaitHold = Callable[[], AbstractContextManager[None]]
 
 
 @dataclass(frozen=True)
@@ -55,11 +61,27 @@ def signal_state(ctx: MasterContext, allocation_id: str) -> tuple[SignalState, s
         )
 
 
-def wait_preemption(ctx: MasterContext, principal: Principal, allocation_id: str, timeout_s: float) -> bool:
-    """Determined's long poll: answer at once if preempted, else when it happens or at the timeout."""
+def wait_preemption(
+    ctx: MasterContext,
+    principal: Principal,
+    allocation_id: str,
+    timeout_s: float,
+    hold: WaitHold = contextlib.nullcontext,
+) -> bool:
+    """Determined's long poll: answer at once if preempted, else when it happens or at the timeout.
+    The wait is made under `hold` (which may refuse it)."""
     _check_owner(ctx, principal, allocation_id)
     state, topic = signal_state(ctx, allocation_id)
     deadline = time.monotonic() + max(0.0, min(timeout_s, 3600.0))
+    if state.preempt or state.ended or deadline <= time.monotonic():
+        return state.preempt
+    with hold():
+        return _wait_preemption(ctx, allocation_id, state, topic, deadline)
+
+
+def _wait_preemption(
+    ctx: MasterContext, allocation_id: str, state: SignalState, topic: str, deadline: float
+) -> bool:
     while not state.preempt and not state.ended and not ctx.topics.closed:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
@@ -97,12 +119,27 @@ def notify_exiting(ctx: MasterContext, principal: Principal, allocation_id: str)
 
 
 def watch(
-    ctx: MasterContext, principal: Principal, allocation_id: str, is_active: Callable[[], bool]
+    ctx: MasterContext,
+    principal: Principal,
+    allocation_id: str,
+    is_active: Callable[[], bool],
+    hold: WaitHold = contextlib.nullcontext,
 ) -> Iterator[SignalState]:
-    """The current state, then every change, until the allocation ends or the caller leaves."""
+    """The current state, then every change, until the allocation ends or the caller leaves. What
+    follows the first state is waited for under `hold` (which may refuse it, once the caller has
+    the state as it is)."""
     _check_owner(ctx, principal, allocation_id)
     state, topic = signal_state(ctx, allocation_id)
     yield state
+    if state.ended:
+        return
+    with hold():
+        yield from _changes(ctx, allocation_id, is_active, state, topic)
+
+
+def _changes(
+    ctx: MasterContext, allocation_id: str, is_active: Callable[[], bool], state: SignalState, topic: str
+) -> Iterator[SignalState]:
     while not state.ended and is_active() and not ctx.topics.closed:
         seen = ctx.topics.version(topic)
         latest, _ = signal_state(ctx, allocation_id)

@@ -87,6 +87,8 @@ class MasterDouble(api_pb2_grpc.CairnServicer):
         self.watch_unimplemented = False
         # Streams to break (UNAVAILABLE) right after their first message.
         self.streams_to_break = 0
+        # Streams to end with RESOURCE_EXHAUSTED after their first message (no room to wait).
+        self.streams_without_room = 0
         self.streams_opened = 0
 
     # ---- control from the tests ----
@@ -333,11 +335,16 @@ class MasterDouble(api_pb2_grpc.CairnServicer):
             break_after_first = self.streams_to_break > 0
             if break_after_first:
                 self.streams_to_break -= 1
+            no_room = self.streams_without_room > 0
+            if no_room:
+                self.streams_without_room -= 1
             last = SignalState(**vars(self.signals))
             first = self._signal(ALLOCATION_KIND.KIND_STATE)
         yield first
         if break_after_first:
             context.abort(grpc.StatusCode.UNAVAILABLE, "stream broke, as the test asked")
+        if no_room:
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "no room to wait, as the test asked")
         while True:
             with self._cond:
                 seen = vars(last)

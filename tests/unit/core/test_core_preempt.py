@@ -8,7 +8,10 @@ import grpc
 import pytest
 
 import cairn.core
+from cairn.core.cluster_info import get_cluster_info
+from cairn.core.context import cluster_context
 from cairn.core.preempt import ClusterPreemptContext
+from cairn.core.settings import CoreSettings
 from tests.unit.core.conftest import ClusterEnv
 from tests.unit.core.core_master_double import wait_for
 
@@ -59,6 +62,23 @@ def test_broken_stream_is_reopened(cluster_env: ClusterEnv) -> None:
         assert wait_for(lambda: master.streams_opened == 3, timeout=5.0)
         master.preempt()
         assert wait_for(core.preempt.should_preempt, timeout=1.0)
+
+
+def test_a_master_without_room_for_the_watch_to_wait_is_asked_again_later(cluster_env: ClusterEnv) -> None:
+    """It tells the state and ends the stream (its --max-signal-waiters are all taken): the watcher
+    asks again after watch_busy_poll_s (not its growing reconnect pauses) until there is room, and
+    a preemption is seen at the next ask."""
+    master = cluster_env.master
+    master.streams_without_room = 3
+    info = get_cluster_info()
+    assert info is not None
+    with cluster_context(info, settings=CoreSettings(watch_busy_poll_s=0.1)) as core:
+        assert wait_for(lambda: master.streams_opened == 2, timeout=2.0)
+        assert core.preempt.should_preempt() is False
+        master.preempt("no room, yet seen")
+        assert wait_for(core.preempt.should_preempt, timeout=1.0)
+        watcher = _watcher_of(core).watcher
+        assert watcher.polling and watcher.reason == "no room, yet seen"
 
 
 def test_master_without_the_stream_is_long_polled(cluster_env: ClusterEnv) -> None:

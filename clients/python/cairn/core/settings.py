@@ -29,3 +29,7 @@ class CoreSettings:
     watch_healthy_after_s: float = 30.0
     # Determined's preemption long poll asks for this many seconds at a time.
     long_poll_s: int = 60
+    # A master with no room for one more waiting signal watch (its --max-signal-waiters) tells the
+    # state as it is and ends the stream: asked again after about this long (give or take a fifth,
+    # so that many trials spread their asks), until it has room.
+    watch_busy_poll_s: float = 10.0

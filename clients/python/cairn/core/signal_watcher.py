@@ -9,6 +9,7 @@ is nothing more to learn, and the watcher stops.
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from collections.abc import Iterator
@@ -37,6 +38,8 @@ class AllocationSignalWatcher:
         self.reason = ""
         self.searcher_target = 0
         self.using_long_poll = False
+        # The master had no room for this watch to wait (it polls meanwhile); logged once.
+        self.polling = False
 
     @property
     def started(self) -> bool:
@@ -79,6 +82,10 @@ class AllocationSignalWatcher:
                     log.info("the master has no signal stream; using the preemption long poll")
                     self.using_long_poll = True
                     continue
+                if status_code(exc) == grpc.StatusCode.RESOURCE_EXHAUSTED and not self._preempted.is_set():
+                    # The state as it is came first; what changes is learned at the next ask.
+                    self._poll_later()
+                    continue
                 log.warning(
                     "watching for preemption failed; retrying: allocation_id=%s error=%s",
                     self._allocation_id,
@@ -89,6 +96,17 @@ class AllocationSignalWatcher:
             if time.monotonic() - opened >= self._settings.watch_healthy_after_s:
                 delays = self._settings.watch_retry.delays()
             self._closing.wait(next(delays))
+
+    def _poll_later(self) -> None:
+        if not self.polling:
+            self.polling = True
+            log.info(
+                "the master has no room for this signal watch to wait; asking every ~%.0f s: "
+                "allocation_id=%s",
+                self._settings.watch_busy_poll_s,
+                self._allocation_id,
+            )
+        self._closing.wait(self._settings.watch_busy_poll_s * random.uniform(0.8, 1.2))
 
     def _register(self, call: grpc.RpcContext) -> bool:
         """Remember the call so close() can cancel it; False when closing already began."""

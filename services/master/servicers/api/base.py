@@ -16,8 +16,8 @@ from services.master.domain.master_log import MasterLogRing
 from services.master.domain.samples import SampleCache
 from services.master.domain.scheduling import WaitingInfo
 from services.master.remotes.checkpoint import CheckpointClient
-from services.master.servicers.follow_slots import FollowSlots
 from services.master.servicers.read_cache import ReadCache, RowCache
+from services.master.servicers.thread_slots import FollowSlots, SignalWaitSlots
 
 
 @dataclass
@@ -35,8 +35,10 @@ class ApiDeps:
     experiment_rows: RowCache[tuple[int, bool], experiment_pb2.Experiment]
     # The master's own recent log records (MasterLogs).
     master_log: MasterLogRing
-    # Followed log streams, each holding a server thread of its own (follow_slots.py).
+    # Followed log streams, each holding a server thread of its own (thread_slots.py).
     follow_slots: FollowSlots
+    # Signal watches and preemption long polls while they wait, each holding a thread (the same).
+    signal_wait_slots: SignalWaitSlots
 
 
 class ServicerBase:

@@ -57,7 +57,11 @@ class SignalsApi(ServicerBase):
         self, request: task_pb2.AllocationPreemptionSignalRequest, context: grpc.ServicerContext
     ) -> task_pb2.AllocationPreemptionSignalResponse:
         preempt = signals.wait_preemption(
-            self.ctx, self.caller(context), request.allocation_id, float(request.timeout_seconds)
+            self.ctx,
+            self.caller(context),
+            request.allocation_id,
+            float(request.timeout_seconds),
+            self.deps.signal_wait_slots.hold,
         )
         return task_pb2.AllocationPreemptionSignalResponse(preempt=preempt)
 
@@ -81,7 +85,13 @@ class SignalsApi(ServicerBase):
     ) -> Iterator[task_pb2.AllocationSignal]:
         first = True
         previous: signals.SignalState | None = None
-        for state in signals.watch(self.ctx, self.caller(context), request.allocation_id, context.is_active):
+        for state in signals.watch(
+            self.ctx,
+            self.caller(context),
+            request.allocation_id,
+            context.is_active,
+            self.deps.signal_wait_slots.hold,
+        ):
             if first:
                 kind = task_pb2.AllocationSignal.KIND_STATE
             elif state.preempt and (previous is None or not previous.preempt):

@@ -1,4 +1,4 @@
-"""Followed log streams are bounded (servicers/follow_slots.py): past the limit a follower is refused
+"""Followed log streams are bounded (servicers/thread_slots.py): past the limit a follower is refused
 at once, naming the setting; a slot comes back when its stream ends, however it ends; plain reads
 need none."""
 
@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from services.master.domain.errors import ResourceExhausted
-from services.master.servicers.follow_slots import FollowSlots
+from services.master.servicers.thread_slots import FollowSlots, SignalWaitSlots
 
 
 def stream(slots: FollowSlots, follow: bool) -> Iterator[int]:
@@ -31,3 +31,19 @@ def test_followers_past_the_limit_are_refused_and_slots_come_back() -> None:
     assert next(third) == 0
     assert list(second)[-1] == 999  # ran to its end
     assert next(stream(slots, True)) == 0
+
+
+def test_signal_waits_past_the_limit_are_refused_naming_the_setting() -> None:
+    slots = SignalWaitSlots(1)
+    with slots.hold():
+        with (
+            pytest.raises(
+                ResourceExhausted, match=r"1 calls waiting for allocation signals .*--max-signal-waiters"
+            ),
+            slots.hold(),
+        ):
+            pass
+        with slots.hold(needed=False):  # a call that answers at once takes none
+            pass
+    with slots.hold():
+        pass
