@@ -16,7 +16,9 @@ and ends them with RESOURCE_EXHAUSTED (the Core API asks again ~10 s later).
     .venv/bin/python -m bench.signal_waiters [--watches 400] [--max-signal-waiters 100]
 
 Reported: how the streams ended (waiting, RESOURCE_EXHAUSTED, other), the ordinary calls' latency
-(median, max) or how many got no answer, and the master's thread count. Run it from a worktree of an
+(median, max) or how many got no answer, the master's thread count, and the master's CPU over
+--idle-s seconds in which nothing happens but the streams' waiting (each used to read its state
+twice every 5 s). Run it from a worktree of an
 older commit for the side-by-side; everything it starts is stopped and removed when it ends.
 """
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sqlite3
 import statistics
 import tempfile
@@ -39,6 +42,11 @@ from bench.scale import CONFIG, MODEL_DIR
 from cairn.api.v1 import api_pb2_grpc, experiment_pb2, task_pb2
 from cairn.localcluster.paths import ClusterPaths
 from cairn.localcluster.record import load_record
+
+
+def master_cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def master_threads(pid: int) -> int:
@@ -122,6 +130,9 @@ def run(args: argparse.Namespace) -> dict[str, object]:
                     if unanswered >= 2:
                         break  # the master answers nothing: no need to wait out every deadline
             threads = master_threads(master.pid)
+            cpu_before = master_cpu_s(master.pid)
+            await asyncio.sleep(args.idle_s)
+            idle_cpu = master_cpu_s(master.pid) - cpu_before
             for call in calls:
                 call.cancel()
             return {
@@ -134,6 +145,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
                 "call_max_ms": round(max(latencies) * 1000, 1) if latencies else None,
                 "master_threads_before": threads_before,
                 "master_threads_with_the_streams": threads,
+                "master_cpu_share_while_idle": round(idle_cpu / args.idle_s, 3),
             }
 
         return asyncio.run(scenario())
@@ -149,6 +161,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=20)
     parser.add_argument("--deadline", type=float, default=10.0, help="seconds each ordinary call may take")
     parser.add_argument("--settle", type=float, default=5.0, help="seconds the streams get to open")
+    parser.add_argument("--idle-s", type=float, default=20.0, help="seconds of the idle CPU measure")
     print(json.dumps(run(parser.parse_args())), flush=True)
 
 

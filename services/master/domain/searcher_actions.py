@@ -17,6 +17,7 @@ from services.master.domain.clock import utcnow
 from services.master.domain.context import MasterContext, Work
 from services.master.domain.hparams import typed_hparams
 from services.master.domain.states import TERMINAL, RunState
+from services.master.domain.topics import trial_topic
 from services.master.store import models
 
 log = get_logger(__name__)
@@ -227,5 +228,9 @@ def _set_target(ctx: MasterContext, w: Work, exp: models.Experiment, target: spb
     trial = _trial_by_request(w, exp, target.request_id)
     if trial is None or trial.state in TERMINAL:
         return
-    trial.searcher_target = target.target_length
+    if trial.searcher_target != target.target_length:
+        trial.searcher_target = target.target_length
+        # A running trial's signal watch hears of its new target now, not at its next re-read.
+        topic = trial_topic(trial.id)
+        w.later(lambda: ctx.topics.publish(topic))
     trial_lifecycle.ensure_running(ctx, w, trial, exp)

@@ -82,16 +82,20 @@ def wait_preemption(
 def _wait_preemption(
     ctx: MasterContext, allocation_id: str, state: SignalState, topic: str, deadline: float
 ) -> bool:
+    # Read again only after a publish (or WATCH_REREAD_S), as a watch does (_changes).
+    seen = ctx.topics.version(topic)
+    state, _ = signal_state(ctx, allocation_id)
+    read_at = time.monotonic()
     while not state.preempt and not state.ended and not ctx.topics.closed:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             break
-        seen = ctx.topics.version(topic)
+        version = ctx.topics.wait(topic, seen, timeout=min(remaining, WATCH_WAKE_S))
+        if version == seen and time.monotonic() - read_at < WATCH_REREAD_S:
+            continue
+        seen = version
         state, _ = signal_state(ctx, allocation_id)
-        if state.preempt or state.ended:
-            break
-        ctx.topics.wait(topic, seen, timeout=min(remaining, 5.0))
-        state, _ = signal_state(ctx, allocation_id)
+        read_at = time.monotonic()
     return state.preempt
 
 
@@ -137,18 +141,35 @@ def watch(
         yield from _changes(ctx, allocation_id, is_active, state, topic)
 
 
+# A call waiting for signals wakes this often to see whether its caller is still there (no read),
+WATCH_WAKE_S = 5.0
+# and reads the state again at least this often when nothing was published. Every writer of what
+# signal_state reads publishes its topic (allocations.transition, request_preempt, request_kill, a
+# searcher's new target), so this is only a net for a writer that forgets; it used to be every
+# wake-up, two reads per 5 s for every running trial's watch, whatever happened.
+WATCH_REREAD_S = 60.0
+
+
 def _changes(
     ctx: MasterContext, allocation_id: str, is_active: Callable[[], bool], state: SignalState, topic: str
 ) -> Iterator[SignalState]:
-    while not state.ended and is_active() and not ctx.topics.closed:
-        seen = ctx.topics.version(topic)
-        latest, _ = signal_state(ctx, allocation_id)
-        if latest == state:
-            ctx.topics.wait(topic, seen, timeout=5.0)
-            latest, _ = signal_state(ctx, allocation_id)
+    # The version is taken before each read: a publish after the read moves past it, so the wait
+    # that follows returns at once and no change is missed.
+    seen = ctx.topics.version(topic)
+    latest, _ = signal_state(ctx, allocation_id)
+    read_at = time.monotonic()
+    while True:
         if latest != state:
             state = latest
             yield state
+        if state.ended or not is_active() or ctx.topics.closed:
+            return
+        version = ctx.topics.wait(topic, seen, timeout=WATCH_WAKE_S)
+        if version == seen and time.monotonic() - read_at < WATCH_REREAD_S:
+            continue
+        seen = version
+        latest, _ = signal_state(ctx, allocation_id)
+        read_at = time.monotonic()
 
 
 # How long GetCurrentTrialSearcherOperation waits for the searcher's verdict on a result the trial

@@ -1,15 +1,18 @@
 """Calls that wait for an allocation's signals take a bounded slot only while they wait
 (servicers/thread_slots.py): past the last slot a watch still gets the state as it is, then
 ResourceExhausted; a long poll that would wait is refused at once; one that need not wait needs no
-slot. A slot comes back when its wait ends."""
+slot. A slot comes back when its wait ends. A waiting call reads the state again when its topic is
+published, not at each of its wake-ups."""
 
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
-from services.master.domain import allocations, signals
+from cairn.searcher.v1 import searcher_pb2 as spb
+from services.master.domain import allocations, searcher_actions, signals
 from services.master.domain.errors import ResourceExhausted
 from services.master.servicers.thread_slots import SignalWaitSlots
 from services.master.store import models
@@ -71,3 +74,55 @@ def test_a_long_poll_that_would_wait_without_a_slot_is_refused_and_one_that_need
         assert signals.wait_preemption(master.ctx, master.admin, allocation_id, 60, slots.hold) is True
     # The slot is free again: a wait is allowed (and ends at once: the preemption is there).
     assert signals.wait_preemption(master.ctx, master.admin, allocation_id, 60, slots.hold) is True
+
+
+def test_a_new_searcher_target_reaches_a_waiting_watch_at_once(
+    master: Master, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The searcher's new target is published on the trial's topic: the watch does not wait for a
+    wake-up of its own to read it."""
+    monkeypatch.setattr(signals, "WATCH_WAKE_S", 60.0)
+    allocation_id = _running_allocation(master)
+    watch = signals.watch(master.ctx, master.admin, allocation_id, lambda: True)
+    first = next(watch)
+    seen: list[signals.SignalState] = []
+    waiting = threading.Thread(target=lambda: seen.append(next(watch)), daemon=True)
+    waiting.start()
+    time.sleep(0.2)  # in its wait
+    with master.ctx.unit_of_work() as w:
+        alloc = w.session.get_one(models.Allocation, allocation_id)
+        trial = w.session.get_one(models.Trial, alloc.trial_id)
+        exp = w.session.get_one(models.Experiment, trial.experiment_id)
+        target = int(trial.searcher_target) * 3 + 7
+        searcher_actions._set_target(
+            master.ctx, w, exp, spb.SetTrialTarget(request_id=trial.request_id, target_length=target)
+        )
+    waiting.join(5.0)
+    assert [s.searcher_target for s in seen] == [target] and first.searcher_target != target
+    watch.close()
+
+
+def test_an_idle_watch_reads_nothing_until_something_is_published(
+    master: Master, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    allocation_id = _running_allocation(master)
+    reads: list[float] = []
+    real = signals.signal_state
+
+    def counted(ctx: object, alloc: str) -> tuple[signals.SignalState, str]:
+        reads.append(time.monotonic())
+        return real(ctx, alloc)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(signals, "signal_state", counted)
+    monkeypatch.setattr(signals, "WATCH_WAKE_S", 0.02)  # many wake-ups
+    watch = signals.watch(master.ctx, master.admin, allocation_id, lambda: True)
+    next(watch)
+    seen: list[signals.SignalState] = []
+    waiting = threading.Thread(target=lambda: seen.append(next(watch)), daemon=True)
+    waiting.start()
+    time.sleep(0.5)  # ~25 wake-ups
+    assert len(reads) == 2  # the first state, and once more as its wait began
+    _preempt(master, allocation_id)
+    waiting.join(5.0)
+    assert [s.preempt for s in seen] == [True] and len(reads) == 3
+    watch.close()
