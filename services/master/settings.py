@@ -340,7 +340,8 @@ def add_login_flags(parser: argparse.ArgumentParser) -> None:
         "--max-log-followers",
         type=int,
         default=int(env("CAIRN_MAX_LOG_FOLLOWERS", str(Settings.max_log_followers))),
-        help="followed log streams (`logs -f`) served at once; more are refused until one ends",
+        help="followed log streams (`logs -f`) and live metric samples served at once; more are "
+        "refused until one ends",
     )
     parser.add_argument(
         "--max-agents",

@@ -1,6 +1,7 @@
 """Calls that hold a server thread while they wait, bounded by kind.
 
-A followed log stream (`logs -f`) holds one of the gRPC server's threads until its trial ends; a
+A followed log stream (`logs -f`) holds one of the gRPC server's threads until its trial ends (so
+does a live chart's stream of metric samples until it closes); a
 running trial's signal watch (WatchAllocationSignals) or Determined's preemption long poll holds
 one while it waits for a signal. They used to come out of the same pool as every other call, so a
 few hundred of them left nothing for the calls that keep the cluster going (trial reports, agent
@@ -43,13 +44,14 @@ class ThreadSlots:
 
 
 class FollowSlots(ThreadSlots):
-    """Followed log streams, each with a server thread of its own (--max-log-followers)."""
+    """Followed streams, each with a server thread of its own (--max-log-followers): followed logs
+    and the periodic metric samples of a live chart (TrialsSample with period_seconds)."""
 
     def __init__(self, limit: int) -> None:
         super().__init__(
             limit,
-            f"follow: this master already serves {limit} followed log streams (its "
-            "--max-log-followers): retry later, or read the logs without following",
+            f"follow: this master already serves {limit} followed log streams and live samples (its "
+            "--max-log-followers): retry later, or read once without following",
         )
 
 

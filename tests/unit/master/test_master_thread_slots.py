@@ -21,9 +21,8 @@ def test_followers_past_the_limit_are_refused_and_slots_come_back() -> None:
     slots = FollowSlots(2)
     first, second = stream(slots, True), stream(slots, True)
     assert next(first) == 0 and next(second) == 0
-    with pytest.raises(
-        ResourceExhausted, match=r"already serves 2 followed log streams .*--max-log-followers"
-    ):
+    refusal = r"already serves 2 followed log streams and live samples .*--max-log-followers"
+    with pytest.raises(ResourceExhausted, match=refusal):
         next(stream(slots, True))
     assert next(stream(slots, False)) == 0  # a plain read takes no slot
     first.close()  # the client left: gRPC closes the handler's generator

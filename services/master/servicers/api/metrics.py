@@ -190,39 +190,53 @@ class SamplesApi(ServicerBase):
     def TrialsSample(
         self, request: tpb.TrialsSampleRequest, context: grpc.ServicerContext
     ) -> Iterator[tpb.TrialsSampleResponse]:
-        previous: set[int] | None = None
-        while context.is_active():
-            series, ended = self.deps.samples.sample(
-                request.experiment_id,
-                metric_name=request.metric_name,
-                group=request.group,
-                max_trials=request.max_trials,
-                max_datapoints=request.max_datapoints,
-                start_batches=request.start_batches,
-                end_batches=request.end_batches,
-            )
-            ids = {t.trial_id for t in series}
-            yield tpb.TrialsSampleResponse(
-                trials=[
-                    tpb.TrialsSampleResponse.Trial(
-                        trial_id=t.trial_id,
-                        hparams=convert.struct(t.hparams),
-                        data=[
-                            tpb.DataPoint(batches=p.batches, value=p.value, time=convert.ts(p.time))
-                            for p in t.points
-                        ],
-                    )
-                    for t in series
-                ],
-                promoted_trials=sorted(ids - previous) if previous is not None else [],
-                demoted_trials=sorted(previous - ids) if previous is not None else [],
-            )
-            previous = ids
-            if request.period_seconds <= 0 or ended:
-                return
-            self.ctx.stopping.wait(min(float(request.period_seconds), 60.0))
-            if self.ctx.stopping.is_set():
-                return
+        response, previous, ended = self._sample(request, None)
+        yield response
+        if request.period_seconds <= 0 or ended:
+            return
+        # Each sample after the first is waited for on this stream's thread: a followed stream's
+        # slot is held meanwhile (thread_slots.py); past the last one the stream ends after its
+        # first sample with RESOURCE_EXHAUSTED, rather than take a thread other calls need.
+        with self.deps.follow_slots.hold():
+            while True:
+                self.ctx.stopping.wait(min(float(request.period_seconds), 60.0))
+                if self.ctx.stopping.is_set() or not context.is_active():
+                    return
+                response, previous, ended = self._sample(request, previous)
+                yield response
+                if ended:
+                    return
+
+    def _sample(
+        self, request: tpb.TrialsSampleRequest, previous: set[int] | None
+    ) -> tuple[tpb.TrialsSampleResponse, set[int], bool]:
+        """One sample, the trials in it, and whether the experiment has ended."""
+        series, ended = self.deps.samples.sample(
+            request.experiment_id,
+            metric_name=request.metric_name,
+            group=request.group,
+            max_trials=request.max_trials,
+            max_datapoints=request.max_datapoints,
+            start_batches=request.start_batches,
+            end_batches=request.end_batches,
+        )
+        ids = {t.trial_id for t in series}
+        response = tpb.TrialsSampleResponse(
+            trials=[
+                tpb.TrialsSampleResponse.Trial(
+                    trial_id=t.trial_id,
+                    hparams=convert.struct(t.hparams),
+                    data=[
+                        tpb.DataPoint(batches=p.batches, value=p.value, time=convert.ts(p.time))
+                        for p in t.points
+                    ],
+                )
+                for t in series
+            ],
+            promoted_trials=sorted(ids - previous) if previous is not None else [],
+            demoted_trials=sorted(previous - ids) if previous is not None else [],
+        )
+        return response, ids, ended
 
 
 class WorkloadsApi(ServicerBase):

@@ -1,0 +1,99 @@
+"""A live chart's stream of metric samples (TrialsSample with period_seconds) waits between samples
+on a server thread, so it holds a followed stream's slot meanwhile (servicers/thread_slots.py):
+past the last slot it gets its first sample, then RESOURCE_EXHAUSTED naming the setting; a
+one-shot sample needs no slot; a slot comes back when its stream ends."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, NoReturn, cast
+
+import grpc
+import pytest
+
+from cairn.api.v1 import trial_pb2
+from services.master.domain.samples import SampleCache
+from services.master.servicers.api.base import ApiDeps
+from services.master.servicers.api.metrics import SamplesApi
+from services.master.servicers.thread_slots import FollowSlots
+from tests.unit.master.domain.harness import Master
+
+
+@pytest.fixture
+def master(tmp_path: Path) -> Iterator[Master]:
+    m = Master(tmp_path / "master")
+    try:
+        yield m
+    finally:
+        m.close()
+
+
+class Aborted(Exception):
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code = code
+
+
+class StreamContext:
+    """What the servicer asks of a stream's context here: whether its client is still there, and
+    the abort that ends it with a status."""
+
+    def abort(self, code: grpc.StatusCode, details: str) -> NoReturn:
+        raise Aborted(code, details)
+
+    def is_active(self) -> bool:
+        return True
+
+    def invocation_metadata(self) -> tuple[()]:
+        return ()
+
+
+def _servicer(master: Master, slots: FollowSlots) -> SamplesApi:
+    # Only what TrialsSample reads: the domain, the sample cache and the followed streams' slots.
+    none = cast(Any, None)
+    deps = ApiDeps(
+        ctx=master.ctx,
+        auth=none,
+        logs=none,
+        waiting=none,
+        checkpoints=none,
+        samples=SampleCache(master.ctx),
+        read_cache=none,
+        version="test",
+        database="sqlite",
+        experiment_rows=none,
+        master_log=none,
+        follow_slots=slots,
+        signal_wait_slots=none,
+    )
+    return SamplesApi(deps)
+
+
+def _stream(api: SamplesApi, experiment_id: int, period: int) -> Iterator[trial_pb2.TrialsSampleResponse]:
+    request = trial_pb2.TrialsSampleRequest(experiment_id=experiment_id, period_seconds=period)
+    return api.TrialsSample(request, cast(Any, StreamContext()))
+
+
+def test_live_samples_past_the_last_slot_get_one_sample_then_are_refused(master: Master) -> None:
+    experiment_id = master.create()
+    api = _servicer(master, FollowSlots(1))
+    live = _stream(api, experiment_id, period=1)
+    next(live)
+    next(live)  # the second sample: it holds the one slot while it waits for the third
+
+    refused = _stream(api, experiment_id, period=1)
+    next(refused)  # the first sample comes without a slot
+    with pytest.raises(Aborted) as exc:
+        next(refused)
+    assert exc.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "--max-log-followers" in str(exc.value)
+
+    once = _stream(api, experiment_id, period=0)
+    assert len(list(once)) == 1  # a one-shot sample needs no slot
+
+    live.close()  # the chart closed: its slot comes back
+    again = _stream(api, experiment_id, period=1)
+    next(again)
+    next(again)
+    again.close()
