@@ -16,7 +16,7 @@ from services.common.principal import Principal
 from services.master.domain import allocation_access, allocations
 from services.master.domain.config import config_view
 from services.master.domain.context import MasterContext
-from services.master.domain.errors import InvalidArgument, NotFound, PermissionDenied
+from services.master.domain.errors import InvalidArgument, NotFound, PermissionDenied, ResourceExhausted
 from services.master.domain.metrics import forward_operation_result
 from services.master.domain.states import TERMINAL
 from services.master.domain.states import AllocationState as A
@@ -218,11 +218,16 @@ def _read_operation(s: Session, trial_id: int, horizon: int | None) -> tuple[Ope
 
 
 def current_operation(
-    ctx: MasterContext, principal: Principal, trial_id: int, wait_s: float = VERDICT_WAIT_S
+    ctx: MasterContext,
+    principal: Principal,
+    trial_id: int,
+    wait_s: float = VERDICT_WAIT_S,
+    hold: WaitHold = contextlib.nullcontext,
 ) -> Operation:
     """The trial's current searcher operation. A trial that completed its target asks right after
     reporting its result; rather than tell it "done" while the searcher is still deciding (it would
-    exit, and be started again from its checkpoint if sent on), wait for the verdict."""
+    exit, and be started again from its checkpoint if sent on), wait for the verdict, under `hold`.
+    Where `hold` refuses (no room to wait), the operation is told as it is, as when the wait ends."""
     with ctx.db.read() as s:
         allocation_access.check_trial(s, principal, trial_id)
         trial = s.get(models.Trial, trial_id)
@@ -231,15 +236,22 @@ def current_operation(
         experiment_id = trial.experiment_id
     topic = searcher_answers_topic(experiment_id)
     deadline = time.monotonic() + wait_s
-    horizon: int | None = None
-    while True:
-        seen = ctx.topics.version(topic)
-        with ctx.db.read() as s:
-            operation, horizon = _read_operation(s, trial_id, horizon)
-        remaining = deadline - time.monotonic()
-        if not operation.verdict_pending or remaining <= 0 or ctx.topics.closed:
-            return operation
-        ctx.topics.wait(topic, seen, timeout=min(remaining, VERDICT_POLL_S))
+    seen = ctx.topics.version(topic)
+    with ctx.db.read() as s:
+        operation, horizon = _read_operation(s, trial_id, None)
+    if not operation.verdict_pending or wait_s <= 0 or ctx.topics.closed:
+        return operation
+    try:
+        with hold():
+            while True:
+                ctx.topics.wait(topic, seen, timeout=min(deadline - time.monotonic(), VERDICT_POLL_S))
+                seen = ctx.topics.version(topic)
+                with ctx.db.read() as s:
+                    operation, horizon = _read_operation(s, trial_id, horizon)
+                if not operation.verdict_pending or deadline <= time.monotonic() or ctx.topics.closed:
+                    return operation
+    except ResourceExhausted:
+        return operation
 
 
 def complete_operation(

@@ -56,7 +56,8 @@ class FollowSlots(ThreadSlots):
 
 
 class SignalWaitSlots(ThreadSlots):
-    """Signal watches and preemption long polls while they wait (--max-signal-waiters)."""
+    """Signal watches, preemption long polls, and trials waiting for the searcher's verdict on
+    their result, while they wait (--max-signal-waiters)."""
 
     def __init__(self, limit: int) -> None:
         super().__init__(

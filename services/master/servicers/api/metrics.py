@@ -154,7 +154,9 @@ class MetricsApi(ServicerBase):
     def GetCurrentTrialSearcherOperation(
         self, request: tpb.GetCurrentTrialSearcherOperationRequest, context: grpc.ServicerContext
     ) -> tpb.GetCurrentTrialSearcherOperationResponse:
-        operation = signals.current_operation(self.ctx, self.caller(context), request.trial_id)
+        operation = signals.current_operation(
+            self.ctx, self.caller(context), request.trial_id, hold=self.deps.signal_wait_slots.hold
+        )
         response = tpb.GetCurrentTrialSearcherOperationResponse(completed=operation.completed)
         if operation.length > 0:
             response.op.validate_after.request_id = operation.request_id

@@ -126,3 +126,29 @@ def test_an_idle_watch_reads_nothing_until_something_is_published(
     waiting.join(5.0)
     assert [s.preempt for s in seen] == [True] and len(reads) == 3
     watch.close()
+
+
+def test_a_trial_awaiting_its_verdict_without_room_to_wait_is_told_its_operation_at_once(
+    master: Master,
+) -> None:
+    """GetCurrentTrialSearcherOperation waits for the searcher's verdict on a result at the target
+    under a slot; with none free it answers at once, as it does when its wait ends."""
+    allocation_id = _running_allocation(master)
+    target = 4
+    with master.ctx.unit_of_work() as w:  # the searcher sets the trial a target of its own
+        alloc = w.session.get_one(models.Allocation, allocation_id)
+        trial = w.session.get_one(models.Trial, alloc.trial_id)
+        exp = w.session.get_one(models.Experiment, trial.experiment_id)
+        searcher_actions._set_target(
+            master.ctx, w, exp, spb.SetTrialTarget(request_id=trial.request_id, target_length=target)
+        )
+        trial_id = trial.id
+    signals.complete_operation(master.ctx, master.admin, trial_id, target, 0.5)  # the searcher decides
+    slots = SignalWaitSlots(1)
+    with slots.hold():  # every slot taken
+        started = time.monotonic()
+        operation = signals.current_operation(master.ctx, master.admin, trial_id, wait_s=30, hold=slots.hold)
+        assert time.monotonic() - started < 5 and operation.verdict_pending and operation.completed
+    started = time.monotonic()
+    operation = signals.current_operation(master.ctx, master.admin, trial_id, wait_s=0.5, hold=slots.hold)
+    assert time.monotonic() - started >= 0.5 and operation.verdict_pending  # waited (no pump runs here)
