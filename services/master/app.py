@@ -68,7 +68,12 @@ from services.master.servicers.api.base import ApiDeps
 from services.master.servicers.api.service import CairnServicer
 from services.master.servicers.auth import PUBLIC_METHODS, master_authenticator
 from services.master.servicers.read_cache import ReadCache, RowCache
-from services.master.servicers.thread_slots import FollowSlots, SignalWaitSlots
+from services.master.servicers.thread_slots import (
+    FollowSlots,
+    SignalWaitSlots,
+    VerdictWaitSlots,
+    verdict_waiters,
+)
 from services.master.settings import Settings
 from services.master.store import models
 from services.master.store.db import Database
@@ -186,6 +191,7 @@ class Master:
             master_log=self.master_log,
             follow_slots=FollowSlots(settings.max_log_followers),
             signal_wait_slots=SignalWaitSlots(settings.max_signal_waiters),
+            verdict_wait_slots=VerdictWaitSlots(verdict_waiters(settings.max_signal_waiters)),
         )
         api = CairnServicer(deps)
         agent_stream = AgentStreamServicer(ctx, self.logs, settings.max_agents)
@@ -212,7 +218,8 @@ class Master:
             max_workers=settings.rpc_workers
             + settings.max_log_followers
             + settings.max_agents
-            + settings.max_signal_waiters,
+            + settings.max_signal_waiters
+            + verdict_waiters(settings.max_signal_waiters),
             tls=tls,
             # The REST gateway's streams and worker processes dial back in; under TLS, on loopback.
             loopback_plaintext=tls is not None,

@@ -23,7 +23,13 @@ from services.master.domain import allocation_access, metric_columns, searcher_o
 from services.master.domain.clock import utcnow
 from services.master.domain.config import config_view
 from services.master.domain.context import MasterContext, Work
-from services.master.domain.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from services.master.domain.errors import (
+    DomainError,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    Unavailable,
+)
 from services.master.domain.states import TERMINAL
 from services.master.domain.topics import trial_topic
 from services.master.store import metric_rows, models
@@ -321,22 +327,22 @@ def report(
     if after_seq and not ctx.intake_order.wait_turn(
         (trial_id, run_id), after_seq, lambda: _max_stored_seq(ctx, principal, trial_id, run_id)
     ):
-        raise Unavailable(
-            f"trial {trial_id}: reports up to seq {after_seq} are not stored yet; this batch follows them"
-        )
+        raise _why_not_in_turn(ctx, principal, trial_id, run_id, after_seq)
     now = utcnow()
     lock = _intake_lock(ctx, trial_id, [] if flat is not None else reports, progress)
+    tells_searcher = lock is None
     with ctx.unit_of_work(lock) as w:
         trial, exp = _intake_trial(w, principal, trial_id)
         if run_id != trial.run_id:
             raise FailedPrecondition(
                 f"trial {trial_id} is on run {trial.run_id}; reports of run {run_id} are no longer accepted"
             )
-        if progress is not None:
-            # Stored with the reports (the unit of work is all or nothing), in the batches' order.
-            _set_progress(ctx, w, trial, exp, progress)
         seqs = flat.seqs if flat is not None else [r.seq for r in reports if r.seq is not None]
         seen, max_seq = _stored_seqs(w, trial_id, run_id, seqs)
+        if progress is not None and not (seqs and seen.issuperset(seqs)):
+            # Stored with the reports (the unit of work is all or nothing); not from a batch resent
+            # after it was stored (its progress may be older than a later batch's).
+            _set_progress(ctx, w, trial, exp, progress, tells_searcher=tells_searcher)
         if flat is not None and not seen:
             stored = _store_columns(w, trial, exp, run_id, flat)
             w.later(lambda: _count_intake(ctx, stored, _latencies_of_times(flat.times)))
@@ -437,6 +443,31 @@ def _stored_seqs(w: Work, trial_id: int, run_id: int, seqs: list[int]) -> tuple[
     return set(seqs).intersection(seq for _, seq in rows), max(int(rows[0][0] or 0), high)
 
 
+def _why_not_in_turn(
+    ctx: MasterContext, principal: Principal, trial_id: int, run_id: int, after_seq: int
+) -> DomainError:
+    """Why a batch waited in vain for the reports it follows: retryable only while they may still
+    come (the trial runs on that run); a batch for a run that is over, or for an ended trial, can
+    never be stored. Asked only once the wait is over, so that a batch in turn costs no read."""
+    with ctx.db.read() as s:
+        allocation_access.check_trial(s, principal, trial_id)
+        trial = s.get(models.Trial, trial_id)
+        if trial is None:
+            return NotFound(f"trial {trial_id} not found")
+        if run_id != trial.run_id:
+            return FailedPrecondition(
+                f"trial {trial_id} is on run {trial.run_id}; reports of run {run_id} are no longer accepted"
+            )
+        if trial.state in TERMINAL:
+            return FailedPrecondition(
+                f"after_seq: trial {trial_id} has ended without reports up to seq {after_seq}; "
+                "this batch follows them and cannot be stored"
+            )
+    return Unavailable(
+        f"trial {trial_id}: reports up to seq {after_seq} are not stored yet; this batch follows them"
+    )
+
+
 def _max_stored_seq(ctx: MasterContext, principal: Principal, trial_id: int, run_id: int) -> int:
     """The run's highest stored sequence number, once the caller may report for the trial."""
     with ctx.db.read() as s:
@@ -449,6 +480,13 @@ def _max_stored_seq(ctx: MasterContext, principal: Principal, trial_id: int, run
     return int(found or 0)
 
 
+def _progress_is_news(experiment_state: str, previous: float, progress: float) -> bool:
+    """Whether the searcher hears of the trial's progress going from `previous` to `progress`."""
+    return experiment_state not in TERMINAL and (
+        progress_mark(progress) != progress_mark(previous) or progress == 1.0
+    )
+
+
 def _intake_lock(
     ctx: MasterContext, trial_id: int, reports: list[Report], progress: float | None = None
 ) -> threading.Lock | None:
@@ -459,11 +497,28 @@ def _intake_lock(
     batch writes nothing but the trial's metric rows and the columns only intake writes (the
     summary, total_batches) and sends nothing: other units updating the trial's other columns meet
     it in PostgreSQL's row lock, not in a lost update. A validation tells the searcher (an outbox
-    event, ordered against the trial's exit), and so may progress; SQLite has a single writer
-    anyway: those keep the process-wide lock."""
-    if ctx.db.dialect != "postgresql" or progress is not None or any(r.group == VALIDATION for r in reports):
+    event, ordered against the trial's exit), and so does progress that passes a mark (read before
+    the lock is chosen: progress that passed one in a race with another writer is stored without the
+    event, and the searcher hears of it at the next mark); SQLite has a single writer anyway: those
+    keep the process-wide lock."""
+    if ctx.db.dialect != "postgresql" or any(r.group == VALIDATION for r in reports):
+        return None
+    if progress is not None and _progress_tells_searcher(ctx, trial_id, progress):
         return None
     return ctx.trial_locks.of(trial_id)
+
+
+def _progress_tells_searcher(ctx: MasterContext, trial_id: int, progress: float) -> bool:
+    with ctx.db.read() as s:
+        found = s.execute(
+            select(models.Trial.progress, models.Experiment.state)
+            .join(models.Experiment, models.Experiment.id == models.Trial.experiment_id)
+            .where(models.Trial.id == trial_id)
+        ).first()
+    if found is None:
+        return False  # the unit of work says it is not there
+    previous, state = found
+    return _progress_is_news(state, previous, progress)
 
 
 def _store_new(
@@ -611,16 +666,22 @@ def report_progress(ctx: MasterContext, principal: Principal, trial_id: int, pro
 
 
 def _set_progress(
-    ctx: MasterContext, w: Work, trial: models.Trial, exp: models.Experiment, progress: float
+    ctx: MasterContext,
+    w: Work,
+    trial: models.Trial,
+    exp: models.Experiment,
+    progress: float,
+    *,
+    tells_searcher: bool = True,
 ) -> None:
-    """The trial's progress (checked) is `progress`, in the caller's unit of work, which holds the
-    process-wide lock: the searcher may be told (an outbox event)."""
+    """The trial's progress (checked) is `progress`, in the caller's unit of work. The searcher may
+    be told (an outbox event) only under the process-wide lock (`tells_searcher`)."""
     previous = trial.progress
     trial.progress = progress
     # The searcher only needs progress that moved visibly (it shows in the experiment's
     # progress): each report would cost a searcher round trip and a snapshot. So it hears when
     # the trial passes a PROGRESS_STEP mark, and at the end.
-    if exp.state not in TERMINAL and (progress_mark(progress) != progress_mark(previous) or progress == 1.0):
+    if tells_searcher and _progress_is_news(exp.state, previous, progress):
         event = spb.SearcherEvent(
             trial_progress=spb.TrialProgress(request_id=trial.request_id, progress=progress)
         )

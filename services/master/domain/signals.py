@@ -4,6 +4,7 @@ to train (searcher operations)."""
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
@@ -75,28 +76,13 @@ def wait_preemption(
     deadline = time.monotonic() + max(0.0, min(timeout_s, 3600.0))
     if state.preempt or state.ended or deadline <= time.monotonic():
         return state.preempt
+    preempt = False
     with hold():
-        return _wait_preemption(ctx, allocation_id, state, topic, deadline)
-
-
-def _wait_preemption(
-    ctx: MasterContext, allocation_id: str, state: SignalState, topic: str, deadline: float
-) -> bool:
-    # Read again only after a publish (or WATCH_REREAD_S), as a watch does (_changes).
-    seen = ctx.topics.version(topic)
-    state, _ = signal_state(ctx, allocation_id)
-    read_at = time.monotonic()
-    while not state.preempt and not state.ended and not ctx.topics.closed:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            break
-        version = ctx.topics.wait(topic, seen, timeout=min(remaining, WATCH_WAKE_S))
-        if version == seen and time.monotonic() - read_at < WATCH_REREAD_S:
-            continue
-        seen = version
-        state, _ = signal_state(ctx, allocation_id)
-        read_at = time.monotonic()
-    return state.preempt
+        for change in _changes(ctx, allocation_id, state, topic, deadline=deadline):
+            preempt = change.preempt
+            if preempt:
+                break
+    return preempt
 
 
 def ack_preemption(ctx: MasterContext, principal: Principal, allocation_id: str) -> None:
@@ -138,7 +124,7 @@ def watch(
     if state.ended:
         return
     with hold():
-        yield from _changes(ctx, allocation_id, is_active, state, topic)
+        yield from _changes(ctx, allocation_id, state, topic, is_active)
 
 
 # A call waiting for signals wakes this often to see whether its caller is still there (no read),
@@ -151,8 +137,16 @@ WATCH_REREAD_S = 60.0
 
 
 def _changes(
-    ctx: MasterContext, allocation_id: str, is_active: Callable[[], bool], state: SignalState, topic: str
+    ctx: MasterContext,
+    allocation_id: str,
+    state: SignalState,
+    topic: str,
+    is_active: Callable[[], bool] = lambda: True,
+    deadline: float = math.inf,
 ) -> Iterator[SignalState]:
+    """Each change of the allocation's signals after `state`, until it ends, the caller leaves or
+    the deadline (time.monotonic()) passes. The state is read again only when its topic was
+    published (or after WATCH_REREAD_S)."""
     # The version is taken before each read: a publish after the read moves past it, so the wait
     # that follows returns at once and no change is missed.
     seen = ctx.topics.version(topic)
@@ -162,9 +156,10 @@ def _changes(
         if latest != state:
             state = latest
             yield state
-        if state.ended or not is_active() or ctx.topics.closed:
+        remaining = deadline - time.monotonic()
+        if state.ended or not is_active() or ctx.topics.closed or remaining <= 0:
             return
-        version = ctx.topics.wait(topic, seen, timeout=WATCH_WAKE_S)
+        version = ctx.topics.wait(topic, seen, timeout=min(remaining, WATCH_WAKE_S))
         if version == seen and time.monotonic() - read_at < WATCH_REREAD_S:
             continue
         seen = version
@@ -241,17 +236,18 @@ def current_operation(
         operation, horizon = _read_operation(s, trial_id, None)
     if not operation.verdict_pending or wait_s <= 0 or ctx.topics.closed:
         return operation
-    try:
-        with hold():
-            while True:
-                ctx.topics.wait(topic, seen, timeout=min(deadline - time.monotonic(), VERDICT_POLL_S))
-                seen = ctx.topics.version(topic)
-                with ctx.db.read() as s:
-                    operation, horizon = _read_operation(s, trial_id, horizon)
-                if not operation.verdict_pending or deadline <= time.monotonic() or ctx.topics.closed:
-                    return operation
-    except ResourceExhausted:
-        return operation
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(hold())
+        except ResourceExhausted:
+            return operation
+        while True:
+            ctx.topics.wait(topic, seen, timeout=min(deadline - time.monotonic(), VERDICT_POLL_S))
+            seen = ctx.topics.version(topic)
+            with ctx.db.read() as s:
+                operation, horizon = _read_operation(s, trial_id, horizon)
+            if not operation.verdict_pending or deadline <= time.monotonic() or ctx.topics.closed:
+                return operation
 
 
 def complete_operation(

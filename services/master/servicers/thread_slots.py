@@ -56,12 +56,30 @@ class FollowSlots(ThreadSlots):
 
 
 class SignalWaitSlots(ThreadSlots):
-    """Signal watches, preemption long polls, and trials waiting for the searcher's verdict on
-    their result, while they wait (--max-signal-waiters)."""
+    """Signal watches and preemption long polls while they wait (--max-signal-waiters)."""
 
     def __init__(self, limit: int) -> None:
         super().__init__(
             limit,
             f"this master already has {limit} calls waiting for allocation signals (its "
             "--max-signal-waiters): ask again later",
+        )
+
+
+def verdict_waiters(max_signal_waiters: int) -> int:
+    """Trials waiting at once for the searcher's verdict on their result: a quarter as many as the
+    signal waiters. A pool of their own, since every running trial's watch holds a signal waiter's
+    slot for as long as it runs, and a verdict wait refused costs a trial its exit and restart."""
+    return max(1, max_signal_waiters // 4)
+
+
+class VerdictWaitSlots(ThreadSlots):
+    """Trials waiting for the searcher's verdict on their result (GetCurrentTrialSearcherOperation,
+    at most signals.VERDICT_WAIT_S each)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            limit,
+            f"this master already has {limit} trials waiting for the searcher's verdict (a quarter of "
+            "its --max-signal-waiters)",
         )

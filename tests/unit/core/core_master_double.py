@@ -66,6 +66,8 @@ class MasterDouble(api_pb2_grpc.CairnServicer):
         # Progress each batch carried, in the order stored; False: a master older than
         # ReportTrialMetricsBatchRequest.progress (it neither reads nor stores it).
         self.batch_progress: list[float] = []
+        # The progress stored when each operation was said to be completed.
+        self.progress_at_completions: list[float | None] = []
         self.reads_batch_progress = True
         self.metrics_gate = threading.Event()
         self.metrics_gate.set()
@@ -255,6 +257,7 @@ class MasterDouble(api_pb2_grpc.CairnServicer):
     ) -> trial_pb2.CompleteTrialSearcherValidationResponse:
         self._enter("CompleteTrialSearcherValidation", request, context)
         with self._cond:
+            self.progress_at_completions.append(self.batch_progress[-1] if self.batch_progress else None)
             self.completed_length = max(
                 self.completed_length, request.completed_operation.validate_after.length
             )

@@ -349,6 +349,31 @@ def test_progress_rides_on_the_batch_of_the_reports_around_it(cluster_env: Clust
     assert not master.calls.of("ReportTrialProgress")
 
 
+def test_one_batch_carrying_progress_is_on_its_way_at_a_time(cluster_env: ClusterEnv) -> None:
+    """Two batches carrying progress on their way together could be stored in either order, and
+    leave the older value: the next value waits for the last one's answer, and only the latest of
+    those reported meanwhile goes."""
+    master = cluster_env.master
+    master.orders_batches = True
+    master.metrics_gate.clear()  # holds the first batch at the master
+    core = cairn.core.init()
+    core.start()
+    core.train.report_progress(0.1)
+    assert wait_for(lambda: len(_progress_batches(master)) == 1)
+    core.train.report_progress(0.2)
+    core.train.report_progress(0.3)
+    time.sleep(0.3)  # several lingers: nothing more goes while the first is unanswered
+    assert len(_progress_batches(master)) == 1
+    master.metrics_gate.set()
+    assert core.train.flush(timeout=10.0)  # type: ignore[attr-defined]
+    assert master.batch_progress == [0.1, 0.3]
+    core.close()
+
+
+def _progress_batches(master: Any) -> list[Any]:
+    return [call for call in master.calls.of("ReportTrialMetricsBatch") if call.HasField("progress")]
+
+
 def test_progress_alone_is_stored_by_the_close(cluster_env: ClusterEnv) -> None:
     """Progress with no report queued goes in a batch of its own, and the close waits for it."""
     cluster_env.master.metrics_gate.clear()  # held until the close is under way
@@ -378,9 +403,13 @@ def test_an_older_master_that_reads_no_progress_in_batches_gets_its_own_call(
     with cairn.core.init() as core:
         core.train.report_training_metrics(1, {"loss": 1.0})
         core.train.report_progress(0.5)
-    (progress,) = cluster_env.master.calls.of("ReportTrialProgress")
-    assert (progress.trial_id, progress.progress, progress.is_raw) == (3, 0.5, True)
+        assert core.train.flush(timeout=10.0)  # type: ignore[attr-defined]
+        core.train.report_progress(0.75)
+    calls = cluster_env.master.calls.of("ReportTrialProgress")
+    assert [(c.trial_id, c.progress, c.is_raw) for c in calls] == [(3, 0.5, True), (3, 0.75, True)]
     assert _seqs(cluster_env.master.stored_reports) == [1]
+    # Learned once: later progress is not offered in a batch again.
+    assert len(_progress_batches(cluster_env.master)) == 1
 
 
 def test_every_call_carries_the_allocation_token(cluster_env: ClusterEnv) -> None:

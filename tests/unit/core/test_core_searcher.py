@@ -25,6 +25,8 @@ def test_single_operation_of_the_configured_length(cluster_env: ClusterEnv) -> N
     assert set(master.batch_progress) <= {0.5, 1.0}
     assert master.batch_progress == sorted(master.batch_progress)
     assert not master.calls.of("ReportTrialProgress")
+    # ...and the progress reported before an operation's completion was stored before it.
+    assert master.progress_at_completions == [1.0]
     # Out of operations: acknowledged, so an exit 0 now may be resumed if the searcher wants more.
     assert len(master.calls.of("AckAllocationPreemptionSignal")) == 1
 

@@ -66,6 +66,7 @@ def _servicer(master: Master, slots: FollowSlots) -> SamplesApi:
         master_log=none,
         follow_slots=slots,
         signal_wait_slots=none,
+        verdict_wait_slots=none,
     )
     return SamplesApi(deps)
 

@@ -242,6 +242,7 @@ def cluster_context(
             allocation_id=info.allocation_id,
             config=trial.config,
             report_progress=train.report_progress,
+            flush_reports=train.flush,
             distributed=distributed,
         ),
         info=info,

@@ -12,9 +12,11 @@ resent after a failure whose outcome was unknown is stored once by the master. A
 outlasts the retry budget, or a refusal, stops the shipper; the error is raised to the training
 code on its next report and when the context closes, never dropped.
 
-The trial's progress travels the same way: the latest value rides on the next batch (one with no
-report if none is queued), stored after the batches before it; reporting it each epoch costs no
-call of its own, and a flush waits for it as for the reports.
+The trial's progress travels the same way: the latest value rides on the batch that takes the
+last report queued before it (or on one with no report if none is queued), so the master stores
+it with or after those reports; reporting it each epoch costs no call of its own, and a flush waits
+for it as for the reports. One batch carrying progress is on its way at a time: two, stored in
+either order once their predecessor is, could leave an older value over a newer one.
 """
 
 from __future__ import annotations
@@ -126,6 +128,10 @@ class MetricsShipper:
         self._progress: float | None = None
         self._progress_reported = 0
         self._progress_stored = 0
+        # A batch carrying progress is on its way (under _queue_lock): the next value waits for it.
+        self._progress_in_flight = False
+        # False once the master showed it does not read progress in batches (ReportTrialProgress).
+        self._master_reads_progress = True
         self._failure: MetricsReportError | None = None
         self._stopping = threading.Event()
         # Set once the sender learned where this allocation's numbering stands (or failed to):
@@ -195,15 +201,15 @@ class MetricsShipper:
         if failure is not None:
             raise failure
 
-    def _check_running(self) -> None:
+    def _check_running(self, what: str) -> None:
         if self._thread is None or self._stopping.is_set():
             raise RuntimeError(
-                "the Core API is not running: report metrics inside `with cairn.core.init() as core:`"
+                f"the Core API is not running: report {what} inside `with cairn.core.init() as core:`"
             )
 
     def report_progress(self, progress: float) -> None:
         """Send the trial's progress (checked) with the next batch; only the latest is sent."""
-        self._check_running()
+        self._check_running("progress")
         with self._queue_lock:
             self.raise_if_failed()
             self._progress = progress
@@ -221,7 +227,7 @@ class MetricsShipper:
         batch_metrics: Sequence[Mapping[str, JsonValue]] | None,
     ) -> None:
         """Queue a report (already checked and plain); waits while the queue is full."""
-        self._check_running()
+        self._check_running("metrics")
         reported_at = time.time()
         if not self._numbered.is_set():
             # Only the first report of a process can get here before the sender's first answer.
@@ -275,11 +281,14 @@ class MetricsShipper:
             if not self.flush(flush_timeout):
                 with self._state:
                     unsent = self._last_queued - self._last_stored
+                    progress_unsent = self._progress_stored < self._progress_reported
                 log.error(
-                    "metrics not stored before exit: trial_id=%s allocation_id=%s unsent_reports=%d",
+                    "metrics not stored before exit: trial_id=%s allocation_id=%s unsent_reports=%d "
+                    "progress_unsent=%s",
                     self._trial_id,
                     self._allocation_id,
                     unsent,
+                    progress_unsent,
                 )
         finally:
             self._stopping.set()
@@ -343,6 +352,12 @@ class MetricsShipper:
             return
         finally:
             self._slots.release()
+            if item.progress is not None:
+                with self._queue_lock:
+                    self._progress_in_flight = False
+                    waiting = self._progress is not None
+                if waiting:
+                    self._reported.set()  # the value reported meanwhile may go now
         with self._state:
             # A batch stored means every one before it is (the master kept their order).
             if item.batch:
@@ -360,10 +375,13 @@ class MetricsShipper:
             size = self._settings.metrics_batch_size
             batch, self._queue = self._queue[:size], self._queue[size:]
             progress = None
-            if self._progress is not None:
+            # Only on the batch that empties the queue (the reports queued before it go first),
+            # and not while another batch carrying progress is on its way.
+            if self._progress is not None and not self._queue and not self._progress_in_flight:
                 with self._state:
                     progress = _Progress(self._progress, self._progress_reported)
                 self._progress = None
+                self._progress_in_flight = True
             self._room.notify_all()
         return batch, progress
 
@@ -372,7 +390,7 @@ class MetricsShipper:
         lingers briefly for more (unless a full batch, a flush or the exit says to send now)."""
         while True:
             with self._queue_lock:
-                waiting = bool(self._queue) or self._progress is not None
+                waiting = bool(self._queue) or (self._progress is not None and not self._progress_in_flight)
                 if not waiting:
                     self._reported.clear()
             if waiting:
@@ -417,29 +435,26 @@ class MetricsShipper:
                 describe(exc),
             )
 
+        in_batch = progress if self._master_reads_progress else None
         try:
             response = self._call(
-                self._request(batch, item.after_seq, progress), on_failed_attempt=note_failure
+                self._request(batch, item.after_seq, in_batch), on_failed_attempt=note_failure
             )
             if batch and self._json_wire and response.stored + response.duplicates == 0:
                 # A master older than the JSON form read no report from it: send as messages.
                 log.info("the master reads no JSON metric batches; sending them as messages")
                 self._json_wire = False
-                response = self._call(self._request(batch, 0, progress), on_failed_attempt=note_failure)
-            if progress is not None and not response.progress_stored:
-                # A master older than progress in batches: its own call.
-                self._session.call(
-                    self._session.stub.ReportTrialProgress,
-                    trial_pb2.ReportTrialProgressRequest(
-                        trial_id=self._trial_id, progress=progress.value, is_raw=True
-                    ),
-                    what="ReportTrialProgress",
-                )
+                response = self._call(self._request(batch, 0, in_batch), on_failed_attempt=note_failure)
         except MasterCallError as exc:
             unsent = f"reports from seq {batch[0].seq} on were not stored" if batch else "progress not stored"
             raise MetricsReportError(
                 f"metrics of trial {self._trial_id} could not be stored ({exc}); {unsent}"
             ) from exc
+        if in_batch is not None and not response.progress_stored:
+            log.info("the master reads no progress in metric batches; sending it in calls of its own")
+            self._master_reads_progress = False
+        if progress is not None and not self._master_reads_progress:
+            self._send_progress_call(progress)
         if response.duplicates and not failed_attempts:
             # Nothing of this batch was sent before, yet the master had these numbers: another
             # process of the allocation reported under them, and these reports were dropped.
@@ -448,6 +463,21 @@ class MetricsShipper:
                 f"{batch[0].seq}..{batch[-1].seq} were already stored by another process of allocation "
                 f"{self._allocation_id}; only one process per allocation may report metrics"
             )
+
+    def _send_progress_call(self, progress: _Progress) -> None:
+        """Progress for a master older than progress in batches: ReportTrialProgress."""
+        try:
+            self._session.call(
+                self._session.stub.ReportTrialProgress,
+                trial_pb2.ReportTrialProgressRequest(
+                    trial_id=self._trial_id, progress=progress.value, is_raw=True
+                ),
+                what="ReportTrialProgress",
+            )
+        except MasterCallError as exc:
+            raise MetricsReportError(
+                f"progress of trial {self._trial_id} could not be stored ({exc})"
+            ) from exc
 
 
 def _encode_json(rows: list[list[Any]]) -> bytes:

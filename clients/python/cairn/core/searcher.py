@@ -131,14 +131,18 @@ class ClusterSearcherContext(SearcherContext):
         allocation_id: str,
         config: Mapping[str, Any],
         report_progress: Callable[[float], None],
+        flush_reports: Callable[[], object],
         distributed: DistributedContext | None = None,
     ) -> None:
         self._session = session
         self._trial_id = trial_id
         self._allocation_id = allocation_id
         self._config = config
-        # The train context's: progress goes with its metric batches, not a call of its own.
+        # The train context's: progress goes with its metric batches, not a call of its own; and
+        # what was reported (progress, the metrics behind the result) is stored before an
+        # operation is said to be completed, as when each was a call of its own.
         self._report_progress = report_progress
+        self._flush_reports = flush_reports
         self._distributed = distributed or DistributedContext.single()
 
     def _current(self) -> trial_pb2.GetCurrentTrialSearcherOperationResponse:
@@ -215,6 +219,7 @@ class ClusterSearcherContext(SearcherContext):
         def completed(metric: float) -> None:
             completed_op = trial_pb2.TrialOperation()
             completed_op.CopyFrom(wire)
+            self._flush_reports()
             self._session.call(
                 self._session.stub.CompleteTrialSearcherValidation,
                 trial_pb2.CompleteTrialSearcherValidationRequest(

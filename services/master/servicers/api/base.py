@@ -17,7 +17,7 @@ from services.master.domain.samples import SampleCache
 from services.master.domain.scheduling import WaitingInfo
 from services.master.remotes.checkpoint import CheckpointClient
 from services.master.servicers.read_cache import ReadCache, RowCache
-from services.master.servicers.thread_slots import FollowSlots, SignalWaitSlots
+from services.master.servicers.thread_slots import FollowSlots, SignalWaitSlots, VerdictWaitSlots
 
 
 @dataclass
@@ -39,6 +39,8 @@ class ApiDeps:
     follow_slots: FollowSlots
     # Signal watches and preemption long polls while they wait, each holding a thread (the same).
     signal_wait_slots: SignalWaitSlots
+    # Trials waiting for the searcher's verdict on their result (the same, a pool of their own).
+    verdict_wait_slots: VerdictWaitSlots
 
 
 class ServicerBase:

@@ -155,7 +155,7 @@ class MetricsApi(ServicerBase):
         self, request: tpb.GetCurrentTrialSearcherOperationRequest, context: grpc.ServicerContext
     ) -> tpb.GetCurrentTrialSearcherOperationResponse:
         operation = signals.current_operation(
-            self.ctx, self.caller(context), request.trial_id, hold=self.deps.signal_wait_slots.hold
+            self.ctx, self.caller(context), request.trial_id, hold=self.deps.verdict_wait_slots.hold
         )
         response = tpb.GetCurrentTrialSearcherOperationResponse(completed=operation.completed)
         if operation.length > 0:

@@ -72,9 +72,29 @@ def test_bad_progress_is_refused_and_nothing_of_the_batch_is_stored(master: Mast
     assert _trial(master, trial.id).progress == 0.0
 
 
-def test_a_batch_with_progress_is_stored_under_the_process_wide_lock(master_on_each_database: Master) -> None:
-    """It may tell the searcher (an outbox event ordered against the trial's exit), so it never
-    takes the trial-only lock PostgreSQL's training batches take."""
+def test_a_batch_resent_after_it_was_stored_does_not_set_its_older_progress(master: Master) -> None:
+    trial = _running_trial(master)
+    first = [metrics.Report("training", 1, {"loss": 1.0}, seq=1)]
+    metrics.report(master.ctx, master.admin, trial.id, trial.run_id, first, progress=0.5)
+    metrics.report(master.ctx, master.admin, trial.id, trial.run_id, _validation(2), progress=0.7)
+    result = metrics.report(master.ctx, master.admin, trial.id, trial.run_id, first, progress=0.5)
+    assert (result.stored, result.duplicates) == (0, 1)
+    assert _trial(master, trial.id).progress == pytest.approx(0.7)
+
+
+def test_progress_that_tells_the_searcher_takes_the_process_wide_lock(
+    master_on_each_database: Master,
+) -> None:
+    """Progress that passes a mark tells the searcher (an outbox event ordered against the trial's
+    exit): such a batch takes the process-wide lock; progress within a mark leaves a training
+    batch on PostgreSQL its trial's lock alone."""
     master = master_on_each_database
+    trial = _running_trial(master)
     training = [metrics.Report("training", 1, {"loss": 1.0}, seq=1)]
-    assert metrics._intake_lock(master.ctx, 1, training, progress=0.5) is None
+    assert metrics._intake_lock(master.ctx, trial.id, training, progress=0.5) is None
+    metrics.report(master.ctx, master.admin, trial.id, trial.run_id, training, progress=0.5)
+    within_the_mark = metrics._intake_lock(master.ctx, trial.id, training, progress=0.51)
+    if master.db.dialect == "postgresql":
+        assert within_the_mark is not None
+    else:
+        assert within_the_mark is None  # SQLite: one writer, one lock

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from services.master.domain import metrics
-from services.master.domain.errors import Unavailable
+from services.master.domain.errors import FailedPrecondition, NotFound, Unavailable
 from services.master.domain.intake_order import IntakeOrder
 from services.master.store import models
 from tests.unit.master.domain.harness import Master
@@ -67,6 +67,28 @@ def test_a_batch_whose_predecessor_never_comes_is_refused_as_retryable(master: M
         metrics.report(master.ctx, master.admin, trial.id, trial.run_id, _batch(7, 9), after_seq=6)
 
     assert _stored_seqs_by_id(master, trial.id) == [1, 2, 3]  # nothing of it stored
+
+
+def test_a_batch_waiting_in_vain_for_a_run_that_is_over_is_refused_for_good(master: Master) -> None:
+    """Its predecessors can never come: a clear refusal, not a retryable one (found by schemathesis:
+    a REST batch of a made-up run with a made-up after_seq answered 503)."""
+    master.add_agent("a1", slots=1)
+    experiment_id = master.create()
+    (trial,) = master.trials(experiment_id)
+    (container,) = master.run_containers(master.live(trial.id).id)
+    master.ctx.intake_order = IntakeOrder(wait_s=0.1)
+    with pytest.raises(FailedPrecondition, match=f"trial {trial.id} is on run 1; reports of run 7"):
+        metrics.report(master.ctx, master.admin, trial.id, 7, _batch(9, 9), after_seq=8)
+    master.report(trial.id, 1, "validation", 10, 1, loss=0.5)
+    master.exit(container, 0)
+    (trial,) = master.trials(experiment_id)
+    assert trial.state == "COMPLETED"
+    with pytest.raises(
+        FailedPrecondition, match=r"after_seq: trial \d+ has ended without reports up to seq 8"
+    ):
+        metrics.report(master.ctx, master.admin, trial.id, trial.run_id, _batch(9, 9), after_seq=8)
+    with pytest.raises(NotFound, match="trial 999 not found"):
+        metrics.report(master.ctx, master.admin, 999, 1, _batch(9, 9), after_seq=8)
 
 
 def test_a_master_without_a_mark_reads_what_the_run_holds(master: Master) -> None:

@@ -14,7 +14,7 @@ import pytest
 from cairn.searcher.v1 import searcher_pb2 as spb
 from services.master.domain import allocations, searcher_actions, signals
 from services.master.domain.errors import ResourceExhausted
-from services.master.servicers.thread_slots import SignalWaitSlots
+from services.master.servicers.thread_slots import SignalWaitSlots, VerdictWaitSlots
 from services.master.store import models
 from tests.unit.master.domain.harness import Master
 
@@ -144,7 +144,7 @@ def test_a_trial_awaiting_its_verdict_without_room_to_wait_is_told_its_operation
         )
         trial_id = trial.id
     signals.complete_operation(master.ctx, master.admin, trial_id, target, 0.5)  # the searcher decides
-    slots = SignalWaitSlots(1)
+    slots = VerdictWaitSlots(1)
     with slots.hold():  # every slot taken
         started = time.monotonic()
         operation = signals.current_operation(master.ctx, master.admin, trial_id, wait_s=30, hold=slots.hold)
