@@ -216,10 +216,10 @@ class Master:
             # Followers and agents' streams never take the ordinary calls' threads: they have their
             # own, and so do calls waiting for signals (thread_slots.py, agent_stream.py).
             max_workers=settings.rpc_workers
-            + settings.max_log_followers
+            + deps.follow_slots.limit
             + settings.max_agents
-            + settings.max_signal_waiters
-            + verdict_waiters(settings.max_signal_waiters),
+            + deps.signal_wait_slots.limit
+            + deps.verdict_wait_slots.limit,
             tls=tls,
             # The REST gateway's streams and worker processes dial back in; under TLS, on loopback.
             loopback_plaintext=tls is not None,

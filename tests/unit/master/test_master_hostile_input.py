@@ -10,7 +10,7 @@ import json
 import tarfile
 import time
 import tracemalloc
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,15 +51,6 @@ def nested(depth: int, leaf: str = "1") -> str:
 
 def config(**overrides: Any) -> dict[str, Any]:
     return {**BASE_CONFIG, **overrides}
-
-
-@pytest.fixture
-def master(tmp_path: Path) -> Iterator[Master]:
-    m = Master(tmp_path / "master")
-    try:
-        yield m
-    finally:
-        m.close()
 
 
 def experiment_count(master: Master) -> int:

@@ -6,7 +6,6 @@ one-shot sample needs no slot; a slot comes back when its stream ends."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, NoReturn, cast
 
 import grpc
@@ -18,15 +17,6 @@ from services.master.servicers.api.base import ApiDeps
 from services.master.servicers.api.metrics import SamplesApi
 from services.master.servicers.thread_slots import FollowSlots
 from tests.unit.master.domain.harness import Master
-
-
-@pytest.fixture
-def master(tmp_path: Path) -> Iterator[Master]:
-    m = Master(tmp_path / "master")
-    try:
-        yield m
-    finally:
-        m.close()
 
 
 class Aborted(Exception):

@@ -1,5 +1,5 @@
-"""A fresh in-process master domain per test (SQLite in the test's folder; `master_on_each_database`:
-once on SQLite and once on a scratch PostgreSQL database)."""
+"""`master_on_each_database`: a fresh in-process master domain per test, once on SQLite and once on
+a scratch PostgreSQL database (`master`, on SQLite alone, is tests/unit/master/conftest.py's)."""
 
 from __future__ import annotations
 
@@ -10,15 +10,6 @@ import pytest
 
 from tests.support.databases import BACKENDS, fresh_database
 from tests.unit.master.domain.harness import Master
-
-
-@pytest.fixture
-def master(tmp_path: Path) -> Iterator[Master]:
-    m = Master(tmp_path / "master")
-    try:
-        yield m
-    finally:
-        m.close()
 
 
 @pytest.fixture(params=BACKENDS)
