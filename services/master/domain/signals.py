@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
-from sqlalchemy import exists, func, select
+from sqlalchemy import exists, func, or_, select
 from sqlalchemy.orm import Session
 
 from services.common.principal import Principal
@@ -185,8 +185,39 @@ class Operation:
     verdict_pending: bool = False
 
 
-def _read_operation(s: Session, trial_id: int, horizon: int | None) -> tuple[Operation, int | None]:
-    """The trial's operation, and the newest searcher event id its verdict depends on."""
+def _read_operation(
+    s: Session, trial_id: int, experiment_id: int, horizon: int | None
+) -> tuple[Operation, int | None]:
+    """The trial's operation, and the newest searcher event id its verdict depends on.
+
+    The events are read before the trial. The searcher pump removes answered events and applies
+    their answer (a new target, a stop) in one transaction, but this read is not one snapshot
+    (PostgreSQL's READ COMMITTED gives each statement its own; pysqlite runs SELECTs outside a
+    transaction): read the other way round, a commit falling between the two statements showed
+    the trial's old target with its events answered, and the trial was told "done" at a rung the
+    searcher had just sent it past (it exited and was started again)."""
+    # Events queue in order, so once every event up to the newest one queued when the trial asked
+    # has been answered, and no answer's rest waits to be applied (searcher_actions.
+    # apply_response_in_part), the answer to its result is in (a new target, a stop, or neither).
+    if horizon is None:
+        horizon = s.scalar(
+            select(func.max(models.SearcherEvent.id)).where(
+                models.SearcherEvent.experiment_id == experiment_id
+            )
+        )
+    pending = bool(
+        s.scalar(
+            select(
+                or_(
+                    exists().where(
+                        models.SearcherEvent.experiment_id == experiment_id,
+                        models.SearcherEvent.id <= (horizon or 0),
+                    ),
+                    exists().where(models.SearcherAnswer.experiment_id == experiment_id),
+                )
+            )
+        )
+    )
     trial = s.get(models.Trial, trial_id)
     if trial is None:
         raise NotFound(f"trial {trial_id} not found")
@@ -198,18 +229,7 @@ def _read_operation(s: Session, trial_id: int, horizon: int | None) -> tuple[Ope
     at_target = completed and not trial.searcher_stopped and trial.searcher_target > 0
     if not at_target or exp.state in TERMINAL:
         return Operation(trial.request_id, length, completed), horizon
-    # Events queue in order, so once every event up to the newest one queued when the trial asked
-    # has been answered, the answer to its result is in (a new target, a stop, or neither).
-    if horizon is None:
-        horizon = s.scalar(
-            select(func.max(models.SearcherEvent.id)).where(models.SearcherEvent.experiment_id == exp.id)
-        )
-    pending = horizon is not None and s.scalar(
-        select(
-            exists().where(models.SearcherEvent.experiment_id == exp.id, models.SearcherEvent.id <= horizon)
-        )
-    )
-    return Operation(trial.request_id, length, completed, verdict_pending=bool(pending)), horizon
+    return Operation(trial.request_id, length, completed, verdict_pending=pending), horizon
 
 
 def current_operation(
@@ -233,7 +253,7 @@ def current_operation(
     deadline = time.monotonic() + wait_s
     seen = ctx.topics.version(topic)
     with ctx.db.read() as s:
-        operation, horizon = _read_operation(s, trial_id, None)
+        operation, horizon = _read_operation(s, trial_id, experiment_id, None)
     if not operation.verdict_pending or wait_s <= 0 or ctx.topics.closed:
         return operation
     with contextlib.ExitStack() as held:
@@ -245,7 +265,7 @@ def current_operation(
             ctx.topics.wait(topic, seen, timeout=min(deadline - time.monotonic(), VERDICT_POLL_S))
             seen = ctx.topics.version(topic)
             with ctx.db.read() as s:
-                operation, horizon = _read_operation(s, trial_id, horizon)
+                operation, horizon = _read_operation(s, trial_id, experiment_id, horizon)
             if not operation.verdict_pending or deadline <= time.monotonic() or ctx.topics.closed:
                 return operation
 
