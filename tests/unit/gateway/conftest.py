@@ -84,7 +84,10 @@ class ScriptedCairn(api_pb2_grpc.CairnServicer):
             context.abort(grpc.StatusCode.NOT_FOUND, "the trial went away")
         if request.follow:
             done = threading.Event()
-            context.add_callback(done.set)
+            # False when the call already ended: the client left before this line ran (the
+            # servicer's thread can fall that far behind the sent line on a busy host).
+            if not context.add_callback(done.set):
+                done.set()
             if done.wait(timeout=30):
                 self.observed.cancelled.set()
 
