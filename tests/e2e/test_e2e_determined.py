@@ -125,6 +125,54 @@ def test_det_pause_activate_kill_and_follow_logs(cluster: TestCluster, det, tmp_
 
 
 @pytest.fixture
+def one_signal_waiter(db_url: str | None, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """Two slots, and a master that lets one call at a time wait for allocation signals."""
+    with running_cluster(
+        tmp_path / "cluster1w", db_url, agents=1, slots=2, extra_env={"CAIRN_MAX_SIGNAL_WAITERS": "1"}
+    ) as c:
+        yield c
+
+
+def test_a_determined_trial_past_the_signal_waiters_bound_still_hears_its_preemption(
+    one_signal_waiter: TestCluster, tmp_path: Path
+) -> None:
+    """Determined's preemption watcher long-polls its allocation's signal. With more running
+    trials than the master's --max-signal-waiters, the poll that would have to wait is answered
+    429; the stock client logs it and asks again 10 s later. A pause still reaches every trial,
+    which checkpoints and stops as asked (none is killed at the preemption timeout)."""
+    cluster = one_signal_waiter
+    det = det_runner(determined_env(cluster, tmp_path / "home"))
+    config = det_config(tmp_path, steps=600, step_s=0.1)
+    text = config.read_text().replace(
+        "  increment_by: 2\n", "  increment_by:\n    type: categorical\n    vals: [1, 2]\n"
+    )
+    config.write_text(text.replace("name: single", "name: grid\n  max_concurrent_trials: 2"))
+    det("experiment", "create", str(config), str(DET_TRIAL_DIR))
+    api = cluster.login()
+
+    def both_reporting() -> list | None:
+        found = [t for t in trials(api, 1) if len(stored_metrics(api, t.id, "training")) >= 3]
+        return found if len(found) == 2 else None
+
+    running = wait_for(both_reporting, timeout=90, what="two trials reporting")
+    # One poll waits in the only slot; the other was refused and retries.
+    wait_for(
+        lambda: any("retrying in 10s" in det("trial", "logs", str(t.id)) for t in running),
+        timeout=60,
+        what="a refused long poll in a trial's log",
+    )
+    det("experiment", "pause", "1")
+    wait_state(api, 1, "PAUSED", timeout=90)
+    wait_for(
+        lambda: all(t.runner_state == "TERMINATED" for t in trials(api, 1)), timeout=90, what="both stopped"
+    )
+    for t in running:
+        assert "DET-PREEMPTED" in det("trial", "logs", str(t.id)), t.id
+    det("experiment", "kill", "1")
+    wait_state(api, 1, "CANCELED", timeout=90)
+
+
+@pytest.fixture
 def two_slots(db_url: str | None, tmp_path: Path):  # type: ignore[no-untyped-def]
     """One agent with two slots: one container whose launcher starts two workers."""
     with running_cluster(tmp_path / "cluster2", db_url, agents=1, slots=2) as c:
