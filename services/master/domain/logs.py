@@ -3,6 +3,7 @@ resent) and reading it back."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -21,6 +22,9 @@ from services.master.store import models
 log = get_logger(__name__)
 
 LEVELS = ("TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+# Stores of lines read under one key (a trial, or a task) commit one at a time, on one of this many
+# locks (by the key's hash).
+ORDER_LOCKS = 64
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,12 @@ class LogStore:
         self._ctx = ctx
         self._owners: dict[str, _Owner] = {}
         self._lock = threading.Lock()
+        # A follower reads a key's lines by id (`id > last seen`), so they must become visible in
+        # id order. PostgreSQL takes a line's id at its INSERT, not at the COMMIT: two agents of one
+        # trial storing at once (each agent's lines come on its own stream thread) could commit the
+        # later ids first, the follower would read past the earlier ones, and they would never be
+        # followed (read back whole, they are there). On SQLite the writer lock does this already.
+        self._order_locks = tuple(threading.Lock() for _ in range(ORDER_LOCKS))
 
     def _owner(self, container_id: str) -> _Owner | None:
         with self._lock:
@@ -88,13 +98,17 @@ class LogStore:
             )
         if not rows:
             return highest
-        with self._ctx.db.transaction() as s:
-            insert = pg_insert if self._ctx.db.dialect == "postgresql" else sqlite_insert
-            s.execute(insert(models.TaskLog).on_conflict_do_nothing(), rows)
-            for container_id, seq in highest.items():
-                container = s.get(models.Container, container_id)
-                if container is not None and seq > container.acked_seq:
-                    container.acked_seq = seq
+        keys = sorted({hash(_topic(o.trial_id, o.task_id)) % ORDER_LOCKS for o in owners})
+        with contextlib.ExitStack() as in_order:
+            for key in keys:  # in one order, so that two batches never wait for each other
+                in_order.enter_context(self._order_locks[key])
+            with self._ctx.db.transaction() as s:
+                insert = pg_insert if self._ctx.db.dialect == "postgresql" else sqlite_insert
+                s.execute(insert(models.TaskLog).on_conflict_do_nothing(), rows)
+                for container_id, seq in highest.items():
+                    container = s.get(models.Container, container_id)
+                    if container is not None and seq > container.acked_seq:
+                        container.acked_seq = seq
         for owner in owners:
             self._ctx.topics.publish(_topic(owner.trial_id, owner.task_id))
         return highest

@@ -2,15 +2,23 @@
 
 Reading every report of a thousand trials on each refresh would not stay fluid, so each
 (experiment, group, metric) keeps its points in memory and a refresh reads only reports stored
-since the last one (metrics ids only grow). Archived reports (an older run past the checkpoint a
-restart resumed from) are left out, so a refresh after a restart rebuilds that trial's series.
+since the last ones it has surely read (metrics ids only grow). Archived reports (an older run past
+the checkpoint a restart resumed from) are left out, so a refresh after a restart rebuilds that
+trial's series.
+
+On PostgreSQL a report's id is taken at its INSERT, and the reports of different trials are stored
+side by side (a lock per trial): a refresh can see a later id committed while an earlier one is
+still on its way. So a refresh reads again from where the refreshes of SETTLE_S ago had read (a
+report is stored in milliseconds); a point is keyed by its trial and steps, so reading it twice
+changes nothing. Once it went from the highest id read, and the earlier report was never charted.
 """
 
 from __future__ import annotations
 
 import math
 import threading
-from collections import OrderedDict
+import time
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -24,6 +32,8 @@ from services.master.domain.errors import InvalidArgument, NotFound
 from services.master.store import models
 
 MAX_CACHED_SERIES_SETS = 32
+# How long a report's transaction may stay open after its id was taken, at most (PostgreSQL).
+SETTLE_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -42,7 +52,11 @@ class TrialSeries:
 
 @dataclass
 class _SeriesSet:
-    last_metric_id: int = 0
+    # Every report up to this id has been read.
+    settled_id: int = 0
+    # (when, the highest id it read) of the refreshes whose reports may still have had company on
+    # the way, oldest first.
+    recent_reads: deque[tuple[float, int]] = field(default_factory=deque)
     archived_seen: int = 0
     points: dict[int, dict[int, Point]] = field(default_factory=dict)  # trial → steps → point
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -87,6 +101,7 @@ class SampleCache:
             return found
 
     def _refresh(self, series: _SeriesSet, experiment_id: int, group: str, metric: str) -> None:
+        started = time.monotonic()
         with self._ctx.db.read() as s:
             trial_ids = select(models.Trial.id).where(models.Trial.experiment_id == experiment_id)
             archived = s.scalar(
@@ -102,7 +117,8 @@ class SampleCache:
             if (archived or 0) != series.archived_seen:
                 # Reports were archived since the last read: start this set over.
                 series.points.clear()
-                series.last_metric_id = 0
+                series.settled_id = 0
+                series.recent_reads.clear()
                 series.archived_seen = archived or 0
             rows = s.execute(
                 select(
@@ -116,16 +132,30 @@ class SampleCache:
                     models.Metric.trial_id.in_(trial_ids),
                     models.Metric.group_name == group,
                     models.Metric.archived.is_(False),
-                    models.Metric.id > series.last_metric_id,
+                    models.Metric.id > series.settled_id,
                 )
                 .order_by(models.Metric.id)
             ).all()
+        highest = series.settled_id
         for metric_id, trial_id, steps, report_time, raw in rows:
-            series.last_metric_id = max(series.last_metric_id, metric_id)
+            highest = max(highest, metric_id)
             value = _as_float(raw)
             if value is None:
                 continue
             series.points.setdefault(trial_id, {})[int(steps)] = Point(int(steps), value, report_time)
+        self._settle(series, started, highest)
+
+    def _settle(self, series: _SeriesSet, started: float, highest: int) -> None:
+        """After a read that began at `started` and saw ids up to `highest`: the reports below
+        what a refresh at least SETTLE_S older saw were all stored before this read began, and it
+        read them (it went from settled_id up)."""
+        if self._ctx.db.dialect != "postgresql":
+            series.settled_id = highest  # one writer at a time: ids become visible in order
+            return
+        recent = series.recent_reads
+        while recent and recent[0][0] <= started - SETTLE_S:
+            series.settled_id = max(series.settled_id, recent.popleft()[1])
+        recent.append((started, highest))
 
     def sample(
         self,

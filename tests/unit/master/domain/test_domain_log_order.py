@@ -1,0 +1,72 @@
+"""A followed log reads a trial's lines by id, so they must become visible in id order. Two stores of
+one trial's lines at once (its containers on two agents, each agent's lines on its own stream
+thread) commit one after the other, in the order they took their ids: PostgreSQL takes a line's id
+at its INSERT, and a later batch committing first once made the follower read past the earlier one
+for good."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from sqlalchemy import event
+
+from cairn.agent.v1 import agent_pb2 as apb
+from services.master.domain.logs import LogFilter, LogStore, read_logs
+from services.master.domain.topics import trial_logs_topic
+from tests.unit.master.domain.harness import Master
+
+
+def _batch(container: str, seqs: range) -> apb.LogBatch:
+    return apb.LogBatch(
+        entries=[apb.LogEntry(container_id=container, seq=seq, message=f"line {seq}") for seq in seqs]
+    )
+
+
+def test_lines_stored_at_once_are_all_followed_whichever_commits_first(
+    master_on_each_database: Master,
+) -> None:
+    master = master_on_each_database
+    master.add_agent("a1")
+    (trial,) = master.trials(master.create())
+    (container,) = master.run_containers(master.live(trial.id).id)
+    store = LogStore(master.ctx)
+    ended = threading.Event()
+    followed: list[str] = []
+    follower = read_logs(
+        master.ctx, LogFilter(trial_id=trial.id), limit=0, descending=False, follow=True, is_done=ended.is_set
+    )
+    following = threading.Thread(target=lambda: followed.extend(r.message for r in follower), daemon=True)
+    following.start()
+
+    first_inside, first_may_commit = threading.Event(), threading.Event()
+    first_thread: list[threading.Thread] = []
+
+    def hold_the_first(conn: object, cursor: object, statement: str, *_: object) -> None:
+        """The first store stops after its INSERT, its ids taken, its transaction open."""
+        if threading.current_thread() in first_thread and statement.lstrip().upper().startswith("INSERT"):
+            first_inside.set()
+            first_may_commit.wait(10)
+
+    engine = master.ctx.db.engine
+    event.listen(engine, "after_cursor_execute", hold_the_first)
+    try:
+        first = threading.Thread(target=lambda: store.store("a1", _batch(container, range(1, 6))))
+        first_thread.append(first)
+        first.start()
+        assert first_inside.wait(10)
+        second = threading.Thread(target=lambda: store.store("a2", _batch(container, range(6, 11))))
+        second.start()
+        second.join(0.5)  # it waits for the first (it would have committed by now)
+        time.sleep(0.3)  # the follower reads whatever is committed
+        first_may_commit.set()
+        first.join(10)
+        second.join(10)
+    finally:
+        first_may_commit.set()
+        event.remove(engine, "after_cursor_execute", hold_the_first)
+    time.sleep(0.3)
+    ended.set()
+    master.ctx.topics.publish(trial_logs_topic(trial.id))
+    following.join(10)
+    assert sorted(followed, key=lambda m: int(m.split()[1])) == [f"line {n}" for n in range(1, 11)], followed
