@@ -100,6 +100,11 @@ class LivenessLoop:
             ]
         for agent_id in absent:
             with ctx.unit_of_work() as w:
+                # Read again under the unit of work: an agent that registered since the read
+                # above was told to keep its containers (agents.register, under the same lock).
+                agent = w.session.get(models.Agent, agent_id)
+                if agent is None or agent.last_seen >= cutoff or agent_id in ctx.hub.connected_ids():
+                    continue
                 lost = agent_registry.live_containers_on(w, agent_id)
                 for container in lost:
                     log.warning(

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
-from sqlalchemy import select
+from sqlalchemy import or_, select
 
 from cairn.scheduler.v1 import scheduler_pb2 as pb
 from services.common.logging import get_logger
@@ -387,6 +387,8 @@ class SchedulingLoop:
         if decision.preemptions:
             with ctx.unit_of_work() as w:
                 for preemption in decision.preemptions:
+                    if preemption.for_allocation_id and not _still_waits(w, preemption.for_allocation_id):
+                        continue  # what it made room for was killed or placed meanwhile
                     alloc = w.session.get(models.Allocation, preemption.allocation_id)
                     if alloc is not None:
                         allocations.request_preempt(
@@ -424,12 +426,19 @@ class SchedulingLoop:
             elif container_state != A.TERMINATED:
                 releasing[container_id] = (agent_id, {str(s) for s in slot_ids})
         connected = ctx.hub.connected_ids()
+        closed_agents, closed_slots = _closed_to_new_work(w, named)
         for assignment in assignments:
             alloc = w.session.get(models.Allocation, assignment.allocation_id)
             if alloc is None or alloc.state != A.PENDING:
                 continue
             wanted = {(p.agent_id, s) for p in assignment.placements for s in p.slot_ids}
-            if wanted & used or any(p.agent_id not in connected for p in assignment.placements):
+            if (
+                wanted & used
+                or wanted & closed_slots
+                or any(
+                    p.agent_id not in connected or p.agent_id in closed_agents for p in assignment.placements
+                )
+            ):
                 continue  # stale decision; the next pass decides again
             used |= wanted
             allocations.assign(
@@ -440,3 +449,33 @@ class SchedulingLoop:
                 offsets,
                 releasing,
             )
+
+
+def _closed_to_new_work(w: Work, agent_ids: set[str]) -> tuple[set[str], set[tuple[str, str]]]:
+    """Of `agent_ids`, the agents and the slots disabled or draining now: a user may have closed
+    them while the scheduler decided on what it had read before."""
+    if not agent_ids:
+        return set(), set()
+    agents = set(
+        w.session.scalars(
+            select(models.Agent.id).where(
+                models.Agent.id.in_(list(agent_ids)),
+                or_(models.Agent.enabled.is_(False), models.Agent.draining.is_(True)),
+            )
+        )
+    )
+    slots = {
+        (agent_id, str(slot_id))
+        for agent_id, slot_id in w.session.execute(
+            select(models.AgentSlot.agent_id, models.AgentSlot.slot_id).where(
+                models.AgentSlot.agent_id.in_(list(agent_ids)),
+                or_(models.AgentSlot.enabled.is_(False), models.AgentSlot.draining.is_(True)),
+            )
+        )
+    }
+    return agents, slots
+
+
+def _still_waits(w: Work, allocation_id: str) -> bool:
+    alloc = w.session.get(models.Allocation, allocation_id)
+    return alloc is not None and alloc.state == A.PENDING

@@ -9,7 +9,7 @@ from sqlalchemy import select
 
 from cairn.agent.v1 import agent_pb2 as apb
 from cairn.scheduler.v1 import scheduler_pb2 as schpb
-from services.master.domain import allocations, experiments, metrics, trials
+from services.master.domain import agents, allocations, experiments, metrics, trials
 from services.master.domain.errors import FailedPrecondition
 from services.master.domain.states import AllocationState, InvalidTransition, RunState
 from services.master.store import models
@@ -125,6 +125,48 @@ def test_a_decision_the_cluster_overtook_is_not_applied(master: Master) -> None:
     )
     assert master.live(waiting_trial.id).state == "PENDING"
     assert len(master.hub.commands("start")) == starts
+
+
+def test_a_decision_for_an_agent_closed_meanwhile_or_a_preemption_for_work_gone_is_not_applied(
+    master: Master,
+) -> None:
+    """The scheduler decides on what it read; a user may disable or drain the agent, or kill what a
+    preemption made room for, before the decision comes back."""
+    master.add_agent("a1")
+    master.add_agent("a2")
+    agents.set_enabled(master.ctx, "a2", False)
+    first = master.create()
+    (running_trial,) = master.trials(first)
+    running = master.live(running_trial.id)
+    assert running.state != "PENDING" and running.placements[0]["agent_id"] == "a1"
+    waiting_experiment = master.create()
+    (waiting_trial,) = master.trials(waiting_experiment)
+    waiting = master.live(waiting_trial.id)
+    assert waiting.state == "PENDING"
+    starts = len(master.hub.commands("start"))
+    for drain in (False, True):
+        agents.set_enabled(master.ctx, "a2", False, drain=drain)
+        master.scheduling._apply(
+            schpb.ScheduleResponse(
+                assignments=[
+                    schpb.Assignment(
+                        allocation_id=waiting.id, placements=[schpb.Placement(agent_id="a2", slot_ids=["0"])]
+                    )
+                ]
+            )
+        )
+        assert (
+            master.live(waiting_trial.id).state == "PENDING" and len(master.hub.commands("start")) == starts
+        )
+    # A preemption for an allocation that no longer waits (its experiment was killed) is dropped.
+    with master.ctx.unit_of_work() as w:
+        experiments.kill(master.ctx, w, experiments.load(w, waiting_experiment))
+    master.scheduling._apply(
+        schpb.ScheduleResponse(
+            preemptions=[schpb.Preemption(allocation_id=running.id, for_allocation_id=waiting.id)]
+        )
+    )
+    assert not master.live(running_trial.id).preempt_requested
 
 
 def test_the_tables_refuse_forbidden_moves(master: Master) -> None:

@@ -1,0 +1,73 @@
+"""The liveness loop gives up the containers of an agent that stayed away past its reconnect wait;
+an agent that registered again meanwhile (and was told to keep its containers) is left alone, even
+when it came back between the loop's read and its unit of work."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+
+from cairn.agent.v1 import agent_pb2 as apb
+from services.master.domain import agents
+from services.master.domain.clock import utcnow
+from services.master.domain.liveness import LivenessLoop
+from services.master.domain.states import AllocationState as A
+from services.master.store import models
+from tests.unit.master.domain.harness import Master
+
+
+def _away_with_a_running_container(master: Master) -> tuple[str, str]:
+    master.add_agent("a1")
+    (trial,) = master.trials(master.create())
+    allocation_id = master.live(trial.id).id
+    (container,) = master.run_containers(allocation_id)
+    master.hub.connected.discard("a1")
+    with master.ctx.unit_of_work() as w:
+        w.session.get_one(models.Agent, "a1").last_seen = utcnow() - timedelta(hours=1)
+    return allocation_id, container
+
+
+def _state(master: Master, allocation_id: str) -> str:
+    with master.ctx.db.read() as s:
+        return s.get_one(models.Allocation, allocation_id).state
+
+
+def test_an_agent_that_stays_away_loses_its_containers(master: Master) -> None:
+    allocation_id, _ = _away_with_a_running_container(master)
+    LivenessLoop(master.ctx)._give_up_on_absent_agents()
+    assert _state(master, allocation_id) == A.TERMINATED
+
+
+def test_an_agent_back_between_the_read_and_the_unit_of_work_keeps_its_containers(
+    master: Master, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    allocation_id, container = _away_with_a_running_container(master)
+    unit_of_work = master.ctx.unit_of_work
+    came_back: list[agents.Registration] = []
+
+    @contextlib.contextmanager
+    def back_first(*args: object, **kwargs: object) -> Iterator[object]:
+        if not came_back:  # the agent reconnects right after the loop read it as absent
+            hello = apb.Hello(
+                agent_id="a1",
+                resource_pool="default",
+                hostname="a1",
+                slots=[apb.Slot(id="0", type=apb.DEVICE_TYPE_CPU, uuid="a1-0")],
+                runtime="process",
+                reconnect=True,
+                containers=[apb.RunningContainer(container_id=container)],
+            )
+            monkeypatch.setattr(master.ctx, "unit_of_work", unit_of_work)
+            came_back.append(agents.register(master.ctx, hello))
+            master.hub.connected.add("a1")
+            monkeypatch.setattr(master.ctx, "unit_of_work", back_first)
+        with unit_of_work(*args, **kwargs) as w:  # type: ignore[arg-type]
+            yield w
+
+    monkeypatch.setattr(master.ctx, "unit_of_work", back_first)
+    LivenessLoop(master.ctx)._give_up_on_absent_agents()
+    assert came_back and came_back[0].keep_container_ids == [container]
+    assert _state(master, allocation_id) == A.RUNNING
