@@ -145,6 +145,20 @@ def test_users_with_the_stock_det_client_and_cairn(cluster: TestCluster, tmp_pat
     admin_det("user", "edit", "alice", "--admin", "true")
     assert user_named(api, "alice").admin  # type: ignore[union-attr]
 
+    # Renamed, a user's experiments are listed under the new name at once (cached rows included).
+    alice_api = cluster.login("alice", "Alice-pass3")
+    experiment_id = create(alice_api, config(hyperparameters={"steps": 1}))
+    wait_state(api, experiment_id, "COMPLETED", timeout=120)
+
+    def owner_listed() -> str:
+        listed = api.GetExperiments(experiment_pb2.GetExperimentsRequest())
+        return next(e.username for e in listed.experiments if e.id == experiment_id)
+
+    assert owner_listed() == "alice"
+    admin_det("user", "rename", "alice", "alicia")
+    assert owner_listed() == "alicia"
+    admin_det("user", "rename", "alicia", "alice")
+
     # Cairn's CLI has the same verbs.
     cairn = cairn_cli(cluster, tmp_path / "cairn-home", user="admin")
     cairn("user", "create", "carol", "--password-stdin", stdin="Carol-pass1\n")

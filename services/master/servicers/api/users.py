@@ -95,6 +95,9 @@ class UsersApi(ServicerBase):
         info = users.patch(
             self.ctx.db, self.deps.auth, self.user(context), request.user_id, _changes(request.user)
         )
+        # Cached replies show the owner's name (GetExperiments' rows): a rename must not wait for
+        # the next unit of work to reach them (users are changed outside one).
+        self.ctx.data_changed()
         return auth_pb2.PatchUserResponse(user=convert.user(info))
 
     @rpc
