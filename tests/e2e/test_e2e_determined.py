@@ -157,7 +157,7 @@ def test_a_determined_trial_past_the_signal_waiters_bound_still_hears_its_preemp
     running = wait_for(both_reporting, timeout=90, what="two trials reporting")
     # One poll waits in the only slot; the other was refused and retries.
     wait_for(
-        lambda: any("retrying in 10s" in det("trial", "logs", str(t.id)) for t in running),
+        lambda: any("preemption API (retrying in 10s)" in det("trial", "logs", str(t.id)) for t in running),
         timeout=60,
         what="a refused long poll in a trial's log",
     )

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from services.common.logging import get_logger
 from services.master.domain.idle_clock import IdleClock
 from services.master.domain.intake_order import IntakeOrder
+from services.master.domain.metric_inserts import MetricInserts
 from services.master.domain.telemetry import Telemetry
 from services.master.domain.topics import Topics
 from services.master.settings import Settings
@@ -38,11 +39,17 @@ NOT_CONNECTED = "the master's lifecycles are not connected: call wiring.connect(
 class Work:
     session: Session
     after_commit: list[Callable[[], None]] = field(default_factory=list)
+    # Run once the transaction is over, committed or rolled back (the lock still held).
+    at_end: list[Callable[[], None]] = field(default_factory=list)
     # Checks owed before the commit, once per key however often they are owed (settle()).
     before_commit: dict[object, Callable[[], None]] = field(default_factory=dict)
 
     def later(self, effect: Callable[[], None]) -> None:
         self.after_commit.append(effect)
+
+    def finally_(self, effect: Callable[[], None]) -> None:
+        """Run `effect` when the transaction is over, whether it committed or not."""
+        self.at_end.append(effect)
 
     def once_before_commit(self, key: object, check: Callable[[], None]) -> None:
         """Run `check` in this transaction just before it commits, once for `key`: a check that
@@ -111,6 +118,9 @@ class MasterContext:
     # Per-trial locks for the work that may run beside the process-wide lock (metric intake of
     # training reports on PostgreSQL: metrics.py says why it is safe there).
     trial_locks: StripedLocks = field(default_factory=StripedLocks)
+    # Metric inserts not committed yet, for readers that go on from the highest id they read
+    # (metric_inserts.py).
+    metric_inserts: MetricInserts = field(default_factory=MetricInserts)
     # The highest metric sequence number stored per trial run, for batches sent before the last
     # was answered (intake_order.py).
     intake_order: IntakeOrder = field(default_factory=IntakeOrder)
@@ -135,10 +145,15 @@ class MasterContext:
         whole call again do so through outage.ride_out, outside the lock. `lock`: a narrower lock
         than the process-wide one, for the few units proven safe beside it."""
         with lock if lock is not None else self.lock:
-            with self.db.transaction() as session:
-                work = Work(session)
-                yield work
-                work.settle()
+            work: Work | None = None
+            try:
+                with self.db.transaction() as session:
+                    work = Work(session)
+                    yield work
+                    work.settle()
+            finally:
+                for end in work.at_end if work is not None else ():
+                    end()
             self.data_changed()
             # Committed: now it is safe to tell the world.
             for effect in work.after_commit:

@@ -15,16 +15,13 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from cairn.agent.v1 import agent_pb2 as apb
 from services.common.logging import get_logger
-from services.master.domain.context import MasterContext
+from services.master.domain.context import MasterContext, StripedLocks
 from services.master.domain.topics import task_logs_topic, trial_logs_topic
 from services.master.store import models
 
 log = get_logger(__name__)
 
 LEVELS = ("TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-# Stores of lines read under one key (a trial, or a task) commit one at a time, on one of this many
-# locks (by the key's hash).
-ORDER_LOCKS = 64
 
 
 @dataclass(frozen=True)
@@ -39,12 +36,13 @@ class LogStore:
         self._ctx = ctx
         self._owners: dict[str, _Owner] = {}
         self._lock = threading.Lock()
-        # A follower reads a key's lines by id (`id > last seen`), so they must become visible in
-        # id order. PostgreSQL takes a line's id at its INSERT, not at the COMMIT: two agents of one
-        # trial storing at once (each agent's lines come on its own stream thread) could commit the
-        # later ids first, the follower would read past the earlier ones, and they would never be
-        # followed (read back whole, they are there). On SQLite the writer lock does this already.
-        self._order_locks = tuple(threading.Lock() for _ in range(ORDER_LOCKS))
+        # A follower reads a key's lines (a trial's, or a task's) by id (`id > last seen`), so
+        # they must become visible in id order. PostgreSQL takes a line's id at its INSERT, not at
+        # the COMMIT: two agents of one trial storing at once (each agent's lines come on its own
+        # stream thread) could commit the later ids first, the follower would read past the
+        # earlier ones, and they would never be followed (read back whole, they are there). So on
+        # PostgreSQL the stores of one key commit one at a time; SQLite's one writer does that.
+        self._key_locks = StripedLocks() if ctx.db.dialect == "postgresql" else None
 
     def _owner(self, container_id: str) -> _Owner | None:
         with self._lock:
@@ -98,10 +96,15 @@ class LogStore:
             )
         if not rows:
             return highest
-        keys = sorted({hash(_topic(o.trial_id, o.task_id)) % ORDER_LOCKS for o in owners})
         with contextlib.ExitStack() as in_order:
-            for key in keys:  # in one order, so that two batches never wait for each other
-                in_order.enter_context(self._order_locks[key])
+            if self._key_locks is not None:
+                locks = {
+                    id(lock): lock
+                    for lock in (self._key_locks.of(hash(_topic(o.trial_id, o.task_id))) for o in owners)
+                }
+                # Always taken in one order, so that two batches holding some never deadlock.
+                for _, lock in sorted(locks.items()):
+                    in_order.enter_context(lock)
             with self._ctx.db.transaction() as s:
                 insert = pg_insert if self._ctx.db.dialect == "postgresql" else sqlite_insert
                 s.execute(insert(models.TaskLog).on_conflict_do_nothing(), rows)

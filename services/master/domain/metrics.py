@@ -344,7 +344,7 @@ def report(
             # after it was stored (its progress may be older than a later batch's).
             _set_progress(ctx, w, trial, exp, progress, tells_searcher=tells_searcher)
         if flat is not None and not seen:
-            stored = _store_columns(w, trial, exp, run_id, flat)
+            stored = _store_columns(ctx, w, trial, exp, run_id, flat)
             w.later(lambda: _count_intake(ctx, stored, _latencies_of_times(flat.times)))
             if max_seq:
                 committed = max_seq
@@ -548,6 +548,7 @@ def _store_new(
         for item, metrics in new
     ]
     validations = [i for i, (item, _) in enumerate(new) if item.group == VALIDATION]
+    _inserting(ctx, w)
     if validations:
         ids = metric_rows.insert_returning_ids(w.session, rows)
     else:
@@ -557,6 +558,13 @@ def _store_new(
     for index in validations:
         item, metrics = new[index]
         _record_validation(ctx, w, trial, exp, ids[index], item.steps_completed, metrics)
+
+
+def _inserting(ctx: MasterContext, w: Work) -> None:
+    """Metric rows are about to take their ids in `w`: counted as on their way until its
+    transaction is over (metric_inserts.py)."""
+    token = ctx.metric_inserts.begin()
+    w.finally_(lambda: ctx.metric_inserts.end(token))
 
 
 def _plain_batches(item: Report) -> Any:
@@ -582,11 +590,17 @@ def _latencies_of_times(times: list[float]) -> list[float]:
 
 
 def _store_columns(
-    w: Work, trial: models.Trial, exp: models.Experiment, run_id: int, flat: metric_columns.FlatBatch
+    ctx: MasterContext,
+    w: Work,
+    trial: models.Trial,
+    exp: models.Experiment,
+    run_id: int,
+    flat: metric_columns.FlatBatch,
 ) -> int:
     """A batch by column, none of it stored before: an earlier run's rows it passes archived, one
     COPY, the summary folded from the columns. (No validation: those go as reports.)"""
     archived = run_id > 1 and _archive_superseded(w, trial, run_id, {flat.group: min(flat.steps)})
+    _inserting(ctx, w)
     metric_rows.insert_columns(w.session, trial.id, run_id, flat)
     if archived:
         _recompute_summary(w, trial, exp)

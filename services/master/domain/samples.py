@@ -2,23 +2,22 @@
 
 Reading every report of a thousand trials on each refresh would not stay fluid, so each
 (experiment, group, metric) keeps its points in memory and a refresh reads only reports stored
-since the last ones it has surely read (metrics ids only grow). Archived reports (an older run past
-the checkpoint a restart resumed from) are left out, so a refresh after a restart rebuilds that
+since the last ones it has read for good (metrics ids only grow). Archived reports (an older run
+past the checkpoint a restart resumed from) are left out, so a refresh after a restart rebuilds that
 trial's series.
 
-On PostgreSQL a report's id is taken at its INSERT, and the reports of different trials are stored
-side by side (a lock per trial): a refresh can see a later id committed while an earlier one is
-still on its way. So a refresh reads again from where the refreshes of SETTLE_S ago had read (a
-report is stored in milliseconds); a point is keyed by its trial and steps, so reading it twice
-changes nothing. Once it went from the highest id read, and the earlier report was never charted.
+On PostgreSQL a report's id is taken at its INSERT, and training reports of different trials are
+stored side by side (a lock per trial): a refresh can see a later id committed while an earlier
+one is still on its way. It once went on from the highest id it read, and the earlier report was
+never charted. Now it goes on from what metric_inserts.py says was read for good, reading a few
+reports twice (a point is keyed by its trial and steps, so that changes nothing).
 """
 
 from __future__ import annotations
 
 import math
 import threading
-import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -29,11 +28,10 @@ from services.master.domain.config import config_view
 from services.master.domain.context import MasterContext
 from services.master.domain.downsample import downsample_by
 from services.master.domain.errors import InvalidArgument, NotFound
+from services.master.domain.metric_inserts import ReadStart
 from services.master.store import models
 
 MAX_CACHED_SERIES_SETS = 32
-# How long a report's transaction may stay open after its id was taken, at most (PostgreSQL).
-SETTLE_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -52,11 +50,8 @@ class TrialSeries:
 
 @dataclass
 class _SeriesSet:
-    # Every report up to this id has been read.
+    # Every report up to this id has been read, for good.
     settled_id: int = 0
-    # (when, the highest id it read) of the refreshes whose reports may still have had company on
-    # the way, oldest first.
-    recent_reads: deque[tuple[float, int]] = field(default_factory=deque)
     archived_seen: int = 0
     points: dict[int, dict[int, Point]] = field(default_factory=dict)  # trial → steps → point
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -101,7 +96,7 @@ class SampleCache:
             return found
 
     def _refresh(self, series: _SeriesSet, experiment_id: int, group: str, metric: str) -> None:
-        started = time.monotonic()
+        started = self._ctx.metric_inserts.read_start()
         with self._ctx.db.read() as s:
             trial_ids = select(models.Trial.id).where(models.Trial.experiment_id == experiment_id)
             archived = s.scalar(
@@ -118,7 +113,6 @@ class SampleCache:
                 # Reports were archived since the last read: start this set over.
                 series.points.clear()
                 series.settled_id = 0
-                series.recent_reads.clear()
                 series.archived_seen = archived or 0
             rows = s.execute(
                 select(
@@ -145,17 +139,11 @@ class SampleCache:
             series.points.setdefault(trial_id, {})[int(steps)] = Point(int(steps), value, report_time)
         self._settle(series, started, highest)
 
-    def _settle(self, series: _SeriesSet, started: float, highest: int) -> None:
-        """After a read that began at `started` and saw ids up to `highest`: the reports below
-        what a refresh at least SETTLE_S older saw were all stored before this read began, and it
-        read them (it went from settled_id up)."""
+    def _settle(self, series: _SeriesSet, started: ReadStart, highest: int) -> None:
         if self._ctx.db.dialect != "postgresql":
             series.settled_id = highest  # one writer at a time: ids become visible in order
             return
-        recent = series.recent_reads
-        while recent and recent[0][0] <= started - SETTLE_S:
-            series.settled_id = max(series.settled_id, recent.popleft()[1])
-        recent.append((started, highest))
+        series.settled_id = max(series.settled_id, self._ctx.metric_inserts.read_for_good(started, highest))
 
     def sample(
         self,

@@ -188,22 +188,24 @@ class Operation:
 def _read_operation(
     s: Session, trial_id: int, experiment_id: int, horizon: int | None
 ) -> tuple[Operation, int | None]:
-    """The trial's operation, and the newest searcher event id its verdict depends on.
-
-    The events are read before the trial. The searcher pump removes answered events and applies
-    their answer (a new target, a stop) in one transaction, but this read is not one snapshot
-    (PostgreSQL's READ COMMITTED gives each statement its own; pysqlite runs SELECTs outside a
-    transaction): read the other way round, a commit falling between the two statements showed
-    the trial's old target with its events answered, and the trial was told "done" at a rung the
-    searcher had just sent it past (it exited and was started again)."""
+    """The trial's operation, and the newest searcher event id its verdict depends on. `s` must be
+    one snapshot (Database.snapshot_read): the searcher pump removes answered events and applies
+    their answer (a new target, a stop) in one transaction, and a trial's completion stores its
+    result's event with its completed length. Read in separate snapshots, a commit between the
+    statements once showed the trial's old target with its events answered, and the trial was told
+    "done" at a rung the searcher had just sent it past (it exited and was started again)."""
     # Events queue in order, so once every event up to the newest one queued when the trial asked
     # has been answered, and no answer's rest waits to be applied (searcher_actions.
     # apply_response_in_part), the answer to its result is in (a new target, a stop, or neither).
     if horizon is None:
-        horizon = s.scalar(
-            select(func.max(models.SearcherEvent.id)).where(
-                models.SearcherEvent.experiment_id == experiment_id
+        # 0 when none is queued: a wait then covers no event queued after it began.
+        horizon = (
+            s.scalar(
+                select(func.max(models.SearcherEvent.id)).where(
+                    models.SearcherEvent.experiment_id == experiment_id
+                )
             )
+            or 0
         )
     pending = bool(
         s.scalar(
@@ -211,7 +213,7 @@ def _read_operation(
                 or_(
                     exists().where(
                         models.SearcherEvent.experiment_id == experiment_id,
-                        models.SearcherEvent.id <= (horizon or 0),
+                        models.SearcherEvent.id <= horizon,
                     ),
                     exists().where(models.SearcherAnswer.experiment_id == experiment_id),
                 )
@@ -252,7 +254,7 @@ def current_operation(
     topic = searcher_answers_topic(experiment_id)
     deadline = time.monotonic() + wait_s
     seen = ctx.topics.version(topic)
-    with ctx.db.read() as s:
+    with ctx.db.snapshot_read() as s:
         operation, horizon = _read_operation(s, trial_id, experiment_id, None)
     if not operation.verdict_pending or wait_s <= 0 or ctx.topics.closed:
         return operation
@@ -264,7 +266,7 @@ def current_operation(
         while True:
             ctx.topics.wait(topic, seen, timeout=min(deadline - time.monotonic(), VERDICT_POLL_S))
             seen = ctx.topics.version(topic)
-            with ctx.db.read() as s:
+            with ctx.db.snapshot_read() as s:
                 operation, horizon = _read_operation(s, trial_id, experiment_id, horizon)
             if not operation.verdict_pending or deadline <= time.monotonic() or ctx.topics.closed:
                 return operation

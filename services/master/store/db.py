@@ -184,6 +184,21 @@ class Database:
             yield session
 
     @contextlib.contextmanager
+    def snapshot_read(self) -> Iterator[Session]:
+        """As read(), but every statement sees one snapshot: for an answer built from rows that
+        one writer changes together, read in several statements (a plain read takes a snapshot
+        per statement on PostgreSQL, and pysqlite runs SELECTs outside a transaction). Costs a
+        BEGIN and a ROLLBACK."""
+        begin = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" if self.dialect == "postgresql" else "BEGIN"
+        with self._read_sessions() as session, _reads_lost_as_outages():
+            connection = session.connection()
+            connection.exec_driver_sql(begin)
+            try:
+                yield session
+            finally:
+                connection.exec_driver_sql("ROLLBACK")
+
+    @contextlib.contextmanager
     def read_connection(self) -> Iterator[Connection]:
         """A connection for reads only, without a Session: for the hottest reads
         (store/prepared_select.py), where making and closing a Session cost a sixth of the read.

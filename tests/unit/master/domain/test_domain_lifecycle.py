@@ -144,8 +144,17 @@ def test_a_decision_for_an_agent_closed_meanwhile_or_a_preemption_for_work_gone_
     waiting = master.live(waiting_trial.id)
     assert waiting.state == "PENDING"
     starts = len(master.hub.commands("start"))
-    for drain in (False, True):
-        agents.set_enabled(master.ctx, "a2", False, drain=drain)
+    # Closed to new work: the agent disabled, or draining, or (the agent enabled) the slot disabled.
+    closings = [
+        lambda: agents.set_enabled(master.ctx, "a2", False),
+        lambda: agents.set_enabled(master.ctx, "a2", False, drain=True),
+        lambda: (
+            agents.set_enabled(master.ctx, "a2", True),
+            agents.set_slot_enabled(master.ctx, "a2", "0", False),
+        ),
+    ]
+    for close in closings:
+        close()
         master.scheduling._apply(
             schpb.ScheduleResponse(
                 assignments=[

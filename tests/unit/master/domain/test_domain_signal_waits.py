@@ -10,7 +10,7 @@ import threading
 import time
 
 import pytest
-from sqlalchemy import delete, event, func, select
+from sqlalchemy import delete, event
 
 from cairn.searcher.v1 import searcher_pb2 as spb
 from services.master.domain import allocations, searcher_actions, signals
@@ -164,13 +164,15 @@ def _set_target(master: Master, trial_id: int, target: int) -> None:
         )
 
 
-def test_a_verdict_committed_while_the_operation_is_read_is_never_read_half(
-    master_on_each_database: Master,
+@pytest.mark.parametrize("writer", ["the searcher's answer", "the trial's completion"])
+def test_a_commit_while_the_operation_is_read_is_never_read_half(
+    master_on_each_database: Master, writer: str
 ) -> None:
     """The searcher pump removes the answered events and applies the answer (here a new target) in
-    one transaction, but the operation's read is not one snapshot. Whichever of its statements the
-    answer's commit falls after, the trial is told either that its verdict is pending or its new
-    target: never "done" at the old one (it would exit, and be started again for the new target)."""
+    one transaction; a trial's completion stores its result's event with its completed length in
+    one. Whichever statement of the operation's read such a commit falls after, the trial is never
+    told "done" at its old target with no verdict pending (it would exit, and be started again for
+    the new target): the read is one snapshot."""
     master = master_on_each_database
     allocation_id = _running_allocation(master)
     with master.ctx.db.read() as s:
@@ -179,34 +181,40 @@ def test_a_verdict_committed_while_the_operation_is_read_is_never_read_half(
         experiment_id = s.get_one(models.Trial, trial_id).experiment_id
     read_engine = master.ctx.db._read_engine or master.ctx.db.engine
     statements = 0
-    for answer_after in range(1, 4):
-        _set_target(master, trial_id, 4 * answer_after)
-        # The trial completes its operation at the target: its result goes to the searcher.
-        signals.complete_operation(master.ctx, master.admin, trial_id, 4 * answer_after, 0.5)
-        with master.ctx.db.read() as s:
-            assert s.scalar(select(func.count()).select_from(models.SearcherEvent)), "no result queued"
+    for commit_after in range(1, 6):
+        target = 4 * commit_after
+        _set_target(master, trial_id, target)
+        if writer == "the searcher's answer":
+            # The trial completed its operation at the target: its result waits for the searcher.
+            signals.complete_operation(master.ctx, master.admin, trial_id, target, 0.5)
 
-        def answer(*_: object, after: int = answer_after) -> None:
-            """The pump's answer, committed right after the read's `after`-th statement."""
+        def commit(*_: object, after: int = commit_after, target: int = target) -> None:
             nonlocal statements
             statements += 1
-            if statements == after:
-                with master.ctx.unit_of_work() as w:
-                    w.session.execute(delete(models.SearcherEvent))
-                    trial = w.session.get_one(models.Trial, trial_id)
-                    exp = w.session.get_one(models.Experiment, trial.experiment_id)
-                    searcher_actions._set_target(
-                        master.ctx, w, exp, spb.SetTrialTarget(request_id=trial.request_id, target_length=99)
-                    )
+            if statements != after:
+                return
+            if writer == "the trial's completion":
+                signals.complete_operation(master.ctx, master.admin, trial_id, target, 0.5)
+                return
+            with master.ctx.unit_of_work() as w:
+                w.session.execute(delete(models.SearcherEvent))
+                trial = w.session.get_one(models.Trial, trial_id)
+                exp = w.session.get_one(models.Experiment, trial.experiment_id)
+                searcher_actions._set_target(
+                    master.ctx,
+                    w,
+                    exp,
+                    spb.SetTrialTarget(request_id=trial.request_id, target_length=target + 1),
+                )
 
         statements = 0
-        event.listen(read_engine, "after_cursor_execute", answer)
+        event.listen(read_engine, "after_cursor_execute", commit)
         try:
-            with master.ctx.db.read() as s:
+            with master.ctx.db.snapshot_read() as s:
                 operation, _ = signals._read_operation(s, trial_id, experiment_id, None)
         finally:
-            event.remove(read_engine, "after_cursor_execute", answer)
-        assert statements >= answer_after
-        told_done_at_old_target = operation.completed and not operation.verdict_pending
-        assert not told_done_at_old_target, (answer_after, operation)
-        assert operation.verdict_pending or (operation.length == 99 and not operation.completed), operation
+            event.remove(read_engine, "after_cursor_execute", commit)
+        assert statements >= commit_after
+        assert not (operation.completed and not operation.verdict_pending), (commit_after, operation)
+        with master.ctx.unit_of_work() as w:  # the next round starts with no result waiting
+            w.session.execute(delete(models.SearcherEvent))
