@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -71,7 +71,7 @@ class StripedLocks:
     def __init__(self, stripes: int = 64) -> None:
         self._locks = [threading.Lock() for _ in range(stripes)]
 
-    def of(self, key: int) -> threading.Lock:
+    def of(self, key: Hashable) -> threading.Lock:
         return self._locks[hash(key) % len(self._locks)]
 
 

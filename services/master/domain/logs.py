@@ -98,12 +98,9 @@ class LogStore:
             return highest
         with contextlib.ExitStack() as in_order:
             if self._key_locks is not None:
-                locks = {
-                    id(lock): lock
-                    for lock in (self._key_locks.of(hash(_topic(o.trial_id, o.task_id))) for o in owners)
-                }
+                locks = {self._key_locks.of(_topic(o.trial_id, o.task_id)) for o in owners}
                 # Always taken in one order, so that two batches holding some never deadlock.
-                for _, lock in sorted(locks.items()):
+                for lock in sorted(locks, key=id):
                     in_order.enter_context(lock)
             with self._ctx.db.transaction() as s:
                 insert = pg_insert if self._ctx.db.dialect == "postgresql" else sqlite_insert

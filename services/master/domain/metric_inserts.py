@@ -12,7 +12,6 @@ and up to what it saw beyond that only when none was.
 
 from __future__ import annotations
 
-import itertools
 import threading
 from dataclasses import dataclass
 
@@ -29,16 +28,16 @@ class ReadStart:
 class MetricInserts:
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._tokens = itertools.count()
         # Inserts not committed or rolled back yet: token → the highest id seen as it began.
         self._open: dict[int, int] = {}
+        # How many have begun (each one's token is the count before it).
         self._begun = 0
         self._seen = 0
 
     def begin(self) -> int:
         """Before an insert takes its ids; the token goes to end() once its transaction is over."""
         with self._lock:
-            token = next(self._tokens)
+            token = self._begun
             self._open[token] = self._seen
             self._begun += 1
             return token

@@ -254,7 +254,16 @@ class Master:
         self.db.dispose()
 
     # -- the cluster ------------------------------------------------------------------------------
-    def add_agent(self, agent_id: str, slots: int = 1, address: str = "") -> None:
+    def add_agent(
+        self,
+        agent_id: str,
+        slots: int = 1,
+        address: str = "",
+        *,
+        containers: Iterable[apb.RunningContainer] = (),
+        reconnect: bool = False,
+    ) -> agents.Registration:
+        """Register the agent (again, with the `containers` it still runs) and count it connected."""
         hello = apb.Hello(
             agent_id=agent_id,
             resource_pool="default",
@@ -264,9 +273,12 @@ class Master:
                 apb.Slot(id=str(i), type=apb.DEVICE_TYPE_CPU, uuid=f"{agent_id}-{i}") for i in range(slots)
             ],
             runtime="process",
+            reconnect=reconnect,
+            containers=list(containers),
         )
-        agents.register(self.ctx, hello)
+        registration = agents.register(self.ctx, hello)
         self.hub.connected.add(agent_id)
+        return registration
 
     def create(self, text: str | None = None, **overrides: Any) -> int:
         request = creation.CreateRequest(

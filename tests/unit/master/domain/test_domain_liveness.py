@@ -51,18 +51,12 @@ def test_an_agent_back_between_the_read_and_the_unit_of_work_keeps_its_container
     @contextlib.contextmanager
     def back_first(*args: object, **kwargs: object) -> Iterator[object]:
         if not came_back:  # the agent reconnects right after the loop read it as absent
-            hello = apb.Hello(
-                agent_id="a1",
-                resource_pool="default",
-                hostname="a1",
-                slots=[apb.Slot(id="0", type=apb.DEVICE_TYPE_CPU, uuid="a1-0")],
-                runtime="process",
-                reconnect=True,
-                containers=[apb.RunningContainer(container_id=container)],
-            )
             monkeypatch.setattr(master.ctx, "unit_of_work", unit_of_work)
-            came_back.append(agents.register(master.ctx, hello))
-            master.hub.connected.add("a1")
+            came_back.append(
+                master.add_agent(
+                    "a1", containers=[apb.RunningContainer(container_id=container)], reconnect=True
+                )
+            )
             monkeypatch.setattr(master.ctx, "unit_of_work", back_first)
         with unit_of_work(*args, **kwargs) as w:  # type: ignore[arg-type]
             yield w

@@ -14,7 +14,7 @@ from sqlalchemy import select
 
 from cairn.agent.v1 import agent_pb2 as apb
 from services.common.principal import Principal
-from services.master.domain import agents, tasks
+from services.master.domain import tasks
 from services.master.domain.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from services.master.domain.logs import LogStore
 from services.master.domain.model_definition import ContextFile
@@ -244,12 +244,8 @@ def test_a_running_command_survives_a_master_restart(master: Master, tmp_path: P
 
     restarted = Master(tmp_path / "master")
     try:
-        hello = apb.Hello(
-            agent_id="a1",
-            resource_pool="default",
-            hostname="a1",
-            slots=[apb.Slot(id="0", type=apb.DEVICE_TYPE_CPU, uuid="a1-0")],
-            runtime="process",
+        restarted.add_agent(
+            "a1",
             containers=[
                 apb.RunningContainer(
                     container_id=container,
@@ -259,8 +255,6 @@ def test_a_running_command_survives_a_master_restart(master: Master, tmp_path: P
                 )
             ],
         )
-        agents.register(restarted.ctx, hello)
-        restarted.hub.connected.add("a1")
         restarted.settle()
         assert [a.state for a in allocations_of(restarted, task_id)] == ["RUNNING"]  # reattached, not rerun
         assert restarted.hub.commands("start") == []
