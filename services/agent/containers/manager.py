@@ -272,15 +272,26 @@ class ContainerManager:
                 aborted=lambda: c.record.abort_requested,
             )
             self._wait_for_predecessors(c, request.after_container_ids)
+            # Outside the lock: it may wait seconds for its kind's first imports.
+            standby = self._runtime.take_standby(
+                request,
+                prepared.argv,
+                prepared.env,
+                str(prepared.cwd),
+                aborted=lambda: c.record.abort_requested,
+                note=lambda m, level: self._note(c, m, level),
+            )
             with self._lock:
                 if c.record.abort_requested:
+                    if standby is not None:
+                        self._runtime.give_back(standby)
                     raise StartError(FailureType.CONTAINER_ABORTED, "stopped before its command started")
                 assert c.writer is not None
                 spec = LaunchSpec(prepared.argv, prepared.env, str(prepared.cwd), first_seq=c.writer.next_seq)
                 c.writer.close()
                 c.writer = None  # from here on the shim writes the event file
                 try:
-                    c.shim = self._runtime.launch(c.paths, spec, request)
+                    c.shim = self._runtime.launch(c.paths, spec, request, standby)
                 except ContainerSetupError as exc:
                     c.writer = EventWriter(c.paths.events, spec.first_seq)
                     raise StartError(FailureType.TASK_ERROR, str(exc)) from exc

@@ -43,6 +43,7 @@ from services.agent.runtime.docker_spec import (
 from services.agent.runtime.jsonfile import read_json, write_json_atomic
 from services.agent.runtime.process_runtime import ContainerSetupError, Note, ProcessRuntime, ShimHandle
 from services.agent.runtime.protocol import ContainerPaths, LaunchSpec
+from services.agent.runtime.standbys import Standby
 from services.agent.slots import DeviceKind, SlotInfo
 from services.common.logging import get_logger
 
@@ -129,8 +130,14 @@ class DockerRuntime(ProcessRuntime):
         note(f"pulled image {spec.image}", "INFO")
 
     def launch(
-        self, paths: ContainerPaths, spec: LaunchSpec, request: StartRequest | None = None
+        self,
+        paths: ContainerPaths,
+        spec: LaunchSpec,
+        request: StartRequest | None = None,
+        standby: Standby | None = None,
     ) -> ShimHandle:
+        """Its supervisor, always a cold one: the docker runtime keeps no standbys (take_standby
+        gives none)."""
         if request is None:
             raise ValueError("the docker runtime launches a container from its start request")
         write_json_atomic(paths.docker_spec, self.spec_for(request, spec.argv, spec.env).to_json())

@@ -23,7 +23,7 @@ from services.agent.runtime.protocol import (
     ExitReport,
     LaunchSpec,
 )
-from services.agent.runtime.standbys import StandbyPool, standby_order
+from services.agent.runtime.standbys import Standby, StandbyPool, standby_order
 from services.agent.runtime.warm_starts import (
     PreloadError,
     WarmCommand,
@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 
 # Writes a line about the container into its log: (message, level).
 Note = Callable[[str, str], None]
+# A start that waited this long for its standby (its kind's zygote importing) says so in its log.
+NOTE_WAIT_S = 1.0
 
 
 class ContainerSetupError(RuntimeError):
@@ -106,19 +108,55 @@ class ProcessRuntime:
         except PreloadError as exc:
             note(f"warm starts off for this container: {exc}", "WARNING")
 
-    def launch(
-        self, paths: ContainerPaths, spec: LaunchSpec, request: StartRequest | None = None
-    ) -> ShimHandle:
-        warm = self._warm_plan(spec, request)
+    def take_standby(
+        self,
+        request: StartRequest,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        cwd: str,
+        aborted: Callable[[], bool],
+        note: Note,
+    ) -> Standby | None:
+        """For a command that may start warm, its kind's standby, taken out of the pool (waiting,
+        outside the container manager's lock, for one on its way or started now: the first of a kind
+        waits for its zygote's imports); None when it starts cold. launch() hands it over, or the
+        caller gives it back (give_back) when the container stops first."""
+        warm = self._warm_plan(argv, env, cwd, request)
         if warm is None or self._standbys is None:
-            return self._start_shim(paths, spec, ())
+            return None
         key, command, modules = warm
-        standby = self._standbys.take(key)
-        # The next container of this kind finds a standby ready (this one, if it is taken, is spent).
-        self._standbys.prepare_soon(
-            key, lambda folder: standby_order(folder, command, modules, spec.env, spec.cwd)
+        begun = time.monotonic()
+        standby = self._standbys.take(
+            key, lambda folder: standby_order(folder, command, modules, env, cwd), aborted
         )
+        waited = time.monotonic() - begun
+        if standby is not None and waited >= NOTE_WAIT_S:
+            message = f"waited {waited:.1f} s for its prepared interpreter (its kind's modules imported once)"
+            note(message, "INFO")
+        return standby
+
+    def give_back(self, standby: Standby) -> None:
+        """A standby take_standby gave whose container did not launch."""
+        if self._standbys is not None:
+            self._standbys.give_back(standby)
+
+    def launch(
+        self,
+        paths: ContainerPaths,
+        spec: LaunchSpec,
+        request: StartRequest | None = None,
+        standby: Standby | None = None,
+    ) -> ShimHandle:
+        """Start the container's supervisor: `standby` (take_standby's) becomes it, else a cold one."""
+        warm = self._warm_plan(spec.argv, spec.env, spec.cwd, request)
+        if warm is not None and self._standbys is not None:
+            key, command, modules = warm
+            # The next container of this kind finds a standby ready (this one, if any, is spent).
+            self._standbys.prepare_soon(
+                key, lambda folder: standby_order(folder, command, modules, spec.env, spec.cwd)
+            )
         if standby is not None:
+            assert self._standbys is not None  # take_standby gave it
             write_json_atomic(paths.launch, spec.to_json())
             try:
                 self._standbys.hand_over(standby, paths.meta)
@@ -129,7 +167,7 @@ class ProcessRuntime:
         return self._start_shim(paths, spec, ())
 
     def _warm_plan(
-        self, spec: LaunchSpec, request: StartRequest | None
+        self, argv: Sequence[str], env: Mapping[str, str], cwd: str, request: StartRequest | None
     ) -> tuple[WarmKey, WarmCommand, tuple[str, ...]] | None:
         """(key, command, modules) when this command may start warm: the experiment declared preload
         modules and the command is a plain python run (warm_starts.py)."""
@@ -139,10 +177,10 @@ class ProcessRuntime:
             modules = preload_modules(request.container_config)
         except PreloadError:
             return None  # before_start said so in the container's log
-        command = warm_command(spec.argv, spec.env) if modules else None
+        command = warm_command(argv, env) if modules else None
         if command is None:
             return None
-        return warm_key(command, modules, spec.env, spec.cwd), command, modules
+        return warm_key(command, modules, env, cwd), command, modules
 
     def close(self) -> None:
         """The agent stops: discard the standbys (running containers are not touched)."""

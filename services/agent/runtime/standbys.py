@@ -10,10 +10,12 @@ interpreter becoming the command; from then on nothing tells it from a cold shim
 same signals, same kill and reattach paths. Where its kind may have a zygote (zygotes.py), the
 standby is forked by that zygote instead (`shim --standby-forked`): the imports are done once.
 
-The pool holds at most one standby per slot. Each launch of a warm-eligible command takes a
-standby of its key (warm_starts.WarmKey) if there is one and prepares the next in the background,
-a moment later (STANDBY_DELAY_S: not while the launched command starts, unless a take() asks for
-it sooner); a standby of another key is discarded to make room. Closing the agent's end of a
+The pool holds at most one standby per slot. Each start of a warm-eligible command takes a
+standby of its key (warm_starts.WarmKey), waiting for one on its way or started for it, however
+long its kind's imports take (the first of a kind waits for its zygote rather than importing the
+same modules a second time beside it), and each launch prepares the next in the background, a
+moment later (STANDBY_DELAY_S: not while the launched command starts, unless a take() asks for it
+sooner); a standby of another key is discarded to make room. Closing the agent's end of a
 standby's stdin (agent stop, or the agent dying) makes an unused standby discard its interpreter
 and exit.
 """
@@ -30,7 +32,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -39,16 +41,18 @@ import structlog
 from services.agent.containers.private_mounts import Bind, in_private_namespace
 from services.agent.runtime.processes import is_running, signal_process, start_ticks
 from services.agent.runtime.warm_starts import WarmCommand, WarmKey, start_environment
-from services.agent.runtime.zygotes import ZygotePool, shim_signals
+from services.agent.runtime.zygotes import READY_SECONDS, ZygotePool, shim_signals
 from services.agent.task_user import run_as_ids
 
 log = structlog.get_logger(__name__)
 
 # The standby's first control line: what to prepare (shim.standby reads it).
 _ORDER_KEYS = ("argv", "python", "env", "cwd", "unmount")
-# The longest take() waits for a standby of its kind whose process is being started (a spawn or a
-# zygote's fork: milliseconds; the bound is for a machine too busy to give them).
-SPAWN_WAIT_S = 5.0
+# The longest take() waits for its standby: the kind's zygote may be importing its modules first
+# (seconds with torch; a zygote that has not imported by then has failed: zygotes.READY_SECONDS).
+TAKE_WAIT_S = READY_SECONDS + 10.0
+# How often a waiting take() asks whether its container was stopped meanwhile.
+ABORT_POLL_S = 0.25
 # How long after a launch the next standby of its kind is started. Starting one (a shim's
 # interpreter, a zygote's fork and its copy-on-write faults) costs tens of milliseconds of CPU,
 # which, begun at the launch, came out of the launched command's own start on a busy machine: on
@@ -105,6 +109,14 @@ class Standby:
             if self.alive():
                 signal_process(self.pid, signal.SIGKILL)
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+@dataclass(eq=False)
+class _DelayedStart:
+    """A standby's start waiting out its delay: set to start it at once; cancelled to not start it."""
+
+    start_now: threading.Event = field(default_factory=threading.Event)
+    cancelled: bool = False
 
 
 # Starts a shim process: (argv extra, cwd, stdout/stderr file) -> Popen with stdin a pipe.
@@ -169,42 +181,110 @@ class StandbyPool:
         self._shim_invocation = shim_invocation
         self._zygotes = zygotes
         self._lock = threading.Lock()
-        # Woken when a standby's process has been started (or failed to start).
+        # Woken when a standby's process has been started (or failed to start), or given back.
         self._started = threading.Condition(self._lock)
-        # Standbys of each kind whose process is being started now (milliseconds: its log exists
-        # from that moment, and take() waits for them rather than letting a container start cold).
-        self._spawning: Counter[WarmKey] = Counter()
         # Standbys of each kind that prepare_soon asked for and whose start waits out the delay;
         # setting one's event starts it at once (take(), close()).
-        self._delayed: dict[WarmKey, list[threading.Event]] = {}
+        self._delayed: dict[WarmKey, list[_DelayedStart]] = {}
         self._ready: list[Standby] = []
         # Standbys that became containers' shims; their folders go once they end.
         self._handed_over: list[Standby] = []
+        # Starts on their way, in all and by kind (in their delay, waiting for their zygote, or
+        # being spawned or forked), and the takes of each kind waiting for one.
         self._pending = 0
+        self._pending_of: Counter[WarmKey] = Counter()
+        self._waiting: Counter[WarmKey] = Counter()
         self._closed = False
         self._numbers = itertools.count()
         # Folders of standbys an earlier agent process left (their shims ended with its stdin).
         shutil.rmtree(folder, ignore_errors=True)
 
-    def take(self, key: WarmKey) -> Standby | None:
-        """A live standby of `key`, now the caller's; None when there is none. One of `key` whose
-        start waits out its delay is started now, and one whose process is being started is waited
-        for (at most SPAWN_WAIT_S in all); not one whose zygote is still importing (the caller
-        holds the container manager's lock: its container starts cold instead)."""
-        deadline = time.monotonic() + SPAWN_WAIT_S
+    def take(
+        self,
+        key: WarmKey,
+        recipe: Recipe,
+        aborted: Callable[[], bool] = lambda: False,
+        timeout: float = TAKE_WAIT_S,
+    ) -> Standby | None:
+        """A live standby of `key`, now the caller's: one ready; else one on its way (one in its
+        delay is started now), however long it takes, its kind's zygote importing included; else
+        one started now from `recipe`, waited for the same way. None when the pool has no room for
+        one, is closed, `aborted()` says the container was stopped, or `timeout` ran out: the
+        container then starts cold. Called outside the container manager's lock (it may wait for
+        seconds): the first containers of a kind wait for their zygote's one import instead of
+        each importing the same modules beside it (on cores that all train, CPU taken from training)."""
+        deadline = time.monotonic() + timeout
         with self._started:
+            self._waiting[key] += 1
+        try:
             while True:
-                for standby in list(self._ready):
-                    if standby.key == key and standby.alive():
-                        self._ready.remove(standby)
+                with self._started:
+                    standby = self._take_ready(key)
+                    if standby is not None:
                         return standby
-                delayed = self._delayed.get(key, [])
-                if delayed and not any(start_now.is_set() for start_now in delayed):
-                    delayed[0].set()  # one container, one standby: the others keep their delay
-                remaining = deadline - time.monotonic()
-                if self._closed or not (self._spawning[key] or delayed) or remaining <= 0:
-                    return None
-                self._started.wait(remaining)
+                    self._hurry(key)
+                    remaining = deadline - time.monotonic()
+                    if self._closed or remaining <= 0 or aborted():
+                        return None
+                    if self._pending_of[key] >= self._waiting[key]:
+                        self._started.wait(min(remaining, ABORT_POLL_S))
+                        continue
+                # One more is wanted for this take (not under the lock: prepare_soon takes it).
+                if not self.prepare_soon(key, recipe, at_once=True):
+                    return None  # no room for one beside the others on their way
+        finally:
+            with self._started:
+                self._waiting[key] -= 1
+                if not self._waiting[key]:
+                    del self._waiting[key]
+
+    def _take_ready(self, key: WarmKey) -> Standby | None:
+        """Under the lock: a ready standby of `key` that is still alive, out of the pool."""
+        for standby in list(self._ready):
+            if standby.key == key and standby.alive():
+                self._ready.remove(standby)
+                return standby
+        return None
+
+    def _hurry(self, key: WarmKey) -> None:
+        """Under the lock: start now as many of `key`'s delayed standbys as its waiting takes lack
+        (one container, one standby: the others keep their delay)."""
+        unset = [d for d in self._delayed.get(key, []) if not d.start_now.is_set()]
+        coming = self._pending_of[key] - len(unset)
+        for delayed in unset[: max(0, self._waiting[key] - coming)]:
+            delayed.start_now.set()
+
+    def _cancel_one_nobody_waits_for(self, key: WarmKey) -> bool:
+        """Under the lock: drop one start of another kind than `key` still in its delay, for whose
+        kind no container waits, to make room for `key`'s (a container waits for it)."""
+        for other, delayed_starts in self._delayed.items():
+            if other == key or self._waiting[other]:
+                continue
+            for delayed in delayed_starts:
+                if not delayed.start_now.is_set():
+                    delayed.cancelled = True
+                    delayed.start_now.set()  # its thread wakes, finds it cancelled and ends
+                    self._no_longer_delayed(other, delayed)
+                    self._settle(other)
+                    return True
+        return False
+
+    def _settle(self, key: WarmKey) -> None:
+        """Under the lock: one start of `key` is no longer on its way."""
+        self._pending -= 1
+        self._pending_of[key] -= 1
+        if not self._pending_of[key]:
+            del self._pending_of[key]
+
+    def give_back(self, standby: Standby) -> None:
+        """A taken standby that was not handed over (its container was stopped first) is ready for
+        the next container of its kind again."""
+        with self._started:
+            if not self._closed and standby.alive():
+                self._ready.append(standby)
+                self._started.notify_all()
+                return
+        self._later(standby.discard)
 
     def hand_over(self, standby: Standby, meta_dir: Path) -> None:
         """Make a taken standby the shim of the container at `meta_dir` (Standby.hand_over). Its
@@ -213,9 +293,9 @@ class StandbyPool:
         with self._lock:
             self._handed_over.append(standby)
 
-    def prepare_soon(self, key: WarmKey, recipe: Recipe) -> None:
+    def prepare_soon(self, key: WarmKey, recipe: Recipe, at_once: bool = False) -> bool:
         """Start, in the background, a standby of `key` if the pool has room for it (discarding one of
-        another key to make room)."""
+        another key to make room): after the delay, or `at_once`. Whether one is on its way."""
         with self._lock:
             gone = [s for s in self._ready if not s.alive()]
             self._ready = [s for s in self._ready if s.alive()]
@@ -223,55 +303,47 @@ class StandbyPool:
             self._handed_over = [s for s in self._handed_over if s.alive()]
             same = sum(1 for s in self._ready if s.key == key)
             wanted = not self._closed and same + self._pending < self._capacity
+            if not wanted and at_once and not self._closed and same < self._capacity:
+                # A container waits for this one: a start nobody waits for yields its room.
+                wanted = self._cancel_one_nobody_waits_for(key)
             if wanted and len(self._ready) + self._pending >= self._capacity:
                 evicted = next(s for s in self._ready if s.key != key)  # the oldest first
                 self._ready.remove(evicted)
                 gone.append(evicted)
             if wanted:
                 self._pending += 1
-                start_now = threading.Event()
-                self._delayed.setdefault(key, []).append(start_now)
+                self._pending_of[key] += 1
+                delayed = _DelayedStart()
+                if at_once:
+                    delayed.start_now.set()
+                self._delayed.setdefault(key, []).append(delayed)
         for standby in gone:
             self._later(standby.discard)
         for standby in ended:
             shutil.rmtree(standby.folder, ignore_errors=True)
         if wanted:
-            self._later(lambda: self._start_after_delay(key, recipe, start_now))
+            self._later(lambda: self._start_after_delay(key, recipe, delayed))
+        return wanted
 
-    def _start_after_delay(self, key: WarmKey, recipe: Recipe, start_now: threading.Event) -> None:
-        start_now.wait(self._delay_s)
-        self._start(key, recipe, start_now)
+    def _start_after_delay(self, key: WarmKey, recipe: Recipe, delayed: _DelayedStart) -> None:
+        delayed.start_now.wait(self._delay_s)
+        self._start(key, recipe, delayed)
 
-    def _no_longer_delayed(self, key: WarmKey, start_now: threading.Event) -> None:
-        """Under the lock: this start has begun (or ended without a process)."""
-        delayed = self._delayed.get(key, [])
-        if start_now in delayed:
-            delayed.remove(start_now)
-            if not delayed:
+    def _no_longer_delayed(self, key: WarmKey, delayed: _DelayedStart) -> None:
+        """Under the lock: this start has begun (or was cancelled)."""
+        starts = self._delayed.get(key, [])
+        if delayed in starts:
+            starts.remove(delayed)
+            if not starts:
                 del self._delayed[key]
 
-    def _start(self, key: WarmKey, recipe: Recipe, start_now: threading.Event) -> None:
+    def _start(self, key: WarmKey, recipe: Recipe, delayed: _DelayedStart) -> None:
         standby = None
-        spawning = False
-
-        def spawning_now() -> None:
-            # From here until the end of _start a standby of `key` is about to be ready: take()
-            # waits for it. Its log is made from here on. Until here a take() waited for it as a
-            # delayed start (at once, in the same hold of the lock, so none sees neither).
-            nonlocal spawning
-            if not spawning:
-                with self._lock:
-                    self._spawning[key] += 1
-                    self._no_longer_delayed(key, start_now)
-                spawning = True
-
-        def not_soon() -> None:
-            # It waits for its zygote's imports (seconds): a take() must not wait for that (it holds
-            # the container manager's lock) and starts its container cold, as without the delay.
-            with self._started:
-                self._no_longer_delayed(key, start_now)
-                self._started.notify_all()
-
+        with self._lock:
+            if delayed.cancelled:
+                return  # another kind's container took its room (its counts are settled)
+            # Begun: no longer one a take() could hurry or cancel (it is still counted on its way).
+            self._no_longer_delayed(key, delayed)
         handled = False  # False while an exception this method does not expect is on its way out
         try:
             if self._closed:
@@ -279,9 +351,8 @@ class StandbyPool:
             folder = self._folder / f"{os.getpid()}-{next(self._numbers)}"
             folder.mkdir(parents=True, exist_ok=True, mode=0o700)
             order = recipe(folder)
-            standby = self._forked(key, order, folder, spawning_now, not_soon)
+            standby = self._forked(key, order, folder)
             if standby is None:
-                spawning_now()
                 popen = self._start_shim(("--standby",), folder, folder / "standby.log")
                 standby = Standby.started(key, popen, folder)
                 assert popen.stdin is not None and set(_ORDER_KEYS) <= set(order)
@@ -297,10 +368,7 @@ class StandbyPool:
         finally:
             # Whatever happened, this start is over: a take() waiting for it goes on.
             with self._started:
-                self._pending -= 1
-                self._no_longer_delayed(key, start_now)
-                if spawning:
-                    self._spawning[key] -= 1
+                self._settle(key)
                 if handled and standby is not None and not self._closed:
                     self._ready.append(standby)
                     standby = None
@@ -308,17 +376,9 @@ class StandbyPool:
             if standby is not None:
                 standby.discard()
 
-    def _forked(
-        self,
-        key: WarmKey,
-        order: dict[str, Any],
-        folder: Path,
-        spawning_now: Callable[[], None],
-        not_soon: Callable[[], None],
-    ) -> Standby | None:
-        """A standby forked by the zygote of `key`; None where that kind has none (or it failed:
-        the kind then starts its standbys itself from now on). `spawning_now` is called once the
-        zygote is ready, as the fork begins; `not_soon` before waiting for a zygote not yet ready."""
+    def _forked(self, key: WarmKey, order: dict[str, Any], folder: Path) -> Standby | None:
+        """A standby forked by the zygote of `key`, once it has imported its modules; None where
+        that kind has none (or it failed: the kind then starts its standbys itself from now on)."""
         if self._zygotes is None or self._shim_invocation is None:
             return None
         private_tmp = any(target == "/tmp" for _, target in order["binds"] or ())
@@ -338,8 +398,6 @@ class StandbyPool:
             "signals": shim_signals(),
             "shim": {"argv": argv, "env": env, "cwd": str(folder)},
         }
-        if not zygote.ready:
-            not_soon()
         try:
             # Only then its log: a standby's log is the sign it exists (tests wait for it).
             zygote.wait_ready()
@@ -347,7 +405,6 @@ class StandbyPool:
             if not zygote.closed:
                 self._zygotes.refuse(key, str(exc))
             return None
-        spawning_now()
         control_r, control_w = os.pipe()
         log_fd = os.open(folder / "standby.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
@@ -372,9 +429,9 @@ class StandbyPool:
         with self._started:
             self._closed = True
             ready, self._ready = self._ready, []
-            for waiting in self._delayed.values():
-                for start_now in waiting:
-                    start_now.set()  # out of their delay, to find the pool closed
+            for starts in self._delayed.values():
+                for delayed in starts:
+                    delayed.start_now.set()  # out of their delay, to find the pool closed
             self._started.notify_all()
         for standby in ready:
             standby.discard()

@@ -1,7 +1,7 @@
 """The standby pool (services/agent/runtime/standbys.py) with real processes standing in for shims:
-a container that asks for its kind's standby while that standby's process is being started waits
-the milliseconds it takes instead of starting cold; the next standby is started a moment after a
-launch, or at once when a container asks for it sooner."""
+a container that asks for its kind's standby waits for one on its way, or started for it, instead
+of starting cold, however long its kind's zygote imports; the next standby is started a moment
+after a launch, or at once when a container asks for it sooner."""
 
 from __future__ import annotations
 
@@ -42,26 +42,67 @@ def test_a_standby_being_started_is_waited_for(tmp_path: Path) -> None:
         pool.prepare_soon(KEY, _order)
         assert started.wait(5)  # its log exists: the process is on its way
         begun = time.monotonic()
-        standby = pool.take(KEY)
+        standby = pool.take(KEY, _order)
         assert standby is not None and standby.alive()
         assert 0.2 < time.monotonic() - begun < 5
         standby.discard()
-        # Another kind's container does not wait for it, and none is left for anyone.
-        assert pool.take(OTHER) is None
-        assert pool.take(KEY) is None
     finally:
         pool.close()
 
 
-def test_a_kind_without_a_standby_on_its_way_is_not_kept_waiting(tmp_path: Path) -> None:
+def test_a_kind_with_no_room_for_its_standby_is_not_kept_waiting(tmp_path: Path) -> None:
+    """One slot, its standby on its way for another kind: this container starts cold at once."""
     started = threading.Event()
     pool = StandbyPool(tmp_path / "standby", 1, _slow_shim(3.0, started))
     try:
         pool.prepare_soon(KEY, _order)
         assert started.wait(5)
         begun = time.monotonic()
-        assert pool.take(OTHER) is None
+        assert pool.take(OTHER, _order) is None
         assert time.monotonic() - begun < 0.1
+    finally:
+        pool.close()
+
+
+def test_a_kind_with_none_on_its_way_has_one_started_and_waits_for_it(tmp_path: Path) -> None:
+    started = threading.Event()
+    pool = StandbyPool(tmp_path / "standby", 2, _slow_shim(0.5, started), delay_s=30.0)
+    try:
+        begun = time.monotonic()
+        standby = pool.take(KEY, _order)
+        assert standby is not None and standby.alive() and standby.key == KEY
+        assert 0.4 < time.monotonic() - begun < 10  # started at once, not after the delay
+        standby.discard()
+        # Two containers of a kind at once: each gets a standby of its own.
+        taken: list[object] = []
+        takers = [threading.Thread(target=lambda: taken.append(pool.take(OTHER, _order))) for _ in range(2)]
+        for taker in takers:
+            taker.start()
+        for taker in takers:
+            taker.join(10)
+        assert len(taken) == 2 and all(t is not None for t in taken) and taken[0] is not taken[1]
+        for t in taken:
+            t.discard()  # type: ignore[attr-defined]
+    finally:
+        pool.close()
+
+
+def test_a_stopped_container_stops_waiting_and_its_standby_is_given_back(tmp_path: Path) -> None:
+    started = threading.Event()
+    pool = StandbyPool(tmp_path / "standby", 1, _slow_shim(1.0, started), delay_s=30.0)
+    try:
+        stopped = threading.Event()
+        threading.Timer(0.3, stopped.set).start()
+        begun = time.monotonic()
+        assert pool.take(KEY, _order, aborted=stopped.is_set) is None
+        assert time.monotonic() - begun < 1.0
+        # The standby it asked for still comes, for the next container of its kind.
+        standby = pool.take(KEY, _order)
+        assert standby is not None and standby.alive()
+        pool.give_back(standby)
+        again = pool.take(KEY, _order, timeout=0.5)
+        assert again is standby
+        again.discard()
     finally:
         pool.close()
 
@@ -86,14 +127,39 @@ def test_a_take_during_the_delay_starts_the_standby_at_once(tmp_path: Path) -> N
     try:
         pool.prepare_soon(KEY, _order)
         begun = time.monotonic()
-        # Another kind's take neither waits for it nor starts it.
-        assert pool.take(OTHER) is None
-        assert not started.is_set()
-        standby = pool.take(KEY)
-        assert standby is not None and standby.alive()
+        standby = pool.take(KEY, _order)
+        assert standby is not None and standby.alive() and standby.key == KEY
         assert time.monotonic() - begun < 10
         standby.discard()
-        assert pool.take(KEY) is None
+    finally:
+        pool.close()
+
+
+def test_a_delayed_start_nobody_waits_for_yields_its_room_to_a_waiting_kind(tmp_path: Path) -> None:
+    """One slot: the next standby of the kind that just ran waits out its delay when a container
+    of another kind comes; that container gets a standby of its own rather than starting cold."""
+    started: list[float] = []
+    lock = threading.Lock()
+
+    def shim(args: Sequence[str], cwd: Path, log: Path) -> subprocess.Popen[bytes]:
+        log.touch()
+        with lock:
+            started.append(time.monotonic())
+        return subprocess.Popen(["cat"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, cwd=cwd)
+
+    pool = StandbyPool(tmp_path / "standby", 1, shim, delay_s=1.0)
+    try:
+        pool.prepare_soon(KEY, _order)
+        standby = pool.take(OTHER, _order)
+        assert standby is not None and standby.key == OTHER
+        time.sleep(1.5)  # past the cancelled start's delay: it started nothing
+        assert len(started) == 1
+        standby.discard()
+        # A start its own kind's container waits for is hurried, not cancelled.
+        pool.prepare_soon(KEY, _order)
+        again = pool.take(KEY, _order)
+        assert again is not None and again.key == KEY and len(started) == 2
+        again.discard()
     finally:
         pool.close()
 
@@ -106,7 +172,7 @@ def test_closing_the_pool_during_the_delay_starts_nothing(tmp_path: Path) -> Non
     pool.close()
     assert time.monotonic() - begun < 10
     assert not started.wait(0.5)
-    assert pool.take(KEY) is None
+    assert pool.take(KEY, _order) is None
 
 
 class _ImportingZygotes:
@@ -138,11 +204,12 @@ def _zygote_order(folder: Path) -> dict[str, object]:
     return {**_order(folder), "binds": None, "modules": [], "ids": None}
 
 
-def test_a_take_does_not_wait_for_a_zygote_still_importing(tmp_path: Path) -> None:
-    """The take holds the container manager's lock: a delayed start that would wait seconds for its
-    zygote lets the container start cold, as a take without the delay did."""
+def test_a_take_waits_for_a_zygote_still_importing(tmp_path: Path) -> None:
+    """The first container of a kind waits for its zygote's imports rather than importing the same
+    modules beside it (outside the container manager's lock); here the zygote then fails, and the
+    standby the pool starts itself is the container's."""
     started = threading.Event()
-    zygotes = _ImportingZygotes(import_s=3.0)
+    zygotes = _ImportingZygotes(import_s=1.5)
     pool = StandbyPool(
         tmp_path / "standby",
         1,
@@ -154,10 +221,10 @@ def test_a_take_does_not_wait_for_a_zygote_still_importing(tmp_path: Path) -> No
     try:
         pool.prepare_soon(KEY, _zygote_order)
         begun = time.monotonic()
-        assert pool.take(KEY) is None
-        assert time.monotonic() - begun < 2.0
-        assert zygotes.asked.is_set()
-        # The standby still comes, once its kind has given up on the zygote.
-        assert started.wait(10)
+        standby = pool.take(KEY, _zygote_order)
+        assert standby is not None and standby.alive()
+        assert 1.4 < time.monotonic() - begun < 10
+        assert zygotes.asked.is_set() and started.is_set()
+        standby.discard()
     finally:
         pool.close()
