@@ -189,9 +189,8 @@ class StandbyPool:
         self._ready: list[Standby] = []
         # Standbys that became containers' shims; their folders go once they end.
         self._handed_over: list[Standby] = []
-        # Starts on their way, in all and by kind (in their delay, waiting for their zygote, or
-        # being spawned or forked), and the takes of each kind waiting for one.
-        self._pending = 0
+        # Starts on their way by kind (in their delay, waiting for their zygote, or being spawned
+        # or forked), and the takes of each kind waiting for one.
         self._pending_of: Counter[WarmKey] = Counter()
         self._waiting: Counter[WarmKey] = Counter()
         self._closed = False
@@ -271,7 +270,6 @@ class StandbyPool:
 
     def _settle(self, key: WarmKey) -> None:
         """Under the lock: one start of `key` is no longer on its way."""
-        self._pending -= 1
         self._pending_of[key] -= 1
         if not self._pending_of[key]:
             del self._pending_of[key]
@@ -302,16 +300,15 @@ class StandbyPool:
             ended = [s for s in self._handed_over if not s.alive()]
             self._handed_over = [s for s in self._handed_over if s.alive()]
             same = sum(1 for s in self._ready if s.key == key)
-            wanted = not self._closed and same + self._pending < self._capacity
+            wanted = not self._closed and same + self._pending_of.total() < self._capacity
             if not wanted and at_once and not self._closed and same < self._capacity:
                 # A container waits for this one: a start nobody waits for yields its room.
                 wanted = self._cancel_one_nobody_waits_for(key)
-            if wanted and len(self._ready) + self._pending >= self._capacity:
-                evicted = next(s for s in self._ready if s.key != key)  # the oldest first
-                self._ready.remove(evicted)
-                gone.append(evicted)
             if wanted:
-                self._pending += 1
+                if len(self._ready) + self._pending_of.total() >= self._capacity:
+                    evicted = next(s for s in self._ready if s.key != key)  # the oldest first
+                    self._ready.remove(evicted)
+                    gone.append(evicted)
                 self._pending_of[key] += 1
                 delayed = _DelayedStart()
                 if at_once:
@@ -436,7 +433,7 @@ class StandbyPool:
         for standby in ready:
             standby.discard()
         deadline = time.monotonic() + timeout
-        while self._pending and time.monotonic() < deadline:
+        while self._pending_of and time.monotonic() < deadline:
             time.sleep(0.01)
         if self._zygotes is not None:
             self._zygotes.close()
