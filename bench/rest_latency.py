@@ -35,8 +35,8 @@ import yaml
 
 from bench.cairn_cluster import cairn_cluster
 from cairn.client.password import salt_and_hash
-from services.master.domain.auth import AuthService
 from services.master.domain.config import ConfigDefaults, expand_config, parse_config_text
+from services.master.domain.identity.auth import AuthService
 from services.master.store import models
 from services.master.store.db import Database
 

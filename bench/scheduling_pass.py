@@ -30,7 +30,8 @@ from sqlalchemy import select
 
 from cairn.agent.v1 import agent_pb2 as apb
 from services.common.logging import configure_logging
-from services.master.domain import allocations, scheduling
+from services.master.domain.allocations import allocations
+from services.master.domain.scheduling import scheduling
 from services.master.store import models
 from tests.unit.master.domain.harness import Master, config_text
 

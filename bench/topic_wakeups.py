@@ -22,8 +22,8 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from services.master.domain import topics
-from services.master.domain.topics import Topics
+from services.master.domain.kernel import topics
+from services.master.domain.kernel.topics import Topics
 
 
 class Hub(Protocol):

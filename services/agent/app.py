@@ -13,12 +13,12 @@ from importlib import metadata
 from cairn.client.address import InvalidMasterAddress, parse_master_addresses
 from cairn.tls import channel_credentials
 from services.agent import host
-from services.agent.containers import private_mounts
 from services.agent.containers.context_cache import ContextCache
 from services.agent.containers.manager import KILL_BACKSTOP_SECONDS, SHIM_BACKSTOP_SECONDS, ContainerManager
 from services.agent.containers.outbox import Outbox
 from services.agent.containers.preparation import Preparer
 from services.agent.containers.task_env import MasterFacts
+from services.agent.runtime import private_mounts
 from services.agent.runtime.docker_engine import DockerEngine, DockerUnavailable
 from services.agent.runtime.docker_runtime import DockerRuntime
 from services.agent.runtime.docker_spec import DockerDefaults

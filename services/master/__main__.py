@@ -9,9 +9,9 @@ from services.common.logging import configure_logging, get_logger
 from services.common.server import install_termination_handlers, termination_requested, wait_for_termination
 from services.common.tls import TlsSetupError
 from services.master.app import Master
-from services.master.domain.exposure import UnsafeExposure
+from services.master.configuration.settings import parse_settings
+from services.master.domain.identity.exposure import UnsafeExposure
 from services.master.leadership import CannotLead
-from services.master.settings import parse_settings
 
 
 def main(argv: list[str] | None = None) -> int:

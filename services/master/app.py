@@ -22,24 +22,27 @@ from services.common.local_calls import LocalCalls
 from services.common.logging import add_log_sink, get_logger, remove_log_sink
 from services.common.server import ServiceServer, start_server, write_ready_file
 from services.common.tls import ServerTls
-from services.master.domain import agents as agent_registry
-from services.master.domain import deferred_loop, wiring, workspaces
-from services.master.domain.agent_hub import AgentHub
-from services.master.domain.auth import AuthService
-from services.master.domain.checkpoints import CheckpointGc
-from services.master.domain.clock import utcnow
-from services.master.domain.context import MasterContext
-from services.master.domain.exposure import check_exposure, check_transport
-from services.master.domain.liveness import LivenessLoop
-from services.master.domain.login_limiter import LoginLimiter, LoginLimits
-from services.master.domain.logs import LogStore
-from services.master.domain.loops import BackgroundLoop
-from services.master.domain.master_log import MasterLogRing
+from services.master.configuration.settings import Settings
+from services.master.domain import wiring
+from services.master.domain.checkpoints.checkpoints import CheckpointGc
+from services.master.domain.deletion import deferred_loop
+from services.master.domain.experiments.searcher_pump import SearcherPump
+from services.master.domain.identity.auth import AuthService
+from services.master.domain.identity.exposure import check_exposure, check_transport
+from services.master.domain.identity.login_limiter import LoginLimiter, LoginLimits
+from services.master.domain.kernel.clock import utcnow
+from services.master.domain.kernel.context import MasterContext
+from services.master.domain.kernel.loops import BackgroundLoop
+from services.master.domain.metrics.logs import LogStore
+from services.master.domain.metrics.samples import SampleCache
+from services.master.domain.operations.master_log import MasterLogRing
 from services.master.domain.provisioning import loop as provisioning_loop
-from services.master.domain.samples import SampleCache
-from services.master.domain.scheduling import SchedulingLoop
-from services.master.domain.searcher_pump import SearcherPump
-from services.master.domain.tensorboard_files import TensorboardFiles
+from services.master.domain.scheduling import agents as agent_registry
+from services.master.domain.scheduling.agent_hub import AgentHub
+from services.master.domain.scheduling.liveness import LivenessLoop
+from services.master.domain.scheduling.scheduling import SchedulingLoop
+from services.master.domain.tasks.tensorboard_files import TensorboardFiles
+from services.master.domain.workspaces import workspaces
 from services.master.gateway.http_limits import HttpLimits
 from services.master.gateway.http_server import (
     MasterHttpServer,
@@ -74,7 +77,6 @@ from services.master.servicers.thread_slots import (
     VerdictWaitSlots,
     verdict_waiters,
 )
-from services.master.settings import Settings
 from services.master.store import models
 from services.master.store.db import Database
 

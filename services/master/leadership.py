@@ -33,7 +33,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Literal
 
@@ -43,6 +42,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
 from services.common.logging import get_logger
+from services.master.configuration.lease import LeaseTiming
 
 log = get_logger(__name__)
 
@@ -85,19 +85,6 @@ class DatabaseUnreachable(CannotLead):
 
 class SqliteDatabaseBusy(CannotLead):
     pass
-
-
-@dataclass(frozen=True)
-class LeaseTiming:
-    # How often a standby tries for the lease.
-    poll_interval_s: float = 1.0
-    # How often the leader checks the connection that holds its lock.
-    check_interval_s: float = 1.0
-    # Between winning the lease from another master and serving: longer than that master needs to
-    # notice it lost it (a check, plus a reconnect that finds the lock taken).
-    takeover_delay_s: float = 5.0
-    # How long a leader may go without its lock connection (a database restart) before it gives up.
-    regain_within_s: float = 60.0
 
 
 class LeaderLease:

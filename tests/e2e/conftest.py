@@ -39,7 +39,7 @@ def det(cluster: TestCluster, tmp_path: Path) -> Callable[..., str]:
 @pytest.fixture
 def pid_dir() -> Iterator[Path]:
     """A folder trial code writes its pid files into for the test to read. Not under /tmp: an
-    isolated trial has a /tmp of its own (services/agent/containers/private_mounts.py), and runs
+    isolated trial has a /tmp of its own (services/agent/runtime/private_mounts.py), and runs
     as the task user, who may write here (sticky, like /tmp) but reaches no pytest folder (0700)."""
     path = Path(tempfile.mkdtemp(prefix="cairn-e2e-pids-", dir="/var/tmp"))
     path.chmod(0o1777)

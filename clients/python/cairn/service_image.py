@@ -54,7 +54,7 @@ ENTRY_POINTS = {
     "cairn-searcher": "services.searcher",
     "cairn-checkpoint": "services.checkpoint",
     "cairn-agent": "services.agent",
-    "cairn-probe": "services.common.probe",
+    "cairn-probe": "services.probe",
     "cairn": "cairn.cli.main",
 }
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import cairn.task_environment as tenv
-from services.agent.containers.requests import RendezvousInfo
+from services.agent.requests import RendezvousInfo
 
 RUN_DIR = "/run/determined"
 # The master's CA under RUN_DIR, where Determined's task containers have it (DET_MASTER_CERT_FILE).

@@ -31,9 +31,9 @@ from services.agent.containers.container import Container, classify_exit
 from services.agent.containers.outbox import Outbox
 from services.agent.containers.preparation import Preparer, StartError
 from services.agent.containers.record import ContainerRecord
-from services.agent.containers.requests import ContainerReport, StartRequest
 from services.agent.containers.states import ContainerState, FailureType, can_move
 from services.agent.containers.task_env import MasterFacts
+from services.agent.requests import ContainerReport, StartRequest
 from services.agent.runtime.events import EventTailer, EventWriter, LogLine, StateEvent, repair_tail
 from services.agent.runtime.jsonfile import read_json
 from services.agent.runtime.process_runtime import ContainerSetupError, ProcessRuntime

@@ -12,13 +12,13 @@ from pathlib import Path
 from cairn.tls import MASTER_CERT_PEM_ENV
 from services.agent.containers import determined_info
 from services.agent.containers.context_cache import ContextCache
-from services.agent.containers.private_mounts import Bind, in_private_mounts
 from services.agent.containers.python_envs import PythonEnv, PythonEnvs
-from services.agent.containers.requests import StartRequest
 from services.agent.containers.states import FailureType
 from services.agent.containers.task_env import MasterFacts, task_environment
+from services.agent.requests import StartRequest
 from services.agent.runtime.context_archive import UnsafeArchiveError, unpack_context
 from services.agent.runtime.docker_spec import CONTAINER_WORKDIR
+from services.agent.runtime.private_mounts import Bind, in_private_mounts
 from services.agent.runtime.protocol import META_DIR_NAME, ContainerPaths
 from services.agent.slots import SlotInfo
 from services.agent.task_user import TaskDirs, is_inside

@@ -18,7 +18,7 @@ from pathlib import Path
 import cairn.task_environment as tenv
 from cairn.tls import MASTER_CERT_PEM_ENV
 from services.agent.containers.python_envs import PythonEnv
-from services.agent.containers.requests import RendezvousInfo
+from services.agent.requests import RendezvousInfo
 from services.agent.slots import DeviceKind, SlotInfo
 
 # Taken from the agent's environment; LC_* variables too.

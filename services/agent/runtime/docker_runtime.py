@@ -30,7 +30,7 @@ from cairn.agent_files import (
     DOCKER_LABEL_DESCRIPTION,
     DOCKER_LABEL_WORK_DIR,
 )
-from services.agent.containers.requests import StartRequest
+from services.agent.requests import StartRequest
 from services.agent.runtime.docker_engine import DockerEngine, ImageUnavailable
 from services.agent.runtime.docker_spec import (
     BindMount,

@@ -35,7 +35,7 @@ from services.agent.runtime.warm_starts import (
 from services.agent.runtime.zygotes import ZygotePool
 
 if TYPE_CHECKING:
-    from services.agent.containers.requests import StartRequest
+    from services.agent.requests import StartRequest
 
 # Writes a line about the container into its log: (message, level).
 Note = Callable[[str, str], None]

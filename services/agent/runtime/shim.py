@@ -34,10 +34,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO
 
-from services.agent.containers.private_mounts import Bind, NamespaceBinder, bind_in_namespace
 from services.agent.runtime.events import EventWriter, LogLine
 from services.agent.runtime.jsonfile import read_json, write_json_atomic
 from services.agent.runtime.log_lines import LineSplitter, parse_line
+from services.agent.runtime.private_mounts import Bind, NamespaceBinder, bind_in_namespace
 from services.agent.runtime.processes import signal_group, start_ticks
 from services.agent.runtime.protocol import (
     CONTROL_SIGNALS,

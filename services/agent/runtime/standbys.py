@@ -38,7 +38,7 @@ from typing import IO, Any
 
 import structlog
 
-from services.agent.containers.private_mounts import Bind, in_private_namespace
+from services.agent.runtime.private_mounts import Bind, in_private_namespace
 from services.agent.runtime.processes import is_running, signal_process, start_ticks
 from services.agent.runtime.warm_starts import WarmCommand, WarmKey, start_environment
 from services.agent.runtime.zygotes import READY_SECONDS, ZygotePool, shim_signals

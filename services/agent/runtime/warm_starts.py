@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from services.agent.containers.private_mounts import Bind, split_private_mounts
+from services.agent.runtime.private_mounts import Bind, split_private_mounts
 from services.agent.task_user import own_tmp, split_run_as
 
 # Always imported: the Core API (Cairn's, and Determined's package where the environment has it is

@@ -6,7 +6,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from cairn.agent.v1 import agent_pb2 as apb
 from services.agent.containers.outbox import Delivery
-from services.agent.containers.requests import ContainerReport, MountRequest, RendezvousInfo, StartRequest
+from services.agent.requests import ContainerReport, MountRequest, RendezvousInfo, StartRequest
 from services.agent.runtime.events import LogEvent, StateEvent
 from services.agent.slots import DeviceKind, SlotInfo
 

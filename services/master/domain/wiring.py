@@ -5,9 +5,11 @@ hooks, so no lifecycle module imports its owner."""
 
 from __future__ import annotations
 
-from services.master.domain import experiments, tasks, trials
-from services.master.domain.allocations import Outcome
-from services.master.domain.context import MasterContext, Work
+from services.master.domain.allocations.allocations import Outcome
+from services.master.domain.experiments import experiments
+from services.master.domain.kernel.context import MasterContext, Work
+from services.master.domain.tasks import tasks
+from services.master.domain.trials import trials
 from services.master.store import models
 
 

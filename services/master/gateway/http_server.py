@@ -23,7 +23,7 @@ from typing import Any
 
 from cairn import DETERMINED_API_VERSION, __version__
 from services.common.logging import get_logger
-from services.master.domain.context import MasterContext
+from services.master.domain.kernel.context import MasterContext
 from services.master.gateway import prometheus
 from services.master.gateway.disconnects import DisconnectWatcher
 from services.master.gateway.http_limits import ConnectionCount, HttpLimits, RequestTurns, is_long_lived

@@ -33,6 +33,8 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.internal import type_checkers
 from google.protobuf.message import Message
 
+from services.common.json_numbers import json_double as _double
+from services.common.json_numbers import struct_number
 from services.common.lru import BoundedLru
 
 Converter = Callable[[Any], Any]
@@ -53,8 +55,6 @@ _WRAPPERS = frozenset(
 _STRING_WKTS = frozenset(
     {"google.protobuf.Timestamp", "google.protobuf.Duration", "google.protobuf.FieldMask"}
 )
-# Beyond this a double no longer holds every integer exactly; Go switches to exponent form at 1e21.
-_LARGEST_PRINTED_AS_INTEGER = 1e21
 
 
 def _int64(value: int) -> str:
@@ -65,26 +65,10 @@ def _bytes(value: bytes) -> str:
     return base64.b64encode(value).decode("ascii")
 
 
-def _double(value: float) -> float | str:
-    if math.isfinite(value):
-        return value
-    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-
-
 def _float(value: float) -> float | str:
     if math.isfinite(value):
         return type_checkers.ToShortestFloat(value)
     return _double(value)
-
-
-def struct_number(value: float) -> float | int | str:
-    """A number held in a Struct/Value as printed (see the module's docstring): whole ones as
-    integers, NaN and infinities as strings. Also what metrics_json writes."""
-    if not math.isfinite(value):
-        return _double(value)
-    if value.is_integer() and abs(value) < _LARGEST_PRINTED_AS_INTEGER:
-        return int(value)
-    return value
 
 
 def _value(value: Any) -> Any:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from services.master.domain.clock import utcnow
-from services.master.domain.context import MasterContext
+from services.master.domain.kernel.clock import utcnow
+from services.master.domain.kernel.context import MasterContext
+from services.master.domain.kernel.telemetry import Histogram
 from services.master.domain.reads.cluster import cluster_counts, queue_counts
 from services.master.domain.reads.deferred_work import owed_work
 from services.master.domain.reads.provisioning import provisioning_counts
-from services.master.domain.telemetry import Histogram
 
 
 def _gauge(

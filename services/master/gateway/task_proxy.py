@@ -20,9 +20,9 @@ from http import HTTPStatus
 
 from services.common.logging import get_logger
 from services.common.principal import Principal
-from services.master.domain import proxy_access
-from services.master.domain.context import MasterContext
-from services.master.domain.errors import DomainError, NotFound, PermissionDenied, Unauthenticated
+from services.master.domain.allocations import proxy_access
+from services.master.domain.kernel.context import MasterContext
+from services.master.domain.kernel.errors import DomainError, NotFound, PermissionDenied, Unauthenticated
 from services.master.gateway import proxy_forwarding, tcp_tunnel
 from services.master.gateway.credentials import auth_cookie
 from services.master.gateway.http_server import Answered, RequestHandler, Response, Route

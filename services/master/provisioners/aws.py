@@ -44,7 +44,7 @@ from botocore.config import Config as BotoConfig
 from botocore.exceptions import BotoCoreError, ClientError
 
 from services.common.logging import get_logger
-from services.master.domain.errors import InvalidArgument
+from services.master.domain.kernel.errors import InvalidArgument
 from services.master.domain.provisioning.provider import (
     LaunchSpec,
     ProviderError,

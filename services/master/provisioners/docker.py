@@ -36,7 +36,7 @@ from cairn.agent_files import (
 )
 from services.common.cluster_token import TOKEN_ENV
 from services.common.logging import get_logger
-from services.master.domain.errors import InvalidArgument
+from services.master.domain.kernel.errors import InvalidArgument
 from services.master.domain.provisioning.provider import (
     LaunchSpec,
     ProviderError,

@@ -9,16 +9,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from services.common.cluster_token import TOKEN_ENV
-from services.master.domain.context import MasterContext
-from services.master.domain.errors import InvalidArgument
-from services.master.domain.provisioning.config import ProviderConfig
+from services.master.configuration.pools import PoolSettings
+from services.master.configuration.provider import ProviderConfig
+from services.master.domain.kernel.context import MasterContext
+from services.master.domain.kernel.errors import InvalidArgument
 from services.master.domain.provisioning.provider import Provider
 from services.master.domain.provisioning.provisioner import PoolProvisioner
 from services.master.provisioners.aws import AwsProvider, AwsSettings
 from services.master.provisioners.docker import DEFAULT_IMAGE, DockerProvider
 from services.master.provisioners.docker import check_options as check_docker_options
 from services.master.provisioners.local import LocalProvider
-from services.master.settings import PoolSettings
 
 # What a local agent inherits from the master's environment: enough to run Python, not the
 # master's own secrets (its database URL, its TLS key's path): the cluster token is added alone.

@@ -10,7 +10,7 @@ import grpc
 from cairn.checkpoint.v1 import checkpoint_pb2 as pb
 from cairn.checkpoint.v1 import checkpoint_pb2_grpc
 from services.common.channels import internal_channel
-from services.master.domain.ports import storage_struct
+from services.master.domain.kernel.ports import storage_struct
 from services.master.remotes.errors import translate
 
 CALL_TIMEOUT_S = 120.0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import grpc
 
-from services.master.domain.errors import (
+from services.master.domain.kernel.errors import (
     DomainError,
     FailedPrecondition,
     InvalidArgument,

@@ -11,7 +11,7 @@ import grpc
 from cairn.searcher.v1 import searcher_pb2 as pb
 from cairn.searcher.v1 import searcher_pb2_grpc
 from services.common.channels import internal_channel
-from services.master.domain.errors import InvalidArgument
+from services.master.domain.kernel.errors import InvalidArgument
 from services.master.remotes.errors import translate
 
 CALL_TIMEOUT_S = 30.0

@@ -23,14 +23,14 @@ from cairn.agent.v1 import agent_pb2 as apb
 from cairn.agent.v1 import agent_pb2_grpc
 from services.common.logging import get_logger
 from services.common.status import abort_with
-from services.master.domain import agents as agent_registry
-from services.master.domain import allocations
-from services.master.domain.agent_hub import AgentLink
-from services.master.domain.context import MasterContext
-from services.master.domain.errors import DatabaseUnavailable, DomainError
-from services.master.domain.logs import LogStore
-from services.master.domain.outage import ride_out
+from services.master.domain.allocations import allocations
+from services.master.domain.kernel.context import MasterContext
+from services.master.domain.kernel.errors import DatabaseUnavailable, DomainError
+from services.master.domain.kernel.outage import ride_out
+from services.master.domain.metrics.logs import LogStore
 from services.master.domain.reads.tasks import task_context_archive
+from services.master.domain.scheduling import agents as agent_registry
+from services.master.domain.scheduling.agent_hub import AgentLink
 
 log = get_logger(__name__)
 

@@ -15,9 +15,9 @@ import grpc
 from services.common.interceptors import Authenticate, AuthError
 from services.common.metadata import CLUSTER_TOKEN_KEY, Metadata, allocation_token, metadata_value, user_token
 from services.common.principal import Principal
-from services.master.domain.auth import AuthService
-from services.master.domain.errors import DatabaseUnavailable, PermissionDenied, Unauthenticated
-from services.master.domain.outage import ride_out
+from services.master.domain.identity.auth import AuthService
+from services.master.domain.kernel.errors import DatabaseUnavailable, PermissionDenied, Unauthenticated
+from services.master.domain.kernel.outage import ride_out
 
 API = "/cairn.api.v1.Cairn/"
 AGENT_SERVICE = "/cairn.agent.v1.AgentService/"

@@ -8,9 +8,9 @@ from collections.abc import Callable
 from typing import Any
 
 from services.common.status import handlers
-from services.master.domain.errors import DomainError, InvalidArgument
-from services.master.domain.outage import ride_out
-from services.master.domain.states import InvalidTransition
+from services.master.domain.kernel.errors import DomainError, InvalidArgument
+from services.master.domain.kernel.outage import ride_out
+from services.master.domain.kernel.states import InvalidTransition
 from services.master.servicers.request_checks import nul_field
 
 # Calls that may run again even when a lost connection left their commit in doubt: storing them

@@ -15,7 +15,7 @@ from typing import Generic, TypeVar
 from google.protobuf.message import Message
 
 from services.common.lru import BoundedLru
-from services.master.domain.context import MasterContext
+from services.master.domain.kernel.context import MasterContext
 
 T = TypeVar("T")
 K = TypeVar("K", bound=Hashable)

@@ -19,7 +19,7 @@ import contextlib
 import threading
 from collections.abc import Iterator
 
-from services.master.domain.errors import ResourceExhausted
+from services.master.domain.kernel.errors import ResourceExhausted
 
 
 class ThreadSlots:

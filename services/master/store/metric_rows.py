@@ -27,7 +27,7 @@ from sqlalchemy.types import UserDefinedType
 from services.master.store.models import UtcDateTime
 
 if TYPE_CHECKING:
-    from services.master.domain.metric_columns import FlatBatch
+    from services.master.domain.metrics.metric_columns import FlatBatch
 
 # What psycopg2 reads from the buffer at a time (its default, 8 KiB, is a Python call per chunk).
 _COPY_CHUNK = 1 << 20

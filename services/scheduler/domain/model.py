@@ -5,8 +5,6 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from services.common.priority import DETERMINED_DEFAULT_PRIORITY
-
 
 class FittingPolicy(enum.Enum):
     # Pack work onto the fullest agent that fits, keeping whole agents free for large requests.
@@ -22,10 +20,6 @@ class ResourcePool:
     preemption_enabled: bool = False
     # 0 means "not set": proto3 cannot tell an unset field from 0, and 0 is no Determined priority.
     default_priority: int = 0
-
-    @property
-    def effective_default_priority(self) -> int:
-        return self.default_priority or DETERMINED_DEFAULT_PRIORITY
 
 
 @dataclass(frozen=True)

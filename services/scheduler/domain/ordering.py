@@ -1,21 +1,20 @@
-"""The queue order of a pool: priority, then first come first served, then a total tie-break."""
+"""The queue order of a pool (services/common/queue_order.py) over the scheduler's own requests."""
 
 from __future__ import annotations
 
+from services.common import queue_order
+from services.common.queue_order import QueueKey
 from services.scheduler.domain.model import AllocationRequest, ResourcePool
 
-QueueKey = tuple[int, int, int, str]
+__all__ = ["QueueKey", "by_priority_level", "effective_priority", "queue_key"]
 
 
 def effective_priority(request: AllocationRequest, pool: ResourcePool) -> int:
-    return request.priority or pool.effective_default_priority
+    return queue_order.effective_priority(request.priority, pool.default_priority)
 
 
 def queue_key(request: AllocationRequest, pool: ResourcePool) -> QueueKey:
-    """Smaller priority number first; within a priority the older job, then the older request,
-    then the allocation id so that no two requests ever compare equal (Determined also orders by
-    a job's queue position, which the master folds into `job_submitted_at`)."""
-    return (
+    return queue_order.queue_key(
         effective_priority(request, pool),
         request.job_submitted_at_ns,
         request.requested_at_ns,

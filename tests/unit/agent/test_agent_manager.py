@@ -11,9 +11,9 @@ from services.agent.containers.manager import ContainerManager
 from services.agent.containers.outbox import Outbox
 from services.agent.containers.preparation import Preparer
 from services.agent.containers.record import ContainerRecord
-from services.agent.containers.requests import StartRequest
 from services.agent.containers.states import ContainerState, FailureType
 from services.agent.containers.task_env import MasterFacts
+from services.agent.requests import StartRequest
 from services.agent.runtime.events import EventTailer, EventWriter, LogLine, StateEvent
 from services.agent.runtime.jsonfile import write_json_atomic
 from services.agent.runtime.process_runtime import ProcessRuntime, ShimHandle

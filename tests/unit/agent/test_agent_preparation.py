@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from services.agent.containers.preparation import Preparer, command_line
-from services.agent.containers.requests import MountRequest, StartRequest
 from services.agent.containers.task_env import MasterFacts
+from services.agent.requests import MountRequest, StartRequest
 from services.agent.runtime.protocol import ContainerPaths
 from services.agent.slots import cpu_slots
 

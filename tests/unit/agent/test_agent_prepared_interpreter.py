@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from services.agent.containers.private_mounts import Bind
 from services.agent.runtime import shim
+from services.agent.runtime.private_mounts import Bind
 from services.agent.runtime.warm_starts import PythonRun, WarmCommand
 
 COMMAND = WarmCommand(

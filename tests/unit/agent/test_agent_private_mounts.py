@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from services.agent.containers import private_mounts
+from services.agent.runtime import private_mounts
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 BIND = """
 import sys
 from pathlib import Path
-from services.agent.containers.private_mounts import Bind, bind_in_namespace
+from services.agent.runtime.private_mounts import Bind, bind_in_namespace
 try:
     bind_in_namespace(int(sys.argv[1]), [Bind(Path(sys.argv[2]), sys.argv[3])])
 except OSError as exc:
@@ -130,7 +130,7 @@ def namespace_probe(target: Path) -> subprocess.Popen[bytes]:
 BINDER = """
 import json, os, sys, time
 from pathlib import Path
-from services.agent.containers.private_mounts import Bind, NamespaceBinder
+from services.agent.runtime.private_mounts import Bind, NamespaceBinder
 pid, source, target, how = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
 held_r, held_w = os.pipe()
 try:

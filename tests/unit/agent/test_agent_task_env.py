@@ -9,8 +9,8 @@ import pytest
 
 from services.agent.containers.determined_info import rendezvous_file
 from services.agent.containers.python_envs import PythonEnv, PythonEnvError, PythonEnvs, parse_task_env
-from services.agent.containers.requests import RendezvousInfo
 from services.agent.containers.task_env import MasterFacts, split_host_port, task_environment
+from services.agent.requests import RendezvousInfo
 from services.agent.settings import parse_settings
 from services.agent.slots import DeviceKind, SlotInfo, SlotType
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from cairn.agent.v1 import agent_pb2 as apb
-from services.agent.containers.private_mounts import Bind, in_private_mounts, split_private_mounts
+from services.agent.runtime.private_mounts import Bind, in_private_mounts, split_private_mounts
 from services.agent.runtime.processes import is_running
 from services.agent.runtime.warm_starts import (
     PreloadError,

@@ -22,8 +22,8 @@ import yaml
 from cairn import service_image
 from services.agent.settings import parse_settings as parse_agent
 from services.common.args import add_common_flags
+from services.master.configuration.settings import parse_settings as parse_master
 from services.master.migrate import parse_args as parse_migrate
-from services.master.settings import parse_settings as parse_master
 from tests.support.k8s_manifests import (
     K8S_DIR,
     OVERLAYS,

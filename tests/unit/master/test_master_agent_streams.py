@@ -15,7 +15,7 @@ import grpc
 import pytest
 
 from cairn.agent.v1 import agent_pb2 as apb
-from services.master.domain.agent_hub import AgentLink
+from services.master.domain.scheduling.agent_hub import AgentLink
 from services.master.servicers.agent_stream import AgentStreamServicer
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
+from services.master.domain.allocations.task_spec import container_config
 from services.master.domain.config import validate_config
-from services.master.domain.task_spec import container_config
 
 
 def test_the_master_sends_the_config_part_that_shapes_a_container() -> None:

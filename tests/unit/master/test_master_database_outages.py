@@ -20,9 +20,9 @@ from sqlalchemy import event, text
 from sqlalchemy import exc as sa_exc
 
 from cairn.metadata_keys import COMMIT_UNKNOWN_KEY
-from services.master.domain import outage
-from services.master.domain.errors import DatabaseUnavailable, NotFound, Unavailable
-from services.master.domain.outage import OutagePolicy, ride_out
+from services.master.domain.kernel import outage
+from services.master.domain.kernel.errors import DatabaseUnavailable, NotFound, Unavailable
+from services.master.domain.kernel.outage import OutagePolicy, ride_out
 from services.master.servicers.errors import rpc
 from services.master.store.db import Database
 from services.master.store.outages import count_commit, is_disconnect

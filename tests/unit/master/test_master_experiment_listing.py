@@ -13,8 +13,8 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from services.master.domain.auth import AuthService
-from services.master.domain.paging import Page, page_of
+from services.master.domain.identity.auth import AuthService
+from services.master.domain.kernel.paging import Page, page_of
 from services.master.domain.reads import listings as queries
 from services.master.store import models
 from services.master.store.db import Database

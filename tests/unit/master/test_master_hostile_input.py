@@ -23,11 +23,12 @@ from cairn.cli.output import printable
 from services.agent.runtime.context_archive import UnsafeArchiveError, unpack_context
 from services.common.principal import Principal
 from services.common.request_decoding import Undecodable, safe_deserializer
-from services.master.domain import creation, model_definition
 from services.master.domain.config import ConfigError, parse_config_text
 from services.master.domain.config.bounds import MAX_CONFIG_DEPTH, MAX_CONFIG_TEXT_CHARS
-from services.master.domain.errors import InvalidArgument
-from services.master.domain.model_definition import ContextFile
+from services.master.domain.experiments import creation
+from services.master.domain.kernel.errors import InvalidArgument
+from services.master.domain.task_kinds import model_definition
+from services.master.domain.task_kinds.model_definition import ContextFile
 from services.master.store import models
 from tests.unit.master.domain.harness import BASE_CONFIG, Master
 

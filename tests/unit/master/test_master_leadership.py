@@ -11,11 +11,11 @@ import psycopg2
 import pytest
 from sqlalchemy.engine import make_url
 
+from services.master.configuration.lease import LeaseTiming
 from services.master.leadership import (
     LEASE_KEY,
     DatabaseUnreachable,
     LeaderLease,
-    LeaseTiming,
     SqliteDatabaseBusy,
     SqliteMasterLock,
 )

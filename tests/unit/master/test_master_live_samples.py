@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from cairn.api.v1 import trial_pb2
-from services.master.domain.samples import SampleCache
+from services.master.domain.metrics.samples import SampleCache
 from services.master.servicers.api.base import ApiDeps
 from services.master.servicers.api.metrics import SamplesApi
 from services.master.servicers.thread_slots import FollowSlots

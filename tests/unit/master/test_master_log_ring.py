@@ -12,8 +12,8 @@ import pytest
 import structlog
 
 from services.common.logging import add_log_sink, configure_logging, get_logger, remove_log_sink
-from services.master.domain.errors import InvalidArgument
-from services.master.domain.master_log import (
+from services.master.domain.kernel.errors import InvalidArgument
+from services.master.domain.operations.master_log import (
     RECORD_OVERHEAD_BYTES,
     MasterLogRing,
     level_name,

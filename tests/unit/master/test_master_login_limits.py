@@ -11,11 +11,16 @@ from pathlib import Path
 import pytest
 
 from cairn.client.password import salt_and_hash
-from services.master.domain import login_limiter
-from services.master.domain.auth import AuthService
-from services.master.domain.errors import ResourceExhausted, Unauthenticated
-from services.master.domain.exposure import UnsafeExposure, check_exposure, is_loopback
-from services.master.domain.login_limiter import LoginLimiter, LoginLimits, client_address, login_address
+from services.master.domain.identity import login_limiter
+from services.master.domain.identity.auth import AuthService
+from services.master.domain.identity.exposure import UnsafeExposure, check_exposure, is_loopback
+from services.master.domain.identity.login_limiter import (
+    LoginLimiter,
+    LoginLimits,
+    client_address,
+    login_address,
+)
+from services.master.domain.kernel.errors import ResourceExhausted, Unauthenticated
 from services.master.store.db import Database
 
 

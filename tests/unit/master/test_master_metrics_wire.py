@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
-from services.master.domain.errors import InvalidArgument
+from services.master.domain.kernel.errors import InvalidArgument
 from services.master.servicers.api.metrics_wire import MAX_DEPTH, reports_from_json
 
 AT = 1795750000.5

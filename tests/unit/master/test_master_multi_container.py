@@ -7,15 +7,15 @@ import uuid
 
 import pytest
 
-from services.master.domain.allocations import Outcome, PortOffsets, classify
-from services.master.domain.rendezvous import (
+from services.master.domain.allocations.allocations import Outcome, PortOffsets, classify
+from services.master.domain.allocations.rendezvous import (
     PORT_BLOCKS,
     cluster_port_shift,
     free_port_offset,
     ports_for,
     rendezvous_for,
 )
-from services.master.domain.task_spec import entrypoint_of
+from services.master.domain.allocations.task_spec import entrypoint_of
 from services.master.store import models
 
 

@@ -11,9 +11,10 @@ import pytest
 
 from services.common.principal import Principal
 from services.common.redaction import HIDDEN, redact, redact_url
-from services.master.domain import master_config
-from services.master.domain.errors import PermissionDenied
-from services.master.settings import PoolSettings, Settings
+from services.master.configuration.pools import PoolSettings
+from services.master.configuration.settings import Settings
+from services.master.domain.kernel.errors import PermissionDenied
+from services.master.domain.operations import master_config
 from tests.unit.master.domain.harness import Master
 
 PASSWORD = "pa55-w0rd!"

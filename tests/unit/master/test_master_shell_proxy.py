@@ -18,8 +18,9 @@ import pytest
 
 from cairn.shell_tunnel import connect, encode_client_frame, read_server_frame
 from services.common.principal import Principal
-from services.master.domain import shells, task_services
-from services.master.domain.errors import Unauthenticated
+from services.master.domain.allocations import task_services
+from services.master.domain.kernel.errors import Unauthenticated
+from services.master.domain.tasks import shells
 from services.master.gateway import tcp_tunnel
 from services.master.gateway import websocket_frames as wsf
 from services.master.gateway.http_limits import HttpLimits

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 from cairn.client.password import salt_and_hash
-from services.master.domain.auth import hash_password, verify_password
-from services.master.domain.downsample import downsample
-from services.master.domain.errors import InvalidArgument
-from services.master.domain.hparams import typed_hparams
-from services.master.domain.model_definition import ContextFile, list_files, pack
-from services.master.domain.paging import page_of
+from services.master.domain.identity.auth import hash_password, verify_password
+from services.master.domain.kernel.errors import InvalidArgument
+from services.master.domain.kernel.paging import page_of
+from services.master.domain.metrics.downsample import downsample
+from services.master.domain.task_kinds.model_definition import ContextFile, list_files, pack
+from services.master.domain.trials.hparams import typed_hparams
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.master.domain.states import (
+from services.master.domain.kernel.states import (
     ALLOCATION_ORDER,
     EXPERIMENT_TRANSITIONS,
     STOPPING_TO_TERMINAL,

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from services.common.principal import Principal
-from services.master.domain import notebooks, task_services, tasks
-from services.master.domain.errors import Unauthenticated
+from services.master.domain.allocations import task_services
+from services.master.domain.kernel.errors import Unauthenticated
+from services.master.domain.tasks import notebooks, tasks
 from services.master.gateway.http_limits import HttpLimits
 from services.master.gateway.http_server import MasterHttpServer, start_http
 from services.master.gateway.master_relay import MasterRelay

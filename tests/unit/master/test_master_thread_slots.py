@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from services.master.domain.errors import ResourceExhausted
+from services.master.domain.kernel.errors import ResourceExhausted
 from services.master.servicers.thread_slots import FollowSlots, SignalWaitSlots
 
 

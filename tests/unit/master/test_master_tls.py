@@ -24,11 +24,11 @@ from cairn.localcluster.certificate import CertificatePair, ensure_certificate
 from cairn.tls import TlsConfigError, ca_from_environment, channel_credentials, read_ca_bundle
 from services.common.server import ServiceServer, start_server
 from services.common.tls import ServerTls, TlsSetupError
-from services.master.domain.exposure import UnsafeExposure, check_transport
+from services.master.configuration.settings import parse_settings
+from services.master.domain.identity.exposure import UnsafeExposure, check_transport
 from services.master.gateway.http_limits import HttpLimits
 from services.master.gateway.http_server import Response, StreamingResponse
 from services.master.gateway.public_server import PublicHttpServer, start_public_http
-from services.master.settings import parse_settings
 
 
 @pytest.fixture

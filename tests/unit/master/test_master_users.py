@@ -10,15 +10,15 @@ import pytest
 
 from cairn.client.password import salt_and_hash
 from services.common.principal import Principal
-from services.master.domain import users
-from services.master.domain.auth import AuthService
-from services.master.domain.errors import (
+from services.master.domain.identity import users
+from services.master.domain.identity.auth import AuthService
+from services.master.domain.identity.users import UserChanges, UserQuery
+from services.master.domain.kernel.errors import (
     AlreadyExists,
     InvalidArgument,
     PermissionDenied,
     Unauthenticated,
 )
-from services.master.domain.users import UserChanges, UserQuery
 from services.master.store.db import Database
 
 

@@ -26,6 +26,9 @@ import math
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from services.master.configuration.provider import Limits
+from services.master.domain.scheduling.shapes import fits_shape
+
 
 class Phase(StrEnum):
     """An instance's life as the provisioner tracks it."""
@@ -41,21 +44,6 @@ class Phase(StrEnum):
 class DrainReason(StrEnum):
     IDLE = "idle"  # taken back if work arrives
     SHRINK = "shrink"  # over max_instances: stays drained
-
-
-@dataclass(frozen=True)
-class Limits:
-    """A pool's provider settings that decide (Determined's names)."""
-
-    min_instances: int
-    max_instances: int
-    instance_slots: int
-    max_idle_agent_period_s: float
-    max_agent_starting_period_s: float
-    # An agent that was connected and has been away this long is given up (Determined: 10 min).
-    max_disconnected_s: float = 600.0
-    # Zero-slot tasks one instance takes (Determined's max_aux_containers_per_agent).
-    max_aux_per_instance: int = 100
 
 
 @dataclass(frozen=True)
@@ -94,14 +82,6 @@ class Decision:
     @property
     def acts(self) -> bool:
         return bool(self.launch or self.drain or self.undrain or self.terminate or self.forget)
-
-
-def fits_shape(slots: int, instance_slots: int) -> bool:
-    """Whether instances of `instance_slots` slots can ever hold a request of `slots`: within one
-    instance, or spread whole over several (gang scheduling gives each agent all its slots)."""
-    if slots <= instance_slots:
-        return True
-    return instance_slots > 0 and slots % instance_slots == 0
 
 
 def wanted_instances(limits: Limits, demand: Demand) -> tuple[int, int]:

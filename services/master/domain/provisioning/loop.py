@@ -7,8 +7,8 @@ from __future__ import annotations
 import time
 
 from services.common.logging import get_logger
-from services.master.domain.context import MasterContext
-from services.master.domain.loops import BackgroundLoop
+from services.master.domain.kernel.context import MasterContext
+from services.master.domain.kernel.loops import BackgroundLoop
 from services.master.domain.provisioning.provisioner import PoolProvisioner
 
 log = get_logger(__name__)

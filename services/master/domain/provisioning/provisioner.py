@@ -24,10 +24,12 @@ from datetime import UTC, datetime
 from sqlalchemy import delete, select
 
 from services.common.logging import get_logger
-from services.master.domain import agents, allocations
-from services.master.domain.clock import utcnow
-from services.master.domain.context import MasterContext, Work
-from services.master.domain.provisioning.config import ProviderConfig
+from services.master.configuration.provider import ProviderConfig
+from services.master.domain.allocations import allocations
+from services.master.domain.kernel.clock import utcnow
+from services.master.domain.kernel.context import MasterContext, Work
+from services.master.domain.kernel.states import PLACED_ALLOCATION
+from services.master.domain.kernel.states import AllocationState as A
 from services.master.domain.provisioning.decide import (
     Decision,
     Demand,
@@ -43,8 +45,7 @@ from services.master.domain.provisioning.provider import (
     ProviderInstance,
     ProviderState,
 )
-from services.master.domain.states import PLACED_ALLOCATION
-from services.master.domain.states import AllocationState as A
+from services.master.domain.scheduling import agents
 from services.master.store import models
 
 log = get_logger(__name__)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from services.master.domain.states import LIVE_ALLOCATION, PLACED_ALLOCATION
+from services.master.domain.kernel.states import LIVE_ALLOCATION, PLACED_ALLOCATION
 from services.master.store import models
 
 

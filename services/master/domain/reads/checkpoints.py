@@ -11,7 +11,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from services.master.domain.config import config_view
-from services.master.domain.errors import NotFound
+from services.master.domain.kernel.errors import NotFound
 from services.master.store import models
 
 

@@ -8,7 +8,7 @@ from datetime import datetime
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from services.master.domain.states import AllocationState
+from services.master.domain.kernel.states import AllocationState
 from services.master.store import models
 
 

@@ -8,10 +8,10 @@ from collections.abc import Iterable
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from services.master.domain.errors import NotFound
-from services.master.domain.paging import Page, page_of
+from services.master.domain.kernel.errors import NotFound
+from services.master.domain.kernel.paging import Page, page_of
+from services.master.domain.kernel.states import RunState
 from services.master.domain.reads.listings import ExperimentRow, TrialRow, experiment_rows, trial_rows
-from services.master.domain.states import RunState
 from services.master.store import models
 
 # Experiments on their way out are gone as far as readers are concerned.

@@ -11,7 +11,12 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from services.master.domain.config.view import config_view
-from services.master.domain.states import LIVE_ALLOCATION, PLACED_ALLOCATION, PREEMPTIBLE_KINDS, TaskKind
+from services.master.domain.kernel.states import (
+    LIVE_ALLOCATION,
+    PLACED_ALLOCATION,
+    PREEMPTIBLE_KINDS,
+    TaskKind,
+)
 from services.master.store import models
 
 JOB_ID_PREFIX = "exp-"

@@ -16,10 +16,10 @@ from sqlalchemy.orm import Session, defer
 
 from services.common.lru import BoundedLru
 from services.master.domain.config import config_view
-from services.master.domain.paging import DEFAULT_LIMIT, Page, page_of
+from services.master.domain.kernel.paging import DEFAULT_LIMIT, Page, page_of
+from services.master.domain.kernel.states import LIVE_ALLOCATION, RunState
+from services.master.domain.kernel.task_ids import trial_task_id
 from services.master.domain.reads.workspaces import ExperimentPlace, experiment_places
-from services.master.domain.states import LIVE_ALLOCATION
-from services.master.domain.task_ids import trial_task_id
 from services.master.store import models
 
 
@@ -220,7 +220,7 @@ def _filtered(f: ExperimentFilter) -> Select[models.Experiment]:
     q = without_configs(
         select(models.Experiment)
         .join(models.User, models.User.id == models.Experiment.owner_id)
-        .where(models.Experiment.state.not_in(["DELETING", "DELETED"]))
+        .where(models.Experiment.state.not_in([RunState.DELETING, RunState.DELETED]))
     )
     if f.name:
         q = q.where(models.Experiment.name.contains(f.name, autoescape=True))

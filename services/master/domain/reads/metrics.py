@@ -13,7 +13,7 @@ from sqlalchemy import Connection, Text, bindparam, cast, select
 from sqlalchemy.orm import Session
 
 from services.master.domain.config import config_view
-from services.master.domain.errors import NotFound
+from services.master.domain.kernel.errors import NotFound
 from services.master.store import models
 from services.master.store.prepared_select import PreparedSelect
 

@@ -15,8 +15,8 @@ from typing import Any
 from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
-from services.master.domain.errors import InvalidArgument, NotFound
-from services.master.domain.paging import Page, page_of
+from services.master.domain.kernel.errors import InvalidArgument, NotFound
+from services.master.domain.kernel.paging import Page, page_of
 from services.master.domain.reads.checkpoints import CheckpointRecord
 from services.master.domain.reads.checkpoints import checkpoint as checkpoint_record
 from services.master.store import models

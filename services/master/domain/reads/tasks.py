@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from services.master.domain.errors import NotFound
-from services.master.domain.paging import Page, page_of
-from services.master.domain.states import LIVE_ALLOCATION, TASK_ENDED, TaskKind
-from services.master.domain.states import AllocationState as A
-from services.master.domain.task_ids import parse_trial_task_id
+from services.master.domain.kernel.errors import NotFound
+from services.master.domain.kernel.paging import Page, page_of
+from services.master.domain.kernel.states import LIVE_ALLOCATION, TASK_ENDED, TaskKind
+from services.master.domain.kernel.states import AllocationState as A
+from services.master.domain.kernel.task_ids import parse_trial_task_id
 from services.master.store import models
 
 

@@ -8,8 +8,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from services.master.domain.errors import NotFound
-from services.master.domain.paging import Page, page_of
+from services.master.domain.kernel.errors import NotFound
+from services.master.domain.kernel.paging import Page, page_of
 from services.master.store import models
 
 # Bound on the parameters of one IN query (SQLite allows a few thousand at most).

@@ -6,7 +6,7 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from services.master.domain.errors import NotFound
+from services.master.domain.kernel.errors import NotFound
 from services.master.domain.reads.listings import TrialRow, trial_rows
 from services.master.store import models
 

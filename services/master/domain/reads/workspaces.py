@@ -21,9 +21,9 @@ from typing import Any
 from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
-from services.master.domain.errors import NotFound
-from services.master.domain.paging import Page, page_of
-from services.master.domain.states import RunState
+from services.master.domain.kernel.errors import NotFound
+from services.master.domain.kernel.paging import Page, page_of
+from services.master.domain.kernel.states import WS, RunState
 from services.master.store import models
 
 
@@ -112,7 +112,7 @@ def _failed_deletions(s: Session, project_ids: list[int]) -> dict[int, list[int]
 
 
 def deletion_error(state: str, failed_experiment_ids: list[int]) -> str:
-    if state != "DELETE_FAILED":
+    if state != WS.DELETE_FAILED:
         return ""
     if not failed_experiment_ids:
         return "deleting its experiments failed; delete it again to retry"
@@ -144,7 +144,7 @@ def _workspace_rows(s: Session, workspaces: list[models.Workspace]) -> list[Work
         ).all()
     )
     failed: dict[int, list[int]] = defaultdict(list)
-    failing = [w.id for w in workspaces if w.state == "DELETE_FAILED"]
+    failing = [w.id for w in workspaces if w.state == WS.DELETE_FAILED]
     if failing:
         projects = dict(
             s.execute(
@@ -245,7 +245,7 @@ def _project_rows(s: Session, projects: list[models.Project]) -> list[ProjectRow
             .group_by(models.Experiment.project_id)
         ).all()
     )
-    failed = _failed_deletions(s, [p.id for p in projects if p.state == "DELETE_FAILED"])
+    failed = _failed_deletions(s, [p.id for p in projects if p.state == WS.DELETE_FAILED])
     rows = []
     for p in projects:
         workspace = workspaces[p.workspace_id]

@@ -9,16 +9,17 @@ import grpc
 from cairn.api.v1 import agent_pb2 as apb
 from cairn.api.v1 import common_pb2
 from cairn.api.v1 import resourcepool_pb2 as rpb
-from services.master.domain import agents as agent_registry
-from services.master.domain.errors import NotFound, PermissionDenied
-from services.master.domain.paging import page_of
+from services.master.configuration.pools import PoolSettings
+from services.master.domain.identity import access
+from services.master.domain.kernel.errors import NotFound
+from services.master.domain.kernel.paging import page_of
+from services.master.domain.kernel.states import AllocationState
 from services.master.domain.reads.agents import agents_with_slots, live_allocations_by_pool
 from services.master.domain.reads.provisioning import pool_provisioning
-from services.master.domain.states import AllocationState
+from services.master.domain.scheduling import agents as agent_registry
 from services.master.servicers.api import convert
 from services.master.servicers.api.base import ServicerBase
 from services.master.servicers.errors import rpc
-from services.master.settings import PoolSettings
 
 POLICIES = {
     "best": rpb.ResourcePool.FITTING_POLICY_BEST,
@@ -67,8 +68,7 @@ class AgentsApi(ServicerBase):
         return found[0]
 
     def _admin(self, context: grpc.ServicerContext) -> None:
-        if not self.user(context).admin:
-            raise PermissionDenied("only an admin can enable or disable agents and slots")
+        access.check_admin(self.user(context), "enable or disable agents and slots")
 
     @rpc
     def GetAgents(

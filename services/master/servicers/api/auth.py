@@ -6,7 +6,7 @@ import grpc
 
 from cairn.api.v1 import auth_pb2
 from services.common.metadata import user_token
-from services.master.domain.login_limiter import login_address
+from services.master.domain.identity.login_limiter import login_address
 from services.master.servicers.api import convert
 from services.master.servicers.api.base import ServicerBase
 from services.master.servicers.errors import rpc

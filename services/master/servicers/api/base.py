@@ -9,12 +9,12 @@ import grpc
 from cairn.api.v1 import experiment_pb2
 from services.common.interceptors import current_principal
 from services.common.principal import Principal
-from services.master.domain.auth import AuthService
-from services.master.domain.context import MasterContext
-from services.master.domain.logs import LogStore
-from services.master.domain.master_log import MasterLogRing
-from services.master.domain.samples import SampleCache
-from services.master.domain.scheduling import WaitingInfo
+from services.master.domain.identity.auth import AuthService
+from services.master.domain.kernel.context import MasterContext
+from services.master.domain.metrics.logs import LogStore
+from services.master.domain.metrics.samples import SampleCache
+from services.master.domain.operations.master_log import MasterLogRing
+from services.master.domain.scheduling.scheduling import WaitingInfo
 from services.master.remotes.checkpoint import CheckpointClient
 from services.master.servicers.read_cache import ReadCache, RowCache
 from services.master.servicers.thread_slots import FollowSlots, SignalWaitSlots, VerdictWaitSlots

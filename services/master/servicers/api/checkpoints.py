@@ -11,9 +11,10 @@ from cairn.api.v1 import checkpoint_pb2 as cpb
 from cairn.api.v1 import common_pb2
 from cairn.checkpoint.v1 import checkpoint_pb2 as service_pb
 from cairn.wire import struct_to_python
-from services.master.domain import allocation_access, checkpoints
-from services.master.domain.errors import InvalidArgument
-from services.master.domain.paging import page_of
+from services.master.domain.checkpoints import checkpoints
+from services.master.domain.identity import allocation_access
+from services.master.domain.kernel.errors import InvalidArgument
+from services.master.domain.kernel.paging import page_of
 from services.master.domain.reads import checkpoints as reads
 from services.master.servicers.api import convert
 from services.master.servicers.api.base import ServicerBase

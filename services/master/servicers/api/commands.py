@@ -10,14 +10,14 @@ from google.protobuf import json_format, struct_pb2
 
 from cairn.api.v1 import command_pb2 as cpb
 from cairn.api.v1 import common_pb2, task_pb2
-from services.master.domain import tasks as task_lifecycle
 from services.master.domain.config import ConfigError
 from services.master.domain.config.yaml_text import parse_config_text
-from services.master.domain.errors import InvalidArgument
-from services.master.domain.model_definition import ContextFile
+from services.master.domain.kernel.errors import InvalidArgument
+from services.master.domain.kernel.states import AllocationState as A
+from services.master.domain.kernel.states import TaskKind, TaskState
 from services.master.domain.reads import tasks as reads
-from services.master.domain.states import AllocationState as A
-from services.master.domain.states import TaskKind, TaskState
+from services.master.domain.task_kinds.model_definition import ContextFile
+from services.master.domain.tasks import tasks as task_lifecycle
 from services.master.servicers.api import convert
 from services.master.servicers.api.base import ServicerBase
 from services.master.servicers.errors import rpc

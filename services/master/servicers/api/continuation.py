@@ -5,7 +5,7 @@ from __future__ import annotations
 import grpc
 
 from cairn.api.v1 import experiment_pb2 as epb
-from services.master.domain import continuation
+from services.master.domain.experiments import continuation
 from services.master.domain.reads import experiments as reads
 from services.master.servicers.api import convert
 from services.master.servicers.api.base import ServicerBase

@@ -10,12 +10,12 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from cairn.api.v1 import agent_pb2, auth_pb2, checkpoint_pb2, common_pb2, experiment_pb2, trial_pb2
 from services.common.lru import BoundedLru
-from services.master.domain.auth import UserInfo
-from services.master.domain.clock import utcnow
-from services.master.domain.paging import Page
+from services.master.domain.identity.auth import UserInfo
+from services.master.domain.kernel.clock import utcnow
+from services.master.domain.kernel.paging import Page
+from services.master.domain.kernel.task_ids import trial_task_id
 from services.master.domain.reads.jobs import experiment_job_id
 from services.master.domain.reads.listings import ExperimentConfig, ExperimentRow, TrialRow
-from services.master.domain.task_ids import trial_task_id
 from services.master.store import models
 
 # Display: an ACTIVE experiment shows what its allocations are doing (as Determined does for the

@@ -12,15 +12,15 @@ from google.protobuf import json_format
 from cairn.api.v1 import common_pb2
 from cairn.api.v1 import experiment_pb2 as epb
 from cairn.api.v1 import trial_pb2 as tpb
-from services.master.domain import creation, experiment_edits
-from services.master.domain import experiments as lifecycle
-from services.master.domain.errors import InvalidArgument
-from services.master.domain.input_limits import check_experiment_limits
-from services.master.domain.model_definition import ContextFile
+from services.master.domain.experiments import creation, experiment_edits
+from services.master.domain.experiments import experiments as lifecycle
+from services.master.domain.experiments.input_limits import check_experiment_limits
+from services.master.domain.kernel.errors import InvalidArgument
+from services.master.domain.kernel.states import TERMINAL, AllocationState
 from services.master.domain.reads import experiments as reads
 from services.master.domain.reads.listings import ExperimentFilter, experiment_rows_by_id, list_experiment_ids
 from services.master.domain.reads.workspaces import check_project_exists
-from services.master.domain.states import TERMINAL, AllocationState
+from services.master.domain.task_kinds.model_definition import ContextFile
 from services.master.servicers.api import convert
 from services.master.servicers.api.base import ServicerBase
 from services.master.servicers.errors import rpc

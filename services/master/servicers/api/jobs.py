@@ -9,13 +9,14 @@ from dataclasses import dataclass
 import grpc
 
 from cairn.api.v1 import common_pb2, experiment_pb2, job_pb2
-from services.common.priority import DETERMINED_DEFAULT_PRIORITY
-from services.master.domain import experiment_edits, tasks
-from services.master.domain import experiments as lifecycle
-from services.master.domain.errors import InvalidArgument, NotFound
-from services.master.domain.paging import page_of
+from services.common.queue_order import QueueKey, effective_priority, queue_key
+from services.master.domain.experiments import experiment_edits
+from services.master.domain.experiments import experiments as lifecycle
+from services.master.domain.kernel.errors import InvalidArgument, NotFound
+from services.master.domain.kernel.paging import page_of
+from services.master.domain.kernel.states import TaskKind
 from services.master.domain.reads.jobs import EXPERIMENT, JobRow, experiment_of_job, queued_jobs
-from services.master.domain.states import TaskKind
+from services.master.domain.tasks import tasks
 from services.master.servicers.api import convert
 from services.master.servicers.api.base import ServicerBase
 from services.master.servicers.errors import rpc
@@ -48,12 +49,12 @@ class JobsApi(ServicerBase):
 
     def _effective_priority(self, job: JobRow) -> int:
         pool = next((p for p in self.ctx.settings.pools if p.name == job.resource_pool), None)
-        default = (
-            pool.default_priority
-            if pool is not None and pool.default_priority
-            else DETERMINED_DEFAULT_PRIORITY
-        )
-        return job.priority if job.priority is not None else default
+        return effective_priority(job.priority, pool.default_priority if pool is not None else None)
+
+    def _queue_key(self, job: JobRow) -> tuple[bool, QueueKey]:
+        """Scheduled work first, then the pool's queue order (a job has no request time of its own)."""
+        submitted_ns = round(job.submitted_at.timestamp() * 1_000_000) * 1000
+        return (not job.scheduled, queue_key(self._effective_priority(job), submitted_ns, 0, job.entity_id))
 
     def _waiting_reason(self, job: JobRow) -> str:
         """Why the job's waiting allocations wait: the first reason given for any of them."""
@@ -72,8 +73,7 @@ class JobsApi(ServicerBase):
         pool = request.resource_pool or self._default_pool()
         with self.ctx.db.read() as s:
             jobs = [j for j in queued_jobs(s) if j.resource_pool == pool]
-        # The pool's queue order: scheduled work first, then by priority and submission.
-        jobs.sort(key=lambda j: (not j.scheduled, self._effective_priority(j), j.submitted_at, j.entity_id))
+        jobs.sort(key=self._queue_key)
         messages = []
         for ahead, job in enumerate(jobs):
             state = STATE.STATE_SCHEDULED if job.scheduled else STATE.STATE_QUEUED

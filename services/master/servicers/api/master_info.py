@@ -7,8 +7,8 @@ from collections.abc import Iterator
 import grpc
 
 from cairn.api.v1 import master_pb2, trial_pb2
-from services.master.domain import master_config
-from services.master.domain.master_log import read_master_logs
+from services.master.domain.operations import master_config
+from services.master.domain.operations.master_log import read_master_logs
 from services.master.servicers.api import convert
 from services.master.servicers.api.base import ServicerBase
 from services.master.servicers.errors import rpc, stream_rpc

@@ -14,10 +14,11 @@ from cairn.api.v1 import common_pb2
 from cairn.api.v1 import trial_pb2 as tpb
 from cairn.wire import struct_to_python
 from services.common.local_calls import RenderedJson, accepts_rendered_json
-from services.master.domain import allocation_access, metrics, signals
-from services.master.domain.downsample import downsample
-from services.master.domain.errors import InvalidArgument
-from services.master.domain.paging import page_of
+from services.master.domain.identity import allocation_access
+from services.master.domain.kernel.errors import InvalidArgument
+from services.master.domain.kernel.paging import page_of
+from services.master.domain.metrics import metrics, signals
+from services.master.domain.metrics.downsample import downsample
 from services.master.domain.reads import metrics as reads
 from services.master.servicers.api import convert, metrics_json, metrics_wire
 from services.master.servicers.api.base import ServicerBase

@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from services.master.gateway.json_encoding import struct_number
+from services.common.json_numbers import struct_number
 
 
 def struct_json(value: Any) -> Any:

@@ -18,9 +18,9 @@ import orjson
 
 from cairn.api.v1 import trial_pb2 as tpb
 from cairn.wire import struct_to_python
-from services.master.domain import metrics
-from services.master.domain.errors import InvalidArgument
-from services.master.domain.metric_columns import FlatBatch
+from services.master.domain.kernel.errors import InvalidArgument
+from services.master.domain.metrics import metrics
+from services.master.domain.metrics.metric_columns import FlatBatch
 
 # As deep as a config may nest (and far from Python's recursion limit, which the summary's and
 # the store's walks must never reach).

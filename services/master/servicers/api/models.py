@@ -10,7 +10,7 @@ from google.protobuf import struct_pb2
 from cairn.api.v1 import common_pb2
 from cairn.api.v1 import model_pb2 as mpb
 from cairn.wire import struct_to_python, value_to_python
-from services.master.domain import model_registry as registry
+from services.master.domain.checkpoints import model_registry as registry
 from services.master.domain.reads import models as reads
 from services.master.servicers.api import convert
 from services.master.servicers.api.base import ServicerBase

@@ -8,11 +8,12 @@ from google.protobuf import json_format
 
 from cairn.api.v1 import common_pb2, task_pb2
 from cairn.api.v1 import notebook_pb2 as npb
-from services.master.domain import notebook_idle, notebooks, task_services
-from services.master.domain import tasks as task_lifecycle
+from services.master.domain.allocations import task_services
+from services.master.domain.kernel.states import AllocationState as A
+from services.master.domain.kernel.states import TaskKind
 from services.master.domain.reads import tasks as reads
-from services.master.domain.states import AllocationState as A
-from services.master.domain.states import TaskKind
+from services.master.domain.tasks import notebook_idle, notebooks
+from services.master.domain.tasks import tasks as task_lifecycle
 from services.master.servicers.api import convert
 from services.master.servicers.api.base import ServicerBase
 from services.master.servicers.api.commands import (

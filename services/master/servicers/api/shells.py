@@ -12,10 +12,11 @@ from sqlalchemy.orm import Session
 from cairn.api.v1 import common_pb2
 from cairn.api.v1 import shell_pb2 as spb
 from services.common.principal import Principal
-from services.master.domain import shell_keys, shells
-from services.master.domain import tasks as task_lifecycle
+from services.master.domain.kernel.states import TaskKind
 from services.master.domain.reads import tasks as reads
-from services.master.domain.states import TaskKind
+from services.master.domain.task_kinds import shell_keys
+from services.master.domain.tasks import shells
+from services.master.domain.tasks import tasks as task_lifecycle
 from services.master.servicers.api import convert
 from services.master.servicers.api.base import ServicerBase
 from services.master.servicers.api.commands import (

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import grpc
 
 from cairn.api.v1 import task_pb2
-from services.master.domain import signals
+from services.master.domain.metrics import signals
 from services.master.domain.reads.tasks import live_allocations
 from services.master.servicers.api import convert
 from services.master.servicers.api.base import ServicerBase

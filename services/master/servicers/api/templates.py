@@ -10,7 +10,7 @@ from google.protobuf import struct_pb2
 
 from cairn.api.v1 import common_pb2
 from cairn.api.v1 import template_pb2 as tpb
-from services.master.domain import templates
+from services.master.domain.experiments import templates
 from services.master.domain.reads import templates as reads
 from services.master.servicers.api import convert
 from services.master.servicers.api.base import ServicerBase

@@ -7,10 +7,11 @@ from google.protobuf import json_format
 
 from cairn.api.v1 import common_pb2
 from cairn.api.v1 import tensorboard_pb2 as tpb
-from services.master.domain import notebooks, tensorboard_sources, tensorboards
-from services.master.domain import tasks as task_lifecycle
+from services.master.domain.kernel.states import TaskKind
 from services.master.domain.reads import tasks as reads
-from services.master.domain.states import TaskKind
+from services.master.domain.task_kinds import tensorboard_sources
+from services.master.domain.tasks import notebooks, tensorboards
+from services.master.domain.tasks import tasks as task_lifecycle
 from services.master.servicers.api import convert
 from services.master.servicers.api.base import ServicerBase
 from services.master.servicers.api.commands import (

@@ -10,13 +10,13 @@ import grpc
 
 from cairn.api.v1 import common_pb2, task_pb2
 from cairn.api.v1 import trial_pb2 as tpb
-from services.master.domain import allocation_access
-from services.master.domain import experiments as experiment_lifecycle
-from services.master.domain import trials as trial_lifecycle
-from services.master.domain.logs import LogFilter, read_logs
+from services.master.domain.experiments import experiments as experiment_lifecycle
+from services.master.domain.identity import allocation_access
+from services.master.domain.kernel.states import TERMINAL, RunState, TaskKind
+from services.master.domain.metrics.logs import LogFilter, read_logs
 from services.master.domain.reads import tasks as task_reads
 from services.master.domain.reads import trials as reads
-from services.master.domain.states import TERMINAL, RunState, TaskKind
+from services.master.domain.trials import trials as trial_lifecycle
 from services.master.servicers.api import convert
 from services.master.servicers.api.base import ServicerBase
 from services.master.servicers.errors import rpc, stream_rpc

@@ -5,7 +5,7 @@ from __future__ import annotations
 import grpc
 
 from cairn.api.v1 import auth_pb2, common_pb2
-from services.master.domain import users
+from services.master.domain.identity import users
 from services.master.servicers.api import convert
 from services.master.servicers.api.base import ServicerBase
 from services.master.servicers.errors import rpc

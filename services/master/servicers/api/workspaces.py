@@ -10,8 +10,10 @@ from google.protobuf import struct_pb2
 
 from cairn.api.v1 import common_pb2
 from cairn.api.v1 import workspace_pb2 as wpb
-from services.master.domain import experiment_projects, workspace_deletion, workspaces
+from services.master.domain.deletion import workspace_deletion
+from services.master.domain.experiments import experiment_projects
 from services.master.domain.reads import workspaces as reads
+from services.master.domain.workspaces import workspaces
 from services.master.servicers.api import convert
 from services.master.servicers.api.base import ServicerBase
 from services.master.servicers.api.templates import plain

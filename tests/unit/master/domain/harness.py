@@ -24,19 +24,23 @@ from cairn.searcher_plugin import convert as searcher_convert
 from cairn.searcher_plugin.errors import SearcherError
 from services.checkpoint.servicer import CheckpointServicer
 from services.common.principal import Principal
-from services.master.domain import agents, allocations, creation, metrics, wiring
-from services.master.domain.agent_hub import AgentHub
-from services.master.domain.auth import AuthService
-from services.master.domain.checkpoints import CheckpointGc
-from services.master.domain.context import MasterContext
-from services.master.domain.deferred_loop import DeferredWorkRunner, master_handlers
-from services.master.domain.deferred_work import Backoff
-from services.master.domain.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
-from services.master.domain.model_definition import ContextFile
-from services.master.domain.ports import storage_struct
-from services.master.domain.scheduling import SchedulingLoop
-from services.master.domain.searcher_pump import SearcherPump
-from services.master.settings import Settings
+from services.master.configuration.settings import Settings
+from services.master.domain import wiring
+from services.master.domain.allocations import allocations
+from services.master.domain.checkpoints.checkpoints import CheckpointGc
+from services.master.domain.deletion.deferred_loop import DeferredWorkRunner, master_handlers
+from services.master.domain.experiments import creation
+from services.master.domain.experiments.searcher_pump import SearcherPump
+from services.master.domain.identity.auth import AuthService
+from services.master.domain.kernel.context import MasterContext
+from services.master.domain.kernel.deferred_work import Backoff
+from services.master.domain.kernel.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from services.master.domain.kernel.ports import storage_struct
+from services.master.domain.metrics import metrics
+from services.master.domain.scheduling import agents
+from services.master.domain.scheduling.agent_hub import AgentHub
+from services.master.domain.scheduling.scheduling import SchedulingLoop
+from services.master.domain.task_kinds.model_definition import ContextFile
 from services.master.store import models
 from services.master.store.db import Database
 from services.scheduler.convert import decision_to_proto, state_from_proto

@@ -4,7 +4,7 @@ agent that still takes work, never again on the stopping one."""
 
 from __future__ import annotations
 
-from services.master.domain import allocations
+from services.master.domain.allocations import allocations
 from tests.unit.master.domain.harness import Master
 
 

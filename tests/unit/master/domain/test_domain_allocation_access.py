@@ -7,9 +7,10 @@ from __future__ import annotations
 import pytest
 
 from services.common.principal import Principal
-from services.master.domain import experiments, metrics, signals
-from services.master.domain.auth import AuthService, hash_token
-from services.master.domain.errors import NotFound, PermissionDenied, Unauthenticated
+from services.master.domain.experiments import experiments
+from services.master.domain.identity.auth import AuthService, hash_token
+from services.master.domain.kernel.errors import NotFound, PermissionDenied, Unauthenticated
+from services.master.domain.metrics import metrics, signals
 from services.master.store import models
 from tests.unit.master.domain.harness import Master
 

@@ -9,8 +9,8 @@ import math
 import pytest
 
 from cairn.searcher.v1 import searcher_pb2 as spb
-from services.master.domain import metrics
-from services.master.domain.errors import InvalidArgument
+from services.master.domain.kernel.errors import InvalidArgument
+from services.master.domain.metrics import metrics
 from services.master.store import models
 from tests.unit.master.domain.harness import Master
 

@@ -10,9 +10,10 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from services.master.domain import creation, experiments, scheduling, searcher_actions, searcher_pump
-from services.master.domain.creation import search_spec
-from services.master.domain.searcher_actions import apply_response
+from services.master.domain.experiments import creation, experiments, searcher_actions, searcher_pump
+from services.master.domain.experiments.creation import search_spec
+from services.master.domain.experiments.searcher_actions import apply_response
+from services.master.domain.scheduling import scheduling
 from services.master.store import models
 from tests.unit.master.domain.harness import Master, config_text
 

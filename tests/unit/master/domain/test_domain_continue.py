@@ -12,10 +12,11 @@ import yaml
 from sqlalchemy import select
 
 from services.common.principal import Principal
-from services.master.domain import continuation, creation, experiments, signals
-from services.master.domain.errors import FailedPrecondition, InvalidArgument, PermissionDenied
-from services.master.domain.model_definition import ContextFile
-from services.master.domain.states import InvalidTransition, check_experiment, check_trial
+from services.master.domain.experiments import continuation, creation, experiments
+from services.master.domain.kernel.errors import FailedPrecondition, InvalidArgument, PermissionDenied
+from services.master.domain.kernel.states import InvalidTransition, check_experiment, check_trial
+from services.master.domain.metrics import signals
+from services.master.domain.task_kinds.model_definition import ContextFile
 from services.master.store import models
 from tests.unit.master.domain.harness import Master, config_text
 

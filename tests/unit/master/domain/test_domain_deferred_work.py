@@ -13,9 +13,10 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import select, update
 
-from services.master.domain import deferred_work, experiments
-from services.master.domain.clock import utcnow
-from services.master.domain.deferred_work import Backoff
+from services.master.domain.experiments import experiments
+from services.master.domain.kernel import deferred_work
+from services.master.domain.kernel.clock import utcnow
+from services.master.domain.kernel.deferred_work import Backoff
 from services.master.gateway import prometheus
 from services.master.store import models
 from services.master.store.db import MIGRATIONS_DIR, Database

@@ -11,8 +11,8 @@ import pytest
 
 from cairn.agent.v1 import agent_pb2 as apb
 from services.common.principal import Principal
-from services.master.domain import signals
-from services.master.domain.errors import PermissionDenied
+from services.master.domain.kernel.errors import PermissionDenied
+from services.master.domain.metrics import signals
 from tests.unit.master.domain.harness import Master, config_text
 
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from services.master.domain import experiment_edits, experiments
-from services.master.domain.errors import InvalidArgument
-from services.master.settings import PoolSettings
+from services.master.configuration.pools import PoolSettings
+from services.master.domain.experiments import experiment_edits, experiments
+from services.master.domain.kernel.errors import InvalidArgument
 from services.master.store import models
 from tests.unit.master.domain.harness import Master
 

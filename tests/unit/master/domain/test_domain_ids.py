@@ -10,7 +10,9 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import text
 
-from services.master.domain import allocations, deletion, experiments
+from services.master.domain.allocations import allocations
+from services.master.domain.deletion import deletion
+from services.master.domain.experiments import experiments
 from services.master.store.db import MIGRATIONS_DIR, Database
 from tests.unit.master.domain.harness import Master
 
@@ -90,7 +92,7 @@ def test_an_agents_refusal_to_start_fails_the_allocation(master: Master) -> None
 
 
 def test_a_fork_without_files_runs_the_parents_model_definition(master: Master) -> None:
-    from services.master.domain import creation
+    from services.master.domain.experiments import creation
     from services.master.store import models
     from tests.unit.master.domain.harness import config_text
 

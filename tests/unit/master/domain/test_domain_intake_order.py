@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from services.master.domain import metrics
-from services.master.domain.errors import FailedPrecondition, NotFound, Unavailable
-from services.master.domain.intake_order import IntakeOrder
+from services.master.domain.kernel.errors import FailedPrecondition, NotFound, Unavailable
+from services.master.domain.kernel.intake_order import IntakeOrder
+from services.master.domain.metrics import metrics
 from services.master.store import models
 from tests.unit.master.domain.harness import Master
 

@@ -9,9 +9,13 @@ from sqlalchemy import select
 
 from cairn.agent.v1 import agent_pb2 as apb
 from cairn.scheduler.v1 import scheduler_pb2 as schpb
-from services.master.domain import agents, allocations, experiments, metrics, trials
-from services.master.domain.errors import FailedPrecondition
-from services.master.domain.states import AllocationState, InvalidTransition, RunState
+from services.master.domain.allocations import allocations
+from services.master.domain.experiments import experiments
+from services.master.domain.kernel.errors import FailedPrecondition
+from services.master.domain.kernel.states import AllocationState, InvalidTransition, RunState
+from services.master.domain.metrics import metrics
+from services.master.domain.scheduling import agents
+from services.master.domain.trials import trials
 from services.master.store import models
 from tests.unit.master.domain.harness import Master
 

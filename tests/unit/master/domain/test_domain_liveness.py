@@ -11,10 +11,10 @@ from datetime import timedelta
 import pytest
 
 from cairn.agent.v1 import agent_pb2 as apb
-from services.master.domain import agents
-from services.master.domain.clock import utcnow
-from services.master.domain.liveness import LivenessLoop
-from services.master.domain.states import AllocationState as A
+from services.master.domain.kernel.clock import utcnow
+from services.master.domain.kernel.states import AllocationState as A
+from services.master.domain.scheduling import agents
+from services.master.domain.scheduling.liveness import LivenessLoop
 from services.master.store import models
 from tests.unit.master.domain.harness import Master
 

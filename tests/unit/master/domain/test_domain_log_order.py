@@ -12,8 +12,8 @@ import time
 from sqlalchemy import event
 
 from cairn.agent.v1 import agent_pb2 as apb
-from services.master.domain.logs import LogFilter, LogStore, read_logs
-from services.master.domain.topics import trial_logs_topic
+from services.master.domain.kernel.topics import trial_logs_topic
+from services.master.domain.metrics.logs import LogFilter, LogStore, read_logs
 from tests.unit.master.domain.harness import Master
 
 

@@ -13,9 +13,9 @@ import orjson
 import pytest
 from sqlalchemy import select
 
-from services.master.domain import metric_columns, metrics
-from services.master.domain.errors import InvalidArgument
-from services.master.domain.telemetry import Histogram
+from services.master.domain.kernel.errors import InvalidArgument
+from services.master.domain.kernel.telemetry import Histogram
+from services.master.domain.metrics import metric_columns, metrics
 from services.master.servicers.api import metrics_wire
 from services.master.store import metric_rows, models
 from tests.unit.master.domain.harness import Master

@@ -3,7 +3,7 @@ can fall below."""
 
 from __future__ import annotations
 
-from services.master.domain.metric_inserts import MetricInserts
+from services.master.domain.kernel.metric_inserts import MetricInserts
 
 
 def test_with_nothing_on_its_way_a_read_is_read_for_good_up_to_its_highest_id() -> None:

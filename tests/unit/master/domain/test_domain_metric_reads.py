@@ -16,7 +16,7 @@ from sqlalchemy import select, text
 from cairn.api.v1 import trial_pb2 as tpb
 from services.common.errors import DatabaseUnavailable
 from services.common.local_calls import RenderedJson
-from services.master.domain import metrics
+from services.master.domain.metrics import metrics
 from services.master.domain.reads import metrics as reads
 from services.master.gateway.json_encoding import JsonEncoder
 from services.master.servicers.api.convert import ts

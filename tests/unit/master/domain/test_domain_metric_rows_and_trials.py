@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from services.master.domain import deletion, experiments, metrics
-from services.master.domain.errors import NotFound
+from services.master.domain.deletion import deletion
+from services.master.domain.experiments import experiments
+from services.master.domain.kernel.errors import NotFound
+from services.master.domain.metrics import metrics
 from services.master.store import metric_rows, models
 from tests.unit.master.domain.harness import Master
 from tests.unit.master.domain.test_domain_models import Trial

@@ -16,16 +16,11 @@ from sqlalchemy import select
 
 from cairn.storage import storage_manager_from_config
 from services.common.principal import Principal
-from services.master.domain import (
-    checkpoints,
-    experiment_projects,
-    experiments,
-    model_registry,
-    workspace_deletion,
-    workspaces,
-)
-from services.master.domain.deletion_fence import CHECKPOINT_DELETIONS
-from services.master.domain.errors import (
+from services.master.domain.checkpoints import checkpoints, model_registry
+from services.master.domain.checkpoints.deletion_fence import CHECKPOINT_DELETIONS
+from services.master.domain.deletion import workspace_deletion
+from services.master.domain.experiments import experiment_projects, experiments
+from services.master.domain.kernel.errors import (
     AlreadyExists,
     FailedPrecondition,
     InvalidArgument,
@@ -33,6 +28,7 @@ from services.master.domain.errors import (
     PermissionDenied,
 )
 from services.master.domain.reads import models as reads
+from services.master.domain.workspaces import workspaces
 from services.master.store import models
 from tests.unit.master.domain.harness import InProcessCheckpoints, Master
 

@@ -8,11 +8,12 @@ from __future__ import annotations
 import pytest
 
 from services.common.principal import Principal
-from services.master.domain import notebook_idle, notebooks, proxy_access, task_services, tasks
-from services.master.domain.clock import utcnow
-from services.master.domain.errors import InvalidArgument, NotFound, PermissionDenied
-from services.master.domain.idle_clock import IdleClock
-from services.master.domain.notebook_settings import parse_duration
+from services.master.configuration.durations import parse_duration
+from services.master.domain.allocations import proxy_access, task_services
+from services.master.domain.kernel.clock import utcnow
+from services.master.domain.kernel.errors import InvalidArgument, NotFound, PermissionDenied
+from services.master.domain.kernel.idle_clock import IdleClock
+from services.master.domain.tasks import notebook_idle, notebooks, tasks
 from services.master.store import models
 from tests.unit.master.domain.harness import Master
 

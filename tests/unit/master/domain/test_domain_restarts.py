@@ -6,7 +6,7 @@ burned a cluster)."""
 from __future__ import annotations
 
 from cairn.agent.v1 import agent_pb2 as apb
-from services.master.domain import allocations
+from services.master.domain.allocations import allocations
 from tests.unit.master.domain.harness import Master
 
 

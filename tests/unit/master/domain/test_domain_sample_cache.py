@@ -10,8 +10,8 @@ import threading
 import pytest
 from sqlalchemy import event, select
 
-from services.master.domain import metrics
-from services.master.domain.samples import SampleCache
+from services.master.domain.metrics import metrics
+from services.master.domain.metrics.samples import SampleCache
 from services.master.store import models
 from tests.unit.master.domain.harness import Master
 

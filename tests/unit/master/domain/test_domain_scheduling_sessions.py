@@ -12,8 +12,9 @@ import pytest
 from sqlalchemy import select
 
 from cairn.scheduler.v1 import scheduler_pb2 as pb
-from services.master.domain import experiment_edits, experiments, scheduling
-from services.master.domain.errors import Unavailable
+from services.master.domain.experiments import experiment_edits, experiments
+from services.master.domain.kernel.errors import Unavailable
+from services.master.domain.scheduling import scheduling
 from services.master.store import models
 from tests.unit.master.domain.harness import Master, config_text
 

@@ -11,9 +11,11 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from services.common.principal import Principal
-from services.master.domain import notebooks, proxy_access, shell_keys, shells, task_services, tasks
-from services.master.domain.clock import utcnow
-from services.master.domain.errors import InvalidArgument, PermissionDenied, Unauthenticated
+from services.master.domain.allocations import proxy_access, task_services
+from services.master.domain.kernel.clock import utcnow
+from services.master.domain.kernel.errors import InvalidArgument, PermissionDenied, Unauthenticated
+from services.master.domain.task_kinds import shell_keys
+from services.master.domain.tasks import notebooks, shells, tasks
 from services.master.store import models
 from tests.unit.master.domain.harness import Master
 

@@ -13,8 +13,10 @@ import pytest
 from sqlalchemy import delete, event
 
 from cairn.searcher.v1 import searcher_pb2 as spb
-from services.master.domain import allocations, searcher_actions, signals
-from services.master.domain.errors import ResourceExhausted
+from services.master.domain.allocations import allocations
+from services.master.domain.experiments import searcher_actions
+from services.master.domain.kernel.errors import ResourceExhausted
+from services.master.domain.metrics import signals
 from services.master.servicers.thread_slots import SignalWaitSlots, VerdictWaitSlots
 from services.master.store import models
 from tests.unit.master.domain.harness import Master

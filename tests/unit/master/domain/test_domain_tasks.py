@@ -14,13 +14,18 @@ from sqlalchemy import select
 
 from cairn.agent.v1 import agent_pb2 as apb
 from services.common.principal import Principal
-from services.master.domain import tasks
-from services.master.domain.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
-from services.master.domain.logs import LogStore
-from services.master.domain.model_definition import ContextFile
+from services.master.domain.kernel.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+)
+from services.master.domain.kernel.states import TaskKind
+from services.master.domain.kernel.task_ids import trial_task_id
+from services.master.domain.metrics.logs import LogStore
 from services.master.domain.reads import tasks as task_reads
-from services.master.domain.states import TaskKind
-from services.master.domain.task_ids import trial_task_id
+from services.master.domain.task_kinds.model_definition import ContextFile
+from services.master.domain.tasks import tasks
 from services.master.store import models
 from services.master.store.db import MIGRATIONS_DIR, Database
 from tests.unit.master.domain.harness import Master

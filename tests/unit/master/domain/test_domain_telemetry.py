@@ -9,8 +9,8 @@ import re
 from datetime import timedelta
 from pathlib import Path
 
-from services.master.domain import metrics
-from services.master.domain.clock import utcnow
+from services.master.domain.kernel.clock import utcnow
+from services.master.domain.metrics import metrics
 from services.master.gateway import prometheus
 from tests.unit.master.domain.harness import Master
 

@@ -10,9 +10,9 @@ import pytest
 from sqlalchemy import func, select
 
 from services.common.principal import Principal
-from services.master.domain import creation, templates
-from services.master.domain.clock import utcnow
-from services.master.domain.errors import (
+from services.master.domain.experiments import creation, templates
+from services.master.domain.kernel.clock import utcnow
+from services.master.domain.kernel.errors import (
     AlreadyExists,
     DomainError,
     FailedPrecondition,
@@ -20,8 +20,8 @@ from services.master.domain.errors import (
     NotFound,
     PermissionDenied,
 )
-from services.master.domain.model_definition import ContextFile
 from services.master.domain.reads import templates as reads
+from services.master.domain.task_kinds.model_definition import ContextFile
 from services.master.store import models
 from tests.unit.master.domain.harness import Master, config_text
 

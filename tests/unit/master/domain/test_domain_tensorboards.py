@@ -12,10 +12,13 @@ from pathlib import Path
 import pytest
 
 from cairn.tensorboard.uploader import TensorboardUploader
-from services.master.domain import experiments, task_services, tensorboard_sources, tensorboards
-from services.master.domain.context import Work
-from services.master.domain.errors import InvalidArgument, NotFound
-from services.master.domain.tensorboard_files import TensorboardFiles
+from services.master.domain.allocations import task_services
+from services.master.domain.experiments import experiments
+from services.master.domain.kernel.context import Work
+from services.master.domain.kernel.errors import InvalidArgument, NotFound
+from services.master.domain.task_kinds import tensorboard_sources
+from services.master.domain.tasks import tensorboards
+from services.master.domain.tasks.tensorboard_files import TensorboardFiles
 from services.master.store import models
 from tests.unit.master.domain.harness import Master
 from tests.unit.master.domain.test_domain_models import Trial

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from services.master.domain import topics
-from services.master.domain.topics import Topics
+from services.master.domain.kernel import topics
+from services.master.domain.kernel.topics import Topics
 
 
 class _CountingCondition(threading.Condition):

@@ -12,17 +12,19 @@ import pytest
 from sqlalchemy import func, select
 
 from services.common.principal import Principal
-from services.master.domain import creation, experiment_projects, experiments, workspace_deletion, workspaces
-from services.master.domain.errors import (
+from services.master.domain.deletion import workspace_deletion
+from services.master.domain.experiments import creation, experiment_projects, experiments
+from services.master.domain.kernel.errors import (
     AlreadyExists,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
     PermissionDenied,
 )
-from services.master.domain.model_definition import ContextFile
 from services.master.domain.reads import workspaces as reads
 from services.master.domain.reads.listings import ExperimentFilter, experiment_rows_by_id, list_experiment_ids
+from services.master.domain.task_kinds.model_definition import ContextFile
+from services.master.domain.workspaces import workspaces
 from services.master.store import models
 from tests.unit.master.domain.harness import Master, config_text
 

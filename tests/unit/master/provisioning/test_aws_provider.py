@@ -12,7 +12,7 @@ from typing import Any
 import boto3
 import pytest
 
-from services.master.domain.errors import InvalidArgument
+from services.master.domain.kernel.errors import InvalidArgument
 from services.master.domain.provisioning.provider import LaunchSpec, ProviderError, ProviderState
 from services.master.provisioners.aws import INSTANCE_ID_TAG, AwsProvider, AwsSettings
 from tests.support.moto_ec2 import moto_server

@@ -3,16 +3,16 @@ instances and this waiting work launches, drains, takes back and terminates, and
 
 from __future__ import annotations
 
+from services.master.configuration.provider import Limits
 from services.master.domain.provisioning.decide import (
     Demand,
     DrainReason,
     Instance,
-    Limits,
     Phase,
     decide,
-    fits_shape,
     wanted_instances,
 )
+from services.master.domain.scheduling.shapes import fits_shape
 
 LIMITS = Limits(
     min_instances=0,

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from services.master.config_file import ConfigFileError, load_master_config, parse_master_config
-from services.master.domain.errors import InvalidArgument
-from services.master.settings import parse_settings
+from services.master.configuration.config_file import ConfigFileError, load_master_config, parse_master_config
+from services.master.configuration.settings import parse_settings
+from services.master.domain.kernel.errors import InvalidArgument
 
 DETERMINED_STYLE = """
 resource_pools:

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from services.master.domain.provisioning.config import parse_provider
+from services.master.configuration.pools import PoolSettings
+from services.master.configuration.provider import parse_provider
 from services.master.domain.provisioning.decide import Phase
 from services.master.domain.provisioning.provider import (
     LaunchSpec,
@@ -20,7 +21,6 @@ from services.master.domain.provisioning.provider import (
 )
 from services.master.domain.provisioning.provisioner import PoolProvisioner
 from services.master.gateway import prometheus
-from services.master.settings import PoolSettings
 from services.master.store import models
 from tests.unit.master.domain.harness import Master
 

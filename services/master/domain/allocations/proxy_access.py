@@ -1,0 +1,89 @@
+"""Who may reach a task's service through the master's proxy, and where it is.
+
+The task's owner or an admin, while the task runs and its service has said it is ready. Every
+refusal names why, so a browser tab left open on an ended notebook shows what happened to it.
+The address is read from the allocation's row (task_services.mark_ready wrote it), never asked of
+an agent, so the proxy works the same after a master restart.
+
+Shells are reached as a TCP stream, and without a session, as in Determined: the ssh ProxyCommand
+its client runs (`python -m determined.cli.tunnel MASTER ID`) connects with no credentials, and the
+shell's SSH server lets in only the key pair the master made for it, which only the shell's owner
+or an admin is given. A caller that does present a session is still held to owner-or-admin.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from services.common.principal import Principal
+from services.master.domain.allocations.task_services import SERVICE_KINDS
+from services.master.domain.identity import access
+from services.master.domain.kernel.errors import (
+    FailedPrecondition,
+    NotFound,
+    Unauthenticated,
+)
+from services.master.domain.kernel.states import LIVE_ALLOCATION, TASK_ENDED, TaskKind
+from services.master.store import models
+
+
+class TaskEnded(FailedPrecondition):
+    """The task has ended: nothing serves at its proxy path any more."""
+
+
+class NotReady(FailedPrecondition):
+    """The task runs but its service does not answer yet (or it is not placed)."""
+
+
+# Kinds whose service is a byte stream (a shell's SSH server), tunnelled over a websocket.
+TCP_KINDS = frozenset({TaskKind.SHELL})
+
+
+# Kinds whose service checks a credential of its own, which only the proxy presents: a notebook's
+# Jupyter takes it as its token, so that nothing that reaches the agent's port directly (another
+# task on the machine) can use it. The credential is the allocation's token hash: the task derives
+# it from its allocation token (cairn.notebook_server.service_credential), the master reads it
+# from the allocation's row; neither is anywhere else.
+CREDENTIAL_KINDS = frozenset({TaskKind.NOTEBOOK})
+
+
+@dataclass(frozen=True)
+class ProxyTarget:
+    address: str  # host:port of the task's service
+    tcp: bool  # a byte stream (tunnelled over a websocket), not HTTP
+    service_credential: str | None = None  # what the proxy presents to the service, if anything
+
+
+def proxy_target(s: Session, principal: Principal | None, task_id: str) -> ProxyTarget:
+    """Where the proxy takes `principal` (None: a caller without a session) for task `task_id`;
+    Unauthenticated, NotFound, PermissionDenied, TaskEnded or NotReady, each naming the task."""
+    task = s.get(models.Task, task_id)
+    if principal is None and (task is None or task.kind not in TCP_KINDS):
+        raise Unauthenticated("authentication required: log in to open a task")
+    if task is None or task.kind not in SERVICE_KINDS:
+        raise NotFound(f"task {task_id}: no task that serves through the proxy has this id")
+    if principal is not None:
+        access.check_may_change(principal, [task.owner_id], f"task {task_id}", verb="open")
+    if task.state in TASK_ENDED:
+        raise TaskEnded(f"task {task_id} has ended ({task.state.lower()}): it serves nothing any more")
+    alloc = s.scalar(
+        select(models.Allocation)
+        .where(models.Allocation.task_id == task.id, models.Allocation.state.in_(list(LIVE_ALLOCATION)))
+        .order_by(models.Allocation.run_id.desc())
+        .limit(1)
+    )
+    if alloc is None or not alloc.is_ready or not alloc.proxy_address:
+        raise NotReady(f"task {task_id} is not ready yet: its service does not answer")
+    return ProxyTarget(
+        address=str(alloc.proxy_address),
+        tcp=task.kind in TCP_KINDS,
+        service_credential=(alloc.token_hash or None) if task.kind in CREDENTIAL_KINDS else None,
+    )
+
+
+def proxy_address(s: Session, principal: Principal, task_id: str) -> str:
+    """host:port of the task's service, for this principal (see proxy_target)."""
+    return proxy_target(s, principal, task_id).address

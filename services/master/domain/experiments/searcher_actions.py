@@ -1,0 +1,236 @@
+"""Applying a searcher's answer: its actions and its snapshot, in the caller's transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+
+from google.protobuf import json_format
+from sqlalchemy import select, true
+
+from cairn.searcher.v1 import searcher_pb2 as spb
+from services.common.logging import get_logger
+from services.master.domain.experiments import experiments as experiment_lifecycle
+from services.master.domain.kernel.clock import utcnow
+from services.master.domain.kernel.context import MasterContext, Work
+from services.master.domain.kernel.states import TERMINAL, RunState
+from services.master.domain.kernel.topics import trial_topic
+from services.master.domain.trials import searcher_outbox, trial_tasks
+from services.master.domain.trials import trials as trial_lifecycle
+from services.master.domain.trials.hparams import typed_hparams
+from services.master.store import models
+
+log = get_logger(__name__)
+
+S = RunState
+# An answer creating more trials than this is applied in part in the call that got it, the rest
+# by the searcher pump in chunks of STORED_CHUNK_CREATES trials, a transaction each.
+INLINE_CREATES = 500
+STORED_CHUNK_CREATES = 1000
+# Up to this many request ids are looked up by name; more, and the experiment's are all read.
+_IN_LIST_MAX = 500
+
+
+def store_snapshot(w: Work, experiment_id: int, snapshot: spb.Snapshot) -> None:
+    w.session.merge(
+        models.SearcherSnapshot(
+            experiment_id=experiment_id,
+            seq=snapshot.seq,
+            method=snapshot.method,
+            version=snapshot.version,
+            state=snapshot.state,
+            updated_at=utcnow(),
+        )
+    )
+
+
+def _trial_by_request(w: Work, exp: models.Experiment, request_id: str) -> models.Trial | None:
+    return w.session.scalar(
+        select(models.Trial).where(
+            models.Trial.experiment_id == exp.id, models.Trial.request_id == request_id
+        )
+    )
+
+
+def apply_response(
+    ctx: MasterContext, w: Work, exp: models.Experiment, response: spb.SearcherResponse
+) -> None:
+    store_snapshot(w, exp.id, response.snapshot)
+    exp.progress = max(0.0, min(1.0, response.progress))
+    apply_actions(ctx, w, exp, response.actions)
+
+
+def apply_response_in_part(
+    ctx: MasterContext, w: Work, exp: models.Experiment, response: spb.SearcherResponse
+) -> None:
+    """apply_response for an answer of any size: its snapshot and its first INLINE_CREATES trials'
+    worth of actions now, the rest stored (SearcherAnswer) for the searcher pump to apply in chunks
+    after this transaction commits, so a call that creates an experiment of 10,000 trials returns
+    at once and the experiment's first trials queue with it."""
+    cut = _cut_after_creates(response.actions, INLINE_CREATES)
+    if cut >= len(response.actions):
+        apply_response(ctx, w, exp, response)
+        return
+    store_snapshot(w, exp.id, response.snapshot)
+    exp.progress = max(0.0, min(1.0, response.progress))
+    apply_actions(ctx, w, exp, response.actions[:cut])
+    rest = spb.SearcherResponse(actions=response.actions[cut:])
+    w.session.add(
+        models.SearcherAnswer(experiment_id=exp.id, payload=rest.SerializeToString(), created_at=utcnow())
+    )
+    w.later(ctx.pump_wakeup.set)
+    log.info(
+        "applying the rest of the searcher's answer after the call",
+        experiment_id=exp.id,
+        actions_now=cut,
+        actions_later=len(rest.actions),
+    )
+
+
+def apply_stored_chunk(ctx: MasterContext, w: Work, experiment_id: int) -> bool:
+    """Apply the next STORED_CHUNK_CREATES trials' worth of the experiment's oldest stored answer,
+    storing what is left (or removing it); False when none is stored."""
+    row = w.session.scalar(
+        select(models.SearcherAnswer)
+        .where(models.SearcherAnswer.experiment_id == experiment_id)
+        .order_by(models.SearcherAnswer.id)
+        .limit(1)
+    )
+    if row is None:
+        return False
+    exp = w.session.get_one(models.Experiment, experiment_id)
+    actions = spb.SearcherResponse.FromString(row.payload).actions
+    cut = _cut_after_creates(actions, STORED_CHUNK_CREATES)
+    apply_actions(ctx, w, exp, actions[:cut])
+    if cut >= len(actions):
+        w.session.delete(row)
+    else:
+        row.payload = spb.SearcherResponse(actions=actions[cut:]).SerializeToString()
+    return True
+
+
+def _cut_after_creates(actions: Sequence[spb.SearcherAction], creates: int) -> int:
+    """How many of `actions` come up to and including the `creates`-th creation (all of them when
+    there are no more creations than that)."""
+    seen = 0
+    for index, action in enumerate(actions):
+        if action.WhichOneof("action") == "create":
+            seen += 1
+            if seen == creates:
+                return index + 1
+    return len(actions)
+
+
+def apply_actions(
+    ctx: MasterContext, w: Work, exp: models.Experiment, actions: Sequence[spb.SearcherAction]
+) -> None:
+    creates: list[spb.CreateTrial] = []
+    for action in actions:
+        kind = action.WhichOneof("action")
+        if kind == "create":
+            creates.append(action.create)  # a run of creations is made in one go
+            continue
+        if creates:
+            _create_trials(ctx, w, exp, creates)
+            creates = []
+        if kind == "stop":
+            _stop_trial(ctx, w, exp, action.stop.request_id)
+        elif kind == "set_target":
+            _set_target(ctx, w, exp, action.set_target)
+        elif kind == "shutdown":
+            experiment_lifecycle.shutdown_search(
+                ctx, w, exp, cancel=action.shutdown.cancel, failure=action.shutdown.failure
+            )
+    if creates:
+        _create_trials(ctx, w, exp, creates)
+
+
+def _create_trials(
+    ctx: MasterContext, w: Work, exp: models.Experiment, creates: list[spb.CreateTrial]
+) -> None:
+    """Trials for a run of the searcher's creations, set-based: one query for those already made
+    (a retried answer), one flush for the new trials, then their tasks, searcher events and
+    allocation requests in one more (an experiment of 10,000 trials is made in a few statements,
+    not tens of thousands)."""
+    if exp.state not in (S.ACTIVE, S.PAUSED):
+        log.info("ignoring trial creation: experiment is stopping", experiment_id=exp.id, state=exp.state)
+        return
+    wanted = {create.request_id for create in creates}
+    existing = set(
+        w.session.scalars(
+            select(models.Trial.request_id).where(
+                models.Trial.experiment_id == exp.id,
+                models.Trial.request_id.in_(wanted) if len(wanted) <= _IN_LIST_MAX else true(),
+            )
+        )
+    )
+    definitions = exp.config.get("hyperparameters") or {}
+    state = S.ACTIVE if exp.state == S.ACTIVE else S.PAUSED
+    now = utcnow()
+    trials: list[models.Trial] = []
+    for create in creates:
+        if create.request_id in existing:
+            continue  # already applied (a retried answer)
+        existing.add(create.request_id)
+        trials.append(
+            models.Trial(
+                experiment_id=exp.id,
+                request_id=create.request_id,
+                state=state,
+                hparams=typed_hparams(json_format.MessageToDict(create.hparams), definitions),
+                seed=create.trial_seed,
+                restarts=0,
+                run_id=0,
+                # A microsecond apart: their allocations queue in the order the searcher made them.
+                start_time=now + timedelta(microseconds=len(trials)),
+                total_batches=0,
+                searcher_target=create.target_length,
+                searcher_stopped=False,
+                progress=0.0,
+                summary_metrics={},
+            )
+        )
+    if not trials:
+        return
+    w.session.add_all(trials)
+    w.session.flush()  # their ids
+    trial_tasks.record_many(w, exp, trials)
+    w.session.flush()  # the tasks before their allocations (a foreign key the ORM cannot order by)
+    for trial in trials:
+        searcher_outbox.enqueue(
+            ctx, w, exp.id, spb.SearcherEvent(trial_created=spb.TrialCreated(request_id=trial.request_id))
+        )
+    if len(trials) == 1:
+        log.info(
+            "trial created", experiment_id=exp.id, trial_id=trials[0].id, request_id=trials[0].request_id
+        )
+    else:
+        log.info(
+            "trials created",
+            experiment_id=exp.id,
+            count=len(trials),
+            trial_ids=f"{trials[0].id}..{trials[-1].id}",
+        )
+    # New trials have no allocation yet: request one for each that should run.
+    trial_lifecycle.request_allocations(ctx, w, trials, exp)
+
+
+def _stop_trial(ctx: MasterContext, w: Work, exp: models.Experiment, request_id: str) -> None:
+    trial = _trial_by_request(w, exp, request_id)
+    if trial is None or trial.state in TERMINAL:
+        return
+    trial.searcher_stopped = True
+    if trial.state in (S.ACTIVE, S.PAUSED):
+        trial_lifecycle.stop(ctx, w, trial, exp, S.STOPPING_COMPLETED)
+
+
+def _set_target(ctx: MasterContext, w: Work, exp: models.Experiment, target: spb.SetTrialTarget) -> None:
+    trial = _trial_by_request(w, exp, target.request_id)
+    if trial is None or trial.state in TERMINAL:
+        return
+    if trial.searcher_target != target.target_length:
+        trial.searcher_target = target.target_length
+        # A running trial's signal watch hears of its new target now, not at its next re-read.
+        topic = trial_topic(trial.id)
+        w.later(lambda: ctx.topics.publish(topic))
+    trial_lifecycle.ensure_running(ctx, w, trial, exp)

@@ -1,0 +1,177 @@
+"""Delivers queued searcher events (the outbox in `searcher_events`) to each experiment's search
+session, one at a time and in order, and applies each answer with its snapshot in one transaction.
+
+A searcher that restarted answers NOT_FOUND, one that is out of step FAILED_PRECONDITION: either
+way the session is restored from the stored snapshot and the event is sent again. An unreachable
+searcher leaves the events queued; they are delivered when it is back.
+"""
+
+from __future__ import annotations
+
+import time
+
+from sqlalchemy import delete, func, select
+
+from cairn.searcher.v1 import searcher_pb2 as spb
+from services.common.logging import get_logger
+from services.master.domain.experiments.creation import search_spec
+from services.master.domain.experiments.searcher_actions import apply_response_in_part, apply_stored_chunk
+from services.master.domain.kernel.context import MasterContext, Work
+from services.master.domain.kernel.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
+from services.master.domain.kernel.loops import BackgroundLoop
+from services.master.domain.kernel.states import is_terminal
+from services.master.domain.kernel.topics import searcher_answers_topic
+from services.master.store import models
+
+log = get_logger(__name__)
+
+IDLE_POLL_S = 1.0
+# After a failure, an experiment's events wait this long before the next try.
+RETRY_BACKOFF_S = 2.0
+MAX_RESTORES_PER_EVENT = 3
+# Events sent in one call (HandleEvents): a backlog (an experiment of 10,000 trials hears of each
+# creation) goes in a few calls, each answered with one snapshot.
+MAX_EVENTS_PER_CALL = 1000
+
+
+class SearcherPump:
+    def __init__(self, ctx: MasterContext) -> None:
+        self._ctx = ctx
+        self._retry_after: dict[int, float] = {}
+        self._loop = BackgroundLoop(
+            ctx, "searcher-pump", self.deliver_all, period_s=IDLE_POLL_S, wakeup=ctx.pump_wakeup
+        )
+
+    def start(self) -> None:
+        self._loop.start()
+
+    def join(self, timeout: float) -> None:
+        self._loop.join(timeout)
+
+    def deliver_all(self) -> None:
+        with self._ctx.db.read() as s:
+            # Those with a stored answer to finish first (their events follow it), then those with
+            # events, oldest first.
+            experiment_ids = list(
+                dict.fromkeys(
+                    [
+                        *s.scalars(
+                            select(models.SearcherAnswer.experiment_id)
+                            .group_by(models.SearcherAnswer.experiment_id)
+                            .order_by(func.min(models.SearcherAnswer.id))
+                        ),
+                        *s.scalars(
+                            select(models.SearcherEvent.experiment_id)
+                            .group_by(models.SearcherEvent.experiment_id)
+                            .order_by(func.min(models.SearcherEvent.id))
+                        ),
+                    ]
+                )
+            )
+        now = time.monotonic()
+        for experiment_id in experiment_ids:
+            if self._ctx.stopping.is_set():
+                return
+            if self._retry_after.get(experiment_id, 0.0) > now:
+                continue
+            try:
+                self._deliver(experiment_id)
+                self._retry_after.pop(experiment_id, None)
+            except Unavailable as exc:
+                log.warning(
+                    "searcher unavailable; events stay queued", experiment_id=experiment_id, error=str(exc)
+                )
+                self._retry_after[experiment_id] = time.monotonic() + RETRY_BACKOFF_S
+
+    def _deliver(self, experiment_id: int) -> None:
+        # The rest of an answer too big for the call that got it comes before any later event's
+        # answer: the searcher made those trials first.
+        while not self._ctx.stopping.is_set():
+            with self._ctx.unit_of_work() as w:
+                if not apply_stored_chunk(self._ctx, w, experiment_id):
+                    break
+                self._announce(w, experiment_id)
+        restores = 0
+        batch_limit = MAX_EVENTS_PER_CALL
+        while not self._ctx.stopping.is_set():
+            with self._ctx.db.read() as s:
+                event_rows = s.execute(
+                    select(models.SearcherEvent.id, models.SearcherEvent.payload)
+                    .where(models.SearcherEvent.experiment_id == experiment_id)
+                    .order_by(models.SearcherEvent.id)
+                    .limit(batch_limit)
+                ).all()
+                if not event_rows:
+                    return
+                exp = s.get_one(models.Experiment, experiment_id)
+                snapshot = s.get(models.SearcherSnapshot, experiment_id)
+                if is_terminal(exp.state) or snapshot is None:
+                    self._drop_events(experiment_id)
+                    return
+                session_id, config = exp.searcher_session_id, exp.config
+                stored = spb.Snapshot(
+                    seq=snapshot.seq, state=snapshot.state, method=snapshot.method, version=snapshot.version
+                )
+            client = self._ctx.searchers.for_config(config)
+            events = [spb.SearcherEvent.FromString(payload) for _, payload in event_rows]
+            try:
+                response = client.handle_many(session_id, stored.seq, events)
+            except (NotFound, FailedPrecondition) as exc:
+                restores += 1
+                if restores > MAX_RESTORES_PER_EVENT:
+                    raise Unavailable(f"search session {session_id} cannot be restored: {exc}") from None
+                log.info("restoring search session", experiment_id=experiment_id, reason=str(exc))
+                client.restore(session_id, search_spec(config), stored)
+                continue
+            except InvalidArgument as exc:
+                if len(events) > 1:
+                    # One of them is refused: find it by sending them one at a time.
+                    batch_limit = 1
+                    continue
+                # The searcher refuses this event for good; keeping it would block the search forever.
+                log.error(
+                    "searcher rejected an event; dropping it", experiment_id=experiment_id, error=str(exc)
+                )
+                with self._ctx.unit_of_work() as w:
+                    row = w.session.get(models.SearcherEvent, event_rows[0].id)
+                    if row is not None:
+                        w.session.delete(row)
+                    self._announce(w, experiment_id)
+                continue
+            # The answer's seq says how many of the events it covers (one, from a searcher that
+            # takes them singly).
+            applied = response.snapshot.seq - stored.seq
+            if not 1 <= applied <= len(events):
+                raise Unavailable(
+                    f"searcher answered seq {response.snapshot.seq} to {len(events)} event(s) after seq "
+                    f"{stored.seq}"
+                )
+            applied_ids = [row.id for row in event_rows[:applied]]
+            with self._ctx.unit_of_work() as w:
+                current = w.session.get(models.SearcherSnapshot, experiment_id)
+                if current is None or current.seq != stored.seq:
+                    continue  # the experiment ended or moved on meanwhile; re-read and retry
+                removed = w.session.execute(
+                    delete(models.SearcherEvent)
+                    .where(models.SearcherEvent.id.in_(applied_ids))
+                    .execution_options(synchronize_session=False)
+                )
+                if removed.rowcount != len(applied_ids):  # type: ignore[attr-defined]
+                    w.session.rollback()
+                    continue  # dropped meanwhile (the experiment ended); re-read
+                exp_now = w.session.get_one(models.Experiment, experiment_id)
+                apply_response_in_part(self._ctx, w, exp_now, response)
+                self._announce(w, experiment_id)
+            restores = 0
+
+    def _announce(self, w: Work, experiment_id: int) -> None:
+        topic = searcher_answers_topic(experiment_id)
+        w.later(lambda: self._ctx.topics.publish(topic))
+
+    def _drop_events(self, experiment_id: int) -> None:
+        with self._ctx.unit_of_work() as w:
+            for row in w.session.scalars(
+                select(models.SearcherEvent).where(models.SearcherEvent.experiment_id == experiment_id)
+            ):
+                w.session.delete(row)
+            self._announce(w, experiment_id)

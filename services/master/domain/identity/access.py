@@ -1,0 +1,48 @@
+"""Who may change what: every decision of the form "may this caller change (or delete, or open)
+this object" is made here, so the rule is written once and a new kind of object cannot forget part
+of it.
+
+The rule today (Determined's open-source one): the object's owner, an admin, or the cluster
+itself (an internal caller holding the cluster token, such as the master's own loops or the CLI's
+cluster commands) may change a thing; anyone logged in may read it. Trial code, holding only an
+allocation token, is checked apart (allocation_access.py): it opens its own trial and nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from services.common.principal import Principal
+from services.master.domain.kernel.errors import PermissionDenied
+
+
+def privileged(principal: Principal) -> bool:
+    """An admin, or the cluster itself: may change anything."""
+    return principal.admin or principal.internal
+
+
+def may_change(principal: Principal, owners: Iterable[int | None]) -> bool:
+    """Whether `principal` may change an object owned by any of `owners` (None: nobody)."""
+    if privileged(principal):
+        return True
+    return principal.user_id is not None and principal.user_id in {o for o in owners if o is not None}
+
+
+def check_may_change(
+    principal: Principal,
+    owners: Iterable[int | None],
+    what: str,
+    *,
+    verb: str = "change",
+    who: str = "its owner",
+) -> None:
+    """PermissionDenied naming `what` (e.g. "experiment 7") unless `principal` may change it."""
+    if not may_change(principal, owners):
+        raise PermissionDenied(f"{what} belongs to another user; only {who} or an admin may {verb} it")
+
+
+def check_admin(principal: Principal, what: str) -> None:
+    """PermissionDenied unless `principal` is an admin: for what only a person with the admin role
+    may do (read the master's config, manage users and agents), not the cluster's own calls."""
+    if not principal.admin:
+        raise PermissionDenied(f"only an admin may {what}")

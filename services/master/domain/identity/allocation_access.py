@@ -1,0 +1,121 @@
+"""What trial code's allocation token opens: its own trial, and only while its allocation runs.
+
+Every check of a caller holding only an allocation token goes through this module, so the two
+rules hold in one place: a token dies with its allocation (an ended allocation's token is refused
+as UNAUTHENTICATED, naming why), and a token opens only the trial, allocation, experiment and
+checkpoints of its own allocation (anything else is PERMISSION_DENIED, naming both trials).
+Users (session tokens) and internal callers are not trial code; their access is checked elsewhere.
+Each check reads the allocation in the caller's own session, so it holds for the transaction that
+acts on it, not just at the moment the token was first looked up.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from services.common.principal import Principal
+from services.master.domain.kernel.errors import NotFound, PermissionDenied, Unauthenticated
+from services.master.domain.kernel.states import A
+from services.master.store import models
+
+
+def is_trial_code(principal: Principal) -> bool:
+    """True for a caller that holds only an allocation token."""
+    return principal.allocation_id is not None and principal.user_id is None and not principal.internal
+
+
+def live_allocation(s: Session, allocation_id: str) -> models.Allocation:
+    """The allocation a token names, refused once it has ended."""
+    alloc = s.get(models.Allocation, allocation_id)
+    if alloc is None:
+        raise Unauthenticated("invalid allocation token")
+    if alloc.state == A.TERMINATED:
+        raise Unauthenticated(
+            f"allocation {allocation_id} has ended: its allocation token no longer opens the API"
+        )
+    return alloc
+
+
+def allocation_of_token(s: Session, token_hash: str) -> str:
+    """The running allocation a token (by its hash) belongs to. One read: the row found is the
+    one live_allocation then checks (from the session, not read again), on every call trial code
+    makes."""
+    alloc = s.scalar(select(models.Allocation).where(models.Allocation.token_hash == token_hash))
+    if alloc is None:
+        raise Unauthenticated("invalid allocation token")
+    live_allocation(s, alloc.id)
+    return str(alloc.id)
+
+
+def own_trial(s: Session, principal: Principal) -> int:
+    """The trial trial code's allocation runs (only for trial code)."""
+    assert principal.allocation_id is not None
+    alloc = live_allocation(s, principal.allocation_id)
+    if alloc.trial_id is None:
+        raise PermissionDenied(f"allocation {principal.allocation_id} runs no trial")
+    return int(alloc.trial_id)
+
+
+def check_trial(s: Session, principal: Principal, trial_id: int, field: str = "trial_id") -> None:
+    """Trial code may only name its own trial; `field` is where the request names it."""
+    if not is_trial_code(principal):
+        return
+    own = own_trial(s, principal)
+    if own != trial_id:
+        if s.get(models.Trial, trial_id) is None:
+            raise NotFound(f"trial {trial_id} not found")
+        raise PermissionDenied(
+            f"{field}: allocation {principal.allocation_id} belongs to trial {own}, not trial {trial_id}"
+        )
+
+
+def check_allocation(s: Session, principal: Principal, allocation_id: str) -> None:
+    """Trial code may only read or answer its own allocation's signals."""
+    if not is_trial_code(principal):
+        return
+    live_allocation(s, str(principal.allocation_id))
+    if principal.allocation_id != allocation_id:
+        raise PermissionDenied(
+            f"allocation_id: the token belongs to allocation {principal.allocation_id}, "
+            f"not allocation {allocation_id}"
+        )
+
+
+def check_task(s: Session, principal: Principal, task_id: str) -> None:
+    """Task code may only read its own task (its logs); `task_id` is where the request names it."""
+    if not is_trial_code(principal):
+        return
+    alloc = live_allocation(s, str(principal.allocation_id))
+    if alloc.task_id != task_id:
+        raise PermissionDenied(
+            f"task_id: allocation {principal.allocation_id} belongs to task {alloc.task_id}, "
+            f"not task {task_id}"
+        )
+
+
+def check_experiment(s: Session, principal: Principal, experiment_id: int) -> None:
+    """Trial code may read what belongs to its own trial's experiment (e.g. its best metric)."""
+    if not is_trial_code(principal):
+        return
+    trial = s.get_one(models.Trial, own_trial(s, principal))
+    if trial.experiment_id != experiment_id:
+        raise PermissionDenied(
+            f"experiment_id: allocation {principal.allocation_id} belongs to experiment "
+            f"{trial.experiment_id}, not experiment {experiment_id}"
+        )
+
+
+def check_checkpoint(s: Session, principal: Principal, uuid: str, field: str = "uuid") -> None:
+    """Trial code may only change checkpoints its own trial stored."""
+    if not is_trial_code(principal):
+        return
+    own = own_trial(s, principal)
+    checkpoint = s.get(models.Checkpoint, uuid)
+    if checkpoint is None:
+        raise NotFound(f"{field}: checkpoint {uuid} not found")
+    if checkpoint.trial_id != own:
+        raise PermissionDenied(
+            f"{field}: checkpoint {uuid} belongs to trial {checkpoint.trial_id}, not to trial {own} "
+            f"of allocation {principal.allocation_id}"
+        )

@@ -1,0 +1,236 @@
+"""Users, passwords and session tokens.
+
+Passwords: Determined-compatible clients send sha512(salt + password) ("is_hashed"); plain ones are
+salted the same way here, so both forms converge on one value, which is stored only as a PBKDF2
+hash. Tokens: random, returned once, stored only as sha256, valid for the master's session lifetime
+(--session-ttl). Failed logins are limited per user and per client address (login_limiter.py).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import secrets
+import threading
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+
+from sqlalchemy import delete, select
+
+from cairn.client.password import salt_and_hash
+from services.common.principal import Principal
+from services.master.domain.identity import allocation_access
+from services.master.domain.identity.login_limiter import LoginLimiter, LoginLimits
+from services.master.domain.kernel.clock import utcnow
+from services.master.domain.kernel.errors import InvalidArgument, PermissionDenied, Unauthenticated
+from services.master.store import models
+from services.master.store.db import Database
+
+PBKDF2_ITERATIONS = 120_000
+# Accounts every fresh cluster has, as in Determined (both start with an empty password).
+BUILTIN_USERS = (("admin", True), ("determined", False))
+# A validated token is trusted for this long without another database read.
+TOKEN_CACHE_SECONDS = 10.0
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def hash_password(salted: str) -> str:
+    salt = secrets.token_bytes(16)
+    digest = hashlib.pbkdf2_hmac("sha256", salted.encode(), salt, PBKDF2_ITERATIONS)
+    salt_b64, digest_b64 = base64.b64encode(salt).decode(), base64.b64encode(digest).decode()
+    return f"pbkdf2_sha256${PBKDF2_ITERATIONS}${salt_b64}${digest_b64}"
+
+
+def salted_password(password: str, is_hashed: bool) -> str:
+    """The client-side salted hash of a password, whichever form the client sent."""
+    # Determined's clients send an empty password as is, even with is_hashed set.
+    return password if is_hashed and password else salt_and_hash(password)
+
+
+def has_empty_password(user: models.User) -> bool:
+    return verify_password(salt_and_hash(""), user.password_hash)
+
+
+def format_duration(span: timedelta) -> str:
+    seconds = int(span.total_seconds())
+    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def verify_password(salted: str, stored: str) -> bool:
+    try:
+        scheme, iterations, salt_b64, digest_b64 = stored.split("$")
+    except ValueError:
+        return False
+    if scheme != "pbkdf2_sha256":
+        return False
+    digest = hashlib.pbkdf2_hmac("sha256", salted.encode(), base64.b64decode(salt_b64), int(iterations))
+    return hmac.compare_digest(digest, base64.b64decode(digest_b64))
+
+
+@dataclass(frozen=True)
+class UserInfo:
+    id: int
+    username: str
+    admin: bool
+    active: bool
+    display_name: str
+    modified_at: str
+    last_auth_at: str
+
+
+def user_info(user: models.User) -> UserInfo:
+    return UserInfo(
+        id=user.id,
+        username=user.username,
+        admin=user.admin,
+        active=user.active,
+        display_name=user.display_name,
+        modified_at=user.modified_at.isoformat(),
+        last_auth_at=user.last_auth_at.isoformat() if user.last_auth_at else "",
+    )
+
+
+class AuthService:
+    def __init__(
+        self,
+        db: Database,
+        session_ttl_seconds: int,
+        limiter: LoginLimiter | None = None,
+        initial_password: str = "",
+    ) -> None:
+        self._db = db
+        self._ttl = timedelta(seconds=session_ttl_seconds)
+        self._limiter = limiter or LoginLimiter(LoginLimits())
+        self._initial_password = initial_password
+        self._cache: dict[str, tuple[Principal, float]] = {}
+        self._cache_lock = threading.Lock()
+
+    def ensure_builtin_users(self) -> None:
+        """Create the built-in accounts; with an initial password, give it to those still without one
+        (as Determined's `initial_user_password` does for new clusters)."""
+        initial = hash_password(salt_and_hash(self._initial_password))
+        with self._db.transaction() as s:
+            existing = {u.username: u for u in s.scalars(select(models.User))}
+            now = utcnow()
+            for username, admin in BUILTIN_USERS:
+                user = existing.get(username)
+                if user is None:
+                    s.add(
+                        models.User(
+                            username=username,
+                            password_hash=initial,
+                            admin=admin,
+                            active=True,
+                            display_name="",
+                            created_at=now,
+                            modified_at=now,
+                        )
+                    )
+                elif self._initial_password and has_empty_password(user):
+                    user.password_hash = initial
+                    user.modified_at = now
+
+    def builtin_users_without_password(self) -> list[str]:
+        """Active built-in accounts anyone can log in to (empty password)."""
+        names = [name for name, _ in BUILTIN_USERS]
+        with self._db.read() as s:
+            users = s.scalars(select(models.User).where(models.User.username.in_(names)))
+            return sorted(u.username for u in users if u.active and has_empty_password(u))
+
+    def login(
+        self, username: str, password: str, is_hashed: bool, client_address: str = ""
+    ) -> tuple[str, UserInfo]:
+        if not username:
+            raise InvalidArgument("username: required")
+        # Refused before the password is looked at: guessing during the pause learns nothing.
+        self._limiter.check(username, client_address)
+        salted = salted_password(password, is_hashed)
+        with self._db.transaction() as s:
+            user = s.scalar(select(models.User).where(models.User.username == username))
+            # One message for "no such user" and "wrong password": do not reveal which.
+            if user is None or not verify_password(salted, user.password_hash):
+                self._limiter.failed(username, client_address)
+                raise Unauthenticated("invalid credentials")
+            if not user.active:
+                raise PermissionDenied(f"user '{username}' is deactivated")
+            self._limiter.succeeded(username)
+            token = new_token()
+            now = utcnow()
+            s.add(
+                models.UserSession(
+                    user_id=user.id, token_hash=hash_token(token), created_at=now, expires_at=now + self._ttl
+                )
+            )
+            user.last_auth_at = now
+            # Expired sessions are pruned here, where they would otherwise only grow.
+            s.execute(delete(models.UserSession).where(models.UserSession.expires_at < now))
+            return token, user_info(user)
+
+    def logout(self, token: str) -> None:
+        token_hash = hash_token(token)
+        with self._db.transaction() as s:
+            s.execute(delete(models.UserSession).where(models.UserSession.token_hash == token_hash))
+        with self._cache_lock:
+            self._cache.pop(token_hash, None)
+
+    def forget_user(self, user_id: int) -> None:
+        """Drop what is remembered of a user's sessions: a change to the user (deactivated, admin
+        flag) holds from the next call, not after TOKEN_CACHE_SECONDS."""
+        with self._cache_lock:
+            for token_hash in [h for h, (p, _) in self._cache.items() if p.user_id == user_id]:
+                del self._cache[token_hash]
+
+    def user(self, user_id: int) -> UserInfo:
+        with self._db.read() as s:
+            user = s.get(models.User, user_id)
+            if user is None:
+                raise Unauthenticated("user no longer exists")
+            return user_info(user)
+
+    def authenticate_user_token(self, token: str) -> Principal:
+        token_hash = hash_token(token)
+        now_mono = time.monotonic()
+        with self._cache_lock:
+            hit = self._cache.get(token_hash)
+            if hit and hit[1] > now_mono:
+                return hit[0]
+        with self._db.read() as s:
+            row = s.execute(
+                select(models.UserSession, models.User)
+                .join(models.User, models.User.id == models.UserSession.user_id)
+                .where(models.UserSession.token_hash == token_hash)
+            ).first()
+            if row is None:
+                raise Unauthenticated("invalid credentials: unknown or revoked token")
+            session, user = row
+            left_s = (session.expires_at - utcnow()).total_seconds()
+            if left_s <= 0:
+                raise Unauthenticated(
+                    f"session expired (sessions last {format_duration(self._ttl)}): log in again"
+                )
+            if not user.active:
+                raise PermissionDenied(f"user '{user.username}' is deactivated")
+            principal = Principal(user_id=user.id, username=user.username, admin=user.admin)
+        with self._cache_lock:
+            if len(self._cache) > 10_000:
+                self._cache.clear()
+            # Never trusted past the session's own end.
+            self._cache[token_hash] = (principal, now_mono + min(TOKEN_CACHE_SECONDS, left_s))
+        return principal
+
+    def authenticate_allocation_token(self, token: str) -> Principal:
+        """Trial code's token, refused once its allocation has ended (allocation_access)."""
+        with self._db.read() as s:
+            return Principal(allocation_id=allocation_access.allocation_of_token(s, hash_token(token)))

@@ -1,0 +1,230 @@
+"""Managing users (Determined's user API): create, list, read, change, set a password.
+
+Who may do what, as in Determined without RBAC: admins create users, change other users'
+passwords and usernames, (de)activate users and grant or take the admin flag; every user may
+change their own password and display name. A deactivated user's sessions end at once (their rows
+are deleted and the token cache forgets them), and they cannot log in. Passwords are stored as at
+login (auth.py): the client-side salted hash, then salted PBKDF2.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from sqlalchemy import delete, func, or_, select
+from sqlalchemy.exc import IntegrityError
+
+from cairn.client.password import salt_and_hash
+from services.common.principal import Principal
+from services.master.domain.identity import access
+from services.master.domain.identity.auth import (
+    AuthService,
+    UserInfo,
+    hash_password,
+    salted_password,
+    user_info,
+)
+from services.master.domain.kernel.clock import utcnow
+from services.master.domain.kernel.errors import AlreadyExists, InvalidArgument, NotFound
+from services.master.domain.kernel.paging import Page, page_of
+from services.master.store import models
+from services.master.store.db import Database
+
+# Letters, digits and . _ @ - (e-mail-like names work), starting with a letter or digit: no spaces,
+# control characters or lookalike tricks in a name shown in every listing. 128 fits the column
+# (255) and any real login name.
+USERNAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,127}")
+# The column's width; longer is refused rather than cut.
+MAX_DISPLAY_NAME = 255
+# The client-side hash is 128 hex characters; a plain password past this is not a password.
+MAX_PASSWORD = 1024
+EMPTY_PASSWORD = salt_and_hash("")
+
+
+@dataclass(frozen=True)
+class UserChanges:
+    username: str | None = None
+    admin: bool | None = None
+    active: bool | None = None
+    display_name: str | None = None
+    password: str | None = None
+    is_hashed: bool = False
+    remote: bool | None = None
+
+
+@dataclass(frozen=True)
+class UserQuery:
+    name: str = ""
+    active: bool | None = None
+    admin: bool | None = None
+    sort_by: str = "id"
+    descending: bool = False
+    offset: int = 0
+    limit: int = 0
+
+
+SORT_COLUMNS = {
+    "id": models.User.id,
+    "display_name": models.User.display_name,
+    "username": models.User.username,
+    "admin": models.User.admin,
+    "active": models.User.active,
+    "modified_at": models.User.modified_at,
+    "name": func.coalesce(func.nullif(models.User.display_name, ""), models.User.username),
+    "last_auth_at": models.User.last_auth_at,
+}
+
+
+def _require_admin(principal: Principal, what: str) -> None:
+    access.check_admin(principal, what)
+
+
+def _check_username(username: str, field: str) -> str:
+    if not USERNAME_PATTERN.fullmatch(username):
+        raise InvalidArgument(
+            f"{field}: 1-128 letters, digits and . _ @ -, starting with a letter or digit; "
+            f"got {username[:64]!r}"
+        )
+    return username
+
+
+def _check_display_name(display_name: str, field: str) -> str:
+    if len(display_name) > MAX_DISPLAY_NAME:
+        raise InvalidArgument(f"{field}: at most {MAX_DISPLAY_NAME} characters, not {len(display_name)}")
+    if any(ord(c) < 32 or ord(c) == 127 or 0x202A <= ord(c) <= 0x202E for c in display_name):
+        raise InvalidArgument(f"{field}: control and bidirectional-override characters are not allowed")
+    return display_name
+
+
+def _password_hash(password: str, is_hashed: bool, field: str) -> str:
+    if len(password) > MAX_PASSWORD:
+        raise InvalidArgument(f"{field}: at most {MAX_PASSWORD} characters")
+    salted = salted_password(password, is_hashed)
+    if salted == EMPTY_PASSWORD:
+        raise InvalidArgument(f"{field}: must not be empty")
+    return hash_password(salted)
+
+
+def _refuse_remote(remote: bool | None, field: str) -> None:
+    if remote:
+        raise InvalidArgument(f"{field}: remote users need an external identity provider; Cairn has none")
+
+
+def create(db: Database, principal: Principal, user: UserChanges, password: str, is_hashed: bool) -> UserInfo:
+    _require_admin(principal, "create users")
+    username = _check_username(user.username or "", "user.username")
+    display_name = _check_display_name(user.display_name or "", "user.displayName")
+    _refuse_remote(user.remote, "user.remote")
+    password_hash = _password_hash(password, is_hashed, "password")
+    now = utcnow()
+    try:
+        with db.transaction() as s:
+            if s.scalar(select(models.User.id).where(models.User.username == username)) is not None:
+                raise AlreadyExists(f"user.username: user {username!r} already exists")
+            row = models.User(
+                username=username,
+                password_hash=password_hash,
+                admin=bool(user.admin),
+                active=True if user.active is None else user.active,
+                display_name=display_name,
+                created_at=now,
+                modified_at=now,
+            )
+            s.add(row)
+            s.flush()
+            return user_info(row)
+    except IntegrityError:
+        # Another request created the same name between our check and our insert.
+        raise AlreadyExists(f"user.username: user {username!r} already exists") from None
+
+
+def get(db: Database, user_id: int) -> UserInfo:
+    with db.read() as s:
+        row = s.get(models.User, user_id)
+        if row is None:
+            raise NotFound(f"user {user_id} not found")
+        return user_info(row)
+
+
+def get_by_username(db: Database, username: str) -> UserInfo:
+    with db.read() as s:
+        row = s.scalar(select(models.User).where(models.User.username == username))
+        if row is None:
+            raise NotFound(f"user {username!r} not found")
+        return user_info(row)
+
+
+def listing(db: Database, query: UserQuery) -> tuple[list[UserInfo], Page]:
+    q = select(models.User)
+    if query.name:
+        pattern = f"%{query.name}%"
+        q = q.where(or_(models.User.username.like(pattern), models.User.display_name.like(pattern)))
+    if query.active is not None:
+        q = q.where(models.User.active == query.active)
+    if query.admin is not None:
+        q = q.where(models.User.admin == query.admin)
+    column = SORT_COLUMNS[query.sort_by]
+    q = q.order_by(column.desc() if query.descending else column.asc(), models.User.id)
+    with db.read() as s:
+        rows = [user_info(u) for u in s.scalars(q)]
+    page = page_of(len(rows), query.offset, query.limit)
+    return rows[page.start : page.end], page
+
+
+def patch(
+    db: Database, auth: AuthService, principal: Principal, user_id: int, changes: UserChanges
+) -> UserInfo:
+    own = principal.user_id == user_id
+    if changes.username is not None or changes.admin is not None or changes.active is not None:
+        _require_admin(principal, "change a user's username, admin flag or active state")
+    if (changes.password is not None or changes.display_name is not None) and not own:
+        _require_admin(principal, "change another user's password or display name")
+    _refuse_remote(changes.remote, "user.remote")
+    if own and (changes.active is False or changes.admin is False):
+        # An admin locking themselves out could leave the cluster with no admin at all.
+        raise InvalidArgument("user: an admin may not deactivate themselves or drop their own admin flag")
+    password_hash = (
+        _password_hash(changes.password, changes.is_hashed, "user.password")
+        if changes.password is not None
+        else None
+    )
+    username = _check_username(changes.username, "user.username") if changes.username is not None else None
+    display_name = (
+        _check_display_name(changes.display_name, "user.displayName")
+        if changes.display_name is not None
+        else None
+    )
+    try:
+        with db.transaction() as s:
+            row = s.get(models.User, user_id)
+            if row is None:
+                raise NotFound(f"user {user_id} not found")
+            if username is not None and username != row.username:
+                taken = s.scalar(select(models.User.id).where(models.User.username == username))
+                if taken is not None:
+                    raise AlreadyExists(f"user.username: user {username!r} already exists")
+                row.username = username
+            if changes.admin is not None:
+                row.admin = changes.admin
+            if changes.active is not None:
+                row.active = changes.active
+                if not changes.active:
+                    # A deactivated user's sessions end now, not when they expire.
+                    s.execute(delete(models.UserSession).where(models.UserSession.user_id == user_id))
+            if display_name is not None:
+                row.display_name = display_name
+            if password_hash is not None:
+                row.password_hash = password_hash
+            row.modified_at = utcnow()
+            info = user_info(row)
+    except IntegrityError:
+        raise AlreadyExists(f"user.username: user {username!r} already exists") from None
+    auth.forget_user(user_id)
+    return info
+
+
+def set_password(
+    db: Database, auth: AuthService, principal: Principal, user_id: int, password: str
+) -> UserInfo:
+    return patch(db, auth, principal, user_id, UserChanges(password=password, is_hashed=False))

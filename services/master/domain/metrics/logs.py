@@ -1,0 +1,207 @@
+"""Task logs (a trial's among them): storing what agents ship (each line once, whatever is
+resent) and reading it back."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy import Select, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+from cairn.agent.v1 import agent_pb2 as apb
+from services.common.logging import get_logger
+from services.master.domain.kernel.context import MasterContext, StripedLocks
+from services.master.domain.kernel.topics import task_logs_topic, trial_logs_topic
+from services.master.store import models
+
+log = get_logger(__name__)
+
+LEVELS = ("TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+@dataclass(frozen=True)
+class _Owner:
+    task_id: str
+    trial_id: int | None
+    allocation_id: str
+
+
+class LogStore:
+    def __init__(self, ctx: MasterContext) -> None:
+        self._ctx = ctx
+        self._owners: dict[str, _Owner] = {}
+        self._lock = threading.Lock()
+        # A follower reads a key's lines (a trial's, or a task's) by id (`id > last seen`), so
+        # they must become visible in id order. PostgreSQL takes a line's id at its INSERT, not at
+        # the COMMIT: two agents of one trial storing at once (each agent's lines come on its own
+        # stream thread) could commit the later ids first, the follower would read past the
+        # earlier ones, and they would never be followed (read back whole, they are there). So on
+        # PostgreSQL the stores of one key commit one at a time; SQLite's one writer does that.
+        self._key_locks = StripedLocks() if ctx.db.dialect == "postgresql" else None
+
+    def _owner(self, container_id: str) -> _Owner | None:
+        with self._lock:
+            owner = self._owners.get(container_id)
+        if owner is not None:
+            return owner
+        with self._ctx.db.read() as s:
+            row = s.execute(
+                select(models.Allocation.task_id, models.Allocation.trial_id, models.Allocation.id)
+                .join(models.Container, models.Container.allocation_id == models.Allocation.id)
+                .where(models.Container.id == container_id)
+            ).first()
+        if row is None:
+            return None
+        owner = _Owner(task_id=row[0], trial_id=row[1], allocation_id=row[2])
+        with self._lock:
+            if len(self._owners) > 50_000:
+                self._owners.clear()
+            self._owners[container_id] = owner
+        return owner
+
+    def store(self, agent_id: str, batch: apb.LogBatch) -> dict[str, int]:
+        """Store a batch; returns the highest stored seq per container (to acknowledge)."""
+        rows: list[dict[str, object]] = []
+        highest: dict[str, int] = {}
+        owners: set[_Owner] = set()
+        for entry in batch.entries:
+            owner = self._owner(entry.container_id)
+            if owner is None:
+                log.warning("log line for unknown container", container_id=entry.container_id)
+                continue
+            owners.add(owner)
+            highest[entry.container_id] = max(highest.get(entry.container_id, 0), entry.seq)
+            timestamp = entry.timestamp.ToDatetime(UTC) if entry.HasField("timestamp") else datetime.now(UTC)
+            rows.append(
+                {
+                    "task_id": owner.task_id,
+                    "trial_id": owner.trial_id,
+                    "allocation_id": owner.allocation_id,
+                    "container_id": entry.container_id,
+                    "seq": entry.seq,
+                    "agent_id": agent_id,
+                    "rank": entry.rank if entry.HasField("rank") else None,
+                    "stdtype": entry.stdtype or "stdout",
+                    "level": entry.level.upper() if entry.level.upper() in LEVELS else "",
+                    "source": entry.source or "task",
+                    "timestamp": timestamp,
+                    # Text columns cannot hold NUL on PostgreSQL; a program may well print one.
+                    "message": entry.message.replace("\x00", "\ufffd"),
+                }
+            )
+        if not rows:
+            return highest
+        with contextlib.ExitStack() as in_order:
+            if self._key_locks is not None:
+                locks = {self._key_locks.of(_topic(o.trial_id, o.task_id)) for o in owners}
+                # Always taken in one order, so that two batches holding some never deadlock.
+                for lock in sorted(locks, key=id):
+                    in_order.enter_context(lock)
+            with self._ctx.db.transaction() as s:
+                insert = pg_insert if self._ctx.db.dialect == "postgresql" else sqlite_insert
+                s.execute(insert(models.TaskLog).on_conflict_do_nothing(), rows)
+                for container_id, seq in highest.items():
+                    container = s.get(models.Container, container_id)
+                    if container is not None and seq > container.acked_seq:
+                        container.acked_seq = seq
+        for owner in owners:
+            self._ctx.topics.publish(_topic(owner.trial_id, owner.task_id))
+        return highest
+
+
+def _topic(trial_id: int | None, task_id: str) -> str:
+    # A trial's readers wait on its trial id (TrialLogs), every other task's on its task id.
+    return trial_logs_topic(trial_id) if trial_id is not None else task_logs_topic(task_id)
+
+
+@dataclass(frozen=True)
+class LogFilter:
+    """Which lines to read: a trial's (by trial id, as TrialLogs asks) or any task's (by task id)."""
+
+    trial_id: int | None = None
+    task_id: str = ""
+    allocation_ids: tuple[str, ...] = ()
+    agent_ids: tuple[str, ...] = ()
+    container_ids: tuple[str, ...] = ()
+    rank_ids: tuple[int, ...] = ()
+    levels: tuple[str, ...] = ()
+    stdtypes: tuple[str, ...] = ()
+    sources: tuple[str, ...] = ()
+    search_text: str = ""
+    after: datetime | None = None
+    before: datetime | None = None
+
+
+def _query(f: LogFilter) -> Select[models.TaskLog]:
+    if f.trial_id is not None:
+        q = select(models.TaskLog).where(models.TaskLog.trial_id == f.trial_id)
+    else:
+        q = select(models.TaskLog).where(models.TaskLog.task_id == f.task_id)
+    if f.allocation_ids:
+        q = q.where(models.TaskLog.allocation_id.in_(f.allocation_ids))
+    if f.agent_ids:
+        q = q.where(models.TaskLog.agent_id.in_(f.agent_ids))
+    if f.container_ids:
+        q = q.where(models.TaskLog.container_id.in_(f.container_ids))
+    if f.rank_ids:
+        q = q.where(models.TaskLog.rank.in_(f.rank_ids))
+    if f.levels:
+        q = q.where(models.TaskLog.level.in_(f.levels))
+    if f.stdtypes:
+        q = q.where(models.TaskLog.stdtype.in_(f.stdtypes))
+    if f.sources:
+        q = q.where(models.TaskLog.source.in_(f.sources))
+    if f.search_text:
+        q = q.where(models.TaskLog.message.contains(f.search_text, autoescape=True))
+    if f.after is not None:
+        q = q.where(models.TaskLog.timestamp > f.after)
+    if f.before is not None:
+        q = q.where(models.TaskLog.timestamp < f.before)
+    return q
+
+
+BATCH = 1000
+
+
+def read_logs(
+    ctx: MasterContext,
+    f: LogFilter,
+    *,
+    limit: int,
+    descending: bool,
+    follow: bool,
+    is_done: Callable[[], bool],
+) -> Iterator[models.TaskLog]:
+    """Lines in order; with `follow`, keep waiting for new ones until the task has ended."""
+    sent = 0
+    if descending and not follow:
+        with ctx.db.read() as s:
+            q = _query(f).order_by(models.TaskLog.id.desc())
+            if limit > 0:
+                q = q.limit(limit)
+            yield from s.scalars(q)
+        return
+    last_id = 0
+    topic = _topic(f.trial_id, f.task_id)
+    while True:
+        seen = ctx.topics.version(topic)
+        done_before_read = is_done()
+        with ctx.db.read() as s:
+            q = _query(f).where(models.TaskLog.id > last_id).order_by(models.TaskLog.id).limit(BATCH)
+            page = list(s.scalars(q))
+        for row in page:
+            yield row
+            last_id = row.id
+            sent += 1
+            if 0 < limit <= sent:
+                return
+        if len(page) == BATCH:
+            continue
+        if not follow or done_before_read or ctx.topics.closed:
+            return
+        ctx.topics.wait(topic, seen, timeout=1.0)

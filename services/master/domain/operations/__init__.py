@@ -1,0 +1,1 @@
+"""The master as its operators see it: its effective settings (redacted) and its own log."""

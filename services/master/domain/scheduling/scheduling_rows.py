@@ -1,0 +1,187 @@
+"""What a scheduling pass reads, as the scheduler takes it: allocation rows as columns, agents
+with their slots, pools; shared by the whole-state pass (scheduling.build_request) and the
+session's incremental one (scheduling_view.py)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from google.protobuf.timestamp_pb2 import Timestamp
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from cairn.scheduler.v1 import scheduler_pb2 as pb
+from services.master.domain.config.view import config_view
+from services.master.domain.kernel.context import MasterContext
+from services.master.domain.kernel.states import (
+    LIVE_ALLOCATION,
+    PLACED_ALLOCATION,
+    PREEMPTIBLE_KINDS,
+    RunState,
+)
+from services.master.domain.kernel.states import AllocationState as A
+from services.master.domain.reads.jobs import experiment_job_id
+from services.master.store import models
+
+FITTING = {"best": pb.FITTING_POLICY_BEST, "worst": pb.FITTING_POLICY_WORST}
+# Experiments whose trials are stopping for good: their pending allocations are not offered.
+STOPPED_EXPERIMENT = frozenset({RunState.STOPPING_CANCELED, RunState.STOPPING_KILLED})
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def ts(value: datetime) -> Timestamp:
+    """An aware UTC datetime (as the store gives them) as a Timestamp, by arithmetic: a pass
+    converts two per allocation."""
+    delta = (value if value.tzinfo is not None else value.replace(tzinfo=UTC)) - _EPOCH
+    return Timestamp(seconds=delta.days * 86_400 + delta.seconds, nanos=delta.microseconds * 1000)
+
+
+def over_max_slots(rows: list[tuple[Any, int | None, int | None]]) -> dict[str, str]:
+    """Pending allocations an experiment's max_slots holds back, with why: in request order, a
+    pending allocation is offered only while the experiment's placed slots plus those offered
+    before it leave room for it."""
+    held: dict[int | None, int] = {}
+    caps: dict[int | None, int | None] = {}
+    for alloc, experiment, cap in rows:
+        if experiment is None:
+            continue  # not a trial: no experiment's max_slots applies
+        caps[experiment] = cap
+        if alloc.state in PLACED_ALLOCATION:
+            held[experiment] = held.get(experiment, 0) + alloc.slots
+    capped: dict[str, str] = {}
+    pending = sorted((r for r in rows if r[0].state == A.PENDING), key=lambda r: (r[0].requested_at, r[0].id))
+    for alloc, experiment, _ in pending:
+        cap = caps.get(experiment) if experiment is not None else None
+        if cap is None:
+            continue
+        if held.get(experiment, 0) + alloc.slots > cap:
+            capped[alloc.id] = (
+                f"experiment {experiment} holds {held.get(experiment, 0)} of its max_slots {cap}; "
+                f"this allocation needs {alloc.slots} more"
+            )
+        else:
+            held[experiment] = held.get(experiment, 0) + alloc.slots
+    return capped
+
+
+def allocation_rows(s: Session, *where: Any) -> list[Any]:
+    """The columns a pass reads of each allocation (live ones, unless `where` says otherwise),
+    whatever its task's kind: one queue, one scheduler. A trial's job is its experiment; any other
+    task is its own job. Columns, not objects: a pass at 10,000 pending allocations reads rows."""
+    query = (
+        select(
+            models.Allocation.id,
+            models.Allocation.state,
+            models.Allocation.resource_pool,
+            models.Allocation.slots,
+            models.Allocation.priority,
+            models.Allocation.requested_at,
+            models.Allocation.port_offset,
+            models.Allocation.releasing,
+            func.coalesce(models.Experiment.start_time, models.Task.start_time).label("submitted_at"),
+            models.Task.kind,
+            models.Task.job_id,
+            models.Experiment.id.label("experiment_id"),
+            models.Experiment.state.label("experiment_state"),
+        )
+        .join(models.Task, models.Task.id == models.Allocation.task_id)
+        .outerjoin(models.Experiment, models.Experiment.id == models.Task.experiment_id)
+    )
+    return list(s.execute(query.where(*(where or (models.Allocation.state.in_(list(LIVE_ALLOCATION)),)))))
+
+
+def max_slots_of(s: Session, experiment_ids: set[int]) -> dict[int, int | None]:
+    return {
+        eid: config_view(config).max_slots
+        for eid, config in s.execute(
+            select(models.Experiment.id, models.Experiment.config).where(
+                models.Experiment.id.in_(experiment_ids)
+            )
+        )
+    }
+
+
+def pool_messages(ctx: MasterContext) -> list[pb.ResourcePool]:
+    return [
+        pb.ResourcePool(
+            name=pool.name,
+            fitting_policy=FITTING.get(pool.fitting_policy, pb.FITTING_POLICY_BEST),
+            preemption_enabled=pool.preemption_enabled,
+            default_priority=pool.default_priority,
+        )
+        for pool in ctx.settings.pools
+    ]
+
+
+def request_message(
+    row: Any, placements: list[dict[str, Any]] | None, submitted: dict[datetime, Timestamp]
+) -> pb.AllocationRequest:
+    """A row of allocation_rows as the scheduler takes it; `submitted` shares a job's time among
+    its allocations."""
+    experiment_id = row.experiment_id
+    req = pb.AllocationRequest(
+        allocation_id=row.id,
+        resource_pool=row.resource_pool,
+        slots_needed=row.slots,
+        priority=row.priority or 0,
+        job_submitted_at=submitted.get(row.submitted_at)
+        or submitted.setdefault(row.submitted_at, ts(row.submitted_at)),
+        requested_at=ts(row.requested_at),
+        job_id=experiment_job_id(experiment_id) if experiment_id is not None else row.job_id,
+        preemptible=row.kind in PREEMPTIBLE_KINDS,
+    )
+    if row.state in PLACED_ALLOCATION:
+        for placement in placements or []:
+            slot_ids = [str(x) for x in placement.get("slot_ids", [])]
+            req.placements.append(pb.Placement(agent_id=placement["agent_id"], slot_ids=slot_ids))
+    return req
+
+
+def offered(row: Any) -> bool:
+    """Whether a live allocation goes to the scheduler at all: a canceled or killed experiment's
+    trials are being stopped (in batches, for a big one), and none of its pending allocations is
+    placed meanwhile; an allocation whose task said it is exiting (releasing) no longer holds its
+    slots in the scheduler's eyes (nor against its experiment's max_slots): the next allocation
+    placed there starts once its container has ended (allocations.assign)."""
+    if row.releasing and row.state in PLACED_ALLOCATION:
+        return False
+    return not (row.state == A.PENDING and row.experiment_state in STOPPED_EXPERIMENT)
+
+
+def agent_messages(
+    s: Session, placeable: set[str], slot_owner: dict[tuple[str, str], str] | None, agent_ids: Any = None
+) -> list[pb.Agent]:
+    """The agents (all, or `agent_ids`) as the scheduler takes them; with `slot_owner`, each slot
+    names the allocation placed on it."""
+    agents_query = select(models.Agent).order_by(models.Agent.id)
+    slots_query = select(models.AgentSlot).order_by(models.AgentSlot.agent_id)
+    if agent_ids is not None:
+        agents_query = agents_query.where(models.Agent.id.in_(list(agent_ids)))
+        slots_query = slots_query.where(models.AgentSlot.agent_id.in_(list(agent_ids)))
+    agents = list(s.scalars(agents_query))
+    by_agent: dict[str, list[models.AgentSlot]] = {}
+    for slot in s.scalars(slots_query):
+        by_agent.setdefault(slot.agent_id, []).append(slot)
+    owners = slot_owner or {}
+    # Connected and not shutting down: an agent that is away, or stopping, keeps its running work
+    # but gets nothing new.
+    return [
+        pb.Agent(
+            id=agent.id,
+            resource_pool=agent.resource_pool,
+            enabled=agent.enabled and agent.id in placeable,
+            draining=agent.draining,
+            slots=[
+                pb.Slot(
+                    id=slot.slot_id,
+                    enabled=slot.enabled and not slot.draining,
+                    allocation_id=owners.get((agent.id, slot.slot_id), ""),
+                )
+                for slot in by_agent.get(agent.id, [])
+            ],
+        )
+        for agent in agents
+    ]

@@ -1,0 +1,404 @@
+"""The master's side of a scheduling session: what the scheduler was last told, kept in memory and
+brought up to date from the rows that changed, so that a pass reads and sends what changed
+instead of the whole queue.
+
+Which rows changed is learned from the database sessions themselves (`ChangeTracker`): every flush
+of a unit of work lists the allocations, agents, slots and experiments it wrote, and the list is
+handed over once the unit commits (a rolled-back unit changed nothing). A bulk statement on those
+tables, which names no rows, asks for a whole new snapshot, as does any doubt: a failed call, a
+scheduler that lost the session, a master that just started. A snapshot also runs every
+SNAPSHOT_EVERY_S, so even a change no flush reported is seen within minutes.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from google.protobuf.timestamp_pb2 import Timestamp
+from sqlalchemy import inspect, select
+from sqlalchemy.orm import ORMExecuteState, Session
+
+from cairn.scheduler.v1 import scheduler_pb2 as pb
+from services.master.domain.allocations.allocations import PortOffsets
+from services.master.domain.allocations.rendezvous import PORT_BLOCKS
+from services.master.domain.kernel.context import MasterContext
+from services.master.domain.kernel.states import LIVE_ALLOCATION, PLACED_ALLOCATION
+from services.master.domain.scheduling.scheduling_rows import (
+    agent_messages,
+    allocation_rows,
+    max_slots_of,
+    offered,
+    over_max_slots,
+    pool_messages,
+    request_message,
+)
+from services.master.store import models
+from services.master.store.db import Database
+
+CHECK_ENV = "CAIRN_CHECK_SCHEDULING_VIEW"
+# A snapshot even when nothing asked for one: a safety net, not a mechanism.
+SNAPSHOT_EVERY_S = 300.0
+_WATCHED = {
+    models.Allocation.__tablename__,
+    models.Agent.__tablename__,
+    models.AgentSlot.__tablename__,
+    models.Experiment.__tablename__,
+    models.Task.__tablename__,
+}
+
+
+@dataclass
+class Changed:
+    allocations: set[str] = field(default_factory=set)
+    agents: set[str] = field(default_factory=set)
+    experiments: set[int] = field(default_factory=set)
+    # Something changed that names no rows: read everything again.
+    everything: bool = False
+
+    def __bool__(self) -> bool:
+        return bool(self.allocations or self.agents or self.experiments or self.everything)
+
+
+class ChangeTracker:
+    """The rows a scheduling pass reads that committed units of work changed since `take`."""
+
+    _KEY = "cairn.scheduling_changes"
+
+    def __init__(self, db: Database) -> None:
+        self._lock = threading.Lock()
+        self._committed = Changed(everything=True)
+        self._stopped = False
+        db.listen_to_writes("after_flush", self._flushed)
+        db.listen_to_writes("do_orm_execute", self._statement)
+        db.listen_to_writes("after_commit", self._commit)
+        db.listen_to_writes("after_rollback", self._rollback)
+
+    def take(self) -> Changed:
+        with self._lock:
+            taken, self._committed = self._committed, Changed()
+        return taken
+
+    def stop(self) -> None:
+        """Record nothing more (the view is no longer used)."""
+        self._stopped = True
+
+    def everything(self) -> None:
+        with self._lock:
+            self._committed.everything = True
+
+    @classmethod
+    def _pending(cls, session: Session) -> Changed:
+        changed = session.info.get(cls._KEY)
+        if changed is None:
+            changed = session.info[cls._KEY] = Changed()
+        return changed
+
+    def _flushed(self, session: Session, _context: Any) -> None:
+        changed = self._pending(session)
+        for obj in (*session.new, *session.dirty, *session.deleted):
+            if isinstance(obj, models.Allocation):
+                changed.allocations.add(obj.id)
+            elif isinstance(obj, models.Agent):
+                changed.agents.add(obj.id)
+            elif isinstance(obj, models.AgentSlot):
+                changed.agents.add(obj.agent_id)
+            elif isinstance(obj, models.Experiment) and obj.id is not None and _bears_on_passes(obj):
+                changed.experiments.add(obj.id)
+
+    def _statement(self, state: ORMExecuteState) -> None:
+        if not (state.is_update or state.is_delete or state.is_insert):
+            return
+        table = getattr(state.statement, "table", None)
+        if getattr(table, "name", None) in _WATCHED:
+            self._pending(state.session).everything = True
+
+    def _commit(self, session: Session) -> None:
+        changed = session.info.pop(self._KEY, None)
+        if not changed or self._stopped:
+            return
+        with self._lock:
+            self._committed.allocations |= changed.allocations
+            self._committed.agents |= changed.agents
+            self._committed.experiments |= changed.experiments
+            self._committed.everything |= changed.everything
+
+    def _rollback(self, session: Session) -> None:
+        session.info.pop(self._KEY, None)
+
+
+# What of an experiment a pass reads (its state: a stopping experiment's pending work is not
+# offered; its config: max_slots; its start: the job's place in the queue). Every trial's end or
+# progress also writes the experiment row; those writes must not cost a pass a re-read of all its
+# allocations.
+_EXPERIMENT_FIELDS = ("state", "config", "start_time")
+
+
+def _bears_on_passes(experiment: models.Experiment) -> bool:
+    attrs = inspect(experiment).attrs
+    return any(attrs[name].history.has_changes() for name in _EXPERIMENT_FIELDS)
+
+
+@dataclass
+class Pass:
+    """One pass's call to the scheduler, and what the master needs beside the answer."""
+
+    request: pb.ScheduleChangesRequest
+    # Pending allocations held back by their experiment's max_slots, with why.
+    capped: dict[str, str]
+    any_pending: bool
+
+
+class SchedulingView:
+    def __init__(self, ctx: MasterContext, track: bool = True) -> None:
+        self._ctx = ctx
+        self.tracker = ChangeTracker(ctx.db) if track else None
+        # Held while a pass changes the view, and by readers of its state from other threads.
+        self.lock = threading.Lock()
+        # Compare every pass with a whole read (tests set it): a change the tracker missed shows
+        # as a difference, and fails loudly instead of scheduling from a stale view.
+        self.check = os.environ.get(CHECK_ENV) == "1"
+        self._session_id = ""
+        self._version = 0
+        self._snapshot_at = 0.0
+        # What the scheduler holds, as sent.
+        self._requests: dict[str, pb.AllocationRequest] = {}
+        self._agents: dict[str, pb.Agent] = {}
+        self._placeable: set[str] = set()
+        # Every live allocation's row, and which experiment each belongs to.
+        self._rows: dict[str, Any] = {}
+        self._of_experiment: dict[int, set[str]] = {}
+        self._max_slots: dict[int, int | None] = {}
+        self._capped: dict[int, dict[str, str]] = {}  # experiment -> allocation -> why
+        self._submitted: dict[datetime, Timestamp] = {}
+        self._pending = 0
+        # How many live allocations hold each port block (allocations.PortOffsets).
+        self._port_counts = [0] * PORT_BLOCKS
+
+    @property
+    def pending(self) -> int:
+        """How many requests the scheduler holds that wait for a place."""
+        return self._pending
+
+    def pending_requests(self) -> dict[str, pb.AllocationRequest]:
+        """What the scheduler holds now; read under `lock` (passes change it)."""
+        return self._requests
+
+    def resync(self) -> None:
+        """Send a snapshot next: the scheduler's session is gone or in doubt."""
+        self._session_id = ""
+
+    def next_pass(self) -> Pass:
+        if not self.check:
+            return self._next_pass()
+        # Checked (tests): no transaction may commit between reading the changes and the whole
+        # read they are compared with, or the comparison would see a change the pass rightly
+        # leaves to the next one. Units of work hold this lock through their commit.
+        with self._ctx.lock:
+            return self._next_pass()
+
+    def _next_pass(self) -> Pass:
+        assert self.tracker is not None, "a view without a tracker only takes snapshots"
+        changed = self.tracker.take()
+        placeable = self._ctx.hub.placeable_ids()
+        snapshot = (
+            not self._session_id
+            or changed.everything
+            or time.monotonic() - self._snapshot_at > SNAPSHOT_EVERY_S
+        )
+        if snapshot:
+            return self._snapshot(placeable)
+        request = pb.ScheduleChangesRequest(
+            session_id=self._session_id, base_version=self._version, version=self._version + 1
+        )
+        with self._ctx.db.read() as s:
+            self._refresh_allocations(s, changed, request)
+            agent_ids = changed.agents | (placeable ^ self._placeable)
+            if agent_ids:
+                self._refresh_agents(s, agent_ids, placeable, request)
+        self._placeable = placeable
+        self._version += 1
+        if self.check:
+            self._check_against_database(placeable)
+        return Pass(request, self._all_capped(), self.pending > 0)
+
+    def _check_against_database(self, placeable: set[str]) -> None:
+        fresh = SchedulingView(self._ctx, track=False)
+        fresh._snapshot(placeable)
+        missed = {
+            "requests": sorted(
+                k
+                for k in fresh._requests.keys() | self._requests.keys()
+                if fresh._requests.get(k) != self._requests.get(k)
+            ),
+            "agents": sorted(
+                k
+                for k in fresh._agents.keys() | self._agents.keys()
+                if fresh._agents.get(k) != self._agents.get(k)
+            ),
+        }
+        if fresh._port_counts != self._port_counts:
+            missed["port offsets"] = ["counts differ"]
+        if missed["requests"] or missed["agents"] or "port offsets" in missed:
+            raise AssertionError(f"the scheduling view missed changes: {missed}")
+
+    def _snapshot(self, placeable: set[str]) -> Pass:
+        self._session_id = uuid.uuid4().hex
+        self._version = 1
+        self._snapshot_at = time.monotonic()
+        self._rows, self._of_experiment, self._requests, self._capped = {}, {}, {}, {}
+        self._port_counts = [0] * PORT_BLOCKS
+        self._submitted = {}
+        with self._ctx.db.read() as s:
+            rows = allocation_rows(s)
+            self._max_slots = max_slots_of(s, {r.experiment_id for r in rows if r.experiment_id is not None})
+            for row in rows:
+                self._keep(row)
+            placements = self._placements(s, [r.id for r in rows if r.state in PLACED_ALLOCATION])
+            for experiment_id in list(self._of_experiment):
+                self._cap(experiment_id)
+            for row in rows:
+                message = self._message(row, placements)
+                if message is not None:
+                    self._requests[row.id] = message
+            agents = agent_messages(s, placeable, None)
+        self._pending = sum(1 for r in self._requests.values() if not r.placements)
+        self._agents = {a.id: a for a in agents}
+        self._placeable = placeable
+        request = pb.ScheduleChangesRequest(
+            session_id=self._session_id,
+            version=self._version,
+            snapshot=True,
+            pools=pool_messages(self._ctx),
+            agents=agents,
+            requests=list(self._requests.values()),
+        )
+        return Pass(request, self._all_capped(), self.pending > 0)
+
+    # -- allocations ---------------------------------------------------------------------------
+
+    def _refresh_allocations(self, s: Session, changed: Changed, request: pb.ScheduleChangesRequest) -> None:
+        ids = set(changed.allocations)
+        experiments = set(changed.experiments)
+        if experiments:
+            # An experiment's state or max_slots bears on all its allocations.
+            self._max_slots.update(max_slots_of(s, experiments))
+            for experiment_id in experiments:
+                ids |= self._of_experiment.get(experiment_id, set())
+            ids |= {
+                row.id
+                for row in allocation_rows(
+                    s,
+                    models.Task.experiment_id.in_(list(experiments)),
+                    models.Allocation.state.in_(list(LIVE_ALLOCATION)),
+                )
+            }
+        if not ids:
+            return
+        rows = {row.id: row for row in allocation_rows(s, models.Allocation.id.in_(list(ids)))}
+        new_experiments = {
+            r.experiment_id
+            for r in rows.values()
+            if r.experiment_id is not None and r.experiment_id not in self._max_slots
+        }
+        if new_experiments:
+            self._max_slots.update(max_slots_of(s, new_experiments))
+        touched: set[int] = set(experiments)
+        for request_id in ids:
+            old = self._rows.pop(request_id, None)
+            if old is not None and old.port_offset is not None:
+                self._port_counts[old.port_offset % PORT_BLOCKS] -= 1
+            if old is not None and old.experiment_id is not None:
+                self._of_experiment.get(old.experiment_id, set()).discard(request_id)
+                touched.add(old.experiment_id)
+            row = rows.get(request_id)
+            if row is not None and row.state in LIVE_ALLOCATION:
+                self._keep(row)
+                if row.experiment_id is not None:
+                    touched.add(row.experiment_id)
+        # Whether an allocation is held back depends on its experiment's others (under a cap).
+        for experiment_id in touched:
+            self._cap(experiment_id)
+            if self._max_slots.get(experiment_id) is not None:
+                ids |= self._of_experiment.get(experiment_id, set())
+        placements = self._placements(
+            s, [i for i in ids if i in self._rows and self._rows[i].state in PLACED_ALLOCATION]
+        )
+        for request_id in sorted(ids):
+            row = self._rows.get(request_id)
+            message = self._message(row, placements) if row is not None else None
+            sent = self._requests.get(request_id)
+            if message is None:
+                if sent is not None:
+                    del self._requests[request_id]
+                    self._pending -= not sent.placements
+                    request.removed_requests.append(request_id)
+            elif message != sent:
+                self._requests[request_id] = message
+                self._pending += (not message.placements) - (sent is not None and not sent.placements)
+                request.requests.append(message)
+
+    def port_offsets(self) -> PortOffsets:
+        """The live allocations' port blocks as of this pass, for the assignments it makes."""
+        return PortOffsets.of_counts(self._port_counts)
+
+    def _keep(self, row: Any) -> None:
+        self._rows[row.id] = row
+        if row.port_offset is not None:
+            self._port_counts[row.port_offset % PORT_BLOCKS] += 1
+        if row.experiment_id is not None:
+            self._of_experiment.setdefault(row.experiment_id, set()).add(row.id)
+
+    def _cap(self, experiment_id: int) -> None:
+        members = self._of_experiment.get(experiment_id, set())
+        if not members:
+            self._of_experiment.pop(experiment_id, None)
+            self._capped.pop(experiment_id, None)
+            return
+        cap = self._max_slots.get(experiment_id)
+        if cap is None:
+            self._capped.pop(experiment_id, None)
+            return
+        rows = [self._rows[i] for i in members]
+        self._capped[experiment_id] = over_max_slots([(r, experiment_id, cap) for r in rows if offered(r)])
+
+    def _all_capped(self) -> dict[str, str]:
+        return {k: v for capped in self._capped.values() for k, v in capped.items()}
+
+    def _message(self, row: Any, placements: dict[str, list[dict[str, Any]]]) -> pb.AllocationRequest | None:
+        if not offered(row):
+            return None
+        if row.experiment_id is not None and row.id in self._capped.get(row.experiment_id, {}):
+            return None
+        return request_message(row, placements.get(row.id), self._submitted)
+
+    @staticmethod
+    def _placements(s: Session, ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+        if not ids:
+            return {}
+        query = select(models.Allocation.id, models.Allocation.placements).where(
+            models.Allocation.id.in_(ids)
+        )
+        return {row.id: row.placements for row in s.execute(query)}
+
+    # -- agents --------------------------------------------------------------------------------
+
+    def _refresh_agents(
+        self, s: Session, agent_ids: set[str], placeable: set[str], request: pb.ScheduleChangesRequest
+    ) -> None:
+        found = {a.id: a for a in agent_messages(s, placeable, None, agent_ids)}
+        for agent_id in sorted(agent_ids):
+            message = found.get(agent_id)
+            sent = self._agents.get(agent_id)
+            if message is None:
+                if sent is not None:
+                    del self._agents[agent_id]
+                    request.removed_agents.append(agent_id)
+            elif message != sent:
+                self._agents[agent_id] = message
+                request.agents.append(message)

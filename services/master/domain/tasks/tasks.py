@@ -1,0 +1,347 @@
+"""The lifecycle of tasks that are not trials (commands, generic tasks; later notebooks, shells and
+TensorBoards): created with their config and context directory, run as allocations of the one
+scheduler, killed, paused and unpaused, and ended when their allocation ends.
+
+Every state change goes through `transition` (states.TASK_TRANSITIONS). Like the trial lifecycle,
+this module commands allocations and hears of their ends through the context's hooks (wiring.py).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import select
+
+from services.common.logging import get_logger
+from services.common.principal import Principal
+from services.master.domain.allocations import allocations
+from services.master.domain.config import ConfigError
+from services.master.domain.config.bounds import check_json_value
+from services.master.domain.config.policies import check_config_policy
+from services.master.domain.identity import access
+from services.master.domain.kernel.clock import utcnow
+from services.master.domain.kernel.context import MasterContext, Work
+from services.master.domain.kernel.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+)
+from services.master.domain.kernel.states import (
+    PREEMPTIBLE_KINDS,
+    TASK_ENDED,
+    WS,
+    TaskKind,
+    TaskState,
+    check_task,
+)
+from services.master.domain.kernel.states import AllocationState as A
+from services.master.domain.kernel.topics import task_topic
+from services.master.domain.task_kinds import model_definition
+from services.master.domain.task_kinds.model_definition import ContextFile
+from services.master.store import models
+
+log = get_logger(__name__)
+
+T = TaskState
+Outcome = allocations.Outcome
+
+
+@dataclass
+class TaskRequest:
+    """What a user asks to run: a task of `kind` with its config and context directory."""
+
+    kind: TaskKind
+    config: dict[str, Any]
+    files: list[ContextFile] = field(default_factory=list)
+    workspace_id: int | None = None
+    project_id: int | None = None
+    parent_id: str | None = None
+    forked_from: str | None = None
+    inherit_context: bool = False
+    no_pause: bool = False
+    # What a kind stores beside its new task (a shell's key pair), in the task's own transaction,
+    # so the task's first allocation never starts without it.
+    prepare: Callable[[Work, models.Task], None] | None = None
+
+
+def transition(
+    ctx: MasterContext,
+    w: Work,
+    task: models.Task,
+    target: TaskState,
+    reason: str,
+    *,
+    continuing: bool = False,
+) -> None:
+    """Every change of a task's state, a trial's task's included: checked against the table,
+    stamped, logged and published. `continuing`: a trial's task reopened with its trial
+    (states.TASK_CONTINUE_TRANSITIONS)."""
+    previous = task.state
+    check_task(previous, target, continuing=continuing)
+    task.state = target
+    if continuing:
+        task.end_time = None
+    if target in TASK_ENDED:
+        task.end_time = utcnow()
+    topic = task_topic(task.id)
+    w.later(lambda: ctx.topics.publish(topic))
+    log.info("task state", task_id=task.id, previous=previous, state=target.value, reason=reason)
+
+
+def load(w: Work, task_id: str, kind: TaskKind | None = None) -> models.Task:
+    task = w.session.get(models.Task, task_id)
+    if task is None or (kind is not None and task.kind != kind):
+        raise NotFound(f"{(kind or 'task').lower()} {task_id} not found")
+    return task
+
+
+def check_can_modify(principal: Principal, task: models.Task) -> None:
+    access.check_may_change(principal, [task.owner_id], f"task {task.id}")
+
+
+def live_allocation(w: Work, task: models.Task) -> models.Allocation | None:
+    return w.session.scalar(
+        select(models.Allocation)
+        .where(models.Allocation.task_id == task.id, models.Allocation.state != A.TERMINATED)
+        .order_by(models.Allocation.run_id.desc())
+        .limit(1)
+    )
+
+
+def _slots(config: dict[str, Any]) -> int:
+    resources = config.get("resources") or {}
+    slots = resources.get("slots", 1) if isinstance(resources, dict) else 1
+    if isinstance(slots, bool) or not isinstance(slots, int) or slots < 0:
+        raise InvalidArgument(f"config.resources.slots: {slots!r} is not a whole number of slots (0 or more)")
+    return slots
+
+
+def _pool(ctx: MasterContext, config: dict[str, Any], slots: int, workspace: models.Workspace) -> str:
+    """The pool asked for; else, as Determined's defaults do, the workspace's (then the cluster's)
+    auxiliary pool for a zero-slot task and its compute pool for any other."""
+    resources = config.get("resources") or {}
+    pool = resources.get("resource_pool") if isinstance(resources, dict) else None
+    if not pool:
+        workspace_default = workspace.default_aux_pool if slots == 0 else workspace.default_compute_pool
+        cluster_aux = ctx.settings.default_aux_pool if slots == 0 else None
+        pool = workspace_default or cluster_aux or ctx.settings.default_pool
+    if not any(p.name == pool for p in ctx.settings.pools):
+        raise InvalidArgument(f"config.resources.resource_pool: no resource pool {pool!r}")
+    return str(pool)
+
+
+def _check_entrypoint(config: dict[str, Any]) -> None:
+    entrypoint = config.get("entrypoint")
+    if isinstance(entrypoint, str) and entrypoint.strip():
+        return
+    if isinstance(entrypoint, list) and entrypoint and all(isinstance(p, str) for p in entrypoint):
+        return
+    raise InvalidArgument("config.entrypoint: a command to run is required (a string or a list of strings)")
+
+
+def _check_config(ctx: MasterContext, principal: Principal, config: dict[str, Any]) -> None:
+    """What experiment configs are held to holds for tasks too: bounded (depth, size, numbers),
+    an entrypoint, and the host-reach policy (bind mounts, capabilities) for `principal`."""
+    try:
+        check_json_value(config, "config")
+    except ConfigError as exc:
+        raise InvalidArgument(str(exc)) from None
+    _check_entrypoint(config)
+    check_config_policy(ctx.settings, principal, config)
+
+
+def _context(w: Work, ctx: MasterContext, request: TaskRequest) -> bytes:
+    """The task's context directory: its own files, else (fork, inherit_context) those of the task
+    it comes from."""
+    if request.files:
+        return model_definition.pack(request.files, ctx.settings.max_model_definition_bytes)
+    source = request.forked_from or (request.parent_id if request.inherit_context else None)
+    if source:
+        found = w.session.get(models.TaskContext, source)
+        if found is not None:
+            return bytes(found.archive)
+    return model_definition.pack([], 0)
+
+
+def _description(kind: TaskKind, config: dict[str, Any]) -> str:
+    if config.get("description"):
+        return str(config["description"])[:512]
+    entrypoint = config.get("entrypoint")
+    text = entrypoint if isinstance(entrypoint, str) else " ".join(str(p) for p in entrypoint or [])
+    return f"{kind.title()} ({text[:80]})"
+
+
+def create(ctx: MasterContext, principal: Principal, request: TaskRequest) -> str:
+    """A new task, stored with its context and asking for its first allocation; its id."""
+    if principal.user_id is None:
+        raise PermissionDenied("only users start tasks")
+    with ctx.unit_of_work() as w:
+        config = dict(request.config)
+        if request.forked_from:
+            forked = load(w, request.forked_from)
+            config = {**(forked.config or {}), **config}
+        _check_config(ctx, principal, config)
+        slots = _slots(config)
+        workspace_id = request.workspace_id or models.UNCATEGORIZED_WORKSPACE_ID
+        if request.project_id is not None:
+            project = w.session.get(models.Project, request.project_id)
+            if project is None:
+                raise NotFound(f"project {request.project_id} not found")
+            workspace_id = project.workspace_id
+        workspace = w.session.get(models.Workspace, workspace_id)
+        if workspace is None or workspace.state == WS.DELETING:
+            raise NotFound(f"workspace {workspace_id} not found")
+        if workspace.archived:
+            raise FailedPrecondition(f"workspace {workspace.name} is archived: no new tasks start in it")
+        priority = (config.get("resources") or {}).get("priority")
+        task_id = str(uuid.uuid4())
+        task = models.Task(
+            id=task_id,
+            kind=request.kind,
+            owner_id=principal.user_id,
+            description=_description(request.kind, config),
+            config=config,
+            job_id=task_id,
+            state=T.ACTIVE,
+            start_time=utcnow(),
+            resource_pool=_pool(ctx, config, slots, workspace),
+            slots=slots,
+            priority=priority if isinstance(priority, int) and not isinstance(priority, bool) else None,
+            run_id=0,
+            workspace_id=workspace.id,
+            project_id=request.project_id,
+            parent_id=request.parent_id,
+            forked_from=request.forked_from,
+            no_pause=request.no_pause,
+        )
+        archive = _context(w, ctx, request)
+        w.session.add(task)
+        w.session.add(
+            models.TaskContext(
+                task_id=task_id,
+                archive=archive,
+                size=len(archive),
+                digest=model_definition.context_digest(archive),
+            )
+        )
+        w.session.flush()
+        if request.prepare is not None:
+            request.prepare(w, task)
+        allocations.request_for_task(ctx, w, task)
+        log.info(
+            "task created", task_id=task_id, kind=request.kind.value, slots=slots, pool=task.resource_pool
+        )
+    return task_id
+
+
+def kill_by_user(ctx: MasterContext, principal: Principal, task_id: str, kind: TaskKind) -> None:
+    """`principal` (its owner or an admin) kills task `task_id` of `kind`."""
+    with ctx.unit_of_work() as w:
+        task = load(w, task_id, kind)
+        check_can_modify(principal, task)
+        kill(ctx, w, task)
+
+
+def kill(ctx: MasterContext, w: Work, task: models.Task) -> None:
+    """Kill always wins: the live allocation is killed and the task ends CANCELED with it."""
+    if task.state in TASK_ENDED:
+        return
+    alloc = live_allocation(w, task)
+    if alloc is None:
+        transition(ctx, w, task, T.CANCELED, "killed while nothing ran")
+        return
+    if task.state != T.STOPPING_CANCELED:
+        transition(ctx, w, task, T.STOPPING_CANCELED, "kill requested")
+    allocations.request_kill(ctx, w, alloc, grace_seconds=ctx.settings.kill_grace_s, reason="task killed")
+
+
+# Determined's bounds on a task's priority (resources.priority: 1 to 99, a lower number first).
+MIN_PRIORITY, MAX_PRIORITY = 1, 99
+
+
+def check_priority(priority: int) -> None:
+    if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+        raise InvalidArgument(
+            f"priority: {priority} is out of range; a priority is {MIN_PRIORITY} to {MAX_PRIORITY}"
+        )
+
+
+def set_priority(
+    ctx: MasterContext, principal: Principal, task_id: str, kind: TaskKind, priority: int
+) -> None:
+    """`principal` (its owner or an admin) moves task `task_id` in its pool's queue: the priority is
+    kept in its config (a restart or fork keeps it) and its live allocation takes it at the next
+    scheduling pass, where a running one may now preempt or be preempted by priority."""
+    check_priority(priority)
+    with ctx.unit_of_work() as w:
+        task = load(w, task_id, kind)
+        check_can_modify(principal, task)
+        if task.state in TASK_ENDED:
+            raise FailedPrecondition(f"{kind.lower()} {task_id} has ended: its priority no longer matters")
+        config = dict(task.config or {})
+        config["resources"] = {**(config.get("resources") or {}), "priority": priority}
+        task.config = config
+        task.priority = priority
+        alloc = live_allocation(w, task)
+        if alloc is not None:
+            alloc.priority = priority
+        topic = task_topic(task.id)
+        w.later(lambda: ctx.topics.publish(topic))
+        log.info("task priority", task_id=task.id, priority=priority)
+
+
+def pause(ctx: MasterContext, w: Work, task: models.Task) -> None:
+    """Determined's generic-task pause: the allocation is asked to stop (a preemption it may
+    checkpoint on, a kill after the preemption timeout); the task is PAUSED once it has."""
+    if task.no_pause:
+        raise FailedPrecondition(f"task {task.id} was created with no_pause: it cannot be paused")
+    if task.state in (T.PAUSED, T.STOPPING_PAUSED):
+        return
+    transition(ctx, w, task, T.STOPPING_PAUSED, "pause requested")
+    alloc = live_allocation(w, task)
+    if alloc is None:
+        transition(ctx, w, task, T.PAUSED, "nothing ran")
+        return
+    allocations.request_preempt(ctx, w, alloc, "task paused")
+
+
+def unpause(ctx: MasterContext, w: Work, task: models.Task) -> None:
+    if task.state == T.ACTIVE:
+        return
+    if task.state == T.STOPPING_PAUSED:
+        raise FailedPrecondition(f"task {task.id} is still pausing; unpause it once it has paused")
+    transition(ctx, w, task, T.ACTIVE, "unpaused")
+    allocations.request_for_task(ctx, w, task)
+
+
+def on_allocation_exit(ctx: MasterContext, w: Work, alloc: models.Allocation, outcome: Outcome) -> None:
+    """An allocation of a task that is not a trial ended (an allocation-exit hook, wiring.py)."""
+    task = w.session.get_one(models.Task, alloc.task_id)
+    if alloc.exit_code is not None:
+        task.exit_code = alloc.exit_code
+    if alloc.exit_reason and outcome != Outcome.CLEAN:
+        task.exit_reason = alloc.exit_reason
+    why = f"its allocation ended: {outcome.value}"
+    state = TaskState(task.state)
+    if state == T.STOPPING_CANCELED:
+        transition(ctx, w, task, T.CANCELED, why)
+    elif state == T.STOPPING_PAUSED:
+        if outcome == Outcome.ERROR:
+            transition(ctx, w, task, T.ERROR, why)
+        elif outcome == Outcome.CLEAN and not alloc.preempt_requested:
+            transition(ctx, w, task, T.COMPLETED, why)
+        else:
+            transition(ctx, w, task, T.PAUSED, why)
+    elif state != T.ACTIVE:
+        return
+    elif outcome == Outcome.CLEAN:
+        transition(ctx, w, task, T.COMPLETED, why)
+    elif task.kind in PREEMPTIBLE_KINDS and outcome in (Outcome.PREEMPTED, Outcome.TRANSIENT):
+        # Preempted by the scheduler or lost with its agent: it runs again when placed.
+        allocations.request_for_task(ctx, w, task)
+    else:
+        transition(ctx, w, task, T.ERROR, why)

@@ -1,0 +1,70 @@
+"""A trial's task row: created with the trial, ended with it, reopened when `det experiment
+continue` reopens the trial. The trial lifecycle stays the owner of a trial's state; its task only
+records it, so that every kind of task is listed and read the same way."""
+
+from __future__ import annotations
+
+from services.master.domain.kernel.context import MasterContext, Work
+from services.master.domain.kernel.states import TASK_ENDED, RunState, TaskKind, TaskState
+from services.master.domain.kernel.task_ids import trial_task_id
+from services.master.domain.reads.jobs import experiment_job_id
+from services.master.domain.tasks import tasks
+from services.master.store import models
+
+# The trial's terminal states, as its task's.
+_ENDED_AS = {
+    RunState.COMPLETED: TaskState.COMPLETED,
+    RunState.CANCELED: TaskState.CANCELED,
+    RunState.ERROR: TaskState.ERROR,
+}
+
+
+def record(w: Work, exp: models.Experiment, trial: models.Trial) -> models.Task:
+    """The task of a trial just created (in the same transaction)."""
+    return record_many(w, exp, [trial])[0]
+
+
+def record_many(w: Work, exp: models.Experiment, trials: list[models.Trial]) -> list[models.Task]:
+    """The tasks of trials just created (in the same transaction)."""
+    project = w.session.get(models.Project, exp.project_id)
+    workspace_id = project.workspace_id if project is not None else None
+    tasks = [
+        models.Task(
+            id=trial_task_id(exp.id, trial.request_id),
+            kind=TaskKind.TRIAL,
+            owner_id=exp.owner_id,
+            description=f"Trial {trial.id} (Experiment {exp.id})",
+            config=None,
+            job_id=experiment_job_id(exp.id),
+            state=TaskState.ACTIVE,
+            start_time=trial.start_time,
+            resource_pool=exp.resource_pool,
+            slots=0,
+            run_id=0,
+            workspace_id=workspace_id,
+            project_id=exp.project_id,
+            experiment_id=exp.id,
+            no_pause=False,
+        )
+        for trial in trials
+    ]
+    w.session.add_all(tasks)
+    return tasks
+
+
+def follow(
+    ctx: MasterContext, w: Work, exp_id: int, trial: models.Trial, target: RunState, *, continuing: bool
+) -> None:
+    """The trial moved to `target`: its task ends with it, or runs again when continued, through
+    the task's own transition function like every other task."""
+    task = w.session.get(models.Task, trial_task_id(exp_id, trial.request_id))
+    if task is None:
+        return
+    if continuing and task.state in TASK_ENDED:
+        tasks.transition(ctx, w, task, TaskState.ACTIVE, f"trial {trial.id} continued", continuing=True)
+        return
+    ended = _ENDED_AS.get(target)
+    if ended is None or task.state == ended:
+        return
+    tasks.transition(ctx, w, task, ended, f"trial {trial.id} is {target.value}")
+    task.run_id = trial.run_id

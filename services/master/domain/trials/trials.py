@@ -1,0 +1,269 @@
+"""Trial lifecycle: start, stop, and what happens when an allocation of the trial ends.
+
+Order of checks when an allocation ends (Determined's, reference §1.6): a stopping trial ends; a
+paused one waits; a trial the searcher stopped, or whose code exited early on purpose, completes;
+an infrastructure failure retries without counting; an error counts against max_restarts; a clean
+exit completes the trial — except where the searcher gave the trial a target (halving searches):
+a trial that reached it waits idle for the searcher's verdict, to be sent on or stopped.
+
+Every state change goes through `transition`. This module commands allocations (it imports them);
+it hears of their ends, and tells its experiment of its own end, through the context's hooks
+(wiring.py), so it never imports the experiment lifecycle.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import func, select
+
+from cairn.searcher.v1 import searcher_pb2 as spb
+from services.common.logging import get_logger
+from services.master.domain.allocations import allocations
+from services.master.domain.config import config_view
+from services.master.domain.kernel.clock import utcnow
+from services.master.domain.kernel.context import NOT_CONNECTED, MasterContext, Work
+from services.master.domain.kernel.errors import NotFound
+from services.master.domain.kernel.states import (
+    STOPPING_SEVERITY,
+    STOPPING_TO_TERMINAL,
+    TERMINAL,
+    RunState,
+    check_trial,
+    is_stopping,
+)
+from services.master.domain.kernel.topics import trial_topic
+from services.master.domain.trials import searcher_outbox, trial_tasks
+from services.master.store import models
+
+log = get_logger(__name__)
+
+S = RunState
+
+
+class _LookUp:
+    """The caller did not say which allocation is live: look it up."""
+
+
+LOOK_UP = _LookUp()
+
+
+def transition(
+    ctx: MasterContext,
+    w: Work,
+    trial: models.Trial,
+    target: RunState,
+    reason: str,
+    *,
+    continuing: bool = False,
+) -> None:
+    """Every change of a trial's state: checked against the table (InvalidTransition otherwise),
+    stamped, logged with its reason and published; a terminal state tells the hooks (the
+    experiment may end). `continuing`: `det experiment continue` reopening an ended trial
+    (states.CONTINUE_TRANSITIONS)."""
+    previous = trial.state
+    check_trial(previous, target, continuing=continuing)
+    trial.state = target
+    trial_tasks.follow(ctx, w, trial.experiment_id, trial, target, continuing=continuing)
+    if continuing:
+        trial.end_time = None
+    if target in TERMINAL:
+        trial.end_time = utcnow()
+        if target == S.COMPLETED:
+            trial.progress = 1.0
+    topic = trial_topic(trial.id)
+    w.later(lambda: ctx.topics.publish(topic))
+    log.info("trial state", trial_id=trial.id, previous=previous, state=target.value, reason=reason)
+    if target in TERMINAL:
+        if not ctx.trial_end_hooks:
+            raise RuntimeError(NOT_CONNECTED)
+        for hook in ctx.trial_end_hooks:
+            hook(w, trial)
+
+
+def load(w: Work, trial_id: int) -> models.Trial:
+    trial = w.session.get(models.Trial, trial_id)
+    if trial is None:
+        raise NotFound(f"trial {trial_id} not found")
+    return trial
+
+
+def awaiting_verdict(trial: models.Trial) -> bool:
+    """The trial trained to the searcher's target and waits to be sent on (a new target) or stopped."""
+    return trial.searcher_target > 0 and trial.searcher_completed_length >= trial.searcher_target
+
+
+def ensure_running(
+    ctx: MasterContext,
+    w: Work,
+    trial: models.Trial,
+    exp: models.Experiment,
+    *,
+    live: models.Allocation | _LookUp | None = LOOK_UP,
+) -> None:
+    """Request an allocation if the trial should be running and has none (`live`: its live
+    allocation or None, when the caller read them all at once)."""
+    if exp.state != S.ACTIVE or trial.state != S.ACTIVE or trial.searcher_stopped:
+        return
+    if isinstance(live, _LookUp):
+        live = allocations.live_allocation(w, trial.id)
+    if awaiting_verdict(trial) or live is not None:
+        return
+    allocations.request(ctx, w, trial, exp)
+
+
+def request_allocations(
+    ctx: MasterContext, w: Work, trials: list[models.Trial], exp: models.Experiment
+) -> None:
+    """Allocations for trials just created (none has one yet): ensure_running for many at once."""
+    wanted = [
+        trial
+        for trial in trials
+        if exp.state == S.ACTIVE
+        and trial.state == S.ACTIVE
+        and not trial.searcher_stopped
+        and not awaiting_verdict(trial)
+    ]
+    if wanted:
+        allocations.request_many(ctx, w, wanted, exp)
+
+
+def on_allocation_exit(
+    ctx: MasterContext, w: Work, alloc: models.Allocation, outcome: allocations.Outcome
+) -> None:
+    """An allocation of the trial ended (registered as an allocation-exit hook by wiring.py)."""
+    trial = w.session.get_one(models.Trial, alloc.trial_id)
+    exp = w.session.get_one(models.Experiment, trial.experiment_id)
+    state = RunState(trial.state)
+    Outcome = allocations.Outcome
+    if is_stopping(state):
+        target = STOPPING_TO_TERMINAL[state]
+        if outcome == Outcome.ERROR and state == S.STOPPING_COMPLETED:
+            target = S.ERROR
+        finish(ctx, w, trial, exp, target, f"stopped; its allocation ended: {outcome.value}")
+        return
+    if state != S.ACTIVE:
+        return  # PAUSED: resumes on activate; terminal: nothing left to do
+    if trial.searcher_stopped or trial.early_exit_reason:
+        why = (
+            "stopped by the searcher"
+            if trial.searcher_stopped
+            else f"exited early: {trial.early_exit_reason}"
+        )
+        finish(ctx, w, trial, exp, S.COMPLETED, why)
+        return
+    if outcome == Outcome.ERROR:
+        # As in Determined: max_restarts 2 means three runs in all, and the trial ends with restarts=2.
+        limit = config_view(exp.config).max_restarts
+        if trial.restarts >= limit:
+            finish(ctx, w, trial, exp, S.ERROR, f"failed {trial.restarts + 1} times (max_restarts {limit})")
+            return
+        trial.restarts += 1
+        log.info("restarting trial", trial_id=trial.id, restarts=trial.restarts, max_restarts=limit)
+        ensure_running(ctx, w, trial, exp)
+        return
+    if outcome in (Outcome.TRANSIENT, Outcome.PREEMPTED, Outcome.KILLED):
+        ensure_running(ctx, w, trial, exp)
+        return
+    if awaiting_verdict(trial):
+        w.later(lambda: ctx.topics.publish(trial_topic(trial.id)))
+        return
+    if promoted_while_exiting(trial, alloc):
+        ensure_running(ctx, w, trial, exp)
+        return
+    finish(ctx, w, trial, exp, S.COMPLETED, "its code exited 0")
+
+
+def promoted_while_exiting(trial: models.Trial, alloc: models.Allocation) -> bool:
+    """The code finished the target it was given, but the searcher raised the target after the code
+    had asked for its next operation: resume it rather than end it."""
+    started_with = alloc.searcher_target
+    return 0 < started_with <= trial.searcher_completed_length < trial.searcher_target
+
+
+def finish(
+    ctx: MasterContext, w: Work, trial: models.Trial, exp: models.Experiment, target: RunState, reason: str
+) -> None:
+    """Move the trial to a terminal state and tell the searcher."""
+    if trial.state in TERMINAL:
+        return
+    if target == S.CANCELED:
+        event = spb.SearcherEvent(
+            trial_exited_early=spb.TrialExitedEarly(
+                request_id=trial.request_id, reason=spb.TrialExitedEarly.REASON_USER_CANCELED
+            )
+        )
+        searcher_outbox.enqueue(ctx, w, exp.id, event)
+    elif target == S.ERROR:
+        event = spb.SearcherEvent(
+            trial_exited_early=spb.TrialExitedEarly(
+                request_id=trial.request_id, reason=spb.TrialExitedEarly.REASON_ERRORED
+            )
+        )
+        searcher_outbox.enqueue(ctx, w, exp.id, event)
+    searcher_outbox.enqueue(
+        ctx, w, exp.id, spb.SearcherEvent(trial_exited=spb.TrialExited(request_id=trial.request_id))
+    )
+    transition(ctx, w, trial, target, reason)
+
+
+def stop(
+    ctx: MasterContext,
+    w: Work,
+    trial: models.Trial,
+    exp: models.Experiment,
+    target: RunState,
+    *,
+    live: models.Allocation | _LookUp | None = LOOK_UP,
+) -> None:
+    """Stop a trial: graceful for COMPLETED/CANCELED, immediate for KILLED/ERROR. `live`: its live
+    allocation (or None), when the caller read them all at once."""
+    current = RunState(trial.state)
+    if current in TERMINAL:
+        return
+    if is_stopping(current) and STOPPING_SEVERITY.index(target) <= STOPPING_SEVERITY.index(current):
+        return  # a stop can only become more severe
+    transition(ctx, w, trial, target, "stop requested")
+    alloc = allocations.live_allocation(w, trial.id) if isinstance(live, _LookUp) else live
+    if alloc is None:
+        finish(ctx, w, trial, exp, STOPPING_TO_TERMINAL[target], "stopped with nothing running")
+        return
+    if target in (S.STOPPING_KILLED, S.STOPPING_ERROR):
+        allocations.request_kill(ctx, w, alloc, grace_seconds=0, reason=f"trial {target.value.lower()}")
+    else:
+        reason = "searcher stopped the trial" if target == S.STOPPING_COMPLETED else "experiment canceled"
+        allocations.request_preempt(ctx, w, alloc, reason)
+
+
+def pause(
+    ctx: MasterContext, w: Work, trial: models.Trial, *, live: models.Allocation | _LookUp | None = LOOK_UP
+) -> None:
+    if trial.state != S.ACTIVE:
+        return
+    transition(ctx, w, trial, S.PAUSED, "experiment paused")
+    alloc = allocations.live_allocation(w, trial.id) if isinstance(live, _LookUp) else live
+    if alloc is not None:
+        allocations.request_preempt(ctx, w, alloc, "experiment paused")
+
+
+def activate(
+    ctx: MasterContext,
+    w: Work,
+    trial: models.Trial,
+    exp: models.Experiment,
+    *,
+    live: models.Allocation | _LookUp | None = LOOK_UP,
+) -> None:
+    if trial.state != S.PAUSED:
+        return
+    transition(ctx, w, trial, S.ACTIVE, "experiment activated")
+    ensure_running(ctx, w, trial, exp, live=live)
+
+
+def live_trial_count(w: Work, experiment_id: int) -> int:
+    return int(
+        w.session.scalar(
+            select(func.count())
+            .select_from(models.Trial)
+            .where(models.Trial.experiment_id == experiment_id, models.Trial.state.not_in(list(TERMINAL)))
+        )
+        or 0
+    )
