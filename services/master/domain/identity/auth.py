@@ -120,12 +120,15 @@ class AuthService:
     def ensure_builtin_users(self) -> None:
         """Create the built-in accounts; with an initial password, give it to those still without one
         (as Determined's `initial_user_password` does for new clusters)."""
-        initial = hash_password(salt_and_hash(self._initial_password))
+        initial = ""  # hashed once, and only when an account needs it (a hash takes ~30 ms)
         with self._db.transaction() as s:
             existing = {u.username: u for u in s.scalars(select(models.User))}
             now = utcnow()
             for username, admin in BUILTIN_USERS:
                 user = existing.get(username)
+                needs_password = user is None or (self._initial_password and has_empty_password(user))
+                if needs_password and not initial:
+                    initial = hash_password(salt_and_hash(self._initial_password))
                 if user is None:
                     s.add(
                         models.User(

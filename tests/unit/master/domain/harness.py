@@ -223,6 +223,7 @@ class Master:
         if pools:
             settings = Settings(state_dir=state_dir, db_url=settings.db_url, pools=tuple(pools))
         state_dir.mkdir(parents=True, exist_ok=True)
+        self._state_dir, self._db_url, self._pools = state_dir, settings.db_url, tuple(pools)
         self.db = Database(settings.database_url)
         self.db.migrate()
         self.hub = RecordingHub()
@@ -256,6 +257,10 @@ class Master:
 
     def close(self) -> None:
         self.db.dispose()
+
+    def restarted(self) -> Master:
+        """A new master on this one's state and database, as after a restart (close this one first)."""
+        return Master(self._state_dir, pools=self._pools, db_url=self._db_url)
 
     # -- the cluster ------------------------------------------------------------------------------
     def add_agent(

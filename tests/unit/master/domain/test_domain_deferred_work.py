@@ -129,7 +129,7 @@ def test_owed_work_survives_a_master_restart(
     trial.complete()
     # The master stops after the commit that owed the GC, before running it.
     master.close()
-    restarted = Master(tmp_path / "master")
+    restarted = master.restarted()
     try:
         assert restarted.run_deferred() == 1
         assert restarted.experiment(trial.experiment_id).checkpoint_gc_done

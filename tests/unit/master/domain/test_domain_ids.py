@@ -35,9 +35,10 @@ def test_a_deleted_experiments_ids_are_not_handed_out_again(master: Master) -> N
     second = master.create()
     (second_trial,) = master.trials(second)
     assert second > first and second_trial.id > first_trial.id
-    with master.db.read() as s:
-        sql = s.execute(text("SELECT sql FROM sqlite_master WHERE name = 'experiments'")).scalar_one()
-    assert "AUTOINCREMENT" in sql
+    if master.db.dialect == "sqlite":  # PostgreSQL's sequences never go back by themselves
+        with master.db.read() as s:
+            sql = s.execute(text("SELECT sql FROM sqlite_master WHERE name = 'experiments'")).scalar_one()
+        assert "AUTOINCREMENT" in sql
 
 
 def test_a_database_from_before_keeps_its_rows_through_the_rebuild(tmp_path: Path) -> None:

@@ -23,11 +23,6 @@ from tests.unit.master.domain.harness import Master
 NAMES = ("loss", "accuracy", "lr")
 
 
-@pytest.fixture
-def master(master_on_each_database: Master) -> Master:
-    return master_on_each_database
-
-
 def _document(
     first_seq: int, count: int, group: str = "training", extra: dict[str, Any] | None = None
 ) -> bytes:

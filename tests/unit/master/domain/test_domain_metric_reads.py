@@ -46,11 +46,6 @@ ODD_VALUES: dict[str, Any] = {
 }
 
 
-@pytest.fixture
-def master(master_on_each_database: Master) -> Master:
-    return master_on_each_database
-
-
 def _trial(master: Master) -> int:
     master.add_agent("a1", slots=1)
     return master.trials(master.create())[0].id

@@ -21,11 +21,6 @@ from tests.unit.master.domain.harness import Master
 from tests.unit.master.domain.test_domain_models import Trial
 
 
-@pytest.fixture
-def master(master_on_each_database: Master) -> Master:
-    return master_on_each_database
-
-
 def _metric_rows(master: Master, trial_id: int) -> int:
     with master.db.read() as s:
         return int(s.scalar(select(func.count()).where(models.Metric.trial_id == trial_id)) or 0)

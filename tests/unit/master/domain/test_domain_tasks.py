@@ -247,7 +247,7 @@ def test_a_running_command_survives_a_master_restart(master: Master, tmp_path: P
     (container,) = master.run_containers(alloc.id)
     master.close()
 
-    restarted = Master(tmp_path / "master")
+    restarted = master.restarted()
     try:
         restarted.add_agent(
             "a1",
