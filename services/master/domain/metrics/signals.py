@@ -27,7 +27,7 @@ from services.master.domain.kernel.errors import (
 from services.master.domain.kernel.states import TERMINAL
 from services.master.domain.kernel.states import AllocationState as A
 from services.master.domain.kernel.topics import allocation_topic, searcher_answers_topic, trial_topic
-from services.master.domain.metrics.metrics import forward_operation_result
+from services.master.domain.metrics.validations import forward_operation_result
 from services.master.store import models
 
 # Held while a call waits for signals: a server thread is taken for that long (the servicer's

@@ -17,8 +17,9 @@ from services.common.local_calls import RenderedJson, accepts_rendered_json
 from services.master.domain.identity import allocation_access
 from services.master.domain.kernel.errors import InvalidArgument
 from services.master.domain.kernel.paging import page_of
-from services.master.domain.metrics import metrics, signals
+from services.master.domain.metrics import intake, progress, signals
 from services.master.domain.metrics.downsample import downsample
+from services.master.domain.metrics.reports import Report
 from services.master.domain.reads import metrics as reads
 from services.master.servicers.api import convert, metrics_json, metrics_wire
 from services.master.servicers.api.base import ServicerBase
@@ -50,21 +51,21 @@ class MetricsApi(ServicerBase):
         m = request.metrics
         if not m.HasField("steps_completed"):
             raise InvalidArgument("metrics.steps_completed: required")
-        report = metrics.Report(
+        report = Report(
             group=request.group,
             steps_completed=m.steps_completed,
             metrics=struct_to_python(m.metrics.avg_metrics),
             report_time=m.report_time.ToDatetime(UTC) if m.HasField("report_time") else None,
             batch_metrics=[struct_to_python(b) for b in m.metrics.batch_metrics] or None,
         )
-        metrics.report(self.ctx, self.caller(context), m.trial_id, m.trial_run_id, [report])
+        intake.report(self.ctx, self.caller(context), m.trial_id, m.trial_run_id, [report])
         return tpb.ReportTrialMetricsResponse()
 
     @rpc
     def ReportTrialMetricsBatch(
         self, request: tpb.ReportTrialMetricsBatchRequest, context: grpc.ServicerContext
     ) -> tpb.ReportTrialMetricsBatchResponse:
-        result = metrics.report(
+        result = intake.report(
             self.ctx,
             self.caller(context),
             request.trial_id,
@@ -131,14 +132,16 @@ class MetricsApi(ServicerBase):
     def ReportTrialProgress(
         self, request: tpb.ReportTrialProgressRequest, context: grpc.ServicerContext
     ) -> tpb.ReportTrialProgressResponse:
-        metrics.report_progress(self.ctx, self.caller(context), request.trial_id, request.progress)
+        progress.report_progress(self.ctx, self.caller(context), request.trial_id, request.progress)
         return tpb.ReportTrialProgressResponse()
 
     @rpc
     def PostTrialRunnerMetadata(
         self, request: tpb.PostTrialRunnerMetadataRequest, context: grpc.ServicerContext
     ) -> tpb.PostTrialRunnerMetadataResponse:
-        metrics.report_runner_status(self.ctx, self.caller(context), request.trial_id, request.metadata.state)
+        progress.report_runner_status(
+            self.ctx, self.caller(context), request.trial_id, request.metadata.state
+        )
         return tpb.PostTrialRunnerMetadataResponse()
 
     @rpc
@@ -148,7 +151,7 @@ class MetricsApi(ServicerBase):
         reason = EARLY_EXIT_NAMES.get(request.early_exit.reason)
         if reason is None:
             raise InvalidArgument("early_exit.reason: required")
-        metrics.report_early_exit(self.ctx, self.caller(context), request.trial_id, reason)
+        progress.report_early_exit(self.ctx, self.caller(context), request.trial_id, reason)
         return tpb.ReportTrialSearcherEarlyExitResponse()
 
     @rpc
@@ -250,7 +253,7 @@ class WorkloadsApi(ServicerBase):
     def RunPrepareForReporting(
         self, request: tpb.RunPrepareForReportingRequest, context: grpc.ServicerContext
     ) -> tpb.RunPrepareForReportingResponse:
-        metrics.check_run_reporter(self.ctx, self.caller(context), request.run_id)
+        progress.check_run_reporter(self.ctx, self.caller(context), request.run_id)
         storage = json.dumps(struct_to_python(request.checkpoint_storage), sort_keys=True)
         return tpb.RunPrepareForReportingResponse(storage_id=zlib.crc32(storage.encode()) & 0x7FFFFFFF)
 

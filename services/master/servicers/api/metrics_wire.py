@@ -19,8 +19,8 @@ import orjson
 from cairn.api.v1 import trial_pb2 as tpb
 from cairn.wire import struct_to_python
 from services.master.domain.kernel.errors import InvalidArgument
-from services.master.domain.metrics import metrics
 from services.master.domain.metrics.metric_columns import FlatBatch
+from services.master.domain.metrics.reports import Report
 
 # As deep as a config may nest (and far from Python's recursion limit, which the summary's and
 # the store's walks must never reach).
@@ -29,7 +29,7 @@ MAX_DEPTH = 32
 REPORT_FIELDS = ("seq", "group", "steps_completed", "report_time", "metrics", "batch_metrics")
 
 
-def batch_of(request: tpb.ReportTrialMetricsBatchRequest) -> list[metrics.Report] | FlatBatch:
+def batch_of(request: tpb.ReportTrialMetricsBatchRequest) -> list[Report] | FlatBatch:
     """The request's reports: held by column where they allow it (metric_columns), else one
     Report each."""
     if request.reports_json and request.reports:
@@ -42,9 +42,9 @@ def batch_of(request: tpb.ReportTrialMetricsBatchRequest) -> list[metrics.Report
     return _reports_of_messages(request)
 
 
-def _reports_of_messages(request: tpb.ReportTrialMetricsBatchRequest) -> list[metrics.Report]:
+def _reports_of_messages(request: tpb.ReportTrialMetricsBatchRequest) -> list[Report]:
     return [
-        metrics.Report(
+        Report(
             group=r.group,
             steps_completed=r.steps_completed,
             metrics=struct_to_python(r.metrics),
@@ -164,11 +164,11 @@ def _flat_batch(document: list[Any], data: bytes) -> FlatBatch | None:
     )
 
 
-def reports_from_json(data: bytes) -> list[metrics.Report]:
+def reports_from_json(data: bytes) -> list[Report]:
     return _reports_of_document(_document(data), data)
 
 
-def _reports_of_document(document: list[Any], data: bytes) -> list[metrics.Report]:
+def _reports_of_document(document: list[Any], data: bytes) -> list[Report]:
     # The common batch at once, in C: a NUL can only be written \u0000 in JSON, and a document
     # with one `[` per report (and the outer one) and one `{` per report has every report's metrics
     # flat and no batch metrics. Either count is thrown off by such characters in strings, which
@@ -202,7 +202,7 @@ def _reports_of_document(document: list[Any], data: bytes) -> list[metrics.Repor
                 )
             _check_nesting(batches, f"reports_json[{index}].batch_metrics")
         reports.append(
-            metrics.Report(
+            Report(
                 group=group,
                 steps_completed=steps,
                 metrics=values,

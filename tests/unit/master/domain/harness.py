@@ -36,7 +36,8 @@ from services.master.domain.kernel.context import MasterContext
 from services.master.domain.kernel.deferred_work import Backoff
 from services.master.domain.kernel.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from services.master.domain.kernel.ports import storage_struct
-from services.master.domain.metrics import metrics
+from services.master.domain.metrics import intake
+from services.master.domain.metrics.reports import Report
 from services.master.domain.scheduling import agents
 from services.master.domain.scheduling.agent_hub import AgentHub
 from services.master.domain.scheduling.scheduling import SchedulingLoop
@@ -357,8 +358,8 @@ class Master:
     def report(
         self, trial_id: int, run_id: int, group: str, steps: int, seq: int | None, **values: float
     ) -> int:
-        result = metrics.report(
-            self.ctx, self.admin, trial_id, run_id, [metrics.Report(group, steps, dict(values), seq=seq)]
+        result = intake.report(
+            self.ctx, self.admin, trial_id, run_id, [Report(group, steps, dict(values), seq=seq)]
         )
         self.settle()
         return result.stored

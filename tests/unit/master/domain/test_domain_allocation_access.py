@@ -10,7 +10,8 @@ from services.common.principal import Principal
 from services.master.domain.experiments import experiments
 from services.master.domain.identity.auth import AuthService, hash_token
 from services.master.domain.kernel.errors import NotFound, PermissionDenied, Unauthenticated
-from services.master.domain.metrics import metrics, signals
+from services.master.domain.metrics import intake, signals
+from services.master.domain.metrics.reports import Report
 from services.master.store import models
 from tests.unit.master.domain.harness import Master
 
@@ -50,15 +51,15 @@ def test_a_token_cannot_read_or_complete_another_trials_searcher_operation(maste
 def test_a_token_reports_only_for_its_own_trial(master: Master) -> None:
     first, second = _two_running_trials(master)
     code = _trial_code(master, first)
-    report = [metrics.Report("training", 1, {"loss": 1.0}, seq=1)]
-    assert metrics.report(master.ctx, code, first.id, first.run_id, report).stored == 1
+    report = [Report("training", 1, {"loss": 1.0}, seq=1)]
+    assert intake.report(master.ctx, code, first.id, first.run_id, report).stored == 1
     with pytest.raises(PermissionDenied, match=f"not trial {second.id}"):
-        metrics.report(master.ctx, code, second.id, second.run_id, report)
+        intake.report(master.ctx, code, second.id, second.run_id, report)
     assert master.stored_steps(second.id) == []
     with pytest.raises(PermissionDenied, match="allocation_id: the token belongs to allocation"):
         signals.ack_preemption(master.ctx, code, master.live(second.id).id)
     # A user's session is not trial code: the same calls are open to it.
-    assert metrics.report(master.ctx, master.admin, second.id, second.run_id, report).stored == 1
+    assert intake.report(master.ctx, master.admin, second.id, second.run_id, report).stored == 1
 
 
 def test_a_canceled_trials_token_is_refused(master: Master) -> None:
@@ -80,9 +81,7 @@ def test_a_canceled_trials_token_is_refused(master: Master) -> None:
         auth.authenticate_allocation_token("first-token")
     # A call already past authentication is refused too: the check reads the allocation again.
     with pytest.raises(Unauthenticated, match="has ended"):
-        metrics.report(
-            master.ctx, code, first.id, first.run_id, [metrics.Report("training", 9, {"loss": 1.0}, seq=9)]
-        )
+        intake.report(master.ctx, code, first.id, first.run_id, [Report("training", 9, {"loss": 1.0}, seq=9)])
     assert 9 not in master.stored_steps(first.id)
     with pytest.raises(Unauthenticated, match="invalid allocation token"):
         auth.authenticate_allocation_token("never-issued")

@@ -11,7 +11,8 @@ import pytest
 
 from services.master.domain.kernel.errors import FailedPrecondition, NotFound, Unavailable
 from services.master.domain.kernel.intake_order import IntakeOrder
-from services.master.domain.metrics import metrics
+from services.master.domain.metrics import intake
+from services.master.domain.metrics.reports import Report
 from services.master.store import models
 from tests.unit.master.domain.harness import Master
 
@@ -23,8 +24,8 @@ def _running_trial(master: Master) -> models.Trial:
     return trial
 
 
-def _batch(first: int, last: int) -> list[metrics.Report]:
-    return [metrics.Report("training", seq, {"loss": 1.0 / seq}, seq=seq) for seq in range(first, last + 1)]
+def _batch(first: int, last: int) -> list[Report]:
+    return [Report("training", seq, {"loss": 1.0 / seq}, seq=seq) for seq in range(first, last + 1)]
 
 
 def _stored_seqs_by_id(master: Master, trial_id: int) -> list[int]:
@@ -37,11 +38,11 @@ def _stored_seqs_by_id(master: Master, trial_id: int) -> list[int]:
 
 def test_a_batch_that_arrives_first_waits_for_the_one_it_follows(master: Master) -> None:
     trial = _running_trial(master)
-    metrics.report(master.ctx, master.admin, trial.id, trial.run_id, _batch(1, 3))
+    intake.report(master.ctx, master.admin, trial.id, trial.run_id, _batch(1, 3))
     done: list[int] = []
 
     def second() -> None:
-        result = metrics.report(master.ctx, master.admin, trial.id, trial.run_id, _batch(7, 9), after_seq=6)
+        result = intake.report(master.ctx, master.admin, trial.id, trial.run_id, _batch(7, 9), after_seq=6)
         done.append(result.stored)
 
     waiting = threading.Thread(target=second)
@@ -49,7 +50,7 @@ def test_a_batch_that_arrives_first_waits_for_the_one_it_follows(master: Master)
     time.sleep(0.3)
     assert done == [] and _stored_seqs_by_id(master, trial.id) == [1, 2, 3]  # 7..9 wait for 4..6
 
-    metrics.report(master.ctx, master.admin, trial.id, trial.run_id, _batch(4, 6), after_seq=3)
+    intake.report(master.ctx, master.admin, trial.id, trial.run_id, _batch(4, 6), after_seq=3)
     waiting.join(10)
 
     assert done == [3]
@@ -61,10 +62,10 @@ def test_a_batch_that_arrives_first_waits_for_the_one_it_follows(master: Master)
 def test_a_batch_whose_predecessor_never_comes_is_refused_as_retryable(master: Master) -> None:
     trial = _running_trial(master)
     master.ctx.intake_order = IntakeOrder(wait_s=0.2)
-    metrics.report(master.ctx, master.admin, trial.id, trial.run_id, _batch(1, 3))
+    intake.report(master.ctx, master.admin, trial.id, trial.run_id, _batch(1, 3))
 
     with pytest.raises(Unavailable, match="reports up to seq 6 are not stored yet"):
-        metrics.report(master.ctx, master.admin, trial.id, trial.run_id, _batch(7, 9), after_seq=6)
+        intake.report(master.ctx, master.admin, trial.id, trial.run_id, _batch(7, 9), after_seq=6)
 
     assert _stored_seqs_by_id(master, trial.id) == [1, 2, 3]  # nothing of it stored
 
@@ -78,7 +79,7 @@ def test_a_batch_waiting_in_vain_for_a_run_that_is_over_is_refused_for_good(mast
     (container,) = master.run_containers(master.live(trial.id).id)
     master.ctx.intake_order = IntakeOrder(wait_s=0.1)
     with pytest.raises(FailedPrecondition, match=f"trial {trial.id} is on run 1; reports of run 7"):
-        metrics.report(master.ctx, master.admin, trial.id, 7, _batch(9, 9), after_seq=8)
+        intake.report(master.ctx, master.admin, trial.id, 7, _batch(9, 9), after_seq=8)
     master.report(trial.id, 1, "validation", 10, 1, loss=0.5)
     master.exit(container, 0)
     (trial,) = master.trials(experiment_id)
@@ -86,17 +87,17 @@ def test_a_batch_waiting_in_vain_for_a_run_that_is_over_is_refused_for_good(mast
     with pytest.raises(
         FailedPrecondition, match=r"after_seq: trial \d+ has ended without reports up to seq 8"
     ):
-        metrics.report(master.ctx, master.admin, trial.id, trial.run_id, _batch(9, 9), after_seq=8)
+        intake.report(master.ctx, master.admin, trial.id, trial.run_id, _batch(9, 9), after_seq=8)
     with pytest.raises(NotFound, match="trial 999 not found"):
-        metrics.report(master.ctx, master.admin, 999, 1, _batch(9, 9), after_seq=8)
+        intake.report(master.ctx, master.admin, 999, 1, _batch(9, 9), after_seq=8)
 
 
 def test_a_master_without_a_mark_reads_what_the_run_holds(master: Master) -> None:
     trial = _running_trial(master)
-    metrics.report(master.ctx, master.admin, trial.id, trial.run_id, _batch(1, 3))
+    intake.report(master.ctx, master.admin, trial.id, trial.run_id, _batch(1, 3))
     master.ctx.intake_order = IntakeOrder(wait_s=0.2)  # as after a restart: no mark for the run
 
-    stored = metrics.report(master.ctx, master.admin, trial.id, trial.run_id, _batch(4, 5), after_seq=3)
+    stored = intake.report(master.ctx, master.admin, trial.id, trial.run_id, _batch(4, 5), after_seq=3)
 
     assert stored.stored == 2 and _stored_seqs_by_id(master, trial.id) == [1, 2, 3, 4, 5]
 

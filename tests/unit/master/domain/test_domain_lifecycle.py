@@ -13,7 +13,7 @@ from services.master.domain.allocations import allocations
 from services.master.domain.experiments import experiments
 from services.master.domain.kernel.errors import FailedPrecondition
 from services.master.domain.kernel.states import AllocationState, InvalidTransition, RunState
-from services.master.domain.metrics import metrics
+from services.master.domain.metrics import progress
 from services.master.domain.scheduling import agents
 from services.master.domain.trials import trials
 from services.master.store import models
@@ -215,10 +215,10 @@ def test_an_early_exit_reported_again_is_done_once_and_a_different_one_refused(m
             return len(s.scalars(select(models.SearcherEvent)).all())
 
     before = events()
-    metrics.report_early_exit(master.ctx, master.admin, trial.id, "USER_REQUESTED_STOP")
-    metrics.report_early_exit(master.ctx, master.admin, trial.id, "USER_REQUESTED_STOP")
+    progress.report_early_exit(master.ctx, master.admin, trial.id, "USER_REQUESTED_STOP")
+    progress.report_early_exit(master.ctx, master.admin, trial.id, "USER_REQUESTED_STOP")
     assert events() - before == 1
     with pytest.raises(FailedPrecondition, match="already reported an early exit"):
-        metrics.report_early_exit(master.ctx, master.admin, trial.id, "INVALID_HP")
+        progress.report_early_exit(master.ctx, master.admin, trial.id, "INVALID_HP")
     with master.db.read() as s:
         assert s.get_one(models.Trial, trial.id).early_exit_reason == "USER_REQUESTED_STOP"

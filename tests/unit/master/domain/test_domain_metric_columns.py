@@ -15,7 +15,7 @@ from sqlalchemy import select
 
 from services.master.domain.kernel.errors import InvalidArgument
 from services.master.domain.kernel.telemetry import Histogram
-from services.master.domain.metrics import metric_columns, metrics
+from services.master.domain.metrics import intake, metric_columns
 from services.master.servicers.api import metrics_wire
 from services.master.store import metric_rows, models
 from tests.unit.master.domain.harness import Master
@@ -64,8 +64,8 @@ def test_a_batch_by_column_stores_what_the_same_reports_do(master: Master) -> No
         flat = _flat(data)
         assert flat is not None
         reports = metrics_wire.reports_from_json(data)
-        assert metrics.report(master.ctx, master.admin, by_report, 1, reports).stored == 300
-        result = metrics.report(master.ctx, master.admin, by_column, 1, flat)
+        assert intake.report(master.ctx, master.admin, by_report, 1, reports).stored == 300
+        result = intake.report(master.ctx, master.admin, by_column, 1, flat)
         assert (result.stored, result.duplicates, result.max_stored_seq) == (300, 0, first + 299)
 
     assert _stored(master, by_column) == _stored(master, by_report)
@@ -77,7 +77,7 @@ def test_a_batch_by_column_stores_what_the_same_reports_do(master: Master) -> No
     # Sent again (an answer lost on the way): counted as resends, stored once.
     again = _flat(_document(591, 20))
     assert again is not None
-    result = metrics.report(master.ctx, master.admin, by_column, 1, again)
+    result = intake.report(master.ctx, master.admin, by_column, 1, again)
     assert (result.stored, result.duplicates, result.max_stored_seq) == (10, 10, 610)
     assert len(_stored(master, by_column)[0]) == 610
 
@@ -87,9 +87,9 @@ def test_columns_refused_by_the_domain_name_the_report(master: Master) -> None:
     flat = _flat(_document(1, 5))
     assert flat is not None
     with pytest.raises(InvalidArgument, match=r"reports\[3\]\.steps_completed"):
-        metrics.report(master.ctx, master.admin, trial_id, 1, flat._replace(steps=[1, 2, 3, -1, 5]))
+        intake.report(master.ctx, master.admin, trial_id, 1, flat._replace(steps=[1, 2, 3, -1, 5]))
     with pytest.raises(InvalidArgument, match=r"reports\[0\]\.group"):
-        metrics.report(master.ctx, master.admin, trial_id, 1, flat._replace(group="a.b"))
+        intake.report(master.ctx, master.admin, trial_id, 1, flat._replace(group="a.b"))
     assert _stored(master, trial_id)[0] == []
 
 
@@ -142,7 +142,7 @@ def test_stored_spaced_and_escaped_json_reads_back_the_same(master: Master) -> N
     rows = orjson.loads(_document(1, 4, extra={'q"uote\\back\tslash': 2.5, "é": 0.5}))
     flat = _flat(json.dumps(rows, indent=1, ensure_ascii=False).encode())
     assert flat is not None
-    metrics.report(master.ctx, master.admin, trial_id, 1, flat)
+    intake.report(master.ctx, master.admin, trial_id, 1, flat)
     stored = _stored(master, trial_id)[0]
     assert [row[4] for row in stored] == flat.values
 
@@ -172,7 +172,7 @@ def test_a_restarted_run_by_column_archives_what_it_passes_again(master: Master)
     by_report, by_column = _two_trials(master)
     for trial_id in (by_report, by_column):
         first_run = metrics_wire.reports_from_json(_document(1, 50))
-        metrics.report(master.ctx, master.admin, trial_id, 1, first_run)
+        intake.report(master.ctx, master.admin, trial_id, 1, first_run)
         (container,) = master.run_containers(master.live(trial_id).id)
         master.exit(container, 1)
         assert master.live(trial_id).run_id == 2
@@ -184,8 +184,8 @@ def test_a_restarted_run_by_column_archives_what_it_passes_again(master: Master)
     data = orjson.dumps(rows)
     flat = _flat(data)
     assert flat is not None
-    metrics.report(master.ctx, master.admin, by_report, 2, metrics_wire.reports_from_json(data))
-    assert metrics.report(master.ctx, master.admin, by_column, 2, flat).stored == 30
+    intake.report(master.ctx, master.admin, by_report, 2, metrics_wire.reports_from_json(data))
+    assert intake.report(master.ctx, master.admin, by_column, 2, flat).stored == 30
 
     assert _stored(master, by_column) == _stored(master, by_report)
     stored, summary, total_batches = _stored(master, by_column)

@@ -16,7 +16,8 @@ from sqlalchemy import select, text
 from cairn.api.v1 import trial_pb2 as tpb
 from services.common.errors import DatabaseUnavailable
 from services.common.local_calls import RenderedJson
-from services.master.domain.metrics import metrics
+from services.master.domain.metrics import intake
+from services.master.domain.metrics.reports import Report
 from services.master.domain.reads import metrics as reads
 from services.master.gateway.json_encoding import JsonEncoder
 from services.master.servicers.api.convert import ts
@@ -80,15 +81,13 @@ def _both_ways(master: Master, request: tpb.GetMetricsRequest) -> tuple[list[byt
 def test_rows_read_on_the_cursor_are_what_the_orm_reads(master: Master) -> None:
     trial = _trial(master)
     reports = [
-        metrics.Report(
-            group="validation", steps_completed=10 * step, metrics={"acc": step / 3, "odd": ODD_VALUES}
-        )
+        Report(group="validation", steps_completed=10 * step, metrics={"acc": step / 3, "odd": ODD_VALUES})
         for step in range(1, 6)
     ]
     reports.append(
-        metrics.Report(group="training", steps_completed=5, metrics={"loss": 1.5}, batch_metrics=[{"l": 1}])
+        Report(group="training", steps_completed=5, metrics={"loss": 1.5}, batch_metrics=[{"l": 1}])
     )
-    metrics.report(master.ctx, master.admin, trial, 1, reports)
+    intake.report(master.ctx, master.admin, trial, 1, reports)
     with master.db.read_connection() as connection:
         rows = reads.reports_of_trial(connection, trial, "validation")
         training = reads.reports_of_trial(connection, trial, "training")
@@ -120,7 +119,7 @@ def test_the_rendered_json_is_what_the_gateway_prints_for_the_message(master: Ma
     base = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
     times = [base, base + timedelta(milliseconds=250), base + timedelta(microseconds=123457)]
     reports = [
-        metrics.Report(
+        Report(
             group=group,
             steps_completed=step,
             metrics=(
@@ -137,7 +136,7 @@ def test_the_rendered_json_is_what_the_gateway_prints_for_the_message(master: Ma
         for group in ("training", "validation", "my group")
         for step in range(1, 7)
     ]
-    metrics.report(master.ctx, master.admin, trial, 1, reports)
+    intake.report(master.ctx, master.admin, trial, 1, reports)
     for group in ("training", "validation", "my group", ""):
         printed, rendered = _both_ways(master, tpb.GetMetricsRequest(trial_ids=[trial], group=group))
         assert len(printed) == 1
@@ -152,10 +151,8 @@ def test_the_rendered_json_is_what_the_gateway_prints_for_the_message(master: Ma
 def test_a_long_series_is_rendered_in_messages_of_the_same_size(master: Master) -> None:
     trial = _trial(master)
     count = REPORTS_PER_MESSAGE + 5
-    reports = [
-        metrics.Report(group="training", steps_completed=s, metrics={"loss": s / 9}) for s in range(count)
-    ]
-    metrics.report(master.ctx, master.admin, trial, 1, reports)
+    reports = [Report(group="training", steps_completed=s, metrics={"loss": s / 9}) for s in range(count)]
+    intake.report(master.ctx, master.admin, trial, 1, reports)
     printed, rendered = _both_ways(master, tpb.GetMetricsRequest(trial_ids=[trial]))
     assert rendered == printed
     assert [len(orjson.loads(r)["metrics"]) for r in rendered] == [REPORTS_PER_MESSAGE, 5]
@@ -167,7 +164,7 @@ def test_a_read_on_a_lost_connection_is_an_outage_and_the_connection_is_not_reus
     if master.db.dialect != "postgresql":
         pytest.skip("a lost connection is PostgreSQL's")
     trial = _trial(master)
-    metrics.report(master.ctx, master.admin, trial, 1, [metrics.Report("training", 1, {"loss": 1.0})])
+    intake.report(master.ctx, master.admin, trial, 1, [Report("training", 1, {"loss": 1.0})])
     monkeypatch.setattr(db_module, "PING_AFTER_IDLE_S", 3600.0)  # a dead connection would go out unpinged
     # A pool of its own, used by this test alone: one connection, handed out again and again.
     database = Database(master.db.engine.url.render_as_string(hide_password=False))

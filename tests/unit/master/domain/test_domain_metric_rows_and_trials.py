@@ -15,7 +15,7 @@ from sqlalchemy import func, select
 from services.master.domain.deletion import deletion
 from services.master.domain.experiments import experiments
 from services.master.domain.kernel.errors import NotFound
-from services.master.domain.metrics import metrics
+from services.master.domain.metrics import intake
 from services.master.store import metric_rows, models
 from tests.unit.master.domain.harness import Master
 from tests.unit.master.domain.test_domain_models import Trial
@@ -60,9 +60,9 @@ def test_a_batch_being_stored_holds_off_the_deletion_of_its_trial(master: Master
     holding, release = threading.Event(), threading.Event()
 
     def late_batch() -> None:
-        # metrics.report's own steps, paused between reading the trial and committing its rows.
+        # intake.report's own steps, paused between reading the trial and committing its rows.
         with master.ctx.unit_of_work(master.ctx.trial_locks.of(trial.trial_id)) as w:
-            metrics._intake_trial(w, master.admin, trial.trial_id)
+            intake._intake_trial(w, master.admin, trial.trial_id)
             row: metric_rows.Row = (
                 trial.trial_id, 1, 99, "training", 99, datetime.now(UTC), '{"loss": 0.1}', None, False
             )  # fmt: skip

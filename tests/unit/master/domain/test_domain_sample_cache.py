@@ -10,7 +10,8 @@ import threading
 import pytest
 from sqlalchemy import event, select
 
-from services.master.domain.metrics import metrics
+from services.master.domain.metrics import intake
+from services.master.domain.metrics.reports import Report
 from services.master.domain.metrics.samples import SampleCache
 from services.master.store import models
 from tests.unit.master.domain.harness import Master
@@ -65,9 +66,7 @@ def test_a_report_committed_after_a_later_one_still_reaches_the_chart(
             may_commit.wait(10)
 
     def report(trial_id: int, steps: int) -> None:
-        metrics.report(
-            master.ctx, master.admin, trial_id, 1, [metrics.Report("training", steps, {"loss": 0.5})]
-        )
+        intake.report(master.ctx, master.admin, trial_id, 1, [Report("training", steps, {"loss": 0.5})])
 
     engine = master.ctx.db.engine
     event.listen(engine, "commit", hold_the_slow_one)

@@ -10,7 +10,8 @@ from datetime import timedelta
 from pathlib import Path
 
 from services.master.domain.kernel.clock import utcnow
-from services.master.domain.metrics import metrics
+from services.master.domain.metrics import intake, summaries
+from services.master.domain.metrics.reports import Report
 from services.master.gateway import prometheus
 from tests.unit.master.domain.harness import Master
 
@@ -39,15 +40,12 @@ def test_passes_queue_and_intake_show_on_the_scrape(master: Master) -> None:
     (trial,) = master.trials(first)
     master.run_containers(master.live(trial.id).id)
     sent = utcnow() - timedelta(seconds=2)
-    stored = metrics.report(
+    stored = intake.report(
         master.ctx,
         master.admin,
         trial.id,
         1,
-        [
-            metrics.Report("training", step, {"loss": 1.0 / step}, report_time=sent, seq=step)
-            for step in (1, 2, 3)
-        ],
+        [Report("training", step, {"loss": 1.0 / step}, report_time=sent, seq=step) for step in (1, 2, 3)],
     )
     assert stored.stored == 3
     scraped = prometheus.render(master.ctx)
@@ -86,14 +84,14 @@ def test_a_batch_folds_into_the_summary_as_its_reports_one_by_one() -> None:
     """Intake folds a whole batch into the trial's summary at once; the result is what folding
     each report in turn gives (numbers, strings, a metric missing from some reports, bools)."""
     reports = [
-        metrics.Report("training", 1, {"loss": 4.0, "note": "a", "flag": True}),
-        metrics.Report("training", 2, {"loss": 2, "acc": 0.5}),
-        metrics.Report("validation", 2, {"loss": 1.5}),
-        metrics.Report("training", 3, {"loss": "NaN", "acc": 0.75, "note": 7.0}),
+        Report("training", 1, {"loss": 4.0, "note": "a", "flag": True}),
+        Report("training", 2, {"loss": 2, "acc": 0.5}),
+        Report("validation", 2, {"loss": 1.5}),
+        Report("training", 3, {"loss": "NaN", "acc": 0.75, "note": 7.0}),
     ]
     one_by_one: dict = {"avg_metrics": {"loss": {"count": 1, "sum": 1.0, "min": 1.0, "max": 1.0}}}
     batched = json.loads(json.dumps(one_by_one))
     for report in reports:
-        metrics._fold_into_summary(one_by_one, report.group, report.metrics)
-    metrics._fold_batch(batched, [(r, r.metrics) for r in reports])
+        summaries.fold_into_summary(one_by_one, report.group, report.metrics)
+    summaries.fold_batch(batched, [(r, r.metrics) for r in reports])
     assert batched == one_by_one
