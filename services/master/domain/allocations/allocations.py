@@ -492,6 +492,15 @@ def send_kills(
         w.later(lambda a=container.agent_id, c=command: ctx.hub.send(a, c))  # type: ignore[misc]
 
 
+def _move_container(container: models.Container, target: A) -> bool:
+    """Every change of a container's state: forward only, as its allocation's (a report that would
+    move it back, or an end reported twice, changes nothing and says so)."""
+    if not allocation_advances(container.state, target):
+        return False
+    container.state = target
+    return True
+
+
 def on_container_state(ctx: MasterContext, w: Work, message: apb.ContainerStateChanged) -> None:
     container = w.session.get(models.Container, message.container_id)
     if container is None:
@@ -515,8 +524,8 @@ def on_container_state(ctx: MasterContext, w: Work, message: apb.ContainerStateC
             reason=message.message,
         )
         return
-    container.state = state
-    transition(ctx, w, alloc, state, f"container {container.id} is {state.value}")
+    if _move_container(container, state):
+        transition(ctx, w, alloc, state, f"container {container.id} is {state.value}")
 
 
 def container_terminated(
@@ -529,9 +538,8 @@ def container_terminated(
     failure: str,
     reason: str,
 ) -> None:
-    if container.state == A.TERMINATED:
+    if not _move_container(container, A.TERMINATED):
         return
-    container.state = A.TERMINATED
     container.exit_code = exit_code
     failed = exit_code not in (0, None) or failure not in ("", "killed")
     # The allocation's exit is that of its first container to end badly, else rank 0's.

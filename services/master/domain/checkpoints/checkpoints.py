@@ -27,15 +27,13 @@ from services.master.domain.kernel.errors import (
     PermissionDenied,
 )
 from services.master.domain.kernel.ports import CheckpointService, storage_struct
-from services.master.domain.kernel.states import TERMINAL
+from services.master.domain.kernel.states import TERMINAL, CheckpointState, check_checkpoint
 from services.master.domain.kernel.task_ids import trial_task_id
 from services.master.domain.kernel.topics import trial_topic
 from services.master.domain.reads.models import describe_registered, registered_versions
 from services.master.store import models
 
 log = get_logger(__name__)
-
-COMPLETED = "COMPLETED"
 
 
 @dataclass(frozen=True)
@@ -74,7 +72,7 @@ def report(ctx: MasterContext, principal: Principal, item: ReportedCheckpoint) -
                 allocation_id=alloc.id,
                 task_id=trial_task_id(trial.experiment_id, trial.request_id),
                 report_time=utcnow(),
-                state=COMPLETED,
+                state=CheckpointState.COMPLETED,
                 resources={k: int(v) for k, v in item.resources.items()},
                 metadata_=item.metadata,
                 steps_completed=steps,
@@ -108,7 +106,9 @@ def _reset_latest(w: Work, trial_ids: set[int]) -> None:
             continue
         trial.latest_checkpoint_uuid = w.session.scalar(
             select(models.Checkpoint.uuid)
-            .where(models.Checkpoint.trial_id == trial_id, models.Checkpoint.state == COMPLETED)
+            .where(
+                models.Checkpoint.trial_id == trial_id, models.Checkpoint.state == CheckpointState.COMPLETED
+            )
             .order_by(models.Checkpoint.steps_completed.desc(), models.Checkpoint.report_time.desc())
             .limit(1)
         )
@@ -131,7 +131,8 @@ def apply_deletions(ctx: MasterContext, results: list[cpb.DeletedCheckpoint]) ->
             if result.remaining:
                 row.resources = dict(result.remaining)
                 row.size = sum(result.remaining.values())
-                row.state = "PARTIALLY_DELETED"
+                check_checkpoint(row.uuid, row.state, CheckpointState.PARTIALLY_DELETED)
+                row.state = CheckpointState.PARTIALLY_DELETED
             else:
                 w.session.delete(row)
         w.session.flush()

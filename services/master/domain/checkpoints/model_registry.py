@@ -32,7 +32,7 @@ from services.master.domain.kernel.errors import (
     NotFound,
     PermissionDenied,
 )
-from services.master.domain.kernel.states import RunState
+from services.master.domain.kernel.states import CheckpointState, RunState
 from services.master.domain.reads import models as reads
 from services.master.store import models
 
@@ -49,7 +49,6 @@ MAX_UUID_CHARS = 64
 # How long a registration waits for a deletion of its checkpoint's files that is under way.
 DELETION_WAIT_S = 60.0
 
-COMPLETED = "COMPLETED"
 _BEING_DELETED = frozenset({RunState.DELETING, RunState.DELETED, RunState.DELETE_FAILED})
 
 
@@ -295,7 +294,7 @@ def _checkpoint_to_register(w: Work, uuid: str) -> models.Checkpoint:
     checkpoint = w.session.get(models.Checkpoint, uuid)
     if checkpoint is None:
         raise NotFound(f"checkpoint_uuid: checkpoint {uuid} not found")
-    if checkpoint.state != COMPLETED:
+    if checkpoint.state != CheckpointState.COMPLETED:
         raise FailedPrecondition(
             f"checkpoint {uuid} is {checkpoint.state}: only a COMPLETED checkpoint can be a model version"
         )

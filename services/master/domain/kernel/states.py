@@ -223,3 +223,25 @@ def check_workspace(kind: str, current: str, target: WorkspaceState) -> None:
     """`kind`: "workspace" or "project", which share the table."""
     if target not in WORKSPACE_TRANSITIONS.get(WorkspaceState(current), frozenset()):
         raise InvalidTransition(f"{kind} cannot go from {current or 'LIVE'} to {target}")
+
+
+class CheckpointState(StrEnum):
+    """A checkpoint's state (Determined's): COMPLETED once reported; PARTIALLY_DELETED when a
+    deletion removed some of its files and kept the rest (a GC policy that keeps some); a checkpoint
+    deleted whole loses its row."""
+
+    COMPLETED = "COMPLETED"
+    PARTIALLY_DELETED = "PARTIALLY_DELETED"
+
+
+CK = CheckpointState
+CHECKPOINT_TRANSITIONS: dict[CheckpointState, frozenset[CheckpointState]] = {
+    CK.COMPLETED: frozenset({CK.PARTIALLY_DELETED}),
+    # A later deletion may take more of what is left.
+    CK.PARTIALLY_DELETED: frozenset({CK.PARTIALLY_DELETED}),
+}
+
+
+def check_checkpoint(uuid: str, current: str, target: CheckpointState) -> None:
+    if target not in CHECKPOINT_TRANSITIONS.get(CheckpointState(current), frozenset()):
+        raise InvalidTransition(f"checkpoint {uuid} cannot go from {current} to {target}")

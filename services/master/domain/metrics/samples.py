@@ -28,6 +28,7 @@ from services.master.domain.config import config_view
 from services.master.domain.kernel.context import MasterContext
 from services.master.domain.kernel.errors import InvalidArgument, NotFound
 from services.master.domain.kernel.metric_inserts import ReadStart
+from services.master.domain.kernel.states import TERMINAL
 from services.master.domain.metrics.downsample import downsample_by
 from services.master.store import models
 
@@ -174,7 +175,7 @@ class SampleCache:
                     )
                 )
             )
-            ended = exp.state in ("COMPLETED", "CANCELED", "ERROR")
+            ended = exp.state in TERMINAL
         group = group or "validation"
         series = self._set((experiment_id, group, metric))
         with series.lock:

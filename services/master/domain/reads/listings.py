@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session, defer
 from services.common.lru import BoundedLru
 from services.master.domain.config import config_view
 from services.master.domain.kernel.paging import DEFAULT_LIMIT, Page, page_of
-from services.master.domain.kernel.states import LIVE_ALLOCATION, RunState
+from services.master.domain.kernel.states import LIVE_ALLOCATION, CheckpointState, RunState
 from services.master.domain.kernel.task_ids import trial_task_id
 from services.master.domain.reads.workspaces import ExperimentPlace, experiment_places
 from services.master.store import models
@@ -136,7 +136,7 @@ def _checkpoint_aggregates(s: Session, ids: list[int]) -> dict[int, tuple[int, i
             func.coalesce(func.sum(models.Checkpoint.size), 0),
         )
         .join(models.Checkpoint, models.Checkpoint.trial_id == models.Trial.id)
-        .where(models.Trial.experiment_id.in_(ids), models.Checkpoint.state == "COMPLETED")
+        .where(models.Trial.experiment_id.in_(ids), models.Checkpoint.state == CheckpointState.COMPLETED)
         .group_by(models.Trial.experiment_id)
     )
     return {experiment_id: (int(count), int(size)) for experiment_id, count, size in rows}
@@ -338,7 +338,8 @@ def trial_rows(s: Session, trials: list[models.Trial]) -> list[TrialRow]:
     if best_steps:
         for ck in s.scalars(
             select(models.Checkpoint).where(
-                models.Checkpoint.trial_id.in_(list(best_steps)), models.Checkpoint.state == "COMPLETED"
+                models.Checkpoint.trial_id.in_(list(best_steps)),
+                models.Checkpoint.state == CheckpointState.COMPLETED,
             )
         ):
             if ck.steps_completed == best_steps.get(ck.trial_id):
@@ -346,7 +347,7 @@ def trial_rows(s: Session, trials: list[models.Trial]) -> list[TrialRow]:
     ckpts: dict[int, tuple[int, int]] = {}
     for trial_id, count, size in s.execute(
         select(models.Checkpoint.trial_id, func.count(), func.coalesce(func.sum(models.Checkpoint.size), 0))
-        .where(models.Checkpoint.trial_id.in_(ids), models.Checkpoint.state == "COMPLETED")
+        .where(models.Checkpoint.trial_id.in_(ids), models.Checkpoint.state == CheckpointState.COMPLETED)
         .group_by(models.Checkpoint.trial_id)
     ):
         ckpts[trial_id] = (int(count), int(size))
