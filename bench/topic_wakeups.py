@@ -1,4 +1,4 @@
-"""The master's wake-ups (services/master/domain/topics.py) with many waiters: per-key conditions
+"""The master's wake-ups (services/master/domain/kernel/topics.py) with many waiters: per-key conditions
 against one condition for every key (the design before), side by side.
 
 W threads wait as the master's long-lived calls do (a running trial's signal watch, a log

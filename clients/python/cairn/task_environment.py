@@ -4,7 +4,7 @@ own names (DET_*) are Determined's contract and are set beside these for its har
 
 from __future__ import annotations
 
-# Set by the master (services/master/domain/task_spec.py).
+# Set by the master (services/master/domain/allocations/task_spec.py).
 ALLOCATION_ID = "CAIRN_ALLOCATION_ID"
 ALLOCATION_TOKEN = "CAIRN_ALLOCATION_TOKEN"
 TASK_ID = "CAIRN_TASK_ID"
@@ -21,7 +21,7 @@ SEARCHER_TARGET = "CAIRN_SEARCHER_TARGET"
 MASTER_HTTP_PORT = "CAIRN_MASTER_HTTP_PORT"
 LATEST_CHECKPOINT = "CAIRN_LATEST_CHECKPOINT"
 # Where a task that serves through the master's proxy (a notebook) listens
-# (services/master/domain/task_services.py).
+# (services/master/domain/allocations/task_services.py).
 SERVICE_HOST = "CAIRN_SERVICE_HOST"
 SERVICE_PORT = "CAIRN_SERVICE_PORT"
 # Set for a notebook with an idle_timeout: how its launcher judges it idle (notebook_idle_type).

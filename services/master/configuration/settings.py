@@ -69,7 +69,7 @@ class Settings:
     tls_cert: Path | None = None
     tls_key: Path | None = None
     # A master listening beyond loopback without TLS refuses to start unless this is set
-    # (domain/exposure.py): tokens and passwords would cross the network in the clear.
+    # (domain/identity/exposure.py): tokens and passwords would cross the network in the clear.
     insecure_allow_plaintext: bool = False
     # gRPC server threads for ordinary calls (reports, agents' streams, CLI and REST calls).
     rpc_workers: int = 256

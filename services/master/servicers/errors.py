@@ -1,6 +1,6 @@
 """The master's handler decorators: its domain errors (and refused transitions) become their
 statuses through the mapping every service shares; every request is checked for NUL characters;
-a unary call that a database outage interrupted runs again while that is safe (domain/outage.py)."""
+a unary call that a database outage interrupted runs again while that is safe (domain/kernel/outage.py)."""
 
 from __future__ import annotations
 

@@ -318,7 +318,7 @@ class Allocation(Base):
     # The container rank whose failure ended the allocation: its siblings were stopped because of
     # it, and the allocation counts as one failure. None while no container has failed.
     failed_rank: Mapped[int | None]
-    # The allocation's block of meeting ports (see domain/rendezvous.py); None until placed.
+    # The allocation's block of meeting ports (see domain/allocations/rendezvous.py); None until placed.
     port_offset: Mapped[int | None]
     # Where a task that serves something (a notebook, TensorBoard, sshd) listens, as its proxy
     # reaches it; recorded here so that the proxy keeps working across a master restart.

@@ -48,7 +48,7 @@ def _is_psycopg2_outage(exc: BaseException | None) -> bool:
 
 
 # Transactions committed by the current thread. A call that failed in an outage may be run again
-# only if it stored nothing; comparing this count before and after tells (see domain/outage.py).
+# only if it stored nothing; comparing this count before and after tells (see domain/kernel/outage.py).
 _commits = threading.local()
 
 

@@ -235,7 +235,7 @@ class MasterDouble(api_pb2_grpc.CairnServicer):
             context.abort(grpc.StatusCode.NOT_FOUND, "no validation metric yet")
         return trial_pb2.GetBestSearcherValidationMetricResponse(metric=self.best_metric)
 
-    # ---- searcher operations (the master's rules from domain/signals.py) ----
+    # ---- searcher operations (the master's rules from domain/metrics/signals.py) ----
 
     def GetCurrentTrialSearcherOperation(
         self, request: trial_pb2.GetCurrentTrialSearcherOperationRequest, context: grpc.ServicerContext

@@ -45,7 +45,7 @@ def test_the_example_config_runs_train_py_with_tpe() -> None:
 
 def test_the_searcher_runs_the_example_search(tpe_searcher: SearcherProcess) -> None:
     config = expanded_config()
-    # As the master builds it (services/master/domain/creation.py).
+    # As the master builds it (services/master/domain/experiments/creation.py).
     spec = pb.SearchSpec(
         searcher=python_to_struct(config["searcher"]),
         hyperparameters=python_to_struct(config["hyperparameters"]),

@@ -1,5 +1,5 @@
-"""Login rate limits (domain/login_limiter.py), session lifetime, built-in passwords and the
-loopback rule (domain/exposure.py): what a guessing client, an expired token and a master bound
+"""Login rate limits (domain/identity/login_limiter.py), session lifetime, built-in passwords and the
+loopback rule (domain/identity/exposure.py): what a guessing client, an expired token and a master bound
 beyond loopback are told."""
 
 from __future__ import annotations

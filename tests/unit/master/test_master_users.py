@@ -1,4 +1,4 @@
-"""Managing users (domain/users.py): who may create, change and (de)activate; a deactivated user's
+"""Managing users (domain/identity/users.py): who may create, change and (de)activate; a deactivated user's
 sessions end at once; bad names and passwords are refused naming the field and change nothing."""
 
 from __future__ import annotations

@@ -116,7 +116,7 @@ class MasterContext:
     # The master's own measurements, for /metrics (telemetry.py).
     telemetry: Telemetry = field(default_factory=Telemetry.new)
     # Per-trial locks for the work that may run beside the process-wide lock (metric intake of
-    # training reports on PostgreSQL: metrics.py says why it is safe there).
+    # training reports on PostgreSQL: metrics/intake.py says why it is safe there).
     trial_locks: StripedLocks = field(default_factory=StripedLocks)
     # Metric inserts not committed yet, for readers that go on from the highest id they read
     # (metric_inserts.py).

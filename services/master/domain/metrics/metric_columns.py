@@ -5,7 +5,7 @@ Read so by the wire (servicers/api/metrics_wire.py) without a tuple or a check p
 by one COPY built straight from the columns (store/metric_rows.py), and folded into the trial's
 summary by builtins over each column. Anything else (other value types, names that vary, several
 groups, validations, resent reports) goes the general way, one Report per report
-(domain/metrics.py), which gives the same rows and summary.
+(domain/metrics/intake.py), which gives the same rows and summary.
 """
 
 from __future__ import annotations

@@ -167,7 +167,7 @@ def effective_config(ctx: MasterContext) -> dict[str, Any]:
         },
         "cluster_token": HIDDEN if settings.cluster_token else "",
         "initial_user_password": HIDDEN if settings.initial_user_password else "",
-        # Failed logins before a user or a client address is paused (domain/login_limiter.py).
+        # Failed logins before a user or a client address is paused (domain/identity/login_limiter.py).
         "login_limits": {
             "failures_per_user": settings.login_failures_per_user,
             "failures_per_address": settings.login_failures_per_address,
@@ -186,7 +186,7 @@ def effective_config(ctx: MasterContext) -> dict[str, Any]:
             "max_model_definition_bytes": settings.max_model_definition_bytes,
             "max_trials_per_experiment": settings.max_trials_per_experiment,
         },
-        # Policy on what experiment configs may reach on the hosts (domain/config_policy.py).
+        # Policy on what experiment configs may reach on the hosts (domain/config/policies.py).
         "config_policy": {
             "allow_local_storage_endpoints": settings.allow_local_storage_endpoints,
             "bind_mount_allowed_paths": list(settings.bind_mount_allowed_paths),

@@ -1,4 +1,4 @@
-"""Work the master owes (domain/deferred_work.py), counted by kind for the /metrics gauges: how much
+"""Work the master owes (domain/kernel/deferred_work.py), counted by kind for the /metrics gauges: how much
 is owed, and how much of it has failed at least once since it was owed (a GC or deletion that the
 checkpoint service or storage keeps refusing shows here before anyone reads the master's log)."""
 

@@ -1,4 +1,4 @@
-"""Allocation tokens (domain/allocation_access.py): a token opens only its own trial, and dies with
+"""Allocation tokens (domain/identity/allocation_access.py): a token opens only its own trial, and dies with
 its allocation. The two searcher-operation calls issue 15 found unchecked are covered by name, and
 a refused call changes nothing."""
 

@@ -1,5 +1,5 @@
 """Metric batches sent before the last was answered (ReportTrialMetricsBatchRequest.after_seq):
-the master stores them in order of their sequence numbers (domain/intake_order.py), and refuses,
+the master stores them in order of their sequence numbers (domain/kernel/intake_order.py), and refuses,
 as retryable, one whose predecessor does not come."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Intake's batch held by column (domain/metric_columns.py) stores what the same reports stored one
+"""Intake's batch held by column (domain/metrics/metric_columns.py) stores what the same reports stored one
 Report each do: the same rows, the same summary, resends still stored once; and the wire reads a
 batch by column only when it is one."""
 

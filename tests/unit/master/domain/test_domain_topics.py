@@ -1,4 +1,4 @@
-"""Versioned wake-ups (domain/topics.py): a publish wakes the waiters of its key, and only those."""
+"""Versioned wake-ups (domain/kernel/topics.py): a publish wakes the waiters of its key, and only those."""
 
 from __future__ import annotations
 
