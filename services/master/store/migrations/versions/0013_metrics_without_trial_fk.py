@@ -4,7 +4,8 @@ PostgreSQL checks a foreign key once per inserted row (a lookup and a share lock
 each of the thousands of rows a batch brings): two fifths of the database's work for a COPY of
 2,000 reports. Intake now locks the trial's row once per batch instead (FOR KEY SHARE, taken when
 it reads the trial), and deleting an experiment locks its trials before it deletes their metrics:
-together they keep every metric row pointing at a trial (domain/metrics/intake.py, domain/deletion/deletion.py).
+together they keep every metric row pointing at a trial (domain/metrics/intake.py,
+domain/deletion/deletion.py).
 
 Revision ID: 0013
 Revises: 0012
