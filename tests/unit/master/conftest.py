@@ -16,7 +16,7 @@ from tests.unit.master.domain.harness import Master
 @pytest.fixture
 def master(tmp_path: Path) -> Iterator[Master]:
     migrated_sqlite(tmp_path / "master" / "master.db")  # where the master keeps it by default
-    m = Master(tmp_path / "master")
+    m = Master(tmp_path / "master", migrated=True)
     try:
         yield m
     finally:

@@ -21,7 +21,7 @@ def master(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Master]:
         # Where the master keeps its database by default, so a test may start one there again.
         migrated_sqlite(tmp_path / "master" / "master.db")
     with fresh_database(request.param, tmp_path, migrated=True) as url:
-        m = Master(tmp_path / "master", db_url=None if request.param == "sqlite" else url)
+        m = Master(tmp_path / "master", db_url=None if request.param == "sqlite" else url, migrated=True)
         try:
             yield m
         finally:
