@@ -30,7 +30,7 @@ from sqlalchemy import select
 
 from cairn.agent.v1 import agent_pb2 as apb
 from services.common.logging import configure_logging
-from services.master.domain.allocations import allocations
+from services.master.domain.allocations import containers
 from services.master.domain.scheduling import scheduling
 from services.master.store import models
 from tests.unit.master.domain.harness import Master, config_text
@@ -46,7 +46,7 @@ def _end_some(master: Master, count: int) -> None:
             container_id=container_id, state=apb.CONTAINER_STATE_TERMINATED, exit_code=0
         )
         with master.ctx.unit_of_work() as w:
-            allocations.on_container_state(master.ctx, w, change)
+            containers.on_container_state(master.ctx, w, change)
 
 
 def _turnover(master: Master, rounds: int, ending: int) -> tuple[list[float], list[float]]:

@@ -23,7 +23,7 @@ from cairn.agent.v1 import agent_pb2 as apb
 from cairn.agent.v1 import agent_pb2_grpc
 from services.common.logging import get_logger
 from services.common.status import abort_with
-from services.master.domain.allocations import allocations
+from services.master.domain.allocations import containers
 from services.master.domain.kernel.context import MasterContext
 from services.master.domain.kernel.errors import DatabaseUnavailable, DomainError
 from services.master.domain.kernel.outage import ride_out
@@ -201,11 +201,11 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
 
     def _container_state(self, change: apb.ContainerStateChanged) -> None:
         with self.ctx.unit_of_work() as w:
-            allocations.on_container_state(self.ctx, w, change)
+            containers.on_container_state(self.ctx, w, change)
 
     def _start_refused(self, container_id: str, error: str, agent_stopping: bool) -> None:
         with self.ctx.unit_of_work() as w:
-            allocations.start_refused(self.ctx, w, container_id, error, agent_stopping=agent_stopping)
+            containers.start_refused(self.ctx, w, container_id, error, agent_stopping=agent_stopping)
 
     def FetchTaskContext(
         self, request: apb.FetchTaskContextRequest, context: grpc.ServicerContext

@@ -7,7 +7,8 @@ import uuid
 
 import pytest
 
-from services.master.domain.allocations.allocations import Outcome, PortOffsets, classify
+from services.master.domain.allocations.allocations import Outcome, classify
+from services.master.domain.allocations.placement import PortOffsets
 from services.master.domain.allocations.rendezvous import (
     PORT_BLOCKS,
     cluster_port_shift,

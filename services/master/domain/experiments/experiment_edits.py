@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from services.master.domain.allocations import allocations
+from services.master.domain.allocations import stops
 from services.master.domain.config.validation import validate_config
 from services.master.domain.config.view import config_view
 from services.master.domain.kernel import deferred_work
@@ -139,7 +139,7 @@ def enforce_max_slots(ctx: MasterContext, w: Work, exp: models.Experiment) -> No
     for alloc in sorted(placed, key=lambda a: (a.assigned_at or a.requested_at, a.id), reverse=True):
         if held <= cap:
             break
-        allocations.request_preempt(ctx, w, alloc, f"experiment {exp.id}'s max_slots was lowered to {cap}")
+        stops.request_preempt(ctx, w, alloc, f"experiment {exp.id}'s max_slots was lowered to {cap}")
         held -= alloc.slots
 
 

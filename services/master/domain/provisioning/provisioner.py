@@ -25,7 +25,7 @@ from sqlalchemy import delete, select
 
 from services.common.logging import get_logger
 from services.master.configuration.provider import ProviderConfig
-from services.master.domain.allocations import allocations
+from services.master.domain.allocations import stops
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.context import MasterContext, Work
 from services.master.domain.kernel.states import PLACED_ALLOCATION
@@ -352,7 +352,7 @@ class PoolProvisioner:
             )
         ):
             if any(str(p["agent_id"]) == agent_id for p in alloc.placements or []):
-                allocations.request_preempt(self.ctx, w, alloc, f"agent {agent_id} is retired (pool shrinks)")
+                stops.request_preempt(self.ctx, w, alloc, f"agent {agent_id} is retired (pool shrinks)")
 
     def _spec(self, instance_id: str) -> LaunchSpec:
         return LaunchSpec(

@@ -9,7 +9,7 @@ from sqlalchemy import select
 
 from cairn.agent.v1 import agent_pb2 as apb
 from services.common.logging import get_logger
-from services.master.domain.allocations import allocations
+from services.master.domain.allocations import containers, stops
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.context import MasterContext, Work
 from services.master.domain.kernel.errors import FailedPrecondition, InvalidArgument, NotFound
@@ -100,7 +100,7 @@ def register(ctx: MasterContext, hello: apb.Hello) -> Registration:
                 log.warning(
                     "container gone on reattachment", agent_id=hello.agent_id, container_id=container.id
                 )
-                allocations.fail_container_lost(ctx, w, container, "container is gone on reattachment")
+                containers.fail_container_lost(ctx, w, container, "container is gone on reattachment")
         w.later(ctx.scheduler_wakeup.set)
     log.info(
         "agent registered",
@@ -169,7 +169,7 @@ def change_enabled(ctx: MasterContext, w: Work, agent: models.Agent, enabled: bo
         # being no fault of the code, does not count as a restart.
         for container in live_containers_on(w, agent.id):
             alloc = w.session.get_one(models.Allocation, container.allocation_id)
-            allocations.request_kill(
+            stops.request_kill(
                 ctx,
                 w,
                 alloc,

@@ -10,7 +10,7 @@ from datetime import timedelta
 from sqlalchemy import or_, select
 
 from services.common.logging import get_logger
-from services.master.domain.allocations import allocations
+from services.master.domain.allocations import containers, stops
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.context import MasterContext
 from services.master.domain.kernel.loops import BackgroundLoop
@@ -58,7 +58,7 @@ class LivenessLoop:
             with ctx.unit_of_work() as w:
                 alloc = w.session.get_one(models.Allocation, allocation_id)
                 log.info("preemption timed out; killing", allocation_id=allocation_id)
-                allocations.request_kill(
+                stops.request_kill(
                     ctx, w, alloc, grace_seconds=ctx.settings.kill_grace_s, reason="preemption timeout"
                 )
 
@@ -86,7 +86,7 @@ class LivenessLoop:
             with ctx.unit_of_work() as w:
                 alloc = w.session.get_one(models.Allocation, allocation_id)
                 log.info("kill not confirmed yet; sending again", allocation_id=allocation_id)
-                allocations.send_kills(ctx, w, alloc, grace_seconds=0, reason="kill not confirmed; again")
+                stops.send_kills(ctx, w, alloc, grace_seconds=0, reason="kill not confirmed; again")
 
     def _give_up_on_absent_agents(self) -> None:
         ctx = self._ctx
@@ -112,7 +112,7 @@ class LivenessLoop:
                         agent_id=agent_id,
                         container_id=container.id,
                     )
-                    allocations.fail_container_lost(
+                    containers.fail_container_lost(
                         ctx, w, container, f"agent {agent_id} closed with allocated containers"
                     )
             if lost:

@@ -17,7 +17,7 @@ from sqlalchemy import or_, select
 from cairn.scheduler.v1 import scheduler_pb2 as pb
 from services.common.logging import get_logger
 from services.common.queue_order import QueueKey, effective_priority, queue_key
-from services.master.domain.allocations import allocations
+from services.master.domain.allocations import placement, stops
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.context import MasterContext, Work
 from services.master.domain.kernel.errors import DomainError
@@ -384,7 +384,7 @@ class SchedulingLoop:
         for start in range(0, len(assignments), APPLY_CHUNK):
             with ctx.unit_of_work() as w:
                 if offsets is None:
-                    offsets = allocations.PortOffsets.counted(w)
+                    offsets = placement.PortOffsets.counted(w)
                 self._assign(w, assignments[start : start + APPLY_CHUNK], offsets)
         if decision.preemptions:
             with ctx.unit_of_work() as w:
@@ -393,12 +393,12 @@ class SchedulingLoop:
                         continue  # what it made room for was killed or placed meanwhile
                     alloc = w.session.get(models.Allocation, preemption.allocation_id)
                     if alloc is not None:
-                        allocations.request_preempt(
+                        stops.request_preempt(
                             ctx, w, alloc, f"preempted by the scheduler for {preemption.for_allocation_id}"
                         )
         ctx.telemetry.scheduling_start.observe(time.perf_counter() - started)
 
-    def _assign(self, w: Work, assignments: list[pb.Assignment], offsets: allocations.PortOffsets) -> None:
+    def _assign(self, w: Work, assignments: list[pb.Assignment], offsets: placement.PortOffsets) -> None:
         """Assign each allocation still pending whose slots are still free on a connected agent:
         the cluster may have moved on while the scheduler was deciding."""
         ctx = self._ctx
@@ -443,7 +443,7 @@ class SchedulingLoop:
             ):
                 continue  # stale decision; the next pass decides again
             used |= wanted
-            allocations.assign(
+            placement.assign(
                 ctx,
                 w,
                 alloc,

@@ -25,7 +25,7 @@ from sqlalchemy import inspect, select
 from sqlalchemy.orm import ORMExecuteState, Session
 
 from cairn.scheduler.v1 import scheduler_pb2 as pb
-from services.master.domain.allocations.allocations import PortOffsets
+from services.master.domain.allocations.placement import PortOffsets
 from services.master.domain.allocations.rendezvous import PORT_BLOCKS
 from services.master.domain.kernel.context import MasterContext
 from services.master.domain.kernel.states import LIVE_ALLOCATION, PLACED_ALLOCATION

@@ -17,7 +17,7 @@ from sqlalchemy import select
 
 from services.common.logging import get_logger
 from services.common.principal import Principal
-from services.master.domain.allocations import allocations
+from services.master.domain.allocations import allocations, stops
 from services.master.domain.config import ConfigError
 from services.master.domain.config.bounds import check_json_value
 from services.master.domain.config.policies import check_config_policy
@@ -256,7 +256,7 @@ def kill(ctx: MasterContext, w: Work, task: models.Task) -> None:
         return
     if task.state != T.STOPPING_CANCELED:
         transition(ctx, w, task, T.STOPPING_CANCELED, "kill requested")
-    allocations.request_kill(ctx, w, alloc, grace_seconds=ctx.settings.kill_grace_s, reason="task killed")
+    stops.request_kill(ctx, w, alloc, grace_seconds=ctx.settings.kill_grace_s, reason="task killed")
 
 
 # Determined's bounds on a task's priority (resources.priority: 1 to 99, a lower number first).
@@ -306,7 +306,7 @@ def pause(ctx: MasterContext, w: Work, task: models.Task) -> None:
     if alloc is None:
         transition(ctx, w, task, T.PAUSED, "nothing ran")
         return
-    allocations.request_preempt(ctx, w, alloc, "task paused")
+    stops.request_preempt(ctx, w, alloc, "task paused")
 
 
 def unpause(ctx: MasterContext, w: Work, task: models.Task) -> None:

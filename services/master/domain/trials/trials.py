@@ -17,7 +17,7 @@ from sqlalchemy import func, select
 
 from cairn.searcher.v1 import searcher_pb2 as spb
 from services.common.logging import get_logger
-from services.master.domain.allocations import allocations
+from services.master.domain.allocations import allocations, stops
 from services.master.domain.config import config_view
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.context import NOT_CONNECTED, MasterContext, Work
@@ -227,10 +227,10 @@ def stop(
         finish(ctx, w, trial, exp, STOPPING_TO_TERMINAL[target], "stopped with nothing running")
         return
     if target in (S.STOPPING_KILLED, S.STOPPING_ERROR):
-        allocations.request_kill(ctx, w, alloc, grace_seconds=0, reason=f"trial {target.value.lower()}")
+        stops.request_kill(ctx, w, alloc, grace_seconds=0, reason=f"trial {target.value.lower()}")
     else:
         reason = "searcher stopped the trial" if target == S.STOPPING_COMPLETED else "experiment canceled"
-        allocations.request_preempt(ctx, w, alloc, reason)
+        stops.request_preempt(ctx, w, alloc, reason)
 
 
 def pause(
@@ -241,7 +241,7 @@ def pause(
     transition(ctx, w, trial, S.PAUSED, "experiment paused")
     alloc = allocations.live_allocation(w, trial.id) if isinstance(live, _LookUp) else live
     if alloc is not None:
-        allocations.request_preempt(ctx, w, alloc, "experiment paused")
+        stops.request_preempt(ctx, w, alloc, "experiment paused")
 
 
 def activate(

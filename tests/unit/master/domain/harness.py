@@ -26,7 +26,7 @@ from services.checkpoint.servicer import CheckpointServicer
 from services.common.principal import Principal
 from services.master.configuration.settings import Settings
 from services.master.domain import wiring
-from services.master.domain.allocations import allocations
+from services.master.domain.allocations import containers
 from services.master.domain.checkpoints.checkpoints import CheckpointGc
 from services.master.domain.deletion.deferred_loop import DeferredWorkRunner, master_handlers
 from services.master.domain.experiments import creation
@@ -339,7 +339,7 @@ class Master:
         if exit_code is not None:
             change.exit_code = exit_code
         with self.ctx.unit_of_work() as w:
-            allocations.on_container_state(self.ctx, w, change)
+            containers.on_container_state(self.ctx, w, change)
         self.settle()
 
     def run_containers(self, allocation_id: str) -> list[str]:
@@ -358,7 +358,7 @@ class Master:
         """The container's agent went away for good."""
         with self.ctx.unit_of_work() as w:
             container = w.session.get_one(models.Container, container_id)
-            allocations.fail_container_lost(self.ctx, w, container, "agent lost")
+            containers.fail_container_lost(self.ctx, w, container, "agent lost")
         self.settle()
 
     def report(

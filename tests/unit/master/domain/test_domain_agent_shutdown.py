@@ -4,7 +4,7 @@ agent that still takes work, never again on the stopping one."""
 
 from __future__ import annotations
 
-from services.master.domain.allocations import allocations
+from services.master.domain.allocations import containers
 from tests.unit.master.domain.harness import Master
 
 
@@ -19,7 +19,7 @@ def test_a_refusal_by_a_stopping_agent_replaces_the_trial_without_counting_it(ma
 
     master.hub.mark_stopping("a1")
     with master.ctx.unit_of_work() as w:
-        allocations.start_refused(
+        containers.start_refused(
             master.ctx,
             w,
             start.container_id,

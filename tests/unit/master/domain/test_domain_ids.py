@@ -10,7 +10,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import text
 
-from services.master.domain.allocations import allocations
+from services.master.domain.allocations import containers
 from services.master.domain.deletion import deletion
 from services.master.domain.experiments import experiments
 from services.master.store.db import MIGRATIONS_DIR, Database
@@ -84,7 +84,7 @@ def test_an_agents_refusal_to_start_fails_the_allocation(master: Master) -> None
     ((_agent, start),) = master.hub.commands("start")
     assert master.hub.acknowledged(start.command_id) == start.container_id
     with master.ctx.unit_of_work() as w:
-        allocations.start_refused(master.ctx, w, start.container_id, "start.container_id: already exists")
+        containers.start_refused(master.ctx, w, start.container_id, "start.container_id: already exists")
     master.settle()
     (ended,) = master.allocations(trial.id)
     assert ended.id == alloc.id and ended.state == "TERMINATED"

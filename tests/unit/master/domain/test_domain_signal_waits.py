@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import delete, event
 
 from cairn.searcher.v1 import searcher_pb2 as spb
-from services.master.domain.allocations import allocations
+from services.master.domain.allocations import stops
 from services.master.domain.experiments import searcher_actions
 from services.master.domain.kernel.errors import ResourceExhausted
 from services.master.domain.metrics import signals
@@ -34,7 +34,7 @@ def _preempt(master: Master, allocation_id: str) -> None:
     with master.ctx.unit_of_work() as w:
         alloc = w.session.get(models.Allocation, allocation_id)
         assert alloc is not None
-        allocations.request_preempt(master.ctx, w, alloc, "paused")
+        stops.request_preempt(master.ctx, w, alloc, "paused")
 
 
 def test_a_watch_past_the_last_slot_gets_the_state_then_is_told_to_ask_again(master: Master) -> None:

@@ -1,0 +1,156 @@
+"""What agents report of an allocation's containers: each state change moves the container and its
+allocation forward; a container's end (its exit code and failure) decides the allocation's end, the
+first rank to fail stops the others, and containers an agent refused or lost end as such."""
+
+from __future__ import annotations
+
+from cairn.agent.v1 import agent_pb2 as apb
+from services.common.logging import get_logger
+from services.master.domain.allocations.allocations import containers_of, finish, transition
+from services.master.domain.allocations.stops import send_kills
+from services.master.domain.kernel.context import MasterContext, Work
+from services.master.domain.kernel.states import AllocationState as A
+from services.master.domain.kernel.states import allocation_advances
+from services.master.store import models
+
+log = get_logger(__name__)
+
+
+CONTAINER_STATE_NAMES = {
+    apb.CONTAINER_STATE_ASSIGNED: A.ASSIGNED,
+    apb.CONTAINER_STATE_PULLING: A.PULLING,
+    apb.CONTAINER_STATE_STARTING: A.STARTING,
+    apb.CONTAINER_STATE_RUNNING: A.RUNNING,
+    apb.CONTAINER_STATE_TERMINATED: A.TERMINATED,
+}
+
+
+FAILURE_NAMES = {
+    apb.FAILURE_TYPE_UNSPECIFIED: "",
+    apb.FAILURE_TYPE_CONTAINER_FAILED: "failed",
+    apb.FAILURE_TYPE_CONTAINER_ABORTED: "aborted",
+    apb.FAILURE_TYPE_TASK_ERROR: "task_error",
+    apb.FAILURE_TYPE_AGENT_FAILED: "agent_failed",
+    apb.FAILURE_TYPE_KILLED: "killed",
+}
+
+
+def _move_container(container: models.Container, target: A) -> bool:
+    """Every change of a container's state: forward only, as its allocation's (a report that would
+    move it back, or an end reported twice, changes nothing and says so)."""
+    if not allocation_advances(container.state, target):
+        return False
+    container.state = target
+    return True
+
+
+def on_container_state(ctx: MasterContext, w: Work, message: apb.ContainerStateChanged) -> None:
+    container = w.session.get(models.Container, message.container_id)
+    if container is None:
+        log.warning("state change for unknown container", container_id=message.container_id)
+        return
+    if message.seq and message.seq <= container.acked_seq:
+        return  # resent after a reconnect; already applied
+    container.acked_seq = max(container.acked_seq, message.seq)
+    state = CONTAINER_STATE_NAMES.get(message.state)
+    if state is None:
+        return
+    alloc = w.session.get_one(models.Allocation, container.allocation_id)
+    if state == A.TERMINATED:
+        container_terminated(
+            ctx,
+            w,
+            container,
+            alloc,
+            exit_code=message.exit_code if message.HasField("exit_code") else None,
+            failure=FAILURE_NAMES.get(message.failure_type, "failed"),
+            reason=message.message,
+        )
+        return
+    if _move_container(container, state):
+        transition(ctx, w, alloc, state, f"container {container.id} is {state.value}")
+
+
+def container_terminated(
+    ctx: MasterContext,
+    w: Work,
+    container: models.Container,
+    alloc: models.Allocation,
+    *,
+    exit_code: int | None,
+    failure: str,
+    reason: str,
+) -> None:
+    if not _move_container(container, A.TERMINATED):
+        return
+    container.exit_code = exit_code
+    failed = exit_code not in (0, None) or failure not in ("", "killed")
+    # The allocation's exit is that of its first container to end badly, else rank 0's.
+    if alloc.exit_code is None or (failed and alloc.exit_code == 0):
+        alloc.exit_code = exit_code
+    if failure and alloc.failure_type in ("", "killed"):
+        alloc.failure_type = failure
+    others = [c for c in containers_of(w, alloc) if c.id != container.id and c.state != A.TERMINATED]
+    if failed and not alloc.kill_requested and alloc.failed_rank is None:
+        crash(ctx, w, alloc, container, reason, others)
+    elif reason and not alloc.exit_reason:
+        alloc.exit_reason = reason
+    if not others:
+        finish(ctx, w, alloc)
+
+
+def crash(
+    ctx: MasterContext,
+    w: Work,
+    alloc: models.Allocation,
+    failed: models.Container,
+    reason: str,
+    others: list[models.Container],
+) -> None:
+    """The first container of the allocation failed: the allocation fails with it, once, and every
+    other container is stopped (Determined's `crash`). The stop is not a kill: see classify()."""
+    alloc.failed_rank = failed.rank
+    if others:
+        alloc.exit_reason = (
+            f"rank {failed.rank} (agent {failed.agent_id}) failed: {reason or 'no reason given'}"
+        )
+    elif reason:
+        alloc.exit_reason = reason
+    if not others:
+        return
+    because = f"rank {failed.rank} of the allocation failed"
+    transition(ctx, w, alloc, A.TERMINATING, because)
+    send_kills(ctx, w, alloc, ctx.settings.kill_grace_s, reason=because)
+    log.info(
+        "a container failed; stopping the allocation's other containers",
+        allocation_id=alloc.id,
+        failed_rank=failed.rank,
+        stopping=[c.id for c in others],
+    )
+
+
+def start_refused(
+    ctx: MasterContext, w: Work, container_id: str, error: str, *, agent_stopping: bool = False
+) -> None:
+    """The agent refused to start the container: it ends, with the agent's reason, as a container
+    that could not start (the allocation fails with it, and never waits on it). An agent that
+    refused because it is shutting down is the infrastructure's doing: the allocation ends as
+    transient (not counted against max_restarts) and its trial is placed again."""
+    container = w.session.get(models.Container, container_id)
+    if container is None or container.state == A.TERMINATED:
+        return
+    alloc = w.session.get_one(models.Allocation, container.allocation_id)
+    container_terminated(
+        ctx,
+        w,
+        container,
+        alloc,
+        exit_code=None,
+        failure="aborted" if agent_stopping else "task_error",
+        reason=f"the agent refused it: {error}",
+    )
+
+
+def fail_container_lost(ctx: MasterContext, w: Work, container: models.Container, reason: str) -> None:
+    alloc = w.session.get_one(models.Allocation, container.allocation_id)
+    container_terminated(ctx, w, container, alloc, exit_code=None, failure="agent_failed", reason=reason)

@@ -1,0 +1,158 @@
+"""An allocation placed: the scheduler's assignment applied (containers on the chosen agents and
+slots, the allocation's port offset, the start command each agent is sent), and the port offsets
+that keep live allocations' meeting ports apart."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+
+from sqlalchemy import func, select
+
+from cairn.agent.v1 import agent_pb2 as apb
+from services.master.domain.allocations.allocations import transition
+from services.master.domain.allocations.command_spec import build_command_spec
+from services.master.domain.allocations.rendezvous import (
+    PORT_BLOCKS,
+    agent_address,
+    cluster_port_shift,
+    free_port_offset,
+    rendezvous_for,
+)
+from services.master.domain.allocations.task_services import service_environment, service_mounts
+from services.master.domain.allocations.task_spec import build_task_spec
+from services.master.domain.identity.auth import hash_token, new_token
+from services.master.domain.kernel.context import MasterContext, Work
+from services.master.domain.kernel.states import LIVE_ALLOCATION
+from services.master.domain.kernel.states import AllocationState as A
+from services.master.store import models
+
+
+def _spec_for(ctx: MasterContext, w: Work, alloc: models.Allocation, token: str) -> apb.TaskSpec:
+    """What the agents run: a trial's harness and environment, or a task's own command."""
+    if alloc.trial_id is None:
+        task = w.session.get_one(models.Task, alloc.task_id)
+        owner = w.session.get_one(models.User, task.owner_id)
+        spec = build_command_spec(ctx.settings, task, alloc, token, owner.username)
+        spec.environment.update(service_environment(ctx, w, task, alloc))
+        spec.mounts.extend(service_mounts(w, task))
+        digest = w.session.scalar(
+            select(models.TaskContext.digest).where(models.TaskContext.task_id == task.id)
+        )
+        spec.context_digest = digest or ""
+        return spec
+    # One read for the trial, its experiment, the owner's name and the archive's digest (the
+    # column alone: the archive itself is not read here; the agent fetches it, when it must). Four
+    # reads, the first flushing the allocation's changes, were a third of a hand-over's assignment.
+    with w.session.no_autoflush:
+        trial, exp, username, digest = w.session.execute(
+            select(models.Trial, models.Experiment, models.User.username, models.ModelDefinition.digest)
+            .join(models.Experiment, models.Experiment.id == models.Trial.experiment_id)
+            .join(models.User, models.User.id == models.Experiment.owner_id)
+            .outerjoin(models.ModelDefinition, models.ModelDefinition.experiment_id == models.Experiment.id)
+            .where(models.Trial.id == alloc.trial_id)
+        ).one()
+    alloc.searcher_target = trial.searcher_target
+    spec = build_task_spec(ctx.settings, exp, trial, alloc, token, username)
+    spec.context_digest = digest or ""
+    return spec
+
+
+def assign(
+    ctx: MasterContext,
+    w: Work,
+    alloc: models.Allocation,
+    placements: list[dict[str, object]],
+    port_offsets: PortOffsets | None,
+    releasing: Mapping[str, tuple[str, set[str]]],
+) -> None:
+    """The scheduler placed the allocation: record it and tell the agents to start it, one container
+    per agent, each with the allocation's rendezvous info and its own container rank.
+    `port_offsets`: the live allocations' port offsets, when the caller keeps them (a pass that
+    starts several); else they are counted from the database. `releasing`: the live containers of
+    allocations that released their slots early (release_early) on these agents, id → (agent,
+    slots); a start on their slots waits for them."""
+    token = new_token()
+    alloc.placements = placements
+    alloc.token_hash = hash_token(token)
+    if port_offsets is None:
+        port_offsets = PortOffsets.counted(w)
+    alloc.port_offset = port_offsets.take()
+    spec = _spec_for(ctx, w, alloc, token)
+    agent_ids = [str(p["agent_id"]) for p in placements]
+    addresses = {
+        agent.id: agent_address(agent.addresses)
+        for agent in w.session.scalars(select(models.Agent).where(models.Agent.id.in_(agent_ids)))
+    }
+    slot_lists = [[str(s) for s in p["slot_ids"]] for p in placements]  # type: ignore[attr-defined]
+    container_addrs = [addresses.get(a, "") for a in agent_ids]
+    slot_counts = [len(slots) for slots in slot_lists]
+    shift = cluster_port_shift(ctx.cluster_id)
+    for rank, (agent_id, slot_ids) in enumerate(zip(agent_ids, slot_lists, strict=True)):
+        container_id = f"{alloc.id}.{rank}"
+        w.session.add(
+            models.Container(
+                id=container_id,
+                allocation_id=alloc.id,
+                agent_id=agent_id,
+                rank=rank,
+                slot_ids=slot_ids,
+                state=A.ASSIGNED,
+                acked_seq=0,
+            )
+        )
+        command = apb.MasterMessage(
+            start=apb.StartContainer(
+                command_id=uuid.uuid4().hex,
+                container_id=container_id,
+                allocation_id=alloc.id,
+                slot_ids=slot_ids,
+                spec=spec,
+                rendezvous=rendezvous_for(container_addrs, slot_counts, rank, alloc.port_offset, shift),
+                after_container_ids=sorted(
+                    c_id
+                    for c_id, (c_agent, c_slots) in releasing.items()
+                    if c_agent == agent_id and c_slots & set(slot_ids)
+                ),
+            )
+        )
+        w.later(lambda a=agent_id, c=command: ctx.hub.send(a, c))  # type: ignore[misc]
+    transition(ctx, w, alloc, A.ASSIGNED, f"placed on {', '.join(agent_ids)}")
+
+
+class PortOffsets:
+    """How many live allocations hold each port block (rendezvous.py), to give the next one the
+    lowest free block."""
+
+    def __init__(self, in_use: Iterable[tuple[int | None, int]]) -> None:
+        self.counts = [0] * PORT_BLOCKS
+        for offset, holders in in_use:
+            if offset is not None:
+                self.counts[offset % PORT_BLOCKS] += holders
+
+    @classmethod
+    def counted(cls, w: Work) -> PortOffsets:
+        # Counted by the database: a pass beside 10,000 live allocations reads a thousand counts
+        # at most, not 10,000 offsets.
+        return cls(
+            (offset, holders)
+            for offset, holders in w.session.execute(
+                select(models.Allocation.port_offset, func.count())
+                .where(
+                    models.Allocation.state.in_(list(LIVE_ALLOCATION)),
+                    models.Allocation.port_offset.is_not(None),
+                )
+                .group_by(models.Allocation.port_offset)
+            )
+        )
+
+    @classmethod
+    def of_counts(cls, counts: list[int]) -> PortOffsets:
+        offsets = cls(())
+        offsets.counts = list(counts)
+        return offsets
+
+    def take(self) -> int:
+        offset = free_port_offset(self.counts)
+        self.counts[offset] += 1
+        return offset
