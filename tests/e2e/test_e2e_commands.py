@@ -69,7 +69,8 @@ def test_det_cmd_run_prints_its_output_and_records_its_exit_code(
     assert "hi COMMAND" in det("task", "logs", ended.id)
     assert ended.id in det("cmd", "list")
 
-    # The same with Cairn's own CLI: run and follow, list, logs, a zero-slot run, kill.
+    # The same with Cairn's own CLI: run and follow, list, logs, a zero-slot run, describe,
+    # set-priority, kill.
     cairn = cairn_cli(cluster, tmp_path / "cairn-home")
     followed = cairn("cmd", "run", "--context", str(context), "cat data.txt; exit 0")
     assert "from the context" in followed
@@ -79,6 +80,11 @@ def test_det_cmd_run_prints_its_output_and_records_its_exit_code(
     assert command(api, ids[1]).exit_code == 0
     long_running = cairn("cmd", "run", "-d", "--slots", "0", "sleep 600").strip()
     wait_command(api, long_running, RUNNING)
+    # The family every interactive kind shares (cairn/cli/task_kinds.py): describe, set-priority.
+    assert "Command (sleep 600)" in cairn("cmd", "describe", long_running)
+    cairn("cmd", "set-priority", long_running, "30")
+    config = api.GetCommand(command_pb2.GetCommandRequest(command_id=long_running)).config
+    assert config["resources"]["priority"] == 30
     cairn("cmd", "kill", long_running)
     assert wait_command(api, long_running, TERMINATED).exit_status != ""
 

@@ -70,9 +70,9 @@ def jupyter_command(env: Mapping[str, str], python: str = sys.executable) -> lis
 
 def service_credential(env: Mapping[str, str]) -> str:
     """Jupyter's token: the hash of the allocation's token, which the master's proxy reads from the
-    allocation's row and presents on every request it relays (proxy_access.CREDENTIAL_KINDS). So
-    the user never sees it (no token in a URL), and whatever reaches the notebook's port on the
-    agent without the proxy (another task on the machine) is refused."""
+    allocation's row and presents on every request it relays (the notebook kind's
+    service_credential). So the user never sees it (no token in a URL), and whatever reaches the
+    notebook's port on the agent without the proxy (another task on the machine) is refused."""
     return hashlib.sha256(_required(env, tenv.ALLOCATION_TOKEN).encode()).hexdigest()
 
 

@@ -20,15 +20,16 @@ USER = "CAIRN_USER"
 SEARCHER_TARGET = "CAIRN_SEARCHER_TARGET"
 MASTER_HTTP_PORT = "CAIRN_MASTER_HTTP_PORT"
 LATEST_CHECKPOINT = "CAIRN_LATEST_CHECKPOINT"
-# Where a task that serves through the master's proxy (a notebook) listens
-# (services/master/domain/allocations/task_services.py).
+# Where a task that serves through the master's proxy (a notebook, a TensorBoard, a shell)
+# listens (services/master/domain/allocations/task_services.py).
 SERVICE_HOST = "CAIRN_SERVICE_HOST"
 SERVICE_PORT = "CAIRN_SERVICE_PORT"
 # Set for a notebook with an idle_timeout: how its launcher judges it idle (notebook_idle_type).
 NOTEBOOK_IDLE_TYPE = "CAIRN_NOTEBOOK_IDLE_TYPE"
 # A shell's public key (OpenSSH format): the one key its SSH server lets in (cairn.shell_server).
 SHELL_PUBLIC_KEY = "CAIRN_SHELL_PUBLIC_KEY"
-# A TensorBoard's trials, each with its experiment's checkpoint storage (JSON; tensorboards.py).
+# A TensorBoard's trials, each with its experiment's checkpoint storage (JSON; the master's
+# task_kinds/tensorboard.py).
 TENSORBOARD_SOURCES = "CAIRN_TENSORBOARD_SOURCES"
 
 # Set by the agent (services/agent/containers/task_env.py).

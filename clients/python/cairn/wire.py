@@ -115,6 +115,17 @@ def struct_to_python(message: struct_pb2.Struct) -> dict[str, Any]:
     return {key: value_to_python(item) for key, item in message.fields.items()}
 
 
+def whole_numbers(value: Any) -> Any:
+    """A Struct's numbers are all doubles: 8080.0 is read back as 8080, as the user wrote it."""
+    if isinstance(value, dict):
+        return {key: whole_numbers(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [whole_numbers(item) for item in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
 def python_to_struct(values: dict[str, Any]) -> struct_pb2.Struct:
     message = struct_pb2.Struct()
     message.update(values)

@@ -5,7 +5,7 @@ a unary call that a database outage interrupted runs again while that is safe (d
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from services.common.status import handlers
 from services.master.domain.kernel.errors import DomainError, InvalidArgument
@@ -38,4 +38,13 @@ def _ride_out_outages(name: str, call: Callable[[], Any]) -> Any:
     return ride_out(call, what=name, idempotent=name in IDEMPOTENT_CALLS)
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
 rpc, stream_rpc = handlers((DomainError, InvalidTransition), _check_request, attempt=_ride_out_outages)
+
+
+def named_rpc(name: str, handler: F) -> F:
+    """`rpc` for a handler made for a route rather than written as its method: named as the RPC
+    first, since the name is what errors are answered and outages retried by."""
+    handler.__name__ = handler.__qualname__ = name
+    return rpc(handler)

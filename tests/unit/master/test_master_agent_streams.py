@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Iterator
 from types import SimpleNamespace
-from typing import Any, NoReturn, cast
+from typing import Any, cast
 
 import grpc
 import pytest
@@ -17,26 +17,13 @@ import pytest
 from cairn.agent.v1 import agent_pb2 as apb
 from services.master.domain.scheduling.agent_hub import AgentLink
 from services.master.servicers.agent_stream import AgentStreamServicer
-
-
-class Aborted(Exception):
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        super().__init__(details)
-        self.code = code
-
-
-class FakeContext:
-    def abort(self, code: grpc.StatusCode, details: str) -> NoReturn:
-        raise Aborted(code, details)
-
-    def is_active(self) -> bool:
-        return True
+from tests.unit.master.servicer_double import Aborted, Context
 
 
 def connect(
     servicer: AgentStreamServicer, messages: Iterator[apb.AgentMessage]
 ) -> Iterator[apb.MasterMessage]:
-    return servicer.Connect(messages, cast(Any, FakeContext()))
+    return servicer.Connect(messages, cast(Any, Context()))
 
 
 def test_agents_past_the_limit_are_refused_and_slots_come_back() -> None:
@@ -65,7 +52,7 @@ def test_an_agent_is_not_cut_off_while_its_message_is_applied() -> None:
     link.applying = True  # ...but the master is applying its last message
     later = apb.MasterMessage(log_ack=apb.LogAck(acked_seq={"c": 1}))
     threading.Timer(1.2, link.outbox.put, args=(later,)).start()
-    send = servicer._send(link, cast(Any, FakeContext()))
+    send = servicer._send(link, cast(Any, Context()))
     assert next(send) is later  # still served after more than the timeout with nothing to send
     link.applying = False
     started = time.monotonic()

@@ -6,64 +6,27 @@ one-shot sample needs no slot; a slot comes back when its stream ends."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, NoReturn, cast
+from typing import Any, cast
 
 import grpc
 import pytest
 
 from cairn.api.v1 import trial_pb2
 from services.master.domain.metrics.samples import SampleCache
-from services.master.servicers.api.base import ApiDeps
 from services.master.servicers.api.metrics import SamplesApi
 from services.master.servicers.thread_slots import FollowSlots
 from tests.unit.master.domain.harness import Master
-
-
-class Aborted(Exception):
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        super().__init__(details)
-        self.code = code
-
-
-class StreamContext:
-    """What the servicer asks of a stream's context here: whether its client is still there, and
-    the abort that ends it with a status."""
-
-    def abort(self, code: grpc.StatusCode, details: str) -> NoReturn:
-        raise Aborted(code, details)
-
-    def is_active(self) -> bool:
-        return True
-
-    def invocation_metadata(self) -> tuple[()]:
-        return ()
+from tests.unit.master.servicer_double import Aborted, Context, api_deps
 
 
 def _servicer(master: Master, slots: FollowSlots) -> SamplesApi:
     # Only what TrialsSample reads: the domain, the sample cache and the followed streams' slots.
-    none = cast(Any, None)
-    deps = ApiDeps(
-        ctx=master.ctx,
-        auth=none,
-        logs=none,
-        waiting=none,
-        checkpoints=none,
-        samples=SampleCache(master.ctx),
-        read_cache=none,
-        version="test",
-        database="sqlite",
-        experiment_rows=none,
-        master_log=none,
-        follow_slots=slots,
-        signal_wait_slots=none,
-        verdict_wait_slots=none,
-    )
-    return SamplesApi(deps)
+    return SamplesApi(api_deps(master, samples=SampleCache(master.ctx), follow_slots=slots))
 
 
 def _stream(api: SamplesApi, experiment_id: int, period: int) -> Iterator[trial_pb2.TrialsSampleResponse]:
     request = trial_pb2.TrialsSampleRequest(experiment_id=experiment_id, period_seconds=period)
-    return api.TrialsSample(request, cast(Any, StreamContext()))
+    return api.TrialsSample(request, cast(Any, Context()))
 
 
 def test_live_samples_past_the_last_slot_get_one_sample_then_are_refused(master: Master) -> None:

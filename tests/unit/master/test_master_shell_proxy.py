@@ -20,7 +20,7 @@ from cairn.shell_tunnel import connect, encode_client_frame, read_server_frame
 from services.common.principal import Principal
 from services.master.domain.allocations import task_services
 from services.master.domain.kernel.errors import Unauthenticated
-from services.master.domain.tasks import shells
+from services.master.domain.kernel.states import TaskKind
 from services.master.gateway import tcp_tunnel
 from services.master.gateway import websocket_frames as wsf
 from services.master.gateway.http_limits import HttpLimits
@@ -109,8 +109,7 @@ def proxied_shell(
         return sessions[token]
 
     master.add_agent("a1")
-    task_id = shells.start(master.ctx, master.admin, {}, [], None)
-    master.settle()
+    task_id = master.launch(TaskKind.SHELL)
     with master.db.read() as s:
         alloc_id = s.query(models.Allocation).filter_by(task_id=task_id).one().id
     master.run_containers(alloc_id)

@@ -17,7 +17,8 @@ import pytest
 from services.common.principal import Principal
 from services.master.domain.allocations import task_services
 from services.master.domain.kernel.errors import Unauthenticated
-from services.master.domain.tasks import notebooks, tasks
+from services.master.domain.kernel.states import TaskKind
+from services.master.domain.tasks import tasks
 from services.master.gateway.http_limits import HttpLimits
 from services.master.gateway.http_server import MasterHttpServer, start_http
 from services.master.gateway.master_relay import MasterRelay
@@ -101,8 +102,7 @@ def cluster(
 def serving_notebook(master: Master) -> tuple[str, ThreadingHTTPServer]:
     """A notebook whose allocation reported ready, with a service on its recorded port."""
     master.add_agent("a1")
-    task_id = notebooks.start(master.ctx, master.admin, {}, [], None)
-    master.settle()
+    task_id = master.launch(TaskKind.NOTEBOOK)
     with master.db.read() as s:
         alloc = s.query(models.Allocation).filter_by(task_id=task_id).one()
         alloc_id = alloc.id

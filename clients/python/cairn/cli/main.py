@@ -20,6 +20,7 @@ from cairn.cli.groups import RootGroup
 from cairn.cli.job import job
 from cairn.cli.master import master, version
 from cairn.cli.model import model
+from cairn.cli.notebook import notebook
 from cairn.cli.project import project
 from cairn.cli.shell import shell
 from cairn.cli.state import CliState
@@ -97,6 +98,7 @@ COMMANDS = (
     resource_pool,
     job,
     command,
+    notebook,
     shell,
     tensorboard,
     cluster,

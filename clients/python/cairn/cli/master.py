@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 import grpc
 import yaml
@@ -23,6 +21,7 @@ from cairn.cli.output import (
 )
 from cairn.cli.state import CliState, json_option, pass_state
 from cairn.client.errors import CairnError, rpc_error_message
+from cairn.wire import whole_numbers
 
 
 @click.group(cls=AliasedGroup)
@@ -77,17 +76,6 @@ def info(state: CliState, as_json: bool) -> None:
         print_json(response)
         return
     print_renderable(key_value_table(master_info_rows(response, state.master.target)))
-
-
-def whole_numbers(value: Any) -> Any:
-    """A Struct's numbers are all floats: show 8080 as 8080, not 8080.0."""
-    if isinstance(value, dict):
-        return {key: whole_numbers(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [whole_numbers(item) for item in value]
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
 
 
 @master.command(name="config")

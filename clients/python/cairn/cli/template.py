@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
-from typing import Any
 
 import click
 import yaml
@@ -18,7 +16,7 @@ from cairn.cli.groups import AliasedGroup
 from cairn.cli.output import build_table, print_json, print_renderable
 from cairn.cli.paging import fetch_all
 from cairn.cli.state import CliState, json_option, pass_state
-from cairn.wire import value_to_python
+from cairn.wire import value_to_python, whole_numbers
 
 _TEMPLATE_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 
@@ -28,19 +26,8 @@ def template() -> None:
     """Config templates: experiment-config fields shared by many experiments."""
 
 
-def _whole_numbers(value: Any) -> Any:
-    """Config data as written: protobuf carries every number as a double, so 3 arrives as 3.0."""
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {key: _whole_numbers(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_whole_numbers(item) for item in value]
-    return value
-
-
 def _config_yaml(message: tpb.Template) -> str:
-    return yaml.safe_dump(_whole_numbers(value_to_python(message.config)), sort_keys=False).rstrip("\n")
+    return yaml.safe_dump(whole_numbers(value_to_python(message.config)), sort_keys=False).rstrip("\n")
 
 
 def _read_config(path: Path) -> struct_pb2.Value:

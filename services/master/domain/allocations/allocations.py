@@ -219,7 +219,7 @@ def request_many(
 
 
 def request_for_task(ctx: MasterContext, w: Work, task: models.Task) -> models.Allocation:
-    """A new allocation request for a task that is not a trial (a command, a generic task): the
+    """A new allocation request for a task that is not a trial (of any kind): the
     same scheduler places it, with the slots, pool and priority its config asked for."""
     task.run_id += 1
     alloc = _pending(

@@ -1,8 +1,9 @@
-"""What an agent needs to run the allocation of a task that is not a trial (a command, a generic
-task): its entrypoint, and the task environment Determined gives every task (reference §3.8:
-DET_TASK_ID, DET_ALLOCATION_ID, DET_SESSION_TOKEN, DET_TASK_TYPE, DET_USER...) without any of a
-trial's (no experiment, trial, hparams or checkpoint). The agent adds what only it knows, as for
-trials: agent id, container id, slot ids, the master's address.
+"""What an agent needs to run the allocation of a task that is not a trial, of any kind: its
+entrypoint (the user's, or the launcher its kind put in its config), and the task environment
+Determined gives every task (reference §3.8: DET_TASK_ID, DET_ALLOCATION_ID, DET_SESSION_TOKEN,
+DET_TASK_TYPE, DET_USER...) without any of a trial's (no experiment, trial, hparams or checkpoint).
+The agent adds what only it knows, as for trials: agent id, container id, slot ids, the master's
+address.
 """
 
 from __future__ import annotations

@@ -5,10 +5,12 @@ refusal names why, so a browser tab left open on an ended notebook shows what ha
 The address is read from the allocation's row (task_services.mark_ready wrote it), never asked of
 an agent, so the proxy works the same after a master restart.
 
-Shells are reached as a TCP stream, and without a session, as in Determined: the ssh ProxyCommand
-its client runs (`python -m determined.cli.tunnel MASTER ID`) connects with no credentials, and the
-shell's SSH server lets in only the key pair the master made for it, which only the shell's owner
-or an admin is given. A caller that does present a session is still held to owner-or-admin.
+What the proxy serves of a task (HTTP, a TCP stream, nothing) and whether its service checks a
+credential only the proxy presents are its kind's (task_kinds/). A TCP stream (a shell's) is
+reached without a session, as in Determined: the ssh ProxyCommand its client runs (`python -m
+determined.cli.tunnel MASTER ID`) connects with no credentials, and the shell's SSH server lets in
+only the key pair the master made for it, which only the shell's owner or an admin is given. A
+caller that does present a session is still held to owner-or-admin.
 """
 
 from __future__ import annotations
@@ -19,14 +21,15 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from services.common.principal import Principal
-from services.master.domain.allocations.task_services import SERVICE_KINDS
 from services.master.domain.identity import access
 from services.master.domain.kernel.errors import (
     FailedPrecondition,
     NotFound,
     Unauthenticated,
 )
-from services.master.domain.kernel.states import LIVE_ALLOCATION, TASK_ENDED, TaskKind
+from services.master.domain.kernel.states import LIVE_ALLOCATION, TASK_ENDED
+from services.master.domain.task_kinds import registry
+from services.master.domain.task_kinds.kind import Proxy
 from services.master.store import models
 
 
@@ -36,18 +39,6 @@ class TaskEnded(FailedPrecondition):
 
 class NotReady(FailedPrecondition):
     """The task runs but its service does not answer yet (or it is not placed)."""
-
-
-# Kinds whose service is a byte stream (a shell's SSH server), tunnelled over a websocket.
-TCP_KINDS = frozenset({TaskKind.SHELL})
-
-
-# Kinds whose service checks a credential of its own, which only the proxy presents: a notebook's
-# Jupyter takes it as its token, so that nothing that reaches the agent's port directly (another
-# task on the machine) can use it. The credential is the allocation's token hash: the task derives
-# it from its allocation token (cairn.notebook_server.service_credential), the master reads it
-# from the allocation's row; neither is anywhere else.
-CREDENTIAL_KINDS = frozenset({TaskKind.NOTEBOOK})
 
 
 @dataclass(frozen=True)
@@ -61,9 +52,10 @@ def proxy_target(s: Session, principal: Principal | None, task_id: str) -> Proxy
     """Where the proxy takes `principal` (None: a caller without a session) for task `task_id`;
     Unauthenticated, NotFound, PermissionDenied, TaskEnded or NotReady, each naming the task."""
     task = s.get(models.Task, task_id)
-    if principal is None and (task is None or task.kind not in TCP_KINDS):
+    proxy = registry.proxy_of(task.kind) if task is not None else Proxy.NONE
+    if principal is None and proxy != Proxy.TCP:
         raise Unauthenticated("authentication required: log in to open a task")
-    if task is None or task.kind not in SERVICE_KINDS:
+    if task is None or proxy == Proxy.NONE:
         raise NotFound(f"task {task_id}: no task that serves through the proxy has this id")
     if principal is not None:
         access.check_may_change(principal, [task.owner_id], f"task {task_id}", verb="open")
@@ -77,10 +69,14 @@ def proxy_target(s: Session, principal: Principal | None, task_id: str) -> Proxy
     )
     if alloc is None or not alloc.is_ready or not alloc.proxy_address:
         raise NotReady(f"task {task_id} is not ready yet: its service does not answer")
+    # A service's own credential is the allocation's token hash: the task derives it from its
+    # allocation token (cairn.notebook_server.service_credential), the master reads it from the
+    # allocation's row; neither is anywhere else.
+    credential = registry.description(task.kind).service_credential
     return ProxyTarget(
         address=str(alloc.proxy_address),
-        tcp=task.kind in TCP_KINDS,
-        service_credential=(alloc.token_hash or None) if task.kind in CREDENTIAL_KINDS else None,
+        tcp=proxy == Proxy.TCP,
+        service_credential=(alloc.token_hash or None) if credential else None,
     )
 
 

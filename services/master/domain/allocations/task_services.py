@@ -1,5 +1,6 @@
-"""Tasks that serve something to a browser (notebooks; later TensorBoards and shells): the port
-and host their service listens on, and where the master's proxy reaches it once it is ready.
+"""Tasks that serve something through the master's proxy (the kinds whose description says so:
+notebooks, TensorBoards, shells): the port and host their service listens on, what else their kind
+tells them, and where the master's proxy reaches them once they are ready.
 
 The port: Determined gives each task container its own network namespace and a fixed port through
 its environment (NOTEBOOK_PORT). Cairn's process runtime shares the host's network, so a fixed port
@@ -15,8 +16,6 @@ of its Hello), loopback when it advertised none. The service binds there and now
 
 from __future__ import annotations
 
-import json
-
 from sqlalchemy import select
 
 import cairn.task_environment as tenv
@@ -26,17 +25,13 @@ from services.master.domain.allocations.rendezvous import PORT_BLOCKS, agent_add
 from services.master.domain.identity import allocation_access
 from services.master.domain.kernel.context import MasterContext, Work
 from services.master.domain.kernel.errors import PermissionDenied
-from services.master.domain.kernel.states import TaskKind
 from services.master.domain.kernel.topics import allocation_topic, task_topic
-from services.master.domain.task_kinds import shell_keys, tensorboard_sources
-from services.master.domain.task_kinds.notebook_settings import idle_timeout_s, idle_type
+from services.master.domain.task_kinds import registry
+from services.master.domain.task_kinds.kind import Proxy
 from services.master.store import models
 
 # Above the collectives' ports (ends at 31399) and below Linux's ephemeral ports (32768+).
 SERVICE_PORT_BASE = 31400  # ends at 32399
-
-# Kinds whose allocation serves a port through the master's proxy.
-SERVICE_KINDS = frozenset({TaskKind.NOTEBOOK, TaskKind.TENSORBOARD, TaskKind.SHELL})
 
 
 def service_port(ctx: MasterContext, port_offset: int) -> int:
@@ -57,36 +52,20 @@ def service_host(w: Work, alloc: models.Allocation) -> str:
 def service_environment(
     ctx: MasterContext, w: Work, task: models.Task, alloc: models.Allocation
 ) -> dict[str, str]:
-    """What a serving task is told about where to listen; nothing for other kinds."""
-    if task.kind not in SERVICE_KINDS or alloc.port_offset is None:
+    """What a serving task is told: where to listen, and what its kind adds; nothing for a kind
+    that serves nothing."""
+    kind = registry.description(task.kind)
+    if not kind.serves or alloc.port_offset is None:
         return {}
     port = str(service_port(ctx, alloc.port_offset))
     env = {tenv.SERVICE_HOST: service_host(w, alloc), tenv.SERVICE_PORT: port}
-    if task.kind == TaskKind.TENSORBOARD:
-        env["TENSORBOARD_PORT"] = port  # Determined's name for it
-        sources = tensorboard_sources.sources(w, task)
-        env[tenv.TENSORBOARD_SOURCES] = json.dumps(sources, separators=(",", ":"))
-    if task.kind == TaskKind.NOTEBOOK:
-        env["NOTEBOOK_PORT"] = port  # Determined's name for it
-        if idle_timeout_s(task.config or {}) is not None:
-            # The launcher reports idleness (notebook_idle.py) only for a notebook that can time out.
-            env[tenv.NOTEBOOK_IDLE_TYPE] = idle_type(task.config or {})
-    if task.kind == TaskKind.SHELL:
-        env[tenv.SHELL_PUBLIC_KEY] = shell_keys.public_key(w.session, task.id)
+    env.update(kind.environment(w, task, port))
     return env
 
 
 def service_mounts(w: Work, task: models.Task) -> list[apb.Mount]:
-    """What a serving task must see of the host: a TensorBoard reads its trials' shared_fs
-    checkpoint storage (read-only, at the host's path, as trials see it); nothing for other kinds."""
-    if task.kind != TaskKind.TENSORBOARD:
-        return []
-    host_paths = {
-        str(source["storage"]["host_path"])
-        for source in tensorboard_sources.sources(w, task)
-        if source["storage"].get("type") == "shared_fs" and source["storage"].get("host_path")
-    }
-    return [apb.Mount(host_path=path, container_path=path, read_only=True) for path in sorted(host_paths)]
+    """What a task's kind must see of the host (a TensorBoard its trials' shared_fs storage)."""
+    return registry.description(task.kind).mounts(w, task)
 
 
 def check_may_report_ready(principal: Principal, alloc: models.Allocation) -> None:
@@ -102,7 +81,7 @@ def mark_ready(ctx: MasterContext, w: Work, alloc: models.Allocation) -> None:
     """The allocation's service answers: it is ready, and a serving task's proxy address is
     recorded (the master's proxy reads it from here, across restarts)."""
     task = w.session.get_one(models.Task, alloc.task_id)
-    if task.kind in SERVICE_KINDS and alloc.port_offset is not None:
+    if registry.proxy_of(task.kind) != Proxy.NONE and alloc.port_offset is not None:
         alloc.proxy_address = f"{service_host(w, alloc)}:{service_port(ctx, alloc.port_offset)}"
     alloc.is_ready = True
     topics = (allocation_topic(alloc.id), task_topic(alloc.task_id))

@@ -1,5 +1,5 @@
-"""Tasks of every kind: their live allocations (Determined's task list), the tasks a user lists
-(commands, generic tasks), and what an agent fetches to start one."""
+"""Tasks of every kind: their live allocations (Determined's task list), the tasks of a kind a user
+lists (commands, notebooks, shells, TensorBoards), and what an agent fetches to start one."""
 
 from __future__ import annotations
 
@@ -52,28 +52,6 @@ class TaskRow:
     allocation: models.Allocation | None
 
 
-def tasks_of_kind(
-    s: Session,
-    kind: TaskKind,
-    *,
-    usernames: tuple[str, ...] = (),
-    user_ids: tuple[int, ...] = (),
-    workspace_id: int | None = None,
-    newest_first: bool = False,
-) -> list[TaskRow]:
-    """The tasks of `kind` (oldest first unless `newest_first`), of the owners named by username
-    or id when any are."""
-    rows, _ = task_page(
-        s,
-        kind,
-        usernames=usernames,
-        user_ids=user_ids,
-        workspace_id=workspace_id,
-        newest_first=newest_first,
-    )
-    return rows
-
-
 def task_page(
     s: Session,
     kind: TaskKind,
@@ -85,7 +63,8 @@ def task_page(
     offset: int = 0,
     limit: int = 0,
 ) -> tuple[list[TaskRow], Page]:
-    """One page of tasks_of_kind and where it lies, by Determined's rules for task lists (an
+    """One page of the tasks of `kind` (oldest first unless `newest_first`), of the owners named by
+    username or id when any are, and where it lies, by Determined's rules for task lists (an
     offset below 0 counts from the end; limit 0 is all of them, as `det cmd list` expects). Only
     the page's rows are loaded, with their latest allocations."""
     start, ident = models.Task.start_time, models.Task.id

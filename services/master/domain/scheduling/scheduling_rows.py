@@ -145,7 +145,7 @@ def offered(row: Any) -> bool:
     trials are being stopped (in batches, for a big one), and none of its pending allocations is
     placed meanwhile; an allocation whose task said it is exiting (releasing) no longer holds its
     slots in the scheduler's eyes (nor against its experiment's max_slots): the next allocation
-    placed there starts once its container has ended (allocations.assign)."""
+    placed there starts once its container has ended (placement.assign)."""
     if row.releasing and row.state in PLACED_ALLOCATION:
         return False
     return not (row.state == A.PENDING and row.experiment_state in STOPPED_EXPERIMENT)

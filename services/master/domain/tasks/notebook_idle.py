@@ -13,7 +13,7 @@ from services.common.principal import Principal
 from services.master.domain.kernel.context import MasterContext
 from services.master.domain.kernel.errors import PermissionDenied
 from services.master.domain.kernel.states import TaskKind
-from services.master.domain.task_kinds.notebook_settings import idle_timeout_s
+from services.master.domain.task_kinds.notebook import idle_timeout_s
 from services.master.domain.tasks import tasks
 
 log = get_logger(__name__)

@@ -1,6 +1,9 @@
-"""The lifecycle of tasks that are not trials (commands, generic tasks; later notebooks, shells and
-TensorBoards): created with their config and context directory, run as allocations of the one
-scheduler, killed, paused and unpaused, and ended when their allocation ends.
+"""The one lifecycle of tasks that are not trials, whatever their kind (commands, notebooks, shells,
+TensorBoards, generic tasks): created with their config and context directory, run as allocations of
+the one scheduler, killed, paused and unpaused, reprioritised, and ended when their allocation ends.
+What differs between kinds is read from the kind's description (task_kinds/registry.py), never
+asked here: its config checks and defaults, what a launch names beside its config, what is stored
+beside the task.
 
 Every state change goes through `transition` (states.TASK_TRANSITIONS). Like the trial lifecycle,
 this module commands allocations and hears of their ends through the context's hooks (wiring.py).
@@ -9,7 +12,7 @@ this module commands allocations and hears of their ends through the context's h
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,7 +43,7 @@ from services.master.domain.kernel.states import (
 )
 from services.master.domain.kernel.states import AllocationState as A
 from services.master.domain.kernel.topics import task_topic
-from services.master.domain.task_kinds import model_definition
+from services.master.domain.task_kinds import model_definition, registry
 from services.master.domain.task_kinds.model_definition import ContextFile
 from services.master.store import models
 
@@ -52,7 +55,8 @@ Outcome = allocations.Outcome
 
 @dataclass
 class TaskRequest:
-    """What a user asks to run: a task of `kind` with its config and context directory."""
+    """What a user asks to run: a task of `kind` with its config and context directory, and what
+    the launch names beside them (a TensorBoard's experiments and trials)."""
 
     kind: TaskKind
     config: dict[str, Any]
@@ -63,9 +67,7 @@ class TaskRequest:
     forked_from: str | None = None
     inherit_context: bool = False
     no_pause: bool = False
-    # What a kind stores beside its new task (a shell's key pair), in the task's own transaction,
-    # so the task's first allocation never starts without it.
-    prepare: Callable[[Work, models.Task], None] | None = None
+    arguments: Mapping[str, Any] = field(default_factory=dict)
 
 
 def transition(
@@ -175,12 +177,26 @@ def _description(kind: TaskKind, config: dict[str, Any]) -> str:
     return f"{kind.title()} ({text[:80]})"
 
 
+def launch_config(ctx: MasterContext, request: TaskRequest) -> dict[str, Any]:
+    """The config a task of the request's kind runs with (what a notebook launch previews): the
+    kind's checks of what the launch names (reading what it names) and of its config, its
+    launcher and defaults."""
+    kind = registry.description(request.kind)
+    arguments = request.arguments
+    if kind.check_arguments is not None:
+        with ctx.db.read() as s:
+            arguments = kind.check_arguments(s, arguments)
+    return kind.config_for(request.config, arguments)
+
+
 def create(ctx: MasterContext, principal: Principal, request: TaskRequest) -> str:
-    """A new task, stored with its context and asking for its first allocation; its id."""
+    """A new task, stored with its context and what its kind keeps beside it, and asking for its
+    first allocation; its id."""
+    kind = registry.description(request.kind)
+    config = launch_config(ctx, request)
     if principal.user_id is None:
         raise PermissionDenied("only users start tasks")
     with ctx.unit_of_work() as w:
-        config = dict(request.config)
         if request.forked_from:
             forked = load(w, request.forked_from)
             config = {**(forked.config or {}), **config}
@@ -229,8 +245,8 @@ def create(ctx: MasterContext, principal: Principal, request: TaskRequest) -> st
             )
         )
         w.session.flush()
-        if request.prepare is not None:
-            request.prepare(w, task)
+        if kind.store_beside is not None:
+            kind.store_beside(w, task)
         allocations.request_for_task(ctx, w, task)
         log.info(
             "task created", task_id=task_id, kind=request.kind.value, slots=slots, pool=task.resource_pool
@@ -238,12 +254,23 @@ def create(ctx: MasterContext, principal: Principal, request: TaskRequest) -> st
     return task_id
 
 
-def kill_by_user(ctx: MasterContext, principal: Principal, task_id: str, kind: TaskKind) -> None:
-    """`principal` (its owner or an admin) kills task `task_id` of `kind`."""
+Change = Callable[[MasterContext, Work, models.Task], None]
+
+
+def change_by_user(
+    ctx: MasterContext, principal: Principal, task_id: str, kind: TaskKind, change: Change
+) -> None:
+    """`principal` (its owner or an admin) makes `change` (kill, pause, unpause) to task `task_id`
+    of `kind`."""
     with ctx.unit_of_work() as w:
         task = load(w, task_id, kind)
         check_can_modify(principal, task)
-        kill(ctx, w, task)
+        change(ctx, w, task)
+
+
+def kill_by_user(ctx: MasterContext, principal: Principal, task_id: str, kind: TaskKind) -> None:
+    """`principal` (its owner or an admin) kills task `task_id` of `kind`."""
+    change_by_user(ctx, principal, task_id, kind, kill)
 
 
 def kill(ctx: MasterContext, w: Work, task: models.Task) -> None:

@@ -6,19 +6,17 @@ from cairn.api.v1 import api_pb2_grpc
 from services.master.servicers.api.agents import AgentsApi
 from services.master.servicers.api.auth import AuthApi
 from services.master.servicers.api.checkpoints import CheckpointsApi
-from services.master.servicers.api.commands import CommandsApi, GenericTasksApi
 from services.master.servicers.api.continuation import ContinuationApi
 from services.master.servicers.api.experiments import ExperimentsApi
+from services.master.servicers.api.generic_tasks import GenericTasksApi
 from services.master.servicers.api.jobs import JobsApi
 from services.master.servicers.api.master import MasterApi
 from services.master.servicers.api.master_info import MasterInfoApi
 from services.master.servicers.api.metrics import MetricsApi, SamplesApi, WorkloadsApi
 from services.master.servicers.api.models import ModelsApi
-from services.master.servicers.api.notebooks import NotebooksApi
-from services.master.servicers.api.shells import ShellsApi
+from services.master.servicers.api.task_kinds import TaskKindsApi
 from services.master.servicers.api.tasks import SignalsApi, TasksApi
 from services.master.servicers.api.templates import TemplatesApi
-from services.master.servicers.api.tensorboards import TensorboardsApi
 from services.master.servicers.api.trials import TrialsApi
 from services.master.servicers.api.users import UsersApi
 from services.master.servicers.api.workspaces import WorkspacesApi
@@ -40,11 +38,8 @@ class CairnServicer(
     AgentsApi,
     JobsApi,
     TasksApi,
-    CommandsApi,
+    TaskKindsApi,
     GenericTasksApi,
-    NotebooksApi,
-    ShellsApi,
-    TensorboardsApi,
     TemplatesApi,
     WorkspacesApi,
     SignalsApi,

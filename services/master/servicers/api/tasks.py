@@ -1,4 +1,6 @@
-"""Tasks of every kind: the live allocations, as Determined's task list shows them."""
+"""Tasks of every kind: the live allocations, as Determined's task list shows them; one task with
+its allocations, and an allocation's report that its service answers (the routes the stock client
+waits on)."""
 
 from __future__ import annotations
 
@@ -6,12 +8,46 @@ from collections.abc import Iterator
 
 import grpc
 
+from cairn.api.v1 import notebook_pb2 as npb
 from cairn.api.v1 import task_pb2
+from services.master.domain.allocations import task_services
+from services.master.domain.kernel.states import AllocationState as A
 from services.master.domain.metrics import signals
+from services.master.domain.reads import tasks as reads
 from services.master.domain.reads.tasks import live_allocations
 from services.master.servicers.api import convert
 from services.master.servicers.api.base import ServicerBase
 from services.master.servicers.errors import rpc, stream_rpc
+from services.master.store import models
+
+State = task_pb2.Allocation.State
+# An allocation's state as Determined's task states name it (a pending one is QUEUED).
+ALLOCATION_STATES = {
+    A.PENDING: State.STATE_QUEUED,
+    A.ASSIGNED: State.STATE_STARTING,
+    A.PULLING: State.STATE_PULLING,
+    A.STARTING: State.STATE_STARTING,
+    A.RUNNING: State.STATE_RUNNING,
+    A.TERMINATING: State.STATE_TERMINATING,
+    A.TERMINATED: State.STATE_TERMINATED,
+}
+
+
+def _allocation_message(alloc: models.Allocation) -> task_pb2.Allocation:
+    message = task_pb2.Allocation(
+        task_id=alloc.task_id,
+        allocation_id=alloc.id,
+        state=ALLOCATION_STATES[A(alloc.state)],
+        is_ready=bool(alloc.is_ready),
+        slots=alloc.slots,
+        start_time=convert.ts(alloc.start_time),
+        end_time=convert.ts(alloc.end_time),
+    )
+    if alloc.exit_reason:
+        message.exit_reason = alloc.exit_reason
+    if alloc.exit_code is not None:
+        message.status_code = alloc.exit_code
+    return message
 
 
 class TasksApi(ServicerBase):
@@ -47,6 +83,28 @@ class TasksApi(ServicerBase):
                 summary.resources.append(resources)
             response.allocation_id_to_summary[alloc.id].CopyFrom(summary)
         return response
+
+    @rpc
+    def GetTask(self, request: npb.GetTaskRequest, context: grpc.ServicerContext) -> npb.GetTaskResponse:
+        self.user(context)
+        with self.ctx.db.read() as s:
+            task = reads.task(s, request.task_id)
+            allocations = reads.allocations_of_task(s, task.id)
+            message = npb.Task(
+                task_id=task.id,
+                task_type=npb.TaskType.Value(f"TASK_TYPE_{task.kind}"),
+                start_time=convert.ts(task.start_time),
+                end_time=convert.ts(task.end_time),
+                allocations=[_allocation_message(a) for a in allocations],
+            )
+        return npb.GetTaskResponse(task=message)
+
+    @rpc
+    def AllocationReady(
+        self, request: npb.AllocationReadyRequest, context: grpc.ServicerContext
+    ) -> npb.AllocationReadyResponse:
+        task_services.report_ready(self.ctx, self.caller(context), request.allocation_id)
+        return npb.AllocationReadyResponse()
 
 
 class SignalsApi(ServicerBase):

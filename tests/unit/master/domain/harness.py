@@ -32,16 +32,19 @@ from services.master.domain.deletion.deferred_loop import DeferredWorkRunner, ma
 from services.master.domain.experiments import creation
 from services.master.domain.experiments.searcher_pump import SearcherPump
 from services.master.domain.identity.auth import AuthService
+from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.context import MasterContext
 from services.master.domain.kernel.deferred_work import Backoff
 from services.master.domain.kernel.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from services.master.domain.kernel.ports import storage_struct
+from services.master.domain.kernel.states import TaskKind
 from services.master.domain.metrics import intake
 from services.master.domain.metrics.reports import Report
 from services.master.domain.scheduling import agents
 from services.master.domain.scheduling.agent_hub import AgentHub
 from services.master.domain.scheduling.scheduling import SchedulingLoop
 from services.master.domain.task_kinds.model_definition import ContextFile
+from services.master.domain.tasks import tasks
 from services.master.store import models
 from services.master.store.db import Database
 from services.scheduler.convert import decision_to_proto, state_from_proto
@@ -309,6 +312,31 @@ class Master:
         assert created.experiment_id is not None
         self.settle()
         return created.experiment_id
+
+    def add_user(self, name: str) -> Principal:
+        """A new active user (not an admin), as the principal of its calls."""
+        with self.ctx.unit_of_work() as w:
+            now = utcnow()
+            row = models.User(
+                username=name, password_hash="", admin=False, active=True, created_at=now, modified_at=now
+            )
+            w.session.add(row)
+            w.session.flush()
+            return Principal(user_id=row.id, username=row.username)
+
+    def launch(
+        self,
+        kind: TaskKind,
+        config: Mapping[str, Any] | None = None,
+        principal: Principal | None = None,
+        **arguments: Any,
+    ) -> str:
+        """A task of `kind` launched (as the admin unless `principal`), with what the launch names
+        beside its config (a TensorBoard's experiment_ids, trial_ids); its id, once placed."""
+        request = tasks.TaskRequest(kind=kind, config=dict(config or {}), arguments=arguments)
+        task_id = tasks.create(self.ctx, principal or self.admin, request)
+        self.settle()
+        return task_id
 
     def settle(self, passes: int = 10) -> None:
         """Deliver searcher events and run scheduling passes until nothing moves (bounded)."""

@@ -10,18 +10,17 @@ import pytest
 from services.common.principal import Principal
 from services.master.configuration.durations import parse_duration
 from services.master.domain.allocations import proxy_access, task_services
-from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.errors import InvalidArgument, NotFound, PermissionDenied
 from services.master.domain.kernel.idle_clock import IdleClock
-from services.master.domain.tasks import notebook_idle, notebooks, tasks
+from services.master.domain.kernel.states import TaskKind
+from services.master.domain.task_kinds.notebook import NOTEBOOK, NOTEBOOK_ENTRYPOINT
+from services.master.domain.tasks import notebook_idle, tasks
 from services.master.store import models
 from tests.unit.master.domain.harness import Master
 
 
 def start(master: Master, principal: Principal | None = None, config: dict[str, object] | None = None) -> str:
-    task_id = notebooks.start(master.ctx, principal or master.admin, config or {}, [], None)
-    master.settle()
-    return task_id
+    return master.launch(TaskKind.NOTEBOOK, config, principal)
 
 
 def allocation(master: Master, task_id: str) -> models.Allocation:
@@ -36,24 +35,13 @@ def address(master: Master, principal: Principal, task_id: str) -> str:
         return proxy_access.proxy_address(s, principal, task_id)
 
 
-def other_user(master: Master) -> Principal:
-    with master.ctx.unit_of_work() as w:
-        now = utcnow()
-        user = models.User(
-            username="someone", password_hash="", admin=False, active=True, created_at=now, modified_at=now
-        )
-        w.session.add(user)
-        w.session.flush()
-        return Principal(user_id=user.id, username=user.username)
-
-
 def test_a_notebook_runs_jupyter_on_the_port_and_host_the_master_gives_it(master: Master) -> None:
     master.add_agent("a1", address="10.1.2.3")
     task_id = start(master, config={"resources": {"slots": 0}})
     alloc = allocation(master, task_id)
     (start_cmd,) = [c for _, c in master.hub.commands("start") if c.allocation_id == alloc.id]
     env = start_cmd.spec.environment
-    assert list(start_cmd.spec.entrypoint) == notebooks.NOTEBOOK_ENTRYPOINT
+    assert tuple(start_cmd.spec.entrypoint) == NOTEBOOK_ENTRYPOINT
     port = task_services.service_port(master.ctx, alloc.port_offset or 0)
     assert (env["CAIRN_SERVICE_HOST"], env["CAIRN_SERVICE_PORT"], env["NOTEBOOK_PORT"]) == (
         "10.1.2.3",
@@ -65,7 +53,7 @@ def test_a_notebook_runs_jupyter_on_the_port_and_host_the_master_gives_it(master
 
 def test_a_notebook_entrypoint_cannot_be_replaced() -> None:
     with pytest.raises(InvalidArgument, match=r"config\.entrypoint"):
-        notebooks.notebook_config({"entrypoint": "rm -rf /"})
+        NOTEBOOK.config_for({"entrypoint": "rm -rf /"}, {})
 
 
 def test_the_proxy_resolves_a_notebook_only_once_it_reports_ready(master: Master) -> None:
@@ -93,7 +81,7 @@ def test_only_the_allocation_itself_reports_it_ready(master: Master) -> None:
 
 def test_the_proxy_serves_the_owner_and_admins_only(master: Master) -> None:
     master.add_agent("a1")
-    someone = other_user(master)
+    someone = master.add_user("someone")
     task_id = start(master, someone)
     alloc = allocation(master, task_id)
     master.run_containers(alloc.id)
@@ -124,9 +112,9 @@ def test_idle_timeouts_are_durations_checked_at_start(master: Master) -> None:
     assert parse_duration(90, "f") == 90 and parse_duration("250ms", "f") == 0.25
     for bad in ("soon", "10", "-5s", 0, True):
         with pytest.raises(InvalidArgument, match=r"config\.idle_timeout"):
-            notebooks.notebook_config({"idle_timeout": bad})
+            NOTEBOOK.config_for({"idle_timeout": bad}, {})
     with pytest.raises(InvalidArgument, match=r"config\.notebook_idle_type"):
-        notebooks.notebook_config({"idle_timeout": "5m", "notebook_idle_type": "sleepy"})
+        NOTEBOOK.config_for({"idle_timeout": "5m", "notebook_idle_type": "sleepy"}, {})
 
 
 def test_a_notebook_idle_for_its_idle_timeout_is_killed(master: Master) -> None:

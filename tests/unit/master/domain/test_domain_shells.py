@@ -12,29 +12,18 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from services.common.principal import Principal
 from services.master.domain.allocations import proxy_access, task_services
-from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.errors import InvalidArgument, PermissionDenied, Unauthenticated
+from services.master.domain.kernel.states import TaskKind
 from services.master.domain.task_kinds import shell_keys
-from services.master.domain.tasks import notebooks, shells, tasks
+from services.master.domain.task_kinds.shell import SHELL, SHELL_ENTRYPOINT
+from services.master.domain.tasks import tasks
 from services.master.store import models
 from tests.unit.master.domain.harness import Master
 
 
-def user(master: Master, name: str) -> Principal:
-    with master.ctx.unit_of_work() as w:
-        now = utcnow()
-        row = models.User(
-            username=name, password_hash="", admin=False, active=True, created_at=now, modified_at=now
-        )
-        w.session.add(row)
-        w.session.flush()
-        return Principal(user_id=row.id, username=row.username)
-
-
 def ready_shell(master: Master, owner: Principal) -> tuple[str, models.Allocation]:
     master.add_agent("a1", address="10.1.2.3")
-    task_id = shells.start(master.ctx, owner, {"resources": {"slots": 0}}, [], None)
-    master.settle()
+    task_id = master.launch(TaskKind.SHELL, {"resources": {"slots": 0}}, owner)
     with master.db.read() as s:
         alloc = s.query(models.Allocation).filter_by(task_id=task_id).one()
         s.expunge(alloc)
@@ -49,11 +38,11 @@ def target(master: Master, principal: Principal | None, task_id: str) -> proxy_a
 
 
 def test_a_shell_runs_cairns_ssh_server_with_its_own_public_key(master: Master) -> None:
-    owner = user(master, "alice")
+    owner = master.add_user("alice")
     task_id, alloc = ready_shell(master, owner)
     (start_cmd,) = [c for _, c in master.hub.commands("start") if c.allocation_id == alloc.id]
     env = start_cmd.spec.environment
-    assert list(start_cmd.spec.entrypoint) == shells.SHELL_ENTRYPOINT
+    assert tuple(start_cmd.spec.entrypoint) == SHELL_ENTRYPOINT
     port = task_services.service_port(master.ctx, alloc.port_offset or 0)
     assert (env["CAIRN_SERVICE_HOST"], env["CAIRN_SERVICE_PORT"]) == ("10.1.2.3", str(port))
     with master.db.read() as s:
@@ -72,7 +61,7 @@ def test_a_shell_runs_cairns_ssh_server_with_its_own_public_key(master: Master) 
 
 
 def test_only_the_owner_or_an_admin_gets_the_private_key(master: Master) -> None:
-    owner, other = user(master, "alice"), user(master, "bob")
+    owner, other = master.add_user("alice"), master.add_user("bob")
     task_id, _ = ready_shell(master, owner)
     with master.db.read() as s:
         task = s.get_one(models.Task, task_id)
@@ -89,14 +78,14 @@ def test_every_shell_gets_a_key_pair_of_its_own() -> None:
 
 def test_a_shell_entrypoint_cannot_be_replaced() -> None:
     with pytest.raises(InvalidArgument, match=r"config\.entrypoint"):
-        shells.shell_config({"entrypoint": "rm -rf /"})
-    assert shells.shell_config({})["entrypoint"] == shells.SHELL_ENTRYPOINT
+        SHELL.config_for({"entrypoint": "rm -rf /"}, {})
+    assert SHELL.config_for({}, {})["entrypoint"] == list(SHELL_ENTRYPOINT)
 
 
 def test_the_proxy_reaches_a_shell_as_tcp_without_a_session_but_not_for_another_users(
     master: Master,
 ) -> None:
-    owner, other = user(master, "alice"), user(master, "bob")
+    owner, other = master.add_user("alice"), master.add_user("bob")
     task_id, alloc = ready_shell(master, owner)
     expected = f"10.1.2.3:{task_services.service_port(master.ctx, alloc.port_offset or 0)}"
     assert target(master, None, task_id) == proxy_access.ProxyTarget(address=expected, tcp=True)
@@ -114,8 +103,7 @@ def test_the_proxy_reaches_a_shell_as_tcp_without_a_session_but_not_for_another_
 
 def test_a_notebook_still_needs_a_session(master: Master) -> None:
     master.add_agent("a1")
-    task_id = notebooks.start(master.ctx, master.admin, {}, [], None)
-    master.settle()
+    task_id = master.launch(TaskKind.NOTEBOOK)
     with pytest.raises(Unauthenticated, match="authentication required"):
         target(master, None, task_id)
     with pytest.raises(Unauthenticated):

@@ -16,8 +16,9 @@ from services.master.domain.allocations import task_services
 from services.master.domain.experiments import experiments
 from services.master.domain.kernel.context import Work
 from services.master.domain.kernel.errors import InvalidArgument, NotFound
+from services.master.domain.kernel.states import TaskKind
 from services.master.domain.task_kinds import tensorboard_sources
-from services.master.domain.tasks import tensorboards
+from services.master.domain.task_kinds.tensorboard import TENSORBOARD, TENSORBOARD_ENTRYPOINT
 from services.master.domain.tasks.tensorboard_files import TensorboardFiles
 from services.master.store import models
 from tests.unit.master.domain.harness import Master
@@ -25,11 +26,7 @@ from tests.unit.master.domain.test_domain_models import Trial
 
 
 def launch(master: Master, experiment_ids: Sequence[int] = (), trial_ids: Sequence[int] = ()) -> str:
-    task_id = tensorboards.start(
-        master.ctx, master.admin, list(experiment_ids), list(trial_ids), {}, [], None
-    )
-    master.settle()
-    return task_id
+    return master.launch(TaskKind.TENSORBOARD, experiment_ids=list(experiment_ids), trial_ids=list(trial_ids))
 
 
 @pytest.fixture
@@ -45,7 +42,7 @@ def test_a_tensorboard_is_told_its_trials_and_their_storage_on_the_port_the_mast
         task = s.get_one(models.Task, task_id)
         alloc = s.query(models.Allocation).filter_by(task_id=task_id).one()
         assert task.kind == "TENSORBOARD" and task.slots == 0  # no slot unless asked for
-        assert task.config["entrypoint"] == tensorboards.TENSORBOARD_ENTRYPOINT
+        assert task.config["entrypoint"] == list(TENSORBOARD_ENTRYPOINT)
     (start,) = [c for _, c in master.hub.commands("start") if c.allocation_id == alloc.id]
     env = start.spec.environment
     port = str(task_services.service_port(master.ctx, alloc.port_offset or 0))
@@ -72,7 +69,7 @@ def test_a_launch_names_something_that_exists(master: Master, trial: Trial) -> N
     with pytest.raises(InvalidArgument, match=r"^trial_ids: 101 ids; at most 100"):
         launch(master, trial_ids=list(range(1, 102)))
     with pytest.raises(InvalidArgument, match=r"^config\.entrypoint"):
-        tensorboards.tensorboard_config({"entrypoint": "sh"}, [1], [])
+        TENSORBOARD.config_for({"entrypoint": "sh"}, {"experiment_ids": [1], "trial_ids": []})
     with master.db.read() as s:
         assert s.query(models.Task).filter_by(kind="TENSORBOARD").count() == 0  # nothing stored
 

@@ -3,30 +3,34 @@ the experiments or trials (checked to exist, at most MAX_IDS of each); the task'
 Cairn's launcher (cairn.tensorboard_server, in the task environment), which syncs the trials'
 files from their experiments' checkpoint storage (Determined's layout, cairn.tensorboard.layout)
 and serves TensorBoard on the task's service port under /proxy/{task_id}/, through the master.
+It runs on no slot unless the user asks for some.
 
 Which trials it shows is decided when each allocation starts (tensorboard_sources.py).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+import cairn.task_environment as tenv
+from cairn.agent.v1 import agent_pb2 as apb
 from cairn.storage.errors import StorageError
 from cairn.tensorboard.layout import section_below
 from services.common.principal import Principal
-from services.master.domain.kernel.context import MasterContext
+from services.master.domain.kernel.context import Work
 from services.master.domain.kernel.errors import InvalidArgument, NotFound
 from services.master.domain.kernel.states import TaskKind
 from services.master.domain.reads.experiments import GONE
-from services.master.domain.task_kinds.model_definition import ContextFile
-from services.master.domain.task_kinds.tensorboard_sources import SOURCES_KEY
-from services.master.domain.tasks import tasks
+from services.master.domain.reads.tasks import TaskRow
+from services.master.domain.task_kinds import tensorboard_sources
+from services.master.domain.task_kinds.kind import Arguments, KindDescription, Proxy, proxy_path
 from services.master.store import models
 
-TENSORBOARD_ENTRYPOINT = ["python", "-m", "cairn.tensorboard_server"]
+TENSORBOARD_ENTRYPOINT = ("python", "-m", "cairn.tensorboard_server")
 # Determined's limit on ids per request.
 MAX_IDS = 100
 
@@ -76,54 +80,66 @@ def check_sources(s: Session, experiment_ids: list[int], trial_ids: list[int]) -
             _live_experiment(s, experiment_id, "trial_ids")
 
 
+def _check_arguments(s: Session, arguments: Arguments) -> Arguments:
+    experiment_ids = _ids(list(arguments.get("experiment_ids") or []), "experiment_ids")
+    trial_ids = _ids(list(arguments.get("trial_ids") or []), "trial_ids")
+    check_sources(s, experiment_ids, trial_ids)
+    return {"experiment_ids": experiment_ids, "trial_ids": trial_ids}
+
+
 def _description(experiment_ids: list[int], trial_ids: list[int]) -> str:
     if experiment_ids:
         return f"TensorBoard (Experiment {', '.join(str(i) for i in experiment_ids[:10])})"
     return f"TensorBoard (Trial {', '.join(str(i) for i in trial_ids[:10])})"
 
 
-def tensorboard_config(
-    config: dict[str, Any], experiment_ids: list[int], trial_ids: list[int]
-) -> dict[str, Any]:
-    """The config a TensorBoard runs with: the user's, with Cairn's entrypoint, no slot unless the
-    user asked for some, and what it shows."""
-    if "entrypoint" in config and config["entrypoint"] not in (None, TENSORBOARD_ENTRYPOINT):
-        raise InvalidArgument(
-            "config.entrypoint: a TensorBoard runs TensorBoard; its entrypoint cannot be set"
-        )
-    result = dict(config)
-    result["entrypoint"] = list(TENSORBOARD_ENTRYPOINT)
-    resources = result.get("resources")
+def _complete_config(config: dict[str, Any], arguments: Arguments) -> None:
+    """No slot unless the user asked for some, and what it shows (set by the master only)."""
+    experiment_ids, trial_ids = list(arguments["experiment_ids"]), list(arguments["trial_ids"])
+    resources = config.get("resources")
     resources = dict(resources) if isinstance(resources, dict) else {}
     resources.setdefault("slots", 0)
-    result["resources"] = resources
-    if not result.get("description"):
-        result["description"] = _description(experiment_ids, trial_ids)
-    result[SOURCES_KEY] = {"experiment_ids": experiment_ids, "trial_ids": trial_ids}
-    return result
+    config["resources"] = resources
+    if not config.get("description"):
+        config["description"] = _description(experiment_ids, trial_ids)
+    config[tensorboard_sources.SOURCES_KEY] = {"experiment_ids": experiment_ids, "trial_ids": trial_ids}
 
 
-def start(
-    ctx: MasterContext,
-    principal: Principal,
-    experiment_ids: list[int],
-    trial_ids: list[int],
-    config: dict[str, Any],
-    files: list[ContextFile],
-    workspace_id: int | None,
-) -> str:
-    """A new TensorBoard task; its id."""
-    experiment_ids = _ids(experiment_ids, "experiment_ids")
-    trial_ids = _ids(trial_ids, "trial_ids")
-    with ctx.db.read() as s:
-        check_sources(s, experiment_ids, trial_ids)
-    return tasks.create(
-        ctx,
-        principal,
-        tasks.TaskRequest(
-            kind=TaskKind.TENSORBOARD,
-            config=tensorboard_config(config, experiment_ids, trial_ids),
-            files=files,
-            workspace_id=workspace_id,
-        ),
-    )
+def _environment(w: Work, task: models.Task, port: str) -> dict[str, str]:
+    sources = tensorboard_sources.sources(w, task)
+    return {
+        "TENSORBOARD_PORT": port,  # Determined's name for the service port
+        tenv.TENSORBOARD_SOURCES: json.dumps(sources, separators=(",", ":")),
+    }
+
+
+def _mounts(w: Work, task: models.Task) -> list[apb.Mount]:
+    """Its trials' shared_fs checkpoint storage, read-only, at the host's path (as trials see it)."""
+    host_paths = {
+        str(source["storage"]["host_path"])
+        for source in tensorboard_sources.sources(w, task)
+        if source["storage"].get("type") == "shared_fs" and source["storage"].get("host_path")
+    }
+    return [apb.Mount(host_path=path, container_path=path, read_only=True) for path in sorted(host_paths)]
+
+
+def _shows(s: Session, principal: Principal, row: TaskRow, secrets: bool) -> dict[str, Any]:
+    experiment_ids, trial_ids = tensorboard_sources.shown_ids(row.task.config)
+    return {
+        "service_address": proxy_path(row.task.id),
+        "experiment_ids": experiment_ids,
+        "trial_ids": trial_ids,
+    }
+
+
+TENSORBOARD = KindDescription(
+    kind=TaskKind.TENSORBOARD,
+    launcher=TENSORBOARD_ENTRYPOINT,
+    runs="a TensorBoard runs TensorBoard",
+    check_arguments=_check_arguments,
+    complete_config=_complete_config,
+    proxy=Proxy.HTTP,
+    environment=_environment,
+    mounts=_mounts,
+    shows=_shows,
+)
