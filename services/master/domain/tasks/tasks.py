@@ -153,7 +153,24 @@ def _check_config(ctx: MasterContext, principal: Principal, config: dict[str, An
     except ConfigError as exc:
         raise InvalidArgument(str(exc)) from None
     _check_entrypoint(config)
+    _check_sections(config)
     check_config_policy(ctx.settings, principal, config)
+
+
+# A task config's sections and the shape each must have where it is given (Determined's schema);
+# checked before anything reads into them.
+_SECTION_SHAPES: dict[str, tuple[type, str]] = {
+    "resources": (dict, "a mapping"),
+    "environment": (dict, "a mapping"),
+    "bind_mounts": (list, "a list"),
+}
+
+
+def _check_sections(config: dict[str, Any]) -> None:
+    for key, (shape, named) in _SECTION_SHAPES.items():
+        value = config.get(key)
+        if value is not None and not isinstance(value, shape):
+            raise InvalidArgument(f"config.{key}: must be {named}, not {type(value).__name__}")
 
 
 def _context(w: Work, ctx: MasterContext, request: TaskRequest) -> bytes:

@@ -154,6 +154,13 @@ def test_bad_command_configs_are_refused_naming_the_field(master: Master) -> Non
         launch(master, {"entrypoint": "x", "resources": {"slots": -1}})
     with pytest.raises(InvalidArgument, match="resource_pool"):
         launch(master, {"entrypoint": "x", "resources": {"resource_pool": "nowhere"}})
+    # A section of the wrong shape is named, not read into (it was an AttributeError, a 500).
+    for key, value in (("resources", "bad"), ("environment", ["x"]), ("bind_mounts", {"a": 1})):
+        with pytest.raises(InvalidArgument, match=rf"config\.{key}: must be a"):
+            launch(master, {"entrypoint": "x", key: value})
+    for kind in (TaskKind.NOTEBOOK, TaskKind.SHELL):
+        with pytest.raises(InvalidArgument, match=r"config\.resources: must be a mapping"):
+            tasks.create(master.ctx, master.admin, tasks.TaskRequest(kind=kind, config={"resources": "bad"}))
     # The bounds and host-reach policy of experiment configs hold for tasks: a user (not an admin)
     # mounts nothing outside the allowed paths, and deep config is refused naming where.
     with master.db.read() as s:
