@@ -38,11 +38,6 @@ CONNECT_TIMEOUT_S = 10.0
 # A plain request whose service says nothing for this long is given up, and so is a caller whose
 # body stops arriving (kernel traffic goes over websockets, which have no such limit).
 RESPONSE_TIMEOUT_S = 300.0
-# Connections to tasks' services kept open between requests (a browser's page loads dozens of
-# files from one notebook): the proxy saves a TCP handshake per request. Idle ones close after
-# KEEPALIVE_S, well before the services' own idle timeouts.
-KEEPALIVE_CONNECTIONS = 64
-KEEPALIVE_S = 15.0
 
 
 class UpstreamError(Exception):
@@ -60,15 +55,15 @@ class _BodyRefused(Exception):
 
 
 def new_client() -> httpx.AsyncClient:
-    """The pool of connections to tasks' services, one per process (made on its event loop)."""
+    """The client for tasks' services, one per process (made on its event loop)."""
     return httpx.AsyncClient(
         timeout=httpx.Timeout(RESPONSE_TIMEOUT_S, connect=CONNECT_TIMEOUT_S, pool=None),
         # No bound on connections at once: the public server's own bound on connections is it.
-        limits=httpx.Limits(
-            max_connections=None,
-            max_keepalive_connections=KEEPALIVE_CONNECTIONS,
-            keepalive_expiry=KEEPALIVE_S,
-        ),
+        # A new connection per exchange, none kept: a service that writes an answer's head and
+        # body apart without TCP_NODELAY (http.server, werkzeug) stalls 40 ms on a reused
+        # connection (Nagle's algorithm waits for our delayed ACK), while a new connection starts
+        # in quick-ACK mode; a connection on loopback or the agents' network costs far less.
+        limits=httpx.Limits(max_connections=None, max_keepalive_connections=0),
         trust_env=False,  # never through a proxy named in the environment: tasks are reached directly
         follow_redirects=False,  # the caller follows the service's redirects itself
     )
