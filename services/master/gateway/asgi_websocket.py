@@ -43,10 +43,11 @@ async def refuse_json(scope: Scope, send: Send, status: int, message: str, heade
 
 
 def sendable(code: int | None) -> int:
-    """A close code one may send on (RFC 6455 §7.4.2: 1005, 1006 and 1015 only say what happened):
-    a side that vanished is passed on as an error, one that closed without a code as normal."""
-    if code is None or code in (1005,):
+    """A close code one may send on (RFC 6455 §7.4): 1005, 1006 and 1015 only say what happened to
+    a connection. A side that closed without a code is passed on as normal, one that vanished (or
+    sent a code nobody may send) as an error."""
+    if code is None or code == 1005:
         return CLOSE_NORMAL
-    if code in (1006, 1015) or not (1000 <= code <= 1014 or 3000 <= code <= 4999) or code == 1004:
-        return CLOSE_INTERNAL_ERROR
-    return code
+    if 1000 <= code <= 1003 or 1007 <= code <= 1014 or 3000 <= code <= 4999:
+        return code
+    return CLOSE_INTERNAL_ERROR

@@ -132,20 +132,18 @@ async def exchange(
     could not be reached (nothing was sent to the caller then)."""
     length_header = next((v for k, v in scope["headers"] if k.lower() == b"content-length"), None)
     chunked = any(k.lower() == b"transfer-encoding" for k, _ in scope["headers"])
+    length = 0
     if length_header is not None:
-        try:
-            length = int(length_header)
-        except ValueError:
-            length = -1
+        # The ASGI server's parser has checked it is a number; bounded here before any is read.
+        length = int(length_header) if length_header.isdigit() else -1
         if length < 0:
-            await _refuse(
-                send, HTTPStatus.BAD_REQUEST, f"bad Content-Length {length_header.decode('latin-1')!r}"
-            )
+            shown = length_header.decode("latin-1")
+            await _refuse(send, HTTPStatus.BAD_REQUEST, f"bad Content-Length {shown!r}")
             return
         if length > MAX_PROXY_BODY_BYTES:
             await _refuse(send, HTTPStatus.REQUEST_ENTITY_TOO_LARGE, _too_large())
             return
-    caller = _Caller(receive, has_body=chunked or bool(length_header and length_header != b"0"))
+    caller = _Caller(receive, has_body=chunked or length > 0)
     working = asyncio.ensure_future(_exchange(client, scope, caller, send, host, port, credential))
     leaving = asyncio.ensure_future(caller.departure())
     try:

@@ -288,6 +288,20 @@ def test_websockets_relay_messages_both_ways(cluster: Cluster, service: TaskServ
     assert service.ws_departed.wait(10)
 
 
+def test_a_service_that_does_not_answer_is_a_502(cluster: Cluster, service: TaskService) -> None:
+    task_id = serving_notebook(cluster.master, service)
+    service.close()  # its port answers nothing any more
+    answer = request(cluster, "GET", f"/proxy/{task_id}/lab", {"Authorization": "Bearer admin-token"})
+    assert answer.status == 502 and b"did not answer" in answer.read()
+    with pytest.raises(InvalidStatus) as refused:
+        ws_connect(
+            f"ws://127.0.0.1:{cluster.port}/proxy/{task_id}/api/kernels/k/channels",
+            additional_headers={"Authorization": "Bearer admin-token"},
+            open_timeout=10,
+        )
+    assert refused.value.response.status_code == 502
+
+
 def test_the_proxy_refuses_a_task_that_has_ended(cluster: Cluster, service: TaskService) -> None:
     master = cluster.master
     task_id = serving_notebook(master, service)
