@@ -1,8 +1,8 @@
 """What the HTTP serving layer costs by itself, without the database: wrk keeps 25 connections busy
 on `/info` (answered by every process of the public port from memory) and on a 50-line NDJSON
-stream (handed over chunk by chunk, and read ahead as a stream that ends on its own is), against
-the threaded server the master used before (http_server.py, now its loopback listener) and against
-the public port (public_server.py) with 1, 2, ... processes.
+stream (handed over chunk by chunk, and read ahead as a stream that ends on its own is), on the
+public port (public_server.py) with 1, 2, ... processes. (Until 2026-12 a threaded http.server ran
+beside it on loopback; bench/README.md has its figures.)
 
     .venv/bin/python -m bench.http_server_overhead [--seconds 5] [--processes 1,2] [--clients 25]
 
@@ -21,16 +21,10 @@ from collections.abc import Iterator
 from http import HTTPStatus
 
 from services.common.logging import configure_logging
+from services.master.gateway.http_answers import Response, StreamingResponse
 from services.master.gateway.http_limits import HttpLimits
 from services.master.gateway.http_request import HttpRequest
-from services.master.gateway.http_server import (
-    MasterHttpServer,
-    Response,
-    StreamingResponse,
-    info_route,
-    start_http,
-)
-from services.master.gateway.master_relay import MasterRelay
+from services.master.gateway.master_routes import info_route
 from services.master.gateway.public_server import (
     PublicHttpServer,
     WorkerSpec,
@@ -81,24 +75,22 @@ def main() -> None:
     args = parser.parse_args()
     configure_logging("bench", level="WARNING")
     limits = HttpLimits()
-    loopback, _ = start_http("127.0.0.1", 0, [info_route(INFO), stream], limits)
-    servers: list[tuple[str, MasterHttpServer | PublicHttpServer]] = [("threaded", loopback)]
+    servers: list[tuple[str, PublicHttpServer]] = []
     for processes in (int(p) for p in args.processes.split(",")):
         share = limits.per_process(processes)
-        relay = MasterRelay("127.0.0.1", loopback.server_address[1])
-        public = start_public_http("127.0.0.1", 0, share, None, relay)
+        public = start_public_http("127.0.0.1", 0, share, None)
         public.routes.extend([info_route(INFO), stream])
         if processes > 1:
             spec = WorkerSpec(
                 fd=public.socket.fileno(),
                 grpc_host="127.0.0.1",
-                grpc_port=1,  # never dialled: /info and the stream are answered before any REST
-                relay_host="127.0.0.1",
-                relay_port=loopback.server_address[1],
+                grpc_port=1,  # never dialled: /info is answered before any REST
+                gateway_key="unused",
                 info=INFO,
                 workers=share.workers,
                 max_connections=share.max_connections,
                 queue_timeout_s=share.queue_timeout_s,
+                tunnels_per_task=1,
                 log_level="WARNING",
             )
             start_workers(public, spec, processes - 1)
@@ -106,11 +98,7 @@ def main() -> None:
     try:
         for name, server in servers:
             port = server.server_address[1]
-            paths = (
-                ["/info"]
-                if isinstance(server, PublicHttpServer) and server.workers
-                else ["/info", "/stream", "/stream-read-ahead"]
-            )
+            paths = ["/info"] if server.workers else ["/info", "/stream", "/stream-read-ahead"]
             for path in paths:
                 wrk(port, path, args.clients, 2)  # warm-up
                 load = round(os.getloadavg()[0], 2)

@@ -89,20 +89,21 @@ def one_start(env: dict[str, str], http: requests.Session, master: str) -> dict[
     return {"det_start_s": det_returned, "answers_s": answered}
 
 
-def direct_address(state_dir: Path, task_id: str) -> str:
-    """host:port the notebook listens on, from the allocation's row (what the proxy reads)."""
+def direct_address(state_dir: Path, task_id: str) -> tuple[str, str]:
+    """host:port the notebook listens on and the credential it takes, from the allocation's row
+    (what the proxy reads)."""
     (database,) = [p for p in state_dir.rglob("*.db") if p.is_file()][:1] or [None]
     if database is None:
         raise RuntimeError(f"no SQLite database under {state_dir}")
     with sqlite3.connect(database) as db:
         row = db.execute(
-            "SELECT proxy_address FROM allocations WHERE task_id = ? AND proxy_address IS NOT NULL "
-            "ORDER BY run_id DESC LIMIT 1",
+            "SELECT proxy_address, token_hash FROM allocations"
+            " WHERE task_id = ? AND proxy_address IS NOT NULL ORDER BY run_id DESC LIMIT 1",
             (task_id,),
         ).fetchone()
     if row is None:
         raise RuntimeError(f"notebook {task_id} has no proxy address")
-    return str(row[0])
+    return str(row[0]), str(row[1])
 
 
 def execute(ws: WebSocket, code: str) -> None:
@@ -143,10 +144,13 @@ def overhead(
     (listed,) = [n for n in json.loads(det(env, "notebook", "list", "--json")) if n["state"] == "RUNNING"]
     task_id = listed["id"]
     base_path = f"/proxy/{task_id}/"
-    direct = direct_address(state_dir, task_id)
+    # The notebook's own port answers only its credential (the proxy presents it): so does the
+    # direct path here, as a browser on the agent's machine holding it would.
+    direct, credential = direct_address(state_dir, task_id)
     routes = {"proxy": f"{master}{base_path}", "direct": f"http://{direct}{base_path}"}
     samples: dict[str, list[float]] = {f"http_{k}": [] for k in routes} | {f"ws_{k}": [] for k in routes}
     plain = requests.Session()  # the direct path has no session to check
+    plain.headers["Authorization"] = f"token {credential}"
     for route in routes.values():  # warm both paths (connections, Jupyter's first answers)
         for client in (http, plain):
             client.get(f"{route}api/status", timeout=30)
@@ -175,7 +179,7 @@ def overhead(
             direct.rpartition(":")[0],
             int(direct.rpartition(":")[2]),
             f"{base_path}api/kernels/{kernel}/channels",
-            {"Cookie": f"_xsrf={xsrf}", "X-XSRFToken": xsrf},
+            {"Cookie": f"_xsrf={xsrf}", "X-XSRFToken": xsrf, "Authorization": f"token {credential}"},
             timeout=60,
         ),
     }

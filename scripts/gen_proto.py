@@ -14,7 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_DIR = ROOT / "proto"
 OUT_DIR = ROOT / "clients" / "python"
-GENERATED_PACKAGES = ("api", "agent", "scheduler", "searcher", "checkpoint")
+GENERATED_PACKAGES = ("api", "agent", "scheduler", "searcher", "checkpoint", "gateway")
 DESCRIPTOR_SET = OUT_DIR / "cairn" / "gen" / "descriptor_set.binpb"
 
 

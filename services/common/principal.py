@@ -13,5 +13,6 @@ class Principal:
     username: str = ""
     admin: bool = False
     allocation_id: str | None = None
-    # Set for internal callers that presented the cluster token.
+    # Set for internal callers that presented the cluster token (or, to the master's gateway
+    # service alone, the per-boot gateway key).
     internal: bool = False

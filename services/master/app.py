@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import secrets
 import threading
 import uuid
 from collections.abc import Callable
@@ -44,14 +45,9 @@ from services.master.domain.scheduling.scheduling import SchedulingLoop
 from services.master.domain.tasks.tensorboard_files import TensorboardFiles
 from services.master.domain.workspaces import workspaces
 from services.master.gateway.http_limits import HttpLimits
-from services.master.gateway.http_server import (
-    MasterHttpServer,
-    health_routes,
-    info_route,
-    master_info,
-    start_http,
-)
-from services.master.gateway.master_relay import MasterRelay
+from services.master.gateway.internal_service import GatewayServicer, register_gateway_service
+from services.master.gateway.master_routes import ContextHealth, health_routes, info_route, master_info
+from services.master.gateway.proxy_targets import LocalTargets
 from services.master.gateway.public_server import (
     PublicHttpServer,
     WorkerSpec,
@@ -59,7 +55,8 @@ from services.master.gateway.public_server import (
     start_workers,
 )
 from services.master.gateway.rest_gateway import rest_routes
-from services.master.gateway.task_proxy import proxy_routes
+from services.master.gateway.task_proxy import TaskProxy
+from services.master.gateway.tcp_tunnel import MAX_TUNNELS_PER_TASK
 from services.master.gateway.webui import webui_routes
 from services.master.leadership import LeaderLease, SqliteMasterLock, exit_at_once
 from services.master.provisioners.factory import build_provisioners
@@ -103,10 +100,8 @@ class Master:
         self.lease: LeaderLease | None = None
         self._sqlite_lock: SqliteMasterLock | None = None
         self.grpc: ServiceServer | None = None
-        # The public port (REST, WebUI, /info, /healthz, /metrics; the task proxy relayed), and the
-        # threaded loopback listener behind it for what writes to the socket itself (public_server.py).
+        # The public port: REST, WebUI, /info, /healthz, /metrics, the task proxy (public_server.py).
         self.http: PublicHttpServer | None = None
-        self.http_loopback: MasterHttpServer | None = None
         self.provisioning: BackgroundLoop | None = None
         # The master's own recent log (`det master logs`), fed from start to stop.
         self.master_log = MasterLogRing()
@@ -145,13 +140,11 @@ class Master:
         check_transport(settings.host, tls is not None, settings.insecure_allow_plaintext)
         # HTTP first: with --http-port 0 the bound port must be known before anything reports it.
         limits = HttpLimits(workers=settings.http_workers, max_connections=settings.max_http_connections)
-        self.http_loopback, _ = start_http("127.0.0.1", 0, [], limits)
         self.http = start_public_http(
             settings.host,
             settings.http_port,
             limits.per_process(settings.http_processes),
             tls.ssl_context() if tls is not None else None,
-            MasterRelay("127.0.0.1", self.http_loopback.server_address[1]),
         )
         settings = dataclasses.replace(settings, http_port=self.http.server_address[1])
         self.searchers = SearcherDirectory(
@@ -197,6 +190,13 @@ class Master:
         )
         api = CairnServicer(deps)
         agent_stream = AgentStreamServicer(ctx, self.logs, settings.max_agents)
+        # The task proxy's targets and the health of this process, for its own HTTP port and, over
+        # the internal gateway service, for the port's worker processes.
+        proxy_targets = LocalTargets(ctx, self.auth.authenticate_user_token)
+        health = ContextHealth(ctx)
+        gateway_service = GatewayServicer(proxy_targets, health)
+        # Opens the internal gateway service to this boot's worker processes alone (their stdin).
+        gateway_key = secrets.token_urlsafe(32)
 
         def register(server: grpc.Server) -> list[str]:
             api_pb2_grpc.add_CairnServicer_to_server(api, server)
@@ -204,10 +204,13 @@ class Master:
             return [
                 api_pb2.DESCRIPTOR.services_by_name["Cairn"].full_name,
                 agent_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name,
+                register_gateway_service(server, gateway_service),
             ]
 
         interceptors = [
-            AuthInterceptor(master_authenticator(self.auth, settings.cluster_token), PUBLIC_METHODS)
+            AuthInterceptor(
+                master_authenticator(self.auth, settings.cluster_token, gateway_key), PUBLIC_METHODS
+            )
         ]
         self.grpc = start_server(
             "master",
@@ -235,7 +238,7 @@ class Master:
         )
         info = master_info(ctx)
         self.http.routes.append(info_route(info))
-        self.http.routes.extend(health_routes(ctx))
+        self.http.routes.extend(health_routes(health))
         self.http.routes.extend(
             rest_routes(
                 self.http,
@@ -247,8 +250,9 @@ class Master:
             )
         )
         self.http.routes.extend(webui_routes())  # last: it answers every other GET
-        self.http_loopback.routes.extend(health_routes(ctx))  # for the worker processes
-        self.http_loopback.routes.extend(proxy_routes(ctx, self.auth.authenticate_user_token))
+        # Each process of the port holds its share of a task's tunnels.
+        tunnels_per_task = max(1, MAX_TUNNELS_PER_TASK // settings.http_processes)
+        self.http.serve_proxy(TaskProxy(proxy_targets, tunnels_per_task))
         if settings.http_processes > 1:
             share = limits.per_process(settings.http_processes)
             start_workers(
@@ -257,12 +261,12 @@ class Master:
                     fd=self.http.socket.fileno(),
                     grpc_host=grpc_host,
                     grpc_port=grpc_port,
-                    relay_host="127.0.0.1",
-                    relay_port=self.http_loopback.server_address[1],
+                    gateway_key=gateway_key,
                     info=info,
                     workers=share.workers,
                     max_connections=share.max_connections,
                     queue_timeout_s=share.queue_timeout_s,
+                    tunnels_per_task=tunnels_per_task,
                     tls_cert=str(settings.tls_cert) if tls is not None else None,
                     tls_key=str(settings.tls_key) if tls is not None else None,
                     log_format=settings.log_format,
@@ -325,10 +329,9 @@ class Master:
         ctx.pump_wakeup.set()
         if self.grpc is not None:
             self.grpc.stop(grace=3.0)
-        for server in (self.http, self.http_loopback):
-            if server is not None:
-                server.shutdown()
-                server.server_close()
+        if self.http is not None:
+            self.http.shutdown()
+            self.http.server_close()
         for loop in (self.scheduling, self.pump, self.liveness, self.provisioning):
             if loop is not None:
                 loop.join(timeout=5.0)

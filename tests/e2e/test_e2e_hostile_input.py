@@ -21,7 +21,7 @@ import requests
 from cairn.api.v1 import auth_pb2
 from cairn.api.v1 import experiment_pb2 as epb
 from cairn.client.password import salt_and_hash
-from services.master.gateway.http_server import MAX_REQUEST_BODY_BYTES
+from services.master.gateway.http_answers import MAX_REQUEST_BODY_BYTES
 from tests.e2e.helpers import config
 from tests.e2e.test_e2e_rest import TIMEOUT, base_url, model_definition, rest_login
 from tests.support.cluster import TestCluster, running_cluster

@@ -29,7 +29,8 @@ import pytest
 from google.protobuf import struct_pb2
 
 from cairn.api.v1 import experiment_pb2, trial_pb2
-from services.master.gateway.http_server import start_http
+from services.master.gateway.http_limits import HttpLimits
+from services.master.gateway.public_server import start_public_http
 from services.master.gateway.webui import webui_routes
 from tests.e2e.helpers import config, create, logs, state, trials, wait_state
 from tests.support.cluster import AuthedStub, TestCluster, running_cluster
@@ -470,7 +471,8 @@ def fake_dist(tmp_path: Path) -> Path:
 
 
 def _serve(dist: Path) -> Iterator[int]:
-    server, _ = start_http("127.0.0.1", 0, webui_routes(dist))
+    server = start_public_http("127.0.0.1", 0, HttpLimits(), None)
+    server.routes.extend(webui_routes(dist))
     try:
         yield server.server_address[1]
     finally:

@@ -12,6 +12,9 @@ USER_TOKEN_KEYS = (USER_TOKEN_KEY, "x-user-token", "grpcgateway-authorization")
 ALLOCATION_TOKEN_KEY = "x-allocation-token"
 # The shared secret that internal services and agents present to each other.
 CLUSTER_TOKEN_KEY = "x-cairn-cluster-token"
+# The per-boot key a master hands the worker processes of its HTTP port, which opens its internal
+# gateway service (proto/cairn/gateway/v1/gateway.proto) and nothing else.
+GATEWAY_KEY_KEY = "x-cairn-gateway-key"
 # Trailing metadata on an UNAVAILABLE answer whose change may have been stored (the database
 # connection was lost while it committed): a client must not send a non-idempotent call again.
 COMMIT_UNKNOWN_KEY = "x-cairn-commit-unknown"

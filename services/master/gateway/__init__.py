@@ -5,16 +5,20 @@ Module layout:
 - public_server.py   the public HTTP port: uvicorn serving asgi_app in the master's process and in
                      --http-processes - 1 worker processes (http_worker.py) on the same socket.
 - asgi_app.py        the ASGI app: runs the routes in threads with per-process turns (503 +
-                     Retry-After), streams NDJSON and cancels a stream whose client left, relays
-                     what needs the master's own listener.
-- master_relay.py    HTTP and websocket relay to the master's threaded loopback listener.
-- http_worker.py     a worker process: REST through the gRPC port, /info, the WebUI; the rest relayed.
-- http_request.py    what a route may ask of a request, whichever server carries it.
-- http_server.py     the threaded loopback listener (the task proxy owns its sockets there), the
-                     shared answer types, /info, /healthz and /metrics routes.
-- task_proxy.py, proxy_forwarding.py, tcp_tunnel.py, websocket_frames.py
-                     /proxy/{task_id}/...: HTTP relayed as the task answered, websocket and TCP
-                     tunnels (on the loopback listener).
+                     Retry-After), streams NDJSON and cancels a stream whose client left, hands
+                     /proxy/ to the task proxy.
+- http_worker.py     a worker process: REST through the gRPC port, /info, the WebUI, the task
+                     proxy; what only the master knows asked over master_link.py.
+- http_answers.py    what a route answers (Response, StreamingResponse, BodyError) and body bounds.
+- http_request.py    what a route may ask of a request.
+- master_routes.py   /info, /healthz and /metrics, from the master's state or over master_link.
+- internal_service.py, master_link.py
+                     the master's internal gateway service (proto/cairn/gateway/v1) and a worker's
+                     client of it: proxy targets, health, metrics, opened by a per-boot key.
+- task_proxy.py      /proxy/{task_id}/...: session, authorisation (proxy_targets.py), refusals, then
+                     proxy_http.py (HTTP on httpx, streamed both ways), proxy_websocket.py (websockets
+                     relayed message by message) or tcp_tunnel.py (a shell's TCP port over a websocket);
+                     proxy_headers.py and asgi_websocket.py are what they share.
 - http_limits.py     the bounds on connections and ordinary requests at once.
 - prometheus.py      cluster gauges for /metrics.
 - rest_gateway.py    the REST API under /api/: routes a request, builds the gRPC request, calls the

@@ -1,10 +1,9 @@
 """The public HTTP port as an ASGI application (served by uvicorn: public_server.py).
 
-Routes are the same synchronous callables the threaded server runs (PlainRoute: the REST gateway,
-/info, the WebUI, and in the master's own process /healthz and /metrics): each request runs them in
-a thread of this process, with an AsgiRequest that reads the body from the event loop on demand.
-What only the master's threaded loopback listener can do (the task proxy, which writes to the
-socket itself; /healthz and /metrics in a worker process) is relayed there (master_relay.py).
+Routes are synchronous callables (http_answers.PlainRoute: the REST gateway, /info, /healthz,
+/metrics, the WebUI): each request runs them in a thread of this process, with an AsgiRequest that
+reads the body from the event loop on demand. The task proxy (/proxy/, task_proxy.py) runs on the
+event loop itself: its exchanges are I/O from end to end, HTTP and websockets alike.
 
 The bounds keep their meaning (http_limits.py): at most `workers` ordinary requests at once in
 this process, one more waits up to `queue_timeout_s` for a turn and then gets 503 with Retry-After;
@@ -18,7 +17,7 @@ import asyncio
 import contextlib
 import json
 import threading
-from collections.abc import Awaitable, Callable, Iterator, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -26,16 +25,15 @@ from http.client import HTTPMessage
 from typing import Any
 
 from services.common.logging import get_logger
-from services.master.gateway.http_limits import HttpLimits, is_long_lived
-from services.master.gateway.http_server import (
+from services.master.gateway.http_answers import (
     MAX_REQUEST_BODY_BYTES,
-    Answered,
     BodyError,
     PlainRoute,
     Response,
     StreamingResponse,
 )
-from services.master.gateway.master_relay import MasterRelay
+from services.master.gateway.http_limits import HttpLimits, is_long_lived
+from services.master.gateway.task_proxy import PROXY_PREFIX, TaskProxy
 
 log = get_logger(__name__)
 
@@ -47,9 +45,9 @@ Send = Callable[[Message], Awaitable[None]]
 _BUSY = b'{"error": "the master is busy: too many requests at once; retry shortly"}'
 _NOT_FOUND = b'{"error": "not found"}'
 _INTERNAL = b'{"error": "internal error"}'
-# A body that stops arriving gives its request's turn back after this (uvicorn has no such timeout;
-# the threaded server's was its socket timeout). A chunked body is refused only once its data passes
-# the limit: uvicorn's parsers do not show the chunk sizes.
+# A body that stops arriving gives its request's turn back after this (uvicorn has no such
+# timeout). A chunked body is refused only once its data passes the limit: uvicorn's parsers do not
+# show the chunk sizes.
 BODY_IDLE_TIMEOUT_S = 30.0
 # The longest stream answered whole to an HTTP/1.0 client.
 MAX_HTTP10_STREAM_BYTES = 64 * 1024 * 1024
@@ -178,24 +176,17 @@ class AsgiRequest:
 class GatewayApp:
     """The ASGI application of the public port.
 
-    `relayed` are the path prefixes answered by the master's loopback listener through `relay`;
-    everything else is offered to `routes` in order, then 404.
+    /proxy/ goes to `proxy` (HTTP and websockets) once it is set (the master sets it when its
+    domain is up); everything else is offered to `routes` in order, then 404.
     """
 
-    def __init__(
-        self,
-        routes: list[PlainRoute],
-        relay: MasterRelay | None,
-        relayed: Sequence[str],
-        limits: HttpLimits,
-    ) -> None:
+    def __init__(self, routes: list[PlainRoute], limits: HttpLimits, proxy: TaskProxy | None = None) -> None:
         self.routes = routes
-        self.relay = relay
-        self.relayed = tuple(relayed)
+        self.proxy = proxy
         self.limits = limits
         # Threads are started on demand: ordinary requests are bounded by the turns, and a stream
-        # (a followed log waiting for its next line) holds one for its life, as a connection
-        # of the threaded server did; max_connections bounds those.
+        # (a followed log waiting for its next line) holds one for its life; max_connections
+        # bounds those.
         self._threads = ThreadPoolExecutor(
             max_workers=limits.workers + limits.max_connections, thread_name_prefix="http-route"
         )
@@ -204,13 +195,18 @@ class GatewayApp:
     def close(self) -> None:
         self._threads.shutdown(wait=False, cancel_futures=True)
 
+    async def aclose(self) -> None:
+        """On the serving loop, once it stopped serving: what the proxy holds there."""
+        if self.proxy is not None:
+            await self.proxy.aclose()
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
             await self._http(scope, receive, send)
         elif kind == "websocket":
-            if self.relay is not None and scope["path"].startswith(self.relayed):
-                await self.relay.websocket(scope, receive, send)
+            if self.proxy is not None and scope["path"].startswith(PROXY_PREFIX):
+                await self.proxy.websocket(scope, receive, send)
             else:
                 await receive()  # websocket.connect
                 await send({"type": "websocket.close", "code": 1008, "reason": "no websocket here"})
@@ -220,8 +216,8 @@ class GatewayApp:
             await send({"type": "lifespan.shutdown.complete"})
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.relay is not None and scope["path"].startswith(self.relayed):
-            await self.relay.http(scope, receive, send)
+        if self.proxy is not None and scope["path"].startswith(PROXY_PREFIX):
+            await self.proxy.http(scope, receive, send)
             return
         loop = asyncio.get_running_loop()
         if self._turns is None:
@@ -291,9 +287,6 @@ class GatewayApp:
                 return Response(exc.status, json.dumps({"error": exc.message}).encode())
             except Exception:
                 log.exception("http handler failed", path=request.path)
-                return Response(HTTPStatus.INTERNAL_SERVER_ERROR, _INTERNAL)
-            if isinstance(response, Answered):  # a socket-level route registered here by mistake
-                log.error("route answered on the socket, which the ASGI server lacks", path=request.path)
                 return Response(HTTPStatus.INTERNAL_SERVER_ERROR, _INTERNAL)
             if response is not None:
                 return response

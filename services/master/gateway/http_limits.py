@@ -1,10 +1,11 @@
-"""Bounds on the master's HTTP server: open connections, and ordinary requests handled at once.
+"""Bounds on the master's public HTTP port, per process (public_server.py, asgi_app.py): open
+connections, and ordinary requests handled at once.
 
-The server gives each connection a thread, which is what long-lived exchanges need (followed log
-streams, the task proxy's websockets and relays) but lets a flood of ordinary requests start
-threads without end, all contending for the database. So:
-  * at most `max_connections` connections are open at once; one more is refused at accept
-    (a 503 on plain HTTP, closed under TLS) without a thread;
+Ordinary requests run in threads and contend for the database; a flood of them must queue, not
+pile up. Long-lived exchanges (followed log streams, the task proxy's exchanges, websockets and
+tunnels) hold a connection for long but little else. So:
+  * at most `max_connections` connections are open at once; one more is answered 503 (uvicorn's
+    limit_concurrency);
   * at most `workers` ordinary requests are handled at once; one more waits up to
     `queue_timeout_s` for a turn, then gets 503 with Retry-After. Long-lived exchanges do not take
     a turn: they are bounded by their own pools (log followers: --max-log-followers) or by their
@@ -13,7 +14,6 @@ threads without end, all contending for the database. So:
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from urllib.parse import parse_qs, urlsplit
 
@@ -34,46 +34,6 @@ class HttpLimits:
             max_connections=max(1, self.max_connections // processes),
             queue_timeout_s=self.queue_timeout_s,
         )
-
-
-class RequestTurns:
-    """Turns for ordinary requests: `workers` at once, the rest queue for a while."""
-
-    def __init__(self, workers: int, queue_timeout_s: float) -> None:
-        self._turns = threading.BoundedSemaphore(workers)
-        self._queue_timeout_s = queue_timeout_s
-
-    def take(self) -> bool:
-        """A turn, waiting up to the queue timeout; False when none came."""
-        return self._turns.acquire(timeout=self._queue_timeout_s)
-
-    def give_back(self) -> None:
-        self._turns.release()
-
-
-class ConnectionCount:
-    """Open connections, refused beyond `limit`."""
-
-    def __init__(self, limit: int) -> None:
-        self._limit = limit
-        self._open = 0
-        self._lock = threading.Lock()
-
-    def try_open(self) -> bool:
-        with self._lock:
-            if self._open >= self._limit:
-                return False
-            self._open += 1
-            return True
-
-    def closed(self) -> None:
-        with self._lock:
-            self._open -= 1
-
-    @property
-    def open(self) -> int:
-        with self._lock:
-            return self._open
 
 
 def is_long_lived(path: str, headers: object) -> bool:

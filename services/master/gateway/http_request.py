@@ -1,7 +1,6 @@
-"""What a route may ask of a request, whichever server carries it: the threaded loopback listener
-(http_server.RequestHandler) or the public ASGI server (asgi_app.AsgiRequest). Routes typed with
-this protocol run under both; routes that write to the socket themselves (the task proxy) take
-the RequestHandler and run only on the loopback listener."""
+"""What a route (http_answers.PlainRoute) may ask of a request: the public ASGI server's
+asgi_app.AsgiRequest is one; so may a test's stand-in be. The task proxy is no route: it takes the
+ASGI scope itself (task_proxy.py)."""
 
 from __future__ import annotations
 

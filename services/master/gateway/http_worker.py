@@ -1,7 +1,8 @@
 """A worker process of the master's public HTTP port (public_server.py): the REST gateway through
-the master's gRPC port, /info and the WebUI here, the rest relayed to the master's loopback
-listener. Started by the master only: its WorkerSpec comes as one JSON line on stdin, it says
-`ready` on stdout once it serves, and it stops when stdin closes (the master stopped or died).
+the master's gRPC port, /info and the WebUI here; the task proxy, /healthz and /metrics here too,
+with what only the master knows asked of its internal gateway service (master_link.py). Started by
+the master only: its WorkerSpec comes as one JSON line on stdin, it says `ready` on stdout once it
+serves, and it stops when stdin closes (the master stopped or died).
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from cairn.api.v1 import api_pb2
 from services.common.logging import configure_logging, get_logger
 from services.common.tls import ServerTls
 from services.master.gateway.http_limits import HttpLimits
-from services.master.gateway.http_server import info_route
-from services.master.gateway.master_relay import MasterRelay
-from services.master.gateway.public_server import WORKER_RELAYED, PublicHttpServer, WorkerSpec
+from services.master.gateway.master_link import MasterLink
+from services.master.gateway.master_routes import health_routes, info_route
+from services.master.gateway.public_server import PublicHttpServer, WorkerSpec
 from services.master.gateway.rest_gateway import rest_routes
+from services.master.gateway.task_proxy import TaskProxy
 from services.master.gateway.webui import webui_routes
 
 log = get_logger(__name__)
@@ -41,19 +43,16 @@ def main() -> None:
     limits = HttpLimits(spec.workers, spec.max_connections, spec.queue_timeout_s)
     tls = ServerTls.load(Path(spec.tls_cert), Path(spec.tls_key)) if spec.tls_cert and spec.tls_key else None
     sock = socket.socket(fileno=spec.fd)
-    server = PublicHttpServer(
-        sock,
-        [],
-        limits,
-        MasterRelay(spec.relay_host, spec.relay_port),
-        WORKER_RELAYED,
-        tls.ssl_context() if tls is not None else None,
-    )
+    server = PublicHttpServer(sock, [], limits, tls.ssl_context() if tls is not None else None)
+    master = MasterLink(spec.grpc_host, spec.grpc_port, spec.gateway_key)
+    server.close_hooks.append(master.close)
     server.routes.append(info_route(spec.info))
+    server.routes.extend(health_routes(master))
     server.routes.extend(
         rest_routes(server, api_pb2.DESCRIPTOR.services_by_name["Cairn"], spec.grpc_host, spec.grpc_port)
     )
     server.routes.extend(webui_routes())
+    server.serve_proxy(TaskProxy(master.resolve_proxy, spec.tunnels_per_task))
 
     def stop_with_the_master() -> None:
         sys.stdin.buffer.read()  # returns at EOF: the master closed the pipe or is gone

@@ -1,21 +1,24 @@
-"""The master's public HTTP port: the ASGI app (asgi_app.py) under uvicorn, in the master's process
+"""The master's public HTTP port: one ASGI app (asgi_app.py) under uvicorn, in the master's process
 and in `processes - 1` worker processes (http_worker.py) that accept on the same listening socket.
 
 Why this shape:
+  * One HTTP stack: everything the port answers, the task proxy's exchanges, websockets and shell
+    tunnels included, is answered by the ASGI app in the process that accepted the connection, on
+    maintained libraries (uvicorn's HTTP and websocket protocols towards the caller; httpx, the
+    `websockets` client and asyncio streams towards a task). No second server, no relay between
+    servers, no protocol code of our own.
   * uvicorn's own multi-process model is one socket bound by the parent and inherited by the
     workers: port 0 works, no other program can bind into the port (as SO_REUSEPORT would let a
     process of the same user do), and the kernel hands each connection to whichever process
     accepts first, so a busy process takes fewer.
-  * The master's process serves too: its REST calls skip the loopback gRPC hop (LocalCalls), and a
-    single-process master (the default) starts no other process at all.
+  * The master's process serves too: its REST calls skip the loopback gRPC hop (LocalCalls), its
+    proxy resolves a task in place, and a single-process master (the default) starts no other
+    process at all.
   * Worker processes hold no domain state: they transcode REST to the master's gRPC port with the
-    caller's credentials, answer /info and the WebUI themselves, and relay what needs the master's
-    process (the task proxy, /healthz, /metrics) to its threaded loopback listener.
-
-The threaded server (http_server.py) stays, on loopback only, for the task proxy: its HTTP answers
-are written as the task's service sent them and its websocket/TCP tunnels own the socket, which an
-ASGI app cannot do. Every process relays /proxy/ there, so a tunnel works whichever process took
-the connection.
+    caller's credentials, answer /info and the WebUI themselves, and ask the master's internal
+    gRPC service (proto/cairn/gateway/v1/gateway.proto, opened by a per-boot key) what only it
+    knows: where the task proxy takes a caller (then they proxy to the task themselves), /healthz
+    and /metrics.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import ssl
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -37,9 +40,9 @@ import uvicorn
 
 from services.common.logging import get_logger
 from services.master.gateway.asgi_app import GatewayApp
+from services.master.gateway.http_answers import PlainRoute
 from services.master.gateway.http_limits import HttpLimits
-from services.master.gateway.http_server import PlainRoute
-from services.master.gateway.master_relay import MasterRelay
+from services.master.gateway.task_proxy import TaskProxy
 
 log = get_logger(__name__)
 
@@ -51,9 +54,9 @@ KEEP_ALIVE_S = 75
 GRACEFUL_STOP_S = 3
 # A worker process that has not started serving by then is a failed start.
 WORKER_START_TIMEOUT_S = 30.0
-# Paths a worker process relays to the master's loopback listener, and the master's own process.
-WORKER_RELAYED = ("/proxy/", "/healthz", "/health", "/metrics")
-MASTER_RELAYED = ("/proxy/",)
+# The largest websocket message either side of the task proxy takes (read whole by uvicorn before
+# the app sees it: the bound comes first). Jupyter's outputs stay well under it.
+WS_MAX_BYTES = 16 * 1024 * 1024
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
@@ -74,7 +77,8 @@ def uvicorn_config(app: GatewayApp, limits: HttpLimits, ssl_context: ssl.SSLCont
         http="httptools",
         loop="uvloop",
         ws="websockets-sansio",
-        ws_per_message_deflate=False,  # the relay passes messages on as they are
+        ws_max_size=WS_MAX_BYTES,
+        ws_per_message_deflate=False,  # the proxy passes messages on as they are
         lifespan="off",
         log_config=None,
         access_log=False,
@@ -100,19 +104,21 @@ class PublicHttpServer:
         sock: socket.socket,
         routes: list[PlainRoute],
         limits: HttpLimits,
-        relay: MasterRelay | None,
-        relayed: Sequence[str],
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         """`limits` are this process's share (HttpLimits.per_process)."""
         self.socket = sock
         self.server_address = sock.getsockname()
         self.routes = routes
-        self.app = GatewayApp(routes, relay, relayed, limits)
+        self.app = GatewayApp(routes, limits)
         self._server = uvicorn.Server(uvicorn_config(self.app, limits, ssl_context))
         self._thread: threading.Thread | None = None
         self.close_hooks: list[Callable[[], None]] = [self.app.close]
         self.workers: list[WorkerProcess] = []
+
+    def serve_proxy(self, proxy: TaskProxy) -> None:
+        """/proxy/ is answered by `proxy` from now on (before, it is an unknown path: 404)."""
+        self.app.proxy = proxy
 
     def start(self) -> None:
         """Serve in a thread of this process; returns once serving."""
@@ -132,7 +138,10 @@ class PublicHttpServer:
             while not self._server.started and not serving.done():
                 await asyncio.sleep(0.01)
             on_started()
-            await serving
+            try:
+                await serving
+            finally:
+                await self.app.aclose()
 
         try:
             uvloop.run(run())
@@ -164,18 +173,20 @@ class PublicHttpServer:
 
 @dataclass(frozen=True)
 class WorkerSpec:
-    """What a worker process needs, sent as JSON on its stdin (nothing secret: callers bring their
-    own credentials, and the TLS key is read from the file the master was given)."""
+    """What a worker process needs, sent as JSON on its stdin. One secret: `gateway_key`, the
+    per-boot key that opens the master's internal gateway service (and nothing else), which only
+    this private pipe carries (never the environment, argv or a file). Callers bring their own
+    credentials, and the TLS key is read from the file the master was given."""
 
     fd: int
     grpc_host: str
     grpc_port: int
-    relay_host: str
-    relay_port: int
+    gateway_key: str
     info: dict[str, Any]
     workers: int  # this process's share of the limits (HttpLimits.per_process)
     max_connections: int
     queue_timeout_s: float
+    tunnels_per_task: int  # this process's share of the proxy's tunnels per task
     tls_cert: str | None = None
     tls_key: str | None = None
     log_format: str = "console"
@@ -244,12 +255,11 @@ def start_public_http(
     port: int,
     limits: HttpLimits,
     ssl_context: ssl.SSLContext | None,
-    relay: MasterRelay | None = None,
 ) -> PublicHttpServer:
-    """The public port, served by this process; worker processes are added by start_workers.
-    Without `relay` nothing is relayed (the task proxy is not served)."""
+    """The public port, served by this process; routes and the task proxy (serve_proxy) are added
+    once the master's domain is up, worker processes by start_workers."""
     sock = listening_socket(host, port)
-    server = PublicHttpServer(sock, [], limits, relay, MASTER_RELAYED, ssl_context)
+    server = PublicHttpServer(sock, [], limits, ssl_context)
     server.start()
     log.info("http serving", host=host, port=server.server_address[1], https=ssl_context is not None)
     return server

@@ -31,9 +31,7 @@ from services.master.gateway.errors import (
     rpc_error_parts,
     stream_error_line,
 )
-from services.master.gateway.http_request import HttpRequest
-from services.master.gateway.http_rules import HttpBinding, RpcMethod, http_bindings
-from services.master.gateway.http_server import (
+from services.master.gateway.http_answers import (
     MAX_BODY_BYTES,
     MAX_REQUEST_BODY_BYTES,
     BodyError,
@@ -41,12 +39,14 @@ from services.master.gateway.http_server import (
     Response,
     StreamingResponse,
 )
+from services.master.gateway.http_request import HttpRequest
+from services.master.gateway.http_rules import HttpBinding, RpcMethod, http_bindings
 from services.master.gateway.json_encoding import JsonEncoder
 from services.master.gateway.openapi import openapi_document
 from services.master.gateway.reply_cache import ReplyCache
 from services.master.gateway.request_builder import MAX_QUERY_PARAMS, RequestBuilder
 from services.master.gateway.router import MethodNotAllowed, NoRoute, Router
-from services.master.gateway.upstream import StreamCall, Upstream
+from services.master.gateway.upstream import StreamCall, Upstream, dial_address
 
 log = get_logger(__name__)
 
@@ -270,18 +270,6 @@ class RestGateway:
         return Response(error.status, _compact(error_body(error.code, error.message)))
 
 
-def _dial_address(host: str, port: int) -> str:
-    """Where the gateway reaches the gRPC server bound to `host`: wildcard binds are reached
-    on loopback."""
-    if host in ("", "0.0.0.0"):
-        host = "127.0.0.1"
-    elif host in ("::", "[::]"):
-        host = "::1"
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"
-    return f"{host}:{port}"
-
-
 class ClosesWithServer(Protocol):
     close_hooks: list[Callable[[], None]]
 
@@ -298,7 +286,7 @@ def rest_routes(
     gRPC server at grpc_host:grpc_port. The channel closes with the HTTP server."""
     bindings = http_bindings(service)
     upstream = Upstream(
-        _dial_address(grpc_host, grpc_port), {b.rpc.full_path: b.rpc for b in bindings}.values(), local=local
+        dial_address(grpc_host, grpc_port), {b.rpc.full_path: b.rpc for b in bindings}.values(), local=local
     )
     server.close_hooks.append(upstream.close)
     gateway = RestGateway(service, bindings, upstream)

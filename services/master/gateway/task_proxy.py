@@ -1,51 +1,43 @@
 """The master's proxy to tasks' services: `/proxy/{task_id}/...` reaches the task's own port (a
-notebook's JupyterLab, later a TensorBoard) through the master only, HTTP and websockets alike.
+notebook's JupyterLab, a TensorBoard) through the master only, HTTP and websockets alike, served by
+the public port's ASGI application (asgi_app.py) in whichever process took the connection.
 
 Every request is authenticated with the user's session, the same credentials the REST gateway
 takes (an `Authorization: Bearer` header, or the WebUI's `auth` cookie), and authorised per task
-by proxy_access (its owner or an admin, while it runs). Refusals are JSON with the reason: 401
-without a session, 403 for another user's task, 404 for no such task or one that has ended, 503
-while its service does not answer yet. Where the service listens is read from the allocation's
-row, so open notebooks keep working across a master restart.
+by proxy_access (its owner or an admin, while it runs), through a Resolve (proxy_targets.py: in
+place in the master's process, over its internal gRPC service from a worker). Refusals are JSON
+with the reason: 401 without a session, 403 for another user's task, 404 for no such task or one
+that has ended, 503 while its service does not answer yet. Where the service listens is read from
+the allocation's row, so open notebooks keep working across a master restart.
 
-A shell's port is a TCP stream, tunnelled over a websocket (tcp_tunnel.py), and reachable without
-a session as in Determined: its SSH server's per-shell key is the credential (proxy_access.py).
+Then: an HTTP exchange (proxy_http.py), a websocket (proxy_websocket.py), or, for a shell, its TCP
+port tunnelled over a websocket (tcp_tunnel.py), reachable without a session as in Determined: its
+SSH server's per-shell key is the credential (proxy_access.py).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
 
+import httpx
+
 from services.common.logging import get_logger
-from services.common.principal import Principal
-from services.master.domain.allocations import proxy_access
-from services.master.domain.kernel.context import MasterContext
-from services.master.domain.kernel.errors import DomainError, NotFound, PermissionDenied, Unauthenticated
-from services.master.gateway import proxy_forwarding, tcp_tunnel
-from services.master.gateway.credentials import auth_cookie
-from services.master.gateway.http_server import Answered, RequestHandler, Response, Route
+from services.master.domain.allocations.proxy_access import ProxyTarget
+from services.master.gateway import proxy_http, proxy_websocket, tcp_tunnel
+from services.master.gateway.asgi_websocket import Receive, Scope, Send, refuse_json
+from services.master.gateway.master_routes import MasterUnreachable
+from services.master.gateway.proxy_headers import header_message, session_token
+from services.master.gateway.proxy_targets import Refused, Resolution, Resolve
 
 log = get_logger(__name__)
 
 PROXY_PREFIX = "/proxy/"
-
-# A session token to the principal it stands for (AuthService.authenticate_user_token).
-Authenticate = Callable[[str], Principal]
-
-
-def _refusal(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
-    return Response(status, json.dumps({"error": message}).encode(), headers=headers)
-
-
-def session_token(req: RequestHandler) -> str | None:
-    """The caller's session token: a Bearer Authorization header, else the `auth` cookie."""
-    authorization = (req.headers.get("Authorization") or "").strip()
-    scheme, _, token = authorization.partition(" ")
-    if scheme.lower() == "bearer" and token.strip():
-        return token.strip()
-    return auth_cookie(req.headers)
+# Resolutions at once in this process (each a session check and a read, or a call to the master);
+# more wait their turn. The exchanges themselves run on the event loop and take none.
+RESOLVE_THREADS = 16
 
 
 def split_proxy_path(path: str) -> tuple[str, str] | None:
@@ -57,49 +49,103 @@ def split_proxy_path(path: str) -> tuple[str, str] | None:
     return (task_id, path) if task_id else None
 
 
-def _status_of(exc: DomainError) -> int:
-    if isinstance(exc, Unauthenticated):
-        return HTTPStatus.UNAUTHORIZED
-    if isinstance(exc, PermissionDenied):
-        return HTTPStatus.FORBIDDEN
-    if isinstance(exc, NotFound | proxy_access.TaskEnded):
-        return HTTPStatus.NOT_FOUND
-    if isinstance(exc, proxy_access.NotReady):
-        return HTTPStatus.SERVICE_UNAVAILABLE
-    return HTTPStatus.BAD_REQUEST
+class _Refusal(Exception):
+    """An answer instead of a proxied exchange."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers or {}
 
 
-def proxy_routes(ctx: MasterContext, authenticate: Authenticate) -> list[Route]:
-    def proxy(req: RequestHandler) -> Response | Answered | None:
-        parts = split_proxy_path(req.path)
+def _split_address(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host, int(port)
+
+
+class TaskProxy:
+    """`http` and `websocket` answer an ASGI scope under PROXY_PREFIX."""
+
+    def __init__(self, resolve: Resolve, tunnels_per_task: int = tcp_tunnel.MAX_TUNNELS_PER_TASK) -> None:
+        self._resolve = resolve
+        self._threads = ThreadPoolExecutor(max_workers=RESOLVE_THREADS, thread_name_prefix="proxy-resolve")
+        self.tunnels = tcp_tunnel.OpenTunnels(tunnels_per_task)
+        # Made on first use, on the serving event loop (httpx's pool belongs to one loop).
+        self._client: httpx.AsyncClient | None = None
+
+    async def aclose(self) -> None:
+        """On the serving loop, as it stops: pooled connections to tasks close."""
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+        self._threads.shutdown(wait=False, cancel_futures=True)
+
+    async def _target(self, scope: Scope) -> tuple[str, ProxyTarget]:
+        raw_path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
+        parts = split_proxy_path(raw_path)
         if parts is None:
-            return None
-        task_id, path = parts
-        token = session_token(req)
+            raise _Refusal(HTTPStatus.NOT_FOUND, "not found")
+        task_id = parts[0]
+        token = session_token(header_message(scope["headers"]))
+        loop = asyncio.get_running_loop()
         try:
-            principal = authenticate(token) if token is not None else None
-            with ctx.db.read() as s:
-                target = proxy_access.proxy_target(s, principal, task_id)
-        except DomainError as exc:
-            status = _status_of(exc)
-            retry = {"Retry-After": "1"} if status == HTTPStatus.SERVICE_UNAVAILABLE else None
-            return _refusal(status, str(exc), retry)
-        address = target.address
-        host, _, port = address.rpartition(":")
-        try:
-            if target.tcp:
-                refused = tcp_tunnel.handshake_error(req)
-                if refused is not None:
-                    return _refusal(HTTPStatus.BAD_REQUEST, f"task {task_id} is a TCP service: {refused}")
-                return tcp_tunnel.tunnel_tcp(req, task_id, host, int(port))
-            credential = target.service_credential
-            if proxy_forwarding.is_upgrade(req):
-                return proxy_forwarding.tunnel(req, host, int(port), path, credential)
-            return proxy_forwarding.relay_http(req, host, int(port), path, credential)
-        except tcp_tunnel.TooManyTunnels as exc:
-            return _refusal(HTTPStatus.TOO_MANY_REQUESTS, str(exc), {"Retry-After": "5"})
-        except (proxy_forwarding.UpstreamError, tcp_tunnel.UpstreamError) as exc:
-            log.info("proxy upstream unreachable", task_id=task_id, address=address)
-            return _refusal(HTTPStatus.BAD_GATEWAY, str(exc))
+            found: Resolution = await loop.run_in_executor(self._threads, self._resolve, task_id, token)
+        except MasterUnreachable as exc:
+            raise _Refusal(
+                HTTPStatus.SERVICE_UNAVAILABLE,
+                f"the master did not answer ({exc}); retry shortly",
+                {"Retry-After": "1"},
+            ) from None
+        except Exception:
+            log.exception("proxy resolution failed", task_id=task_id)
+            raise _Refusal(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error") from None
+        if isinstance(found, Refused):
+            raise _Refusal(found.status, found.message, found.headers)
+        return task_id, found
 
-    return [proxy]
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            task_id, target = await self._target(scope)
+            host, port = _split_address(target.address)
+            if target.tcp:
+                why = "Upgrade: the proxy tunnels a task's TCP port over a websocket (Upgrade: websocket)"
+                raise _Refusal(HTTPStatus.BAD_REQUEST, f"task {task_id} is a TCP service: {why}")
+            if self._client is None:
+                self._client = proxy_http.new_client()
+            await proxy_http.exchange(
+                self._client, scope, receive, send, host, port, target.service_credential
+            )
+        except _Refusal as refused:
+            await _respond(send, refused)
+        except proxy_http.UpstreamError as exc:
+            log.info("proxy upstream unreachable", path=scope["path"], error=str(exc))
+            await _respond(send, _Refusal(HTTPStatus.BAD_GATEWAY, str(exc)))
+
+    async def websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (await receive())["type"] != "websocket.connect":
+            return
+        try:
+            task_id, target = await self._target(scope)
+            host, port = _split_address(target.address)
+            if target.tcp:
+                try:
+                    with self.tunnels.held(task_id):
+                        await tcp_tunnel.tunnel(receive, send, host, port)
+                except tcp_tunnel.TooManyTunnels as exc:
+                    raise _Refusal(HTTPStatus.TOO_MANY_REQUESTS, str(exc), {"Retry-After": "5"}) from None
+            else:
+                await proxy_websocket.relay(scope, receive, send, host, port, target.service_credential)
+        except _Refusal as refused:
+            await refuse_json(scope, send, refused.status, refused.message, refused.headers)
+        except (proxy_websocket.UpstreamError, tcp_tunnel.UpstreamError) as exc:
+            log.info("proxy upstream unreachable", path=scope["path"], error=str(exc))
+            await refuse_json(scope, send, HTTPStatus.BAD_GATEWAY, str(exc), {})
+
+
+async def _respond(send: Send, refused: _Refusal) -> None:
+    body = json.dumps({"error": refused.message}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    headers += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in refused.headers.items()]
+    await send({"type": "http.response.start", "status": refused.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

@@ -24,6 +24,18 @@ UNARY_TIMEOUT_S = 120.0
 Metadata = Sequence[tuple[str, str]]
 
 
+def dial_address(host: str, port: int) -> str:
+    """Where a gateway process reaches the gRPC server bound to `host`: wildcard binds are
+    reached on loopback."""
+    if host in ("", "0.0.0.0"):
+        host = "127.0.0.1"
+    elif host in ("::", "[::]"):
+        host = "::1"
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"{host}:{port}"
+
+
 class StreamCall:
     """A started server stream: iterate for messages; cancel() from any thread stops it; close()
     from the thread that iterated, once it stopped, releases it."""

@@ -23,8 +23,8 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from services.common.logging import get_logger
+from services.master.gateway.http_answers import PlainRoute, Response
 from services.master.gateway.http_request import HttpRequest
-from services.master.gateway.http_server import PlainRoute, Response
 
 log = get_logger(__name__)
 

@@ -4,6 +4,9 @@
 - Trial code holds only its allocation token, which opens the calls trial code makes (reporting,
   checkpoints, signals, reading its own trial) and nothing else.
 - Agents present the cluster token on their stream.
+- The worker processes of the master's HTTP port present the per-boot gateway key, which opens
+  the internal gateway service (proto/cairn/gateway/v1/gateway.proto) and nothing else; the
+  service is closed to everyone else, the cluster token's holders included.
 """
 
 from __future__ import annotations
@@ -13,7 +16,14 @@ import hmac
 import grpc
 
 from services.common.interceptors import Authenticate, AuthError
-from services.common.metadata import CLUSTER_TOKEN_KEY, Metadata, allocation_token, metadata_value, user_token
+from services.common.metadata import (
+    CLUSTER_TOKEN_KEY,
+    GATEWAY_KEY_KEY,
+    Metadata,
+    allocation_token,
+    metadata_value,
+    user_token,
+)
 from services.common.principal import Principal
 from services.master.domain.identity.auth import AuthService
 from services.master.domain.kernel.errors import DatabaseUnavailable, PermissionDenied, Unauthenticated
@@ -21,6 +31,7 @@ from services.master.domain.kernel.outage import ride_out
 
 API = "/cairn.api.v1.Cairn/"
 AGENT_SERVICE = "/cairn.agent.v1.AgentService/"
+GATEWAY_SERVICE = "/cairn.gateway.v1.GatewayService/"
 
 PUBLIC_METHODS = frozenset({API + "Login", API + "GetMaster"})
 
@@ -52,8 +63,18 @@ ALLOCATION_METHODS = frozenset(
 )
 
 
-def master_authenticator(auth: AuthService, cluster_token: str | None) -> Authenticate:
+def master_authenticator(auth: AuthService, cluster_token: str | None, gateway_key: str) -> Authenticate:
     def authenticate(method: str, metadata: Metadata) -> Principal:
+        if method.startswith(GATEWAY_SERVICE):
+            # Its answers carry tasks' service credentials: without the key nobody gets in, even
+            # on a master that runs without a cluster token.
+            presented = metadata_value(metadata, GATEWAY_KEY_KEY) or ""
+            if not gateway_key or not hmac.compare_digest(presented.encode(), gateway_key.encode()):
+                raise AuthError(
+                    "the gateway service is internal to the master's HTTP port",
+                    code=grpc.StatusCode.PERMISSION_DENIED,
+                )
+            return Principal(internal=True, username="http-worker")
         if method.startswith(AGENT_SERVICE):
             if not cluster_token:
                 return Principal(internal=True, username="agent")

@@ -1,6 +1,8 @@
 """A real HTTP server with the real REST gateway, dialing a real gRPC server on port 0 that
 serves a few Cairn methods with behaviour the tests control: errors by code, streams of a given
-length that fail or run until cancelled, and an echo of the metadata the gateway forwarded."""
+length that fail or run until cancelled, and an echo of the metadata the gateway forwarded. The
+same server serves the master's internal gateway service (the real servicer, behind the key check
+the master makes) over scripted answers, for worker processes."""
 
 from __future__ import annotations
 
@@ -16,7 +18,13 @@ import pytest
 from google.protobuf import json_format
 
 from cairn.api.v1 import api_pb2, api_pb2_grpc, auth_pb2, experiment_pb2, master_pb2, trial_pb2
+from services.common.interceptors import AuthError, AuthInterceptor
+from services.common.metadata import GATEWAY_KEY_KEY, Metadata, metadata_value
+from services.common.principal import Principal
+from services.master.domain.allocations.proxy_access import ProxyTarget
 from services.master.gateway.http_limits import HttpLimits
+from services.master.gateway.internal_service import GatewayServicer, register_gateway_service
+from services.master.gateway.proxy_targets import Refused, Resolution
 from services.master.gateway.public_server import PublicHttpServer, start_public_http
 from services.master.gateway.rest_gateway import rest_routes
 
@@ -26,13 +34,15 @@ class Observed:
     """What the scripted service saw, for the tests to check."""
 
     cancelled: threading.Event = field(default_factory=threading.Event)
+    cancelled_trials: set[int] = field(default_factory=set)  # the followed streams that were cancelled
     last_metadata: dict[str, str] = field(default_factory=dict)
 
 
 class ScriptedCairn(api_pb2_grpc.CairnServicer):
     """GetTrial(trial_id) aborts with status code `trial_id` when it is a gRPC code other than OK;
     TrialLogs streams `limit` lines, then fails with NOT_FOUND when search_text is "fail", or
-    keeps going until cancelled when `follow` is set."""
+    keeps going until cancelled when `follow` is set (for 2 s at most when search_text is
+    "briefly")."""
 
     def __init__(self, observed: Observed) -> None:
         self.observed = observed
@@ -88,7 +98,9 @@ class ScriptedCairn(api_pb2_grpc.CairnServicer):
             # servicer's thread can fall that far behind the sent line on a busy host).
             if not context.add_callback(done.set):
                 done.set()
-            if done.wait(timeout=30):
+            # search_text "briefly": a followed stream that ends on its own after 2 s.
+            if done.wait(timeout=2 if request.search_text == "briefly" else 30):
+                self.observed.cancelled_trials.add(request.trial_id)
                 self.observed.cancelled.set()
 
 
@@ -103,13 +115,40 @@ class Gateway:
     http: PublicHttpServer
 
 
+GATEWAY_KEY = "the-boots-key"
+
+
+class ScriptedHealth:
+    def database_ok(self) -> bool:
+        return True
+
+    def metrics_text(self) -> str:
+        return "scripted_gauge 1\n"
+
+
+def scripted_targets(task_id: str, session_token: str | None) -> Resolution:
+    if session_token is None:
+        return Refused(1, "authentication required: log in to open a task")
+    return ProxyTarget(address="127.0.0.1:1", tcp=False)
+
+
+def _gateway_key_only(method: str, metadata: Metadata) -> Principal:
+    """The master's check for its gateway service (servicers/auth.py); everything else passes."""
+    if "GatewayService" in method and metadata_value(metadata, GATEWAY_KEY_KEY) != GATEWAY_KEY:
+        raise AuthError("internal", code=grpc.StatusCode.PERMISSION_DENIED)
+    return Principal(internal=True)
+
+
 def start_scripted() -> tuple[grpc.Server, int, Observed]:
     """The scripted service on a free port: (server, port, what it saw)."""
     observed = Observed()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=16), interceptors=[AuthInterceptor(_gateway_key_only)]
+    )
     # Only some methods are served: the others answer UNIMPLEMENTED, as gRPC's base class does.
     scripted = ScriptedCairn(observed)  # type: ignore[abstract]
     api_pb2_grpc.add_CairnServicer_to_server(scripted, server)
+    register_gateway_service(server, GatewayServicer(scripted_targets, ScriptedHealth()))
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     return server, port, observed

@@ -144,6 +144,62 @@ def test_a_client_disconnect_cancels_the_grpc_stream(gateway: Gateway) -> None:
     assert gateway.observed.cancelled.wait(timeout=10)
 
 
+def _follow(port: int, trial_id: int) -> socket.socket:
+    """A connection whose followed stream of trial `trial_id` has sent its first line."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.sendall(
+        f"GET /api/v1/trials/{trial_id}/logs?limit=1&follow=true HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+    )
+    received = b""
+    deadline = time.monotonic() + 10
+    while b"line 0" not in received and time.monotonic() < deadline:
+        received += sock.recv(4096)
+    assert b"line 0" in received
+    return sock
+
+
+def test_a_client_that_sends_its_next_request_keeps_its_stream(gateway: Gateway) -> None:
+    port = gateway.http.server_address[1]
+    gateway.observed.cancelled_trials.discard(41)
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        # A stream that ends on its own, then a followed one, on the same keep-alive connection.
+        sock.sendall(b"GET /api/v1/trials/5/logs?limit=1 HTTP/1.1\r\nHost: x\r\n\r\n")
+        received = b""
+        while not received.endswith(b"0\r\n\r\n"):
+            received += sock.recv(4096)
+        sock.sendall(
+            b"GET /api/v1/trials/41/logs?limit=1&follow=true&searchText=briefly HTTP/1.1\r\nHost: x\r\n\r\n"
+        )
+        received = b""
+        while b"line 0" not in received:
+            received += sock.recv(4096)
+        # The next request, pipelined: the client is still there, its stream goes on to its end,
+        # then the next request is answered on the same connection.
+        sock.sendall(b"GET /api/v1/master HTTP/1.1\r\nHost: x\r\n\r\n")
+        time.sleep(1)
+        assert 41 not in gateway.observed.cancelled_trials
+        while b"scripted" not in received:
+            received += sock.recv(4096)
+        assert received.count(b"HTTP/1.1 200") == 2
+    assert 41 not in gateway.observed.cancelled_trials
+
+
+def test_many_streams_at_once_each_see_only_their_own_client_leave(gateway: Gateway) -> None:
+    port = gateway.http.server_address[1]
+    trial_ids = list(range(200, 210))  # the scripted service has 16 threads; each stream holds one
+    socks = {trial_id: _follow(port, trial_id) for trial_id in trial_ids}
+    leaving = [t for t in trial_ids if t % 2 == 0]
+    for trial_id in leaving:
+        socks.pop(trial_id).close()
+    deadline = time.monotonic() + 10
+    while not set(leaving) <= gateway.observed.cancelled_trials and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert set(leaving) <= gateway.observed.cancelled_trials
+    assert not set(socks) & gateway.observed.cancelled_trials  # those still there stream on
+    for sock in socks.values():
+        sock.close()
+
+
 def test_credentials_and_grpc_metadata_headers_are_forwarded(gateway: Gateway) -> None:
     headers = {
         "Authorization": "Bearer abc",

@@ -1,6 +1,6 @@
-"""The HTTP server's bounds (http_limits.py): ordinary requests beyond --http-workers queue, then
-get 503; followed streams and proxied exchanges are served meanwhile; connections beyond
---max-http-connections are refused without a thread."""
+"""The public port's bounds (http_limits.py): ordinary requests beyond --http-workers queue, then
+get 503; followed streams, proxied exchanges and health checks are served meanwhile; connections
+beyond --max-http-connections are refused."""
 
 from __future__ import annotations
 
@@ -12,26 +12,22 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from services.master.gateway.http_answers import Response, StreamingResponse
 from services.master.gateway.http_limits import HttpLimits
-from services.master.gateway.http_server import (
-    MasterHttpServer,
-    RequestHandler,
-    Response,
-    StreamingResponse,
-    start_http,
-)
+from services.master.gateway.http_request import HttpRequest
 from services.master.gateway.public_server import PublicHttpServer, start_public_http
 
 
 class Routes:
-    """A slow ordinary route that holds its turn until released, a followed stream and a proxy
-    route that answer at once."""
+    """A slow ordinary route that holds its turn until released, a followed stream, and a route for
+    /proxy/ (there is no task proxy on this server: the path is still one that takes no turn) that
+    answer at once."""
 
     def __init__(self) -> None:
         self.release = threading.Event()
         self.entered = threading.Semaphore(0)
 
-    def route(self, req: RequestHandler) -> Response | StreamingResponse | None:
+    def route(self, req: HttpRequest) -> Response | StreamingResponse | None:
         path = urlsplit(req.path).path
         if path == "/slow":
             self.entered.release()
@@ -44,20 +40,15 @@ class Routes:
         return Response(HTTPStatus.OK, b"quick")
 
 
-Server = MasterHttpServer | PublicHttpServer
+Server = PublicHttpServer
 
 
-# The same bounds on the threaded loopback listener and on the public port (public_server.py).
-@pytest.fixture(params=["loopback", "public"])
-def served(request: pytest.FixtureRequest) -> Iterator[tuple[Server, Routes]]:
+@pytest.fixture
+def served() -> Iterator[tuple[Server, Routes]]:
     routes = Routes()
     limits = HttpLimits(workers=2, max_connections=6, queue_timeout_s=0.5)
-    server: Server
-    if request.param == "public":
-        server = start_public_http("127.0.0.1", 0, limits, None)
-        server.routes.append(routes.route)  # type: ignore[arg-type]
-    else:
-        server, _ = start_http("127.0.0.1", 0, [routes.route], limits=limits)
+    server = start_public_http("127.0.0.1", 0, limits, None)
+    server.routes.append(routes.route)
     yield server, routes
     routes.release.set()
     server.shutdown()
@@ -108,10 +99,8 @@ def test_connections_beyond_the_limit_are_refused(served: tuple[Server, Routes])
         for connection in held:
             connection.request("GET", "/quick")  # keep-alive: each stays open after its answer
             assert connection.getresponse().read() == b"quick"
-        status, body, _ = get(server, "/quick")
+        status, _, _ = get(server, "/quick")
         assert status == HTTPStatus.SERVICE_UNAVAILABLE
-        if isinstance(server, MasterHttpServer):
-            assert server.connections.open == 6 and b"too many connections" in body
     finally:
         for connection in held:
             connection.close()

@@ -10,6 +10,7 @@ import pytest
 from openapi_spec_validator import validate
 
 from cairn.api.v1 import api_pb2
+from cairn.gateway.v1 import gateway_pb2
 from services.master.gateway.http_rules import http_bindings
 from services.master.gateway.openapi import openapi_document, openapi_path
 
@@ -105,3 +106,14 @@ def test_descriptions_come_from_the_proto_comments() -> None:
 
 def test_openapi_paths_name_variables_without_dots() -> None:
     assert openapi_path("/v1/{a.b}/x/{c=projects/*}:go") == "/v1/{a_b}/x/{c}:go"
+
+
+def test_the_internal_gateway_service_is_no_public_route(document: dict[str, Any]) -> None:
+    # The master's contract with its HTTP worker processes has no http rules: no REST route, no
+    # OpenAPI operation, and none of its messages in the document.
+    internal = gateway_pb2.DESCRIPTOR.services_by_name["GatewayService"]
+    assert http_bindings(internal) == []
+    text = str(document)
+    for name in ("GatewayService", "ResolveProxy", "ProxyTarget", "sessionToken", "serviceCredential"):
+        assert name not in text
+    assert all(not path.startswith("/proxy") for path in document["paths"])

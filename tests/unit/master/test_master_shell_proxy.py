@@ -1,12 +1,13 @@
-"""The master's TCP proxy for shells, on a real HTTP server in front of a real TCP service: it
-accepts the websocket Determined's tunnel (and Cairn's) opens, carries bytes both ways inside
-binary messages, answers pings, closes when the service does, refuses another user's session and
-anything but a websocket, and bounds every frame before reading it. The framing itself follows
-RFC 6455 (its own example handshake)."""
+"""The master's TCP proxy for shells, on the real public port (in the master's process and in a
+worker process) in front of a real TCP service: it accepts the websocket Determined's tunnel (and
+Cairn's) opens, carries bytes both ways inside binary messages, answers pings, closes when the
+service does and the service's side when the client leaves, refuses another user's session and
+anything but a websocket, and bounds every message before reading it."""
 
 from __future__ import annotations
 
-import io
+import http.client
+import json
 import socket
 import struct
 import threading
@@ -21,56 +22,18 @@ from services.common.principal import Principal
 from services.master.domain.allocations import task_services
 from services.master.domain.kernel.errors import Unauthenticated
 from services.master.domain.kernel.states import TaskKind
-from services.master.gateway import tcp_tunnel
-from services.master.gateway import websocket_frames as wsf
-from services.master.gateway.http_limits import HttpLimits
-from services.master.gateway.http_server import MasterHttpServer, start_http
-from services.master.gateway.master_relay import MasterRelay
-from services.master.gateway.public_server import PublicHttpServer, start_public_http
-from services.master.gateway.task_proxy import proxy_routes
+from services.master.gateway.proxy_targets import LocalTargets
+from services.master.gateway.public_server import PublicHttpServer
 from services.master.store import models
 from tests.unit.master.domain.harness import Master
-
-
-def test_the_handshake_answer_is_rfc_6455s() -> None:
-    assert wsf.accept_value("dGhlIHNhbXBsZSBub25jZQ==") == "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
-    good = {
-        "upgrade": "websocket",
-        "sec-websocket-version": "13",
-        "sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ==",
-    }
-    assert wsf.handshake_error(good) is None
-    assert "Upgrade" in (wsf.handshake_error({**good, "upgrade": "h2c"}) or "")
-    assert "Version" in (wsf.handshake_error({**good, "sec-websocket-version": "8"}) or "")
-    assert "Key" in (wsf.handshake_error({**good, "sec-websocket-key": "short"}) or "")
-
-
-@pytest.mark.parametrize("size", [0, 5, 125, 126, 65_535, 65_536, 300_000])
-def test_a_clients_masked_frame_reads_back_whole(size: int) -> None:
-    payload = bytes(range(256)) * (size // 256) + bytes(size % 256)
-    frame = wsf.read_frame(io.BytesIO(encode_client_frame(0x2, payload, b"\x01\x02\x03\x04")))
-    assert frame == wsf.Frame(wsf.Opcode.BINARY, payload)
-    assert read_server_frame(io.BytesIO(wsf.encode_frame(wsf.Opcode.BINARY, payload))) == (0x2, payload)
-
-
-def test_frames_that_break_the_protocol_are_refused_before_their_payload_is_read() -> None:
-    unmasked = wsf.encode_frame(wsf.Opcode.BINARY, b"x")
-    with pytest.raises(wsf.FrameError, match="masked"):
-        wsf.read_frame(io.BytesIO(unmasked))
-    huge = struct.pack("!BBQ", 0x82, 0x80 | 127, 1 << 40)  # claims a terabyte, sends nothing
-    with pytest.raises(wsf.FrameError, match="over the limit") as refused:
-        wsf.read_frame(io.BytesIO(huge))
-    assert refused.value.code == wsf.CLOSE_TOO_BIG
-    long_ping = encode_client_frame(0x9, b"p" * 200, b"abcd")
-    with pytest.raises(wsf.FrameError, match="control frame"):
-        wsf.read_frame(io.BytesIO(long_ping))
-    assert wsf.read_frame(io.BytesIO(b"\x82")) is None  # the connection ended mid-frame
+from tests.unit.master.proxy_fronts import KINDS, proxy_front
 
 
 class EchoService:
     """A task's TCP port: echoes every byte; b"bye" makes it close its end."""
 
     def __init__(self) -> None:
+        self.ended = threading.Semaphore(0)  # released as each connection ends
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         threading.Thread(target=self._serve, daemon=True).start()
@@ -84,18 +47,31 @@ class EchoService:
             threading.Thread(target=self._echo, args=(conn,), daemon=True).start()
 
     def _echo(self, conn: socket.socket) -> None:
-        with conn:
-            while data := conn.recv(65536):
-                if data == b"bye":
-                    return
-                conn.sendall(data)
+        try:
+            with conn:
+                while data := conn.recv(65536):
+                    if data == b"bye":
+                        return
+                    conn.sendall(data)
+        except OSError:
+            pass
+        finally:
+            self.ended.release()
 
 
-# Through the loopback listener itself, and through the public port that relays /proxy/ to it.
-@pytest.fixture(params=["loopback", "public"])
-def proxied_shell(
-    request: pytest.FixtureRequest, tmp_path: Path
-) -> Iterator[tuple[MasterHttpServer | PublicHttpServer, str, dict[str, Principal]]]:
+class Shell:
+    def __init__(self, front: PublicHttpServer, task_id: str, service: EchoService) -> None:
+        self.port = front.server_address[1]
+        self.task_id = task_id
+        self.service = service
+
+
+# Tunnels per task in each process; one test fills them.
+TUNNELS = 2
+
+
+@pytest.fixture(params=KINDS)
+def proxied_shell(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Shell]:
     master = Master(tmp_path / "master")
     owner = Principal(user_id=master.admin.user_id, username="admin", admin=False)
     sessions: dict[str, Principal] = {
@@ -117,26 +93,16 @@ def proxied_shell(
     service = EchoService()
     with master.ctx.unit_of_work() as w:
         w.session.get_one(models.Allocation, alloc_id).proxy_address = f"127.0.0.1:{service.port}"
-    server, _ = start_http("127.0.0.1", 0, proxy_routes(master.ctx, authenticate))
-    relay = MasterRelay("127.0.0.1", server.server_address[1])
-    front = (
-        start_public_http("127.0.0.1", 0, HttpLimits(), None, relay) if request.param == "public" else None
-    )
     try:
-        yield front or server, task_id, sessions
+        with proxy_front(request.param, master, LocalTargets(master.ctx, authenticate), TUNNELS) as front:
+            yield Shell(front, task_id, service)
     finally:
-        if front is not None:
-            front.shutdown()
-            front.server_close()
-        server.shutdown()
-        server.server_close()
         service.listener.close()
         master.close()
 
 
-def test_bytes_cross_the_tunnel_both_ways_until_the_service_closes(proxied_shell) -> None:  # type: ignore[no-untyped-def]
-    server, task_id, _ = proxied_shell
-    sock = connect("127.0.0.1", server.server_address[1], task_id, None, tls=False)  # no session
+def test_bytes_cross_the_tunnel_both_ways_until_the_service_closes(proxied_shell: Shell) -> None:
+    sock = connect("127.0.0.1", proxied_shell.port, proxied_shell.task_id, None, tls=False)  # no session
     reader = sock.makefile("rb")
     with sock:
         for message in (b"SSH-2.0-test\r\n", b"x" * 200_000):
@@ -152,27 +118,67 @@ def test_bytes_cross_the_tunnel_both_ways_until_the_service_closes(proxied_shell
         sock.sendall(encode_client_frame(0x2, b"bye", b"abcd"))
         closing = read_server_frame(reader)
         assert closing is not None and closing[0] == 0x8  # the service's end closed the tunnel
+        assert struct.unpack("!H", closing[1][:2]) == (1000,)
 
 
-def test_the_tunnel_is_refused_to_another_users_session_and_to_plain_http(proxied_shell) -> None:  # type: ignore[no-untyped-def]
-    server, task_id, _ = proxied_shell
-    port = server.server_address[1]
+def test_a_client_that_leaves_closes_the_services_side(proxied_shell: Shell) -> None:
+    sock = connect("127.0.0.1", proxied_shell.port, proxied_shell.task_id, None, tls=False)
+    sock.sendall(encode_client_frame(0x2, b"hello", b"abcd"))
+    assert read_server_frame(sock.makefile("rb")) == (0x2, b"hello")
+    sock.close()  # no close frame: the connection just ends
+    assert proxied_shell.service.ended.acquire(timeout=10)
+
+
+def test_the_tunnel_is_refused_to_another_users_session_and_to_plain_http(proxied_shell: Shell) -> None:
+    port, task_id = proxied_shell.port, proxied_shell.task_id
     with pytest.raises(Exception, match="403"):
         connect("127.0.0.1", port, task_id, "other-token", tls=False)
     connect("127.0.0.1", port, task_id, "owner-token", tls=False).close()
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as plain:
-        plain.sendall(f"GET /proxy/{task_id}/ HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-        assert plain.recv(4096).startswith(b"HTTP/1.1 400")
+    plain = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    plain.request("GET", f"/proxy/{task_id}/")
+    answer = plain.getresponse()
+    assert answer.status == 400 and "TCP service" in json.loads(answer.read())["error"]
+    plain.close()
 
 
-def test_a_shells_open_tunnels_are_bounded(proxied_shell, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
-    server, task_id, _ = proxied_shell
-    port = server.server_address[1]
-    monkeypatch.setattr(tcp_tunnel.OPEN_TUNNELS, "limit", 1)
-    first = connect("127.0.0.1", port, task_id, None, tls=False)
-    with first, pytest.raises(Exception, match="429"):
+def _close_code(sock: socket.socket) -> int | None:
+    """The code of the close frame the server sends next (data frames skipped); None if the
+    connection ended without one."""
+    reader = sock.makefile("rb")
+    while (frame := read_server_frame(reader)) is not None:
+        if frame[0] == 0x8:
+            return int(struct.unpack("!H", frame[1][:2])[0])
+    return None
+
+
+def test_messages_are_bounded_before_they_are_read(proxied_shell: Shell) -> None:
+    port, task_id = proxied_shell.port, proxied_shell.task_id
+    # A frame that claims a terabyte and sends nothing: refused from its header (1009).
+    sock = connect("127.0.0.1", port, task_id, None, tls=False)
+    with sock:
+        sock.sendall(struct.pack("!BBQ", 0x82, 0x80 | 127, 1 << 40) + b"abcd")
+        assert _close_code(sock) == 1009
+    # Over the tunnel's own bound (1 MiB), under the server's: closed as too big as well.
+    sock = connect("127.0.0.1", port, task_id, None, tls=False)
+    with sock:
+        sock.sendall(encode_client_frame(0x2, b"x" * (1024 * 1024 + 1), b"abcd"))
+        assert _close_code(sock) == 1009
+    # Frames that break the protocol: an unmasked one, a control frame over 125 bytes.
+    for broken in (b"\x82\x01x", encode_client_frame(0x9, b"p" * 200, b"abcd")):
+        sock = connect("127.0.0.1", port, task_id, None, tls=False)
+        with sock:
+            sock.sendall(broken)
+            assert _close_code(sock) == 1002
+
+
+def test_a_shells_open_tunnels_are_bounded(proxied_shell: Shell) -> None:
+    port, task_id = proxied_shell.port, proxied_shell.task_id
+    held = [connect("127.0.0.1", port, task_id, None, tls=False) for _ in range(TUNNELS)]
+    with pytest.raises(Exception, match="429"):
         connect("127.0.0.1", port, task_id, None, tls=False)
-    # Once the first one has closed, its place is free again.
+    for sock in held:
+        sock.close()
+    # Once one has closed, its place is free again.
     deadline = time.monotonic() + 10
     while True:
         try:

@@ -26,8 +26,8 @@ from services.common.server import ServiceServer, start_server
 from services.common.tls import ServerTls, TlsSetupError
 from services.master.configuration.settings import parse_settings
 from services.master.domain.identity.exposure import UnsafeExposure, check_transport
+from services.master.gateway.http_answers import Response, StreamingResponse
 from services.master.gateway.http_limits import HttpLimits
-from services.master.gateway.http_server import Response, StreamingResponse
 from services.master.gateway.public_server import PublicHttpServer, start_public_http
 
 
