@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import io
 import os
 import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,25 +54,23 @@ def _database_url(name: str) -> str:
 @contextmanager
 def fresh_database(backend: str, tmp_path: Path, *, migrated: bool = False) -> Iterator[str | None]:
     """A database URL for one test (None: the master's embedded SQLite default). `migrated`: the
-    schema at the latest migration already, copied from this process's template (see below), so the
-    test pays a file copy or a CREATE DATABASE ... TEMPLATE instead of every migration."""
+    schema at the latest migration already, as a new master finds it: a copy of this process's
+    template (SQLite), or one of this process's scratch databases put back as the template left it
+    (PostgreSQL): see below."""
     if backend == "sqlite":
         yield migrated_sqlite(tmp_path / "master-db" / "master.db") if migrated else None
         return
     if postgres_skipped():
         pytest.skip("CAIRN_TEST_POSTGRES=skip: PostgreSQL tests are not run")
+    if migrated:
+        with _scratch_postgres() as url:
+            yield url
+        return
     name = f"cairn_test_{uuid.uuid4().hex[:12]}"
     admin = _admin_connection()
     try:
         with admin.cursor() as cursor:
-            if migrated:
-                cursor.execute(
-                    sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-                        sql.Identifier(name), sql.Identifier(_postgres_template(admin))
-                    )
-                )
-            else:
-                cursor.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+            cursor.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
         yield _database_url(name)
     finally:
         with admin.cursor() as cursor:
@@ -114,6 +114,153 @@ def _postgres_template(admin: Any) -> str:
     return template
 
 
+# PostgreSQL: a CREATE DATABASE ... TEMPLATE and its DROP cost the server ~0.1 s a test, most of a
+# domain test's time there. So each test process keeps scratch databases, cloned from its template
+# once, and a test's scratch database is put back as the template left it when the test is done:
+# the test's connections ended, every table's rows deleted (children first), the template's own
+# rows (the built-in workspace, project and accounts) copied back, and every sequence set back, so
+# ids start where a new database's do. A few milliseconds instead of a new database.
+_SCRATCH_PREFIX = "cairn_scratch_"
+_free_scratch: list[str] = []
+
+
+@dataclass
+class _Pristine:
+    """What a database cloned from the template holds, to put a scratch database back to it."""
+
+    tables: list[str]  # children before their parents: the order rows can be deleted in
+    rows: dict[str, bytes]  # COPY text of the tables that have rows
+    sequences: list[tuple[str, int, bool]]  # (name, last_value, is_called)
+
+
+_pristine: list[_Pristine] = []
+
+
+@contextmanager
+def _scratch_postgres() -> Iterator[str]:
+    name = _free_scratch.pop() if _free_scratch else _new_scratch()
+    try:
+        yield _database_url(name)
+    finally:
+        try:
+            _reset_scratch(name)
+        except psycopg2.Error:
+            _drop_template(name)  # not put back: a later test gets a new one
+        else:
+            _free_scratch.append(name)
+
+
+def _new_scratch() -> str:
+    admin = _admin_connection()
+    try:
+        template = _postgres_template(admin)
+        name = f"{_SCRATCH_PREFIX}{os.getpid()}_{uuid.uuid4().hex[:8]}"
+        with admin.cursor() as cursor:
+            cursor.execute(
+                sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                    sql.Identifier(name), sql.Identifier(template)
+                )
+            )
+    finally:
+        admin.close()
+    atexit.register(_drop_template, name)
+    if not _pristine:
+        _pristine.append(_read_pristine(name))
+    return name
+
+
+def _connect(name: str) -> Any:
+    connection = psycopg2.connect(_database_url(name).replace("postgresql+psycopg2", "postgresql"))
+    connection.autocommit = True
+    return connection
+
+
+def _read_pristine(name: str) -> _Pristine:
+    connection = _connect(name)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = 'public' AND c.relkind = 'r' AND c.relname <> 'alembic_version'"
+            )
+            tables = sorted(row[0] for row in cursor.fetchall())
+            cursor.execute(
+                "SELECT child.relname, parent.relname FROM pg_constraint k "
+                "JOIN pg_class child ON child.oid = k.conrelid "
+                "JOIN pg_class parent ON parent.oid = k.confrelid "
+                "WHERE k.contype = 'f' AND child.relname <> parent.relname"
+            )
+            parents: dict[str, set[str]] = {t: set() for t in tables}
+            for child, parent in cursor.fetchall():
+                parents.setdefault(child, set()).add(parent)
+            rows: dict[str, bytes] = {}
+            for table in tables:
+                cursor.execute(sql.SQL("SELECT EXISTS (SELECT 1 FROM {})").format(sql.Identifier(table)))
+                if cursor.fetchone()[0]:
+                    buffer = io.BytesIO()
+                    cursor.copy_expert(sql.SQL("COPY {} TO STDOUT").format(sql.Identifier(table)), buffer)
+                    rows[table] = buffer.getvalue()
+            cursor.execute(
+                "SELECT sequencename, COALESCE(last_value, start_value), last_value IS NOT NULL "
+                "FROM pg_sequences WHERE schemaname = 'public'"
+            )
+            sequences = [(n, int(v), bool(called)) for n, v, called in cursor.fetchall()]
+    finally:
+        connection.close()
+    return _Pristine(tables=_children_first(parents), rows=rows, sequences=sequences)
+
+
+def _children_first(parents: dict[str, set[str]]) -> list[str]:
+    """Tables ordered so that each comes before every table it references."""
+    order: list[str] = []
+    placed: set[str] = set()
+    referenced_by: dict[str, set[str]] = {t: set() for t in parents}
+    for child, ps in parents.items():
+        for parent in ps:
+            referenced_by.setdefault(parent, set()).add(child)
+    pending = sorted(referenced_by)
+    while pending:
+        ready = [t for t in pending if referenced_by[t] <= placed]
+        if not ready:
+            raise RuntimeError(f"foreign keys in a cycle among {pending}: a scratch database cannot be reset")
+        order.extend(ready)
+        placed.update(ready)
+        pending = [t for t in pending if t not in placed]
+    return order
+
+
+def _reset_scratch(name: str) -> None:
+    pristine = _pristine[0]
+    admin = _admin_connection()
+    try:
+        with admin.cursor() as cursor:
+            # What the test left connected (a master's pools, a thread's session) must not hold a
+            # lock the reset waits for, nor see the next test's rows.
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,)
+            )
+    finally:
+        admin.close()
+    connection = _connect(name)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                sql.SQL("; ").join(
+                    sql.SQL("DELETE FROM {}").format(sql.Identifier(table)) for table in pristine.tables
+                )
+            )
+            for table in reversed(pristine.tables):  # parents first
+                if table in pristine.rows:
+                    cursor.copy_expert(
+                        sql.SQL("COPY {} FROM STDIN").format(sql.Identifier(table)),
+                        io.BytesIO(pristine.rows[table]),
+                    )
+            for sequence, value, called in pristine.sequences:
+                cursor.execute("SELECT setval(%s, %s, %s)", (sequence, value, called))
+    finally:
+        connection.close()
+
+
 def _migrate(url: str) -> None:
     """The schema at the latest migration, with the built-in accounts every master creates at its
     start (their password hash alone costs a test 30 ms)."""
@@ -143,10 +290,13 @@ def _drop_template(name: str) -> None:
 def _drop_orphaned_templates(admin: Any) -> None:
     """Templates left by test processes that died before their exit handler ran."""
     with admin.cursor() as cursor:
-        cursor.execute("SELECT datname FROM pg_database WHERE datname LIKE %s", (_TEMPLATE_PREFIX + "%",))
+        cursor.execute(
+            "SELECT datname FROM pg_database WHERE datname LIKE %s OR datname LIKE %s",
+            (_TEMPLATE_PREFIX + "%", _SCRATCH_PREFIX + "%"),
+        )
         names = [row[0] for row in cursor.fetchall()]
     for name in names:
-        pid = name.removeprefix(_TEMPLATE_PREFIX).split("_")[0]
+        pid = name.removeprefix(_TEMPLATE_PREFIX).removeprefix(_SCRATCH_PREFIX).split("_")[0]
         if pid.isdigit() and not _alive(int(pid)):
             with admin.cursor() as cursor:
                 cursor.execute(
