@@ -25,6 +25,8 @@ import pytest
 from psycopg2 import sql
 from sqlalchemy.engine import make_url
 
+from cairn.localcluster.processes import is_running
+
 BACKENDS = ("sqlite", "postgres")
 
 
@@ -109,7 +111,7 @@ def _postgres_template(admin: Any) -> str:
         with admin.cursor() as cursor:
             cursor.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(template)))
         _migrate(_database_url(template))
-        atexit.register(_drop_template, template)
+        atexit.register(_drop_database, template)
         _templates["postgres"] = template
     return template
 
@@ -145,7 +147,7 @@ def _scratch_postgres() -> Iterator[str]:
         try:
             _reset_scratch(name)
         except psycopg2.Error:
-            _drop_template(name)  # not put back: a later test gets a new one
+            _drop_database(name)  # not put back: a later test gets a new one
         else:
             _free_scratch.append(name)
 
@@ -163,7 +165,7 @@ def _new_scratch() -> str:
             )
     finally:
         admin.close()
-    atexit.register(_drop_template, name)
+    atexit.register(_drop_database, name)
     if not _pristine:
         _pristine.append(_read_pristine(name))
     return name
@@ -275,7 +277,7 @@ def _migrate(url: str) -> None:
         db.dispose()  # a template takes no clone while a connection to it is open
 
 
-def _drop_template(name: str) -> None:
+def _drop_database(name: str) -> None:
     with contextlib.suppress(psycopg2.Error):
         admin = _admin_connection()
         try:
@@ -297,18 +299,8 @@ def _drop_orphaned_templates(admin: Any) -> None:
         names = [row[0] for row in cursor.fetchall()]
     for name in names:
         pid = name.removeprefix(_TEMPLATE_PREFIX).removeprefix(_SCRATCH_PREFIX).split("_")[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not is_running(int(pid)):
             with admin.cursor() as cursor:
                 cursor.execute(
                     sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
                 )
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

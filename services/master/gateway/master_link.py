@@ -5,6 +5,8 @@ not answer makes MasterUnreachable, which the worker answers 503 with Retry-Afte
 
 from __future__ import annotations
 
+from typing import Any
+
 import grpc
 
 from cairn.gateway.v1 import gateway_pb2, gateway_pb2_grpc
@@ -33,32 +35,24 @@ class MasterLink:
 
     def resolve_proxy(self, task_id: str, session_token: str | None) -> Resolution:
         request = gateway_pb2.ResolveProxyRequest(task_id=task_id, session_token=session_token or "")
-        try:
-            answer = self._stub.ResolveProxy(request, timeout=CALL_TIMEOUT_S, metadata=self._metadata)
-        except grpc.RpcError as exc:
-            raise _unreachable("ResolveProxy", exc) from None
+        answer = self._call("ResolveProxy", request, CALL_TIMEOUT_S)
         if answer.WhichOneof("answer") == "refused":
             return Refused(answer.refused.refusal, answer.refused.message)
         target = answer.target
         return ProxyTarget(target.address, target.tcp, target.service_credential or None)
 
     def database_ok(self) -> bool:
-        try:
-            answer = self._stub.Health(
-                gateway_pb2.HealthRequest(), timeout=CALL_TIMEOUT_S, metadata=self._metadata
-            )
-        except grpc.RpcError as exc:
-            raise _unreachable("Health", exc) from None
-        return answer.database_ok
+        return bool(self._call("Health", gateway_pb2.HealthRequest(), CALL_TIMEOUT_S).database_ok)
 
     def metrics_text(self) -> str:
+        return str(self._call("Metrics", gateway_pb2.MetricsRequest(), METRICS_TIMEOUT_S).text)
+
+    def _call(self, method: str, request: Any, timeout: float) -> Any:
+        """One call of the gateway service with the worker's key; MasterUnreachable when it fails."""
         try:
-            answer = self._stub.Metrics(
-                gateway_pb2.MetricsRequest(), timeout=METRICS_TIMEOUT_S, metadata=self._metadata
-            )
+            return getattr(self._stub, method)(request, timeout=timeout, metadata=self._metadata)
         except grpc.RpcError as exc:
-            raise _unreachable("Metrics", exc) from None
-        return answer.text
+            raise _unreachable(method, exc) from None
 
     def close(self) -> None:
         self.channel.close()

@@ -141,7 +141,7 @@ class AuthService:
                             modified_at=now,
                         )
                     )
-                elif self._initial_password and has_empty_password(user):
+                elif needs_password:
                     user.password_hash = initial
                     user.modified_at = now
 

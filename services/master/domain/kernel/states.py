@@ -7,7 +7,12 @@ InvalidTransition naming both states, and callers turn that into FAILED_PRECONDI
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
+from typing import TypeVar
+
+# Any of the state enums below, for the one check every table shares.
+_S = TypeVar("_S", bound=StrEnum)
 
 
 class InvalidTransition(Exception):
@@ -129,11 +134,10 @@ def allocation_advances(current: str, target: AllocationState) -> bool:
     return target in ALLOCATION_TRANSITIONS[AllocationState(current)]
 
 
-def _check(
-    kind: str, table: dict[RunState, frozenset[RunState]], current: RunState, target: RunState
-) -> None:
+def _check(kind: str, table: Mapping[_S, frozenset[_S]], current: _S, target: _S) -> None:
+    """Every table's check: a move it does not list raises InvalidTransition naming both states."""
     if target not in table.get(current, frozenset()):
-        raise InvalidTransition(f"{kind} cannot go from {current} to {target}")
+        raise InvalidTransition(f"{kind} cannot go from {current or 'LIVE'} to {target}")
 
 
 def is_terminal(state: str) -> bool:
@@ -195,9 +199,7 @@ TASK_CONTINUE_TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
 
 
 def check_task(current: str, target: TaskState, *, continuing: bool = False) -> None:
-    table = TASK_CONTINUE_TRANSITIONS if continuing else TASK_TRANSITIONS
-    if target not in table.get(TaskState(current), frozenset()):
-        raise InvalidTransition(f"task cannot go from {current} to {target}")
+    _check("task", TASK_CONTINUE_TRANSITIONS if continuing else TASK_TRANSITIONS, TaskState(current), target)
 
 
 class WorkspaceState(StrEnum):
@@ -221,8 +223,7 @@ WORKSPACE_TRANSITIONS: dict[WorkspaceState, frozenset[WorkspaceState]] = {
 
 def check_workspace(kind: str, current: str, target: WorkspaceState) -> None:
     """`kind`: "workspace" or "project", which share the table."""
-    if target not in WORKSPACE_TRANSITIONS.get(WorkspaceState(current), frozenset()):
-        raise InvalidTransition(f"{kind} cannot go from {current or 'LIVE'} to {target}")
+    _check(kind, WORKSPACE_TRANSITIONS, WorkspaceState(current), target)
 
 
 class CheckpointState(StrEnum):
@@ -243,5 +244,4 @@ CHECKPOINT_TRANSITIONS: dict[CheckpointState, frozenset[CheckpointState]] = {
 
 
 def check_checkpoint(uuid: str, current: str, target: CheckpointState) -> None:
-    if target not in CHECKPOINT_TRANSITIONS.get(CheckpointState(current), frozenset()):
-        raise InvalidTransition(f"checkpoint {uuid} cannot go from {current} to {target}")
+    _check(f"checkpoint {uuid}", CHECKPOINT_TRANSITIONS, CheckpointState(current), target)

@@ -203,8 +203,7 @@ def _store_reports(
         w.later(lambda: ctx.topics.publish(topic))
     if stored:
         times = [item.report_time for item, _ in fresh + unsequenced if item.report_time is not None]
-        count = stored
-        w.later(lambda: _count_intake(ctx, count, _latencies_of(times)))
+        w.later(lambda: _count_intake(ctx, stored, _latencies_of(times)))
     return stored, duplicates
 
 
