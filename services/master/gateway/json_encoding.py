@@ -2,8 +2,11 @@
 
 The output is what `json_format.MessageToDict(m, always_print_fields_with_no_presence=True)` gives
 (lowerCamelCase names, every field without presence printed with its default, enums by name,
-64-bit integers as strings, bytes as base64, Timestamps as RFC 3339), with two differences taken
-from Go's protojson, which Determined's master uses:
+64-bit integers as strings, bytes as base64, Timestamps as RFC 3339), with three differences taken
+from Go's protojson with EmitUnpopulated, which Determined's gateway uses:
+
+- an unset singular message field outside any oneof prints as null (`"container": null` for a
+  free slot): clients index these keys and read a KeyError where the key is missing;
 
 - a whole number inside a Struct/Value prints as an integer (`"batches": 100`, not `100.0`):
   configs and hyperparameters go through Struct, which keeps only doubles, and clients compare
@@ -189,6 +192,21 @@ def _carries_struct(descriptor: Descriptor) -> bool:
     return walk(descriptor)
 
 
+_ABSENT_UNLESS_SET = object()
+_NULL_UNLESS_SET = object()
+
+
+def _presence(field: FieldDescriptor) -> object:
+    """How an unset field prints, as Go's protojson with EmitUnpopulated (Determined's gateway):
+    a singular message outside any oneof as null, a member of a oneof (proto3 `optional` is a
+    oneof of one) not at all; every field without presence always, with its default."""
+    if not field.has_presence:
+        return None
+    if field.message_type is not None and field.containing_oneof is None:
+        return _NULL_UNLESS_SET
+    return _ABSENT_UNLESS_SET
+
+
 def _map_key(key: Any) -> str:
     if isinstance(key, bool):
         return "true" if key else "false"
@@ -251,15 +269,18 @@ class JsonEncoder:
         return regular
 
     def _regular(self, descriptor: Descriptor) -> Converter:
-        # (attribute, json name, only when present, converter or None for values printed as is)
-        plans: list[tuple[str, str, bool, Converter | None]] = []
+        # (attribute, json name, presence, converter or None for values printed as is); presence is
+        # _ABSENT_UNLESS_SET, _NULL_UNLESS_SET or None (printed always).
+        plans: list[tuple[str, str, object, Converter | None]] = []
         for field in descriptor.fields:
-            plans.append((field.name, field.json_name, field.has_presence, self._field_converter(field)))
+            plans.append((field.name, field.json_name, _presence(field), self._field_converter(field)))
 
         def convert(message: Any) -> dict[str, Any]:
             out: dict[str, Any] = {}
             for attribute, json_name, presence, fn in plans:
-                if presence and not message.HasField(attribute):
+                if presence is not None and not message.HasField(attribute):
+                    if presence is _NULL_UNLESS_SET:
+                        out[json_name] = None
                     continue
                 value = getattr(message, attribute)
                 out[json_name] = value if fn is None else fn(value)
