@@ -82,7 +82,7 @@ def test_deactivation_ends_sessions_and_logins(db: Database, auth: AuthService) 
     users.patch(db, auth, admin, carol.id, UserChanges(active=False))
     with pytest.raises(Unauthenticated, match="unknown or revoked"):
         auth.authenticate_user_token(token)
-    with pytest.raises(PermissionDenied, match="deactivated"):
+    with pytest.raises(PermissionDenied, match="user is not active"):
         auth.login("carol", "Pw-carol1", is_hashed=False)
     users.patch(db, auth, admin, carol.id, UserChanges(active=True))
     assert auth.login("carol", "Pw-carol1", is_hashed=False)[1].active
@@ -90,12 +90,13 @@ def test_deactivation_ends_sessions_and_logins(db: Database, auth: AuthService) 
 
 def test_bad_input_names_the_field_and_changes_nothing(db: Database, auth: AuthService) -> None:
     _, admin = _principal(auth, "admin", "")
-    for name in ("", "a b", "x\x1b[31m", "é" * 3, "a" * 200, "-lead"):
+    # Determined's rule: printable ASCII, at least 2 characters once trimmed; "admin" for admins only.
+    for name in ("", " a ", "x\x1b[31m", "é" * 3, "a" * 200, "tab\there", "Admin", "DETERMINED"):
         with pytest.raises(InvalidArgument, match=r"user\.username"):
             users.create(db, admin, UserChanges(username=name), "Pw-12345", False)
     with pytest.raises(InvalidArgument, match="password: must not be empty"):
         users.create(db, admin, UserChanges(username="dave"), salt_and_hash(""), True)
-    with pytest.raises(InvalidArgument, match=r"user\.displayName: control"):
+    with pytest.raises(InvalidArgument, match=r"user\.displayName: Display name and username cannot"):
         users.create(db, admin, UserChanges(username="dave", display_name="\u202eevil"), "Pw-12345", False)
     with pytest.raises(InvalidArgument, match=r"user\.remote"):
         users.create(db, admin, UserChanges(username="dave", remote=True), "Pw-12345", False)
@@ -104,3 +105,29 @@ def test_bad_input_names_the_field_and_changes_nothing(db: Database, auth: AuthS
     with pytest.raises(InvalidArgument, match="may not deactivate themselves"):
         users.patch(db, auth, admin, admin.user_id or 0, UserChanges(active=False))
     assert [u.username for u in users.listing(db, UserQuery())[0]] == ["admin", "determined"]
+
+
+def test_names_determined_accepts_are_accepted_trimmed(db: Database, auth: AuthService) -> None:
+    _, admin = _principal(auth, "admin", "")
+    for name in ("a b", "-lead", "user!#$%&'()*+,/:;<=>?[]^`{|}~", "  padded  ", "ab"):
+        created = users.create(db, admin, UserChanges(username=name), "Pw-12345", False)
+        assert created.username == name.strip()
+    # "admin", in any case, is open to an admin only.
+    assert users.create(db, admin, UserChanges(username="Admin", admin=True), "Pw-12345", False).admin
+
+
+def test_a_display_name_may_not_pass_for_another_user(db: Database, auth: AuthService) -> None:
+    _, admin = _principal(auth, "admin", "")
+    erin = users.create(db, admin, UserChanges(username="erin"), "Pw-12345", False)
+    frank = users.create(db, admin, UserChanges(username="frank", display_name="Frank F."), "Pw-12345", False)
+    for taken in ("ADMIN", "Determined", "frank f."):
+        with pytest.raises(InvalidArgument, match="found a similar username or display name"):
+            users.patch(db, auth, admin, erin.id, UserChanges(display_name=taken))
+
+    def rename(user_id: int, display_name: str) -> str:
+        return users.patch(db, auth, admin, user_id, UserChanges(display_name=display_name)).display_name
+
+    assert rename(erin.id, " Erin E. ") == "Erin E."
+    # Keeping one's own display name, or clearing it, is no collision.
+    assert rename(frank.id, "Frank F.") == "Frank F."
+    assert rename(frank.id, "") == ""

@@ -167,7 +167,7 @@ class AuthService:
                 self._limiter.failed(username, client_address)
                 raise Unauthenticated("invalid credentials")
             if not user.active:
-                raise PermissionDenied(f"user '{username}' is deactivated")
+                raise PermissionDenied("user is not active")
             self._limiter.succeeded(username)
             token = new_token()
             now = utcnow()
@@ -224,7 +224,7 @@ class AuthService:
                     f"session expired (sessions last {format_duration(self._ttl)}): log in again"
                 )
             if not user.active:
-                raise PermissionDenied(f"user '{user.username}' is deactivated")
+                raise PermissionDenied("user is not active")
             principal = Principal(user_id=user.id, username=user.username, admin=user.admin)
         with self._cache_lock:
             if len(self._cache) > 10_000:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import delete, func, or_, select
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
 from cairn.client.password import salt_and_hash
 from services.common.principal import Principal
@@ -31,10 +32,17 @@ from services.master.domain.kernel.paging import Page, page_of
 from services.master.store import models
 from services.master.store.db import Database
 
-# Letters, digits and . _ @ - (e-mail-like names work), starting with a letter or digit: no spaces,
-# control characters or lookalike tricks in a name shown in every listing. 128 fits the column
-# (255) and any real login name.
-USERNAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,127}")
+# Determined's rule for usernames and display names: surrounding spaces trimmed, then printable
+# ASCII only (no hidden whitespace, no lookalike letters), a username at least 2 characters long.
+# Cairn also refuses tabs and line breaks (a name is printed in tables and log lines) and bounds a
+# username at 128 characters, which fits the column (255) and any real login name.
+PRINTABLE_ASCII = re.compile(r"[ -~]*")
+MIN_USERNAME = 2
+MAX_USERNAME = 128
+# Names Determined keeps: only an admin may be called "admin", and "determined" is the default
+# admin's alone.
+RESERVED_FOR_ADMINS = "admin"
+DEFAULT_ADMIN = "determined"
 # The column's width; longer is refused rather than cut.
 MAX_DISPLAY_NAME = 255
 # The client-side hash is 128 hex characters; a plain password past this is not a password.
@@ -80,21 +88,32 @@ def _require_admin(principal: Principal, what: str) -> None:
     access.check_admin(principal, what)
 
 
-def _check_username(username: str, field: str) -> str:
-    if not USERNAME_PATTERN.fullmatch(username):
-        raise InvalidArgument(
-            f"{field}: 1-128 letters, digits and . _ @ -, starting with a letter or digit; "
-            f"got {username[:64]!r}"
-        )
-    return username
+def _clean_name(name: str, field: str) -> str:
+    clean = name.strip()
+    if not PRINTABLE_ASCII.fullmatch(clean):
+        raise InvalidArgument(f"{field}: Display name and username cannot contain non-ASCII characters.")
+    return clean
+
+
+def _check_username(username: str, field: str, *, current: str = "", admin: bool = False) -> str:
+    """`username` as stored, for a user now named `current` ("" for a new one) whose admin flag
+    is `admin` after the change."""
+    clean = _clean_name(username, field)
+    if len(clean) < MIN_USERNAME:
+        raise InvalidArgument(f"{field}: Display name or username value has minimum length.")
+    if len(clean) > MAX_USERNAME:
+        raise InvalidArgument(f"{field}: at most {MAX_USERNAME} characters, not {len(clean)}")
+    if clean.lower() == RESERVED_FOR_ADMINS and not admin:
+        raise InvalidArgument(f"{field}: Non-admin user cannot be renamed 'admin'")
+    if clean.lower() == DEFAULT_ADMIN and current != DEFAULT_ADMIN:
+        raise InvalidArgument(f"{field}: User cannot be renamed 'determined'")
+    return clean
 
 
 def _check_display_name(display_name: str, field: str) -> str:
     if len(display_name) > MAX_DISPLAY_NAME:
         raise InvalidArgument(f"{field}: at most {MAX_DISPLAY_NAME} characters, not {len(display_name)}")
-    if any(ord(c) < 32 or ord(c) == 127 or 0x202A <= ord(c) <= 0x202E for c in display_name):
-        raise InvalidArgument(f"{field}: control and bidirectional-override characters are not allowed")
-    return display_name
+    return _clean_name(display_name, field)
 
 
 def _password_hash(password: str, is_hashed: bool, field: str) -> str:
@@ -113,7 +132,11 @@ def _refuse_remote(remote: bool | None, field: str) -> None:
 
 def create(db: Database, principal: Principal, user: UserChanges, password: str, is_hashed: bool) -> UserInfo:
     _require_admin(principal, "create users")
-    username = _check_username(user.username or "", "user.username")
+    # As Determined: a new user is its own "current" name, so only "determined" itself passes the
+    # reserved-name check (and then meets the existing default admin).
+    username = _check_username(
+        user.username or "", "user.username", current=(user.username or "").strip(), admin=bool(user.admin)
+    )
     display_name = _check_display_name(user.display_name or "", "user.displayName")
     _refuse_remote(user.remote, "user.remote")
     password_hash = _password_hash(password, is_hashed, "password")
@@ -189,17 +212,23 @@ def patch(
         if changes.password is not None
         else None
     )
-    username = _check_username(changes.username, "user.username") if changes.username is not None else None
     display_name = (
         _check_display_name(changes.display_name, "user.displayName")
         if changes.display_name is not None
         else None
     )
+    username = None
     try:
         with db.transaction() as s:
             row = s.get(models.User, user_id)
             if row is None:
                 raise NotFound(f"user {user_id} not found")
+            if changes.username is not None and changes.username != row.username:
+                # Who the user is decides the names open to them: checked against the stored row.
+                admin = row.admin if changes.admin is None else changes.admin
+                username = _check_username(
+                    changes.username, "user.username", current=row.username, admin=admin
+                )
             if username is not None and username != row.username:
                 taken = s.scalar(select(models.User.id).where(models.User.username == username))
                 if taken is not None:
@@ -212,7 +241,9 @@ def patch(
                 if not changes.active:
                     # A deactivated user's sessions end now, not when they expire.
                     s.execute(delete(models.UserSession).where(models.UserSession.user_id == user_id))
-            if display_name is not None:
+            if display_name is not None and display_name != row.display_name:
+                if display_name:
+                    _refuse_similar_display_name(s, user_id, display_name)
                 row.display_name = display_name
             if password_hash is not None:
                 row.password_hash = password_hash
@@ -222,6 +253,25 @@ def patch(
         raise AlreadyExists(f"user.username: user {username!r} already exists") from None
     auth.forget_user(user_id)
     return info
+
+
+def _refuse_similar_display_name(s: Session, user_id: int, display_name: str) -> None:
+    """Determined's rule: a display name may not read as another user's username or display name
+    (case aside), so no one can pass for someone else in a listing."""
+    lowered = display_name.lower()
+    similar = s.scalar(
+        select(models.User.id)
+        .where(models.User.id != user_id)
+        .where(
+            or_(func.lower(models.User.username) == lowered, func.lower(models.User.display_name) == lowered)
+        )
+        .limit(1)
+    )
+    if similar is not None:
+        raise InvalidArgument(
+            f"user.displayName: can not change display name to {display_name} "
+            "found a similar username or display name"
+        )
 
 
 def set_password(
