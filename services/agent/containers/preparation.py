@@ -13,6 +13,7 @@ from cairn.tls import MASTER_CERT_PEM_ENV
 from services.agent.containers import determined_info
 from services.agent.containers.context_cache import ContextCache
 from services.agent.containers.python_envs import PythonEnv, PythonEnvs
+from services.agent.containers.startup_hook import with_startup_hook
 from services.agent.containers.states import FailureType
 from services.agent.containers.task_env import MasterFacts, task_environment
 from services.agent.requests import StartRequest
@@ -175,6 +176,8 @@ class Preparer:
         if self._in_docker and "PATH" not in request.environment:
             del env["PATH"]  # the image's own PATH (its Python, its virtualenv) applies
         argv = command_line(request.entrypoint, request.shell)
+        if request.has_context:
+            argv = with_startup_hook(argv, workdir)
         binds: list[Bind] = []
         if determined_info.is_determined_task(env):
             binds += self._determined_surroundings(env, request, paths, workdir, note)

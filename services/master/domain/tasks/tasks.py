@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from services.common.logging import get_logger
 from services.common.principal import Principal
@@ -24,6 +25,7 @@ from services.master.domain.allocations import allocations, stops
 from services.master.domain.config import ConfigError
 from services.master.domain.config.bounds import check_json_value
 from services.master.domain.config.policies import check_config_policy
+from services.master.domain.config.template_merge import merge_template
 from services.master.domain.identity import access
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.context import MasterContext, Work
@@ -43,6 +45,7 @@ from services.master.domain.kernel.states import (
 )
 from services.master.domain.kernel.states import AllocationState as A
 from services.master.domain.kernel.topics import task_topic
+from services.master.domain.reads import templates as template_reads
 from services.master.domain.task_kinds import model_definition, registry
 from services.master.domain.task_kinds.model_definition import ContextFile
 from services.master.store import models
@@ -68,6 +71,8 @@ class TaskRequest:
     inherit_context: bool = False
     no_pause: bool = False
     arguments: Mapping[str, Any] = field(default_factory=dict)
+    # A config template to merge the config over (Determined's `--template`), as experiments do.
+    template_name: str | None = None
 
 
 def transition(
@@ -194,16 +199,31 @@ def _description(kind: TaskKind, config: dict[str, Any]) -> str:
     return f"{kind.title()} ({text[:80]})"
 
 
+# No template has a longer name (templates' own bound is smaller): refused before the lookup.
+MAX_TEMPLATE_NAME = 1024
+
+
+def _template_config(s: Session, name: str) -> dict[str, Any]:
+    if len(name) > MAX_TEMPLATE_NAME:
+        raise NotFound(f"template: no template named {name[:64]!r}...")
+    return template_reads.template(s, name).config
+
+
 def launch_config(ctx: MasterContext, request: TaskRequest) -> dict[str, Any]:
     """The config a task of the request's kind runs with (what a notebook launch previews): the
     kind's checks of what the launch names (reading what it names) and of its config, its
     launcher and defaults."""
     kind = registry.description(request.kind)
     arguments = request.arguments
-    if kind.check_arguments is not None:
-        with ctx.db.read() as s:
+    config = request.config
+    with ctx.db.read() as s:
+        if kind.check_arguments is not None:
             arguments = kind.check_arguments(s, arguments)
-    return kind.config_for(request.config, arguments)
+        if request.template_name:
+            # The template under the config, before the kind's launcher and defaults: the config's
+            # values win, as Determined merges a template into a command's config.
+            config = merge_template(config, _template_config(s, request.template_name))
+    return kind.config_for(config, arguments)
 
 
 def create(ctx: MasterContext, principal: Principal, request: TaskRequest) -> str:

@@ -146,6 +146,7 @@ def _launch(api: ServicerBase, routes: KindRoutes, request: Any, context: grpc.S
         files=context_files(request.files),
         workspace_id=request.workspace_id or None,
         arguments=routes.launch_arguments(request),
+        template_name=getattr(request, "template_name", "") or None,
     )
     if getattr(request, "preview", False):  # a notebook's: the config it would run, nothing started
         return response(config=python_to_struct(task_lifecycle.launch_config(api.ctx, launch)))

@@ -20,8 +20,10 @@ from services.master.domain.kernel.errors import (
     NotFound,
     PermissionDenied,
 )
+from services.master.domain.kernel.states import TaskKind
 from services.master.domain.reads import templates as reads
 from services.master.domain.task_kinds.model_definition import ContextFile
+from services.master.domain.tasks import tasks
 from services.master.store import models
 from tests.unit.master.domain.harness import Master, config_text
 
@@ -271,3 +273,36 @@ def test_a_template_goes_only_to_a_usable_workspace(master: Master) -> None:
     assert _stored(master) == {}
     _create(master, master.admin, "t", {}, ids["open"])
     assert _stored(master) == {"t": ({}, ids["open"], master.admin.user_id)}
+
+
+def test_commands_notebooks_and_shells_take_a_template_under_their_config(master: Master) -> None:
+    # TensorBoards launch through the same tasks.create: one path for every kind.
+    _create(
+        master,
+        master.admin,
+        "env",
+        {
+            "environment": {"environment_variables": ["FROM_TEMPLATE=1", "BOTH=template"]},
+            "resources": {"priority": 7},
+            "description": "templated",
+        },
+    )
+    for kind in (TaskKind.COMMAND, TaskKind.NOTEBOOK, TaskKind.SHELL):
+        config: dict[str, Any] = {"environment": {"environment_variables": ["BOTH=config"]}}
+        if kind == TaskKind.COMMAND:
+            config["entrypoint"] = ["true"]
+        request = tasks.TaskRequest(kind=kind, config=config, template_name="env")
+        task_id = tasks.create(master.ctx, master.admin, request)
+        with master.db.read() as s:
+            stored = s.get(models.Task, task_id)
+            assert stored is not None
+            variables = stored.config["environment"]["environment_variables"]
+            # The template's variables first, the config's after (later assignments win).
+            assert variables == ["FROM_TEMPLATE=1", "BOTH=template", "BOTH=config"], variables
+            assert stored.priority == 7 and stored.description == "templated"
+    with pytest.raises(NotFound, match=r"^template: no template named 'nope'"):
+        tasks.create(
+            master.ctx,
+            master.admin,
+            tasks.TaskRequest(kind=TaskKind.COMMAND, config={"entrypoint": ["true"]}, template_name="nope"),
+        )
