@@ -199,6 +199,11 @@ def test_trial_ports_are_served_through_the_master_as_determined_serves_them(
         zero_id = int(created.split("Created experiment")[1].split()[0])
         zero_task_id = task_id_of(master, logged_in, zero_id)
 
+        # `det task list` shows each trial's ports.
+        listed = det("task", "list", "--csv")
+        assert ",".join(map(str, sorted([http_port, tcp_port, open_port]))) in listed, listed
+        assert str(zero_slot_port) in listed, listed
+
         # HTTP, logged in: the trial answers, under the whole proxy path.
         answer = get_when_up(f"{master}/proxy/{task_id}:{http_port}/hello?x=1", logged_in)
         assert answer.status_code == 200, answer.text

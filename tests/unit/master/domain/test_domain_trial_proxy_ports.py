@@ -18,6 +18,7 @@ from services.master.domain.allocations import proxy_access
 from services.master.domain.config.view import ProxyPort, config_view
 from services.master.domain.kernel.errors import InvalidArgument, NotFound, Unauthenticated
 from services.master.domain.kernel.task_ids import trial_task_id
+from services.master.domain.reads import tasks as reads
 from services.master.store import models
 from tests.unit.master.domain.harness import Master
 
@@ -169,3 +170,14 @@ def alloc_of(master: Master, task_id: str) -> str:
         ).first()
     assert alloc is not None
     return alloc.id
+
+
+def test_the_task_list_shows_each_trials_ports(master: Master) -> None:
+    master.add_agent("a1", address="10.1.2.3")
+    task_id = experiment_with_ports(master)
+    plain = master.create()
+    with master.db.read() as s:
+        tasks = list(s.scalars(select(models.Task)))
+        ports = reads.trial_proxy_ports(s, tasks)
+    assert ports == {task_id: config_view(master.experiment(int(task_id.split(".")[0])).config).proxy_ports}
+    assert all(not t.startswith(f"{plain}.") for t in ports)
