@@ -5,7 +5,9 @@ and refuses one without a session; an `unauthenticated` port answers anyone; a z
 (`resources.slots_per_trial: 0`) serves beside the one holding the slot; `det experiment create
 -f -p LOCAL:PORT` (the stock CLI's tunnel, a TCP port over the master's websocket proxy) and
 `python -m determined.cli.tunnel --listener LOCAL --auth` carry bytes both ways, and that tunnel
-without a session carries none; once the experiment is killed the ports are gone."""
+without a session carries none; once the experiment is killed the ports are gone. On the process
+runtime and, where dockerd runs with the task image, the Docker runtime (host networking: the
+trial listens on the port on its agent's machine, as a Determined container in host mode does)."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ import yaml
 from tests.e2e.determined_client import DET, det_runner, determined_env
 from tests.e2e.test_e2e_shells import session_token
 from tests.support.cluster import TestCluster, running_cluster
+from tests.support.docker_env import require_task_image
 from tests.support.polling import wait_for
 from tests.support.ports import free_port
 from tests.support.websocket import WebSocket, WebSocketError
@@ -60,9 +63,12 @@ while True:
 """
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[TestCluster]:
-    with running_cluster(tmp_path / "cluster", None, agents=1, slots=1) as c:
+@pytest.fixture(params=["process", "docker"])
+def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[TestCluster]:
+    image = require_task_image() if request.param == "docker" else None
+    with running_cluster(
+        tmp_path / "cluster", None, agents=1, slots=1, runtime=request.param, default_image=image
+    ) as c:
         yield c
 
 
