@@ -29,15 +29,16 @@ from tests.support.polling import wait_for
 from tests.support.ports import free_port
 from tests.support.websocket import WebSocket, WebSocketError
 
-# The trial: an HTTP server on each HTTP port (it answers with its port and the path it was
-# asked for) and a TCP echo server on the TCP port, bound on every address of its machine, until
-# it is killed.
+# The trial: an HTTP server on each HTTP port (it answers with its port, the path it was asked
+# for and the Authorization it was sent: the caller's session never reaches trial code) and a TCP
+# echo server on the TCP port, bound on every address of its machine, until it is killed.
 SERVE = """
 import http.server, socket, socketserver, sys, threading, time
 
 class Answer(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
-        body = f"trial port {self.server.server_address[1]} path {self.path}".encode()
+        seen = self.headers.get("Authorization")
+        body = f"trial port {self.server.server_address[1]} path {self.path} auth {seen}".encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -213,7 +214,7 @@ def test_trial_ports_are_served_through_the_master_as_determined_serves_them(
         # HTTP, logged in: the trial answers, under the whole proxy path.
         answer = get_when_up(f"{master}/proxy/{task_id}:{http_port}/hello?x=1", logged_in)
         assert answer.status_code == 200, answer.text
-        assert answer.text == f"trial port {http_port} path /proxy/{task_id}:{http_port}/hello?x=1"
+        assert answer.text == f"trial port {http_port} path /proxy/{task_id}:{http_port}/hello?x=1 auth None"
         # Without a session: refused, and the trial is never asked.
         anonymous = requests.get(f"{master}/proxy/{task_id}:{http_port}/hello", timeout=30)
         assert anonymous.status_code == 401, anonymous.text
@@ -225,7 +226,8 @@ def test_trial_ports_are_served_through_the_master_as_determined_serves_them(
 
         # The zero-slot trial runs beside the one holding the only slot, and serves its port.
         zero = get_when_up(f"{master}/proxy/{zero_task_id}:{zero_slot_port}/", logged_in)
-        assert zero.text == f"trial port {zero_slot_port} path /proxy/{zero_task_id}:{zero_slot_port}/"
+        zero_path = f"/proxy/{zero_task_id}:{zero_slot_port}/"
+        assert zero.text == f"trial port {zero_slot_port} path {zero_path} auth None"
 
         # The TCP port through `det e create -p`: bytes both ways, twice over one connection.
         echoed = wait_for(lambda: echo_through(local_port, b"hola") or None, timeout=120, what="the tunnel")
