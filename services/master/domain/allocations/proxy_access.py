@@ -101,7 +101,10 @@ def _trial_port_target(
         raise TaskEnded(f"service {service_id}: its trial has ended ({ended}); it serves nothing any more")
     host = trial_proxy_ports.chief_address(s, task_id)
     if host is None:
-        raise NotReady(f"service {service_id} is not ready yet: the trial's chief is not running")
+        raise NotReady(
+            f"service {service_id} is not ready yet: the trial's chief is not running"
+            " (it waits for resources, starts, or is paused)"
+        )
     return ProxyTarget(address=trial_proxy_ports.address(host, port), tcp=entry.tcp)
 
 
