@@ -1,4 +1,5 @@
-"""Where the task proxy takes a caller, or why it refuses: `Resolve(task_id, session_token)`.
+"""Where the task proxy takes a caller, or why it refuses: `Resolve(service_id, session_token)`
+(a service id is a task's id, or `<task id>:<port>` for a trial's port).
 
 The master's own process resolves in place (LocalTargets: the session checked, then
 proxy_access.proxy_target read from the database); a worker process asks the master the same over
@@ -52,7 +53,7 @@ class Refused:
 
 
 Resolution = ProxyTarget | Refused
-# (task id, the caller's session token or None) → where to go, or why not.
+# (service id, the caller's session token or None) → where to go, or why not.
 Resolve = Callable[[str, str | None], Resolution]
 # A session token to the principal it stands for (AuthService.authenticate_user_token).
 Authenticate = Callable[[str], Principal]
@@ -80,10 +81,10 @@ class LocalTargets:
         self._ctx = ctx
         self._authenticate = authenticate
 
-    def __call__(self, task_id: str, session_token: str | None) -> Resolution:
+    def __call__(self, service_id: str, session_token: str | None) -> Resolution:
         try:
             principal = self._authenticate(session_token) if session_token is not None else None
             with self._ctx.db.read() as s:
-                return proxy_access.proxy_target(s, principal, task_id)
+                return proxy_access.proxy_target(s, principal, service_id)
         except DomainError as exc:
             return Refused(refusal_of(exc), str(exc))

@@ -1,6 +1,8 @@
 """The master's proxy to tasks' services: `/proxy/{task_id}/...` reaches the task's own port (a
-notebook's JupyterLab, a TensorBoard) through the master only, HTTP and websockets alike, served by
-the public port's ASGI application (asgi_app.py) in whichever process took the connection.
+notebook's JupyterLab, a TensorBoard), and `/proxy/{task_id}:{port}/...` a port a trial's
+experiment lists in `environment.proxy_ports`, through the master only, HTTP and websockets alike,
+served by the public port's ASGI application (asgi_app.py) in whichever process took the
+connection.
 
 Every request is authenticated with the user's session, the same credentials the REST gateway
 takes (an `Authorization: Bearer` header, or the WebUI's `auth` cookie), and authorised per task
@@ -10,9 +12,10 @@ with the reason: 401 without a session, 403 for another user's task, 404 for no 
 that has ended, 503 while its service does not answer yet. Where the service listens is read from
 the allocation's row, so open notebooks keep working across a master restart.
 
-Then: an HTTP exchange (proxy_http.py), a websocket (proxy_websocket.py), or, for a shell, its TCP
-port tunnelled over a websocket (tcp_tunnel.py), reachable without a session as in Determined: its
-SSH server's per-shell key is the credential (proxy_access.py).
+Then: an HTTP exchange (proxy_http.py), a websocket (proxy_websocket.py), or, for a shell and a
+trial's `proxy_tcp` port, the TCP port tunnelled over a websocket (tcp_tunnel.py). A shell's is
+reachable without a session as in Determined (its SSH server's per-shell key is the credential),
+and so is a trial's port marked `unauthenticated` (proxy_access.py).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import asyncio
 import json
 from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
+from urllib.parse import unquote
 
 import httpx
 
@@ -41,12 +45,14 @@ RESOLVE_THREADS = 16
 
 
 def split_proxy_path(path: str) -> tuple[str, str] | None:
-    """(task id, the path the service gets) of a proxy path; None for any other path. The service
-    gets the whole path: it serves under /proxy/{task_id}/ (a notebook's base_url)."""
+    """(service id, the path the service gets) of a proxy path; None for any other path. The
+    service id is a task's id, or `<task id>:<port>` for a trial's port (a client may send the
+    colon as %3A). The service gets the whole path: it serves under /proxy/{service id}/ (a
+    notebook's base_url)."""
     if not path.startswith(PROXY_PREFIX):
         return None
-    task_id = path[len(PROXY_PREFIX) :].split("/", 1)[0].split("?", 1)[0]
-    return (task_id, path) if task_id else None
+    service_id = unquote(path[len(PROXY_PREFIX) :].split("/", 1)[0].split("?", 1)[0])
+    return (service_id, path) if service_id else None
 
 
 class _Refusal(Exception):
@@ -86,11 +92,11 @@ class TaskProxy:
         parts = split_proxy_path(raw_path)
         if parts is None:
             raise _Refusal(HTTPStatus.NOT_FOUND, "not found")
-        task_id = parts[0]
+        service_id = parts[0]
         token = session_token(header_message(scope["headers"]))
         loop = asyncio.get_running_loop()
         try:
-            found: Resolution = await loop.run_in_executor(self._threads, self._resolve, task_id, token)
+            found: Resolution = await loop.run_in_executor(self._threads, self._resolve, service_id, token)
         except MasterUnreachable as exc:
             raise _Refusal(
                 HTTPStatus.SERVICE_UNAVAILABLE,
@@ -98,19 +104,19 @@ class TaskProxy:
                 {"Retry-After": "1"},
             ) from None
         except Exception:
-            log.exception("proxy resolution failed", task_id=task_id)
+            log.exception("proxy resolution failed", service_id=service_id)
             raise _Refusal(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error") from None
         if isinstance(found, Refused):
             raise _Refusal(found.status, found.message, found.headers)
-        return task_id, found
+        return service_id, found
 
     async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            task_id, target = await self._target(scope)
+            service_id, target = await self._target(scope)
             host, port = _split_address(target.address)
             if target.tcp:
                 why = "Upgrade: the proxy tunnels a task's TCP port over a websocket (Upgrade: websocket)"
-                raise _Refusal(HTTPStatus.BAD_REQUEST, f"task {task_id} is a TCP service: {why}")
+                raise _Refusal(HTTPStatus.BAD_REQUEST, f"service {service_id} is a TCP service: {why}")
             if self._client is None:
                 self._client = proxy_http.new_client()
             await proxy_http.exchange(
@@ -126,11 +132,11 @@ class TaskProxy:
         if (await receive())["type"] != "websocket.connect":
             return
         try:
-            task_id, target = await self._target(scope)
+            service_id, target = await self._target(scope)
             host, port = _split_address(target.address)
             if target.tcp:
                 try:
-                    with self.tunnels.held(task_id):
+                    with self.tunnels.held(service_id):
                         await tcp_tunnel.tunnel(receive, send, host, port)
                 except tcp_tunnel.TooManyTunnels as exc:
                     raise _Refusal(HTTPStatus.TOO_MANY_REQUESTS, str(exc), {"Retry-After": "5"}) from None

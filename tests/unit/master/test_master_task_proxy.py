@@ -106,6 +106,11 @@ def test_proxy_paths_name_their_task() -> None:
     assert split_proxy_path("/api/v1/tasks") is None
 
 
+def test_a_trials_port_is_named_by_its_task_and_port_the_colon_escaped_or_not() -> None:
+    assert split_proxy_path("/proxy/3.ab-cd:8000/x") == ("3.ab-cd:8000", "/proxy/3.ab-cd:8000/x")
+    assert split_proxy_path("/proxy/3.ab-cd%3A8000/") == ("3.ab-cd:8000", "/proxy/3.ab-cd%3A8000/")
+
+
 def test_the_proxy_relays_for_the_owner_without_their_credentials(
     cluster: Cluster, service: TaskService
 ) -> None:

@@ -21,6 +21,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from services.common.principal import Principal
+from services.master.domain.allocations import trial_proxy_ports
 from services.master.domain.identity import access
 from services.master.domain.kernel.errors import (
     FailedPrecondition,
@@ -48,9 +49,14 @@ class ProxyTarget:
     service_credential: str | None = None  # what the proxy presents to the service, if anything
 
 
-def proxy_target(s: Session, principal: Principal | None, task_id: str) -> ProxyTarget:
-    """Where the proxy takes `principal` (None: a caller without a session) for task `task_id`;
-    Unauthenticated, NotFound, PermissionDenied, TaskEnded or NotReady, each naming the task."""
+def proxy_target(s: Session, principal: Principal | None, service_id: str) -> ProxyTarget:
+    """Where the proxy takes `principal` (None: a caller without a session) for the service
+    `service_id` (a task's id, or `<task id>:<port>` for a trial's port); Unauthenticated,
+    NotFound, PermissionDenied, TaskEnded or NotReady, each naming the service."""
+    port_of_task = trial_proxy_ports.split_service_id(service_id)
+    if port_of_task is not None:
+        return _trial_port_target(s, principal, service_id, *port_of_task)
+    task_id = service_id
     task = s.get(models.Task, task_id)
     proxy = registry.proxy_of(task.kind) if task is not None else Proxy.NONE
     if principal is None and proxy != Proxy.TCP:
@@ -78,6 +84,28 @@ def proxy_target(s: Session, principal: Principal | None, task_id: str) -> Proxy
         tcp=proxy == Proxy.TCP,
         service_credential=(alloc.token_hash or None) if credential else None,
     )
+
+
+def _trial_port_target(
+    s: Session, principal: Principal | None, service_id: str, task_id: str, port: int
+) -> ProxyTarget:
+    task = s.get(models.Task, task_id)
+    entry = trial_proxy_ports.registered_port(s, task, port)
+    # A caller without a session learns nothing of a port that needs one, not even whether it is.
+    if principal is None and (entry is None or not entry.unauthenticated):
+        raise Unauthenticated("authentication required: log in to open this service")
+    if task is None or entry is None:
+        raise NotFound(f"service {service_id}: no trial serves this port through the proxy")
+    if task.state in TASK_ENDED:
+        ended = task.state.lower()
+        raise TaskEnded(f"service {service_id}: its trial has ended ({ended}); it serves nothing any more")
+    host = trial_proxy_ports.chief_address(s, task_id)
+    if host is None:
+        raise NotReady(
+            f"service {service_id} is not ready yet: the trial's chief is not running"
+            " (it waits for resources, starts, or is paused)"
+        )
+    return ProxyTarget(address=trial_proxy_ports.address(host, port), tcp=entry.tcp)
 
 
 def proxy_address(s: Session, principal: Principal, task_id: str) -> str:

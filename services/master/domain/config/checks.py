@@ -56,8 +56,27 @@ def _searcher_rules(searcher: Any) -> Iterator[Problem]:
             yield Problem("searcher.plugin", "cannot be given together with searcher.address")
 
 
+def _proxy_port_duplicates(environment: Any) -> Iterator[Problem]:
+    """A port listed twice: its service id (`<task id>:<port>`) would name two services."""
+    if not isinstance(environment, dict) or not isinstance(environment.get("proxy_ports"), list):
+        return
+    first_at: dict[int, int] = {}
+    for index, entry in enumerate(environment["proxy_ports"]):
+        port = entry.get("proxy_port") if isinstance(entry, dict) else None
+        if isinstance(port, bool) or not isinstance(port, int):
+            continue
+        if port in first_at:
+            yield Problem(
+                f"environment.proxy_ports[{index}].proxy_port",
+                f"port {port} is already listed at environment.proxy_ports[{first_at[port]}]",
+            )
+        else:
+            first_at[port] = index
+
+
 def cross_field_problems(config: dict[str, Any]) -> list[Problem]:
     return [
         *_hparam_ranges(config.get("hyperparameters"), "hyperparameters"),
         *_searcher_rules(config.get("searcher")),
+        *_proxy_port_duplicates(config.get("environment")),
     ]

@@ -49,6 +49,21 @@ MAX_JSON_SAFE_INT = 2**53
 MAX_PRELOAD_MODULES = 64
 MODULE_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z"
 
+# environment.proxy_ports: the ports a trial's chief serves through the master's proxy
+# (domain/allocations/experiment_proxy.py). A TCP port number each; Determined sets no count, the
+# bound keeps a config from asking the proxy to know thousands of services per trial.
+MAX_PROXY_PORTS = 64
+PROXY_PORT_ENTRY: Schema = {
+    "type": "object",
+    "properties": {
+        "proxy_port": {"type": "integer", "minimum": 1, "maximum": 65535},
+        "proxy_tcp": {"type": "boolean", "default": False},
+        "unauthenticated": {"type": "boolean", "default": False},
+    },
+    "required": ["proxy_port"],
+    "additionalProperties": False,
+}
+
 
 def _integer(minimum: int | None = None, maximum: int = MAX_CONFIG_COUNT) -> Schema:
     schema: Schema = {"type": "integer", "maximum": maximum}
@@ -395,7 +410,12 @@ _ENVIRONMENT: Schema = _closed(
         # compatibility and unused.
         "registry_auth": {"type": "object"},
         "pod_spec": {"type": "object"},
-        "proxy_ports": {"type": "array", "items": {"type": "object"}},
+        # Each port once (checks.py): `/proxy/{task id}:{port}/` names one service.
+        "proxy_ports": {
+            "type": "array",
+            "maxItems": MAX_PROXY_PORTS,
+            "items": PROXY_PORT_ENTRY,
+        },
         "ports": {"type": "object", "additionalProperties": _integer(0, 65535)},
         "add_capabilities": _strings(),
         "drop_capabilities": _strings(),

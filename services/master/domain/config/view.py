@@ -52,6 +52,29 @@ def environment_of(environment: Mapping[str, Any]) -> tuple[dict[str, str], str 
     return _environment_variables(environment.get("environment_variables")), _image(environment.get("image"))
 
 
+@dataclass(frozen=True)
+class ProxyPort:
+    """One entry of environment.proxy_ports: a port the trial's chief serves through the master's
+    proxy at `/proxy/{task id}:{port}/`."""
+
+    port: int
+    tcp: bool  # a byte stream tunnelled over a websocket, not HTTP
+    unauthenticated: bool  # reachable without a session
+
+
+def proxy_ports_of(environment: Mapping[str, Any]) -> tuple[ProxyPort, ...]:
+    """The proxy ports of an `environment` section (validated: each an object with its port)."""
+    return tuple(
+        ProxyPort(
+            port=int(entry["proxy_port"]),
+            tcp=bool(entry.get("proxy_tcp", False)),
+            unauthenticated=bool(entry.get("unauthenticated", False)),
+        )
+        for entry in environment.get("proxy_ports") or []
+        if isinstance(entry, dict) and "proxy_port" in entry
+    )
+
+
 def _optional_int(value: Any) -> int | None:
     return None if value is None else int(value)
 
@@ -81,6 +104,7 @@ class ExperimentConfigView:
     experiment_seed: int
     preemption_timeout: int | None
     data: dict[str, Any]
+    proxy_ports: tuple[ProxyPort, ...] = ()
 
     @property
     def time_unit(self) -> str:
@@ -145,6 +169,7 @@ class ExperimentConfigView:
             experiment_seed=int((cfg.get("reproducibility") or {}).get("experiment_seed", 0)),
             preemption_timeout=_optional_int(field(cfg, "preemption_timeout")),
             data=dict(cfg.get("data") or {}),
+            proxy_ports=proxy_ports_of(environment),
         )
 
 

@@ -3,11 +3,13 @@ lists (commands, notebooks, shells, TensorBoards), and what an agent fetches to 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from services.master.domain.config.view import ProxyPort, proxy_ports_of
 from services.master.domain.kernel.errors import NotFound
 from services.master.domain.kernel.paging import Page, page_of
 from services.master.domain.kernel.states import LIVE_ALLOCATION, TASK_ENDED, TaskKind
@@ -27,6 +29,28 @@ def live_allocations(s: Session) -> list[tuple[models.Allocation, models.Task]]:
             .order_by(models.Allocation.requested_at, models.Allocation.id)
         ).all()
     ]
+
+
+def trial_proxy_ports(s: Session, tasks: Iterable[models.Task]) -> dict[str, tuple[ProxyPort, ...]]:
+    """The proxy ports of each trial's task among `tasks` (its experiment's
+    environment.proxy_ports), by task id; tasks with none are left out."""
+    by_experiment: dict[int, list[str]] = {}
+    for t in tasks:
+        if t.kind == TaskKind.TRIAL and t.experiment_id is not None:
+            by_experiment.setdefault(t.experiment_id, []).append(t.id)
+    found: dict[str, tuple[ProxyPort, ...]] = {}
+    if not by_experiment:
+        return found
+    rows = s.execute(
+        select(models.Experiment.id, models.Experiment.config).where(
+            models.Experiment.id.in_(list(by_experiment))
+        )
+    )
+    for experiment_id, config in rows:
+        ports = proxy_ports_of((config or {}).get("environment") or {})
+        if ports:
+            found.update(dict.fromkeys(by_experiment[experiment_id], ports))
+    return found
 
 
 def task(s: Session, task_id: str, kind: TaskKind | None = None) -> models.Task:

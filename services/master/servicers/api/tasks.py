@@ -58,6 +58,7 @@ class TasksApi(ServicerBase):
         response = task_pb2.GetTasksResponse()
         with self.ctx.db.read() as s:
             rows = live_allocations(s)
+            proxy_ports = reads.trial_proxy_ports(s, (task for _, task in rows))
         for alloc, task in rows:
             summary = task_pb2.AllocationSummary(
                 task_id=task.id,
@@ -70,6 +71,15 @@ class TasksApi(ServicerBase):
             )
             if alloc.priority is not None:
                 summary.priority = alloc.priority
+            for port in proxy_ports.get(task.id, ()):
+                summary.proxy_ports.append(
+                    task_pb2.ProxyPortConfig(
+                        service_id=f"{task.id}:{port.port}",
+                        port=port.port,
+                        proxy_tcp=port.tcp,
+                        unauthenticated=port.unauthenticated,
+                    )
+                )
             for rank, placement in enumerate(alloc.placements):
                 resources = task_pb2.ResourcesSummary(
                     resources_id=f"{alloc.id}.{rank}",
