@@ -55,7 +55,6 @@ from services.master.domain.kernel.errors import (
     PermissionDenied,
 )
 from services.master.domain.kernel.states import TERMINAL, RunState
-from services.master.domain.scheduling.scheduling import never_fits
 from services.master.domain.trials import searcher_outbox
 from services.master.domain.trials import trials as trial_lifecycle
 from services.master.store import models
@@ -252,12 +251,6 @@ def merged_config(ctx: MasterContext, exp: models.Experiment, override: dict[str
         raise InvalidArgument(
             f"resources.resource_pool: no resource pool '{merged_view.resource_pool}' "
             f"(pools: {', '.join(pools)})"
-        )
-    unplaceable = never_fits(ctx, merged_view.resource_pool, merged_view.slots_per_trial)
-    if unplaceable:
-        raise InvalidArgument(
-            f"resources.slots_per_trial: {merged_view.slots_per_trial} slots can never be placed in "
-            f"resource pool '{merged_view.resource_pool}', even with all its agents idle: {unplaceable}"
         )
     if len(merged_view.name) > experiment_edits.MAX_NAME_CHARS:
         raise InvalidArgument(f"name: at most {experiment_edits.MAX_NAME_CHARS} characters")

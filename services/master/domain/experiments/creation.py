@@ -156,13 +156,12 @@ def create(ctx: MasterContext, principal: Principal, request: CreateRequest) -> 
     pool = _check_pool(ctx, config)
     archive = _model_definition(ctx, request)
     slots_per_trial = config_view(config).slots_per_trial
-    unplaceable = never_fits(ctx, pool, slots_per_trial)
-    if unplaceable:
-        raise InvalidArgument(
-            f"invalid experiment config: resources.slots_per_trial: {slots_per_trial} slots can never be "
-            f"placed in resource pool '{pool}', even with all its agents idle: {unplaceable}"
-        )
-    slots_exceeded = _slots_exceeded(ctx, pool, slots_per_trial)
+    # More slots than the pool has now (or in a shape its agents cannot give) is accepted with
+    # Determined's launch warning: agents may join later, and until then the job waits with the
+    # scheduler's reason (`det job list`, the WebUI).
+    slots_exceeded = (
+        _slots_exceeded(ctx, pool, slots_per_trial) or never_fits(ctx, pool, slots_per_trial) is not None
+    )
     if request.validate_only:
         return Created(experiment_id=None, config=config, slots_exceeded=slots_exceeded)
 

@@ -1,6 +1,7 @@
 """Pause, activate and kill in order; metric reports stored once and archived past a restart's
 checkpoint; the searcher pump restoring a session after the searcher lost it; scheduling decisions
-that the cluster overtook; and the transition tables refusing forbidden moves."""
+that the cluster overtook; the transition tables refusing forbidden moves; and more slots than the
+pool has accepted with Determined's warning, waiting for agents."""
 
 from __future__ import annotations
 
@@ -10,14 +11,15 @@ from sqlalchemy import select
 from cairn.agent.v1 import agent_pb2 as apb
 from cairn.scheduler.v1 import scheduler_pb2 as schpb
 from services.master.domain.allocations import allocations
-from services.master.domain.experiments import experiments
+from services.master.domain.experiments import creation, experiments
 from services.master.domain.kernel.errors import FailedPrecondition
 from services.master.domain.kernel.states import AllocationState, InvalidTransition, RunState
 from services.master.domain.metrics import progress
 from services.master.domain.scheduling import agents
+from services.master.domain.task_kinds.model_definition import ContextFile
 from services.master.domain.trials import trials
 from services.master.store import models
-from tests.unit.master.domain.harness import Master
+from tests.unit.master.domain.harness import Master, config_text
 
 
 def test_pause_is_graceful_activate_resumes_and_kill_wins(master: Master) -> None:
@@ -222,3 +224,31 @@ def test_an_early_exit_reported_again_is_done_once_and_a_different_one_refused(m
         progress.report_early_exit(master.ctx, master.admin, trial.id, "INVALID_HP")
     with master.db.read() as s:
         assert s.get_one(models.Trial, trial.id).early_exit_reason == "USER_REQUESTED_STOP"
+
+
+def test_more_slots_than_the_pool_has_is_accepted_with_the_warning_and_waits_for_agents(
+    master: Master,
+) -> None:
+    # Determined's behaviour: a launch warning (LAUNCH_WARNING_CURRENT_SLOTS_EXCEEDED), not a
+    # refusal; the job waits until agents join.
+    master.add_agent("a1", slots=1)
+    created = creation.create(
+        master.ctx,
+        master.admin,
+        creation.CreateRequest(
+            config_text=config_text(resources={"slots_per_trial": 2}),
+            files=[ContextFile(path="train.py", type=ord("0"), content=b"pass\n", mtime=0, mode=0o644)],
+            activate=True,
+            validate_only=False,
+        ),
+    )
+    assert created.slots_exceeded and created.experiment_id is not None
+    master.settle()
+    (trial,) = master.trials(created.experiment_id)
+    (waiting,) = master.allocations(trial.id)
+    assert waiting.state == AllocationState.PENDING.value
+    # A second agent of the same size joins: the gang of two fits across both, and starts.
+    master.add_agent("a2", slots=1)
+    master.settle()
+    (placed,) = master.allocations(trial.id)
+    assert placed.state != AllocationState.PENDING.value
