@@ -1,7 +1,7 @@
 """Experiment lifecycle details as Determined has them, driven with the stock client
 (determined==0.38.1) on a cluster of one agent and one slot: an experiment asking for more slots
 than the pool has is accepted with Determined's launch warning and waits, its reason shown in the
-job queue, until it is killed."""
+job queue, until it is killed; an agent reports the API level the master reports."""
 
 from __future__ import annotations
 
@@ -54,3 +54,10 @@ def test_more_slots_than_the_pool_has_is_accepted_with_a_warning_and_waits(
     det("experiment", "kill", str(experiment_id))
     ended = sdk(f"result = client.get_experiment({experiment_id}).wait(interval=1).value")
     assert ended == "STATE_CANCELED"
+
+
+def test_an_agent_reports_the_api_level_the_master_reports(cluster: TestCluster, tmp_path: Path) -> None:
+    det = det_runner(determined_env(cluster, tmp_path / "home"))
+    master_version = json.loads(det("master", "info", "--json"))["version"]
+    (agent,) = json.loads(det("agent", "list", "--json"))
+    assert agent["version"] == master_version == "0.38.1"

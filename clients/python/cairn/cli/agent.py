@@ -81,7 +81,7 @@ def agent_row(agent: agent_pb2.Agent) -> list[str]:
         bool_text(agent.draining),
         bool_text(agent.connected),
         ", ".join(agent.addresses),
-        agent.version,
+        agent.cairn_version,
     ]
 
 

@@ -8,6 +8,7 @@ from typing import Any
 from google.protobuf import struct_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from cairn import DETERMINED_API_VERSION
 from cairn.api.v1 import agent_pb2, auth_pb2, checkpoint_pb2, common_pb2, experiment_pb2, trial_pb2
 from services.common.lru import BoundedLru
 from services.master.domain.identity.auth import UserInfo
@@ -287,7 +288,8 @@ def agent(
         addresses=list(agent_row.addresses or []),
         enabled=agent_row.enabled,
         draining=agent_row.draining,
-        version=agent_row.version,
+        version=DETERMINED_API_VERSION,
+        cairn_version=agent_row.version,
         resource_pools=[agent_row.resource_pool],
         connected=connected,
         last_heartbeat=ts(last_heard or agent_row.last_seen),
