@@ -88,20 +88,29 @@ class ScriptedCairn(api_pb2_grpc.CairnServicer):
         )
 
     def TrialLogs(self, request: trial_pb2.TrialLogsRequest, context: grpc.ServicerContext) -> Iterator[Any]:
+        ended_on_its_own = threading.Event()
+        gone = threading.Event()
+        if request.follow:
+            # Watched from before the first line: a client that leaves while a line is on its way
+            # makes gRPC's server stop iterating this generator, so code after that `yield` would
+            # never run (on a busy host the sent line reaches the client before the server's
+            # thread wakes to see the cancellation). The call's end is seen here in every case.
+            def call_ended() -> None:
+                if not ended_on_its_own.is_set():
+                    self.observed.cancelled_trials.add(request.trial_id)
+                    self.observed.cancelled.set()
+                gone.set()
+
+            if not context.add_callback(call_ended):
+                call_ended()  # the call had already ended
         for i in range(request.limit):
             yield trial_pb2.TrialLogsResponse(id=str(i), trial_id=request.trial_id, message=f"line {i}\n")
         if request.search_text == "fail":
+            ended_on_its_own.set()
             context.abort(grpc.StatusCode.NOT_FOUND, "the trial went away")
-        if request.follow:
-            done = threading.Event()
-            # False when the call already ended: the client left before this line ran (the
-            # servicer's thread can fall that far behind the sent line on a busy host).
-            if not context.add_callback(done.set):
-                done.set()
-            # search_text "briefly": a followed stream that ends on its own after 2 s.
-            if done.wait(timeout=2 if request.search_text == "briefly" else 30):
-                self.observed.cancelled_trials.add(request.trial_id)
-                self.observed.cancelled.set()
+        # search_text "briefly": a followed stream that ends on its own after 2 s.
+        if request.follow and not gone.wait(timeout=2 if request.search_text == "briefly" else 30):
+            ended_on_its_own.set()
 
 
 def _fields(request: Any) -> dict[str, Any]:
