@@ -1,0 +1,201 @@
+"""Determined's run filter: the tree the WebUI's filter builder and the SDK send as JSON text
+(`{"filterGroup": {"kind": "group", "conjunction": "and", "children": [...]}, "showArchived": false}`,
+each leaf `{"kind": "field", "columnName", "location", "operator", "type", "value"}`), read into a
+bounded tree and turned into one SQL condition over a run (trials) and its experiment.
+
+The text is bounded before it is parsed (size), and the tree while it is read (depth, leaves), so a
+hostile filter costs little. Every leaf names a column Cairn knows; any other is refused, naming it,
+before anything is read or changed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import ColumnElement, and_, false, not_, or_, true
+
+from services.master.domain.kernel.errors import InvalidArgument
+from services.master.store import models
+
+MAX_FILTER_BYTES = 64 * 1024
+MAX_DEPTH = 8
+MAX_LEAVES = 200
+MAX_HP_PATH = 8
+
+OPERATORS = ("=", "!=", "<", "<=", ">", ">=", "contains", "notContains", "isEmpty", "notEmpty")
+RUN_LOCATIONS = ("LOCATION_TYPE_UNSPECIFIED", "LOCATION_TYPE_RUN", "LOCATION_TYPE_EXPERIMENT", "")
+HP_LOCATIONS = ("LOCATION_TYPE_HYPERPARAMETERS", "LOCATION_TYPE_RUN_HYPERPARAMETERS")
+
+
+@dataclass(frozen=True)
+class FieldTest:
+    column: str
+    location: str
+    operator: str
+    value: Any
+
+
+@dataclass(frozen=True)
+class Group:
+    conjunction: str  # "and" | "or"
+    children: tuple[Group | FieldTest, ...]
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    root: Group | None
+    show_archived: bool
+
+
+def _state_value(value: Any) -> Any:
+    return value.removeprefix("STATE_") if isinstance(value, str) else value
+
+
+def _time_value(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError as exc:
+            raise InvalidArgument(f"filter: {value!r} is not a time (ISO 8601)") from exc
+    return value
+
+
+# The columns a leaf may name (Determined's names) -> the SQL column and how its value is read.
+_COLUMNS: dict[str, tuple[Any, Callable[[Any], Any]]] = {
+    "id": (models.Trial.id, lambda v: v),
+    "experimentId": (models.Trial.experiment_id, lambda v: v),
+    "state": (models.Trial.state, _state_value),
+    "startTime": (models.Trial.start_time, _time_value),
+    "endTime": (models.Trial.end_time, _time_value),
+    "searcherMetricsVal": (models.Trial.searcher_metric_value, lambda v: v),
+    "searcherMetricValue": (models.Trial.searcher_metric_value, lambda v: v),
+    "projectId": (models.Experiment.project_id, lambda v: v),
+    "userId": (models.Experiment.owner_id, lambda v: v),
+    "experimentName": (models.Experiment.name, lambda v: v),
+    "name": (models.Experiment.name, lambda v: v),
+    "experimentDescription": (models.Experiment.description, lambda v: v),
+    "description": (models.Experiment.description, lambda v: v),
+    "resourcePool": (models.Experiment.resource_pool, lambda v: v),
+    "forkedFrom": (models.Experiment.parent_id, lambda v: v),
+    "experimentProgress": (models.Experiment.progress, lambda v: v),
+    "archived": (models.Trial.archived, lambda v: v),
+}
+
+
+def parse_run_filter(text: str, field: str = "filter") -> RunFilter:
+    """The filter `text` as a bounded tree; InvalidArgument naming `field` where it is not one."""
+    if len(text.encode()) > MAX_FILTER_BYTES:
+        raise InvalidArgument(f"{field}: at most {MAX_FILTER_BYTES} bytes of JSON")
+    try:
+        raw = json.loads(text)
+    except ValueError as exc:
+        raise InvalidArgument(f"{field}: not JSON ({exc})") from exc
+    if not isinstance(raw, dict):
+        raise InvalidArgument(f"{field}: must be a JSON object with filterGroup and showArchived")
+    show_archived = raw.get("showArchived", False)
+    if not isinstance(show_archived, bool):
+        raise InvalidArgument(f"{field}.showArchived: must be true or false")
+    group = raw.get("filterGroup")
+    leaves = [0]
+    root = None if group is None else _read_group(group, f"{field}.filterGroup", 1, leaves)
+    return RunFilter(root=root, show_archived=show_archived)
+
+
+def _read_group(raw: Any, where: str, depth: int, leaves: list[int]) -> Group:
+    if depth > MAX_DEPTH:
+        raise InvalidArgument(f"{where}: groups nest at most {MAX_DEPTH} deep")
+    if not isinstance(raw, dict):
+        raise InvalidArgument(f"{where}: must be an object")
+    conjunction = raw.get("conjunction", "and")
+    if conjunction not in ("and", "or"):
+        raise InvalidArgument(f"{where}.conjunction: must be 'and' or 'or' (got {conjunction!r})")
+    children_raw = raw.get("children", [])
+    if not isinstance(children_raw, list):
+        raise InvalidArgument(f"{where}.children: must be a list")
+    children: list[Group | FieldTest] = []
+    for i, child in enumerate(children_raw):
+        at = f"{where}.children[{i}]"
+        if isinstance(child, dict) and child.get("kind") == "group":
+            children.append(_read_group(child, at, depth + 1, leaves))
+            continue
+        leaves[0] += 1
+        if leaves[0] > MAX_LEAVES:
+            raise InvalidArgument(f"{where}: at most {MAX_LEAVES} conditions in a filter")
+        children.append(_read_field(child, at))
+    return Group(conjunction=conjunction, children=tuple(children))
+
+
+def _read_field(raw: Any, where: str) -> FieldTest:
+    if not isinstance(raw, dict) or raw.get("kind", "field") != "field":
+        raise InvalidArgument(f"{where}: must be a field (kind 'field') or a group (kind 'group')")
+    column, location = raw.get("columnName"), raw.get("location") or ""
+    operator, value = raw.get("operator"), raw.get("value")
+    if not isinstance(column, str) or not column:
+        raise InvalidArgument(f"{where}.columnName: required")
+    if operator not in OPERATORS:
+        raise InvalidArgument(f"{where}.operator: must be one of {', '.join(OPERATORS)} (got {operator!r})")
+    if location in HP_LOCATIONS:
+        path = column.removeprefix("hp.").split(".")
+        if not all(path) or len(path) > MAX_HP_PATH:
+            raise InvalidArgument(f"{where}.columnName: {column!r} is not a hyperparameter name")
+    elif location not in RUN_LOCATIONS or column not in _COLUMNS:
+        raise InvalidArgument(
+            f"{where}: Cairn does not filter runs on column {column!r} at {location or 'no location'}"
+        )
+    if value is not None and not isinstance(value, (str, int, float, bool)):
+        raise InvalidArgument(f"{where}.value: must be a string, a number, a boolean or null")
+    return FieldTest(column=column, location=location, operator=operator, value=value)
+
+
+def run_filter_clause(f: RunFilter) -> ColumnElement[bool]:
+    """The condition over models.Trial joined with its models.Experiment; archived runs (or runs
+    of archived experiments) only where the filter shows them."""
+    clause = true() if f.root is None else _group_clause(f.root)
+    if not f.show_archived:
+        clause = and_(clause, models.Trial.archived.is_(False), models.Experiment.archived.is_(False))
+    return clause
+
+
+def _group_clause(group: Group) -> ColumnElement[bool]:
+    parts = [_group_clause(c) if isinstance(c, Group) else _field_clause(c) for c in group.children]
+    if not parts:
+        return true()
+    return and_(*parts) if group.conjunction == "and" else or_(*parts)
+
+
+def _field_clause(test: FieldTest) -> ColumnElement[bool]:
+    if test.location in HP_LOCATIONS:
+        path = tuple(test.column.removeprefix("hp.").split("."))
+        element = models.Trial.hparams[path]
+        as_number = isinstance(test.value, (int, float)) and not isinstance(test.value, bool)
+        column: Any = element.as_float() if as_number else element.as_string()
+        return _compare(column, test.operator, test.value)
+    column, read_value = _COLUMNS[test.column]
+    return _compare(column, test.operator, None if test.value is None else read_value(test.value))
+
+
+def _compare(column: Any, operator: str, value: Any) -> ColumnElement[bool]:
+    if operator == "isEmpty":
+        return column.is_(None)
+    if operator == "notEmpty":
+        return column.is_not(None)
+    if operator in ("contains", "notContains"):
+        if not isinstance(value, str):
+            return false()
+        test = column.contains(value, autoescape=True)
+        return test if operator == "contains" else or_(not_(test), column.is_(None))
+    if value is None:
+        return column.is_(None) if operator == "=" else column.is_not(None) if operator == "!=" else false()
+    comparisons: dict[str, Callable[[], ColumnElement[bool]]] = {
+        "=": lambda: column == value,
+        "!=": lambda: or_(column != value, column.is_(None)),
+        "<": lambda: column < value,
+        "<=": lambda: column <= value,
+        ">": lambda: column > value,
+        ">=": lambda: column >= value,
+    }
+    return comparisons[operator]()
