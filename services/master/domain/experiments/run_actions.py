@@ -56,16 +56,19 @@ def select_runs(
             raise InvalidArgument(f"runIds: at most {MAX_RUNS} ids in one call")
         return RunSelection(ids=ids, by_filter=False)
     parsed = parse_run_filter(filter_text)
-    q = (
-        select(models.Trial.id)
-        .join(models.Experiment, models.Experiment.id == models.Trial.experiment_id)
-        .where(models.Experiment.state.not_in([S.DELETING, S.DELETED]), run_filter_clause(parsed))
-        .order_by(models.Trial.id)
-        .limit(MAX_RUNS + 1)
-    )
-    if project_id is not None:
-        q = q.where(models.Experiment.project_id == project_id)
     with ctx.db.read() as s:
+        q = (
+            select(models.Trial.id)
+            .join(models.Experiment, models.Experiment.id == models.Trial.experiment_id)
+            .where(
+                models.Experiment.state.not_in([S.DELETING, S.DELETED]),
+                run_filter_clause(parsed, s.get_bind().dialect.name),
+            )
+            .order_by(models.Trial.id)
+            .limit(MAX_RUNS + 1)
+        )
+        if project_id is not None:
+            q = q.where(models.Experiment.project_id == project_id)
         ids = list(s.scalars(q))
     if len(ids) > MAX_RUNS:
         raise InvalidArgument(f"filter: selects more than {MAX_RUNS} runs; narrow it or name ids")

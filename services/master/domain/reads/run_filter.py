@@ -11,12 +11,13 @@ before anything is read or changed.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, false, not_, or_, true
+from sqlalchemy import ColumnElement, String, and_, case, cast, false, func, not_, or_, true
 
 from services.master.domain.kernel.errors import InvalidArgument
 from services.master.store import models
@@ -29,6 +30,8 @@ MAX_HP_PATH = 8
 OPERATORS = ("=", "!=", "<", "<=", ">", ">=", "contains", "notContains", "isEmpty", "notEmpty")
 RUN_LOCATIONS = ("LOCATION_TYPE_UNSPECIFIED", "LOCATION_TYPE_RUN", "LOCATION_TYPE_EXPERIMENT", "")
 HP_LOCATIONS = ("LOCATION_TYPE_HYPERPARAMETERS", "LOCATION_TYPE_RUN_HYPERPARAMETERS")
+# A hyperparameter name's parts: what a JSON path may hold unquoted on every database.
+_HP_PART = re.compile(r"^[A-Za-z0-9_\-]{1,255}$")
 
 
 @dataclass(frozen=True)
@@ -140,7 +143,7 @@ def _read_field(raw: Any, where: str) -> FieldTest:
         raise InvalidArgument(f"{where}.operator: must be one of {', '.join(OPERATORS)} (got {operator!r})")
     if location in HP_LOCATIONS:
         path = column.removeprefix("hp.").split(".")
-        if not all(path) or len(path) > MAX_HP_PATH:
+        if len(path) > MAX_HP_PATH or not all(_HP_PART.match(part) for part in path):
             raise InvalidArgument(f"{where}.columnName: {column!r} is not a hyperparameter name")
     elif location not in RUN_LOCATIONS or column not in _COLUMNS:
         raise InvalidArgument(
@@ -151,28 +154,43 @@ def _read_field(raw: Any, where: str) -> FieldTest:
     return FieldTest(column=column, location=location, operator=operator, value=value)
 
 
-def run_filter_clause(f: RunFilter) -> ColumnElement[bool]:
+def run_filter_clause(f: RunFilter, dialect: str) -> ColumnElement[bool]:
     """The condition over models.Trial joined with its models.Experiment; archived runs (or runs
-    of archived experiments) only where the filter shows them."""
-    clause = true() if f.root is None else _group_clause(f.root)
+    of archived experiments) only where the filter shows them. `dialect`: the database's
+    ("postgresql" or "sqlite"), for the test of a JSON value's type."""
+    clause = true() if f.root is None else _group_clause(f.root, dialect)
     if not f.show_archived:
         clause = and_(clause, models.Trial.archived.is_(False), models.Experiment.archived.is_(False))
     return clause
 
 
-def _group_clause(group: Group) -> ColumnElement[bool]:
-    parts = [_group_clause(c) if isinstance(c, Group) else _field_clause(c) for c in group.children]
+def _group_clause(group: Group, dialect: str) -> ColumnElement[bool]:
+    parts = [
+        _group_clause(c, dialect) if isinstance(c, Group) else _field_clause(c, dialect)
+        for c in group.children
+    ]
     if not parts:
         return true()
     return and_(*parts) if group.conjunction == "and" else or_(*parts)
 
 
-def _field_clause(test: FieldTest) -> ColumnElement[bool]:
+def _hp_number(path: tuple[str, ...], dialect: str) -> Any:
+    """A hyperparameter's value as a number where it is one, else NULL: a text value compared
+    with a number is no match, never a database error."""
+    element = models.Trial.hparams[path]
+    if dialect == "postgresql":
+        is_number = func.json_typeof(element) == "number"
+    else:
+        json_path = "$" + "".join(f".{part}" for part in path)
+        is_number = func.json_type(models.Trial.hparams, json_path).in_(("integer", "real"))
+    return case((is_number, element.as_float()), else_=None)
+
+
+def _field_clause(test: FieldTest, dialect: str) -> ColumnElement[bool]:
     if test.location in HP_LOCATIONS:
         path = tuple(test.column.removeprefix("hp.").split("."))
-        element = models.Trial.hparams[path]
         as_number = isinstance(test.value, (int, float)) and not isinstance(test.value, bool)
-        column: Any = element.as_float() if as_number else element.as_string()
+        column: Any = _hp_number(path, dialect) if as_number else models.Trial.hparams[path].as_string()
         return _compare(column, test.operator, test.value)
     column, read_value = _COLUMNS[test.column]
     return _compare(column, test.operator, None if test.value is None else read_value(test.value))
@@ -186,7 +204,7 @@ def _compare(column: Any, operator: str, value: Any) -> ColumnElement[bool]:
     if operator in ("contains", "notContains"):
         if not isinstance(value, str):
             return false()
-        test = column.contains(value, autoescape=True)
+        test = cast(column, String).contains(value, autoescape=True)
         return test if operator == "contains" else or_(not_(test), column.is_(None))
     if value is None:
         return column.is_(None) if operator == "=" else column.is_not(None) if operator == "!=" else false()

@@ -93,7 +93,7 @@ def search_runs(
     if project_id is not None:
         q = q.where(models.Experiment.project_id == project_id)
     if parsed is not None:
-        q = q.where(run_filter_clause(parsed))
+        q = q.where(run_filter_clause(parsed, s.get_bind().dialect.name))
     total = int(s.scalar(select(func.count()).select_from(q.subquery())) or 0)
     page = page_of(total, offset, limit)
     on_page = q.order_by(*order).offset(page.start)

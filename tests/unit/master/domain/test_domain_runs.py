@@ -153,13 +153,14 @@ def test_the_run_filter_is_bounded_and_names_what_it_refuses() -> None:
 def test_search_runs_filters_sorts_and_pages(master: Master) -> None:
     first = master.create(hyperparameters={"lr": 0.1})
     second = master.create(hyperparameters={"lr": 0.5})
+    master.create(hyperparameters={"lr": "fast"})  # text: no match for a number, and no error
     (t1,) = master.trials(first)
     (t2,) = master.trials(second)
     with master.db.read() as s:
         rows, page = runs.search_runs(
             s, project_id=UNCATEGORIZED, filter_text=None, sort="id=desc", offset=0, limit=0
         )
-        assert [r.trial.id for r in rows] == [t2.id, t1.id] and page.total == 2
+        assert [r.trial.id for r in rows][1:] == [t2.id, t1.id] and page.total == 3
         only, _ = runs.search_runs(
             s,
             project_id=None,
@@ -178,6 +179,17 @@ def test_search_runs_filters_sorts_and_pages(master: Master) -> None:
             limit=0,
         )
         assert [r.trial.id for r in by_hp] == [t2.id]
+        by_text, _ = runs.search_runs(
+            s,
+            project_id=None,
+            filter_text=_filter(
+                _field("experimentName", "contains", "dom"), _field("id", "contains", str(t1.id))
+            ),
+            sort=None,
+            offset=0,
+            limit=0,
+        )
+        assert t1.id in [r.trial.id for r in by_text]
         either, _ = runs.search_runs(
             s,
             project_id=None,
