@@ -1,7 +1,8 @@
 """The runs API and bulk experiment actions with the stock determined==0.38.1 client, on a cluster
 of one agent and one slot, on both databases: trial code's run metadata (core.train.set_metadata),
 SearchRuns with Determined's filter, run pause/resume/archive/move/delete and the experiment
-actions by project (ids and filters), each answered one result per id, and the project's columns.
+actions by project (ids and filters), each answered one result per id, experiments-search, and the
+project's columns.
 Every check reads the end state back (experiments really paused, killed, archived, moved, deleted)."""
 
 from __future__ import annotations
@@ -179,6 +180,13 @@ result = bindings.post_MoveExperiments({SESSION}, body=body, projectId=1).to_jso
     )
     assert _results(moved) == {short: "", long: ""}
     assert experiment(api, short).project_id == moved_to == experiment(api, long).project_id
+    searched = sdk(
+        f"""
+body = bindings.v1SearchExperimentsRequest(projectId={moved_to}, sort="id=desc")
+result = [e.experiment.id for e in bindings.post_SearchExperiments({SESSION}, body=body).experiments]
+"""
+    )
+    assert searched == [long, short]
     columns = sdk(
         f"result = [(c.column, c.location.value, c.type.value) for c in "
         f"bindings.get_GetProjectColumns({SESSION}, id={moved_to}).columns]"

@@ -1,7 +1,8 @@
 """Determined's run filter: the tree the WebUI's filter builder and the SDK send as JSON text
 (`{"filterGroup": {"kind": "group", "conjunction": "and", "children": [...]}, "showArchived": false}`,
 each leaf `{"kind": "field", "columnName", "location", "operator", "type", "value"}`), read into a
-bounded tree and turned into one SQL condition over a run (trials) and its experiment.
+bounded tree and turned into one SQL condition over a run (trials) and its experiment, or, for
+Determined's experiments-search, over experiments.
 
 The text is bounded before it is parsed (size), and the tree while it is read (depth, leaves), so a
 hostile filter costs little. Every leaf names a column Cairn knows; any other is refused, naming it,
@@ -49,9 +50,20 @@ class Group:
 
 
 @dataclass(frozen=True)
+class FilterTable:
+    """What a filter is over: its columns (Determined's names -> the SQL column and how a value
+    is read), whether leaves may name hyperparameters, and what "archived" means there."""
+
+    noun: str
+    columns: dict[str, tuple[Any, Callable[[Any], Any]]]
+    hyperparameters: bool
+
+
+@dataclass(frozen=True)
 class RunFilter:
     root: Group | None
     show_archived: bool
+    table: FilterTable
 
 
 def _state_value(value: Any) -> Any:
@@ -67,30 +79,54 @@ def _time_value(value: Any) -> Any:
     return value
 
 
-# The columns a leaf may name (Determined's names) -> the SQL column and how its value is read.
-_COLUMNS: dict[str, tuple[Any, Callable[[Any], Any]]] = {
-    "id": (models.Trial.id, lambda v: v),
-    "experimentId": (models.Trial.experiment_id, lambda v: v),
+def _same(value: Any) -> Any:
+    return value
+
+
+# A run's columns (Determined's names): over models.Trial joined with its models.Experiment.
+_RUN_COLUMNS: dict[str, tuple[Any, Callable[[Any], Any]]] = {
+    "id": (models.Trial.id, _same),
+    "experimentId": (models.Trial.experiment_id, _same),
     "state": (models.Trial.state, _state_value),
     "startTime": (models.Trial.start_time, _time_value),
     "endTime": (models.Trial.end_time, _time_value),
-    "searcherMetricsVal": (models.Trial.searcher_metric_value, lambda v: v),
-    "searcherMetricValue": (models.Trial.searcher_metric_value, lambda v: v),
-    "projectId": (models.Experiment.project_id, lambda v: v),
-    "userId": (models.Experiment.owner_id, lambda v: v),
-    "experimentName": (models.Experiment.name, lambda v: v),
-    "name": (models.Experiment.name, lambda v: v),
-    "experimentDescription": (models.Experiment.description, lambda v: v),
-    "description": (models.Experiment.description, lambda v: v),
-    "resourcePool": (models.Experiment.resource_pool, lambda v: v),
-    "forkedFrom": (models.Experiment.parent_id, lambda v: v),
-    "experimentProgress": (models.Experiment.progress, lambda v: v),
-    "archived": (models.Trial.archived, lambda v: v),
+    "searcherMetricsVal": (models.Trial.searcher_metric_value, _same),
+    "searcherMetricValue": (models.Trial.searcher_metric_value, _same),
+    "projectId": (models.Experiment.project_id, _same),
+    "userId": (models.Experiment.owner_id, _same),
+    "experimentName": (models.Experiment.name, _same),
+    "name": (models.Experiment.name, _same),
+    "experimentDescription": (models.Experiment.description, _same),
+    "description": (models.Experiment.description, _same),
+    "resourcePool": (models.Experiment.resource_pool, _same),
+    "forkedFrom": (models.Experiment.parent_id, _same),
+    "experimentProgress": (models.Experiment.progress, _same),
+    "archived": (models.Trial.archived, _same),
 }
 
+# An experiment's columns (Determined's experiments-search): over models.Experiment alone.
+_EXPERIMENT_COLUMNS: dict[str, tuple[Any, Callable[[Any], Any]]] = {
+    "id": (models.Experiment.id, _same),
+    "name": (models.Experiment.name, _same),
+    "description": (models.Experiment.description, _same),
+    "state": (models.Experiment.state, _state_value),
+    "startTime": (models.Experiment.start_time, _time_value),
+    "endTime": (models.Experiment.end_time, _time_value),
+    "projectId": (models.Experiment.project_id, _same),
+    "userId": (models.Experiment.owner_id, _same),
+    "resourcePool": (models.Experiment.resource_pool, _same),
+    "forkedFrom": (models.Experiment.parent_id, _same),
+    "progress": (models.Experiment.progress, _same),
+    "archived": (models.Experiment.archived, _same),
+}
 
-def parse_run_filter(text: str, field: str = "filter") -> RunFilter:
-    """The filter `text` as a bounded tree; InvalidArgument naming `field` where it is not one."""
+RUNS = FilterTable(noun="runs", columns=_RUN_COLUMNS, hyperparameters=True)
+EXPERIMENTS = FilterTable(noun="experiments", columns=_EXPERIMENT_COLUMNS, hyperparameters=False)
+
+
+def parse_run_filter(text: str, field: str = "filter", table: FilterTable = RUNS) -> RunFilter:
+    """The filter `text` over `table` as a bounded tree; InvalidArgument naming `field` where it
+    is not one."""
     if len(text.encode()) > MAX_FILTER_BYTES:
         raise InvalidArgument(f"{field}: at most {MAX_FILTER_BYTES} bytes of JSON")
     try:
@@ -104,11 +140,11 @@ def parse_run_filter(text: str, field: str = "filter") -> RunFilter:
         raise InvalidArgument(f"{field}.showArchived: must be true or false")
     group = raw.get("filterGroup")
     leaves = [0]
-    root = None if group is None else _read_group(group, f"{field}.filterGroup", 1, leaves)
-    return RunFilter(root=root, show_archived=show_archived)
+    root = None if group is None else _read_group(group, f"{field}.filterGroup", 1, leaves, table)
+    return RunFilter(root=root, show_archived=show_archived, table=table)
 
 
-def _read_group(raw: Any, where: str, depth: int, leaves: list[int]) -> Group:
+def _read_group(raw: Any, where: str, depth: int, leaves: list[int], table: FilterTable) -> Group:
     if depth > MAX_DEPTH:
         raise InvalidArgument(f"{where}: groups nest at most {MAX_DEPTH} deep")
     if not isinstance(raw, dict):
@@ -123,16 +159,16 @@ def _read_group(raw: Any, where: str, depth: int, leaves: list[int]) -> Group:
     for i, child in enumerate(children_raw):
         at = f"{where}.children[{i}]"
         if isinstance(child, dict) and child.get("kind") == "group":
-            children.append(_read_group(child, at, depth + 1, leaves))
+            children.append(_read_group(child, at, depth + 1, leaves, table))
             continue
         leaves[0] += 1
         if leaves[0] > MAX_LEAVES:
             raise InvalidArgument(f"{where}: at most {MAX_LEAVES} conditions in a filter")
-        children.append(_read_field(child, at))
+        children.append(_read_field(child, at, table))
     return Group(conjunction=conjunction, children=tuple(children))
 
 
-def _read_field(raw: Any, where: str) -> FieldTest:
+def _read_field(raw: Any, where: str, table: FilterTable) -> FieldTest:
     if not isinstance(raw, dict) or raw.get("kind", "field") != "field":
         raise InvalidArgument(f"{where}: must be a field (kind 'field') or a group (kind 'group')")
     column, location = raw.get("columnName"), raw.get("location") or ""
@@ -141,13 +177,13 @@ def _read_field(raw: Any, where: str) -> FieldTest:
         raise InvalidArgument(f"{where}.columnName: required")
     if operator not in OPERATORS:
         raise InvalidArgument(f"{where}.operator: must be one of {', '.join(OPERATORS)} (got {operator!r})")
-    if location in HP_LOCATIONS:
+    if location in HP_LOCATIONS and table.hyperparameters:
         path = column.removeprefix("hp.").split(".")
         if len(path) > MAX_HP_PATH or not all(_HP_PART.match(part) for part in path):
             raise InvalidArgument(f"{where}.columnName: {column!r} is not a hyperparameter name")
-    elif location not in RUN_LOCATIONS or column not in _COLUMNS:
+    elif location not in RUN_LOCATIONS or column not in table.columns:
         raise InvalidArgument(
-            f"{where}: Cairn does not filter runs on column {column!r} at {location or 'no location'}"
+            f"{where}: Cairn does not filter {table.noun} on column {column!r} at {location or 'no location'}"
         )
     if value is not None and not isinstance(value, (str, int, float, bool)):
         raise InvalidArgument(f"{where}.value: must be a string, a number, a boolean or null")
@@ -158,15 +194,17 @@ def run_filter_clause(f: RunFilter, dialect: str) -> ColumnElement[bool]:
     """The condition over models.Trial joined with its models.Experiment; archived runs (or runs
     of archived experiments) only where the filter shows them. `dialect`: the database's
     ("postgresql" or "sqlite"), for the test of a JSON value's type."""
-    clause = true() if f.root is None else _group_clause(f.root, dialect)
+    clause = true() if f.root is None else _group_clause(f.root, f.table, dialect)
     if not f.show_archived:
-        clause = and_(clause, models.Trial.archived.is_(False), models.Experiment.archived.is_(False))
+        clause = and_(clause, models.Experiment.archived.is_(False))
+        if f.table is RUNS:
+            clause = and_(clause, models.Trial.archived.is_(False))
     return clause
 
 
-def _group_clause(group: Group, dialect: str) -> ColumnElement[bool]:
+def _group_clause(group: Group, table: FilterTable, dialect: str) -> ColumnElement[bool]:
     parts = [
-        _group_clause(c, dialect) if isinstance(c, Group) else _field_clause(c, dialect)
+        _group_clause(c, table, dialect) if isinstance(c, Group) else _field_clause(c, table, dialect)
         for c in group.children
     ]
     if not parts:
@@ -186,13 +224,13 @@ def _hp_number(path: tuple[str, ...], dialect: str) -> Any:
     return case((is_number, element.as_float()), else_=None)
 
 
-def _field_clause(test: FieldTest, dialect: str) -> ColumnElement[bool]:
+def _field_clause(test: FieldTest, table: FilterTable, dialect: str) -> ColumnElement[bool]:
     if test.location in HP_LOCATIONS:
         path = tuple(test.column.removeprefix("hp.").split("."))
         as_number = isinstance(test.value, (int, float)) and not isinstance(test.value, bool)
         column: Any = _hp_number(path, dialect) if as_number else models.Trial.hparams[path].as_string()
         return _compare(column, test.operator, test.value)
-    column, read_value = _COLUMNS[test.column]
+    column, read_value = table.columns[test.column]
     return _compare(column, test.operator, None if test.value is None else read_value(test.value))
 
 

@@ -1,6 +1,6 @@
 """Determined's run table (SearchRuns): trials seen as runs, with their experiment, project and
 workspace, filtered by Determined's run filter (run_filter.py), sorted by Determined's sort string,
-and paged by Determined's paging rules."""
+and paged by Determined's paging rules; and the same for experiments (experiments-search)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from services.master.domain.kernel.errors import InvalidArgument, NotFound
 from services.master.domain.kernel.paging import Page, page_of
 from services.master.domain.kernel.states import CheckpointState, RunState
-from services.master.domain.reads.run_filter import parse_run_filter, run_filter_clause
+from services.master.domain.reads.run_filter import EXPERIMENTS, parse_run_filter, run_filter_clause
 from services.master.store import models
 
 MAX_SORT_CHARS = 1000
@@ -47,10 +47,26 @@ class RunRow:
     checkpoint_size: int
 
 
-def _order(sort: str | None) -> list[Any]:
+_EXPERIMENT_SORT_COLUMNS: dict[str, Any] = {
+    "id": models.Experiment.id,
+    "name": models.Experiment.name,
+    "description": models.Experiment.description,
+    "startTime": models.Experiment.start_time,
+    "endTime": models.Experiment.end_time,
+    "state": models.Experiment.state,
+    "progress": models.Experiment.progress,
+    "user": models.Experiment.owner_id,
+    "forkedFrom": models.Experiment.parent_id,
+    "resourcePool": models.Experiment.resource_pool,
+    "projectId": models.Experiment.project_id,
+}
+
+
+def _order(sort: str | None, columns: dict[str, Any] = _SORT_COLUMNS, noun: str = "runs") -> list[Any]:
     """Determined's sort string ("col=asc,col2=desc"), then id ascending unless id was named."""
+    by_id = columns["id"]
     if not sort:
-        return [models.Trial.id.asc()]
+        return [by_id.asc()]
     if len(sort) > MAX_SORT_CHARS:
         raise InvalidArgument(f"sort: at most {MAX_SORT_CHARS} characters")
     params = sort.split(",")
@@ -62,13 +78,13 @@ def _order(sort: str | None) -> list[Any]:
         column_name, _, direction = param.partition("=")
         if direction not in ("asc", "desc"):
             raise InvalidArgument(f"sort: invalid sort direction in {param!r} (asc or desc)")
-        column = _SORT_COLUMNS.get(column_name)
+        column = columns.get(column_name)
         if column is None:
-            raise InvalidArgument(f"sort: Cairn does not sort runs by {column_name!r}")
+            raise InvalidArgument(f"sort: Cairn does not sort {noun} by {column_name!r}")
         named_id = named_id or column_name == "id"
         order.append(column.asc() if direction == "asc" else column.desc().nulls_last())
     if not named_id:
-        order.append(models.Trial.id.asc())
+        order.append(by_id.asc())
     return order
 
 
@@ -101,6 +117,35 @@ def search_runs(
         on_page = on_page.limit(page.end - page.start)
     ids = list(s.scalars(on_page))
     return run_rows(s, ids), page
+
+
+def search_experiment_ids(
+    s: Session,
+    *,
+    project_id: int | None,
+    filter_text: str | None,
+    sort: str | None,
+    offset: int,
+    limit: int,
+) -> tuple[list[int], Page]:
+    """The ids of the experiments on the requested page of experiments-search, in order."""
+    parsed = parse_run_filter(filter_text, table=EXPERIMENTS) if filter_text else None
+    order = _order(sort, _EXPERIMENT_SORT_COLUMNS, "experiments")
+    if project_id is not None and s.get(models.Project, project_id) is None:
+        raise NotFound(f"projectId: project {project_id} not found")
+    q = select(models.Experiment.id).where(
+        models.Experiment.state.not_in([RunState.DELETING, RunState.DELETED])
+    )
+    if project_id is not None:
+        q = q.where(models.Experiment.project_id == project_id)
+    if parsed is not None:
+        q = q.where(run_filter_clause(parsed, s.get_bind().dialect.name))
+    total = int(s.scalar(select(func.count()).select_from(q.subquery())) or 0)
+    page = page_of(total, offset, limit)
+    on_page = q.order_by(*order).offset(page.start)
+    if page.limit >= 0:
+        on_page = on_page.limit(page.end - page.start)
+    return list(s.scalars(on_page)), page
 
 
 def run_rows(s: Session, ids: list[int]) -> list[RunRow]:

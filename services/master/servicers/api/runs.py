@@ -16,6 +16,7 @@ from services.master.domain.experiments import bulk_actions, run_actions
 from services.master.domain.experiments.bulk_actions import ActionResult, BulkFilters
 from services.master.domain.kernel.errors import InvalidArgument
 from services.master.domain.reads import project_columns, runs
+from services.master.domain.reads.listings import experiment_rows_by_id
 from services.master.domain.trials import run_metadata
 from services.master.servicers.api import convert
 from services.master.servicers.api.base import ServicerBase
@@ -259,6 +260,26 @@ class RunsApi(ServicerBase):
             self.ctx, principal, request.project_id, ids, request.destination_project_id
         )
         return _experiment_results(results)
+
+    @rpc
+    def SearchExperiments(
+        self, request: rpb.SearchExperimentsRequest, context: grpc.ServicerContext
+    ) -> rpb.SearchExperimentsResponse:
+        self.user(context)
+        with self.ctx.db.read() as s:
+            ids, page = runs.search_experiment_ids(
+                s,
+                project_id=convert.optional_field(request, "project_id"),
+                filter_text=convert.optional_field(request, "filter"),
+                sort=convert.optional_field(request, "sort"),
+                offset=request.offset,
+                limit=request.limit,
+            )
+            rows = experiment_rows_by_id(s, ids)
+        return rpb.SearchExperimentsResponse(
+            experiments=[rpb.SearchExperimentExperiment(experiment=convert.experiment(row)) for row in rows],
+            pagination=convert.pagination(page),
+        )
 
     @rpc
     def GetProjectColumns(

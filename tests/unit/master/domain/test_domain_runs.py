@@ -328,3 +328,24 @@ def test_bulk_actions_check_access_per_id(master: Master) -> None:
     assert owner.user_id != stranger.user_id
     errors = _errors(bulk_actions.act(master.ctx, stranger, "archive", UNCATEGORIZED, [experiment_id]))
     assert "belongs to another user" in errors[experiment_id]
+
+
+def test_experiments_search_filters_over_experiment_columns(master: Master) -> None:
+    first, second = master.create(), master.create(name="other")
+    filter_text = _filter(_field("name", "contains", "oth", "LOCATION_TYPE_EXPERIMENT"))
+    with master.db.read() as s:
+        ids, page = runs.search_experiment_ids(
+            s, project_id=UNCATEGORIZED, filter_text=filter_text, sort="id=desc", offset=0, limit=0
+        )
+        assert (ids, page.total) == ([second], 1)
+        ids, _ = runs.search_experiment_ids(
+            s, project_id=None, filter_text=None, sort="id=desc", offset=0, limit=0
+        )
+        assert ids == [second, first]
+        hp = _filter(_field("hp.lr", ">", 1, "LOCATION_TYPE_HYPERPARAMETERS"))
+        with pytest.raises(InvalidArgument, match="does not filter experiments"):
+            runs.search_experiment_ids(s, project_id=None, filter_text=hp, sort=None, offset=0, limit=0)
+        with pytest.raises(InvalidArgument, match="does not sort experiments"):
+            runs.search_experiment_ids(
+                s, project_id=None, filter_text=None, sort="nope=asc", offset=0, limit=0
+            )
