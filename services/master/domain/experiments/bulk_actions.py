@@ -12,16 +12,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from sqlalchemy import select
 
+from services.common.logging import get_logger
 from services.common.principal import Principal
 from services.master.domain.experiments import experiments as lifecycle
 from services.master.domain.experiments.experiment_projects import move_experiment
 from services.master.domain.kernel.context import MasterContext, Work
 from services.master.domain.kernel.errors import DomainError, FailedPrecondition, InvalidArgument, NotFound
-from services.master.domain.kernel.states import TERMINAL, RunState
+from services.master.domain.kernel.states import TERMINAL, InvalidTransition, RunState
 from services.master.store import models
+
+log = get_logger(__name__)
 
 S = RunState
 
@@ -56,6 +60,20 @@ class ActionResult:
 
 
 Action = Callable[[MasterContext, Work, Principal, models.Experiment], None]
+
+
+def outcome(item_id: int, what: str, change: Callable[[], None]) -> ActionResult:
+    """Run one id's change (its own unit of work) and say how it went: a refusal is that id's
+    error, and so is anything unexpected (logged), so the call answers for every id and no
+    error reply hides the ids already changed."""
+    try:
+        change()
+    except (DomainError, InvalidTransition) as exc:
+        return ActionResult(id=item_id, error=str(exc))
+    except Exception:
+        log.exception("bulk action failed", what=what, id=item_id)
+        return ActionResult(id=item_id, error=f"internal error: {what} {item_id} was not changed")
+    return ActionResult(id=item_id, error="")
 
 
 def _kill(ctx: MasterContext, w: Work, principal: Principal, exp: models.Experiment) -> None:
@@ -208,34 +226,26 @@ def act(
 ) -> list[ActionResult]:
     """`action` on each of `ids` (already bounded), one unit of work each."""
     do = ACTIONS[action]
-    results: list[ActionResult] = []
-    for experiment_id in ids:
-        try:
-            with ctx.unit_of_work() as w:
-                exp = _in_project(w, experiment_id, project_id)
-                if action in _UNARCHIVED_ONLY and exp.archived:
-                    raise NotFound(f"experiment '{experiment_id}' is archived")
-                lifecycle.check_can_modify(principal, exp)
-                do(ctx, w, principal, exp)
-        except DomainError as exc:
-            results.append(ActionResult(id=experiment_id, error=str(exc)))
-        else:
-            results.append(ActionResult(id=experiment_id, error=""))
-    return results
+
+    def change(experiment_id: int) -> None:
+        with ctx.unit_of_work() as w:
+            exp = _in_project(w, experiment_id, project_id)
+            if action in _UNARCHIVED_ONLY and exp.archived:
+                raise NotFound(f"experiment '{experiment_id}' is archived")
+            lifecycle.check_can_modify(principal, exp)
+            do(ctx, w, principal, exp)
+
+    return [outcome(i, "experiment", partial(change, i)) for i in ids]
 
 
 def move(
     ctx: MasterContext, principal: Principal, project_id: int, ids: list[int], destination_project_id: int
 ) -> list[ActionResult]:
     """Move each of `ids` (already bounded) to the destination project, one unit of work each."""
-    results: list[ActionResult] = []
-    for experiment_id in ids:
-        try:
-            with ctx.unit_of_work() as w:
-                _in_project(w, experiment_id, project_id)
-                move_experiment(ctx, w, principal, experiment_id, destination_project_id)
-        except DomainError as exc:
-            results.append(ActionResult(id=experiment_id, error=str(exc)))
-        else:
-            results.append(ActionResult(id=experiment_id, error=""))
-    return results
+
+    def change(experiment_id: int) -> None:
+        with ctx.unit_of_work() as w:
+            _in_project(w, experiment_id, project_id)
+            move_experiment(ctx, w, principal, experiment_id, destination_project_id)
+
+    return [outcome(i, "experiment", partial(change, i)) for i in ids]

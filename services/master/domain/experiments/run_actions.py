@@ -12,16 +12,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from sqlalchemy import func, select
 
 from services.common.principal import Principal
 from services.master.domain.experiments import experiments as lifecycle
-from services.master.domain.experiments.bulk_actions import ActionResult
+from services.master.domain.experiments.bulk_actions import ActionResult, outcome
 from services.master.domain.experiments.experiment_projects import move_experiment
 from services.master.domain.kernel.context import MasterContext, Work
 from services.master.domain.kernel.errors import DomainError, FailedPrecondition, InvalidArgument, NotFound
-from services.master.domain.kernel.states import TERMINAL, RunState
+from services.master.domain.kernel.states import TERMINAL, InvalidTransition, RunState
 from services.master.domain.reads.run_filter import parse_run_filter, run_filter_clause
 from services.master.domain.trials import trials as trial_lifecycle
 from services.master.store import models
@@ -119,18 +120,13 @@ def _each(
     project_id: int | None,
     do: Callable[[Work, models.Trial, models.Experiment], None],
 ) -> list[ActionResult]:
-    results: list[ActionResult] = []
-    for run_id in selection.ids:
-        try:
-            with ctx.unit_of_work() as w:
-                trial, exp = _load(w, run_id, project_id)
-                lifecycle.check_can_modify(principal, exp)
-                do(w, trial, exp)
-        except DomainError as exc:
-            results.append(ActionResult(id=run_id, error=str(exc)))
-        else:
-            results.append(ActionResult(id=run_id, error=""))
-    return results
+    def change(run_id: int) -> None:
+        with ctx.unit_of_work() as w:
+            trial, exp = _load(w, run_id, project_id)
+            lifecycle.check_can_modify(principal, exp)
+            do(w, trial, exp)
+
+    return [outcome(i, "run", partial(change, i)) for i in selection.ids]
 
 
 def kill(
@@ -159,7 +155,7 @@ def pause_or_resume(
                 lifecycle.pause(ctx, w, exp)
             else:
                 lifecycle.activate(ctx, w, exp)
-        except DomainError as exc:
+        except (DomainError, InvalidTransition) as exc:
             verb = "pause" if pause else "resume"
             raise FailedPrecondition(f"Failed to {verb} associated experiment: {exc}") from exc
 

@@ -349,3 +349,20 @@ def test_experiments_search_filters_over_experiment_columns(master: Master) -> N
             runs.search_experiment_ids(
                 s, project_id=None, filter_text=None, sort="nope=asc", offset=0, limit=0
             )
+
+
+def test_an_unexpected_failure_is_that_ids_error_and_the_others_go_on(
+    master: Master, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broken, fine = master.create(), master.create()
+    real_pause = experiments.pause
+
+    def pause(ctx, w, exp):  # type: ignore[no-untyped-def]
+        if exp.id == broken:
+            raise RuntimeError("disk on fire")
+        real_pause(ctx, w, exp)
+
+    monkeypatch.setattr(experiments, "pause", pause)
+    errors = _errors(bulk_actions.act(master.ctx, master.admin, "pause", UNCATEGORIZED, [broken, fine]))
+    assert errors == {broken: f"internal error: experiment {broken} was not changed", fine: ""}
+    assert (master.experiment(broken).state, master.experiment(fine).state) == ("ACTIVE", "PAUSED")
