@@ -56,6 +56,9 @@ ALLOCATION_METHODS = frozenset(
         "WatchAllocationSignals",
         "GetMaster",
         "RunPrepareForReporting",
+        # core.train.set_metadata / get_metadata: its own run only (allocation_access.check_trial).
+        "GetRunMetadata",
+        "PostRunMetadata",
         # A serving task's launcher (cairn.notebook_server): its service answers, it is idle.
         "AllocationReady",
         "IdleNotebook",

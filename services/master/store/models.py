@@ -216,6 +216,10 @@ class Trial(Base):
     latest_validation_id: Mapped[int | None] = mapped_column(BigInteger)
     # What the trial's harness last said it was doing (Determined's runner metadata state).
     runner_status: Mapped[str] = mapped_column(Text, default="", server_default="")
+    # Determined's run: archived apart from its experiment (runs API), and the metadata trial
+    # code sets (core.train.set_metadata; None: never set).
+    archived: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    run_metadata: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 class Task(Base):

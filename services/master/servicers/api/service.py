@@ -14,6 +14,7 @@ from services.master.servicers.api.master import MasterApi
 from services.master.servicers.api.master_info import MasterInfoApi
 from services.master.servicers.api.metrics import MetricsApi, SamplesApi, WorkloadsApi
 from services.master.servicers.api.models import ModelsApi
+from services.master.servicers.api.runs import RunsApi
 from services.master.servicers.api.task_kinds import TaskKindsApi
 from services.master.servicers.api.tasks import SignalsApi, TasksApi
 from services.master.servicers.api.templates import TemplatesApi
@@ -30,6 +31,7 @@ class CairnServicer(
     ExperimentsApi,
     ContinuationApi,
     TrialsApi,
+    RunsApi,
     MetricsApi,
     SamplesApi,
     WorkloadsApi,

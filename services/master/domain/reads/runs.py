@@ -1,0 +1,194 @@
+"""Determined's run table (SearchRuns): trials seen as runs, with their experiment, project and
+workspace, filtered by Determined's run filter (run_filter.py), sorted by Determined's sort string,
+and paged by Determined's paging rules; and the same for experiments (experiments-search)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from services.master.domain.kernel.errors import InvalidArgument, NotFound
+from services.master.domain.kernel.paging import Page, page_of
+from services.master.domain.kernel.states import CheckpointState, RunState
+from services.master.domain.reads.run_filter import EXPERIMENTS, parse_run_filter, run_filter_clause
+from services.master.store import models
+
+MAX_SORT_CHARS = 1000
+MAX_SORT_KEYS = 10
+
+_SORT_COLUMNS: dict[str, Any] = {
+    "id": models.Trial.id,
+    "experimentId": models.Trial.experiment_id,
+    "experimentName": models.Experiment.name,
+    "experimentDescription": models.Experiment.description,
+    "startTime": models.Trial.start_time,
+    "endTime": models.Trial.end_time,
+    "state": models.Trial.state,
+    "experimentProgress": models.Experiment.progress,
+    "user": models.Experiment.owner_id,
+    "forkedFrom": models.Experiment.parent_id,
+    "resourcePool": models.Experiment.resource_pool,
+    "projectId": models.Experiment.project_id,
+    "searcherMetricsVal": models.Trial.searcher_metric_value,
+}
+
+
+@dataclass(frozen=True)
+class RunRow:
+    trial: models.Trial
+    experiment: models.Experiment
+    project: models.Project
+    workspace: models.Workspace
+    trial_count: int
+    checkpoint_count: int
+    checkpoint_size: int
+
+
+_EXPERIMENT_SORT_COLUMNS: dict[str, Any] = {
+    "id": models.Experiment.id,
+    "name": models.Experiment.name,
+    "description": models.Experiment.description,
+    "startTime": models.Experiment.start_time,
+    "endTime": models.Experiment.end_time,
+    "state": models.Experiment.state,
+    "progress": models.Experiment.progress,
+    "user": models.Experiment.owner_id,
+    "forkedFrom": models.Experiment.parent_id,
+    "resourcePool": models.Experiment.resource_pool,
+    "projectId": models.Experiment.project_id,
+}
+
+
+def _order(sort: str | None, columns: dict[str, Any] = _SORT_COLUMNS, noun: str = "runs") -> list[Any]:
+    """Determined's sort string ("col=asc,col2=desc"), then id ascending unless id was named."""
+    by_id = columns["id"]
+    if not sort:
+        return [by_id.asc()]
+    if len(sort) > MAX_SORT_CHARS:
+        raise InvalidArgument(f"sort: at most {MAX_SORT_CHARS} characters")
+    params = sort.split(",")
+    if len(params) > MAX_SORT_KEYS:
+        raise InvalidArgument(f"sort: at most {MAX_SORT_KEYS} columns")
+    order: list[Any] = []
+    named_id = False
+    for param in params:
+        column_name, _, direction = param.partition("=")
+        if direction not in ("asc", "desc"):
+            raise InvalidArgument(f"sort: invalid sort direction in {param!r} (asc or desc)")
+        column = columns.get(column_name)
+        if column is None:
+            raise InvalidArgument(f"sort: Cairn does not sort {noun} by {column_name!r}")
+        named_id = named_id or column_name == "id"
+        order.append(column.asc() if direction == "asc" else column.desc().nulls_last())
+    if not named_id:
+        order.append(by_id.asc())
+    return order
+
+
+def search_runs(
+    s: Session,
+    *,
+    project_id: int | None,
+    filter_text: str | None,
+    sort: str | None,
+    offset: int,
+    limit: int,
+) -> tuple[list[RunRow], Page]:
+    parsed = parse_run_filter(filter_text) if filter_text else None
+    order = _order(sort)
+    if project_id is not None and s.get(models.Project, project_id) is None:
+        raise NotFound(f"projectId: project {project_id} not found")
+    q = (
+        select(models.Trial.id)
+        .join(models.Experiment, models.Experiment.id == models.Trial.experiment_id)
+        .where(models.Experiment.state.not_in([RunState.DELETING, RunState.DELETED]))
+    )
+    if project_id is not None:
+        q = q.where(models.Experiment.project_id == project_id)
+    if parsed is not None:
+        q = q.where(run_filter_clause(parsed, s.get_bind().dialect.name))
+    total = int(s.scalar(select(func.count()).select_from(q.subquery())) or 0)
+    page = page_of(total, offset, limit)
+    on_page = q.order_by(*order).offset(page.start)
+    if page.limit >= 0:
+        on_page = on_page.limit(page.end - page.start)
+    ids = list(s.scalars(on_page))
+    return run_rows(s, ids), page
+
+
+def search_experiment_ids(
+    s: Session,
+    *,
+    project_id: int | None,
+    filter_text: str | None,
+    sort: str | None,
+    offset: int,
+    limit: int,
+) -> tuple[list[int], Page]:
+    """The ids of the experiments on the requested page of experiments-search, in order."""
+    parsed = parse_run_filter(filter_text, table=EXPERIMENTS) if filter_text else None
+    order = _order(sort, _EXPERIMENT_SORT_COLUMNS, "experiments")
+    if project_id is not None and s.get(models.Project, project_id) is None:
+        raise NotFound(f"projectId: project {project_id} not found")
+    q = select(models.Experiment.id).where(
+        models.Experiment.state.not_in([RunState.DELETING, RunState.DELETED])
+    )
+    if project_id is not None:
+        q = q.where(models.Experiment.project_id == project_id)
+    if parsed is not None:
+        q = q.where(run_filter_clause(parsed, s.get_bind().dialect.name))
+    total = int(s.scalar(select(func.count()).select_from(q.subquery())) or 0)
+    page = page_of(total, offset, limit)
+    on_page = q.order_by(*order).offset(page.start)
+    if page.limit >= 0:
+        on_page = on_page.limit(page.end - page.start)
+    return list(s.scalars(on_page)), page
+
+
+def run_rows(s: Session, ids: list[int]) -> list[RunRow]:
+    """The rows of these runs, in the order of `ids`."""
+    if not ids:
+        return []
+    found = s.execute(
+        select(models.Trial, models.Experiment, models.Project, models.Workspace)
+        .join(models.Experiment, models.Experiment.id == models.Trial.experiment_id)
+        .join(models.Project, models.Project.id == models.Experiment.project_id)
+        .join(models.Workspace, models.Workspace.id == models.Project.workspace_id)
+        .where(models.Trial.id.in_(ids))
+    ).all()
+    experiment_ids = list({row[1].id for row in found})
+    counts = dict(
+        s.execute(
+            select(models.Trial.experiment_id, func.count(models.Trial.id))
+            .where(models.Trial.experiment_id.in_(experiment_ids))
+            .group_by(models.Trial.experiment_id)
+        ).all()
+    )
+    checkpoints = {
+        trial_id: (int(count), int(size))
+        for trial_id, count, size in s.execute(
+            select(
+                models.Checkpoint.trial_id,
+                func.count(models.Checkpoint.uuid),
+                func.coalesce(func.sum(models.Checkpoint.size), 0),
+            )
+            .where(models.Checkpoint.trial_id.in_(ids), models.Checkpoint.state == CheckpointState.COMPLETED)
+            .group_by(models.Checkpoint.trial_id)
+        )
+    }
+    by_id = {
+        trial.id: RunRow(
+            trial=trial,
+            experiment=exp,
+            project=project,
+            workspace=workspace,
+            trial_count=int(counts.get(exp.id, 0)),
+            checkpoint_count=checkpoints.get(trial.id, (0, 0))[0],
+            checkpoint_size=checkpoints.get(trial.id, (0, 0))[1],
+        )
+        for trial, exp, project, workspace in found
+    }
+    return [by_id[i] for i in ids if i in by_id]
