@@ -349,3 +349,19 @@ def test_trial_codes_alert_reaches_the_custom_triggers_its_experiment_names(
     assert body["event_data"]["custom_data"] == {"title": "t", "description": "d", "level": "WARNING"}
     assert body["event_data"]["experiment"]["trial_id"] == row.id
     assert named.id > 0
+
+
+@pytest.mark.parametrize(
+    ("webhooks", "named"),
+    [
+        ({"webhook_id": ["seven"]}, "integrations.webhooks.webhook_id"),
+        ({"webhook_name": "one"}, "integrations.webhooks.webhook_name"),
+        ({"webhook_name": ["n"] * 101}, "integrations.webhooks.webhook_name"),
+        ({"hooks": ["n"]}, "integrations.webhooks"),
+    ],
+)
+def test_an_experiments_webhooks_config_is_checked(
+    master: Master, webhooks: dict[str, Any], named: str
+) -> None:
+    with pytest.raises(InvalidArgument, match=named.replace(".", r"\.")):
+        master.create(integrations={"webhooks": webhooks})
