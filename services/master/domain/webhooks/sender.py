@@ -20,7 +20,9 @@ from services.master.domain.webhooks.payloads import SIGNATURE_HEADER, TIMESTAMP
 
 log = get_logger(__name__)
 
-MAX_ATTEMPTS = 5
+# About two minutes of backoff (1, 2, 4, ... 60 s, halved at worst) before an event is given up:
+# a receiver that restarts still gets it.
+MAX_ATTEMPTS = 8
 # Sends at once (Determined runs three workers); each holds a connection of the pool.
 WORKERS = 3
 SEND_TIMEOUT_S = 10.0

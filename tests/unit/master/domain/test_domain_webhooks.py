@@ -15,6 +15,7 @@ from sqlalchemy import select, update
 
 from cairn.agent.v1 import agent_pb2 as apb
 from services.common.principal import Principal
+from services.master.domain.deletion import workspace_deletion
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.deferred_work import Backoff
 from services.master.domain.kernel.errors import InvalidArgument, NotFound, PermissionDenied
@@ -22,12 +23,14 @@ from services.master.domain.metrics.logs import LogStore
 from services.master.domain.webhooks import outbox, registry, sender, triggers
 from services.master.domain.webhooks.payloads import AlertData
 from services.master.domain.webhooks.registry import TriggerSpec, WebhookSpec
+from services.master.domain.workspaces import workspaces
 from services.master.store import models
 from tests.support.webhook_receiver import Receiver
 from tests.unit.master.domain.harness import Master
 from tests.unit.master.domain.test_domain_models import Trial
 
 KEY = "test-signing-key"
+NO_SETTINGS = workspaces.WorkspaceSettings()
 
 
 @pytest.fixture
@@ -365,3 +368,23 @@ def test_an_experiments_webhooks_config_is_checked(
 ) -> None:
     with pytest.raises(InvalidArgument, match=named.replace(".", r"\.")):
         master.create(integrations={"webhooks": webhooks})
+
+
+def test_a_workspaces_webhooks_go_with_it(master: Master) -> None:
+    with master.ctx.unit_of_work() as w:
+        team = workspaces.create_workspace(master.ctx, w, master.admin, "Team", NO_SETTINGS)
+    mine = _create(
+        master,
+        _spec("http://127.0.0.1:9/team", TriggerSpec(registry.TASK_LOG, {"regex": "x"}), workspace_id=team),
+    )
+    kept = _create(master, _spec("http://127.0.0.1:9/global"))
+    workspace_deletion.delete_workspace(master.ctx, master.admin, team)
+    master.run_deferred()
+    with master.db.read() as s:
+        assert [r.id for r in registry.rows(s)] == [kept.id]
+        assert (
+            s.scalars(
+                select(models.WebhookTrigger.id).where(models.WebhookTrigger.webhook_id == mine.id)
+            ).all()
+            == []
+        )
