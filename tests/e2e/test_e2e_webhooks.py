@@ -81,7 +81,7 @@ def test_webhooks_are_managed_with_the_stock_client_and_delivered_by_the_master(
     for body, field in (
         (
             {
-                "name": "",
+                "name": "   ",
                 "url": steady.url(),
                 "webhookType": "WEBHOOK_TYPE_DEFAULT",
                 "mode": "WEBHOOK_MODE_WORKSPACE",
@@ -128,7 +128,7 @@ def test_webhooks_are_managed_with_the_stock_client_and_delivered_by_the_master(
         admin,
         base,
         {
-            "name": "oom-watch",
+            "name": "",  # as Determined's own tests send it
             "url": steady.url("/tasklog"),
             "webhookType": "WEBHOOK_TYPE_DEFAULT",
             "mode": "WEBHOOK_MODE_WORKSPACE",
@@ -153,6 +153,10 @@ state = hook("done", "http://127.0.0.1:9/old", bindings.v1TriggerType.EXPERIMENT
              {{"state": "COMPLETED"}}, bindings.v1WebhookMode.WORKSPACE)
 alerts = hook("alerts", {steady.url("/custom")!r}, bindings.v1TriggerType.CUSTOM, None,
               bindings.v1WebhookMode.SPECIFIC)
+slack = bindings.post_PostWebhook(session, body=bindings.v1Webhook(
+    name="slack", url={steady.url("/slack")!r}, webhookType=bindings.v1WebhookType.SLACK,
+    mode=bindings.v1WebhookMode.WORKSPACE, workspaceId=None, triggers=[bindings.v1Trigger(
+        triggerType=bindings.v1TriggerType.EXPERIMENT_STATE_CHANGE, condition={{"state": "COMPLETED"}})]))
 spare = hook("spare", {steady.url("/spare")!r}, bindings.v1TriggerType.EXPERIMENT_STATE_CHANGE,
              {{"state": "ERROR"}}, bindings.v1WebhookMode.WORKSPACE)
 bindings.patch_PatchWebhook(session, id=state.id, body=bindings.v1PatchWebhook(url={flaky.url("/state")!r}))
@@ -169,7 +173,7 @@ result = {{
     assert made["tested"] is True
     assert made["listed"] == [
         [
-            "oom-watch",
+            "",
             steady.url("/tasklog"),
             "WEBHOOK_MODE_WORKSPACE",
             "WEBHOOK_TYPE_DEFAULT",
@@ -189,15 +193,25 @@ result = {{
             "WEBHOOK_TYPE_DEFAULT",
             ["TRIGGER_TYPE_CUSTOM"],
         ],
+        [
+            "slack",
+            steady.url("/slack"),
+            "WEBHOOK_MODE_WORKSPACE",
+            "WEBHOOK_TYPE_SLACK",
+            ["TRIGGER_TYPE_EXPERIMENT_STATE_CHANGE"],
+        ],
     ]
     (test_event,) = steady.bodies("/custom")
     assert test_event["event_data"] == {"data": "test"} and test_event["condition"] == {"state": "COMPLETED"}
 
-    # A non-admin may not manage webhooks.
+    # A user who is not an admin sees the global webhooks but may not make one.
     det = det_runner(env)
     user = requests.Session()
     user.headers["Authorization"] = "Bearer " + rest_login(base, user).json()["token"]
-    assert user.get(f"{base}/api/v1/webhooks", timeout=TIMEOUT).status_code == 403
+    seen = user.get(f"{base}/api/v1/webhooks", timeout=TIMEOUT)
+    assert seen.status_code == 200 and len(seen.json()["webhooks"]) == 4
+    refused = user.post(f"{base}/api/v1/webhooks", json=created.json()["webhook"], timeout=TIMEOUT)
+    assert refused.status_code == 403, refused.text
 
     # The experiment: its trial alerts and prints the pattern; it completes.
     created_exp = det("experiment", "create", str(_config(tmp_path)), str(ALERT_DIR))
@@ -213,11 +227,21 @@ result = {{
     assert body["event_data"]["experiment"]["id"] == experiment_id
     assert body["event_data"]["experiment"]["name"] == "webhooks-e2e"
 
-    got = steady.wait_for(lambda got: {r.path for r in got} >= {"/tasklog", "/custom"} and len(got) >= 3)
+    got = steady.wait_for(
+        lambda got: {r.path for r in got} >= {"/tasklog", "/custom", "/slack"} and len(got) >= 4
+    )
     assert all(r.signed_with(KEY) for r in got)
     (log_match,) = steady.bodies("/tasklog")
     assert log_match["event_type"] == "TASK_LOG"
     assert log_match["event_data"]["task_log"]["triggering_log"].startswith("WEBHOOK-PATTERN-42")
+    (slack,) = steady.bodies("/slack")
+    assert slack["blocks"] == [
+        {
+            "type": "section",
+            "text": {"type": "plain_text", "text": "Your experiment completed successfully 🎉"},
+        }
+    ]
+    assert slack["attachments"][0]["blocks"][0]["text"]["text"] == f"✅ webhooks-e2e (#{experiment_id})"
     alert = steady.bodies("/custom")[-1]
     assert alert["event_type"] == "CUSTOM"
     assert alert["event_data"]["custom_data"] == {

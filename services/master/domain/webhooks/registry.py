@@ -1,6 +1,8 @@
 """Webhooks and their triggers: created, listed, edited (the URL, as Determined allows), deleted.
-Only an admin manages them (Determined's basic access rule). Every field is checked, and named,
-before anything is stored."""
+Who may, as Determined's basic access rule has it: an admin manages global webhooks (of no
+workspace); a workspace's owner (or an admin) manages its webhooks; everyone sees the global ones
+and those of the workspaces they may manage. Every field is checked, and named, before anything is
+stored."""
 
 from __future__ import annotations
 
@@ -15,11 +17,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from services.common.principal import Principal
+from services.master.domain.identity import access
 from services.master.domain.identity.access import check_admin
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.context import Work
 from services.master.domain.kernel.errors import InvalidArgument, NotFound
 from services.master.domain.kernel.states import RunState
+from services.master.domain.workspaces.workspaces import check_can_manage_workspace
 from services.master.store import models
 
 # Payload shapes, trigger types and modes, by Determined's names (its enums without the prefix).
@@ -106,14 +110,15 @@ def checked_url(url: str, field: str = "webhook.url") -> str:
 
 
 def _checked_name(name: str) -> str:
-    name = name.strip()
-    if not name:
-        raise InvalidArgument("webhook.name: must not be empty (experiments name webhooks by it)")
+    """Determined accepts an empty name (its own tests create webhooks named ""): such a webhook
+    is named by its id in an experiment's config. A name given is bounded and printable."""
+    if name and not name.strip():
+        raise InvalidArgument("webhook.name: must not be only spaces (leave it empty for no name)")
     if len(name) > MAX_NAME_CHARS:
         raise InvalidArgument(f"webhook.name: at most {MAX_NAME_CHARS} characters (got {len(name)})")
     if any(ord(c) < 0x20 for c in name):
         raise InvalidArgument("webhook.name: must not contain control characters")
-    return name
+    return name.strip()
 
 
 def _checked_condition(trigger: TriggerSpec, mode: str, where: str) -> dict[str, Any]:
@@ -207,9 +212,24 @@ def rows(s: Session, webhook_ids: list[int] | None = None) -> list[WebhookRow]:
     return [_row(w, by_webhook[w.id]) for w in webhooks]
 
 
+def check_may_manage(s: Session, principal: Principal, workspace_id: int | None, verb: str) -> None:
+    """A global webhook is an admin's; a workspace's webhook is its owner's (or an admin's)."""
+    if workspace_id is None:
+        check_admin(principal, f"{verb} global webhooks (of no workspace)")
+        return
+    workspace = s.get(models.Workspace, workspace_id)
+    if workspace is None:
+        raise NotFound(f"webhook.workspaceId: no workspace {workspace_id}")
+    check_can_manage_workspace(principal, workspace, f"{verb} webhooks of")
+
+
 def listed(s: Session, principal: Principal) -> list[WebhookRow]:
-    check_admin(principal, "view webhooks")
-    return rows(s)
+    """The global webhooks and those of the workspaces the caller may manage (an admin: all)."""
+    every = rows(s)
+    if access.privileged(principal):
+        return every
+    owned = set(s.scalars(select(models.Workspace.id).where(models.Workspace.user_id == principal.user_id)))
+    return [row for row in every if row.workspace_id is None or row.workspace_id in owned]
 
 
 def get(s: Session, webhook_id: int, field: str = "id") -> WebhookRow:
@@ -220,10 +240,8 @@ def get(s: Session, webhook_id: int, field: str = "id") -> WebhookRow:
 
 
 def create(w: Work, principal: Principal, spec: WebhookSpec) -> WebhookRow:
-    check_admin(principal, "create webhooks")
     spec = check_spec(spec)
-    if spec.workspace_id is not None and w.session.get(models.Workspace, spec.workspace_id) is None:
-        raise NotFound(f"webhook.workspaceId: no workspace {spec.workspace_id}")
+    check_may_manage(w.session, principal, spec.workspace_id, "create")
     webhook = models.Webhook(
         name=spec.name,
         url=spec.url,
@@ -245,22 +263,23 @@ def create(w: Work, principal: Principal, spec: WebhookSpec) -> WebhookRow:
     return get(w.session, webhook.id)
 
 
-def patch_url(w: Work, principal: Principal, webhook_id: int, url: str) -> None:
-    """Determined edits a webhook's URL only; other changes are a delete and a create."""
-    check_admin(principal, "edit webhooks")
-    url = checked_url(url)
+def _managed(w: Work, principal: Principal, webhook_id: int, verb: str) -> models.Webhook:
     webhook = w.session.get(models.Webhook, webhook_id)
     if webhook is None:
         raise NotFound(f"id: no webhook {webhook_id}")
-    webhook.url = url
+    check_may_manage(w.session, principal, webhook.workspace_id, verb)
+    return webhook
+
+
+def patch_url(w: Work, principal: Principal, webhook_id: int, url: str) -> None:
+    """Determined edits a webhook's URL only; other changes are a delete and a create."""
+    url = checked_url(url)
+    _managed(w, principal, webhook_id, "edit").url = url
     w.later(_triggers_changed)
 
 
 def delete(w: Work, principal: Principal, webhook_id: int) -> None:
-    check_admin(principal, "delete webhooks")
-    webhook = w.session.get(models.Webhook, webhook_id)
-    if webhook is None:
-        raise NotFound(f"id: no webhook {webhook_id}")
+    _managed(w, principal, webhook_id, "delete")
     # Its triggers and their task-log matches go with it; events already owed are still sent, as
     # Determined's queue does.
     w.session.execute(
@@ -274,6 +293,12 @@ def delete(w: Work, principal: Principal, webhook_id: int) -> None:
         .execution_options(synchronize_session=False)
     )
     w.later(_triggers_changed)
+
+
+def check_may_test(s: Session, principal: Principal, webhook_id: int) -> WebhookRow:
+    webhook = get(s, webhook_id)
+    check_may_manage(s, principal, webhook.workspace_id, "test")
+    return webhook
 
 
 # Bumped after every committed change of webhooks: the task-log matcher rebuilds its compiled

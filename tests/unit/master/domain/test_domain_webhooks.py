@@ -117,20 +117,38 @@ def test_bad_input_is_refused_naming_the_field_and_nothing_is_stored(
         assert s.scalars(select(models.Webhook)).all() == []
 
 
-def test_only_an_admin_manages_webhooks_and_edits_reach_the_url(master: Master) -> None:
-    user = master.add_user("someone")
+def test_who_may_manage_webhooks_and_edits_reach_the_url(master: Master) -> None:
+    """Determined's basic rule: an admin's global webhooks, a workspace owner's webhooks of it."""
+    owner, other = master.add_user("owner"), master.add_user("other")
+    with master.ctx.unit_of_work() as w:
+        team = workspaces.create_workspace(master.ctx, w, owner, "Team", NO_SETTINGS)
     with pytest.raises(PermissionDenied), master.ctx.unit_of_work() as w:
-        registry.create(w, user, _spec("http://127.0.0.1:9/hook"))
+        registry.create(w, owner, _spec("http://127.0.0.1:9/hook"))  # global: an admin's
     with pytest.raises(NotFound, match=r"webhook\.workspaceId"):
         _create(master, _spec("http://127.0.0.1:9/hook", workspace_id=999))
-    made = _create(master, _spec("http://127.0.0.1:9/hook"))
-    assert made.triggers[0].webhook_id == made.id
-    with master.db.read() as s, pytest.raises(PermissionDenied):
-        registry.listed(s, user)
+    with pytest.raises(PermissionDenied), master.ctx.unit_of_work() as w:
+        registry.create(w, other, _spec("http://127.0.0.1:9/hook", workspace_id=team))
+    # Determined's own tests name webhooks "": a webhook may have no name.
+    made = _create(master, _spec("http://127.0.0.1:9/hook", name=""))
+    assert made.name == "" and made.triggers[0].webhook_id == made.id
+    with master.ctx.unit_of_work() as w:
+        teams = registry.create(w, owner, _spec("http://127.0.0.1:9/team", workspace_id=team))
+
+    with master.db.read() as s:
+        assert [r.id for r in registry.listed(s, master.admin)] == [made.id, teams.id]
+        assert [r.id for r in registry.listed(s, owner)] == [made.id, teams.id]
+        assert [r.id for r in registry.listed(s, other)] == [made.id]  # not another's workspace's
+    for who, which in ((other, teams.id), (owner, made.id)):
+        with pytest.raises(PermissionDenied), master.ctx.unit_of_work() as w:
+            registry.delete(w, who, which)
     with pytest.raises(InvalidArgument, match=r"webhook\.url"), master.ctx.unit_of_work() as w:
         registry.patch_url(w, master.admin, made.id, "mailto:x@y")
+    with pytest.raises(NotFound, match="id: no webhook 999"), master.ctx.unit_of_work() as w:
+        registry.patch_url(w, master.admin, 999, "https://example.com/new")
     with master.ctx.unit_of_work() as w:
         registry.patch_url(w, master.admin, made.id, "https://example.com/new")
+    with master.ctx.unit_of_work() as w:
+        registry.delete(w, owner, teams.id)
     with master.db.read() as s:
         assert [r.url for r in registry.listed(s, master.admin)] == ["https://example.com/new"]
     with master.ctx.unit_of_work() as w:
