@@ -43,6 +43,9 @@ from services.master.domain.scheduling.agent_hub import AgentHub
 from services.master.domain.scheduling.liveness import LivenessLoop
 from services.master.domain.scheduling.scheduling import SchedulingLoop
 from services.master.domain.tasks.tensorboard_files import TensorboardFiles
+from services.master.domain.webhooks import sender as webhook_sender
+from services.master.domain.webhooks.sender import WebhookSender
+from services.master.domain.webhooks.signing_key import signing_key as webhook_signing_key
 from services.master.domain.workspaces import workspaces
 from services.master.gateway.http_limits import HttpLimits
 from services.master.gateway.internal_service import GatewayServicer, register_gateway_service
@@ -103,6 +106,8 @@ class Master:
         # The public port: REST, WebUI, /info, /healthz, /metrics, the task proxy (public_server.py).
         self.http: PublicHttpServer | None = None
         self.provisioning: BackgroundLoop | None = None
+        self.webhooks: WebhookSender | None = None
+        self.webhook_sender: BackgroundLoop | None = None
         # The master's own recent log (`det master logs`), fed from start to stop.
         self.master_log = MasterLogRing()
         self._master_log_sink: logging.Handler | None = None
@@ -169,6 +174,7 @@ class Master:
         self.liveness = LivenessLoop(ctx)
         self.checkpoints = CheckpointClient(settings.checkpoint_addr, settings.cluster_token)
         self.gc = CheckpointGc(ctx, self.checkpoints)
+        self.webhooks = WebhookSender(ctx, webhook_signing_key(settings))
         ctx.experiment_delete_hooks.append(self.gc.delete_experiment_files)
         ctx.experiment_delete_hooks.append(TensorboardFiles(ctx, self.checkpoints).delete_experiment_files)
         deps = ApiDeps(
@@ -187,6 +193,7 @@ class Master:
             follow_slots=FollowSlots(settings.max_log_followers),
             signal_wait_slots=SignalWaitSlots(settings.max_signal_waiters),
             verdict_wait_slots=VerdictWaitSlots(verdict_waiters(settings.max_signal_waiters)),
+            webhooks=self.webhooks,
         )
         api = CairnServicer(deps)
         agent_stream = AgentStreamServicer(ctx, self.logs, settings.max_agents)
@@ -278,6 +285,7 @@ class Master:
         self.pump.start()
         self.liveness.start()
         self.deferred_work = deferred_loop.start(ctx, self.gc)  # GC, deletions: owed work, retried
+        self.webhook_sender = webhook_sender.start(ctx, self.webhooks)  # owed posts, retried
         # Dynamic agents, for pools with a provider (a wrong provider setting stops the master here).
         self.provisioning = provisioning_loop.start(
             ctx, build_provisioners(ctx), settings.provisioner_period_s
@@ -327,14 +335,17 @@ class Master:
         ctx.hub.close_all()
         ctx.scheduler_wakeup.set()
         ctx.pump_wakeup.set()
+        ctx.webhook_wakeup.set()
         if self.grpc is not None:
             self.grpc.stop(grace=3.0)
         if self.http is not None:
             self.http.shutdown()
             self.http.server_close()
-        for loop in (self.scheduling, self.pump, self.liveness, self.provisioning):
+        for loop in (self.scheduling, self.pump, self.liveness, self.provisioning, self.webhook_sender):
             if loop is not None:
                 loop.join(timeout=5.0)
+        if self.webhooks is not None:
+            self.webhooks.close()
         self.searchers.shutdown()
         self.scheduler.shutdown()
         self.checkpoints.shutdown()

@@ -52,6 +52,9 @@ class MasterConfigFile:
     pools: tuple[PoolSettings, ...]
     default_compute_pool: str | None = None
     default_aux_pool: str | None = None
+    # Determined's `webhooks: {signing_key, base_url}`.
+    webhook_signing_key: str = ""
+    webhook_base_url: str = ""
 
 
 def _scheduler(block: Any, where: str) -> dict[str, Any]:
@@ -129,11 +132,31 @@ def parse_master_config(data: Any) -> MasterConfigFile:
         if value is not None and value not in names:
             raise InvalidArgument(f"{key}: no resource pool {value!r} (pools: {', '.join(names)})")
         defaults[key] = value
+    webhooks = _webhooks(data.get("webhooks"))
     return MasterConfigFile(
         pools=pools,
         default_compute_pool=defaults["default_compute_resource_pool"],
         default_aux_pool=defaults["default_aux_resource_pool"],
+        webhook_signing_key=webhooks["signing_key"],
+        webhook_base_url=webhooks["base_url"],
     )
+
+
+def _webhooks(block: Any) -> dict[str, str]:
+    if block is None:
+        block = {}
+    if not isinstance(block, Mapping):
+        raise InvalidArgument("webhooks: must be a mapping (signing_key, base_url)")
+    out = {}
+    for key in ("signing_key", "base_url"):
+        value = block.get(key) or ""
+        if not isinstance(value, str) or len(value) > 4096:
+            raise InvalidArgument(f"webhooks.{key}: must be a string of at most 4096 characters")
+        out[key] = value
+    unknown = set(block) - {"signing_key", "base_url"}
+    if unknown:
+        raise InvalidArgument(f"webhooks.{sorted(unknown)[0]}: unknown key (known: signing_key, base_url)")
+    return out
 
 
 def load_master_config(path: Path) -> MasterConfigFile:

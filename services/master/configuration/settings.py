@@ -113,6 +113,11 @@ class Settings:
     read_cache_entries: int = 1024
     # PostgreSQL: the leader lease between an active master and its standbys (leadership.py).
     leader_lease: LeaseTiming = field(default_factory=LeaseTiming)
+    # Webhooks (Determined's `webhooks:` block): the key their posts are signed with (empty: one
+    # generated once and kept in the state directory, webhooks_key.py) and the WebUI's address
+    # that Slack messages link to (empty: no links).
+    webhook_signing_key: str = ""
+    webhook_base_url: str = ""
 
     @property
     def database_url(self) -> str:
@@ -203,6 +208,19 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
         help="Determined-style master.yaml with the cluster's resource_pools (their schedulers and "
         "providers for dynamic agents); env CAIRN_MASTER_CONFIG",
     )
+    parser.add_argument(
+        "--webhooks-signing-key",
+        default=os.environ.get("CAIRN_WEBHOOKS_SIGNING_KEY")
+        or os.environ.get("DET_WEBHOOKS_SIGNING_KEY", ""),
+        help="the key webhook posts are signed with (X-Determined-AI-Signature); env "
+        "CAIRN_WEBHOOKS_SIGNING_KEY or DET_WEBHOOKS_SIGNING_KEY; default: generated once, kept in the "
+        "state dir",
+    )
+    parser.add_argument(
+        "--webhooks-base-url",
+        default=os.environ.get("CAIRN_WEBHOOKS_BASE_URL", ""),
+        help="the WebUI's address, for links in Slack messages (env CAIRN_WEBHOOKS_BASE_URL)",
+    )
     add_login_flags(parser)
     add_tls_flags(parser)
     args = parser.parse_args(argv)
@@ -220,6 +238,7 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
     plugins = _plugins([*from_env, *args.searcher_plugin], parser)
     state_dir = Path(args.state_dir).expanduser() if args.state_dir else Settings.state_dir
     pools: dict[str, Any] = {}
+    webhooks = {"webhook_signing_key": args.webhooks_signing_key, "webhook_base_url": args.webhooks_base_url}
     if args.config_file:
         try:
             config_file = load_master_config(Path(args.config_file).expanduser())
@@ -229,6 +248,11 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
             "pools": config_file.pools,
             "default_pool": config_file.default_compute_pool or config_file.pools[0].name,
             "default_aux_pool": config_file.default_aux_pool,
+        }
+        # A flag or an environment variable wins over the file.
+        webhooks = {
+            "webhook_signing_key": args.webhooks_signing_key or config_file.webhook_signing_key,
+            "webhook_base_url": args.webhooks_base_url or config_file.webhook_base_url,
         }
     return Settings(
         host=args.host,
@@ -269,6 +293,7 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
         insecure_allow_plaintext=args.insecure_allow_plaintext,
         read_cache_entries=0 if os.environ.get("CAIRN_READ_CACHE", "on") == "off" else 1024,
         **pools,
+        **webhooks,
     )
 
 

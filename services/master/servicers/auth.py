@@ -62,6 +62,8 @@ ALLOCATION_METHODS = frozenset(
         # A serving task's launcher (cairn.notebook_server): its service answers, it is idle.
         "AllocationReady",
         "IdleNotebook",
+        # Core API's context.alert: its own experiment's CUSTOM webhooks (webhooks/triggers.py).
+        "PostWebhookEventData",
     )
 )
 

@@ -568,6 +568,67 @@ class DeferredWork(Base):
     created_at: Mapped[datetime]
 
 
+# --- Webhooks (Determined's): where the master posts events, and the outbox of owed posts ----------
+
+
+class Webhook(Base):
+    """A receiver's URL, the payload shape it takes (DEFAULT or SLACK), and which experiments it
+    hears: every one of its workspace (or of all, with no workspace), or only those that name it."""
+
+    __tablename__ = "webhooks"
+    __table_args__ = NEVER_REUSED
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(255))
+    url: Mapped[str] = mapped_column(Text)
+    webhook_type: Mapped[str] = mapped_column(String(16))
+    mode: Mapped[str] = mapped_column(String(16))
+    workspace_id: Mapped[int | None] = mapped_column(
+        ForeignKey("workspaces.id", ondelete="CASCADE"), index=True
+    )
+    created_at: Mapped[datetime]
+
+
+class WebhookTrigger(Base):
+    """What fires a webhook: a trigger type and its condition ({"state": ...} or {"regex": ...})."""
+
+    __tablename__ = "webhook_triggers"
+    __table_args__ = NEVER_REUSED
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    webhook_id: Mapped[int] = mapped_column(ForeignKey("webhooks.id", ondelete="CASCADE"), index=True)
+    trigger_type: Mapped[str] = mapped_column(String(32), index=True)
+    condition: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class WebhookTaskLogMatch(Base):
+    """A task-log trigger fired for a task: it fires once per task, however many lines match (and
+    however often a line is resent)."""
+
+    __tablename__ = "webhook_task_log_matches"
+    __table_args__ = (UniqueConstraint("task_id", "trigger_id", name="uq_webhook_task_log_matches"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    task_id: Mapped[str] = mapped_column(String(128))
+    trigger_id: Mapped[int] = mapped_column(ForeignKey("webhook_triggers.id", ondelete="CASCADE"), index=True)
+
+
+class WebhookEvent(Base):
+    """A post the master owes a receiver: written in the transaction of the change that caused it,
+    sent by the webhook sender (domain/webhooks/sender.py), deleted once delivered or given up.
+    The payload is the exact body sent (and signed)."""
+
+    __tablename__ = "webhook_events"
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    url: Mapped[str] = mapped_column(Text)
+    payload: Mapped[str] = mapped_column(Text)
+    due_at: Mapped[datetime] = mapped_column(index=True)
+    # Failed sends so far, and what the last one said.
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    last_error: Mapped[str] = mapped_column(Text, default="")
+    # The master sending it, and until when its claim holds.
+    claimed_by: Mapped[str] = mapped_column(String(64), default="")
+    claimed_until: Mapped[datetime | None]
+    created_at: Mapped[datetime]
+
+
 # --- Dynamic agents -------------------------------------------------------------------------------
 
 

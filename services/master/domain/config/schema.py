@@ -448,6 +448,24 @@ _BIND_MOUNT: Schema = _closed(
 # --- the experiment --------------------------------------------------------------------------------------
 
 _FREE_OBJECT: Schema = {"type": "object"}
+# The webhooks an experiment names (Determined's WebhooksConfigV0): ids and names, bounded lists.
+MAX_NAMED_WEBHOOKS = 100
+_INTEGRATIONS: Schema = {
+    "type": "object",
+    "properties": {
+        "webhooks": _closed(
+            {
+                "webhook_id": {"type": "array", "items": _integer(1), "maxItems": MAX_NAMED_WEBHOOKS},
+                "webhook_name": {
+                    "type": "array",
+                    "items": {"type": "string", "maxLength": 255},
+                    "maxItems": MAX_NAMED_WEBHOOKS,
+                },
+                "exclude": _boolean(),
+            }
+        )
+    },
+}
 
 _EXPERIMENT_PROPERTIES: dict[str, Schema] = {
     # name has no schema default: expansion generates one (see defaults.py).
@@ -513,7 +531,7 @@ _EXPERIMENT_PROPERTIES: dict[str, Schema] = {
     ),
     "log_policies": _defaulted({"type": "array", "items": _FREE_OBJECT}, []),
     "retention_policy": {"type": "object", "properties": {"log_retention_days": _integer(-1)}},
-    "integrations": _FREE_OBJECT,
+    "integrations": _INTEGRATIONS,
     "security": _FREE_OBJECT,
     "slurm": _FREE_OBJECT,
     "pbs": _FREE_OBJECT,

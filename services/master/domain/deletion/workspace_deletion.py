@@ -145,6 +145,7 @@ def _remove_empty(w: Work, project_ids: Sequence[int], workspace_id: int | None)
         w.session.execute(delete(models.Project).where(models.Project.id.in_(list(project_ids))))
     if workspace_id is not None:
         w.session.execute(delete(models.Template).where(models.Template.workspace_id == workspace_id))
+        w.session.execute(delete(models.Webhook).where(models.Webhook.workspace_id == workspace_id))
         w.session.execute(delete(models.Workspace).where(models.Workspace.id == workspace_id))
 
 

@@ -32,6 +32,7 @@ from services.master.domain.kernel.task_ids import trial_task_id
 from services.master.domain.kernel.topics import experiment_topic
 from services.master.domain.reads.models import describe_registered, registered_in_experiment
 from services.master.domain.trials import trials as trial_lifecycle
+from services.master.domain.webhooks import triggers as webhook_triggers
 from services.master.store import models
 
 log = get_logger(__name__)
@@ -88,6 +89,8 @@ def transition(
         if target == S.COMPLETED:
             exp.progress = 1.0
     _owe_side_effects(w, exp, target)
+    # Webhooks hearing this state: their posts are owed with the state itself (webhooks/outbox.py).
+    webhook_triggers.experiment_state_changed(ctx, w, exp)
     _publish(ctx, w, exp)
     log.info("experiment state", experiment_id=exp.id, previous=previous, state=target.value, reason=reason)
 

@@ -108,6 +108,8 @@ class MasterContext:
     lock: threading.RLock = field(default_factory=threading.RLock)
     scheduler_wakeup: Wakeup = field(default_factory=Wakeup)
     pump_wakeup: Wakeup = field(default_factory=Wakeup)
+    # Wakes the webhook sender when an event was owed (domain/webhooks/outbox.py).
+    webhook_wakeup: Wakeup = field(default_factory=Wakeup)
     stopping: threading.Event = field(default_factory=threading.Event)
     # Notebooks' idle reports (notebook_idle.py).
     idle_clock: IdleClock = field(default_factory=IdleClock)

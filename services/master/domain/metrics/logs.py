@@ -17,6 +17,7 @@ from cairn.agent.v1 import agent_pb2 as apb
 from services.common.logging import get_logger
 from services.master.domain.kernel.context import MasterContext, StripedLocks
 from services.master.domain.kernel.topics import task_logs_topic, trial_logs_topic
+from services.master.domain.webhooks.triggers import LogLine, TaskLogMatcher
 from services.master.store import models
 
 log = get_logger(__name__)
@@ -43,6 +44,8 @@ class LogStore:
         # earlier ones, and they would never be followed (read back whole, they are there). So on
         # PostgreSQL the stores of one key commit one at a time; SQLite's one writer does that.
         self._key_locks = StripedLocks() if ctx.db.dialect == "postgresql" else None
+        # Webhooks' TASK_LOG triggers: a match owes its post in the lines' own transaction.
+        self._webhook_patterns = TaskLogMatcher()
 
     def _owner(self, container_id: str) -> _Owner | None:
         with self._lock:
@@ -105,13 +108,28 @@ class LogStore:
             with self._ctx.db.transaction() as s:
                 insert = pg_insert if self._ctx.db.dialect == "postgresql" else sqlite_insert
                 s.execute(insert(models.TaskLog).on_conflict_do_nothing(), rows)
+                owed_posts = self._webhook_patterns.scan(self._ctx, s, _lines(rows))
                 for container_id, seq in highest.items():
                     container = s.get(models.Container, container_id)
                     if container is not None and seq > container.acked_seq:
                         container.acked_seq = seq
         for owner in owners:
             self._ctx.topics.publish(_topic(owner.trial_id, owner.task_id))
+        if owed_posts:
+            self._ctx.webhook_wakeup.set()
         return highest
+
+
+def _lines(rows: list[dict[str, object]]) -> list[LogLine]:
+    return [
+        LogLine(
+            task_id=str(row["task_id"]),
+            trial_id=row["trial_id"] if isinstance(row["trial_id"], int) else None,
+            agent_id=str(row["agent_id"]),
+            message=str(row["message"]),
+        )
+        for row in rows
+    ]
 
 
 def _topic(trial_id: int | None, task_id: str) -> str:

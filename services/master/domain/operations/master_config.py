@@ -27,6 +27,8 @@ from services.master.domain.kernel.context import MasterContext
 # setting is either shown here or the test says it was forgotten).
 SHOWN_SETTINGS = frozenset(
     {
+        "webhook_signing_key",
+        "webhook_base_url",
         "host",
         "grpc_port",
         "http_port",
@@ -167,6 +169,12 @@ def effective_config(ctx: MasterContext) -> dict[str, Any]:
         },
         "cluster_token": HIDDEN if settings.cluster_token else "",
         "initial_user_password": HIDDEN if settings.initial_user_password else "",
+        # Determined's webhooks block. The signing key is a secret, hidden like every other: the
+        # operator sets it (or reads the generated one from the state directory) for receivers.
+        "webhooks": {
+            "signing_key": HIDDEN,
+            "base_url": settings.webhook_base_url,
+        },
         # Failed logins before a user or a client address is paused (domain/identity/login_limiter.py).
         "login_limits": {
             "failures_per_user": settings.login_failures_per_user,

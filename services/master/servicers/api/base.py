@@ -15,6 +15,7 @@ from services.master.domain.metrics.logs import LogStore
 from services.master.domain.metrics.samples import SampleCache
 from services.master.domain.operations.master_log import MasterLogRing
 from services.master.domain.scheduling.scheduling import WaitingInfo
+from services.master.domain.webhooks.sender import WebhookSender
 from services.master.remotes.checkpoint import CheckpointClient
 from services.master.servicers.read_cache import ReadCache, RowCache
 from services.master.servicers.thread_slots import FollowSlots, SignalWaitSlots, VerdictWaitSlots
@@ -41,6 +42,8 @@ class ApiDeps:
     signal_wait_slots: SignalWaitSlots
     # Trials waiting for the searcher's verdict on their result (the same, a pool of their own).
     verdict_wait_slots: VerdictWaitSlots
+    # Posts webhooks' test events (TestWebhook) with the sender's client and signing key.
+    webhooks: WebhookSender
 
 
 class ServicerBase:

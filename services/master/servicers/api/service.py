@@ -20,6 +20,7 @@ from services.master.servicers.api.tasks import SignalsApi, TasksApi
 from services.master.servicers.api.templates import TemplatesApi
 from services.master.servicers.api.trials import TrialsApi
 from services.master.servicers.api.users import UsersApi
+from services.master.servicers.api.webhooks import WebhooksApi
 from services.master.servicers.api.workspaces import WorkspacesApi
 
 
@@ -44,6 +45,7 @@ class CairnServicer(
     GenericTasksApi,
     TemplatesApi,
     WorkspacesApi,
+    WebhooksApi,
     SignalsApi,
     api_pb2_grpc.CairnServicer,
 ):

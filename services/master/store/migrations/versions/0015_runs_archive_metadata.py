@@ -2,7 +2,7 @@
 runs API archives runs apart from their experiment) and the metadata trial code sets
 (`core.train.set_metadata`). Existing trials are not archived and have no metadata.
 
-Revision ID: 0015_runs
+Revision ID: 0015
 Revises: 0014
 Create Date: 2026-12-02
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0015_runs"
+revision = "0015"
 down_revision = "0014"
 branch_labels = None
 depends_on = None
