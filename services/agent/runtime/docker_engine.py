@@ -160,6 +160,7 @@ class DockerEngine:
                 labels=spec.labels,
                 host_config=host_config,
                 name=name,
+                user=spec.user or None,
                 stdin_open=False,
                 tty=False,
             )
@@ -167,14 +168,20 @@ class DockerEngine:
             raise ImageUnavailable(f"image {spec.image} not found: {exc.explanation or exc}") from exc
         return str(created["Id"])
 
-    def copy_in(self, container_id: str, trees: Iterable[tuple[Path, str, Callable[[Path], bool]]]) -> int:
+    def copy_in(
+        self,
+        container_id: str,
+        trees: Iterable[tuple[Path, str, Callable[[Path], bool]]],
+        owner: tuple[int, int] | None = None,
+    ) -> int:
         """Copy each (host folder, container folder, skip) into the container (before it starts):
-        one tar, unpacked at "/". Returns the number of entries."""
+        one tar, unpacked at "/", its entries owned by `owner` (uid, gid) where given (the task's
+        linked account must write its working directory). Returns the number of entries."""
         buffer = io.BytesIO()
         count = 0
         with tarfile.open(fileobj=buffer, mode="w") as tar:
             for source, target, skip in trees:
-                count += _add_tree(tar, source, target.strip("/"), skip)
+                count += _add_tree(tar, source, target.strip("/"), skip, owner)
         self._api.put_archive(container_id, "/", buffer.getvalue())
         return count
 
@@ -234,17 +241,31 @@ class DockerEngine:
         return [{"id": c["Id"], "state": c.get("State", ""), "labels": c.get("Labels") or {}} for c in found]
 
 
-def _add_tree(tar: tarfile.TarFile, source: Path, target: str, skip: Callable[[Path], bool]) -> int:
+def _owned(info: tarfile.TarInfo, owner: tuple[int, int] | None) -> tarfile.TarInfo:
+    if owner is not None:
+        info.uid, info.gid = owner
+        info.uname = info.gname = ""  # by number: the names may not exist in the image
+    return info
+
+
+def _add_tree(
+    tar: tarfile.TarFile,
+    source: Path,
+    target: str,
+    skip: Callable[[Path], bool],
+    owner: tuple[int, int] | None = None,
+) -> int:
     count = 0
     if not source.is_dir():
         return count
-    root_info = tar.gettarinfo(str(source), arcname=target)
+    root_info = _owned(tar.gettarinfo(str(source), arcname=target), owner)
     tar.addfile(root_info)
     count += 1
     for path in sorted(source.rglob("*")):
         if skip(path):
             continue
         info = tar.gettarinfo(str(path), arcname=f"{target}/{path.relative_to(source).as_posix()}")
+        _owned(info, owner)
         if info.isreg():
             with open(path, "rb") as f:
                 tar.addfile(info, f)

@@ -80,6 +80,16 @@ class ContainerSpec:
     cap_add: list[str] = field(default_factory=list)
     cap_drop: list[str] = field(default_factory=list)
     network_mode: str = "host"
+    # "uid:gid" (docker --user): the account linked to the task's owner or workspace; "": the
+    # image's own user.
+    user: str = ""
+
+    def owner(self) -> tuple[int, int] | None:
+        """(uid, gid) the task's files are given to in the container; None: left as they are."""
+        if not self.user:
+            return None
+        uid, gid = self.user.split(":")
+        return int(uid), int(gid)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -291,6 +301,7 @@ def container_spec(
     labels: Mapping[str, str],
     task_mounts: Sequence[BindMount] = (),
     defaults: DockerDefaults,
+    user: tuple[int, int] | None = None,
 ) -> ContainerSpec:
     """The container for a task: `command` and `env` as the agent built them for every runtime
     (the task environment), `config` the experiment config's container-shaping part."""
@@ -325,6 +336,7 @@ def container_spec(
         nano_cpus=int(defaults.cpus_per_slot * cpu_slots * 1e9) if cpu_slots else 0,
         cap_add=capabilities(environment, "add_capabilities"),
         cap_drop=capabilities(environment, "drop_capabilities"),
+        user=f"{user[0]}:{user[1]}" if user is not None else "",
     )
 
 

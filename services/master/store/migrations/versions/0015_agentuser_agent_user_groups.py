@@ -1,0 +1,35 @@
+"""The Linux account a user's or a workspace's tasks run as (Determined's agent_user_group): four
+columns on each, all set or all NULL (NULL: the cluster's task user, as before).
+
+Revision ID: 0015_agentuser
+Revises: 0014
+Create Date: 2026-12-02
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0015_agentuser"
+down_revision = "0014"
+branch_labels = None
+depends_on = None
+
+_TABLES = ("users", "workspaces")
+
+
+def upgrade() -> None:
+    for table in _TABLES:
+        with op.batch_alter_table(table) as batch:
+            batch.add_column(sa.Column("agent_uid", sa.Integer(), nullable=True))
+            batch.add_column(sa.Column("agent_gid", sa.Integer(), nullable=True))
+            batch.add_column(sa.Column("agent_user", sa.String(32), nullable=True))
+            batch.add_column(sa.Column("agent_group", sa.String(32), nullable=True))
+
+
+def downgrade() -> None:
+    for table in _TABLES:
+        with op.batch_alter_table(table) as batch:
+            for column in ("agent_group", "agent_user", "agent_gid", "agent_uid"):
+                batch.drop_column(column)
