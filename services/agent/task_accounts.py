@@ -57,15 +57,17 @@ def known_gid(gid: int) -> bool:
     return True
 
 
-def linked_user(run_as: RunAsRequest, task_user: TaskUser, *, resolvable: bool) -> TaskUser:
-    """The account as a TaskUser. `resolvable`: the task will find its uid in /etc/passwd (the
-    machine's or the one account_files binds), so setpriv can set its supplementary groups."""
+def linked_user(run_as: RunAsRequest, task_user: TaskUser) -> TaskUser:
+    """The account as a TaskUser. An account the machine knows gets its supplementary groups
+    (setpriv --init-groups looks the uid up before the task's own passwd lines exist: a warm
+    start's interpreter is started before its container's binds); one it does not know has none,
+    as the task's own /etc/group gives it none either."""
     return TaskUser(
         name=run_as.user,
         uid=run_as.uid,
         gid=run_as.gid,
         setpriv=task_user.setpriv,
-        init_groups=resolvable,
+        init_groups=known_uid(run_as.uid),
     )
 
 

@@ -163,8 +163,7 @@ class Preparer:
         """The account the task runs as: its linked one, else the task user (None: the agent's own)."""
         if self._task_dirs is None or request.run_as is None:
             return self._task_dirs.user if self._task_dirs is not None else None
-        resolvable = self._private_mounts or task_accounts.known_uid(request.run_as.uid)
-        return task_accounts.linked_user(request.run_as, self._task_dirs.user, resolvable=resolvable)
+        return task_accounts.linked_user(request.run_as, self._task_dirs.user)
 
     def prepare(
         self,

@@ -5,6 +5,7 @@ private /etc/passwd and /etc/group where the machine lacks them). Without run_as
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import shutil
@@ -71,12 +72,13 @@ def test_a_linked_account_unknown_here_gets_its_own_passwd_and_group_lines(tmp_p
 
 def test_a_linked_account_is_switched_to_like_the_task_user() -> None:
     task_user = TaskUser(name="cairn-task", uid=999, gid=999, setpriv="/usr/bin/setpriv")
-    run_as = RunAsRequest(UNKNOWN_UID, UNKNOWN_GID, "alice", "lab")
-    unresolvable = task_accounts.linked_user(run_as, task_user, resolvable=False)
-    prefix, command = split_run_as(unresolvable.run_as(["id"]))
+    unknown = task_accounts.linked_user(RunAsRequest(UNKNOWN_UID, UNKNOWN_GID, "alice", "lab"), task_user)
+    prefix, command = split_run_as(unknown.run_as(["id"]))
     assert command == ["id"] and "--clear-groups" in prefix and f"--reuid={UNKNOWN_UID}" in prefix
-    resolvable = task_accounts.linked_user(run_as, task_user, resolvable=True)
-    assert "--init-groups" in split_run_as(resolvable.run_as(["id"]))[0]
+    # An account this machine knows keeps its supplementary groups (NFS access is decided by them).
+    nobody = pwd.getpwnam(unprivileged_user())
+    known = task_accounts.linked_user(RunAsRequest(nobody.pw_uid, nobody.pw_gid, "x", "y"), task_user)
+    assert "--init-groups" in split_run_as(known.run_as(["id"]))[0]
 
 
 def test_the_docker_runtime_runs_the_container_as_the_linked_ids() -> None:
@@ -158,3 +160,41 @@ def test_an_agent_that_cannot_switch_users_refuses_a_linked_start(
     final = store.final("n1")
     assert final is not None and final.failure_type == apb.FAILURE_TYPE_TASK_ERROR
     assert "start.spec.run_as" in final.message and "needs an agent run as root" in final.message
+
+
+WARM_REPORT = """
+import json, os, pwd, sys
+print(json.dumps({
+    "warm": "xml.dom.minidom" in sys.modules,
+    "ids": [os.getuid(), os.getgid()],
+    "name": pwd.getpwuid(os.getuid()).pw_name,
+}), flush=True)
+"""
+
+
+@needs_root
+def test_a_linked_accounts_python_starts_warm_as_that_account(
+    master: MasterServer,
+    store: MasterStore,
+    launch_agent: Callable[..., AgentProcess],
+    task_root: Path,
+) -> None:
+    """A warm start (a prepared interpreter, runtime/standbys.py) is a kind of its own per account,
+    and gets the account's passwd lines bound into its namespace at the hand-over."""
+    launch_agent(master.address, "--task-user", unprivileged_user(), "--task-root", str(task_root), slots=1)
+    master.double.wait_connected()
+    run_as = apb.RunAs(uid=UNKNOWN_UID, gid=UNKNOWN_GID, user="alice", group="lab")
+    config = json.dumps({"environment": {"preload_modules": ["xml.dom.minidom"]}})
+    reports = []
+    for name in ("w1", "w2"):  # the second finds the standby the first left ready
+        store.contexts[f"alloc-{name}"] = model_definition({"trial.py": WARM_REPORT})
+        master.double.start(
+            name, ["python3 trial.py"], shell=True, has_context=True, container_config=config, run_as=run_as
+        )
+        wait_terminated(store, name, timeout=60)
+        if "private mount namespace" in " ".join(store.messages(name)):
+            pytest.skip("no private mount namespace here")
+        wait_until(lambda n=name: any(m.startswith("{") for m in store.messages(n)), 15, "the report")
+        reports.append(json.loads(next(m for m in store.messages(name) if m.startswith("{"))))
+    assert reports[1] == {"warm": True, "ids": [UNKNOWN_UID, UNKNOWN_GID], "name": "alice"}, reports
+    assert reports[0]["ids"] == [UNKNOWN_UID, UNKNOWN_GID] and reports[0]["name"] == "alice"

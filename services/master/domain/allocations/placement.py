@@ -29,10 +29,8 @@ from services.master.domain.kernel.states import AllocationState as A
 from services.master.store import models
 
 
-def _run_as(owner: models.User, workspace: models.Workspace | None) -> apb.RunAs | None:
+def _run_as(link: agent_users.AgentUserGroup | None) -> apb.RunAs | None:
     """The Linux account the task runs as (agent_users.for_task); None: the agent's task user."""
-    workspace_link = agent_users.of_row(workspace) if workspace is not None else None
-    link = agent_users.for_task(agent_users.of_row(owner), workspace_link)
     if link is None:
         return None
     return apb.RunAs(uid=link.uid, gid=link.gid, user=link.user, group=link.group)
@@ -44,9 +42,8 @@ def _spec_for(ctx: MasterContext, w: Work, alloc: models.Allocation, token: str)
     if alloc.trial_id is None:
         task = w.session.get_one(models.Task, alloc.task_id)
         owner = w.session.get_one(models.User, task.owner_id)
-        workspace = w.session.get(models.Workspace, task.workspace_id) if task.workspace_id else None
         spec = build_command_spec(ctx.settings, task, alloc, token, owner.username)
-        run_as = _run_as(owner, workspace)
+        run_as = _run_as(agent_users.for_task_of(w.session, task.owner_id, task.workspace_id))
         if run_as is not None:
             spec.run_as.CopyFrom(run_as)
         spec.environment.update(service_environment(ctx, w, task, alloc))
@@ -79,7 +76,8 @@ def _spec_for(ctx: MasterContext, w: Work, alloc: models.Allocation, token: str)
     alloc.searcher_target = trial.searcher_target
     spec = build_task_spec(ctx.settings, exp, trial, alloc, token, owner.username)
     spec.context_digest = digest or ""
-    run_as = _run_as(owner, workspace)
+    workspace_link = agent_users.of_row(workspace) if workspace is not None else None
+    run_as = _run_as(agent_users.for_task(agent_users.of_row(owner), workspace_link))
     if run_as is not None:
         spec.run_as.CopyFrom(run_as)
     return spec

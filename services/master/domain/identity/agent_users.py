@@ -21,6 +21,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from sqlalchemy.orm import Session
+
 from services.master.domain.kernel.errors import InvalidArgument
 from services.master.store import models
 
@@ -101,3 +103,10 @@ def store(row: models.User | models.Workspace, link: AgentUserGroup | None) -> N
 def for_task(owner: AgentUserGroup | None, workspace: AgentUserGroup | None) -> AgentUserGroup | None:
     """Who a task runs as: its workspace's link wins over its owner's; None: the cluster's task user."""
     return workspace if workspace is not None else owner
+
+
+def for_task_of(s: Session, owner_id: int, workspace_id: int | None) -> AgentUserGroup | None:
+    """for_task of a task's owner and workspace, read from the database."""
+    owner = s.get_one(models.User, owner_id)
+    workspace = s.get(models.Workspace, workspace_id) if workspace_id is not None else None
+    return for_task(of_row(owner), of_row(workspace) if workspace is not None else None)

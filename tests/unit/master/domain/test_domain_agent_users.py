@@ -5,6 +5,7 @@ else none (the agent's task user)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -131,6 +132,11 @@ def test_root_is_linked_only_where_the_master_allows_it(master: Master) -> None:
     root = AgentUserGroupRequest(uid=0, gid=0, user="root", group="root")
     info = _link_user(master, master.admin, bob.user_id, root, allow_root_agent_user=True)
     assert info.agent_user_group == AgentUserGroup(0, 0, "root", "root")
+    # A workspace under the master's own setting (--allow-root-agent-user).
+    master.ctx.settings = dataclasses.replace(master.ctx.settings, allow_root_agent_user=True)
+    lab = _workspace(master, master.admin, "Lab", root)
+    with master.db.read() as s:
+        assert agent_users.of_row(s.get_one(models.Workspace, lab)) == AgentUserGroup(0, 0, "root", "root")
 
 
 def test_only_an_admin_links_users_and_workspaces(master: Master) -> None:
