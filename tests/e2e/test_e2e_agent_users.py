@@ -161,3 +161,29 @@ def test_bad_links_are_refused_naming_the_field_and_change_nothing(
     assert agent_columns(det_admin) == ["N/A"] * 4  # as det shows a user with no link
     task_user = pwd.getpwnam(TASK_USER)
     assert ran_as(det("cmd", "run", PROBE)).startswith(f"{task_user.pw_uid}:")
+
+
+@pytest.fixture
+def docker_cluster(task_image: str, tmp_path: Path) -> Iterator[TestCluster]:
+    """One agent with one slot running tasks in containers of the task image (skipped, saying why,
+    where dockerd cannot be reached). One database is enough: nothing here depends on it."""
+    with running_cluster(
+        tmp_path / "docker-cluster", None, agents=1, slots=1, runtime="docker", default_image=task_image
+    ) as c:
+        yield c
+
+
+def test_the_docker_runtime_runs_a_linked_users_container_as_the_account(
+    docker_cluster: TestCluster, tmp_path: Path
+) -> None:
+    env = determined_env(docker_cluster, tmp_path / "home")
+    det, det_admin = det_runner(env), det_runner(env, "admin")
+    det_admin(
+        "user", "link-with-agent-user", "determined",
+        "--agent-uid", str(LINKED_UID), "--agent-gid", str(LINKED_GID),
+        "--agent-user", "alice", "--agent-group", "lab",
+    )  # fmt: skip
+    # docker --user uid:gid; the names added to the container's own /etc/passwd and /etc/group;
+    # its working directory (the context) is the account's to write.
+    out = det("cmd", "run", f"{PROBE}; touch written && echo WROTE")
+    assert ran_as(out) == f"{LINKED_UID}:{LINKED_GID}:alice:lab" and "WROTE" in out

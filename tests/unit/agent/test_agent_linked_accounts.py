@@ -18,7 +18,13 @@ import pytest
 from cairn.agent.v1 import agent_pb2 as apb
 from services.agent import task_accounts
 from services.agent.requests import RunAsRequest
-from services.agent.runtime.docker_spec import ContainerSpec, DockerDefaults, SlotShare, container_spec
+from services.agent.runtime.docker_spec import (
+    ContainerSpec,
+    DockerDefaults,
+    SlotShare,
+    container_spec,
+    with_account,
+)
 from services.agent.task_user import TaskUser, split_run_as
 from tests.unit.agent.agent_master_double import MasterServer, MasterStore, wait_until
 from tests.unit.agent.agent_processes import AgentProcess, wait_terminated
@@ -89,9 +95,10 @@ def test_the_docker_runtime_runs_the_container_as_the_linked_ids() -> None:
         share=SlotShare(gpu_uuids=(), cpu_slots=1),
         labels={},
         defaults=DockerDefaults(image="img"),
-        user=(1500, 1600),
+        user=(1500, 1600, "alice", "lab"),
     )
     assert spec.user == "1500:1600" and spec.owner() == (1500, 1600)
+    assert (spec.user_name, spec.group_name) == ("alice", "lab")
     assert ContainerSpec.from_json(spec.to_json()).user == "1500:1600"
     unlinked = container_spec(
         {},
@@ -102,6 +109,14 @@ def test_the_docker_runtime_runs_the_container_as_the_linked_ids() -> None:
         defaults=DockerDefaults(image="img"),
     )
     assert unlinked.user == "" and unlinked.owner() is None
+
+
+def test_the_containers_account_files_gain_a_line_only_for_an_id_the_image_lacks() -> None:
+    image = "root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534::/nonexistent:/bin/false"
+    added = with_account(image, 1500, "alice:x:1500:1600:alice:/w:/bin/sh")
+    assert added == image + "\nalice:x:1500:1600:alice:/w:/bin/sh\n"
+    assert with_account(image, 65534, "other:x:65534:1:::") is None  # the image's entry stays
+    assert with_account("", 7, "g:x:7:") == "g:x:7:\n"
 
 
 @needs_root
