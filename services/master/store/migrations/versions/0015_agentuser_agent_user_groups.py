@@ -21,7 +21,7 @@ _TABLES = ("users", "workspaces")
 
 def upgrade() -> None:
     for table in _TABLES:
-        with op.batch_alter_table(table) as batch:
+        with op.batch_alter_table(table, recreate="never") as batch:
             batch.add_column(sa.Column("agent_uid", sa.Integer(), nullable=True))
             batch.add_column(sa.Column("agent_gid", sa.Integer(), nullable=True))
             batch.add_column(sa.Column("agent_user", sa.String(32), nullable=True))
@@ -30,6 +30,8 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     for table in _TABLES:
-        with op.batch_alter_table(table) as batch:
+        # In place (SQLite >= 3.35 drops a column itself): a copy of the table would be refused
+        # while other tables' foreign keys point at it, and would lose its AUTOINCREMENT (0005).
+        with op.batch_alter_table(table, recreate="never") as batch:
             for column in ("agent_group", "agent_user", "agent_gid", "agent_uid"):
                 batch.drop_column(column)
