@@ -13,6 +13,16 @@ class MountRequest:
 
 
 @dataclass(frozen=True)
+class RunAsRequest:
+    """The Linux account the task runs as (its owner's or workspace's agent_user_group)."""
+
+    uid: int
+    gid: int
+    user: str
+    group: str
+
+
+@dataclass(frozen=True)
 class RendezvousInfo:
     """Where the containers of the allocation find each other (see the proto's Rendezvous)."""
 
@@ -52,6 +62,8 @@ class StartRequest:
     # Containers still on these slots whose tasks are exiting (an early hand-over): the command
     # starts once they have ended.
     after_container_ids: tuple[str, ...] = ()
+    # None: the agent's own task user (or its own user), as without a link.
+    run_as: RunAsRequest | None = None
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,8 @@ from pathlib import Path
 # Owner rwx, others traverse only: the per-agent folder the containers' task folders live in.
 _TASK_ROOT_MODE = 0o711
 _TASK_DIR_MODE = 0o700
+_INIT_GROUPS = "--init-groups"
+_CLEAR_GROUPS = "--clear-groups"
 
 
 class TaskUserError(ValueError):
@@ -39,6 +41,9 @@ class TaskUser:
     gid: int
     # By its full path: the task's own PATH (its config may set one) need not lead to it.
     setpriv: str = "/usr/bin/setpriv"
+    # The user's supplementary groups from the group database (initgroups needs a passwd entry for
+    # the uid); False: none at all (a linked uid the task cannot look up).
+    init_groups: bool = True
 
     def run_as(self, argv: list[str]) -> list[str]:
         """`argv` run as this user by setpriv, which execs it (pid and process group unchanged)."""
@@ -46,7 +51,7 @@ class TaskUser:
             self.setpriv,
             f"--reuid={self.uid}",
             f"--regid={self.gid}",
-            "--init-groups",
+            _INIT_GROUPS if self.init_groups else _CLEAR_GROUPS,
             "--pdeathsig=KILL",
             "--",
             *argv,
@@ -131,8 +136,10 @@ class TaskDirs:
     def tmp_path(self, container_id: str) -> Path:
         return Path(own_tmp(self.path(container_id)))
 
-    def create(self, container_id: str) -> Path:
-        """The container's working directory and its /tmp, both empty; returns the former."""
+    def create(self, container_id: str, user: TaskUser | None = None) -> Path:
+        """The container's working directory and its /tmp, both empty, owned by `user` (default:
+        the task user); returns the former."""
+        owner = user or self.user
         for folder in (self.path(container_id), self.tmp_path(container_id)):
             # A leftover of an earlier agent run with this container id: start afresh.
             if folder.is_symlink():
@@ -141,16 +148,18 @@ class TaskDirs:
                 shutil.rmtree(folder)
             folder.mkdir(mode=_TASK_DIR_MODE)
             os.chmod(folder, _TASK_DIR_MODE)  # mkdir's mode is masked by the umask
-            os.chown(folder, self.user.uid, self.user.gid)
+            os.chown(folder, owner.uid, owner.gid)
         return self.path(container_id)
 
-    def hand_over(self, folder: Path) -> None:
-        """Make `folder` and everything in it the task user's (what the agent unpacked or wrote for
-        the task: the model definition, the /run/determined files). Links are not followed."""
-        os.chown(folder, self.user.uid, self.user.gid, follow_symlinks=False)
+    def hand_over(self, folder: Path, user: TaskUser | None = None) -> None:
+        """Make `folder` and everything in it `user`'s (default: the task user's): what the agent
+        unpacked or wrote for the task, the model definition, the /run/determined files. Links are
+        not followed."""
+        owner = user or self.user
+        os.chown(folder, owner.uid, owner.gid, follow_symlinks=False)
         for parent, dirs, files in os.walk(folder):
             for name in (*dirs, *files):
-                os.chown(os.path.join(parent, name), self.user.uid, self.user.gid, follow_symlinks=False)
+                os.chown(os.path.join(parent, name), owner.uid, owner.gid, follow_symlinks=False)
 
     def remove(self, container_id: str) -> None:
         shutil.rmtree(self.path(container_id), ignore_errors=True)
@@ -168,7 +177,8 @@ def split_run_as(argv: Sequence[str]) -> tuple[list[str], list[str]]:
         and os.path.basename(words[0]) == "setpriv"
         and words[1].startswith("--reuid=")
         and words[2].startswith("--regid=")
-        and words[3:6] == ["--init-groups", "--pdeathsig=KILL", "--"]
+        and words[3] in (_INIT_GROUPS, _CLEAR_GROUPS)
+        and words[4:6] == ["--pdeathsig=KILL", "--"]
     ):
         return words[:6], words[6:]
     return [], words

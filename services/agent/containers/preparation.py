@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cairn.tls import MASTER_CERT_PEM_ENV
+from services.agent import task_accounts
 from services.agent.containers import determined_info
 from services.agent.containers.context_cache import ContextCache
 from services.agent.containers.python_envs import PythonEnv, PythonEnvs
@@ -22,7 +23,7 @@ from services.agent.runtime.docker_spec import CONTAINER_WORKDIR
 from services.agent.runtime.private_mounts import Bind, in_private_mounts
 from services.agent.runtime.protocol import META_DIR_NAME, ContainerPaths
 from services.agent.slots import SlotInfo
-from services.agent.task_user import TaskDirs, is_inside
+from services.agent.task_user import TaskDirs, TaskUser, is_inside
 
 # Fetches an allocation's model definition: the gzip'd tar, in chunks. Raises ContextFetchError.
 ContextFetcher = Callable[[str], Iterable[bytes]]
@@ -133,12 +134,37 @@ class Preparer:
         if unknown:
             have = ", ".join(sorted(self._slots)) or "none"
             return f"start.slot_ids: no slot {unknown[0]!r} on agent {self._agent_id} (slots: {have})"
+        if request.run_as is not None:
+            why = task_accounts.problem(request.run_as) or self._cannot_switch(request)
+            if why:
+                return why
         for mount in request.mounts:
             target = mount.container_path
             parts = Path(target).parts
             if target and not os.path.isabs(target) and (".." in parts or parts[0] == META_DIR_NAME):
                 return f"start.spec.mounts: container_path {target!r} must stay inside the working directory"
         return None
+
+    def _cannot_switch(self, request: StartRequest) -> str | None:
+        """Why this agent cannot run the request's linked account; None when it can."""
+        run_as = request.run_as
+        if self._in_docker or run_as is None:
+            return None  # the container's user (docker --user)
+        if self._task_dirs is not None:
+            return None  # root with a task user: it switches to any account
+        if (run_as.uid, run_as.gid) == (os.geteuid(), os.getegid()):
+            return None  # the agent's own account: nothing to switch
+        return (
+            f"start.spec.run_as: this agent cannot run tasks as uid {run_as.uid} gid {run_as.gid} "
+            f"(the account linked to the task's owner or workspace): switching users needs an agent "
+            f"run as root with --task-user; it runs as uid {os.geteuid()}"
+        )
+
+    def _task_account(self, request: StartRequest) -> TaskUser | None:
+        """The account the task runs as: its linked one, else the task user (None: the agent's own)."""
+        if self._task_dirs is None or request.run_as is None:
+            return self._task_dirs.user if self._task_dirs is not None else None
+        return task_accounts.linked_user(request.run_as, self._task_dirs.user)
 
     def prepare(
         self,
@@ -149,13 +175,14 @@ class Preparer:
         aborted: Callable[[], bool],
     ) -> Prepared:
         task_dirs = None if self._in_docker else self._task_dirs
-        workdir = task_dirs.create(request.container_id) if task_dirs is not None else paths.root
+        account = None if self._in_docker else self._task_account(request)
+        workdir = task_dirs.create(request.container_id, account) if task_dirs is not None else paths.root
         if request.has_context:
             self._fetch_and_unpack(request, paths, workdir, note, aborted)
         python_env = None
         base_env = {} if self._in_docker else self._base_env
-        if task_dirs is not None:
-            base_env = {**base_env, **task_dirs.user.environment(workdir)}
+        if account is not None and task_dirs is not None:
+            base_env = {**base_env, **account.environment(workdir)}
         if not self._in_docker:
             self._expose_mounts(request, workdir, note)
             choice = self._python_envs.choose(request.image)
@@ -181,18 +208,39 @@ class Preparer:
         binds: list[Bind] = []
         if determined_info.is_determined_task(env):
             binds += self._determined_surroundings(env, request, paths, workdir, note)
-        if task_dirs is not None:
+        if task_dirs is not None and account is not None:
+            if request.run_as is not None:
+                binds += self._account_files(request, paths, workdir, note)
+                note(f"runs as {account.name} (uid {account.uid}, gid {account.gid}), as linked", "INFO")
             # Innermost: the privilege drop comes after the mounts, which need root.
-            argv = task_dirs.user.run_as(argv)
+            argv = account.run_as(argv)
             # Last: the folders bound before may lie under the host's /tmp.
             needed = self._host_paths_needed(workdir, request, python_env)
             binds += self._private_tmp(task_dirs.tmp_path(request.container_id), needed, env, note)
         argv = in_private_mounts(argv, binds)
-        if task_dirs is not None:
-            task_dirs.hand_over(workdir)
+        if task_dirs is not None and account is not None:
+            task_dirs.hand_over(workdir, account)
             if paths.run_determined.exists():
-                task_dirs.hand_over(paths.run_determined)
+                task_dirs.hand_over(paths.run_determined, account)
         return Prepared(argv=argv, env=env, cwd=workdir)
+
+    def _account_files(
+        self, request: StartRequest, paths: ContainerPaths, workdir: Path, note: Note
+    ) -> list[Bind]:
+        """The linked account's entries in the task's /etc/passwd and /etc/group (Determined adds
+        them to its containers'), where the machine lacks them and a private namespace is had."""
+        assert request.run_as is not None
+        if not self._private_mounts:
+            if not task_accounts.known_uid(request.run_as.uid):
+                note(
+                    f"uid {request.run_as.uid} has no name on this machine and this agent cannot give "
+                    "tasks a private mount namespace: the task cannot look its user name up",
+                    "WARNING",
+                )
+            return []
+        folder = paths.root / "accounts"
+        folder.mkdir(exist_ok=True)
+        return task_accounts.account_files(request.run_as, folder, workdir)
 
     @staticmethod
     def _host_paths_needed(

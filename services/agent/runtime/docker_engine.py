@@ -24,7 +24,7 @@ import docker.errors
 import docker.types
 from docker.utils import parse_repository_tag
 
-from services.agent.runtime.docker_spec import ContainerSpec
+from services.agent.runtime.docker_spec import CONTAINER_WORKDIR, ContainerSpec, with_account
 
 # Docker's stream ids in a multiplexed frame header.
 _STREAMS = {1: "stdout", 2: "stderr"}
@@ -160,6 +160,7 @@ class DockerEngine:
                 labels=spec.labels,
                 host_config=host_config,
                 name=name,
+                user=spec.user or None,
                 stdin_open=False,
                 tty=False,
             )
@@ -167,16 +168,59 @@ class DockerEngine:
             raise ImageUnavailable(f"image {spec.image} not found: {exc.explanation or exc}") from exc
         return str(created["Id"])
 
-    def copy_in(self, container_id: str, trees: Iterable[tuple[Path, str, Callable[[Path], bool]]]) -> int:
+    def copy_in(
+        self,
+        container_id: str,
+        trees: Iterable[tuple[Path, str, Callable[[Path], bool]]],
+        owner: tuple[int, int] | None = None,
+    ) -> int:
         """Copy each (host folder, container folder, skip) into the container (before it starts):
-        one tar, unpacked at "/". Returns the number of entries."""
+        one tar, unpacked at "/", its entries owned by `owner` (uid, gid) where given (the task's
+        linked account must write its working directory). Returns the number of entries."""
         buffer = io.BytesIO()
         count = 0
         with tarfile.open(fileobj=buffer, mode="w") as tar:
             for source, target, skip in trees:
-                count += _add_tree(tar, source, target.strip("/"), skip)
+                count += _add_tree(tar, source, target.strip("/"), skip, owner)
         self._api.put_archive(container_id, "/", buffer.getvalue())
         return count
+
+    def add_account(self, container_id: str, spec: ContainerSpec) -> None:
+        """Give the container's /etc/passwd and /etc/group the entries of the account it runs as
+        (spec.user) where the image has none for its ids, before it starts."""
+        owner = spec.owner()
+        if owner is None or not spec.user_name:
+            return
+        uid, gid = owner
+        changed: dict[str, bytes] = {}
+        for name, number, line in (
+            ("passwd", uid, f"{spec.user_name}:x:{uid}:{gid}:{spec.user_name}:{CONTAINER_WORKDIR}:/bin/sh"),
+            ("group", gid, f"{spec.group_name}:x:{gid}:"),
+        ):
+            text = self._read_text(container_id, f"/etc/{name}")
+            updated = with_account(text, number, line)
+            if updated is not None:
+                changed[name] = updated.encode()
+        if not changed:
+            return
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            for name, data in changed.items():
+                info = tarfile.TarInfo(f"etc/{name}")
+                info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
+                tar.addfile(info, io.BytesIO(data))
+        self._api.put_archive(container_id, "/", buffer.getvalue())
+
+    def _read_text(self, container_id: str, path: str) -> str:
+        """A file of the (created) container as text; "" where the image has none."""
+        try:
+            stream, _ = self._api.get_archive(container_id, path)
+        except docker.errors.NotFound:
+            return ""
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+            member = tar.next()
+            extracted = tar.extractfile(member) if member is not None else None
+            return extracted.read().decode(errors="replace") if extracted is not None else ""
 
     def start(self, container_id: str) -> None:
         self._api.start(container_id)
@@ -234,17 +278,31 @@ class DockerEngine:
         return [{"id": c["Id"], "state": c.get("State", ""), "labels": c.get("Labels") or {}} for c in found]
 
 
-def _add_tree(tar: tarfile.TarFile, source: Path, target: str, skip: Callable[[Path], bool]) -> int:
+def _owned(info: tarfile.TarInfo, owner: tuple[int, int] | None) -> tarfile.TarInfo:
+    if owner is not None:
+        info.uid, info.gid = owner
+        info.uname = info.gname = ""  # by number: the names may not exist in the image
+    return info
+
+
+def _add_tree(
+    tar: tarfile.TarFile,
+    source: Path,
+    target: str,
+    skip: Callable[[Path], bool],
+    owner: tuple[int, int] | None = None,
+) -> int:
     count = 0
     if not source.is_dir():
         return count
-    root_info = tar.gettarinfo(str(source), arcname=target)
+    root_info = _owned(tar.gettarinfo(str(source), arcname=target), owner)
     tar.addfile(root_info)
     count += 1
     for path in sorted(source.rglob("*")):
         if skip(path):
             continue
         info = tar.gettarinfo(str(path), arcname=f"{target}/{path.relative_to(source).as_posix()}")
+        _owned(info, owner)
         if info.isreg():
             with open(path, "rb") as f:
                 tar.addfile(info, f)

@@ -111,6 +111,11 @@ class DockerRuntime(ProcessRuntime):
                     for m in request.mounts
                 ],
                 defaults=self._defaults,
+                user=(
+                    (request.run_as.uid, request.run_as.gid, request.run_as.user, request.run_as.group)
+                    if request.run_as is not None
+                    else None
+                ),
             )
         except ContainerConfigError as exc:
             raise ContainerSetupError(str(exc)) from exc

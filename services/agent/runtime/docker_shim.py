@@ -194,7 +194,8 @@ class DockerShim:
         run_dir = self.paths.run_determined
         if run_dir.is_dir():
             trees.append((run_dir, CONTAINER_RUN_DIR, lambda p: False))
-        self.engine.copy_in(container_id, trees)
+        self.engine.copy_in(container_id, trees, self.spec.owner())
+        self.engine.add_account(container_id, self.spec)
 
     def _remove_quietly(self) -> None:
         """Remove a container that never ran; what remains is the agent's (or the sweep's) to remove."""

@@ -80,6 +80,19 @@ class ContainerSpec:
     cap_add: list[str] = field(default_factory=list)
     cap_drop: list[str] = field(default_factory=list)
     network_mode: str = "host"
+    # "uid:gid" (docker --user): the account linked to the task's owner or workspace; "": the
+    # image's own user. Its names, added to the container's /etc/passwd and /etc/group where the
+    # image lacks the ids (as Determined adds the user to its containers' passwd).
+    user: str = ""
+    user_name: str = ""
+    group_name: str = ""
+
+    def owner(self) -> tuple[int, int] | None:
+        """(uid, gid) the task's files are given to in the container; None: left as they are."""
+        if not self.user:
+            return None
+        uid, gid = self.user.split(":")
+        return int(uid), int(gid)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -291,6 +304,7 @@ def container_spec(
     labels: Mapping[str, str],
     task_mounts: Sequence[BindMount] = (),
     defaults: DockerDefaults,
+    user: tuple[int, int, str, str] | None = None,
 ) -> ContainerSpec:
     """The container for a task: `command` and `env` as the agent built them for every runtime
     (the task environment), `config` the experiment config's container-shaping part."""
@@ -325,7 +339,22 @@ def container_spec(
         nano_cpus=int(defaults.cpus_per_slot * cpu_slots * 1e9) if cpu_slots else 0,
         cap_add=capabilities(environment, "add_capabilities"),
         cap_drop=capabilities(environment, "drop_capabilities"),
+        user=f"{user[0]}:{user[1]}" if user is not None else "",
+        user_name=user[2] if user is not None else "",
+        group_name=user[3] if user is not None else "",
     )
+
+
+def with_account(text: str, number: int, line: str) -> str | None:
+    """An /etc/passwd or /etc/group text with `line` added when no entry has id `number` (its
+    third field); None when one has (the image's own entry stays)."""
+    for entry in text.splitlines():
+        fields = entry.split(":")
+        if len(fields) > 2 and fields[2] == str(number):
+            return None
+    if text and not text.endswith("\n"):
+        text += "\n"
+    return text + line + "\n"
 
 
 # The image when neither the config nor the agent's --default-image names one and the task image's

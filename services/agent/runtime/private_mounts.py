@@ -26,7 +26,8 @@ from typing import Any, NoReturn
 # Runs inside the new namespace: "$@" is SOURCE TARGET pairs, then "--", then the task's command.
 # unshare and sh both exec, so the task's process keeps the pid and process group the shim gave it.
 _BIND_ALL_AND_EXEC = (
-    'set -e; while [ "$1" != -- ]; do mkdir -p "$2"; mount --bind "$1" "$2"; shift 2; done; shift; exec "$@"'
+    'set -e; while [ "$1" != -- ]; do [ -e "$2" ] || mkdir -p "$2"; mount --bind "$1" "$2"; shift 2; done; '
+    'shift; exec "$@"'
 )
 _UNSHARE = ("unshare", "--mount", "--propagation", "private", "--")
 _BIND_ALL_AND_EXEC_ARGV = ("sh", "-c", _BIND_ALL_AND_EXEC, "sh")
@@ -34,8 +35,8 @@ _BIND_ALL_AND_EXEC_ARGV = ("sh", "-c", _BIND_ALL_AND_EXEC, "sh")
 
 @dataclass(frozen=True)
 class Bind:
-    source: Path  # the task's own folder
-    target: str  # the path the task sees it at
+    source: Path  # the task's own folder (or file: its /etc/passwd, task_accounts.py)
+    target: str  # the path the task sees it at (a missing one is made a folder)
 
 
 def supported() -> bool:
@@ -226,7 +227,8 @@ def _bind_all(libc: Any, binds: Sequence[Bind], unmount: Sequence[str]) -> None:
     for target in unmount:
         _check(libc, libc.umount2(target.encode(), _MNT_DETACH), f"umount -l {target}")
     for bind in binds:
-        os.makedirs(bind.target, exist_ok=True)
+        if not os.path.exists(bind.target):
+            os.makedirs(bind.target)
         _check(
             libc,
             libc.mount(str(bind.source).encode(), bind.target.encode(), None, _MS_BIND, None),

@@ -6,7 +6,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from cairn.agent.v1 import agent_pb2 as apb
 from services.agent.containers.outbox import Delivery
-from services.agent.requests import ContainerReport, MountRequest, RendezvousInfo, StartRequest
+from services.agent.requests import ContainerReport, MountRequest, RendezvousInfo, RunAsRequest, StartRequest
 from services.agent.runtime.events import LogEvent, StateEvent
 from services.agent.slots import DeviceKind, SlotInfo
 
@@ -127,4 +127,7 @@ def start_request(start: apb.StartContainer) -> StartRequest:
         rendezvous=rendezvous_info(start),
         container_config=spec.container_config,
         after_container_ids=tuple(start.after_container_ids),
+        run_as=RunAsRequest(spec.run_as.uid, spec.run_as.gid, spec.run_as.user, spec.run_as.group)
+        if spec.HasField("run_as")
+        else None,
     )

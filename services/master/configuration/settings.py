@@ -54,6 +54,8 @@ class Settings:
     # s3 endpoint_url at a loopback or link-local address (a cloud metadata service, the master's
     # own ports) is refused unless the operator allows it, e.g. for a MinIO on the same host.
     allow_local_storage_endpoints: bool = False
+    # Whether an admin may link a user or workspace to uid 0 (their tasks would run as root).
+    allow_root_agent_user: bool = False
     # Host paths under which users who are not admins may bind mount (admins may mount any path).
     bind_mount_allowed_paths: tuple[str, ...] = ()
     # How long a login lasts (Determined's sessions last 7 days); expired tokens are refused.
@@ -194,6 +196,13 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
         help="accept s3 endpoint_url at loopback and link-local addresses (refused by default)",
     )
     parser.add_argument(
+        "--allow-root-agent-user",
+        action="store_true",
+        default=os.environ.get("CAIRN_ALLOW_ROOT_AGENT_USER", "") in ("1", "true", "yes"),
+        help="let admins link users and workspaces to uid 0, so that their tasks run as root "
+        "(env CAIRN_ALLOW_ROOT_AGENT_USER; refused by default)",
+    )
+    parser.add_argument(
         "--bind-mount-allow",
         action="append",
         default=[],
@@ -287,6 +296,7 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
         http_processes=args.http_processes,
         max_trials_per_experiment=args.max_trials_per_experiment,
         allow_local_storage_endpoints=args.allow_local_storage_endpoints,
+        allow_root_agent_user=args.allow_root_agent_user,
         bind_mount_allowed_paths=tuple(os.path.normpath(p) for p in allowed_mounts),
         tls_cert=Path(args.tls_cert).expanduser().resolve() if args.tls_cert else None,
         tls_key=Path(args.tls_key).expanduser().resolve() if args.tls_key else None,

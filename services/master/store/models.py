@@ -85,6 +85,12 @@ class User(Base):
     created_at: Mapped[datetime]
     modified_at: Mapped[datetime]
     last_auth_at: Mapped[datetime | None]
+    # The Linux account the user's tasks run as (Determined's agent_user_group): all four set or all
+    # NULL (NULL: the cluster's task user). domain/identity/agent_users.py checks and resolves them.
+    agent_uid: Mapped[int | None] = mapped_column(Integer)
+    agent_gid: Mapped[int | None] = mapped_column(Integer)
+    agent_user: Mapped[str | None] = mapped_column(String(32))
+    agent_group: Mapped[str | None] = mapped_column(String(32))
 
 
 class UserSession(Base):
@@ -464,6 +470,12 @@ class Workspace(Base):
     default_aux_pool: Mapped[str] = mapped_column(String(255), default="")
     checkpoint_storage: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     created_at: Mapped[datetime]
+    # The Linux account the workspace's tasks run as (Determined's agent_user_group), winning over
+    # their owners' links: all four set or all NULL. domain/identity/agent_users.py checks them.
+    agent_uid: Mapped[int | None] = mapped_column(Integer)
+    agent_gid: Mapped[int | None] = mapped_column(Integer)
+    agent_user: Mapped[str | None] = mapped_column(String(32))
+    agent_group: Mapped[str | None] = mapped_column(String(32))
 
 
 class Project(Base):

@@ -144,6 +144,7 @@ class MasterDouble(agent_pb2_grpc.AgentServiceServicer):
         container_config: str = "",
         after: list[str] | None = None,
         context_digest: str = "",
+        run_as: apb.RunAs | None = None,
     ) -> None:
         self.send(
             apb.MasterMessage(
@@ -162,6 +163,7 @@ class MasterDouble(agent_pb2_grpc.AgentServiceServicer):
                         description=f"test {container_id}",
                         container_config=container_config,
                         context_digest=context_digest,
+                        run_as=run_as,
                     ),
                     after_container_ids=after or [],
                 )

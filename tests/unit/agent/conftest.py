@@ -63,7 +63,9 @@ def launch_agent(tmp_path: Path) -> Iterator[Callable[..., AgentProcess]]:
             "DEBUG",
             *extra,
         ]
-        full_env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})}
+        # The repository's own stubs first: a worktree's regenerated ones, not an install's.
+        code_path = os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "clients" / "python")])
+        full_env = {**os.environ, "PYTHONPATH": code_path, **(env or {})}
         full_env.pop("CAIRN_CLUSTER_TOKEN", None)
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(argv, cwd=REPO_ROOT, env=full_env, stdout=log, stderr=log)

@@ -19,8 +19,10 @@ from cairn.api.v1 import shell_pb2 as spb
 from cairn.api.v1 import tensorboard_pb2 as tpb
 from services.common import interceptors
 from services.common.principal import Principal
+from services.master.domain.identity import agent_users
 from services.master.servicers.api.service import CairnServicer
 from services.master.servicers.api.task_kinds import ROUTE_NAMES, ROUTES
+from services.master.store import models
 from tests.unit.master.domain.harness import Master
 from tests.unit.master.domain.test_domain_models import Trial
 from tests.unit.master.servicer_double import Aborted, Context, api_deps
@@ -136,3 +138,17 @@ def test_refusals_name_the_kind(master: Master, api: CairnServicer) -> None:
     someone = master.add_user("someone")
     code, text = refusal(api, "KillCommand", cpb.KillCommandRequest(command_id=command_id), someone)
     assert code == "PERMISSION_DENIED" and "belongs to another user" in text
+
+
+def test_a_linked_shell_shows_the_account_det_shell_open_logs_in_as(
+    master: Master, api: CairnServicer
+) -> None:
+    master.add_agent("a1")
+    alice = master.add_user("alice")
+    assert alice.user_id is not None
+    with master.db.transaction() as s:
+        row = s.get_one(models.User, alice.user_id)
+        agent_users.store(row, agent_users.AgentUserGroup(uid=1500, gid=1600, user="al", group="lab"))
+    shell = call(api, "LaunchShell", spb.LaunchShellRequest(config=config()), alice).shell
+    shown = dict(shell.agent_user_group)
+    assert shown == {"user": "al", "uid": 1500, "group": "lab", "gid": 1600}

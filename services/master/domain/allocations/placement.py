@@ -21,6 +21,7 @@ from services.master.domain.allocations.rendezvous import (
 )
 from services.master.domain.allocations.task_services import service_environment, service_mounts
 from services.master.domain.allocations.task_spec import build_task_spec
+from services.master.domain.identity import agent_users
 from services.master.domain.identity.auth import hash_token, new_token
 from services.master.domain.kernel.context import MasterContext, Work
 from services.master.domain.kernel.states import LIVE_ALLOCATION
@@ -28,12 +29,23 @@ from services.master.domain.kernel.states import AllocationState as A
 from services.master.store import models
 
 
+def _run_as(link: agent_users.AgentUserGroup | None) -> apb.RunAs | None:
+    """The Linux account the task runs as (agent_users.for_task); None: the agent's task user."""
+    if link is None:
+        return None
+    return apb.RunAs(uid=link.uid, gid=link.gid, user=link.user, group=link.group)
+
+
 def _spec_for(ctx: MasterContext, w: Work, alloc: models.Allocation, token: str) -> apb.TaskSpec:
-    """What the agents run: a trial's harness and environment, or a task's own command."""
+    """What the agents run: a trial's harness and environment, or a task's own command, as the
+    Linux account its workspace or owner is linked to."""
     if alloc.trial_id is None:
         task = w.session.get_one(models.Task, alloc.task_id)
         owner = w.session.get_one(models.User, task.owner_id)
         spec = build_command_spec(ctx.settings, task, alloc, token, owner.username)
+        run_as = _run_as(agent_users.for_task_of(w.session, task.owner_id, task.workspace_id))
+        if run_as is not None:
+            spec.run_as.CopyFrom(run_as)
         spec.environment.update(service_environment(ctx, w, task, alloc))
         spec.mounts.extend(service_mounts(w, task))
         digest = w.session.scalar(
@@ -41,20 +53,33 @@ def _spec_for(ctx: MasterContext, w: Work, alloc: models.Allocation, token: str)
         )
         spec.context_digest = digest or ""
         return spec
-    # One read for the trial, its experiment, the owner's name and the archive's digest (the
-    # column alone: the archive itself is not read here; the agent fetches it, when it must). Four
-    # reads, the first flushing the allocation's changes, were a third of a hand-over's assignment.
+    # One read for the trial, its experiment, its owner, its workspace and the archive's digest
+    # (the column alone: the archive itself is not read here; the agent fetches it, when it must).
+    # Four reads, the first flushing the allocation's changes, were a third of a hand-over's
+    # assignment.
     with w.session.no_autoflush:
-        trial, exp, username, digest = w.session.execute(
-            select(models.Trial, models.Experiment, models.User.username, models.ModelDefinition.digest)
+        trial, exp, owner, workspace, digest = w.session.execute(
+            select(
+                models.Trial,
+                models.Experiment,
+                models.User,
+                models.Workspace,
+                models.ModelDefinition.digest,
+            )
             .join(models.Experiment, models.Experiment.id == models.Trial.experiment_id)
             .join(models.User, models.User.id == models.Experiment.owner_id)
+            .outerjoin(models.Project, models.Project.id == models.Experiment.project_id)
+            .outerjoin(models.Workspace, models.Workspace.id == models.Project.workspace_id)
             .outerjoin(models.ModelDefinition, models.ModelDefinition.experiment_id == models.Experiment.id)
             .where(models.Trial.id == alloc.trial_id)
         ).one()
     alloc.searcher_target = trial.searcher_target
-    spec = build_task_spec(ctx.settings, exp, trial, alloc, token, username)
+    spec = build_task_spec(ctx.settings, exp, trial, alloc, token, owner.username)
     spec.context_digest = digest or ""
+    workspace_link = agent_users.of_row(workspace) if workspace is not None else None
+    run_as = _run_as(agent_users.for_task(agent_users.of_row(owner), workspace_link))
+    if run_as is not None:
+        spec.run_as.CopyFrom(run_as)
     return spec
 
 

@@ -21,7 +21,8 @@ from sqlalchemy import delete, select
 
 from cairn.client.password import salt_and_hash
 from services.common.principal import Principal
-from services.master.domain.identity import allocation_access
+from services.master.domain.identity import agent_users, allocation_access
+from services.master.domain.identity.agent_users import AgentUserGroup
 from services.master.domain.identity.login_limiter import LoginLimiter, LoginLimits
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.errors import InvalidArgument, PermissionDenied, Unauthenticated
@@ -88,6 +89,8 @@ class UserInfo:
     display_name: str
     modified_at: str
     last_auth_at: str
+    # The Linux account the user's tasks run as; None: the cluster's task user.
+    agent_user_group: AgentUserGroup | None = None
 
 
 def user_info(user: models.User) -> UserInfo:
@@ -99,6 +102,7 @@ def user_info(user: models.User) -> UserInfo:
         display_name=user.display_name,
         modified_at=user.modified_at.isoformat(),
         last_auth_at=user.last_auth_at.isoformat() if user.last_auth_at else "",
+        agent_user_group=agent_users.of_row(user),
     )
 
 

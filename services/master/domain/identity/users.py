@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from cairn.client.password import salt_and_hash
 from services.common.principal import Principal
-from services.master.domain.identity import access
+from services.master.domain.identity import access, agent_users
 from services.master.domain.identity.auth import (
     AuthService,
     UserInfo,
@@ -59,6 +59,8 @@ class UserChanges:
     password: str | None = None
     is_hashed: bool = False
     remote: bool | None = None
+    # Admins only (Determined's link-with-agent-user); None: not asked.
+    agent_user_group: agent_users.AgentUserGroupRequest | None = None
 
 
 @dataclass(frozen=True)
@@ -130,12 +132,25 @@ def _refuse_remote(remote: bool | None, field: str) -> None:
         raise InvalidArgument(f"{field}: remote users need an external identity provider; Cairn has none")
 
 
-def create(db: Database, principal: Principal, user: UserChanges, password: str, is_hashed: bool) -> UserInfo:
+def create(
+    db: Database,
+    principal: Principal,
+    user: UserChanges,
+    password: str,
+    is_hashed: bool,
+    *,
+    allow_root_agent_user: bool = False,
+) -> UserInfo:
     _require_admin(principal, "create users")
     # As Determined: a new user is its own "current" name, so only "determined" itself passes the
     # reserved-name check (and then meets the existing default admin).
     username = _check_username(
         user.username or "", "user.username", current=(user.username or "").strip(), admin=bool(user.admin)
+    )
+    link = (
+        agent_users.checked(user.agent_user_group, "user.agentUserGroup", allow_root=allow_root_agent_user)
+        if user.agent_user_group is not None
+        else None
     )
     display_name = _check_display_name(user.display_name or "", "user.displayName")
     _refuse_remote(user.remote, "user.remote")
@@ -154,6 +169,7 @@ def create(db: Database, principal: Principal, user: UserChanges, password: str,
                 created_at=now,
                 modified_at=now,
             )
+            agent_users.store(row, link)
             s.add(row)
             s.flush()
             return user_info(row)
@@ -196,11 +212,24 @@ def listing(db: Database, query: UserQuery) -> tuple[list[UserInfo], Page]:
 
 
 def patch(
-    db: Database, auth: AuthService, principal: Principal, user_id: int, changes: UserChanges
+    db: Database,
+    auth: AuthService,
+    principal: Principal,
+    user_id: int,
+    changes: UserChanges,
+    *,
+    allow_root_agent_user: bool = False,
 ) -> UserInfo:
+    """Change a user. `allow_root_agent_user`: the master's policy on links to uid 0."""
     own = principal.user_id == user_id
     if changes.username is not None or changes.admin is not None or changes.active is not None:
         _require_admin(principal, "change a user's username, admin flag or active state")
+    link = None
+    if changes.agent_user_group is not None:
+        _require_admin(principal, "link a user with an agent user")
+        link = agent_users.checked(
+            changes.agent_user_group, "user.agentUserGroup", allow_root=allow_root_agent_user
+        )
     if (changes.password is not None or changes.display_name is not None) and not own:
         _require_admin(principal, "change another user's password or display name")
     _refuse_remote(changes.remote, "user.remote")
@@ -247,6 +276,8 @@ def patch(
                 row.display_name = display_name
             if password_hash is not None:
                 row.password_hash = password_hash
+            if changes.agent_user_group is not None:
+                agent_users.store(row, link)
             row.modified_at = utcnow()
             info = user_info(row)
     except IntegrityError:

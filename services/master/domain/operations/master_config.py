@@ -48,6 +48,7 @@ SHOWN_SETTINGS = frozenset(
         "max_model_definition_bytes",
         "max_trials_per_experiment",
         "allow_local_storage_endpoints",
+        "allow_root_agent_user",
         "bind_mount_allowed_paths",
         "session_ttl_seconds",
         "login_failures_per_user",
@@ -198,6 +199,7 @@ def effective_config(ctx: MasterContext) -> dict[str, Any]:
         "config_policy": {
             "allow_local_storage_endpoints": settings.allow_local_storage_endpoints,
             "bind_mount_allowed_paths": list(settings.bind_mount_allowed_paths),
+            "allow_root_agent_user": settings.allow_root_agent_user,
         },
         # Where the certificate and key are (the key's path only: its contents never leave the file).
         "tls": {

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 
 import cairn.task_environment as tenv
 from services.common.principal import Principal
+from services.master.domain.identity import agent_users
 from services.master.domain.kernel.context import Work
 from services.master.domain.kernel.states import TaskKind
 from services.master.domain.reads.tasks import TaskRow
@@ -34,12 +35,17 @@ def _environment(w: Work, task: models.Task, port: str) -> dict[str, str]:
 
 def _shows(s: Session, principal: Principal, row: TaskRow, secrets: bool) -> dict[str, Any]:
     keys = shell_keys.keys_for(s, principal, row.task)
+    # `det shell open` logs in as agentUserGroup.user; Cairn's SSH server runs the session as the
+    # task's own account whatever name it is given: the linked account's name where the shell has
+    # one (as Determined shows it), else the shell's owner's.
+    link = agent_users.for_task_of(s, row.task.owner_id, row.task.workspace_id)
+    shown: dict[str, Any] = {"user": row.username}
+    if link is not None:
+        shown = {"user": link.user, "uid": link.uid, "group": link.group, "gid": link.gid}
     return {
         "private_key": keys.private_key if secrets else "",
         "public_key": keys.public_key,
-        # `det shell open` logs in as agentUserGroup.user; Cairn's SSH server runs the session as
-        # the task's own user whatever name it is given, so the shell's owner names it.
-        "agent_user_group": {"user": row.username},
+        "agent_user_group": shown,
     }
 
 

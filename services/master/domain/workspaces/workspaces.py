@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session
 
 from services.common.principal import Principal
 from services.master.domain.config import validate_config
-from services.master.domain.identity import access
+from services.master.domain.identity import access, agent_users
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.context import MasterContext, Work
 from services.master.domain.kernel.errors import (
@@ -57,14 +57,15 @@ _STORAGE_PROBE: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class WorkspaceSettings:
-    """A workspace's defaults for its experiments; None leaves a setting as it is. An empty storage
-    or pool name removes the setting. The last two say whether the request set something Cairn
-    has no use for (agent users, Kubernetes namespaces): such a request is refused."""
+    """A workspace's defaults for its experiments and tasks; None leaves a setting as it is. An empty
+    storage or pool name removes the setting, an agent user group with no field set removes the
+    link (admins only, as in Determined). The last says whether the request set something Cairn has
+    no use for (Kubernetes namespaces): such a request is refused."""
 
     checkpoint_storage: dict[str, Any] | None = None
     default_compute_pool: str | None = None
     default_aux_pool: str | None = None
-    agent_user_group: bool = False
+    agent_user_group: agent_users.AgentUserGroupRequest | None = None
     kubernetes_namespaces: bool = False
 
 
@@ -119,12 +120,19 @@ def _checked_pool(ctx: MasterContext, value: str | None, field: str) -> str | No
     return value
 
 
+def _checked_agent_user_group(
+    ctx: MasterContext, principal: Principal, settings: WorkspaceSettings
+) -> agent_users.AgentUserGroup | None:
+    """The link the request asks for; None: none (not asked, or asked to remove it)."""
+    if settings.agent_user_group is None:
+        return None
+    access.check_admin(principal, "set a workspace's agent user group")
+    return agent_users.checked(
+        settings.agent_user_group, "agentUserGroup", allow_root=ctx.settings.allow_root_agent_user
+    )
+
+
 def _check_supported(settings: WorkspaceSettings) -> None:
-    if settings.agent_user_group:
-        raise InvalidArgument(
-            "agentUserGroup: Cairn runs trials as its own unprivileged user; per-workspace agent users "
-            "are not supported"
-        )
     if settings.kubernetes_namespaces:
         raise InvalidArgument(
             "clusterNamespaceMeta: Cairn has no Kubernetes resource manager; namespace bindings and "
@@ -224,6 +232,7 @@ def create_workspace(
     storage = _checked_storage(settings.checkpoint_storage, "checkpointStorageConfig")
     compute = _checked_pool(ctx, settings.default_compute_pool, "defaultComputePool")
     aux = _checked_pool(ctx, settings.default_aux_pool, "defaultAuxPool")
+    link = _checked_agent_user_group(ctx, principal, settings)
     _check_workspace_name_free(w.session, name)
     workspace = models.Workspace(
         name=name,
@@ -236,6 +245,7 @@ def create_workspace(
         checkpoint_storage=storage or None,
         created_at=utcnow(),
     )
+    agent_users.store(workspace, link)
     w.session.add(workspace)
     w.session.flush()
     return workspace.id
@@ -265,8 +275,11 @@ def patch_workspace(
     storage = _checked_storage(settings.checkpoint_storage, "checkpointStorageConfig")
     compute = _checked_pool(ctx, settings.default_compute_pool, "defaultComputePool")
     aux = _checked_pool(ctx, settings.default_aux_pool, "defaultAuxPool")
+    link = _checked_agent_user_group(ctx, principal, settings)
     if name is not None:
         workspace.name = name
+    if settings.agent_user_group is not None:
+        agent_users.store(workspace, link)
     if storage is not None:
         workspace.checkpoint_storage = storage or None
     if compute is not None:

@@ -9,8 +9,17 @@ from google.protobuf import struct_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from cairn import DETERMINED_API_VERSION
-from cairn.api.v1 import agent_pb2, auth_pb2, checkpoint_pb2, common_pb2, experiment_pb2, trial_pb2
+from cairn.api.v1 import (
+    agent_pb2,
+    auth_pb2,
+    checkpoint_pb2,
+    common_pb2,
+    experiment_pb2,
+    trial_pb2,
+    workspace_pb2,
+)
 from services.common.lru import BoundedLru
+from services.master.domain.identity.agent_users import AgentUserGroup, AgentUserGroupRequest
 from services.master.domain.identity.auth import UserInfo
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.paging import Page
@@ -56,6 +65,28 @@ def pagination(page: Page) -> common_pb2.Pagination:
     )
 
 
+def agent_user_group_request(message: Any) -> AgentUserGroupRequest | None:
+    """A request's agent_user_group as sent (None: the request does not touch it)."""
+    if not message.HasField("agent_user_group"):
+        return None
+    group = message.agent_user_group
+    return AgentUserGroupRequest(
+        uid=optional_field(group, "agent_uid"),
+        gid=optional_field(group, "agent_gid"),
+        user=optional_field(group, "agent_user"),
+        group=optional_field(group, "agent_group"),
+    )
+
+
+def agent_user_group(link: AgentUserGroup | None) -> workspace_pb2.AgentUserGroup | None:
+    """A stored link as Determined shows it; None (the field unset) where there is none."""
+    if link is None:
+        return None
+    return workspace_pb2.AgentUserGroup(
+        agent_uid=link.uid, agent_gid=link.gid, agent_user=link.user, agent_group=link.group
+    )
+
+
 def user(info: UserInfo) -> auth_pb2.User:
     return auth_pb2.User(
         id=info.id,
@@ -65,6 +96,7 @@ def user(info: UserInfo) -> auth_pb2.User:
         display_name=info.display_name,
         modified_at=info.modified_at,
         last_auth_at=info.last_auth_at,
+        agent_user_group=agent_user_group(info.agent_user_group),
     )
 
 

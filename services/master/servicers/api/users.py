@@ -34,6 +34,7 @@ def _changes(user: auth_pb2.PatchUser) -> users.UserChanges:
         password=user.password if user.HasField("password") else None,
         is_hashed=user.is_hashed,
         remote=user.remote if user.HasField("remote") else None,
+        agent_user_group=convert.agent_user_group_request(user),
     )
 
 
@@ -84,8 +85,16 @@ class UsersApi(ServicerBase):
             active=u.active,
             display_name=u.display_name,
             remote=u.remote,
+            agent_user_group=convert.agent_user_group_request(u),
         )
-        info = users.create(self.ctx.db, self.user(context), wanted, request.password, request.is_hashed)
+        info = users.create(
+            self.ctx.db,
+            self.user(context),
+            wanted,
+            request.password,
+            request.is_hashed,
+            allow_root_agent_user=self.ctx.settings.allow_root_agent_user,
+        )
         return auth_pb2.PostUserResponse(user=convert.user(info))
 
     @rpc
@@ -93,7 +102,12 @@ class UsersApi(ServicerBase):
         self, request: auth_pb2.PatchUserRequest, context: grpc.ServicerContext
     ) -> auth_pb2.PatchUserResponse:
         info = users.patch(
-            self.ctx.db, self.deps.auth, self.user(context), request.user_id, _changes(request.user)
+            self.ctx.db,
+            self.deps.auth,
+            self.user(context),
+            request.user_id,
+            _changes(request.user),
+            allow_root_agent_user=self.ctx.settings.allow_root_agent_user,
         )
         # Cached replies show the owner's name (GetExperiments' rows): a rename must not wait for
         # the next unit of work to reach them (users are changed outside one).

@@ -12,6 +12,7 @@ from cairn.api.v1 import common_pb2
 from cairn.api.v1 import workspace_pb2 as wpb
 from services.master.domain.deletion import workspace_deletion
 from services.master.domain.experiments import experiment_projects
+from services.master.domain.identity import agent_users
 from services.master.domain.reads import workspaces as reads
 from services.master.domain.workspaces import workspaces
 from services.master.servicers.api import convert
@@ -59,6 +60,9 @@ def workspace_message(row: reads.WorkspaceRow) -> wpb.Workspace:
         message.default_compute_pool = w.default_compute_pool
     if w.default_aux_pool:
         message.default_aux_pool = w.default_aux_pool
+    link = convert.agent_user_group(agent_users.of_row(w))
+    if link is not None:
+        message.agent_user_group.CopyFrom(link)
     return message
 
 
@@ -98,13 +102,6 @@ def _struct_given(message: Any, field: str) -> dict[str, Any] | None:
     value.struct_value.CopyFrom(getattr(message, field))
     result: dict[str, Any] = plain(value)
     return result
-
-
-def _agent_user_group_set(message: Any) -> bool:
-    if not message.HasField("agent_user_group"):
-        return False
-    group = message.agent_user_group
-    return any(group.HasField(f) for f in ("agent_uid", "agent_gid", "agent_user", "agent_group"))
 
 
 class WorkspacesApi(ServicerBase):
@@ -167,7 +164,7 @@ class WorkspacesApi(ServicerBase):
             checkpoint_storage=_struct_given(request, "checkpoint_storage_config"),
             default_compute_pool=convert.optional_field(request, "default_compute_pool"),
             default_aux_pool=convert.optional_field(request, "default_aux_pool"),
-            agent_user_group=_agent_user_group_set(request),
+            agent_user_group=convert.agent_user_group_request(request),
             kubernetes_namespaces=bool(request.cluster_namespace_meta.fields or request.cluster_quota_pairs),
         )
         with self.ctx.unit_of_work() as w:
@@ -188,7 +185,7 @@ class WorkspacesApi(ServicerBase):
             if compute is not None
             else convert.optional_field(patch, "default_compute_pool"),
             default_aux_pool=aux if aux is not None else convert.optional_field(patch, "default_aux_pool"),
-            agent_user_group=_agent_user_group_set(patch),
+            agent_user_group=convert.agent_user_group_request(patch),
             kubernetes_namespaces=bool(patch.cluster_namespace_meta.fields),
         )
         with self.ctx.unit_of_work() as w:

@@ -14,6 +14,7 @@ from sqlalchemy import func, select
 from services.common.principal import Principal
 from services.master.domain.deletion import workspace_deletion
 from services.master.domain.experiments import creation, experiment_projects, experiments
+from services.master.domain.identity.agent_users import AgentUserGroupRequest
 from services.master.domain.kernel.errors import (
     AlreadyExists,
     FailedPrecondition,
@@ -162,8 +163,8 @@ def test_names_are_unique_as_clients_look_them_up_and_keys_as_determined_makes_t
     _refused(
         master, InvalidArgument, "checkpointStorageConfig", lambda: _workspace(master, admin, "S", storage)
     )
-    users = workspaces.WorkspaceSettings(agent_user_group=True)
-    _refused(master, InvalidArgument, "agentUserGroup", lambda: _workspace(master, admin, "U", users))
+    half_link = workspaces.WorkspaceSettings(agent_user_group=AgentUserGroupRequest(uid=1500))
+    _refused(master, InvalidArgument, "agentUserGroup", lambda: _workspace(master, admin, "U", half_link))
     pool = workspaces.WorkspaceSettings(default_compute_pool="nowhere")
     _refused(
         master,
