@@ -9,6 +9,7 @@ master.yaml that shapes the cluster, its resource pools, read once at start.
         provider: {type: local, min_instances: 0, max_instances: 3, max_idle_agent_period: 5m}
     default_compute_resource_pool: default
     default_aux_resource_pool: default
+    feature_switches: [streaming_updates]
 
 Every key is checked; a wrong one stops the master with its path named, rather than a cluster that
 silently runs with a default. Determined keys that do not apply to Cairn's scheduler are accepted
@@ -25,6 +26,7 @@ from typing import Any
 import yaml
 
 from services.common.errors import InvalidArgument
+from services.master.configuration.feature_switches import parse_feature_switches
 from services.master.configuration.pools import PoolSettings
 from services.master.configuration.provider import parse_provider
 
@@ -52,6 +54,8 @@ class MasterConfigFile:
     pools: tuple[PoolSettings, ...]
     default_compute_pool: str | None = None
     default_aux_pool: str | None = None
+    # Determined's feature_switches (feature_switches.py).
+    feature_switches: tuple[str, ...] = ()
 
 
 def _scheduler(block: Any, where: str) -> dict[str, Any]:
@@ -133,6 +137,7 @@ def parse_master_config(data: Any) -> MasterConfigFile:
         pools=pools,
         default_compute_pool=defaults["default_compute_resource_pool"],
         default_aux_pool=defaults["default_aux_resource_pool"],
+        feature_switches=parse_feature_switches(data.get("feature_switches")),
     )
 
 
