@@ -71,6 +71,9 @@ def set_message(
         raise InvalidArgument("message: required (the text to show)")
     if len(message) > MAX_MESSAGE_CHARS:
         raise InvalidArgument(f"message: at most {MAX_MESSAGE_CHARS} characters; got {len(message)}")
+    if "\x00" in message:
+        # No database text column holds NUL (PostgreSQL refuses it); nobody means one in a banner.
+        raise InvalidArgument("message: must not contain NUL characters")
     now = now or utcnow()
     start = start_time or now
     end = _end_of(start, end_time, duration)

@@ -67,6 +67,7 @@ def test_only_an_admin_sets_clears_or_reads_it(master: Master) -> None:
     [
         ({"message": "x" * 251}, "message: at most 250 characters; got 251"),
         ({"message": "  "}, "message: required"),
+        ({"message": "a\x00b"}, "message: must not contain NUL"),
         ({"end_time": NOW - timedelta(minutes=1)}, "end_time: must be after the start time"),
         (
             {"start_time": NOW - timedelta(hours=2), "end_time": NOW - timedelta(hours=1)},
