@@ -20,6 +20,7 @@ from services.common.logging import get_logger
 from services.master.domain.kernel.context import MasterContext, StripedLocks
 from services.master.domain.kernel.topics import task_logs_topic, trial_logs_topic
 from services.master.store import models
+from services.master.store.text_search import substring_position
 
 log = get_logger(__name__)
 
@@ -159,7 +160,8 @@ def _query(f: LogFilter) -> Select[models.TaskLog]:
     if f.sources:
         q = q.where(models.TaskLog.source.in_(f.sources))
     if f.search_text:
-        q = q.where(models.TaskLog.message.contains(f.search_text, autoescape=True))
+        # A literal, case-sensitive substring on both databases, as Determined's strpos.
+        q = q.where(substring_position(models.TaskLog.message, f.search_text) > 0)
     if f.after is not None:
         q = q.where(models.TaskLog.timestamp > f.after)
     if f.before is not None:

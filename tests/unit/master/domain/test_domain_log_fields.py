@@ -8,7 +8,14 @@ import threading
 
 from cairn.agent.v1 import agent_pb2 as apb
 from services.master.domain.kernel.topics import trial_logs_topic
-from services.master.domain.metrics.logs import LogFields, LogStore, follow_log_fields, log_fields
+from services.master.domain.metrics.logs import (
+    LogFields,
+    LogFilter,
+    LogStore,
+    follow_log_fields,
+    log_fields,
+    read_logs,
+)
 from tests.unit.master.domain.harness import Master
 
 
@@ -72,3 +79,34 @@ def test_unfollowed_fields_answer_once(master: Master) -> None:
     (trial,) = master.trials(master.create())
     answers = list(follow_log_fields(master.ctx, trial_id=trial.id, follow=False, is_done=lambda: False))
     assert answers == [LogFields()]
+
+
+def test_log_search_is_a_literal_case_sensitive_substring_on_both_databases(master: Master) -> None:
+    master.add_agent("a1")
+    (trial,) = master.trials(master.create())
+    (container,) = master.run_containers(master.live(trial.id).id)
+    messages = ["This is line one", "this is line two", "done: 50% of th_s", "nothing"]
+    LogStore(master.ctx).store(
+        "a1",
+        apb.LogBatch(
+            entries=[
+                apb.LogEntry(container_id=container, seq=i, message=m) for i, m in enumerate(messages, 1)
+            ]
+        ),
+    )
+
+    def found(text: str) -> list[str]:
+        rows = read_logs(
+            master.ctx,
+            LogFilter(trial_id=trial.id, search_text=text),
+            limit=0,
+            descending=False,
+            follow=False,
+            is_done=lambda: True,
+        )
+        return [r.message for r in rows]
+
+    assert found("this") == ["this is line two"]  # not "This ...": case counts
+    assert found("^th.s") == []  # not a pattern
+    assert found("50%") == ["done: 50% of th_s"] and found("th_s") == ["done: 50% of th_s"]
+    assert found("line") == messages[:2]
