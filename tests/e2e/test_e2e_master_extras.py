@@ -196,6 +196,11 @@ window = bindings.get_CompareTrials(
     session, trialIds=[{trial.id}], metricIds=["validation.x"], startBatches=4, endBatches=6,
 )
 result["window"] = [[p.batches for p in m.data] for m in window.trials[0].metrics]
+filtered = bindings.get_CompareTrials(
+    session, trialIds=[{trial.id}], metricNames=["x"], metricType=bindings.v1MetricType.TRAINING,
+    timeSeriesFilter_name="batches", timeSeriesFilter_integerRange_gte=7,
+)
+result["filtered"] = [[p.batches for p in m.data] for m in filtered.trials[0].metrics]
 errors = []
 for bad in (dict(maxDatapoints=100000), dict(trialIds=list(range(1, 102)))):
     try:
@@ -214,6 +219,7 @@ result["errors"] = errors
     assert group == "training" and len(points) == 3
     assert points[0] == [1, {"x": 2.0}] and points[-1] == [8, {"x": 16.0}]
     assert compared["window"] == [[4, 6]]
+    assert compared["filtered"] == [[7, 8]]
     too_many_points, too_many_trials, no_trials = compared["errors"]
     assert "max_datapoints" in too_many_points
     assert "trial_ids: at most 100 trials" in too_many_trials
