@@ -177,7 +177,8 @@ def check_compare(
             raise InvalidArgument(f"metric_ids: {metric_id[:80]!r} is not group.metric_name")
         names_by_group.setdefault(id_group, []).append(_check_name(name, "metric_ids"))
     return CompareQuery(
-        trial_ids=tuple(dict.fromkeys(trial_ids)),
+        # In the order asked, a trial named twice answered twice, as Determined answers.
+        trial_ids=tuple(trial_ids),
         names_by_group={g: tuple(dict.fromkeys(n)) for g, n in sorted(names_by_group.items())},
         max_datapoints=max_datapoints or DEFAULT_DATAPOINTS,
         start_batches=start_batches,

@@ -46,6 +46,7 @@ def test_a_compare_query_reads_names_and_ids_into_groups() -> None:
     ids = _query(metric_names=[], metric_ids=["training.loss", "validation.acc.top1", "custom.x"])
     assert ids.names_by_group == {"custom": ("x",), "training": ("loss",), "validation": ("acc.top1",)}
     assert _query().max_datapoints == compare.DEFAULT_DATAPOINTS and _query().end_batches is None
+    assert _query(trial_ids=[3, 1, 3]).trial_ids == (3, 1, 3)  # as asked, as Determined answers
 
 
 @pytest.mark.parametrize(
