@@ -4,6 +4,7 @@ import { useEffect, useState } from "preact/hooks";
 import { getMe, logout } from "./api/endpoints";
 import { setToken, setUnauthorizedHandler } from "./api/http";
 import type { User } from "./api/types";
+import { ClusterMessageBanner } from "./components/ClusterMessageBanner";
 import { Link } from "./components/Link";
 import { printable } from "./format";
 import { ClusterPage } from "./pages/ClusterPage";
@@ -82,6 +83,7 @@ export function App() {
           </button>
         </div>
       </header>
+      <ClusterMessageBanner />
       <main>
         <Page path={path} />
       </main>

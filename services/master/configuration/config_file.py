@@ -9,6 +9,7 @@ master.yaml that shapes the cluster, its resource pools, read once at start.
         provider: {type: local, min_instances: 0, max_instances: 3, max_idle_agent_period: 5m}
     default_compute_resource_pool: default
     default_aux_resource_pool: default
+    feature_switches: [streaming_updates]
 
 Every key is checked; a wrong one stops the master with its path named, rather than a cluster that
 silently runs with a default. Determined keys that do not apply to Cairn's scheduler are accepted
@@ -25,6 +26,7 @@ from typing import Any
 import yaml
 
 from services.common.errors import InvalidArgument
+from services.master.configuration.feature_switches import parse_feature_switches
 from services.master.configuration.pools import PoolSettings
 from services.master.configuration.provider import parse_provider
 
@@ -55,6 +57,8 @@ class MasterConfigFile:
     # Determined's `webhooks: {signing_key, base_url}`.
     webhook_signing_key: str = ""
     webhook_base_url: str = ""
+    # Determined's feature_switches (feature_switches.py).
+    feature_switches: tuple[str, ...] = ()
 
 
 def _scheduler(block: Any, where: str) -> dict[str, Any]:
@@ -139,6 +143,7 @@ def parse_master_config(data: Any) -> MasterConfigFile:
         default_aux_pool=defaults["default_aux_resource_pool"],
         webhook_signing_key=webhooks["signing_key"],
         webhook_base_url=webhooks["base_url"],
+        feature_switches=parse_feature_switches(data.get("feature_switches")),
     )
 
 

@@ -42,6 +42,8 @@ class Settings:
     # Where zero-slot tasks go when neither they nor their workspace name a pool (Determined's
     # default_aux_resource_pool); None: default_pool.
     default_aux_pool: str | None = None
+    # Determined's feature_switches, from the config file (configuration/feature_switches.py).
+    feature_switches: tuple[str, ...] = ()
     # How often the provisioner looks at each pool with a provider (Determined: 5 s).
     provisioner_period_s: float = float(os.environ.get("CAIRN_PROVISIONER_PERIOD", "5"))
     # Model definitions larger than this are refused (Determined allows about 95 MiB).
@@ -257,6 +259,7 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
             "pools": config_file.pools,
             "default_pool": config_file.default_compute_pool or config_file.pools[0].name,
             "default_aux_pool": config_file.default_aux_pool,
+            "feature_switches": config_file.feature_switches,
         }
         # A flag or an environment variable wins over the file.
         webhooks = {

@@ -41,6 +41,8 @@ ALLOCATION_METHODS = frozenset(
         "GetTrial",
         "ReportTrialMetrics",
         "ReportTrialMetricsBatch",
+        "ReportTrialTrainingMetrics",
+        "ReportTrialValidationMetrics",
         "ReportTrialProgress",
         "PostTrialRunnerMetadata",
         "ReportTrialSearcherEarlyExit",

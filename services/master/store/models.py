@@ -72,6 +72,21 @@ UNCATEGORIZED_WORKSPACE_ID = 1
 UNCATEGORIZED_PROJECT_ID = 1
 
 
+class ClusterMessage(Base):
+    """A cluster-wide message (`det master cluster-message set`); the newest row is the message,
+    shown from start_time until end_time (none: until cleared or replaced)."""
+
+    __tablename__ = "cluster_messages"
+    __table_args__ = (NEVER_REUSED,)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    # The admin who set it (no foreign key: the message outlives what happens to the account).
+    created_by: Mapped[int] = mapped_column(Integer)
+    message: Mapped[str] = mapped_column(Text)
+    start_time: Mapped[datetime]
+    end_time: Mapped[datetime | None]
+    created_time: Mapped[datetime]
+
+
 class User(Base):
     __tablename__ = "users"
     __table_args__ = NEVER_REUSED

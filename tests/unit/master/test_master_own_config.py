@@ -82,8 +82,12 @@ def test_the_config_shows_determined_names_and_no_secret(tmp_path: Path) -> None
                 PoolSettings("gpu", fitting_policy="worst", preemption_enabled=True),
             ),
             searcher_plugins=(("mine", "127.0.0.1:9999"),),
+            feature_switches=("streaming_updates",),
         )
         config = master_config.effective_config(master.ctx)
+        shown_switches = config["feature_switches"]
+        master.ctx.settings = dataclasses.replace(master.ctx.settings, feature_switches=())
+        default_switches = master_config.effective_config(master.ctx)["feature_switches"]
     finally:
         master.close()
     text = json.dumps(config)
@@ -110,6 +114,7 @@ def test_the_config_shows_determined_names_and_no_secret(tmp_path: Path) -> None
     }
     assert config["resource_manager"]["default_compute_resource_pool"] == "default"
     assert config["services"]["searcher_plugins"] == {"mine": "127.0.0.1:9999"}
+    assert shown_switches == ["streaming_updates"] and default_switches == []
 
 
 def test_an_empty_secret_reads_as_not_set(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ import type {
   Workspace,
   GetResourcePoolsResponse,
   LoginResponse,
+  MasterInfo,
   Trial,
   TrialLogLine,
   TrialsSampleResponse,
@@ -33,6 +34,9 @@ export const login = (username: string, hashedPassword: string) =>
   post<LoginResponse>("/api/v1/auth/login", { username, password: hashedPassword, isHashed: true });
 
 export const logout = () => post<object>("/api/v1/auth/logout");
+
+/** The master's info (answered without credentials), with the cluster message while it shows. */
+export const getMaster = (signal?: AbortSignal) => get<MasterInfo>("/api/v1/master", undefined, signal);
 
 export const getMe = (signal?: AbortSignal) => get<{ user: User }>("/api/v1/me", undefined, signal);
 

@@ -382,3 +382,19 @@ export interface AllocationSummary {
 export interface GetTasksResponse {
   allocationIdToSummary?: Record<string, AllocationSummary>;
 }
+
+/** The cluster-wide message (master.proto's ClusterMessage). */
+export interface ClusterMessage {
+  message: string;
+  startTime: string;
+  endTime?: string | null;
+  createdTime?: string | null;
+}
+
+/** GetMaster, the fields the WebUI reads. */
+export interface MasterInfo {
+  version: string;
+  clusterName: string;
+  featureSwitches?: string[];
+  clusterMessage?: ClusterMessage | null;
+}

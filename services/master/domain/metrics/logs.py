@@ -8,10 +8,12 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import Select, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.orm import Session
 
 from cairn.agent.v1 import agent_pb2 as apb
 from services.common.logging import get_logger
@@ -19,6 +21,7 @@ from services.master.domain.kernel.context import MasterContext, StripedLocks
 from services.master.domain.kernel.topics import task_logs_topic, trial_logs_topic
 from services.master.domain.webhooks.triggers import LogLine, TaskLogMatcher
 from services.master.store import models
+from services.master.store.text_search import substring_position
 
 log = get_logger(__name__)
 
@@ -175,7 +178,8 @@ def _query(f: LogFilter) -> Select[models.TaskLog]:
     if f.sources:
         q = q.where(models.TaskLog.source.in_(f.sources))
     if f.search_text:
-        q = q.where(models.TaskLog.message.contains(f.search_text, autoescape=True))
+        # A literal, case-sensitive substring on both databases, as Determined's strpos.
+        q = q.where(substring_position(models.TaskLog.message, f.search_text) > 0)
     if f.after is not None:
         q = q.where(models.TaskLog.timestamp > f.after)
     if f.before is not None:
@@ -220,6 +224,68 @@ def read_logs(
                 return
         if len(page) == BATCH:
             continue
+        if not follow or done_before_read or ctx.topics.closed:
+            return
+        ctx.topics.wait(topic, seen, timeout=1.0)
+
+
+# The most distinct values of one field a fields answer carries (a filter menu, not a report).
+MAX_FIELD_VALUES = 1000
+
+
+@dataclass(frozen=True)
+class LogFields:
+    """The distinct values of a task's (or a trial's) log fields, each sorted: what log filters
+    can choose from (Determined's TaskLogsFields / TrialLogsFields)."""
+
+    allocation_ids: tuple[str, ...] = ()
+    agent_ids: tuple[str, ...] = ()
+    container_ids: tuple[str, ...] = ()
+    rank_ids: tuple[int, ...] = ()
+    stdtypes: tuple[str, ...] = ()
+    sources: tuple[str, ...] = ()
+
+
+def _distinct(s: Session, column: Any, owner: Any) -> tuple[Any, ...]:
+    query = (
+        select(column).where(owner, column.is_not(None)).distinct().order_by(column).limit(MAX_FIELD_VALUES)
+    )
+    return tuple(value for value in s.scalars(query) if value != "")
+
+
+def log_fields(ctx: MasterContext, *, trial_id: int | None = None, task_id: str = "") -> LogFields:
+    """A trial's (by trial id) or any task's (by task id) log fields now."""
+    owner = models.TaskLog.trial_id == trial_id if trial_id is not None else models.TaskLog.task_id == task_id
+    with ctx.db.read() as s:
+        return LogFields(
+            allocation_ids=_distinct(s, models.TaskLog.allocation_id, owner),
+            agent_ids=_distinct(s, models.TaskLog.agent_id, owner),
+            container_ids=_distinct(s, models.TaskLog.container_id, owner),
+            rank_ids=_distinct(s, models.TaskLog.rank, owner),
+            stdtypes=_distinct(s, models.TaskLog.stdtype, owner),
+            sources=_distinct(s, models.TaskLog.source, owner),
+        )
+
+
+def follow_log_fields(
+    ctx: MasterContext,
+    *,
+    trial_id: int | None = None,
+    task_id: str = "",
+    follow: bool,
+    is_done: Callable[[], bool],
+) -> Iterator[LogFields]:
+    """The fields now; with `follow`, again each time new lines change them, until the task has
+    ended (a last answer after its end carries every line it wrote)."""
+    topic = _topic(trial_id, task_id)
+    previous: LogFields | None = None
+    while True:
+        seen = ctx.topics.version(topic)
+        done_before_read = is_done()
+        fields = log_fields(ctx, trial_id=trial_id, task_id=task_id)
+        if fields != previous:
+            yield fields
+            previous = fields
         if not follow or done_before_read or ctx.topics.closed:
             return
         ctx.topics.wait(topic, seen, timeout=1.0)

@@ -76,6 +76,7 @@ SHOWN_SETTINGS = frozenset(
         "default_checkpoint_dir",
         "default_aux_pool",
         "provisioner_period_s",
+        "feature_switches",
     }
 )
 
@@ -161,6 +162,8 @@ def effective_config(ctx: MasterContext) -> dict[str, Any]:
         },
         "resource_pools": [_pool(p) for p in settings.pools],
         "telemetry": {"enabled": False},
+        # Determined's switches for features still settling (its e2e suite reads them here).
+        "feature_switches": list(settings.feature_switches),
         # Cairn's own: the services the master talks to, and the join secret agents present.
         "services": {
             "scheduler": settings.scheduler_addr,

@@ -17,10 +17,11 @@ from services.common.local_calls import RenderedJson, accepts_rendered_json
 from services.master.domain.identity import allocation_access
 from services.master.domain.kernel.errors import InvalidArgument
 from services.master.domain.kernel.paging import page_of
-from services.master.domain.metrics import intake, progress, signals
+from services.master.domain.metrics import compare, intake, progress, signals
 from services.master.domain.metrics.downsample import downsample
 from services.master.domain.metrics.reports import Report
 from services.master.domain.reads import metrics as reads
+from services.master.domain.reads import trials as trial_reads
 from services.master.servicers.api import convert, metrics_json, metrics_wire
 from services.master.servicers.api.base import ServicerBase
 from services.master.servicers.errors import rpc, stream_rpc
@@ -48,18 +49,35 @@ class MetricsApi(ServicerBase):
     def ReportTrialMetrics(
         self, request: tpb.ReportTrialMetricsRequest, context: grpc.ServicerContext
     ) -> tpb.ReportTrialMetricsResponse:
-        m = request.metrics
+        self._report(context, request.metrics, request.group, "metrics")
+        return tpb.ReportTrialMetricsResponse()
+
+    @rpc
+    def ReportTrialTrainingMetrics(
+        self, request: tpb.ReportTrialTrainingMetricsRequest, context: grpc.ServicerContext
+    ) -> tpb.ReportTrialTrainingMetricsResponse:
+        self._report(context, request.training_metrics, "training", "training_metrics")
+        return tpb.ReportTrialTrainingMetricsResponse()
+
+    @rpc
+    def ReportTrialValidationMetrics(
+        self, request: tpb.ReportTrialValidationMetricsRequest, context: grpc.ServicerContext
+    ) -> tpb.ReportTrialValidationMetricsResponse:
+        self._report(context, request.validation_metrics, "validation", "validation_metrics")
+        return tpb.ReportTrialValidationMetricsResponse()
+
+    def _report(self, context: grpc.ServicerContext, m: tpb.TrialMetrics, group: str, field: str) -> None:
+        """One report of `group` (`field`: where the request carries it, for errors)."""
         if not m.HasField("steps_completed"):
-            raise InvalidArgument("metrics.steps_completed: required")
+            raise InvalidArgument(f"{field}.steps_completed: required")
         report = Report(
-            group=request.group,
+            group=group,
             steps_completed=m.steps_completed,
             metrics=struct_to_python(m.metrics.avg_metrics),
             report_time=m.report_time.ToDatetime(UTC) if m.HasField("report_time") else None,
             batch_metrics=[struct_to_python(b) for b in m.metrics.batch_metrics] or None,
         )
         intake.report(self.ctx, self.caller(context), m.trial_id, m.trial_run_id, [report])
-        return tpb.ReportTrialMetricsResponse()
 
     @rpc
     def ReportTrialMetricsBatch(
@@ -88,45 +106,104 @@ class MetricsApi(ServicerBase):
     ) -> Iterator[Any]:  # GetMetricsResponse, or RenderedJson of one for the REST gateway
         if not request.trial_ids:
             raise InvalidArgument("trial_ids: required")
+        yield from self._group_stream(
+            "GetMetrics",
+            request,
+            context,
+            request.trial_ids,
+            request.group or "training",
+            request.max_datapoints,
+            tpb.GetMetricsResponse,
+        )
+
+    @stream_rpc
+    def GetTrainingMetrics(
+        self, request: tpb.GetTrainingMetricsRequest, context: grpc.ServicerContext
+    ) -> Iterator[Any]:  # GetTrainingMetricsResponse, or RenderedJson of one for the REST gateway
+        trial_ids = self._stream_trials(request.trial_ids)
+        yield from self._group_stream(
+            "GetTrainingMetrics", request, context, trial_ids, "training", 0, tpb.GetTrainingMetricsResponse
+        )
+
+    @stream_rpc
+    def GetValidationMetrics(
+        self, request: tpb.GetValidationMetricsRequest, context: grpc.ServicerContext
+    ) -> Iterator[Any]:  # GetValidationMetricsResponse, or RenderedJson of one for the REST gateway
+        trial_ids = self._stream_trials(request.trial_ids)
+        yield from self._group_stream(
+            "GetValidationMetrics",
+            request,
+            context,
+            trial_ids,
+            "validation",
+            0,
+            tpb.GetValidationMetricsResponse,
+        )
+
+    def _stream_trials(self, trial_ids: Sequence[int]) -> list[int]:
+        """A per-group stream's trials, checked (compare.check_stream_trials), each one that exists."""
+        checked = compare.check_stream_trials(list(trial_ids))
+        with self.ctx.db.read() as s:
+            for trial_id in checked:
+                trial_reads.trial_row(s, trial_id)  # NotFound before streaming starts
+        return checked
+
+    def _group_stream(
+        self,
+        name: str,
+        request: Any,
+        context: grpc.ServicerContext,
+        trial_ids: Sequence[int],
+        group: str,
+        max_datapoints: int,
+        response_type: Any,
+    ) -> Iterator[Any]:
+        """The reports of `group` of each trial, as messages of `response_type` (each a list of
+        MetricsReport under `metrics`) or, to the REST gateway, the JSON it would print of them."""
         if accepts_rendered_json(context):
             # The REST gateway's own call: the JSON it would print, made from the rows.
             def rendered() -> list[RenderedJson]:
-                return [RenderedJson(metrics_json.response_json(page)) for page in self._pages(request)]
+                return [
+                    RenderedJson(metrics_json.response_json(page))
+                    for page in self._pages(trial_ids, group, max_datapoints)
+                ]
 
-            yield from self.cache.get("GetMetrics:json", request, rendered)
+            yield from self.cache.get(f"{name}:json", request, rendered)
             return
-        yield from self.cache.get("GetMetrics", request, lambda: list(self._metrics(request)))
+        yield from self.cache.get(
+            name,
+            request,
+            lambda: [
+                response_type(metrics=self._reports(page))
+                for page in self._pages(trial_ids, group, max_datapoints)
+            ],
+        )
 
-    def _pages(self, request: tpb.GetMetricsRequest) -> Iterator[Sequence[Any]]:
+    def _pages(self, trial_ids: Sequence[int], group: str, max_datapoints: int) -> Iterator[Sequence[Any]]:
         """The rows of each reply message: per trial, at most REPORTS_PER_MESSAGE at a time."""
-        group = request.group or "training"
-        for trial_id in request.trial_ids:
+        for trial_id in trial_ids:
             with self.ctx.db.read_connection() as connection:
                 rows = reads.reports_of_trial(connection, trial_id, group)
-            if request.max_datapoints > 0:
-                rows = downsample(rows, request.max_datapoints)
+            if max_datapoints > 0:
+                rows = downsample(rows, max_datapoints)
             for start in range(0, len(rows), REPORTS_PER_MESSAGE):
                 yield rows[start : start + REPORTS_PER_MESSAGE]
 
-    def _metrics(self, request: tpb.GetMetricsRequest) -> Iterator[tpb.GetMetricsResponse]:
-        for page in self._pages(request):
-            yield tpb.GetMetricsResponse(
-                metrics=[
-                    tpb.MetricsReport(
-                        trial_id=row.trial_id,
-                        end_time=convert.ts(row.report_time),
-                        metrics=convert.struct(
-                            report_metrics(row.group_name, row.metrics, row.batch_metrics)
-                        ),
-                        total_batches=int(row.steps_completed),
-                        archived=row.archived,
-                        id=int(row.id),
-                        trial_run_id=row.trial_run_id,
-                        group=row.group_name,
-                    )
-                    for row in page
-                ]
+    @staticmethod
+    def _reports(page: Sequence[Any]) -> list[tpb.MetricsReport]:
+        return [
+            tpb.MetricsReport(
+                trial_id=row.trial_id,
+                end_time=convert.ts(row.report_time),
+                metrics=convert.struct(report_metrics(row.group_name, row.metrics, row.batch_metrics)),
+                total_batches=int(row.steps_completed),
+                archived=row.archived,
+                id=int(row.id),
+                trial_run_id=row.trial_run_id,
+                group=row.group_name,
             )
+            for row in page
+        ]
 
     @rpc
     def ReportTrialProgress(
@@ -189,6 +266,92 @@ class MetricsApi(ServicerBase):
             allocation_access.check_experiment(s, principal, request.experiment_id)
             best = reads.best_searcher_metric(s, request.experiment_id)
         return tpb.GetBestSearcherValidationMetricResponse(metric=best)
+
+
+_METRIC_TYPE_GROUPS = {
+    tpb.METRIC_TYPE_TRAINING: "training",
+    tpb.METRIC_TYPE_VALIDATION: "validation",
+    tpb.METRIC_TYPE_PROFILING: "profiling",
+}
+_GROUP_METRIC_TYPES = {group: kind for kind, group in _METRIC_TYPE_GROUPS.items()}
+
+
+def _range(message: Any, fields: tuple[str, ...], convert_value: Any = None) -> compare.Range | None:
+    """A Range of a DoubleFieldFilter, Int32FieldFilter or TimestampFieldFilter; None when the
+    request did not send it."""
+    bounds: dict[str, Any] = {}
+    for name in fields:
+        if message.HasField(name):
+            value = getattr(message, name)
+            bounds[name] = convert_value(value) if convert_value else value
+    lists = {name: tuple(getattr(message, name)) for name in ("incl", "not_in") if hasattr(message, name)}
+    if not bounds and not any(lists.values()):
+        return None
+    return compare.Range(**bounds, **lists)
+
+
+def _series_filter(request: tpb.CompareTrialsRequest) -> compare.SeriesFilter:
+    if not request.HasField("time_series_filter"):
+        return compare.SeriesFilter()
+    f = request.time_series_filter
+    bounds = ("lt", "lte", "gt", "gte")
+    return compare.check_filter(
+        f.name if f.HasField("name") else None,
+        _range(f.double_range, bounds) if f.HasField("double_range") else None,
+        _range(f.integer_range, bounds) if f.HasField("integer_range") else None,
+        _range(f.time_range, bounds, lambda t: t.ToDatetime(UTC)) if f.HasField("time_range") else None,
+    )
+
+
+class CompareApi(ServicerBase):
+    """Several trials' metric series side by side (Determined's CompareTrials)."""
+
+    @rpc
+    def CompareTrials(
+        self, request: tpb.CompareTrialsRequest, context: grpc.ServicerContext
+    ) -> tpb.CompareTrialsResponse:
+        self.caller(context)
+        if request.metric_type != tpb.METRIC_TYPE_UNSPECIFIED and request.group:
+            raise InvalidArgument("metric_type, group: give one or the other, not both")
+        group = _METRIC_TYPE_GROUPS.get(request.metric_type, "") if request.metric_type else request.group
+        query = compare.check_compare(
+            trial_ids=list(request.trial_ids),
+            max_datapoints=request.max_datapoints,
+            metric_names=list(request.metric_names),
+            metric_ids=list(request.metric_ids),
+            group=group,
+            start_batches=request.start_batches,
+            end_batches=request.end_batches,
+            series_filter=_series_filter(request),
+        )
+        with self.ctx.db.read() as s:
+            trials = {t: convert.trial(trial_reads.trial_row(s, t)) for t in query.trial_ids}
+        compared = []
+        for trial_id in query.trial_ids:
+            downsampled = []
+            for metric_group, names in query.names_by_group.items():
+                with self.ctx.db.read_connection() as connection:
+                    rows = reads.reports_of_trial(connection, trial_id, metric_group)
+                points = compare.series(rows, names, query)
+                if not points:
+                    continue
+                downsampled.append(
+                    tpb.DownsampledMetrics(
+                        group=metric_group,
+                        type=_GROUP_METRIC_TYPES.get(metric_group, tpb.METRIC_TYPE_UNSPECIFIED),
+                        data=[
+                            tpb.SeriesDataPoint(
+                                batches=p.batches,
+                                time=convert.ts(p.time),
+                                values=convert.struct(p.values),
+                                epoch=p.epoch,
+                            )
+                            for p in points
+                        ],
+                    )
+                )
+            compared.append(tpb.ComparableTrial(trial=trials[trial_id], metrics=downsampled))
+        return tpb.CompareTrialsResponse(trials=compared)
 
 
 class SamplesApi(ServicerBase):

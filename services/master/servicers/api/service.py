@@ -6,13 +6,14 @@ from cairn.api.v1 import api_pb2_grpc
 from services.master.servicers.api.agents import AgentsApi
 from services.master.servicers.api.auth import AuthApi
 from services.master.servicers.api.checkpoints import CheckpointsApi
+from services.master.servicers.api.cluster_message import ClusterMessageApi
 from services.master.servicers.api.continuation import ContinuationApi
 from services.master.servicers.api.experiments import ExperimentsApi
 from services.master.servicers.api.generic_tasks import GenericTasksApi
 from services.master.servicers.api.jobs import JobsApi
 from services.master.servicers.api.master import MasterApi
 from services.master.servicers.api.master_info import MasterInfoApi
-from services.master.servicers.api.metrics import MetricsApi, SamplesApi, WorkloadsApi
+from services.master.servicers.api.metrics import CompareApi, MetricsApi, SamplesApi, WorkloadsApi
 from services.master.servicers.api.models import ModelsApi
 from services.master.servicers.api.runs import RunsApi
 from services.master.servicers.api.task_kinds import TaskKindsApi
@@ -29,12 +30,14 @@ class CairnServicer(
     UsersApi,
     MasterApi,
     MasterInfoApi,
+    ClusterMessageApi,
     ExperimentsApi,
     ContinuationApi,
     TrialsApi,
     RunsApi,
     MetricsApi,
     SamplesApi,
+    CompareApi,
     WorkloadsApi,
     CheckpointsApi,
     ModelsApi,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC
 from typing import Any
 
@@ -13,7 +13,7 @@ from cairn.api.v1 import trial_pb2 as tpb
 from services.master.domain.experiments import experiments as experiment_lifecycle
 from services.master.domain.identity import allocation_access
 from services.master.domain.kernel.states import TERMINAL, RunState, TaskKind
-from services.master.domain.metrics.logs import LogFilter, read_logs
+from services.master.domain.metrics.logs import LogFields, LogFilter, follow_log_fields, read_logs
 from services.master.domain.reads import tasks as task_reads
 from services.master.domain.reads import trials as reads
 from services.master.domain.trials import trials as trial_lifecycle
@@ -61,6 +61,75 @@ class TrialsApi(ServicerBase):
             trial_lifecycle.stop(self.ctx, w, trial, exp, RunState.STOPPING_KILLED)
         return tpb.KillTrialResponse()
 
+    def _ended(
+        self, context: grpc.ServicerContext, *, trial_id: int | None, task_id: str
+    ) -> Callable[[], bool]:
+        """Whether a followed stream of the trial's (or task's) logs is over: it ended, or the
+        client left."""
+
+        def ended() -> bool:
+            with self.ctx.db.read() as s:
+                if trial_id is None:
+                    return task_reads.task_ended(s, task_id) or not context.is_active()
+                state = reads.trial_state(s, trial_id)
+            return state is None or state in TERMINAL or not context.is_active()
+
+        return ended
+
+    def _log_fields(
+        self, follow: bool, context: grpc.ServicerContext, *, trial_id: int | None = None, task_id: str = ""
+    ) -> Iterator[LogFields]:
+        with self.deps.follow_slots.hold(follow):
+            for fields in follow_log_fields(
+                self.ctx,
+                trial_id=trial_id,
+                task_id=task_id,
+                follow=follow,
+                is_done=self._ended(context, trial_id=trial_id, task_id=task_id),
+            ):
+                if not context.is_active():
+                    return
+                yield fields
+
+    @stream_rpc
+    def TrialLogsFields(
+        self, request: tpb.TrialLogsFieldsRequest, context: grpc.ServicerContext
+    ) -> Iterator[tpb.TrialLogsFieldsResponse]:
+        self.check_trial_access(context, request.trial_id)
+        self.trial_message(request.trial_id)  # NotFound before streaming starts
+        for fields in self._log_fields(request.follow, context, trial_id=request.trial_id):
+            yield tpb.TrialLogsFieldsResponse(
+                agent_ids=fields.agent_ids,
+                container_ids=fields.container_ids,
+                rank_ids=fields.rank_ids,
+                stdtypes=fields.stdtypes,
+                sources=fields.sources,
+            )
+
+    @stream_rpc
+    def TaskLogsFields(
+        self, request: task_pb2.TaskLogsFieldsRequest, context: grpc.ServicerContext
+    ) -> Iterator[task_pb2.TaskLogsFieldsResponse]:
+        with self.ctx.db.read() as s:
+            task = task_reads.task(s, request.task_id)
+            trial_id = task_reads.trial_of_task(s, task.id) if task.kind == TaskKind.TRIAL else None
+            allocation_access.check_task(s, self.caller(context), task.id)
+        # A trial's lines are found by trial id (as TaskLogs reads them), any other task's by task id.
+        fields_stream = (
+            self._log_fields(request.follow, context, trial_id=trial_id)
+            if trial_id is not None
+            else self._log_fields(request.follow, context, task_id=task.id)
+        )
+        for fields in fields_stream:
+            yield task_pb2.TaskLogsFieldsResponse(
+                allocation_ids=fields.allocation_ids,
+                agent_ids=fields.agent_ids,
+                container_ids=fields.container_ids,
+                rank_ids=fields.rank_ids,
+                stdtypes=fields.stdtypes,
+                sources=fields.sources,
+            )
+
     def _log_rows(
         self, request: Any, context: grpc.ServicerContext, *, trial_id: int | None = None, task_id: str = ""
     ) -> Iterator[Any]:
@@ -81,13 +150,6 @@ class TrialsApi(ServicerBase):
             before=request.timestamp_before.ToDatetime(UTC) if request.HasField("timestamp_before") else None,
         )
 
-        def trial_done() -> bool:
-            with self.ctx.db.read() as s:
-                if trial_id is None:
-                    return task_reads.task_ended(s, task_id) or not context.is_active()
-                state = reads.trial_state(s, trial_id)
-            return state is None or state in TERMINAL or not context.is_active()
-
         with self.deps.follow_slots.hold(request.follow):
             for row in read_logs(
                 self.ctx,
@@ -95,7 +157,7 @@ class TrialsApi(ServicerBase):
                 limit=request.limit,
                 descending=request.order_by == common_pb2.ORDER_BY_DESC,
                 follow=request.follow,
-                is_done=trial_done,
+                is_done=self._ended(context, trial_id=trial_id, task_id=task_id),
             ):
                 if not context.is_active():
                     return

@@ -81,6 +81,8 @@ def test_a_determined_master_yaml_reads_unchanged(tmp_path: Path) -> None:
             "default_compute_resource_pool",
         ),
         ("resource_pools: []", "resource_pools"),
+        ("feature_switches: streaming_updates", "feature_switches"),
+        ("feature_switches: [streaming_updates, 3]", "feature_switches"),
     ],
 )
 def test_wrong_keys_are_refused_naming_them(text: str, named: str) -> None:
@@ -96,3 +98,23 @@ def test_an_unreadable_file_names_the_option(tmp_path: Path) -> None:
     big.write_text("x: " + "y" * (1024 * 1024 + 10))
     with pytest.raises(ConfigFileError, match="over 1048576 bytes"):
         load_master_config(big)
+
+
+def test_feature_switches_are_read_and_shown_and_default_to_none(tmp_path: Path) -> None:
+    assert parse_master_config({}).feature_switches == ()
+    config = parse_master_config(
+        {"feature_switches": ["streaming_updates", "explist_v2", "streaming_updates"]}
+    )
+    assert config.feature_switches == ("streaming_updates", "explist_v2")
+    path = tmp_path / "master.yaml"
+    path.write_text("feature_switches: [streaming_updates]\n")
+    assert parse_settings(["--config-file", str(path)]).feature_switches == ("streaming_updates",)
+    assert parse_settings([]).feature_switches == ()
+
+
+def test_unknown_feature_switches_are_refused_naming_every_one() -> None:
+    with pytest.raises(InvalidArgument) as refused:
+        parse_master_config({"feature_switches": ["streaming_updates", "warp_drive", "teleport"]})
+    message = str(refused.value)
+    assert message.startswith("feature_switches: unknown switches 'warp_drive', 'teleport'")
+    assert "streaming_updates" in message  # the known ones, to choose from
