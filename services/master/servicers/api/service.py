@@ -14,6 +14,7 @@ from services.master.servicers.api.master import MasterApi
 from services.master.servicers.api.master_info import MasterInfoApi
 from services.master.servicers.api.metrics import MetricsApi, SamplesApi, WorkloadsApi
 from services.master.servicers.api.models import ModelsApi
+from services.master.servicers.api.resources import ResourcesApi
 from services.master.servicers.api.task_kinds import TaskKindsApi
 from services.master.servicers.api.tasks import SignalsApi, TasksApi
 from services.master.servicers.api.templates import TemplatesApi
@@ -37,6 +38,7 @@ class CairnServicer(
     ModelsApi,
     AgentsApi,
     JobsApi,
+    ResourcesApi,
     TasksApi,
     TaskKindsApi,
     GenericTasksApi,
