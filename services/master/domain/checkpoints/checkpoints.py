@@ -130,12 +130,15 @@ def apply_deletions(ctx: MasterContext, results: list[cpb.DeletedCheckpoint]) ->
                 continue
             touched.add(row.trial_id)
             if result.remaining:
-                if dict(result.remaining) == dict(row.resources or {}):
-                    continue  # nothing of it went (a refresh, a glob that matched nothing)
-                row.resources = dict(result.remaining)
-                row.size = sum(result.remaining.values())
-                check_checkpoint(row.uuid, row.state, CheckpointState.PARTIALLY_DELETED)
-                row.state = CheckpointState.PARTIALLY_DELETED
+                remaining = dict(result.remaining)
+                lost = set(row.resources or {}) - set(remaining)
+                row.resources = remaining
+                row.size = sum(remaining.values())
+                # Only files gone make it partial; a refresh that found what was there, or more,
+                # records the files and leaves the state.
+                if lost:
+                    check_checkpoint(row.uuid, row.state, CheckpointState.PARTIALLY_DELETED)
+                    row.state = CheckpointState.PARTIALLY_DELETED
             else:
                 w.session.delete(row)
         w.session.flush()

@@ -78,8 +78,14 @@ def test_no_globs_reads_the_files_again(master: Master, trial: Trial) -> None:
     row = _row(master, ck)
     assert row is not None and row.state == "COMPLETED" and row.resources == {"a": 1, "b": 2}
     assert master.checkpoints.answered.get("delete", 0) == 0  # nothing deleted to refresh
-    with trial.files.store_path(ck) as path:  # storage lost a file behind the master's back
+    with trial.files.store_path(ck) as path:  # a file reached storage outside the master
+        (path / "c").write_text("333")
+    checkpoints.remove_files(master.ctx, master.checkpoints, master.admin, [ck], [])
+    row = _row(master, ck)
+    assert row is not None and row.state == "COMPLETED" and row.resources == {"a": 1, "b": 2, "c": 3}
+    with trial.files.store_path(ck) as path:  # storage lost files behind the master's back
         (path / "b").unlink()
+        (path / "c").unlink()
     checkpoints.remove_files(master.ctx, master.checkpoints, master.admin, [ck], [])
     row = _row(master, ck)
     assert row is not None and row.state == "PARTIALLY_DELETED" and row.resources == {"a": 1}
