@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import grpc
 import pytest
 import requests
 
@@ -139,13 +138,8 @@ def test_allocation_accounting_with_the_stock_client(cluster: TestCluster, tmp_p
 
 
 def _exists(api: AuthedStub, uuid: str) -> bool:
-    try:
-        api.GetCheckpoint(checkpoint_pb2.GetCheckpointRequest(checkpoint_uuid=uuid))
-    except grpc.RpcError as exc:
-        if exc.code() == grpc.StatusCode.NOT_FOUND:
-            return False
-        raise
-    return True
+    got = api.GetCheckpoint(checkpoint_pb2.GetCheckpointRequest(checkpoint_uuid=uuid))
+    return got.checkpoint.state != checkpoint_pb2.Checkpoint.STATE_DELETED
 
 
 def test_checkpoint_files_and_tensorboard_files_with_the_stock_client(
@@ -186,9 +180,11 @@ def test_checkpoint_files_and_tensorboard_files_with_the_stock_client(
     assert "checkpoint_globs[0]" in refused
     assert (host_path / at_6 / "state").exists()
 
-    # Every file: the checkpoint is gone, from storage and from the master.
+    # Every file: the checkpoint is DELETED (read back as Determined's clients read it), its files
+    # gone from storage.
     det("checkpoint", "rm", at_3, "--glob", "**/*", "--yes")
-    wait_for(lambda: not _exists(api, at_3), timeout=60, what="the emptied checkpoint to go")
+    wait_for(lambda: not _exists(api, at_3), timeout=60, what="the emptied checkpoint to be DELETED")
+    assert sdk(f"result = client.get_checkpoint({at_3!r}).state.value") == "STATE_DELETED"
     assert not (host_path / at_3).exists() or not any((host_path / at_3).rglob("*"))
     assert _exists(api, at_6) and (host_path / at_6 / "state").exists()
 
@@ -201,3 +197,13 @@ def test_checkpoint_files_and_tensorboard_files_with_the_stock_client(
     assert _exists(api, at_6) and (host_path / at_6 / "state").exists()
     sdk(f"client.get_experiment({exp}).delete_tensorboard_files()")  # again: nothing left, no error
     assert "not found" in det("experiment", "delete-tb-files", "424242", check=False)
+
+    # The SDK's Checkpoint.delete(): DELETED by the time the call returns (the SDK reads it back at
+    # once), its files gone; the experiment's listing of every state shows both, DELETED.
+    got = sdk(
+        f"client.get_checkpoint({at_6!r}).delete(); result = client.get_checkpoint({at_6!r}).state.value"
+    )
+    assert got == "STATE_DELETED" and not (host_path / at_6 / "state").exists()
+    assert sdk(f"result = len(client.get_experiment({exp}).list_checkpoints())") == 0  # asks COMPLETED
+    listed = api.GetExperimentCheckpoints(checkpoint_pb2.GetExperimentCheckpointsRequest(id=exp))
+    assert [c.state for c in listed.checkpoints] == [checkpoint_pb2.Checkpoint.STATE_DELETED] * 2

@@ -55,7 +55,11 @@ def test_gc_owed_while_the_checkpoint_service_is_down_runs_when_it_is_back(clust
         response = api.GetExperimentCheckpoints(
             checkpoint_pb2.GetExperimentCheckpointsRequest(id=experiment_id)
         )
-        return {(c.training.trial_id, int(c.metadata["steps_completed"])) for c in response.checkpoints}
+        return {
+            (c.training.trial_id, int(c.metadata["steps_completed"]))
+            for c in response.checkpoints
+            if c.state != checkpoint_pb2.Checkpoint.STATE_DELETED  # GC's, kept DELETED as on Determined
+        }
 
     # The GC its end owed fails while the service is down, and is kept owed: nothing collected.
     def gc_failed() -> bool:

@@ -1,8 +1,10 @@
 """Checkpoint metadata: what trial code reports, reads for the API, deletion and garbage collection.
 
 Files live in checkpoint storage and are the checkpoint service's business; rows live here. The
-rule that keeps the two consistent: a row goes only after its files are gone (a failed deletion
-leaves the row, so it can be retried), and deleting files that are already gone is not an error.
+rule that keeps the two consistent: a row follows its files only after storage answered (a failed
+deletion leaves the row as it was, so it can be retried): part of them gone, PARTIALLY_DELETED with
+what is left; all gone, DELETED (the row stays, as on Determined, until its experiment goes).
+Deleting files that are already gone is not an error.
 """
 
 from __future__ import annotations
@@ -116,7 +118,7 @@ def _reset_latest(w: Work, trial_ids: set[int]) -> None:
 
 
 def apply_deletions(ctx: MasterContext, results: list[cpb.DeletedCheckpoint]) -> list[str]:
-    """Rows follow the files: gone files → row deleted; some files left → resources updated.
+    """Rows follow the files: all gone → DELETED; some files left → resources updated.
     Returns the errors."""
     errors = []
     with ctx.unit_of_work() as w:
@@ -126,7 +128,7 @@ def apply_deletions(ctx: MasterContext, results: list[cpb.DeletedCheckpoint]) ->
             if result.error:
                 errors.append(f"{result.checkpoint_uuid}: {result.error}")
                 continue
-            if row is None:
+            if row is None or row.state == CheckpointState.DELETED:
                 continue
             touched.add(row.trial_id)
             if result.remaining:
@@ -140,7 +142,9 @@ def apply_deletions(ctx: MasterContext, results: list[cpb.DeletedCheckpoint]) ->
                     check_checkpoint(row.uuid, row.state, CheckpointState.PARTIALLY_DELETED)
                     row.state = CheckpointState.PARTIALLY_DELETED
             else:
-                w.session.delete(row)
+                check_checkpoint(row.uuid, row.state, CheckpointState.DELETED)
+                row.state = CheckpointState.DELETED
+                row.resources, row.size = {}, 0
         w.session.flush()
         _reset_latest(w, touched)
     return errors
@@ -160,8 +164,8 @@ def remove_files(
     ctx: MasterContext, client: CheckpointService, principal: Principal, uuids: list[str], globs: list[str]
 ) -> None:
     """Delete the files matching `globs` from each checkpoint (Determined's CheckpointsRemoveFiles),
-    then make the rows follow the files: a checkpoint left with nothing goes, one left with part of
-    its files is PARTIALLY_DELETED with what is left. No globs: nothing is deleted and each row's
+    then make the rows follow the files: a checkpoint left with nothing is DELETED, one left with
+    part of its files is PARTIALLY_DELETED with what is left. No globs: nothing is deleted and each row's
     files are read from storage again. A checkpoint registered in the model registry is refused
     (all of the request is, before any file goes)."""
     if len(globs) > MAX_REMOVAL_GLOBS:
@@ -202,6 +206,8 @@ def _remove(
                 exp = w.session.get_one(models.Experiment, trial.experiment_id)
                 if not access.may_change(principal, [exp.owner_id]):
                     raise PermissionDenied(f"checkpoint {uuid} belongs to another user's experiment")
+                if row.state == CheckpointState.DELETED:
+                    continue  # nothing of it is left to delete or to read again
                 storage = config_view(exp.config).checkpoint_storage
                 key = repr(sorted(storage.items()))
                 by_storage.setdefault(key, (storage, []))[1].append(uuid)
@@ -251,6 +257,8 @@ class CheckpointGc:
                 select(models.Checkpoint)
                 .join(models.Trial, models.Trial.id == models.Checkpoint.trial_id)
                 .where(models.Trial.experiment_id == experiment_id)
+                # What is gone already is no candidate: it would take a place the policy keeps.
+                .where(models.Checkpoint.state != CheckpointState.DELETED)
             ).scalars()
             for ck in rows:
                 candidate = cpb.GcCandidate(

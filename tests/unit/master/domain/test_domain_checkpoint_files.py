@@ -1,8 +1,8 @@
 """Removing files from checkpoints (Determined's CheckpointsRemoveFiles) and an experiment's
 TensorBoard files (DeleteTensorboardFiles), with the checkpoint service's own deletion code in
 process on a real directory: the rows follow the files (part left: PARTIALLY_DELETED with what is
-left; nothing left: the row goes), a refresh reads the files again, and bad requests are refused
-naming the field before any file goes."""
+left; nothing left: DELETED, the row kept as Determined keeps it), a refresh reads the files again,
+and bad requests are refused naming the field before any file goes."""
 
 from __future__ import annotations
 
@@ -67,9 +67,15 @@ def test_globs_remove_matching_files_and_the_rows_follow(master: Master, trial: 
     checkpoints.remove_files(master.ctx, master.checkpoints, master.admin, [ck], ["*.bin"])
     assert _row(master, ck).resources == {"meta/notes.txt": 1}  # type: ignore[union-attr]
 
-    # The last files: the checkpoint is gone, row and files.
+    # The last files: the checkpoint is DELETED (its row stays, as on Determined), its files gone.
     checkpoints.remove_files(master.ctx, master.checkpoints, master.admin, [ck], ["**/*"])
-    assert _row(master, ck) is None and _on_disk(trial, ck) == set()
+    row = _row(master, ck)
+    assert row is not None and (row.state, row.resources, row.size) == ("DELETED", {}, 0)
+    assert _on_disk(trial, ck) == set()
+    # Deleting it again, or reading its files again, changes nothing and is no error.
+    checkpoints.delete(master.ctx, master.checkpoints, master.admin, [ck])
+    checkpoints.remove_files(master.ctx, master.checkpoints, master.admin, [ck], [])
+    assert _row(master, ck).state == "DELETED"  # type: ignore[union-attr]
 
 
 def test_no_globs_reads_the_files_again(master: Master, trial: Trial) -> None:
