@@ -41,7 +41,7 @@ from services.master.gateway.http_answers import (
     StreamingResponse,
 )
 from services.master.gateway.http_request import HttpRequest
-from services.master.gateway.http_rules import HttpBinding, RpcMethod, http_bindings
+from services.master.gateway.http_rules import HTTP_BODY, HttpBinding, RpcMethod, http_bindings
 from services.master.gateway.json_encoding import JsonEncoder
 from services.master.gateway.openapi import openapi_document
 from services.master.gateway.reply_cache import ReplyCache
@@ -55,9 +55,6 @@ API_PREFIX = "/api/"
 # Paths outside /api/ that Determined's master answers from its own handlers and Cairn from proto
 # rules all the same: the CSV files of allocation accounting.
 OTHER_PREFIXES = ("/resources/",)
-# An RPC answering this message is answered with its bytes and content type, not as JSON (as
-# grpc-gateway answers google.api.HttpBody).
-HTTP_BODY = "google.api.HttpBody"
 # The calls whose bodies may exceed MAX_REQUEST_BODY_BYTES: those that carry a model definition.
 LARGE_BODY_RPCS = {"CreateExperiment": MAX_BODY_BYTES}
 # Where the OpenAPI document is served: Cairn's name and Determined's.

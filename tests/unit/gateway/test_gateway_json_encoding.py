@@ -18,9 +18,9 @@ from google.protobuf.message import Message
 
 from cairn.api.v1 import api_pb2, experiment_pb2, trial_pb2
 from services.common.local_calls import RenderedJson
-from services.master.gateway.http_rules import http_bindings
+from services.master.gateway.http_rules import HTTP_BODY, http_bindings
 from services.master.gateway.json_encoding import MEMO_MIN_BYTES, JsonEncoder
-from services.master.gateway.rest_gateway import HTTP_BODY, RestGateway
+from services.master.gateway.rest_gateway import RestGateway
 
 CAIRN = api_pb2.DESCRIPTOR.services_by_name["Cairn"]
 
