@@ -70,10 +70,20 @@ def test_det_cli_and_a_determined_core_api_trial(cluster: TestCluster, det, tmp_
     assert validation == [2, 4, 6, 8]
     assert trial.searcher_metric_value == 16.0
     # Checkpoints at steps 3, 6 and 9; the GC policy (best 1, latest 1) keeps 6 (x=12, validated)
-    # and 9 (the latest) once the experiment ends.
-    listed_checkpoints = det("experiment", "list-checkpoints", "1")
+    # and 9 (the latest) once the experiment ends; 3 is listed DELETED, as Determined lists it.
     at_3, at_6, at_9 = logs_of_checkpoints(det, trial.id)
-    assert at_6 in listed_checkpoints and at_9 in listed_checkpoints and at_3 not in listed_checkpoints
+
+    def states_listed() -> dict[str, str]:
+        """Each checkpoint's row of `det e lc`: DELETED, COMPLETED, or missing."""
+        lines = det("experiment", "list-checkpoints", "1").splitlines()
+        found = {uuid: [line for line in lines if uuid in line] for uuid in (at_3, at_6, at_9)}
+        return {
+            uuid: "missing" if not rows else "DELETED" if "DELETED" in rows[0] else "COMPLETED"
+            for uuid, rows in found.items()
+        }
+
+    wanted = {at_3: "DELETED", at_6: "COMPLETED", at_9: "COMPLETED"}
+    wait_for(lambda: states_listed() == wanted, timeout=60, what="GC")
     logs = det("trial", "logs", str(trial.id))
     assert "DET-INFO trial=1" in logs and "DET-DONE" in logs
 

@@ -42,13 +42,14 @@ max_restarts: 0
 
 
 def checkpoint_exists(api: AuthedStub, uuid: str) -> bool:
+    """Neither gone with its experiment nor DELETED (GC, a deletion: the row stays, as on Determined)."""
     try:
-        api.GetCheckpoint(checkpoint_pb2.GetCheckpointRequest(checkpoint_uuid=uuid))
+        got = api.GetCheckpoint(checkpoint_pb2.GetCheckpointRequest(checkpoint_uuid=uuid))
     except grpc.RpcError as exc:
         if exc.code() == grpc.StatusCode.NOT_FOUND:
             return False
         raise
-    return True
+    return got.checkpoint.state != checkpoint_pb2.Checkpoint.STATE_DELETED
 
 
 def registered(api: AuthedStub, model: str) -> list[tuple[int, str]]:

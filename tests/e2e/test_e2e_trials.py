@@ -166,13 +166,17 @@ def test_checkpoint_gc_keeps_exactly_what_the_policy_says(cluster: TestCluster) 
         response = api.GetExperimentCheckpoints(
             checkpoint_pb2.GetExperimentCheckpointsRequest(id=experiment_id)
         )
-        return {(c.training.trial_id, int(c.metadata["steps_completed"])) for c in response.checkpoints}
+        return {
+            (c.training.trial_id, int(c.metadata["steps_completed"]))
+            for c in response.checkpoints
+            if c.state != checkpoint_pb2.Checkpoint.STATE_DELETED  # GC's, kept DELETED as on Determined
+        }
 
     wait_for(
         lambda: kept() == expected, timeout=60, what=f"GC to keep {sorted(expected)} (keeps {sorted(kept())})"
     )
     response = api.GetExperimentCheckpoints(checkpoint_pb2.GetExperimentCheckpointsRequest(id=experiment_id))
-    kept_uuids = {c.uuid for c in response.checkpoints}
+    kept_uuids = {c.uuid for c in response.checkpoints if c.state != checkpoint_pb2.Checkpoint.STATE_DELETED}
     on_disk = {p.name for p in host_path.iterdir() if p.is_dir() and not p.name.startswith(".")}
     reported = {line.split()[2] for t in found for line in logs(api, t.id) if line.startswith("CHECKPOINT")}
     assert len(reported) == 4 * 6

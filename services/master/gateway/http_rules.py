@@ -17,6 +17,10 @@ from google.protobuf.message import Message
 # The verbs of HttpRule's `pattern` oneof that name an HTTP method directly.
 _VERBS = ("get", "put", "post", "delete", "patch")
 
+# An RPC answering this message is answered with its bytes and content type, not as JSON (as
+# grpc-gateway answers google.api.HttpBody).
+HTTP_BODY = "google.api.HttpBody"
+
 
 @dataclass(frozen=True)
 class HttpBinding:

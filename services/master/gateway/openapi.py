@@ -19,7 +19,7 @@ from google.protobuf.descriptor import Descriptor, EnumDescriptor, FieldDescript
 
 from cairn import __version__
 from services.master.gateway.errors import ERROR_HTTP_STATUSES, status_text
-from services.master.gateway.http_rules import HttpBinding
+from services.master.gateway.http_rules import HTTP_BODY, HttpBinding
 from services.master.gateway.path_template import parse_template
 from services.master.gateway.proto_comments import load_comments
 from services.master.gateway.request_builder import is_map, is_scalar_like
@@ -333,6 +333,11 @@ def _operation(schemas: _Schemas, binding: HttpBinding, operation_id: str) -> di
                     }
                 }
             },
+        }
+    elif rpc.response_descriptor.full_name == HTTP_BODY:
+        ok = {
+            "description": "The answer's bytes, in the content type it names (CSV for the accounting files).",
+            "content": {"*/*": {"schema": {"type": "string"}}},
         }
     else:
         ok = {

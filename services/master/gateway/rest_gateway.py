@@ -18,6 +18,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import grpc
 import orjson
+from google.api.httpbody_pb2 import HttpBody  # type: ignore[import-untyped]
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import Message
 
@@ -40,7 +41,7 @@ from services.master.gateway.http_answers import (
     StreamingResponse,
 )
 from services.master.gateway.http_request import HttpRequest
-from services.master.gateway.http_rules import HttpBinding, RpcMethod, http_bindings
+from services.master.gateway.http_rules import HTTP_BODY, HttpBinding, RpcMethod, http_bindings
 from services.master.gateway.json_encoding import JsonEncoder
 from services.master.gateway.openapi import openapi_document
 from services.master.gateway.reply_cache import ReplyCache
@@ -51,6 +52,9 @@ from services.master.gateway.upstream import StreamCall, Upstream, dial_address
 log = get_logger(__name__)
 
 API_PREFIX = "/api/"
+# Paths outside /api/ that Determined's master answers from its own handlers and Cairn from proto
+# rules all the same: the CSV files of allocation accounting.
+OTHER_PREFIXES = ("/resources/",)
 # The calls whose bodies may exceed MAX_REQUEST_BODY_BYTES: those that carry a model definition.
 LARGE_BODY_RPCS = {"CreateExperiment": MAX_BODY_BYTES}
 # Where the OpenAPI document is served: Cairn's name and Determined's.
@@ -109,7 +113,7 @@ class RestGateway:
 
     def handle(self, req: HttpRequest) -> Response | StreamingResponse | None:
         path, raw_query = _split_target(req.path)
-        if not path.startswith(API_PREFIX):
+        if not path.startswith((API_PREFIX, *OTHER_PREFIXES)):
             return None
         try:
             return self._handle(req, path, raw_query)
@@ -173,6 +177,9 @@ class RestGateway:
         except grpc.RpcError as exc:
             code, message = rpc_error_parts(exc)
             return self._rpc_error(rpc, code, message)
+        if rpc.response_descriptor.full_name == HTTP_BODY:
+            body: HttpBody = reply
+            return Response(HTTPStatus.OK, body.data, body.content_type or "application/octet-stream")
         cacheable = rpc.name not in (_SETS_COOKIE, _CLEARS_COOKIE)
         key = ReplyCache.key_of(rpc.full_path, pretty, reply) if cacheable else None
         body = self.replies.get(key) if key is not None else None

@@ -18,7 +18,7 @@ from google.protobuf.message import Message
 
 from cairn.api.v1 import api_pb2, experiment_pb2, trial_pb2
 from services.common.local_calls import RenderedJson
-from services.master.gateway.http_rules import http_bindings
+from services.master.gateway.http_rules import HTTP_BODY, http_bindings
 from services.master.gateway.json_encoding import MEMO_MIN_BYTES, JsonEncoder
 from services.master.gateway.rest_gateway import RestGateway
 
@@ -31,6 +31,8 @@ def _api_messages() -> list[Descriptor]:
     def visit(descriptor: Descriptor) -> None:
         if descriptor.full_name in found or descriptor.full_name.startswith("google.protobuf."):
             return
+        if descriptor.full_name == HTTP_BODY:
+            return  # answered as its bytes, never as JSON
         found[descriptor.full_name] = descriptor
         for field in descriptor.fields:
             if field.message_type is not None:

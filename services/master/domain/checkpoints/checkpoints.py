@@ -1,8 +1,10 @@
 """Checkpoint metadata: what trial code reports, reads for the API, deletion and garbage collection.
 
 Files live in checkpoint storage and are the checkpoint service's business; rows live here. The
-rule that keeps the two consistent: a row goes only after its files are gone (a failed deletion
-leaves the row, so it can be retried), and deleting files that are already gone is not an error.
+rule that keeps the two consistent: a row follows its files only after storage answered (a failed
+deletion leaves the row as it was, so it can be retried): part of them gone, PARTIALLY_DELETED with
+what is left; all gone, DELETED (the row stays, as on Determined, until its experiment goes).
+Deleting files that are already gone is not an error.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 from sqlalchemy import select
 
 from cairn.checkpoint.v1 import checkpoint_pb2 as cpb
+from cairn.storage import UnsafePathError, check_globs
 from services.common.logging import get_logger
 from services.common.principal import Principal
 from services.master.domain.checkpoints.deletion_fence import CHECKPOINT_DELETIONS
@@ -115,7 +118,7 @@ def _reset_latest(w: Work, trial_ids: set[int]) -> None:
 
 
 def apply_deletions(ctx: MasterContext, results: list[cpb.DeletedCheckpoint]) -> list[str]:
-    """Rows follow the files: gone files → row deleted; some files left → resources updated.
+    """Rows follow the files: all gone → DELETED; some files left → resources updated.
     Returns the errors."""
     errors = []
     with ctx.unit_of_work() as w:
@@ -125,32 +128,77 @@ def apply_deletions(ctx: MasterContext, results: list[cpb.DeletedCheckpoint]) ->
             if result.error:
                 errors.append(f"{result.checkpoint_uuid}: {result.error}")
                 continue
-            if row is None:
+            if row is None or row.state == CheckpointState.DELETED:
                 continue
             touched.add(row.trial_id)
             if result.remaining:
-                row.resources = dict(result.remaining)
-                row.size = sum(result.remaining.values())
-                check_checkpoint(row.uuid, row.state, CheckpointState.PARTIALLY_DELETED)
-                row.state = CheckpointState.PARTIALLY_DELETED
+                remaining = dict(result.remaining)
+                lost = set(row.resources or {}) - set(remaining)
+                row.resources = remaining
+                row.size = sum(remaining.values())
+                # Only files gone make it partial; a refresh that found what was there, or more,
+                # records the files and leaves the state.
+                if lost:
+                    check_checkpoint(row.uuid, row.state, CheckpointState.PARTIALLY_DELETED)
+                    row.state = CheckpointState.PARTIALLY_DELETED
             else:
-                w.session.delete(row)
+                check_checkpoint(row.uuid, row.state, CheckpointState.DELETED)
+                row.state = CheckpointState.DELETED
+                row.resources, row.size = {}, 0
         w.session.flush()
         _reset_latest(w, touched)
     return errors
 
 
+# One request's bounds: Determined's clients send a handful (the WebUI a page of 100 at most).
+MAX_REMOVAL_UUIDS = 1000
+MAX_REMOVAL_GLOBS = 100
+
+
 def delete(ctx: MasterContext, client: CheckpointService, principal: Principal, uuids: list[str]) -> None:
-    """A user's deletion. A checkpoint registered in the model registry is refused (all of the
-    request is, before any file goes)."""
+    """A user's deletion of whole checkpoints (Determined's DeleteCheckpoints)."""
+    _remove(ctx, client, principal, uuids, None)
+
+
+def remove_files(
+    ctx: MasterContext, client: CheckpointService, principal: Principal, uuids: list[str], globs: list[str]
+) -> None:
+    """Delete the files matching `globs` from each checkpoint (Determined's CheckpointsRemoveFiles),
+    then make the rows follow the files: a checkpoint left with nothing is DELETED, one left with
+    part of its files is PARTIALLY_DELETED with what is left. No globs: nothing is deleted and each row's
+    files are read from storage again. A checkpoint registered in the model registry is refused
+    (all of the request is, before any file goes)."""
+    if len(globs) > MAX_REMOVAL_GLOBS:
+        raise InvalidArgument(f"checkpoint_globs: more than {MAX_REMOVAL_GLOBS}")
+    for index, glob in enumerate(globs):
+        try:
+            check_globs([glob])
+        except UnsafePathError as exc:
+            raise InvalidArgument(f"checkpoint_globs[{index}]: {exc}") from None
+    _remove(ctx, client, principal, uuids, globs)
+
+
+def _remove(
+    ctx: MasterContext,
+    client: CheckpointService,
+    principal: Principal,
+    uuids: list[str],
+    globs: list[str] | None,
+) -> None:
+    """`globs` None: whole checkpoints; empty: a refresh from storage."""
     if not uuids:
         raise InvalidArgument("checkpoint_uuids: required")
+    if len(uuids) > MAX_REMOVAL_UUIDS:
+        raise InvalidArgument(f"checkpoint_uuids: more than {MAX_REMOVAL_UUIDS}")
+    uuids = list(dict.fromkeys(uuids))
     by_storage: dict[str, tuple[dict[str, Any], list[str]]] = {}
     # Held from before the look at the registry until the rows follow the files: no registration
     # slips in between (deletion_fence.py).
     with CHECKPOINT_DELETIONS.deleting(uuids):
         with ctx.unit_of_work() as w:
-            for uuid in uuids:
+            for index, uuid in enumerate(uuids):
+                if not uuid:
+                    raise InvalidArgument(f"checkpoint_uuids[{index}]: empty")
                 row = w.session.get(models.Checkpoint, uuid)
                 if row is None:
                     raise NotFound(f"checkpoint {uuid} not found")
@@ -158,20 +206,32 @@ def delete(ctx: MasterContext, client: CheckpointService, principal: Principal, 
                 exp = w.session.get_one(models.Experiment, trial.experiment_id)
                 if not access.may_change(principal, [exp.owner_id]):
                     raise PermissionDenied(f"checkpoint {uuid} belongs to another user's experiment")
+                if row.state == CheckpointState.DELETED:
+                    continue  # nothing of it is left to delete or to read again
                 storage = config_view(exp.config).checkpoint_storage
                 key = repr(sorted(storage.items()))
                 by_storage.setdefault(key, (storage, []))[1].append(uuid)
-            registered = registered_versions(w.session, uuids)
+            registered = registered_versions(w.session, uuids) if globs != [] else {}
             if registered:
                 raise FailedPrecondition(
                     f"{describe_registered(registered)}; delete those model versions first"
                 )
         errors: list[str] = []
         for storage, group in by_storage.values():
-            response = client.delete(storage, group)
-            errors += apply_deletions(ctx, list(response.results))
+            if globs == []:
+                results = [_listed(uuid, client.list_files(storage, uuid)) for uuid in group]
+            else:
+                results = list(client.delete(storage, group, globs).results)
+            errors += apply_deletions(ctx, results)
     if errors:
         raise InvalidArgument("some checkpoints could not be deleted: " + "; ".join(errors))
+
+
+def _listed(uuid: str, listing: cpb.ListFilesResponse) -> cpb.DeletedCheckpoint:
+    """What storage holds of a checkpoint, as a deletion's result reads (nothing: it is gone)."""
+    return cpb.DeletedCheckpoint(
+        checkpoint_uuid=uuid, remaining=dict(listing.resources) if listing.exists else {}
+    )
 
 
 class CheckpointGc:
@@ -197,6 +257,8 @@ class CheckpointGc:
                 select(models.Checkpoint)
                 .join(models.Trial, models.Trial.id == models.Checkpoint.trial_id)
                 .where(models.Trial.experiment_id == experiment_id)
+                # What is gone already is no candidate: it would take a place the policy keeps.
+                .where(models.Checkpoint.state != CheckpointState.DELETED)
             ).scalars()
             for ck in rows:
                 candidate = cpb.GcCandidate(

@@ -63,6 +63,8 @@ class CheckpointService(Protocol):
         self, storage: dict[str, Any], uuids: list[str], globs: list[str] | None = None
     ) -> cpb.DeleteResponse: ...
 
+    def list_files(self, storage: dict[str, Any], uuid: str) -> cpb.ListFilesResponse: ...
+
 
 def storage_struct(storage: Mapping[str, Any]) -> struct_pb2.Struct:
     """A checkpoint_storage section as the checkpoint service's contract carries it."""

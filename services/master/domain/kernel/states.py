@@ -228,18 +228,21 @@ def check_workspace(kind: str, current: str, target: WorkspaceState) -> None:
 
 class CheckpointState(StrEnum):
     """A checkpoint's state (Determined's): COMPLETED once reported; PARTIALLY_DELETED when a
-    deletion removed some of its files and kept the rest (a GC policy that keeps some); a checkpoint
-    deleted whole loses its row."""
+    deletion removed some of its files and kept the rest; DELETED once none of its files is left
+    (a user's deletion, garbage collection): the row stays, as Determined keeps it, so clients that
+    delete a checkpoint read it back DELETED. The row goes with its experiment."""
 
     COMPLETED = "COMPLETED"
     PARTIALLY_DELETED = "PARTIALLY_DELETED"
+    DELETED = "DELETED"
 
 
 CK = CheckpointState
 CHECKPOINT_TRANSITIONS: dict[CheckpointState, frozenset[CheckpointState]] = {
-    CK.COMPLETED: frozenset({CK.PARTIALLY_DELETED}),
+    CK.COMPLETED: frozenset({CK.PARTIALLY_DELETED, CK.DELETED}),
     # A later deletion may take more of what is left.
-    CK.PARTIALLY_DELETED: frozenset({CK.PARTIALLY_DELETED}),
+    CK.PARTIALLY_DELETED: frozenset({CK.PARTIALLY_DELETED, CK.DELETED}),
+    CK.DELETED: frozenset(),
 }
 
 

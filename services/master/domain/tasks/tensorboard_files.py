@@ -12,8 +12,11 @@ from sqlalchemy.orm import Session
 
 from cairn.tensorboard.layout import experiments_dir, section_below
 from services.common.logging import get_logger
+from services.common.principal import Principal
 from services.master.domain.config import config_view
+from services.master.domain.identity import access
 from services.master.domain.kernel.context import MasterContext
+from services.master.domain.kernel.errors import NotFound, PermissionDenied
 from services.master.domain.kernel.ports import CheckpointService
 from services.master.store import models
 
@@ -35,6 +38,17 @@ class TensorboardFiles:
     def __init__(self, ctx: MasterContext, client: CheckpointService) -> None:
         self._ctx = ctx
         self._client = client
+
+    def delete_for(self, principal: Principal, experiment_id: int) -> None:
+        """A user's request (Determined's DeleteTensorboardFiles, `det e delete-tb-files`): the
+        experiment stays, its TensorBoard files go. Its owner or an admin may."""
+        with self._ctx.db.read() as s:
+            exp = s.get(models.Experiment, experiment_id)
+            if exp is None:
+                raise NotFound(f"experiment {experiment_id} not found")
+            if not access.may_change(principal, [exp.owner_id]):
+                raise PermissionDenied(f"experiment {experiment_id} belongs to another user")
+        self.delete_experiment_files(experiment_id)
 
     def delete_experiment_files(self, experiment_id: int) -> None:
         """Raises when the storage refused, so that the deletion is tried again."""

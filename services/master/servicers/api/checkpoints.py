@@ -139,6 +139,19 @@ class CheckpointsApi(ServicerBase):
         return cpb.DeleteCheckpointsResponse()
 
     @rpc
+    def CheckpointsRemoveFiles(
+        self, request: cpb.CheckpointsRemoveFilesRequest, context: grpc.ServicerContext
+    ) -> cpb.CheckpointsRemoveFilesResponse:
+        checkpoints.remove_files(
+            self.ctx,
+            self.deps.checkpoints,
+            self.user(context),
+            list(request.checkpoint_uuids),
+            list(request.checkpoint_globs),
+        )
+        return cpb.CheckpointsRemoveFilesResponse()
+
+    @rpc
     def PatchCheckpoints(
         self, request: cpb.PatchCheckpointsRequest, context: grpc.ServicerContext
     ) -> cpb.PatchCheckpointsResponse:

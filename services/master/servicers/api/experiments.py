@@ -21,6 +21,7 @@ from services.master.domain.reads import experiments as reads
 from services.master.domain.reads.listings import ExperimentFilter, experiment_rows_by_id, list_experiment_ids
 from services.master.domain.reads.workspaces import check_project_exists
 from services.master.domain.task_kinds.model_definition import ContextFile
+from services.master.domain.tasks.tensorboard_files import TensorboardFiles
 from services.master.servicers.api import convert
 from services.master.servicers.api.base import ServicerBase
 from services.master.servicers.errors import rpc
@@ -267,6 +268,15 @@ class ExperimentsApi(ServicerBase):
         # DELETING owes the deletion itself (experiments.transition): the deferred-work loop runs it.
         self._act(context, request.experiment_id, lambda w, e: lifecycle.mark_deleting(self.ctx, w, e))
         return epb.DeleteExperimentResponse()
+
+    @rpc
+    def DeleteTensorboardFiles(
+        self, request: epb.DeleteTensorboardFilesRequest, context: grpc.ServicerContext
+    ) -> epb.DeleteTensorboardFilesResponse:
+        TensorboardFiles(self.ctx, self.deps.checkpoints).delete_for(
+            self.user(context), request.experiment_id
+        )
+        return epb.DeleteTensorboardFilesResponse()
 
     @rpc
     def GetExperimentTrials(

@@ -197,6 +197,11 @@ class InProcessCheckpoints:
         )
         return self.servicer.Delete(request, _Context())  # type: ignore[arg-type]
 
+    def list_files(self, storage: dict[str, Any], uuid: str) -> cpb.ListFilesResponse:
+        self._answering("list_files")
+        request = cpb.ListFilesRequest(storage=storage_struct(storage), checkpoint_uuid=uuid)
+        return self.servicer.ListFiles(request, _Context())  # type: ignore[arg-type]
+
 
 @dataclass
 class InProcessSearchers:
