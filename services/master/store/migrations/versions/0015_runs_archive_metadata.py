@@ -19,12 +19,14 @@ depends_on = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("trials") as batch:
+    # In place (SQLite adds columns with ALTER TABLE): a rebuilt table would lose the AUTOINCREMENT
+    # that keeps a deleted trial's id from being handed out again (0005).
+    with op.batch_alter_table("trials", recreate="never") as batch:
         batch.add_column(sa.Column("archived", sa.Boolean(), nullable=False, server_default=sa.false()))
         batch.add_column(sa.Column("run_metadata", sa.JSON(), nullable=True))
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("trials") as batch:
+    with op.batch_alter_table("trials", table_kwargs={"sqlite_autoincrement": True}) as batch:
         batch.drop_column("run_metadata")
         batch.drop_column("archived")
