@@ -18,6 +18,7 @@ from services.master.servicers.api.task_kinds import TaskKindsApi
 from services.master.servicers.api.tasks import SignalsApi, TasksApi
 from services.master.servicers.api.templates import TemplatesApi
 from services.master.servicers.api.trials import TrialsApi
+from services.master.servicers.api.unmanaged import UnmanagedApi
 from services.master.servicers.api.users import UsersApi
 from services.master.servicers.api.workspaces import WorkspacesApi
 
@@ -30,6 +31,7 @@ class CairnServicer(
     ExperimentsApi,
     ContinuationApi,
     TrialsApi,
+    UnmanagedApi,
     MetricsApi,
     SamplesApi,
     WorkloadsApi,
