@@ -165,10 +165,11 @@ def _stop(ctx: MasterContext, w: Work, exp: models.Experiment, target: RunState,
 
 def _cancel_unmanaged(ctx: MasterContext, w: Work, exp: models.Experiment, verb: str) -> None:
     """Nothing of an unmanaged experiment runs on the cluster to be stopped: its open trials and
-    the experiment end CANCELED at once (its code, if still running, is told by its next report)."""
+    the experiment end CANCELED at once (its code, if still running, may still report; a re-run
+    under its external ids resumes it)."""
     for trial in _trials(w, exp):
         if trial.state not in TERMINAL:
-            trial_lifecycle.transition(ctx, w, trial, S.CANCELED, f"{verb} by a user", unmanaged=True)
+            trial_lifecycle.transition(ctx, w, trial, S.CANCELED, f"{verb} by a user")
     transition(ctx, w, exp, S.CANCELED, f"{verb} by a user")
 
 

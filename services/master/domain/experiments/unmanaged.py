@@ -32,7 +32,7 @@ from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.context import MasterContext, Work
 from services.master.domain.kernel.errors import FailedPrecondition, InvalidArgument
 from services.master.domain.kernel.loops import BackgroundLoop
-from services.master.domain.kernel.states import RunState
+from services.master.domain.kernel.states import TERMINAL, RunState
 from services.master.domain.task_kinds import model_definition
 from services.master.domain.trials import trial_tasks
 from services.master.domain.trials import trials as trial_lifecycle
@@ -247,7 +247,15 @@ def patch_trial(ctx: MasterContext, principal: Principal, trial_id: int, state: 
         trial.last_activity = utcnow()
         if state is None or state == trial.state:
             return
-        trial_lifecycle.transition(ctx, w, trial, state, "reported by its code", unmanaged=True)
+        trial_lifecycle.transition(ctx, w, trial, state, "reported by its code")
+        follow_trials(ctx, w, exp)
+
+
+def kill_trial(ctx: MasterContext, w: Work, trial: models.Trial, exp: models.Experiment) -> None:
+    """`det trial kill` of an unmanaged trial: nothing of it runs on the cluster to be stopped, so
+    it ends CANCELED at once (its code, if still running, may report again)."""
+    if trial.state not in TERMINAL:
+        trial_lifecycle.transition(ctx, w, trial, S.CANCELED, "killed by a user")
         follow_trials(ctx, w, exp)
 
 
@@ -287,9 +295,7 @@ def mark_lost_trials(ctx: MasterContext) -> list[int]:
         touched: dict[int, models.Experiment] = {}
         for trial_id in ids:
             trial = w.session.get_one(models.Trial, trial_id)
-            trial_lifecycle.transition(
-                ctx, w, trial, S.ERROR, f"no heartbeat from its code for {LOST_AFTER}", unmanaged=True
-            )
+            trial_lifecycle.transition(ctx, w, trial, S.ERROR, f"no heartbeat from its code for {LOST_AFTER}")
             touched.setdefault(trial.experiment_id, w.session.get_one(models.Experiment, trial.experiment_id))
         for exp in touched.values():
             follow_trials(ctx, w, exp)

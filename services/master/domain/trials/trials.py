@@ -54,14 +54,15 @@ def transition(
     reason: str,
     *,
     continuing: bool = False,
-    unmanaged: bool = False,
 ) -> None:
     """Every change of a trial's state: checked against the table (InvalidTransition otherwise),
     stamped, logged with its reason and published; a terminal state tells the hooks (the
     experiment may end). `continuing`: `det experiment continue` reopening an ended trial
-    (states.CONTINUE_TRANSITIONS). `unmanaged`: a trial of an unmanaged experiment, moved by its
-    own code (states.UNMANAGED_TRIAL_TRANSITIONS); one resumed after its end reopens its task."""
+    (states.CONTINUE_TRANSITIONS). A trial of an unmanaged experiment is moved by its own code
+    and checked against its own table (states.UNMANAGED_TRIAL_TRANSITIONS), whoever moves it; one
+    resumed after its end reopens its task."""
     previous = trial.state
+    unmanaged = w.session.get_one(models.Experiment, trial.experiment_id).unmanaged
     check_trial(previous, target, continuing=continuing, unmanaged=unmanaged)
     reopening = continuing or (unmanaged and previous in TERMINAL and target not in TERMINAL)
     trial.state = target

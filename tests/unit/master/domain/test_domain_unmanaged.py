@@ -21,6 +21,7 @@ from services.master.domain.kernel.task_ids import trial_task_id
 from services.master.domain.metrics import logs
 from services.master.domain.metrics.intake import report
 from services.master.domain.metrics.reports import Report
+from services.master.domain.trials import trials as trial_lifecycle
 from services.master.store import models
 from tests.unit.master.domain.harness import Master
 
@@ -272,3 +273,44 @@ def test_its_code_ships_its_output_into_the_trials_logs(master: Master) -> None:
     assert [r.message for r in read] == ["line 0\n", "line 1\n", "line 2\n", "line 0\n"]
     with pytest.raises(InvalidArgument):
         unmanaged.trial_of_task(m.ctx, m.admin, f"{exp_id}.nope")
+
+
+def test_a_killed_trial_ends_canceled_and_no_managed_path_moves_it(master: Master) -> None:
+    m = master
+    exp_id = unmanaged.create_experiment(m.ctx, m.admin, core_v2_config()).experiment_id
+    trial_id = unmanaged.create_trial(m.ctx, m.admin, exp_id, {})
+    unmanaged.patch_trial(m.ctx, m.admin, trial_id, S.ACTIVE)
+    with pytest.raises(InvalidTransition), m.ctx.unit_of_work() as w:
+        trial = w.session.get_one(models.Trial, trial_id)
+        trial_lifecycle.stop(m.ctx, w, trial, w.session.get_one(models.Experiment, exp_id), S.STOPPING_KILLED)
+    assert _one_trial(m, exp_id).state == S.ACTIVE
+    with m.ctx.unit_of_work() as w:
+        trial = w.session.get_one(models.Trial, trial_id)
+        unmanaged.kill_trial(m.ctx, w, trial, w.session.get_one(models.Experiment, exp_id))
+    assert _one_trial(m, exp_id).state == S.CANCELED
+    assert m.experiment(exp_id).state == S.CANCELED
+
+
+def test_only_its_owner_reports_into_an_unmanaged_trial(master: Master) -> None:
+    m = master
+    owner = m.add_user("alice")
+    other = m.add_user("mallory")
+    exp_id = unmanaged.create_experiment(m.ctx, owner, core_v2_config()).experiment_id
+    trial_id = unmanaged.create_trial(m.ctx, owner, exp_id, {})
+    run = unmanaged.start_trial(m.ctx, owner, trial_id, resume=True)
+    report(m.ctx, owner, trial_id, run.run_id, [Report("training", 1, {"loss": 1.0}, seq=1)])
+    with pytest.raises(PermissionDenied):
+        report(m.ctx, other, trial_id, run.run_id, [Report("training", 2, {"loss": 1.0}, seq=2)])
+    with pytest.raises(PermissionDenied):
+        unmanaged.start_trial(m.ctx, other, trial_id, resume=True)
+    task_id = trial_task_id(exp_id, _one_trial(m, exp_id).request_id)
+    with pytest.raises(PermissionDenied):
+        checkpoints.report(
+            m.ctx,
+            other,
+            checkpoints.ReportedCheckpoint(
+                uuid="ck-x", allocation_id="", task_id=task_id, resources={}, metadata={"steps_completed": 1}
+            ),
+        )
+    assert _one_trial(m, exp_id).run_id == 1
+    assert _count(m, models.Metric) == 1 and _count(m, models.Checkpoint) == 0
