@@ -74,6 +74,8 @@ def create_experiment(
             "unmanaged: an unmanaged experiment's code runs outside the cluster; it takes no "
             "model_definition, parent_id nor template"
         )
+    if request.validate_only:
+        raise InvalidArgument("validate_only: an unmanaged experiment is created by its code, not validated")
     if not request.config.strip():
         raise InvalidArgument("config: required (the experiment configuration as YAML text)")
     created = unmanaged.create_experiment(
