@@ -27,6 +27,7 @@ from services.master.configuration.settings import Settings
 from services.master.domain import wiring
 from services.master.domain.checkpoints.checkpoints import CheckpointGc
 from services.master.domain.deletion import deferred_loop
+from services.master.domain.experiments import unmanaged
 from services.master.domain.experiments.searcher_pump import SearcherPump
 from services.master.domain.identity.auth import AuthService
 from services.master.domain.identity.exposure import check_exposure, check_transport
@@ -172,6 +173,7 @@ class Master:
         self.scheduling = SchedulingLoop(ctx)
         self.pump = SearcherPump(ctx)
         self.liveness = LivenessLoop(ctx)
+        self.lost_unmanaged = unmanaged.lost_trials_loop(ctx)
         self.checkpoints = CheckpointClient(settings.checkpoint_addr, settings.cluster_token)
         self.gc = CheckpointGc(ctx, self.checkpoints)
         self.webhooks = WebhookSender(ctx, webhook_signing_key(settings))
@@ -284,6 +286,7 @@ class Master:
         self.scheduling.start()
         self.pump.start()
         self.liveness.start()
+        self.lost_unmanaged.start()
         self.deferred_work = deferred_loop.start(ctx, self.gc)  # GC, deletions: owed work, retried
         self.webhook_sender = webhook_sender.start(ctx, self.webhooks)  # owed posts, retried
         # Dynamic agents, for pools with a provider (a wrong provider setting stops the master here).
@@ -341,7 +344,14 @@ class Master:
         if self.http is not None:
             self.http.shutdown()
             self.http.server_close()
-        for loop in (self.scheduling, self.pump, self.liveness, self.provisioning, self.webhook_sender):
+        for loop in (
+            self.scheduling,
+            self.pump,
+            self.liveness,
+            self.lost_unmanaged,
+            self.provisioning,
+            self.webhook_sender,
+        ):
             if loop is not None:
                 loop.join(timeout=5.0)
         if self.webhooks is not None:

@@ -100,6 +100,8 @@ def _pretty(obj: Any) -> bytes:
 class RestGateway:
     def __init__(self, service: ServiceDescriptor, bindings: list[HttpBinding], upstream: Upstream) -> None:
         self.router = Router(bindings)
+        # Determined's few routes outside /api/ (the stock log shipper's /task-logs), by exact path.
+        self.outside_api = frozenset(b.template for b in bindings if not b.template.startswith(API_PREFIX))
         self.builders: dict[tuple[str, str], RequestBuilder] = {
             (b.http_method, b.template): RequestBuilder(b) for b in bindings
         }
@@ -113,7 +115,7 @@ class RestGateway:
 
     def handle(self, req: HttpRequest) -> Response | StreamingResponse | None:
         path, raw_query = _split_target(req.path)
-        if not path.startswith((API_PREFIX, *OTHER_PREFIXES)):
+        if not path.startswith((API_PREFIX, *OTHER_PREFIXES)) and path not in self.outside_api:
             return None
         try:
             return self._handle(req, path, raw_query)

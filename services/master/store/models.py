@@ -120,7 +120,10 @@ class UserSession(Base):
 
 class Experiment(Base):
     __tablename__ = "experiments"
-    __table_args__ = NEVER_REUSED
+    __table_args__ = (
+        UniqueConstraint("external_experiment_id", name="uq_experiments_external_id"),
+        NEVER_REUSED,
+    )
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(512))
     description: Mapped[str] = mapped_column(Text, default="")
@@ -146,6 +149,11 @@ class Experiment(Base):
     )
     # Set once checkpoint GC has run after the experiment ended (owed until then: DeferredWork).
     checkpoint_gc_done: Mapped[bool] = mapped_column(Boolean, default=False)
+    # Determined's unmanaged (detached) experiment: its code runs outside the cluster and sets its
+    # trials' states itself; the master never schedules it nor asks a searcher about it.
+    unmanaged: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # The id its code resumes it by (core_v2's external_experiment_id); unmanaged only.
+    external_experiment_id: Mapped[str | None] = mapped_column(String(128))
 
 
 class ModelDefinition(Base):
@@ -241,6 +249,8 @@ class Trial(Base):
     # code sets (core.train.set_metadata; None: never set).
     archived: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     run_metadata: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # An unmanaged trial's last heartbeat (PatchTrial): one silent too long is marked ERROR.
+    last_activity: Mapped[datetime | None]
 
 
 class Task(Base):

@@ -46,6 +46,33 @@ class ReportedCheckpoint:
     resources: dict[str, int]
     metadata: dict[str, Any]
     trial_id: int | None = None
+    # Reported by an unmanaged trial's code, which has no allocation: its trial's task.
+    task_id: str = ""
+
+
+def _unmanaged_trial_of_task(w: Work, principal: Principal, task_id: str) -> models.Trial:
+    """The trial whose task is `task_id` ("<experiment id>.<request id>"), when it is an unmanaged
+    experiment's and the caller may change it."""
+    exp_part, _, request_id = task_id.partition(".")
+    trial = (
+        w.session.scalar(
+            select(models.Trial).where(
+                models.Trial.experiment_id == int(exp_part), models.Trial.request_id == request_id
+            )
+        )
+        if exp_part.isdigit() and request_id
+        else None
+    )
+    if trial is None:
+        raise InvalidArgument(f"checkpoint.task_id: no trial's task {task_id!r}")
+    exp = w.session.get_one(models.Experiment, trial.experiment_id)
+    if not exp.unmanaged:
+        raise InvalidArgument(
+            f"checkpoint.allocation_id: required (task {task_id!r} is a managed trial's, "
+            "reported by its allocation)"
+        )
+    access.check_may_change(principal, [exp.owner_id], f"experiment {exp.id}")
+    return trial
 
 
 def _steps(metadata: dict[str, Any]) -> int:
@@ -61,18 +88,22 @@ def report(ctx: MasterContext, principal: Principal, item: ReportedCheckpoint) -
     steps = _steps(item.metadata)
     with ctx.unit_of_work() as w:
         alloc_id = principal.allocation_id or item.allocation_id
-        alloc = w.session.get(models.Allocation, alloc_id) if alloc_id else None
-        if alloc is None:
-            raise InvalidArgument(f"checkpoint.allocation_id: no allocation {alloc_id!r}")
-        allocation_access.check_allocation(w.session, principal, alloc.id)
+        if not alloc_id and item.task_id:
+            # An unmanaged trial's code (off the cluster) has no allocation: it names its task.
+            trial = _unmanaged_trial_of_task(w, principal, item.task_id)
+        else:
+            alloc = w.session.get(models.Allocation, alloc_id) if alloc_id else None
+            if alloc is None:
+                raise InvalidArgument(f"checkpoint.allocation_id: no allocation {alloc_id!r}")
+            allocation_access.check_allocation(w.session, principal, alloc.id)
+            trial = w.session.get_one(models.Trial, alloc.trial_id)
         if w.session.get(models.Checkpoint, item.uuid) is not None:
             return  # a retried report
-        trial = w.session.get_one(models.Trial, alloc.trial_id)
         w.session.add(
             models.Checkpoint(
                 uuid=item.uuid,
                 trial_id=trial.id,
-                allocation_id=alloc.id,
+                allocation_id=alloc_id,
                 task_id=trial_task_id(trial.experiment_id, trial.request_id),
                 report_time=utcnow(),
                 state=CheckpointState.COMPLETED,

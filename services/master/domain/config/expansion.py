@@ -60,13 +60,24 @@ def _with_default_storage(config: dict[str, Any], default: dict[str, Any]) -> di
     return config
 
 
-def expand_config(raw: dict[str, Any], defaults: ConfigDefaults) -> dict[str, Any]:
-    """The configuration with every default filled (JSON data); ConfigError listing every problem."""
+# An unmanaged experiment's code runs outside the cluster: the master starts nothing of it, so its
+# config names no entrypoint (Determined's core_v2 sends none).
+_NOT_REQUIRED_UNMANAGED = frozenset({"entrypoint: required"})
+
+
+def expand_config(
+    raw: dict[str, Any], defaults: ConfigDefaults, *, unmanaged: bool = False
+) -> dict[str, Any]:
+    """The configuration with every default filled (JSON data); ConfigError listing every problem.
+    `unmanaged`: an unmanaged experiment's, whose code sends null for the keys it leaves open and
+    no entrypoint."""
     if not isinstance(raw, dict):
         raise ConfigError(["config: must be a mapping"])
+    if unmanaged:
+        raw = {key: value for key, value in raw.items() if value is not None}
     config = normalized(raw)
     config = _with_default_storage(config, defaults.checkpoint_storage)
-    problems = problems_of_normalized(config)
+    problems = _problems(config, unmanaged)
     if problems:
         raise ConfigError(problems)
 
@@ -80,7 +91,12 @@ def expand_config(raw: dict[str, Any], defaults: ConfigDefaults) -> dict[str, An
     config["hyperparameters"] = explicit_hyperparameters(config["hyperparameters"])
 
     # What the master supplied must hold too (its default storage, its seed): check the result.
-    problems = problems_of_normalized(normalized(config))
+    problems = _problems(normalized(config), unmanaged)
     if problems:
         raise ConfigError(problems)
     return config
+
+
+def _problems(config: dict[str, Any], unmanaged: bool) -> list[str]:
+    problems = problems_of_normalized(config)
+    return [p for p in problems if p not in _NOT_REQUIRED_UNMANAGED] if unmanaged else problems

@@ -145,6 +145,14 @@ def _trials(s: Session, experiment_id: int) -> list[models.Trial]:
     )
 
 
+def _check_managed(exp: models.Experiment) -> None:
+    if exp.unmanaged:
+        raise FailedPrecondition(
+            f"experiment {exp.id} is unmanaged: it is continued by running its code again with the "
+            "same external_experiment_id and external_trial_id, not by the master"
+        )
+
+
 def _check_state(exp: models.Experiment) -> None:
     if exp.state not in TERMINAL:
         raise FailedPrecondition(
@@ -262,6 +270,7 @@ def _plan(ctx: MasterContext, principal: Principal, experiment_id: int, override
     with ctx.db.read() as s:
         exp = _load(s, experiment_id)
         experiment_lifecycle.check_can_modify(principal, exp)
+        _check_managed(exp)
         if exp.archived:
             raise FailedPrecondition(f"experiment {exp.id} is archived: unarchive it before continuing it")
         trials = _trials(s, exp.id)

@@ -75,6 +75,8 @@ def expanded_config(
     text: str,
     template: dict[str, Any] | None = None,
     place: experiment_projects.Placement | None = None,
+    *,
+    unmanaged: bool = False,
 ) -> dict[str, Any]:
     """The config in `text`, merged over `template`'s config when given, with every default; the
     workspace of `place` may replace the master's default storage and pool. The parsed config is
@@ -92,6 +94,7 @@ def expanded_config(
                 resource_pool=(place and place.default_compute_pool) or ctx.settings.default_pool,
                 experiment_seed=int(time.time()) % (2**31),
             ),
+            unmanaged=unmanaged,
         )
         check_json_value(expanded)
         return expanded
@@ -108,7 +111,7 @@ def search_spec(config: dict[str, Any]) -> spb.SearchSpec:
     return spb.SearchSpec(searcher=searcher, hyperparameters=hyperparameters, seed=seed)
 
 
-def _check_pool(ctx: MasterContext, config: dict[str, Any]) -> str:
+def check_pool(ctx: MasterContext, config: dict[str, Any]) -> str:
     resources = config.setdefault("resources", {})
     pool = resources.get("resource_pool") or ctx.settings.default_pool
     names = [p.name for p in ctx.settings.pools]
@@ -153,7 +156,7 @@ def create(ctx: MasterContext, principal: Principal, request: CreateRequest) -> 
     config = expanded_config(ctx, request.config_text, template, place)
     check_experiment_limits(config, ctx.settings.max_trials_per_experiment)
     check_config_policy(ctx.settings, principal, config)
-    pool = _check_pool(ctx, config)
+    pool = check_pool(ctx, config)
     archive = _model_definition(ctx, request)
     slots_per_trial = config_view(config).slots_per_trial
     # More slots than the pool has now (or in a shape its agents cannot give) is accepted with

@@ -80,9 +80,9 @@ def transition(
     otherwise), stamped, logged with its reason and published. `continuing`: the move is
     `det experiment continue` reopening an ended experiment (states.CONTINUE_TRANSITIONS)."""
     previous = exp.state
-    check_experiment(previous, target, continuing=continuing)
+    check_experiment(previous, target, continuing=continuing, unmanaged=exp.unmanaged)
     exp.state = target
-    if continuing:
+    if continuing or (exp.unmanaged and target not in TERMINAL):
         exp.end_time = None
     if target in TERMINAL:
         exp.end_time = utcnow()
@@ -98,8 +98,10 @@ def transition(
 def _owe_side_effects(w: Work, exp: models.Experiment, target: RunState) -> None:
     """What a state owes, written with the state itself: the deferred-work loop does it later,
     through crashes and outages (deferred_work.py)."""
-    if target in TERMINAL:
-        deferred_work.owe(w, deferred_work.CHECKPOINT_GC, exp.id)  # by its checkpoint policy
+    if target in TERMINAL and not exp.unmanaged:
+        # By its checkpoint policy. An unmanaged experiment's checkpoints are its code's: they are
+        # written where that code runs, and a re-run under its external id resumes from them.
+        deferred_work.owe(w, deferred_work.CHECKPOINT_GC, exp.id)
     elif target == S.DELETING:
         deferred_work.owe(w, deferred_work.DELETE_EXPERIMENT, exp.id)  # files first, then rows
 
@@ -111,7 +113,17 @@ def _move(ctx: MasterContext, w: Work, exp: models.Experiment, target: RunState,
     transition(ctx, w, exp, target, f"{verb} by a user")
 
 
+def check_managed(exp: models.Experiment, verb: str) -> None:
+    """An unmanaged experiment's state is its code's to set: the master neither pauses nor starts it."""
+    if exp.unmanaged:
+        raise FailedPrecondition(
+            f"experiment {exp.id} is unmanaged: its code runs outside the cluster and sets its state; "
+            f"it cannot be {verb}"
+        )
+
+
 def pause(ctx: MasterContext, w: Work, exp: models.Experiment) -> None:
+    check_managed(exp, "paused")
     if exp.state == S.PAUSED:
         return
     _move(ctx, w, exp, S.PAUSED, "paused")
@@ -122,6 +134,7 @@ def pause(ctx: MasterContext, w: Work, exp: models.Experiment) -> None:
 
 
 def activate(ctx: MasterContext, w: Work, exp: models.Experiment) -> None:
+    check_managed(exp, "activated")
     if exp.state == S.ACTIVE:
         return
     _move(ctx, w, exp, S.ACTIVE, "activated")
@@ -136,6 +149,9 @@ def _stop(ctx: MasterContext, w: Work, exp: models.Experiment, target: RunState,
         raise FailedPrecondition(f"experiment {exp.id} is {exp.state}; it cannot be {verb}")
     if exp.state == target or (target == S.STOPPING_CANCELED and exp.state == S.STOPPING_KILLED):
         return
+    if exp.unmanaged:
+        _cancel_unmanaged(ctx, w, exp, verb)
+        return
     _move(ctx, w, exp, target, verb)
     # Trials that hold slots are told now; of the rest, the first INLINE_STOPS are stopped now and
     # the others by the deferred-work loop in batches, so the call returns at once whatever the
@@ -148,6 +164,16 @@ def _stop(ctx: MasterContext, w: Work, exp: models.Experiment, target: RunState,
     if more:
         deferred_work.owe(w, deferred_work.STOP_TRIALS, exp.id)
     maybe_finish(ctx, w, exp)
+
+
+def _cancel_unmanaged(ctx: MasterContext, w: Work, exp: models.Experiment, verb: str) -> None:
+    """Nothing of an unmanaged experiment runs on the cluster to be stopped: its open trials and
+    the experiment end CANCELED at once (its code, if still running, may still report; a re-run
+    under its external ids resumes it)."""
+    for trial in _trials(w, exp):
+        if trial.state not in TERMINAL:
+            trial_lifecycle.transition(ctx, w, trial, S.CANCELED, f"{verb} by a user")
+    transition(ctx, w, exp, S.CANCELED, f"{verb} by a user")
 
 
 def _stoppable_states(target: RunState) -> list[RunState]:

@@ -95,6 +95,26 @@ CONTINUE_TRANSITIONS: dict[RunState, frozenset[RunState]] = {
 }
 
 
+# An unmanaged experiment's trials (Determined's Core API v2 run outside the cluster) are moved by
+# their own code (PatchTrial), not by allocations: it may report RUNNING (ACTIVE here), and end
+# COMPLETED or ERROR; a re-run under the same external id resumes an ended trial (back to ACTIVE),
+# as Determined's PatchTrial allows. Nothing stops in between, so there is no STOPPING_* state.
+_UNMANAGED_STATES = (S.PAUSED, S.ACTIVE, S.COMPLETED, S.CANCELED, S.ERROR)
+UNMANAGED_TRIAL_TRANSITIONS: dict[RunState, frozenset[RunState]] = {
+    state: frozenset(other for other in _UNMANAGED_STATES if other != state) for state in _UNMANAGED_STATES
+}
+# Its experiment's state follows its trials' (the most progressed one's), and is deleted like any.
+UNMANAGED_EXPERIMENT_TRANSITIONS: dict[RunState, frozenset[RunState]] = {
+    **{
+        state: targets | ({S.DELETING} if state in TERMINAL else frozenset())
+        for state, targets in UNMANAGED_TRIAL_TRANSITIONS.items()
+    },
+    S.DELETING: EXPERIMENT_TRANSITIONS[S.DELETING],
+    S.DELETE_FAILED: EXPERIMENT_TRANSITIONS[S.DELETE_FAILED],
+    S.DELETED: EXPERIMENT_TRANSITIONS[S.DELETED],
+}
+
+
 class AllocationState(StrEnum):
     PENDING = "PENDING"
     ASSIGNED = "ASSIGNED"
@@ -116,13 +136,22 @@ LIVE_ALLOCATION = frozenset(ALLOCATION_ORDER[:-1])
 PLACED_ALLOCATION = frozenset({A.ASSIGNED, A.PULLING, A.STARTING, A.RUNNING, A.TERMINATING})
 
 
-def check_experiment(current: str, target: RunState, *, continuing: bool = False) -> None:
-    table = CONTINUE_TRANSITIONS if continuing else EXPERIMENT_TRANSITIONS
+def check_experiment(
+    current: str, target: RunState, *, continuing: bool = False, unmanaged: bool = False
+) -> None:
+    if unmanaged:
+        table = UNMANAGED_EXPERIMENT_TRANSITIONS
+    else:
+        table = CONTINUE_TRANSITIONS if continuing else EXPERIMENT_TRANSITIONS
     _check("experiment", table, RunState(current), target)
 
 
-def check_trial(current: str, target: RunState, *, continuing: bool = False) -> None:
-    _check("trial", CONTINUE_TRANSITIONS if continuing else TRIAL_TRANSITIONS, RunState(current), target)
+def check_trial(current: str, target: RunState, *, continuing: bool = False, unmanaged: bool = False) -> None:
+    if unmanaged:
+        table = UNMANAGED_TRIAL_TRANSITIONS
+    else:
+        table = CONTINUE_TRANSITIONS if continuing else TRIAL_TRANSITIONS
+    _check("trial", table, RunState(current), target)
 
 
 def can_experiment(current: str, target: RunState) -> bool:

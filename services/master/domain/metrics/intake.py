@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import and_, func, select, update
 
 from services.common.principal import Principal
-from services.master.domain.identity import allocation_access
+from services.master.domain.identity import access, allocation_access
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.context import MasterContext, Work
 from services.master.domain.kernel.errors import (
@@ -229,6 +229,10 @@ def _intake_trial(w: Work, principal: Principal, trial_id: int) -> tuple[models.
     allocation_access.check_trial(w.session, principal, trial_id)
     if found is None:
         raise NotFound(f"trial {trial_id} not found")
+    if not allocation_access.is_trial_code(principal):
+        # A user's session reports too (an unmanaged run's code): only into what they may change.
+        exp = found[1]
+        access.check_may_change(principal, [exp.owner_id], f"experiment {exp.id}")
     return found[0], found[1]
 
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Select, select
+from sqlalchemy import Select, insert, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -133,6 +134,49 @@ def _lines(rows: list[dict[str, object]]) -> list[LogLine]:
         )
         for row in rows
     ]
+
+
+@dataclass(frozen=True)
+class ShippedLine:
+    """A line an unmanaged trial's code shipped of its own output (the stock client's log shipper)."""
+
+    rank: int | None
+    timestamp: datetime
+    message: str
+
+
+# Bounds on one shipped batch (the stock shipper sends at most 1000 lines at once).
+MAX_SHIPPED_LINES = 5000
+MAX_SHIPPED_LINE_CHARS = 64 * 1024
+
+
+def store_shipped(ctx: MasterContext, task_id: str, trial_id: int, lines: list[ShippedLine]) -> int:
+    """Store a shipped batch under the trial's task. Lines come from no container: each batch is its
+    own source ("shipped-<uuid>"), numbered in order, so every line is stored once."""
+    if not lines:
+        return 0
+    source_id = f"shipped-{uuid.uuid4().hex}"
+    rows = [
+        {
+            "task_id": task_id,
+            "trial_id": trial_id,
+            "allocation_id": "",
+            "container_id": source_id,
+            "seq": seq,
+            "agent_id": "",
+            "rank": line.rank,
+            "stdtype": "stdout",
+            "level": "",
+            "source": "task",
+            "timestamp": line.timestamp,
+            "message": line.message.replace("\x00", "\ufffd"),
+        }
+        for seq, line in enumerate(lines, start=1)
+    ]
+    with ctx.db.transaction() as s:
+        s.execute(insert(models.TaskLog), rows)
+    ctx.topics.publish(_topic(trial_id, task_id))
+    return len(rows)
 
 
 def _topic(trial_id: int | None, task_id: str) -> str:

@@ -18,6 +18,11 @@ EARLY_EXIT_EVENT_REASONS = {
 
 
 def enqueue(ctx: MasterContext, w: Work, experiment_id: int, event: spb.SearcherEvent) -> None:
+    """Owe the searcher `event`; never for an unmanaged experiment, which has no search session
+    (the one guard every event passes, so no path can reach a searcher for it)."""
+    exp = w.session.get(models.Experiment, experiment_id)
+    if exp is not None and exp.unmanaged:
+        return
     w.session.add(
         models.SearcherEvent(
             experiment_id=experiment_id, payload=event.SerializeToString(), created_at=utcnow()

@@ -58,12 +58,16 @@ def transition(
     """Every change of a trial's state: checked against the table (InvalidTransition otherwise),
     stamped, logged with its reason and published; a terminal state tells the hooks (the
     experiment may end). `continuing`: `det experiment continue` reopening an ended trial
-    (states.CONTINUE_TRANSITIONS)."""
+    (states.CONTINUE_TRANSITIONS). A trial of an unmanaged experiment is moved by its own code
+    and checked against its own table (states.UNMANAGED_TRIAL_TRANSITIONS), whoever moves it; one
+    resumed after its end reopens its task."""
     previous = trial.state
-    check_trial(previous, target, continuing=continuing)
+    unmanaged = w.session.get_one(models.Experiment, trial.experiment_id).unmanaged
+    check_trial(previous, target, continuing=continuing, unmanaged=unmanaged)
+    reopening = continuing or (unmanaged and previous in TERMINAL and target not in TERMINAL)
     trial.state = target
-    trial_tasks.follow(ctx, w, trial.experiment_id, trial, target, continuing=continuing)
-    if continuing:
+    trial_tasks.follow(ctx, w, trial.experiment_id, trial, target, continuing=reopening)
+    if reopening:
         trial.end_time = None
     if target in TERMINAL:
         trial.end_time = utcnow()

@@ -63,6 +63,7 @@ class CheckpointsApi(ServicerBase):
             checkpoints.ReportedCheckpoint(
                 uuid=ck.uuid,
                 allocation_id=ck.allocation_id,
+                task_id=ck.task_id,
                 resources=dict(ck.resources),
                 metadata=struct_to_python(ck.metadata),
             ),

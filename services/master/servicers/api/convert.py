@@ -166,6 +166,7 @@ def experiment(row: ExperimentRow, *, with_config: bool = True) -> experiment_pb
             checkpoint_count=row.checkpoint_count,
             duration=int((end - exp.start_time).total_seconds() * 1000),
             model_definition_size=exp.model_definition_size,
+            unmanaged=exp.unmanaged,
         )
     )
     if exp.parent_id is not None:

@@ -23,6 +23,7 @@ from services.master.domain.reads.workspaces import check_project_exists
 from services.master.domain.task_kinds.model_definition import ContextFile
 from services.master.domain.tasks.tensorboard_files import TensorboardFiles
 from services.master.servicers.api import convert
+from services.master.servicers.api import unmanaged as unmanaged_edge
 from services.master.servicers.api.base import ServicerBase
 from services.master.servicers.errors import rpc
 
@@ -84,6 +85,9 @@ class ExperimentsApi(ServicerBase):
     def CreateExperiment(
         self, request: epb.CreateExperimentRequest, context: grpc.ServicerContext
     ) -> epb.CreateExperimentResponse:
+        if request.unmanaged:
+            message, config = unmanaged_edge.create_experiment(self.ctx, self.user(context), request, None)
+            return epb.CreateExperimentResponse(experiment=message, config=convert.struct(config))
         principal = self.user(context)
         if not request.config.strip():
             raise InvalidArgument("config: required (the experiment configuration as YAML text)")

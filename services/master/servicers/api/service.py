@@ -21,6 +21,7 @@ from services.master.servicers.api.task_kinds import TaskKindsApi
 from services.master.servicers.api.tasks import SignalsApi, TasksApi
 from services.master.servicers.api.templates import TemplatesApi
 from services.master.servicers.api.trials import TrialsApi
+from services.master.servicers.api.unmanaged import UnmanagedApi
 from services.master.servicers.api.users import UsersApi
 from services.master.servicers.api.webhooks import WebhooksApi
 from services.master.servicers.api.workspaces import WorkspacesApi
@@ -36,6 +37,7 @@ class CairnServicer(
     ContinuationApi,
     TrialsApi,
     RunsApi,
+    UnmanagedApi,
     MetricsApi,
     SamplesApi,
     CompareApi,

@@ -11,6 +11,7 @@ import grpc
 from cairn.api.v1 import common_pb2, task_pb2
 from cairn.api.v1 import trial_pb2 as tpb
 from services.master.domain.experiments import experiments as experiment_lifecycle
+from services.master.domain.experiments import unmanaged
 from services.master.domain.identity import allocation_access
 from services.master.domain.kernel.states import TERMINAL, RunState, TaskKind
 from services.master.domain.metrics.logs import LogFields, LogFilter, follow_log_fields, read_logs
@@ -58,7 +59,10 @@ class TrialsApi(ServicerBase):
             trial = trial_lifecycle.load(w, request.id)
             exp = experiment_lifecycle.load(w, trial.experiment_id)
             experiment_lifecycle.check_can_modify(principal, exp)
-            trial_lifecycle.stop(self.ctx, w, trial, exp, RunState.STOPPING_KILLED)
+            if exp.unmanaged:
+                unmanaged.kill_trial(self.ctx, w, trial, exp)
+            else:
+                trial_lifecycle.stop(self.ctx, w, trial, exp, RunState.STOPPING_KILLED)
         return tpb.KillTrialResponse()
 
     def _ended(
