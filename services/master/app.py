@@ -335,6 +335,7 @@ class Master:
         for loop in (self.scheduling, self.pump, self.liveness, self.provisioning):
             if loop is not None:
                 loop.join(timeout=5.0)
+        self.scheduling.close()
         self.searchers.shutdown()
         self.scheduler.shutdown()
         self.checkpoints.shutdown()
