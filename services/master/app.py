@@ -356,6 +356,7 @@ class Master:
                 loop.join(timeout=5.0)
         if self.webhooks is not None:
             self.webhooks.close()
+        self.scheduling.close()
         self.searchers.shutdown()
         self.scheduler.shutdown()
         self.checkpoints.shutdown()

@@ -89,7 +89,8 @@ _templates: dict[str, str] = {}
 
 
 def migrated_sqlite(dest: Path) -> str:
-    """The URL of an SQLite file at `dest` (created) holding the migrated schema."""
+    """The URL of an SQLite file at `dest` (created, or replaced: no connection may be open to it)
+    holding the migrated schema."""
     template = _templates.get("sqlite")
     if template is None:
         folder = Path(tempfile.mkdtemp(prefix="cairn-template-"))
@@ -98,6 +99,10 @@ def migrated_sqlite(dest: Path) -> str:
         _migrate(f"sqlite:///{template}")
         _templates["sqlite"] = template
     dest.parent.mkdir(parents=True, exist_ok=True)
+    # A copy over a database used before (a test process's own, reused test after test) must not
+    # meet its old write-ahead log: SQLite would replay it onto the copy.
+    for journal in ("-wal", "-shm", "-journal"):
+        dest.with_name(dest.name + journal).unlink(missing_ok=True)
     shutil.copyfile(template, dest)
     dest.chmod(0o600)
     return f"sqlite:///{dest}"

@@ -231,8 +231,14 @@ class Database:
 
     def listen_to_writes(self, name: str, fn: Any) -> None:
         """Listen to an event of every write session (sqlalchemy.orm.SessionEvents), e.g. to learn
-        which rows each committed transaction changed."""
+        which rows each committed transaction changed. Whoever listens stops (stop_listening_to_writes)
+        when it is done with this database: a listener outlives its owner otherwise."""
         event.listen(self._sessions, name, fn)
+
+    def stop_listening_to_writes(self, name: str, fn: Any) -> None:
+        """Undo listen_to_writes(name, fn); a listener not (or no longer) there is left alone."""
+        if event.contains(self._sessions, name, fn):
+            event.remove(self._sessions, name, fn)
 
     def ping(self) -> bool:
         try:

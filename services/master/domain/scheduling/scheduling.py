@@ -254,6 +254,12 @@ class SchedulingLoop:
     def join(self, timeout: float) -> None:
         self._loop.join(timeout)
 
+    def close(self) -> None:
+        """At the master's stop, once passes are over: the view's tracker stops listening to the
+        database's sessions."""
+        if self.view is not None and self.view.tracker is not None:
+            self.view.tracker.stop()
+
     def _step(self) -> None:
         """A pass, unless it could only repeat the last one: that pass placed and preempted
         nothing, nothing asked for a pass since (allocations requested or ended, agents or their

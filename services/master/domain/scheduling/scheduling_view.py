@@ -74,10 +74,17 @@ class ChangeTracker:
         self._lock = threading.Lock()
         self._committed = Changed(everything=True)
         self._stopped = False
-        db.listen_to_writes("after_flush", self._flushed)
-        db.listen_to_writes("do_orm_execute", self._statement)
-        db.listen_to_writes("after_commit", self._commit)
-        db.listen_to_writes("after_rollback", self._rollback)
+        self._db = db
+        for name, listener in self._listeners():
+            db.listen_to_writes(name, listener)
+
+    def _listeners(self) -> list[tuple[str, Any]]:
+        return [
+            ("after_flush", self._flushed),
+            ("do_orm_execute", self._statement),
+            ("after_commit", self._commit),
+            ("after_rollback", self._rollback),
+        ]
 
     def take(self) -> Changed:
         with self._lock:
@@ -85,8 +92,11 @@ class ChangeTracker:
         return taken
 
     def stop(self) -> None:
-        """Record nothing more (the view is no longer used)."""
-        self._stopped = True
+        """Record nothing more (the view is no longer used, or the master stops): the database's
+        sessions no longer call this tracker. Idempotent."""
+        self._stopped = True  # a unit already past its flush may still call in once
+        for name, listener in self._listeners():
+            self._db.stop_listening_to_writes(name, listener)
 
     def everything(self) -> None:
         with self._lock:

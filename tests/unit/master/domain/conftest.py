@@ -1,27 +1,71 @@
-"""A fresh in-process master domain per test, once on SQLite and once on a scratch PostgreSQL
-database: every domain test here runs on both (`master`), since the two differ where the domain
-leans on the database (isolation, ids, locks, JSON, ordering). `master_on_each_database` is the
-same fixture under the name some tests use to say so. Each database starts from a migrated copy
-(tests/support/databases.py), so a test pays milliseconds for its schema, not every migration."""
+"""A fresh in-process master domain per test (`master`): on SQLite, and on a scratch PostgreSQL
+database as well for the tests where the database matters, those that ask for
+`master_on_each_database` or are marked `on_each_database` (a test, or a whole module's
+`pytestmark`). Those are the tests whose SQL the two databases answer differently: ids and
+sequences, locks and isolation between concurrent units, JSON as stored, set-based inserts,
+ordering and paging, uniqueness as clients spell names, migrations, metric intake and reads,
+deletion. The rest exercise the domain's own decisions over rows the ORM reads and writes alike on
+both, and run on SQLite alone, which halves the time they took.
+
+Each test's database starts from a migrated copy (tests/support/databases.py), so a test pays
+milliseconds for its schema, not every migration. A test process keeps one database of each kind
+and one `Database` for it, handed to each test's master: the rows are put back as the template
+left them between tests, and the engines keep the statements SQLAlchemy compiled (compiling them
+again for every test's new engine was a fifth of the tests' CPU). A master's close() stops its
+listeners and closes its connections, so the next test's master finds the `Database` as new."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
+from services.master.store.db import Database
 from tests.support.databases import BACKENDS, fresh_database, migrated_sqlite
 from tests.unit.master.domain.harness import Master
 
+EACH_DATABASE = "master_on_each_database"
 
-@pytest.fixture(params=BACKENDS)
-def master(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Master]:
-    if request.param == "sqlite":
-        # Where the master keeps its database by default, so a test may start one there again.
-        migrated_sqlite(tmp_path / "master" / "master.db")
-    with fresh_database(request.param, tmp_path, migrated=True) as url:
-        m = Master(tmp_path / "master", db_url=None if request.param == "sqlite" else url, migrated=True)
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # The backend is a parameter of every test that gets a master, so its id names the database
+    # either way (`-k sqlite`, `-k postgres` select by it).
+    if "master" in metafunc.fixturenames:
+        each = EACH_DATABASE in metafunc.fixturenames or bool(
+            metafunc.definition.get_closest_marker("on_each_database")
+        )
+        metafunc.parametrize("backend", BACKENDS if each else ("sqlite",), scope="function")
+
+
+# This test process's Database for each database URL it gave a master.
+_databases: dict[str, Database] = {}
+
+
+@pytest.fixture(scope="session")
+def _sqlite_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where this test process keeps its SQLite database, a fresh copy for each test."""
+    return tmp_path_factory.mktemp("domain-sqlite")
+
+
+@contextmanager
+def _database_url(backend: str, sqlite_home: Path, tmp_path: Path) -> Iterator[str]:
+    if backend == "sqlite":
+        yield migrated_sqlite(sqlite_home / "master.db")
+        return
+    with fresh_database(backend, tmp_path, migrated=True) as url:
+        assert url is not None
+        yield url
+
+
+@pytest.fixture
+def master(backend: str, tmp_path: Path, _sqlite_home: Path) -> Iterator[Master]:
+    with _database_url(backend, _sqlite_home, tmp_path) as url:
+        db = _databases.get(url)
+        if db is None:
+            db = _databases[url] = Database(url)
+        m = Master(tmp_path / "master", db_url=url, migrated=True, db=db)
         try:
             yield m
         finally:
@@ -30,4 +74,5 @@ def master(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Master]:
 
 @pytest.fixture
 def master_on_each_database(master: Master) -> Master:
+    """`master`, and the test runs on each database."""
     return master

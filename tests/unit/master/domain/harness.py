@@ -228,17 +228,26 @@ class Master:
     """The domain with its loops driven by hand."""
 
     def __init__(
-        self, state_dir: Path, *, pools: Iterable[Any] = (), db_url: str | None = None, migrated: bool = False
+        self,
+        state_dir: Path,
+        *,
+        pools: Iterable[Any] = (),
+        db_url: str | None = None,
+        migrated: bool = False,
+        db: Database | None = None,
     ) -> None:
         """`migrated`: the database is at the latest migration already (a copy of the test process's
         template, tests/support/databases.py), so alembic's check of it is skipped (it compiles every
-        migration script again: 12 ms a test)."""
+        migration script again: 12 ms a test). `db`: the Database of `db_url` to use rather than a
+        new one (the domain fixture keeps one per database for its test process: its engines keep
+        the statements SQLAlchemy compiled); this master's close() leaves it as it found it."""
         settings = Settings(state_dir=state_dir, db_url=db_url or f"sqlite:///{state_dir / 'master.db'}")
         if pools:
             settings = Settings(state_dir=state_dir, db_url=settings.db_url, pools=tuple(pools))
         state_dir.mkdir(parents=True, exist_ok=True)
         self._state_dir, self._db_url, self._pools = state_dir, settings.db_url, tuple(pools)
-        self.db = Database(settings.database_url)
+        self._given_db = db
+        self.db = db if db is not None else Database(settings.database_url)
         if not migrated:
             self.db.migrate()
         self.hub = RecordingHub()
@@ -271,11 +280,16 @@ class Master:
         return self.deferred.run_due()
 
     def close(self) -> None:
+        """As the master stops: its scheduling view stops listening to the database's sessions, and
+        the database's connections are closed (its engines stay usable)."""
+        self.scheduling.close()
         self.db.dispose()
 
     def restarted(self) -> Master:
         """A new master on this one's state and database, as after a restart (close this one first)."""
-        return Master(self._state_dir, pools=self._pools, db_url=self._db_url, migrated=True)
+        return Master(
+            self._state_dir, pools=self._pools, db_url=self._db_url, migrated=True, db=self._given_db
+        )
 
     # -- the cluster ------------------------------------------------------------------------------
     def add_agent(

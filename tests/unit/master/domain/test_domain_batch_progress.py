@@ -15,6 +15,9 @@ from services.master.domain.metrics.reports import Report
 from services.master.store import models
 from tests.unit.master.domain.harness import Master
 
+# On each database: metric intake, whose lock depends on the database.
+pytestmark = pytest.mark.on_each_database
+
 
 def _running_trial(master: Master) -> models.Trial:
     master.add_agent("a1", slots=1)

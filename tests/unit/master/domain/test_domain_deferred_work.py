@@ -23,6 +23,9 @@ from services.master.store.db import MIGRATIONS_DIR, Database
 from tests.unit.master.domain.harness import Master
 from tests.unit.master.domain.test_domain_models import Trial
 
+# On each database: owed work is rows written with the change that owes them; deletion, restart, upgrade.
+pytestmark = pytest.mark.on_each_database
+
 
 def _owed(master: Master) -> list[models.DeferredWork]:
     with master.db.read() as s:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import text
@@ -15,6 +16,9 @@ from services.master.domain.deletion import deletion
 from services.master.domain.experiments import experiments
 from services.master.store.db import MIGRATIONS_DIR, Database
 from tests.unit.master.domain.harness import Master
+
+# On each database: ids come from SQLite's rowids and PostgreSQL's sequences; the rebuild is a migration.
+pytestmark = pytest.mark.on_each_database
 
 
 def _delete(master: Master, experiment_id: int) -> None:

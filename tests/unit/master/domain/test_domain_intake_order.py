@@ -16,6 +16,9 @@ from services.master.domain.metrics.reports import Report
 from services.master.store import models
 from tests.unit.master.domain.harness import Master
 
+# On each database: metric intake from threads, ordered against each database's locks and commits.
+pytestmark = pytest.mark.on_each_database
+
 
 def _running_trial(master: Master) -> models.Trial:
     master.add_agent("a1", slots=1)

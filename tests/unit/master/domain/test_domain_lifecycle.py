@@ -57,6 +57,7 @@ def test_pause_is_graceful_activate_resumes_and_kill_wins(master: Master) -> Non
     assert master.experiment(experiment_id).state == "CANCELED"
 
 
+@pytest.mark.on_each_database  # metric intake, and the archiving UPDATE
 def test_reports_are_stored_once_and_a_restart_archives_what_its_checkpoint_lost(master: Master) -> None:
     master.add_agent("a1")
     experiment_id = master.create(max_restarts=1)

@@ -20,6 +20,9 @@ from services.master.servicers.api import metrics_wire
 from services.master.store import metric_rows, models
 from tests.unit.master.domain.harness import Master
 
+# On each database: metric intake: the rows and the JSON text each database stores and reads back.
+pytestmark = pytest.mark.on_each_database
+
 NAMES = ("loss", "accuracy", "lr")
 
 

@@ -29,6 +29,9 @@ from services.master.store import models
 from services.master.store.db import Database
 from tests.unit.master.domain.harness import Master
 
+# On each database: the prepared statement and the JSON each database reads; a lost PostgreSQL connection.
+pytestmark = pytest.mark.on_each_database
+
 # What a training loop reports, and everything else a report may hold.
 ODD_VALUES: dict[str, Any] = {
     "loss": 0.123456789,

@@ -20,6 +20,9 @@ from services.master.store import metric_rows, models
 from tests.unit.master.domain.harness import Master
 from tests.unit.master.domain.test_domain_models import Trial
 
+# On each database: row locks (FOR KEY SHARE, FOR UPDATE) that PostgreSQL takes and SQLite has not.
+pytestmark = pytest.mark.on_each_database
+
 
 def _metric_rows(master: Master, trial_id: int) -> int:
     with master.db.read() as s:

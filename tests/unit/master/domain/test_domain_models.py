@@ -32,6 +32,9 @@ from services.master.domain.workspaces import workspaces
 from services.master.store import models
 from tests.unit.master.domain.harness import InProcessCheckpoints, Master
 
+# On each database: version numbers taken in SQL; a registration against a deletion under way (row locks).
+pytestmark = pytest.mark.on_each_database
+
 
 class Trial:
     """A running one-trial experiment whose checkpoints have real files."""

@@ -9,12 +9,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import event, select
 
 from cairn.scheduler.v1 import scheduler_pb2 as pb
 from services.master.domain.experiments import experiment_edits, experiments
+from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.errors import Unavailable
 from services.master.domain.scheduling import scheduling
+from services.master.domain.scheduling.scheduling_view import ChangeTracker
 from services.master.store import models
 from tests.unit.master.domain.harness import Master, config_text
 
@@ -175,3 +177,38 @@ def test_a_pass_that_places_many_starts_them_a_chunk_per_transaction(
     assert sorted(offsets) == list(range(100))  # one port block each, across the chunks
     assert master.ctx.telemetry.scheduling_start.snapshot().count >= 1
     assert master.ctx.telemetry.scheduling_pass_cpu.snapshot().count >= 1
+
+
+class CountingTracker(ChangeTracker):
+    """A tracker that counts the flushes it was told of."""
+
+    flushes = 0
+
+    def _flushed(self, session: Any, context: Any) -> None:
+        self.flushes += 1
+        super()._flushed(session, context)
+
+
+def test_a_stopped_tracker_and_a_closed_masters_view_are_told_of_no_more_writes(master: Master) -> None:
+    """A tracker that stops (its view no longer used, or its master stopping) leaves the database's
+    sessions: a master started again on the same Database must not find the last one's listeners."""
+    tracker = CountingTracker(master.db)
+    master.add_agent("a1")
+    told = tracker.flushes
+    assert told > 0 and tracker.take()
+    tracker.stop()
+    tracker.stop()  # idempotent
+    master.add_agent("a2")
+    assert tracker.flushes == told and not tracker.take()
+
+    view = master.scheduling.view
+    assert view is not None and view.tracker is not None
+    master.close()
+    view.tracker.take()
+    with master.db.transaction() as s:
+        now = utcnow()
+        s.add(models.Agent(id="a3", resource_pool="default", registered_time=now, last_seen=now))
+    assert not view.tracker.take()
+    assert not any(
+        event.contains(master.db._sessions, name, listener) for name, listener in view.tracker._listeners()
+    )

@@ -348,6 +348,7 @@ def test_set_priority_moves_a_task_and_its_allocation_within_bounds(master: Mast
         tasks.set_priority(master.ctx, master.admin, task_id, TaskKind.COMMAND, 20)
 
 
+@pytest.mark.on_each_database  # paging (offset, limit, order) is SQL each database answers
 def test_task_lists_page_by_determined_rules(master: Master) -> None:
     ids = [launch(master, {"entrypoint": ["true"], "resources": {"slots": 0}}) for _ in range(3)]
     with master.db.read() as s:

@@ -82,6 +82,7 @@ def test_a_tensorboard_of_named_trials_shows_only_those(master: Master, trial: T
         assert [item["trial_id"] for item in tensorboard_sources.sources(Work(s), task)] == [trial.trial_id]
 
 
+@pytest.mark.on_each_database  # deletion
 def test_an_experiments_tensorboard_files_go_with_it(master: Master, trial: Trial, tmp_path: Path) -> None:
     master.ctx.experiment_delete_hooks.append(
         TensorboardFiles(master.ctx, master.checkpoints).delete_experiment_files
@@ -106,6 +107,7 @@ def test_an_experiments_tensorboard_files_go_with_it(master: Master, trial: Tria
         assert s.get(models.Experiment, trial.experiment_id) is None
 
 
+@pytest.mark.on_each_database  # deletion
 def test_an_experiment_that_never_reported_is_deleted_without_a_storage_root(
     master: Master, tmp_path: Path
 ) -> None:

@@ -29,6 +29,10 @@ from services.master.domain.workspaces import workspaces
 from services.master.store import models
 from tests.unit.master.domain.harness import Master, config_text
 
+# On each database: names unique as clients spell them (lower(), unique keys), and deleting what
+# holds experiments.
+pytestmark = pytest.mark.on_each_database
+
 NO_SETTINGS = workspaces.WorkspaceSettings()
 
 
