@@ -16,10 +16,11 @@ from services.agent.containers.python_envs import PythonEnv, PythonEnvs
 from services.agent.containers.startup_hook import with_startup_hook
 from services.agent.containers.states import FailureType
 from services.agent.containers.task_env import MasterFacts, task_environment
+from services.agent.containers.task_shm import SHM_TARGET, ShmSizeError, shm_size
 from services.agent.requests import StartRequest
 from services.agent.runtime.context_archive import UnsafeArchiveError, unpack_context
 from services.agent.runtime.docker_spec import CONTAINER_WORKDIR
-from services.agent.runtime.private_mounts import Bind, in_private_mounts
+from services.agent.runtime.private_mounts import Bind, in_private_mounts, tmpfs
 from services.agent.runtime.protocol import META_DIR_NAME, ContainerPaths
 from services.agent.slots import SlotInfo
 from services.agent.task_user import TaskDirs, is_inside
@@ -187,6 +188,8 @@ class Preparer:
             # Last: the folders bound before may lie under the host's /tmp.
             needed = self._host_paths_needed(workdir, request, python_env)
             binds += self._private_tmp(task_dirs.tmp_path(request.container_id), needed, env, note)
+        if not self._in_docker:
+            binds += self._private_shm(request, note)
         argv = in_private_mounts(argv, binds)
         if task_dirs is not None:
             task_dirs.hand_over(workdir)
@@ -222,6 +225,24 @@ class Preparer:
             return [Bind(tmp, "/tmp")]
         env["TMPDIR"] = str(tmp)
         note(f"/tmp is shared with other tasks: {why}; TMPDIR is the task's own {tmp}", "WARNING")
+        return []
+
+    def _private_shm(self, request: StartRequest, note: Note) -> list[Bind]:
+        """The task's own /dev/shm of the config's shm_size (task_shm.py), as a Docker container
+        has; where the agent cannot make one, the host's, said in the task's log when the config
+        asked for a size."""
+        try:
+            size, asked = shm_size(request.container_config)
+        except ShmSizeError as exc:
+            raise StartError(FailureType.TASK_ERROR, str(exc)) from exc
+        if self._private_mounts:
+            return [tmpfs(SHM_TARGET, size)]
+        if asked:
+            note(
+                f"resources.shm_size ({size} bytes) is not applied: this agent cannot give tasks a "
+                "private mount namespace (run it as root); /dev/shm is the host's, shared with other tasks",
+                "WARNING",
+            )
         return []
 
     def _determined_surroundings(
