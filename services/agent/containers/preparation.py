@@ -16,7 +16,7 @@ from services.agent.containers.python_envs import PythonEnv, PythonEnvs
 from services.agent.containers.startup_hook import with_startup_hook
 from services.agent.containers.states import FailureType
 from services.agent.containers.task_env import MasterFacts, task_environment
-from services.agent.containers.task_shm import SHM_TARGET, ShmSizeError, shm_size
+from services.agent.containers.task_shm import SHM_TARGET, ShmSizeError, ignored_pull_settings, shm_size
 from services.agent.requests import StartRequest
 from services.agent.runtime.context_archive import UnsafeArchiveError, unpack_context
 from services.agent.runtime.docker_spec import CONTAINER_WORKDIR
@@ -163,6 +163,13 @@ class Preparer:
             if choice.note:
                 note(choice.note, "WARNING")
             python_env = choice.env
+            ignored = ignored_pull_settings(request.container_config)
+            if ignored:
+                note(
+                    f"{' and '.join(ignored)}: the process runtime runs no image (the task runs in "
+                    "a Python environment of the agent's machine); ignored",
+                    "INFO",
+                )
         env = task_environment(
             base=base_env,
             spec_environment=request.environment,

@@ -1,5 +1,6 @@
-"""A process-runtime task's /dev/shm: what the config's `resources.shm_size` gives a Docker
-container (runtime/docker_spec.py), a tmpfs of its own in the task's mount namespace.
+"""What a process-runtime task takes from the config's container-shaping part: its /dev/shm, what
+`resources.shm_size` gives a Docker container (runtime/docker_spec.py), a tmpfs of its own in the
+task's mount namespace; and which image pull settings it leaves aside (it runs no image).
 
 Unset, it is Determined's default of 4 GiB, as in Determined's containers (its Docker agents; its
 HPC launchers share the host's /dev/shm, which is what a task here sees only where the agent cannot
@@ -35,3 +36,22 @@ def shm_size(container_config: str) -> tuple[int, bool]:
     except ContainerConfigError as exc:
         raise ShmSizeError(str(exc)) from exc
     return (size or DOCKER_ZERO_SHM_BYTES), True
+
+
+def ignored_pull_settings(container_config: str) -> list[str]:
+    """The image pull settings a config gives (environment.force_pull_image true, registry_auth),
+    which the process runtime, running no image, leaves aside; unreadable JSON gives none (shm_size
+    reports it)."""
+    try:
+        config = json.loads(container_config) if container_config else {}
+    except ValueError:
+        return []
+    environment = config.get("environment") if isinstance(config, dict) else None
+    if not isinstance(environment, dict):
+        return []
+    named = []
+    if environment.get("force_pull_image") is True:
+        named.append("environment.force_pull_image")
+    if environment.get("registry_auth"):
+        named.append("environment.registry_auth")
+    return named

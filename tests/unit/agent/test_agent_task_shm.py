@@ -160,3 +160,11 @@ def test_a_standby_gets_its_dev_shm_at_the_hand_over() -> None:
         probe.kill()
         probe.wait()
     assert shm_bytes(out) == 80 << 20
+
+
+def test_the_process_runtime_notes_the_pull_settings_it_leaves_aside(tmp_path: Path) -> None:
+    pull = json.dumps({"environment": {"force_pull_image": True, "registry_auth": {"username": "u"}}})
+    _, notes = prepare(tmp_path / "a", private=False, container_config=pull)
+    assert len(notes) == 1 and "environment.force_pull_image and environment.registry_auth" in notes[0]
+    _, quiet = prepare(tmp_path / "b", private=False, container_config=config())
+    assert quiet == []
