@@ -16,11 +16,13 @@ from services.agent.containers.context_cache import ContextCache
 from services.agent.containers.python_envs import PythonEnv, PythonEnvs
 from services.agent.containers.startup_hook import with_startup_hook
 from services.agent.containers.states import FailureType
+from services.agent.containers.system_folders import covered_system_folder
 from services.agent.containers.task_env import MasterFacts, task_environment
+from services.agent.containers.task_shm import SHM_TARGET, ShmSizeError, ignored_pull_settings, shm_size
 from services.agent.requests import StartRequest
 from services.agent.runtime.context_archive import UnsafeArchiveError, unpack_context
 from services.agent.runtime.docker_spec import CONTAINER_WORKDIR
-from services.agent.runtime.private_mounts import Bind, in_private_mounts
+from services.agent.runtime.private_mounts import Bind, in_private_mounts, read_only, tmpfs
 from services.agent.runtime.protocol import META_DIR_NAME, ContainerPaths
 from services.agent.slots import SlotInfo
 from services.agent.task_user import TaskDirs, TaskUser, is_inside
@@ -143,6 +145,13 @@ class Preparer:
             parts = Path(target).parts
             if target and not os.path.isabs(target) and (".." in parts or parts[0] == META_DIR_NAME):
                 return f"start.spec.mounts: container_path {target!r} must stay inside the working directory"
+            if not self._in_docker and os.path.isabs(target) and target != mount.host_path:
+                covered = covered_system_folder(target)
+                if covered is not None:
+                    return (
+                        f"start.spec.mounts: container_path {target!r} would cover {covered} of the agent's "
+                        "machine (the process runtime binds in the host's filesystem); choose another path"
+                    )
         return None
 
     def _cannot_switch(self, request: StartRequest) -> str | None:
@@ -183,12 +192,20 @@ class Preparer:
         base_env = {} if self._in_docker else self._base_env
         if account is not None and task_dirs is not None:
             base_env = {**base_env, **account.environment(workdir)}
+        mount_binds: list[Bind] = []
         if not self._in_docker:
-            self._expose_mounts(request, workdir, note)
+            mount_binds = self._expose_mounts(request, workdir, note)
             choice = self._python_envs.choose(request.image)
             if choice.note:
                 note(choice.note, "WARNING")
             python_env = choice.env
+            ignored = ignored_pull_settings(request.container_config)
+            if ignored:
+                note(
+                    f"{' and '.join(ignored)}: the process runtime runs no image (the task runs in "
+                    "a Python environment of the agent's machine); ignored",
+                    "INFO",
+                )
         env = task_environment(
             base=base_env,
             spec_environment=request.environment,
@@ -217,6 +234,11 @@ class Preparer:
             # Last: the folders bound before may lie under the host's /tmp.
             needed = self._host_paths_needed(workdir, request, python_env)
             binds += self._private_tmp(task_dirs.tmp_path(request.container_id), needed, env, note)
+        if not self._in_docker:
+            # After the private /tmp: a container path under /tmp must not be hidden by it (a host
+            # path under /tmp keeps /tmp shared: _host_paths_needed).
+            binds += mount_binds
+            binds += self._private_shm(request, note)
         argv = in_private_mounts(argv, binds)
         if task_dirs is not None and account is not None:
             task_dirs.hand_over(workdir, account)
@@ -270,6 +292,24 @@ class Preparer:
             return [Bind(tmp, "/tmp")]
         env["TMPDIR"] = str(tmp)
         note(f"/tmp is shared with other tasks: {why}; TMPDIR is the task's own {tmp}", "WARNING")
+        return []
+
+    def _private_shm(self, request: StartRequest, note: Note) -> list[Bind]:
+        """The task's own /dev/shm of the config's shm_size (task_shm.py), as a Docker container
+        has; where the agent cannot make one, the host's, said in the task's log when the config
+        asked for a size."""
+        try:
+            size, asked = shm_size(request.container_config)
+        except ShmSizeError as exc:
+            raise StartError(FailureType.TASK_ERROR, str(exc)) from exc
+        if self._private_mounts:
+            return [tmpfs(SHM_TARGET, size)]
+        if asked:
+            note(
+                f"resources.shm_size ({size} bytes) is not applied: this agent cannot give tasks a "
+                "private mount namespace (run it as root); /dev/shm is the host's, shared with other tasks",
+                "WARNING",
+            )
         return []
 
     def _determined_surroundings(
@@ -371,18 +411,25 @@ class Preparer:
                 "WARNING",
             )
 
-    def _expose_mounts(self, request: StartRequest, workdir: Path, note: Note) -> None:
-        # The process runtime cannot mount: the command sees host paths as they are. A relative
-        # container path becomes a link in the working directory; an absolute one that differs
-        # from the host path cannot be honoured and is reported.
+    def _expose_mounts(self, request: StartRequest, workdir: Path, note: Note) -> list[Bind]:
+        """The mounts as the task sees them (Determined's bind_mounts): a relative container path
+        becomes a link in the working directory (Determined's are relative to it); an absolute one
+        that differs from the host path is bound there in the task's own mount namespace (read-only
+        where asked), as a container would have it; without a namespace (the agent is not root)
+        the task sees the host path only, and is told so."""
+        binds: list[Bind] = []
         for mount in request.mounts:
             target = mount.container_path
             if not target or target == mount.host_path:
                 continue
             if os.path.isabs(target):
+                if self._private_mounts:
+                    source = Path(mount.host_path)
+                    binds.append(read_only(source, target) if mount.read_only else Bind(source, target))
+                    continue
                 note(
-                    f"mount {mount.host_path} -> {target}: the process runtime cannot remap absolute paths; "
-                    f"use {mount.host_path}",
+                    f"mount {mount.host_path} -> {target}: this agent cannot give tasks a private mount "
+                    f"namespace (run it as root), so it cannot bind {target}; use {mount.host_path}",
                     "WARNING",
                 )
                 continue
@@ -390,6 +437,7 @@ class Preparer:
             link.parent.mkdir(parents=True, exist_ok=True)
             if not link.exists() and not link.is_symlink():
                 link.symlink_to(mount.host_path)
+        return binds
 
 
 def _under_tmp(path: Path) -> bool:

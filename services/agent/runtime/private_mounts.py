@@ -8,6 +8,11 @@ takes root (the agent's privilege drop to the task user comes after, innermost i
 Why /tmp: tasks of different users must not share it, and Determined's harness itself writes fixed
 names there (its DeepSpeed launcher's /tmp/pid_server-<allocation>), so two tasks on one machine
 collide in a shared /tmp.
+
+Why /dev/shm: a Docker container has a /dev/shm tmpfs of its own, of the config's
+`resources.shm_size` (Determined's default 4 GiB); a task here gets the same, a tmpfs mounted in
+its namespace (a "bind" whose source is TMPFS_SOURCE_PREFIX and the size: no real source is a
+relative path). Its size is a cap, not memory set aside.
 """
 
 from __future__ import annotations
@@ -25,9 +30,18 @@ from typing import Any, NoReturn
 
 # Runs inside the new namespace: "$@" is SOURCE TARGET pairs, then "--", then the task's command.
 # unshare and sh both exec, so the task's process keeps the pid and process group the shim gave it.
+# A source "tmpfs:size=N" is a new tmpfs of N bytes, with Docker's /dev/shm options; a source
+# "ro:PATH" is PATH bound read-only (a bind, then its remount read-only). No real source is a
+# relative path, so neither mark can be taken for one.
+TMPFS_SOURCE_PREFIX = "tmpfs:size="
+TMPFS_OPTIONS = "mode=1777,nosuid,nodev,noexec"
+READ_ONLY_PREFIX = "ro:"
 _BIND_ALL_AND_EXEC = (
-    'set -e; while [ "$1" != -- ]; do [ -e "$2" ] || mkdir -p "$2"; mount --bind "$1" "$2"; shift 2; done; '
-    'shift; exec "$@"'
+    'set -e; while [ "$1" != -- ]; do [ -e "$2" ] || mkdir -p "$2"; case "$1" in '
+    f"{TMPFS_SOURCE_PREFIX}*) "
+    f'mount -t tmpfs -o "size=${{1#{TMPFS_SOURCE_PREFIX}}},{TMPFS_OPTIONS}" tmpfs "$2";; '
+    f'{READ_ONLY_PREFIX}*) mount --bind "${{1#{READ_ONLY_PREFIX}}}" "$2"; mount -o remount,bind,ro "$2";; '
+    '*) mount --bind "$1" "$2";; esac; shift 2; done; shift; exec "$@"'
 )
 _UNSHARE = ("unshare", "--mount", "--propagation", "private", "--")
 _BIND_ALL_AND_EXEC_ARGV = ("sh", "-c", _BIND_ALL_AND_EXEC, "sh")
@@ -35,8 +49,35 @@ _BIND_ALL_AND_EXEC_ARGV = ("sh", "-c", _BIND_ALL_AND_EXEC, "sh")
 
 @dataclass(frozen=True)
 class Bind:
-    source: Path  # the task's own folder (or file: its /etc/passwd, task_accounts.py)
+    source: Path  # the task's own folder, or file (its /etc/passwd, task_accounts.py), or a tmpfs (see tmpfs)
     target: str  # the path the task sees it at (a missing one is made a folder)
+
+    @property
+    def read_only(self) -> bool:
+        return str(self.source).startswith(READ_ONLY_PREFIX)
+
+    @property
+    def folder(self) -> str:
+        """The folder bound (without the read-only mark)."""
+        return str(self.source).removeprefix(READ_ONLY_PREFIX)
+
+    @property
+    def tmpfs_bytes(self) -> int | None:
+        """The size of the new tmpfs this mount is; None for a bind of a folder."""
+        text = str(self.source)
+        return int(text.removeprefix(TMPFS_SOURCE_PREFIX)) if text.startswith(TMPFS_SOURCE_PREFIX) else None
+
+
+def read_only(source: Path, target: str) -> Bind:
+    """`source` bound on `target` read-only."""
+    return Bind(Path(f"{READ_ONLY_PREFIX}{source}"), target)
+
+
+def tmpfs(target: str, size_bytes: int) -> Bind:
+    """A new tmpfs of `size_bytes` on `target` (the task's own /dev/shm)."""
+    if size_bytes <= 0:
+        raise ValueError(f"a tmpfs needs a positive size, not {size_bytes}")
+    return Bind(Path(f"{TMPFS_SOURCE_PREFIX}{size_bytes}"), target)
 
 
 def supported() -> bool:
@@ -206,6 +247,7 @@ def _binder_child(namespace: int, orders: int, errors: int) -> NoReturn:  # prag
 
 _CLONE_NEWNS = 0x00020000
 _MS_BIND = 4096
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT = 1, 2, 4, 8, 32
 _MNT_DETACH = 2
 
 
@@ -229,8 +271,29 @@ def _bind_all(libc: Any, binds: Sequence[Bind], unmount: Sequence[str]) -> None:
     for bind in binds:
         if not os.path.exists(bind.target):
             os.makedirs(bind.target)
+        size = bind.tmpfs_bytes
+        if size is not None:
+            _check(
+                libc,
+                libc.mount(
+                    b"tmpfs",
+                    bind.target.encode(),
+                    b"tmpfs",
+                    _MS_NOSUID | _MS_NODEV | _MS_NOEXEC,
+                    f"size={size},mode=1777".encode(),
+                ),
+                f"mount -t tmpfs (size {size}) {bind.target}",
+            )
+            continue
         _check(
             libc,
-            libc.mount(str(bind.source).encode(), bind.target.encode(), None, _MS_BIND, None),
-            f"mount --bind {bind.source} {bind.target}",
+            libc.mount(bind.folder.encode(), bind.target.encode(), None, _MS_BIND, None),
+            f"mount --bind {bind.folder} {bind.target}",
         )
+        if bind.read_only:
+            flags = _MS_BIND | _MS_REMOUNT | _MS_RDONLY
+            _check(
+                libc,
+                libc.mount(None, bind.target.encode(), None, flags, None),
+                f"mount -o remount,bind,ro {bind.target}",
+            )

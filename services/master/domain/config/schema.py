@@ -72,6 +72,18 @@ def _integer(minimum: int | None = None, maximum: int = MAX_CONFIG_COUNT) -> Sch
     return schema
 
 
+# Docker's AuthConfig fields (Determined's environment.registry_auth).
+REGISTRY_AUTH_FIELDS = (
+    "username",
+    "password",
+    "auth",
+    "email",
+    "serveraddress",
+    "identitytoken",
+    "registrytoken",
+)
+
+
 def _string(non_empty: bool = False) -> Schema:
     return {"type": "string", "minLength": 1} if non_empty else {"type": "string"}
 
@@ -405,10 +417,11 @@ _ENVIRONMENT: Schema = _closed(
             "default": [],
         },
         "force_pull_image": _defaulted(_boolean(), False),
-        # The docker runtime reads registry_auth and add/drop_capabilities (checked there, naming
-        # the field: services/agent/runtime/docker_spec.py); the rest is accepted for Determined
-        # compatibility and unused.
-        "registry_auth": {"type": "object"},
+        # The docker runtime reads registry_auth and add/drop_capabilities (checked there again,
+        # naming the field: services/agent/runtime/docker_spec.py); the process runtime runs no
+        # image and says so in the task's log. registry_auth is Docker's AuthConfig, as Determined
+        # takes it: refused here, before anything is stored, when it is not.
+        "registry_auth": _closed({key: _string() for key in REGISTRY_AUTH_FIELDS}),
         "pod_spec": {"type": "object"},
         # Each port once (checks.py): `/proxy/{task id}:{port}/` names one service.
         "proxy_ports": {

@@ -24,6 +24,7 @@ from services.common.principal import Principal
 from services.master.domain.allocations import allocations, stops
 from services.master.domain.config import ConfigError
 from services.master.domain.config.bounds import check_json_value
+from services.master.domain.config.image_pull import image_pull_problem
 from services.master.domain.config.policies import check_config_policy
 from services.master.domain.config.template_merge import merge_template
 from services.master.domain.identity import access
@@ -176,6 +177,9 @@ def _check_sections(config: dict[str, Any]) -> None:
         value = config.get(key)
         if value is not None and not isinstance(value, shape):
             raise InvalidArgument(f"config.{key}: must be {named}, not {type(value).__name__}")
+    problem = image_pull_problem(config.get("environment") or {})
+    if problem:
+        raise InvalidArgument(problem)
 
 
 def _context(w: Work, ctx: MasterContext, request: TaskRequest) -> bytes:

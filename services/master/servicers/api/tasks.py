@@ -4,6 +4,7 @@ waits on)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import grpc
@@ -12,6 +13,7 @@ from cairn.api.v1 import notebook_pb2 as npb
 from cairn.api.v1 import task_pb2
 from services.master.domain.allocations import task_services
 from services.master.domain.kernel.states import AllocationState as A
+from services.master.domain.kernel.states import TaskKind, TaskState
 from services.master.domain.metrics import signals
 from services.master.domain.reads import tasks as reads
 from services.master.domain.reads.tasks import live_allocations
@@ -31,6 +33,41 @@ ALLOCATION_STATES = {
     A.TERMINATING: State.STATE_TERMINATING,
     A.TERMINATED: State.STATE_TERMINATED,
 }
+
+
+GenericState = npb.GenericTaskState
+# A generic task's state as Determined's GenericTaskState names it (Cairn has no STOPPING_COMPLETED
+# or STOPPING_ERROR: a task's own end is recorded when its allocation ends, never asked for).
+GENERIC_TASK_STATES = {
+    TaskState.ACTIVE: GenericState.GENERIC_TASK_STATE_ACTIVE,
+    TaskState.STOPPING_PAUSED: GenericState.GENERIC_TASK_STATE_STOPPING_PAUSED,
+    TaskState.PAUSED: GenericState.GENERIC_TASK_STATE_PAUSED,
+    TaskState.STOPPING_CANCELED: GenericState.GENERIC_TASK_STATE_STOPPING_CANCELED,
+    TaskState.COMPLETED: GenericState.GENERIC_TASK_STATE_COMPLETED,
+    TaskState.CANCELED: GenericState.GENERIC_TASK_STATE_CANCELED,
+    TaskState.ERROR: GenericState.GENERIC_TASK_STATE_ERROR,
+}
+
+
+def _task_message(task: models.Task, allocations: list[models.Allocation]) -> npb.Task:
+    """Determined's Task: the generic-task fields (state, no_pause, config) only on a generic task,
+    unset (null on the wire) on every other kind, as Determined's tasks table keeps them."""
+    message = npb.Task(
+        task_id=task.id,
+        task_type=npb.TaskType.Value(f"TASK_TYPE_{task.kind}"),
+        start_time=convert.ts(task.start_time),
+        end_time=convert.ts(task.end_time),
+        allocations=[_allocation_message(a) for a in allocations],
+    )
+    if task.parent_id:
+        message.parent_id = task.parent_id
+    if task.forked_from:
+        message.forked_from = task.forked_from
+    if task.kind == TaskKind.GENERIC:
+        message.task_state = GENERIC_TASK_STATES[TaskState(task.state)]
+        message.no_pause = bool(task.no_pause)
+        message.config = json.dumps(task.config or {})
+    return message
 
 
 def _allocation_message(alloc: models.Allocation) -> task_pb2.Allocation:
@@ -100,13 +137,7 @@ class TasksApi(ServicerBase):
         with self.ctx.db.read() as s:
             task = reads.task(s, request.task_id)
             allocations = reads.allocations_of_task(s, task.id)
-            message = npb.Task(
-                task_id=task.id,
-                task_type=npb.TaskType.Value(f"TASK_TYPE_{task.kind}"),
-                start_time=convert.ts(task.start_time),
-                end_time=convert.ts(task.end_time),
-                allocations=[_allocation_message(a) for a in allocations],
-            )
+            message = _task_message(task, allocations)
         return npb.GetTaskResponse(task=message)
 
     @rpc
