@@ -190,6 +190,9 @@ class Trial(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id", ondelete="CASCADE"), index=True)
     request_id: Mapped[str] = mapped_column(String(64))
+    # The search session that last asked for this trial (Experiment.searcher_session_id then): a
+    # continued search's new session asking for it again retries it (continuation.py).
+    search_session_id: Mapped[str | None] = mapped_column(String(64))
     state: Mapped[str] = mapped_column(String(32), index=True)
     hparams: Mapped[dict[str, Any]] = mapped_column(JSON)
     seed: Mapped[int] = mapped_column(BigInteger)

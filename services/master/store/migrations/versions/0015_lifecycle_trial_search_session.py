@@ -1,0 +1,35 @@
+"""Each trial remembers the search session that last asked for it: `det experiment continue` on a
+grid or random search starts the search again as a new session, which asks again for the trials the
+experiment has; one asked for by an earlier session is one to retry (or, completed, to report to the
+new session), while one asked for twice by the same session is a retried answer, applied once.
+Trials stored before belong to their experiment's current session.
+
+Revision ID: 0015_lifecycle
+Revises: 0014
+Create Date: 2026-12-02
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0015_lifecycle"
+down_revision = "0014"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("trials") as batch:
+        batch.add_column(sa.Column("search_session_id", sa.String(64), nullable=True))
+    op.execute(
+        "UPDATE trials SET search_session_id = "
+        "(SELECT experiments.searcher_session_id FROM experiments "
+        "WHERE experiments.id = trials.experiment_id)"
+    )
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("trials") as batch:
+        batch.drop_column("search_session_id")

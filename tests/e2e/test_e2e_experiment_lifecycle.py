@@ -1,0 +1,97 @@
+"""Experiment lifecycle details as Determined 0.38.1 has them, driven with the stock client on a
+cluster of one agent and one slot, judged by the end state: `det experiment continue` retries the
+trials of a grid or random search that did not complete, keeping the completed ones."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.determined_client import det_runner, determined_env, sdk_runner
+from tests.e2e.helpers import logs, trial_state, trials, wait_state
+from tests.support.cluster import TestCluster, running_cluster
+
+DET_TRIAL_DIR = Path(__file__).parent / "fixtures" / "det_trial"
+
+
+@pytest.fixture
+def cluster(db_url: str | None, tmp_path: Path) -> Iterator[TestCluster]:
+    """One agent with one slot, as Determined's own suite runs."""
+    with running_cluster(tmp_path / "cluster", db_url, agents=1, slots=1) as c:
+        yield c
+
+
+def _search_config(tmp_path: Path, name: str, searcher: str, fail_at: str) -> Path:
+    """det_core_trial.py for 6 batches (checkpoints at 3 and 6), failing at batch 4 on a first run
+    when its `fail_first_run_at` is 4 (0: never); no restarts, so a failure ends the trial."""
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(
+        f"""
+name: {name}
+entrypoint: python3 det_core_trial.py
+hyperparameters:
+  step_s: 0.05
+  fail_first_run_at: {fail_at}
+searcher:
+  {searcher}
+  metric: x
+  smaller_is_better: false
+  max_length: {{batches: 6}}
+max_restarts: 0
+"""
+    )
+    return path
+
+
+def test_continue_retries_a_searchs_failed_trials_and_keeps_the_completed_ones(
+    cluster: TestCluster, tmp_path: Path
+) -> None:
+    env = determined_env(cluster, tmp_path / "home")
+    det = det_runner(env)
+    sdk = sdk_runner(env)
+    api = cluster.login()
+    grid = _search_config(tmp_path, "grid", "name: grid", "{type: categorical, vals: [0, 4]}")
+    # Every random trial fails on its first run: the search ends in ERROR.
+    random = _search_config(tmp_path, "random", "name: random\n  max_trials: 2", "4")
+    assert "Created experiment 1" in det("experiment", "create", str(grid), str(DET_TRIAL_DIR))
+    assert "Created experiment 2" in det("experiment", "create", str(random), str(DET_TRIAL_DIR))
+    wait_state(api, 1, "COMPLETED", timeout=300)
+    wait_state(api, 2, "ERROR", timeout=300)
+    before = {t.id: t for t in trials(api, 1)}
+    by_hparam = {int(t.hparams["fail_first_run_at"]): t for t in before.values()}
+    kept, failed = by_hparam[0], by_hparam[4]
+    assert (trial_state(kept), trial_state(failed)) == ("COMPLETED", "ERROR")
+    assert [trial_state(t) for t in trials(api, 2)] == ["ERROR", "ERROR"]
+
+    assert "Continued experiment 1" in det("experiment", "continue", "1")
+    assert "Continued experiment 2" in det("experiment", "continue", "2")
+    wait_state(api, 1, "COMPLETED", timeout=300)
+    wait_state(api, 2, "COMPLETED", timeout=300)
+
+    # No new trial: the failed one ran again from its checkpoint at 3, the completed one did not.
+    after = {t.id: t for t in trials(api, 1)}
+    assert set(after) == set(before)
+    assert [trial_state(t) for t in after.values()] == ["COMPLETED", "COMPLETED"]
+    failed_logs = logs(api, failed.id)
+    assert any("DET-RESUMED 3" in line for line in failed_logs)
+    assert sum("DET-DONE" in line for line in failed_logs) == 1
+    assert sum("DET-INFO" in line for line in logs(api, kept.id)) == 1
+    assert after[kept.id].end_time == kept.end_time
+    assert [trial_state(t) for t in trials(api, 2)] == ["COMPLETED", "COMPLETED"]
+    assert len(trials(api, 2)) == 2
+
+    # As the stock SDK and CLI read them: restarts counted from zero, every trial ended.
+    seen = sdk(
+        "result = sorted((t.id, t.state.value, t.hparams['fail_first_run_at']) "
+        "for t in client.get_experiment(1).list_trials())"
+    )
+    assert seen == sorted([[kept.id, "STATE_COMPLETED", 0], [failed.id, "STATE_COMPLETED", 4]])
+    described = json.loads(det("trial", "describe", str(failed.id), "--json"))
+    assert described["trial"]["state"] == "STATE_COMPLETED"
+    assert described["trial"]["restarts"] == 0 and described["trial"]["endTime"]
+    # Everything completed now: nothing is left to retry.
+    refused = det("experiment", "continue", "1", check=False)
+    assert "has been completed" in refused and "Continued experiment" not in refused
