@@ -95,3 +95,45 @@ def test_continue_retries_a_searchs_failed_trials_and_keeps_the_completed_ones(
     # Everything completed now: nothing is left to retry.
     refused = det("experiment", "continue", "1", check=False)
     assert "has been completed" in refused and "Continued experiment" not in refused
+
+
+def test_create_in_test_mode_validates_then_runs_a_one_batch_trial(
+    cluster: TestCluster, tmp_path: Path
+) -> None:
+    env = determined_env(cluster, tmp_path / "home")
+    det = det_runner(env)
+    sdk = sdk_runner(env)
+    api = cluster.login()
+    config = tmp_path / "search.yaml"
+    config.write_text(
+        """
+name: tested
+description: a search
+entrypoint: python3 det_core_trial.py
+hyperparameters:
+  step_s: 0.05
+  increment_by: {type: double, minval: 1, maxval: 2}
+searcher: {name: random, metric: x, smaller_is_better: false, max_trials: 5, max_length: {batches: 50}}
+max_restarts: 3
+"""
+    )
+    out = det("experiment", "create", "--test", str(config), str(DET_TRIAL_DIR))
+    # The stock CLI validates (creating nothing), then creates a one-batch single-trial copy and
+    # follows it to its end.
+    assert "Experiment configuration validation succeeded" in out
+    assert "Created test experiment 1" in out
+    assert "Model definition test succeeded" in out
+    assert sdk("result = [e.id for e in client.list_experiments()]") == [1]
+    wait_state(api, 1, "COMPLETED")
+    exp_config = sdk("result = client.get_experiment(1).config")
+    assert exp_config["searcher"]["name"] == "single" and exp_config["max_restarts"] == 0
+    assert exp_config["searcher"]["max_length"] == {"batches": 1}
+    assert exp_config["description"] == "[test-mode] a search"
+    (trial,) = trials(api, 1)
+    assert trial_state(trial) == "COMPLETED" and trial.total_batches_processed == 1
+
+    # An invalid config is refused by the validation, and nothing is created.
+    config.write_text(config.read_text().replace("max_trials: 5", "max_trials: -5"))
+    refused = det("experiment", "create", "--test", str(config), str(DET_TRIAL_DIR), check=False)
+    assert "Created test experiment" not in refused and "max_trials" in refused
+    assert sdk("result = [e.id for e in client.list_experiments()]") == [1]

@@ -12,7 +12,7 @@ from cairn.agent.v1 import agent_pb2 as apb
 from cairn.scheduler.v1 import scheduler_pb2 as schpb
 from services.master.domain.allocations import allocations
 from services.master.domain.experiments import creation, experiments
-from services.master.domain.kernel.errors import FailedPrecondition
+from services.master.domain.kernel.errors import FailedPrecondition, InvalidArgument
 from services.master.domain.kernel.states import AllocationState, InvalidTransition, RunState
 from services.master.domain.metrics import progress
 from services.master.domain.scheduling import agents
@@ -252,3 +252,30 @@ def test_more_slots_than_the_pool_has_is_accepted_with_the_warning_and_waits_for
     master.settle()
     (placed,) = master.allocations(trial.id)
     assert placed.state != AllocationState.PENDING.value
+
+
+def test_validating_only_checks_the_config_and_creates_nothing(master: Master) -> None:
+    # `det experiment create --test` first sends the config with validate_only (Determined's
+    # validateOnly), then creates its one-batch test experiment as any other.
+    master.add_agent("a1")
+
+    def validate(text: str) -> creation.Created:
+        return creation.create(
+            master.ctx,
+            master.admin,
+            creation.CreateRequest(
+                config_text=text,
+                files=[ContextFile(path="train.py", type=ord("0"), content=b"pass\n", mtime=0, mode=0o644)],
+                activate=True,
+                validate_only=True,
+            ),
+        )
+
+    checked = validate(config_text(max_restarts=0))
+    assert checked.experiment_id is None and checked.config["max_restarts"] == 0
+    with pytest.raises(InvalidArgument, match="max_restarts"):
+        validate(config_text(max_restarts=-1))
+    with master.db.read() as s:
+        assert list(s.scalars(select(models.Experiment.id))) == []
+        assert list(s.scalars(select(models.Trial.id))) == []
+    assert len(master.searchers.searcher.sessions) == 0
