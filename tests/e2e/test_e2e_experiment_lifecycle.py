@@ -137,3 +137,24 @@ max_restarts: 3
     refused = det("experiment", "create", "--test", str(config), str(DET_TRIAL_DIR), check=False)
     assert "Created test experiment" not in refused and "max_trials" in refused
     assert sdk("result = [e.id for e in client.list_experiments()]") == [1]
+
+
+def test_an_experiment_created_paused_has_paused_trials_until_activated(
+    cluster: TestCluster, tmp_path: Path
+) -> None:
+    env = determined_env(cluster, tmp_path / "home")
+    det = det_runner(env)
+    sdk = sdk_runner(env)
+    api = cluster.login()
+    grid = _search_config(tmp_path, "grid", "name: grid", "{type: categorical, vals: [0, 0]}")
+    assert "Created experiment 1" in det("experiment", "create", "--paused", str(grid), str(DET_TRIAL_DIR))
+    trial_states = "result = [t.state.value for t in client.get_experiment(1).list_trials()]"
+    assert sdk("result = client.get_experiment(1).state.value") == "STATE_PAUSED"
+    assert sdk(trial_states) == ["STATE_PAUSED", "STATE_PAUSED"]
+    # Nothing runs while it is paused (its trials have no logs), and pausing again is no change.
+    det("experiment", "pause", "1")
+    assert all(logs(api, t.id) == [] for t in trials(api, 1))
+
+    det("experiment", "activate", "1")
+    wait_state(api, 1, "COMPLETED", timeout=300)
+    assert sdk(trial_states) == ["STATE_COMPLETED", "STATE_COMPLETED"]

@@ -10,7 +10,7 @@ from sqlalchemy import select
 
 from cairn.agent.v1 import agent_pb2 as apb
 from cairn.scheduler.v1 import scheduler_pb2 as schpb
-from services.master.domain.allocations import allocations
+from services.master.domain.allocations import allocations, containers
 from services.master.domain.experiments import creation, experiments
 from services.master.domain.kernel.errors import FailedPrecondition, InvalidArgument
 from services.master.domain.kernel.states import AllocationState, InvalidTransition, RunState
@@ -279,3 +279,77 @@ def test_validating_only_checks_the_config_and_creates_nothing(master: Master) -
         assert list(s.scalars(select(models.Experiment.id))) == []
         assert list(s.scalars(select(models.Trial.id))) == []
     assert len(master.searchers.searcher.sessions) == 0
+
+
+def test_a_paused_experiment_gets_its_trials_paused_and_activating_runs_them(master: Master) -> None:
+    # Created paused (det experiment create --paused): the search's trials are made, paused, and
+    # nothing is scheduled; activating it runs them.
+    master.add_agent("a1")
+    created = creation.create(
+        master.ctx,
+        master.admin,
+        creation.CreateRequest(
+            config_text=config_text(
+                searcher={"name": "grid", "metric": "loss", "max_length": {"batches": 1}},
+                hyperparameters={"x": {"type": "categorical", "vals": [1, 2]}},
+            ),
+            files=[ContextFile(path="train.py", type=ord("0"), content=b"pass\n", mtime=0, mode=0o644)],
+            activate=False,
+            validate_only=False,
+        ),
+    )
+    assert created.experiment_id is not None
+    experiment_id = created.experiment_id
+    master.settle()
+    assert master.experiment(experiment_id).state == "PAUSED"
+    first, second = master.trials(experiment_id)
+    assert (first.state, second.state) == ("PAUSED", "PAUSED")
+    assert master.allocations(first.id) == [] and master.allocations(second.id) == []
+    with master.ctx.unit_of_work() as w:
+        experiments.activate(master.ctx, w, experiments.load(w, experiment_id))
+    master.settle()
+    assert [t.state for t in master.trials(experiment_id)] == ["ACTIVE", "ACTIVE"]
+    for trial in master.trials(experiment_id):
+        for container_id in master.run_containers(master.live(trial.id).id):
+            master.exit(container_id, 0)
+    assert master.experiment(experiment_id).state == "COMPLETED"
+
+
+def test_pausing_before_the_searcher_answers_makes_its_next_trial_paused(master: Master) -> None:
+    # Paused while the searcher has not yet answered the first trial's exit: the trial it then asks
+    # for is made paused and waits, with nothing scheduled, until the experiment is activated.
+    master.add_agent("a1")
+    experiment_id = master.create(
+        searcher={
+            "name": "random",
+            "metric": "loss",
+            "max_length": {"batches": 1},
+            "max_trials": 2,
+            "max_concurrent_trials": 1,
+        },
+        hyperparameters={"x": {"type": "double", "minval": 0, "maxval": 1}},
+    )
+    (first,) = master.trials(experiment_id)
+    (container,) = master.run_containers(master.live(first.id).id)
+    with master.ctx.unit_of_work() as w:
+        containers.on_container_state(
+            master.ctx,
+            w,
+            apb.ContainerStateChanged(
+                container_id=container, state=apb.CONTAINER_STATE_TERMINATED, exit_code=0
+            ),
+        )
+        # The exit's searcher event is in the outbox, not yet delivered.
+        experiments.pause(master.ctx, w, experiments.load(w, experiment_id))
+    master.settle()
+    exp = master.experiment(experiment_id)
+    assert exp.state == "PAUSED"
+    done, waiting = master.trials(experiment_id)
+    assert (done.state, waiting.state) == ("COMPLETED", "PAUSED")
+    assert master.allocations(waiting.id) == []
+    with master.ctx.unit_of_work() as w:
+        experiments.activate(master.ctx, w, experiments.load(w, experiment_id))
+    master.settle()
+    for container_id in master.run_containers(master.live(waiting.id).id):
+        master.exit(container_id, 0)
+    assert master.experiment(experiment_id).state == "COMPLETED"
