@@ -13,6 +13,7 @@ import pytest
 from tests.e2e.determined_client import det_runner, determined_env, sdk_runner
 from tests.e2e.helpers import logs, trial_state, trials, wait_state
 from tests.support.cluster import TestCluster, running_cluster
+from tests.support.polling import wait_for
 
 DET_TRIAL_DIR = Path(__file__).parent / "fixtures" / "det_trial"
 
@@ -158,3 +159,53 @@ def test_an_experiment_created_paused_has_paused_trials_until_activated(
     det("experiment", "activate", "1")
     wait_state(api, 1, "COMPLETED", timeout=300)
     assert sdk(trial_states) == ["STATE_COMPLETED", "STATE_COMPLETED"]
+
+
+IGNORES_PREEMPTION = """\
+import signal, sys, time
+
+# Never asks whether it should stop, and ignores SIGTERM: only a kill ends it.
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print("SLEEPER STARTED", flush=True)
+while True:
+    time.sleep(0.5)
+"""
+
+
+def test_a_trial_ignoring_preemption_ends_when_killed_or_at_its_preemption_timeout(
+    cluster: TestCluster, tmp_path: Path
+) -> None:
+    env = determined_env(cluster, tmp_path / "home")
+    det = det_runner(env)
+    api = cluster.login()
+    context = tmp_path / "sleeper"
+    context.mkdir()
+    (context / "sleep.py").write_text(IGNORES_PREEMPTION)
+
+    def create(name: str, extra: str) -> None:
+        config = tmp_path / f"{name}.yaml"
+        config.write_text(
+            f"name: {name}\nentrypoint: python3 sleep.py\nmax_restarts: 0\n{extra}"
+            "searcher: {name: single, metric: x, max_length: {batches: 1}}\n"
+        )
+        det("experiment", "create", str(config), str(context))
+
+    def started(experiment_id: int) -> bool:
+        return any("SLEEPER STARTED" in line for t in trials(api, experiment_id) for line in logs(api, t.id))
+
+    # Determined's test_kill_experiment_ignoring_preemption: a cancel waits on the trial, which
+    # ignores it; a kill then ends it, CANCELED.
+    create("killed", "")
+    wait_for(lambda: started(1), timeout=120, what="the first sleeper to start")
+    det("experiment", "cancel", "1")
+    wait_state(api, 1, "STOPPING_CANCELED")
+    det("experiment", "kill", "1")
+    wait_state(api, 1, "CANCELED", timeout=120)
+    assert [trial_state(t) for t in trials(api, 1)] == ["CANCELED"]
+
+    # Canceled only: the master kills it once its preemption timeout has passed.
+    create("timed-out", "preemption_timeout: 3\n")
+    wait_for(lambda: started(2), timeout=120, what="the second sleeper to start")
+    det("experiment", "cancel", "2")
+    wait_state(api, 2, "CANCELED", timeout=120)
+    assert [trial_state(t) for t in trials(api, 2)] == ["CANCELED"]

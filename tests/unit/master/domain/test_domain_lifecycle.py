@@ -16,6 +16,7 @@ from services.master.domain.kernel.errors import FailedPrecondition, InvalidArgu
 from services.master.domain.kernel.states import AllocationState, InvalidTransition, RunState
 from services.master.domain.metrics import progress
 from services.master.domain.scheduling import agents
+from services.master.domain.scheduling.liveness import LivenessLoop
 from services.master.domain.task_kinds.model_definition import ContextFile
 from services.master.domain.trials import trials
 from services.master.store import models
@@ -353,3 +354,38 @@ def test_pausing_before_the_searcher_answers_makes_its_next_trial_paused(master:
     for container_id in master.run_containers(master.live(waiting.id).id):
         master.exit(container_id, 0)
     assert master.experiment(experiment_id).state == "COMPLETED"
+
+
+def test_a_trial_ignoring_preemption_ends_on_kill_or_at_its_preemption_timeout(master: Master) -> None:
+    # Determined's test_kill_experiment_ignoring_preemption: the cancel asks the code to stop and
+    # waits; the code never does; a kill ends it at once (no grace), and the experiment is CANCELED.
+    master.add_agent("a1")
+    killed_id = master.create()
+    (trial,) = master.trials(killed_id)
+    alloc = master.live(trial.id)
+    (container,) = master.run_containers(alloc.id)
+    with master.ctx.unit_of_work() as w:
+        experiments.cancel(master.ctx, w, experiments.load(w, killed_id))
+    asked = master.live(trial.id)
+    assert asked.preempt_requested and not asked.kill_requested and asked.kill_deadline is not None
+    assert master.experiment(killed_id).state == "STOPPING_CANCELED"
+    with master.ctx.unit_of_work() as w:
+        experiments.kill(master.ctx, w, experiments.load(w, killed_id))
+    assert master.live(trial.id).kill_requested
+    (kill,) = [cmd for _agent, cmd in master.hub.commands("kill") if cmd.container_id == container]
+    assert kill.grace_seconds == 0
+    master.exit(container, 137)
+    assert master.experiment(killed_id).state == "CANCELED"
+    assert master.trials(killed_id)[0].state == "CANCELED"
+
+    # Canceled only: once the preemption timeout has passed, the liveness loop kills it.
+    timed_id = master.create(preemption_timeout=0)
+    (trial,) = master.trials(timed_id)
+    (container,) = master.run_containers(master.live(trial.id).id)
+    with master.ctx.unit_of_work() as w:
+        experiments.cancel(master.ctx, w, experiments.load(w, timed_id))
+    assert not master.live(trial.id).kill_requested
+    LivenessLoop(master.ctx).check()
+    assert master.live(trial.id).kill_requested
+    master.exit(container, 137)
+    assert master.experiment(timed_id).state == "CANCELED"
