@@ -209,3 +209,55 @@ def test_a_trial_ignoring_preemption_ends_when_killed_or_at_its_preemption_timeo
     det("experiment", "cancel", "2")
     wait_state(api, 2, "CANCELED", timeout=120)
     assert [trial_state(t) for t in trials(api, 2)] == ["CANCELED"]
+
+
+def _single_config(tmp_path: Path, name: str, length: int, searcher_extra: str = "") -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(
+        f"name: {name}\nentrypoint: python3 det_core_trial.py\nhyperparameters: {{step_s: 0.05}}\n"
+        f"searcher: {{name: single, metric: x, smaller_is_better: false, max_length: {{batches: {length}}}"
+        f"{searcher_extra}}}\nmax_restarts: 0\n"
+    )
+    return path
+
+
+def test_a_warm_started_trial_records_and_starts_from_its_source_checkpoint(
+    cluster: TestCluster, tmp_path: Path
+) -> None:
+    env = determined_env(cluster, tmp_path / "home")
+    det = det_runner(env)
+    sdk = sdk_runner(env)
+    api = cluster.login()
+    det("experiment", "create", str(_single_config(tmp_path, "source", 6)), str(DET_TRIAL_DIR))
+    wait_state(api, 1, "COMPLETED", timeout=300)
+    (source,) = trials(api, 1)
+    at_3, at_6 = [line.split()[1:] for line in logs(api, source.id) if "DET-CHECKPOINT" in line]
+    assert (at_3[0], at_6[0]) == ("3", "6")
+
+    by_trial = _single_config(tmp_path, "by-trial", 9, f", source_trial_id: {source.id}")
+    det("experiment", "create", str(by_trial), str(DET_TRIAL_DIR))
+    by_uuid = _single_config(tmp_path, "by-uuid", 9, f", source_checkpoint_uuid: '{at_6[1]}'")
+    det("experiment", "create", str(by_uuid), str(DET_TRIAL_DIR))
+    wait_state(api, 2, "COMPLETED", timeout=300)
+    wait_state(api, 3, "COMPLETED", timeout=300)
+    ((from_trial,), (from_uuid,)) = trials(api, 2), trials(api, 3)
+    # Each started from its source: the latest checkpoint of the trial (the one at 3 was collected
+    # when the source ended, by the default policy), or the one named.
+    assert any("DET-RESUMED 6" in line for line in logs(api, from_trial.id))
+    assert any("DET-RESUMED 6" in line for line in logs(api, from_uuid.id))
+
+    # As the stock CLI and SDK read them; a cold start records none.
+    shown = json.loads(det("trial", "describe", str(from_trial.id), "--json"))
+    assert shown["trial"]["warmStartCheckpointUuid"] == at_6[1]
+    read = (
+        "result = bindings.get_GetTrial(client._determined._session, trialId={})"
+        ".trial.warmStartCheckpointUuid"
+    )
+    assert sdk(read.format(from_uuid.id)) == at_6[1]
+    assert sdk(read.format(source.id)) == ""
+
+    # A source trial that does not exist is refused, naming the field; nothing is created.
+    missing = _single_config(tmp_path, "missing", 3, ", source_trial_id: 999")
+    refused = det("experiment", "create", str(missing), str(DET_TRIAL_DIR), check=False)
+    assert "searcher.source_trial_id: no trial 999" in refused and "Created experiment" not in refused
+    assert sdk("result = [e.id for e in client.list_experiments()]") == [1, 2, 3]

@@ -189,6 +189,7 @@ def _create_trials(
                 experiment_id=exp.id,
                 request_id=create.request_id,
                 search_session_id=exp.searcher_session_id,
+                warm_start_checkpoint_uuid=exp.warm_start_checkpoint_uuid,
                 state=state,
                 hparams=typed_hparams(json_format.MessageToDict(create.hparams), definitions),
                 seed=create.trial_seed,

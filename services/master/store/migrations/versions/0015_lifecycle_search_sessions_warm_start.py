@@ -4,6 +4,10 @@ experiment has; one asked for by an earlier session is one to retry (or, complet
 new session), while one asked for twice by the same session is a retried answer, applied once.
 Trials stored before belong to their experiment's current session.
 
+And warm start (searcher.source_trial_id / source_checkpoint_uuid): the checkpoint an experiment's
+trials start from, resolved at creation, on the experiment and on each trial it makes (Determined's
+warm_start_checkpoint_id). Rows stored before had none.
+
 Revision ID: 0015_lifecycle
 Revises: 0014
 Create Date: 2026-12-02
@@ -23,6 +27,9 @@ depends_on = None
 def upgrade() -> None:
     with op.batch_alter_table("trials") as batch:
         batch.add_column(sa.Column("search_session_id", sa.String(64), nullable=True))
+        batch.add_column(sa.Column("warm_start_checkpoint_uuid", sa.String(64), nullable=True))
+    with op.batch_alter_table("experiments") as batch:
+        batch.add_column(sa.Column("warm_start_checkpoint_uuid", sa.String(64), nullable=True))
     op.execute(
         "UPDATE trials SET search_session_id = "
         "(SELECT experiments.searcher_session_id FROM experiments "
@@ -31,5 +38,8 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("experiments") as batch:
+        batch.drop_column("warm_start_checkpoint_uuid")
     with op.batch_alter_table("trials") as batch:
+        batch.drop_column("warm_start_checkpoint_uuid")
         batch.drop_column("search_session_id")
