@@ -261,3 +261,62 @@ def test_a_warm_started_trial_records_and_starts_from_its_source_checkpoint(
     refused = det("experiment", "create", str(missing), str(DET_TRIAL_DIR), check=False)
     assert "searcher.source_trial_id: no trial 999" in refused and "Created experiment" not in refused
     assert sdk("result = [e.id for e in client.list_experiments()]") == [1, 2, 3]
+
+
+NON_FINITE_TRIAL = """\
+import math
+
+import determined as det
+
+with det.core.init() as core:
+    core.train.report_training_metrics(steps_completed=1, metrics={"loss": math.nan, "grad": math.inf})
+    core.train.report_validation_metrics(
+        steps_completed=1, metrics={"x": math.nan, "top": math.inf, "low": -math.inf}
+    )
+    core.train.report_validation_metrics(steps_completed=2, metrics={"x": 0.5, "top": 1.0, "low": 0.0})
+    print("NON-FINITE REPORTED", flush=True)
+"""
+
+
+def test_nan_and_infinite_metrics_are_stored_and_read_back_by_the_stock_client(
+    cluster: TestCluster, tmp_path: Path
+) -> None:
+    env = determined_env(cluster, tmp_path / "home")
+    det = det_runner(env)
+    sdk = sdk_runner(env)
+    api = cluster.login()
+    context = tmp_path / "nonfinite"
+    context.mkdir()
+    (context / "train.py").write_text(NON_FINITE_TRIAL)
+    config = tmp_path / "nonfinite.yaml"
+    config.write_text(
+        "name: nonfinite\nentrypoint: python3 train.py\nmax_restarts: 0\n"
+        "searcher: {name: single, metric: x, max_length: {batches: 2}}\n"
+    )
+    det("experiment", "create", str(config), str(context))
+    wait_state(api, 1, "COMPLETED", timeout=300)
+    (trial,) = trials(api, 1)
+
+    # The SDK reads them back as Determined answers them: "NaN", "Infinity", "-Infinity".
+    validations = sdk(
+        f"result = [[m.steps_completed, m.metrics] "
+        f"for m in client.get_trial({trial.id}).iter_metrics('validation')]"
+    )
+    assert validations == [
+        [1, {"x": "NaN", "top": "Infinity", "low": "-Infinity"}],
+        [2, {"x": 0.5, "top": 1.0, "low": 0.0}],
+    ]
+    training = sdk(f"result = [m.metrics for m in client.get_trial({trial.id}).iter_metrics('training')]")
+    assert training == [{"loss": "NaN", "grad": "Infinity"}]
+    # Every reading path answers (no 500): the trial, its summary, the experiment and its listing.
+    best = sdk(
+        f"t = bindings.get_GetTrial(client._determined._session, trialId={trial.id}).trial\n"
+        "result = [t.searcherMetricValue, t.summaryMetrics['avg_metrics']['loss']['last']]"
+    )
+    assert best == [0.5, "NaN"]
+    assert sdk("result = [t.id for t in client.get_experiment(1).list_trials()]") == [trial.id]
+    shown = json.loads(det("trial", "describe", str(trial.id), "--json"))
+    assert shown["trial"]["summaryMetrics"]["validation_metrics"]["top"]["max"] == 1.0
+    for args in (("trial", "describe", str(trial.id)), ("experiment", "describe", "1"),
+                 ("experiment", "list-trials", "1"), ("experiment", "list")):  # fmt: skip
+        det(*args)
