@@ -141,6 +141,9 @@ class Experiment(Base):
     progress: Mapped[float] = mapped_column(Float, default=0.0)
     resource_pool: Mapped[str] = mapped_column(String(255))
     searcher_session_id: Mapped[str] = mapped_column(String(64))
+    # The checkpoint its trials start from (searcher.source_trial_id / source_checkpoint_uuid, as
+    # resolved at creation; warm_start.py); None for a cold start.
+    warm_start_checkpoint_uuid: Mapped[str | None] = mapped_column(String(64))
     model_definition_size: Mapped[int] = mapped_column(Integer, default=0)
     notes: Mapped[str] = mapped_column(Text, default="")
     parent_id: Mapped[int | None]
@@ -219,6 +222,9 @@ class Trial(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id", ondelete="CASCADE"), index=True)
     request_id: Mapped[str] = mapped_column(String(64))
+    # The search session that last asked for this trial (Experiment.searcher_session_id then): a
+    # continued search's new session asking for it again retries it (continuation.py).
+    search_session_id: Mapped[str | None] = mapped_column(String(64))
     state: Mapped[str] = mapped_column(String(32), index=True)
     hparams: Mapped[dict[str, Any]] = mapped_column(JSON)
     seed: Mapped[int] = mapped_column(BigInteger)
@@ -237,6 +243,9 @@ class Trial(Base):
     early_exit_reason: Mapped[str | None] = mapped_column(String(64))
     progress: Mapped[float] = mapped_column(Float, default=0.0)
     latest_checkpoint_uuid: Mapped[str | None] = mapped_column(String(64))
+    # The experiment's warm-start checkpoint when the trial was made (Determined's
+    # warm_start_checkpoint_id): it starts from it until it has a checkpoint of its own.
+    warm_start_checkpoint_uuid: Mapped[str | None] = mapped_column(String(64))
     searcher_metric_value: Mapped[float | None] = mapped_column(Float)
     summary_metrics: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     # The longest searcher operation the trial's code has reported complete (Core API).

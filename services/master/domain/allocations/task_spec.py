@@ -76,9 +76,11 @@ def build_task_spec(
     env["DET_SESSION_TOKEN"] = allocation_token
     env[tenv.SEARCHER_TARGET] = str(trial.searcher_target)
     env[tenv.MASTER_HTTP_PORT] = str(settings.http_port)
-    if trial.latest_checkpoint_uuid:
-        env[tenv.LATEST_CHECKPOINT] = trial.latest_checkpoint_uuid
-        env["DET_LATEST_CHECKPOINT"] = trial.latest_checkpoint_uuid
+    # Its own latest checkpoint, else the one it was warm-started from (as Determined hands it).
+    start_from = trial.latest_checkpoint_uuid or trial.warm_start_checkpoint_uuid
+    if start_from:
+        env[tenv.LATEST_CHECKPOINT] = start_from
+        env["DET_LATEST_CHECKPOINT"] = start_from
     env["PYTHONUNBUFFERED"] = "1"
     mounts = []
     storage = view.checkpoint_storage

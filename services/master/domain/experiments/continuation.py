@@ -11,9 +11,14 @@ The search restarts as a new session of the same spec: a search is deterministic
 hyperparameters (which may not change), so the new session asks again for the trial the experiment
 already has, by the same request id, and the master hands it that trial instead of a new one.
 
+A grid or random search (which takes no override) that has ended with trials not completed goes
+back to ACTIVE too, its search started again as a new session: it asks again for the trials the
+experiment has, and those not completed (ERROR, CANCELED) are retried in place while the completed
+ones are kept (search_retries.py); every trial's restarts count from zero, as in Determined.
+
 Refused, with nothing changed (Determined's checks, api_experiment.go ContinueExperiment):
-- searchers other than single (grid and random take no override, and a completed search cannot be
-  continued; retrying their unfinished trials is not supported here yet);
+- searchers other than single, grid and random; an override config for grid or random; a grid or
+  random search that completed with every trial completed (there is nothing to retry);
 - an experiment still running (only an ended one continues), or archived;
 - an override naming `project` or `workspace`, changing the searcher away from single, changing the
   hyperparameters, the experiment seed or where checkpoints are stored (the trial resumes from a
@@ -28,7 +33,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from cairn.searcher.v1 import searcher_pb2 as spb
@@ -92,6 +97,7 @@ class _Plan:
     config: dict[str, Any]
     state: str
     config_version: int
+    single: bool
     trial_id: int | None
     request_id: str | None
 
@@ -164,10 +170,11 @@ def _check_state(exp: models.Experiment) -> None:
 def _check_other_searcher(
     exp: models.Experiment, name: str, override: dict[str, Any], trials: list[models.Trial]
 ) -> None:
-    """A search other than single: refused, with Determined's reason where it has one."""
+    """A search other than single: only grid and random continue, without an override, and only
+    with something to retry (Determined's errContinueHPSearchCompleted)."""
     if name not in CONTINUABLE_SEARCHERS:
         raise InvalidArgument(
-            f"searcher.name: only single-searcher experiments can be continued; experiment {exp.id} "
+            f"searcher.name: only single, grid and random searches can be continued; experiment {exp.id} "
             f"uses '{name}'"
         )
     if override:
@@ -177,11 +184,10 @@ def _check_other_searcher(
         )
     _check_state(exp)
     if exp.state == S.COMPLETED and all(t.state == S.COMPLETED for t in trials):
-        raise FailedPrecondition(f"experiment {exp.id} has been completed: its search cannot be continued")
-    raise FailedPrecondition(
-        f"experiment {exp.id} uses the {name} searcher: retrying the unfinished trials of a search is "
-        "not supported; only single-searcher experiments can be continued"
-    )
+        raise FailedPrecondition(
+            f"experiment {exp.id} has been completed, with every trial completed: its search cannot be "
+            "continued"
+        )
 
 
 def _at(config: dict[str, Any], path: tuple[str, ...]) -> Any:
@@ -275,9 +281,10 @@ def _plan(ctx: MasterContext, principal: Principal, experiment_id: int, override
             raise FailedPrecondition(f"experiment {exp.id} is archived: unarchive it before continuing it")
         trials = _trials(s, exp.id)
         name = config_view(exp.config).searcher_name
-        if name != "single":
+        single = name == "single"
+        if not single:
             _check_other_searcher(exp, name, override, trials)
-        config = merged_config(ctx, exp, override)
+        config = merged_config(ctx, exp, override) if single else exp.config
         # The merged config reaches the hosts as a new experiment's would: the same policy holds.
         check_config_policy(ctx.settings, principal, config)
         owner = s.get_one(models.User, exp.owner_id)
@@ -296,11 +303,13 @@ def _plan(ctx: MasterContext, principal: Principal, experiment_id: int, override
                 "runs as its owner, so reactivate the user to continue it"
             )
         _check_state(exp)
-        trial = trials[0] if trials else None
+        # The single searcher's trial is reopened here; a grid or random search's, when asked again.
+        trial = trials[0] if trials and single else None
         return _Plan(
             config=config,
             state=exp.state,
             config_version=exp.config_version or 0,
+            single=single,
             trial_id=trial.id if trial else None,
             request_id=trial.request_id if trial else None,
         )
@@ -308,7 +317,7 @@ def _plan(ctx: MasterContext, principal: Principal, experiment_id: int, override
 
 def _check_answer(experiment_id: int, plan: _Plan, response: spb.SearcherResponse) -> None:
     """The new session must ask for the trial the experiment has (same request id), and nothing else."""
-    if plan.request_id is None:
+    if not plan.single or plan.request_id is None:
         return
     creates = [a.create.request_id for a in response.actions if a.WhichOneof("action") == "create"]
     if creates != [plan.request_id]:
@@ -341,15 +350,18 @@ def _reopen(
             delete(models.SearcherSnapshot).where(models.SearcherSnapshot.experiment_id == exp.id)
         )
         experiment_lifecycle.transition(ctx, w, exp, S.ACTIVE, "continued by a user", continuing=True)
+        # As Determined: the restarts of earlier runs no longer count against max_restarts.
+        w.session.execute(update(models.Trial).where(models.Trial.experiment_id == exp.id).values(restarts=0))
         trial = w.session.get(models.Trial, plan.trial_id) if plan.trial_id is not None else None
         if trial is not None:
-            # As Determined: the restarts of earlier runs no longer count against max_restarts.
             trial.restarts = 0
+            trial.search_session_id = session_id  # reopened here, not again when the search asks
             trial.searcher_stopped = False
             trial.early_exit_reason = None
             trial_lifecycle.transition(ctx, w, trial, S.ACTIVE, "experiment continued", continuing=True)
-        # Stores the new session's snapshot; its create names the trial that exists, which the
-        # master takes as already applied, so no second trial is made.
+        # Stores the new session's snapshot. Its creates name the trials that exist: the single
+        # searcher's, reopened above, is taken as already applied; a grid or random search's are
+        # retried or kept (search_retries.py); no second trial is made for any.
         apply_response(ctx, w, exp, response)
         if trial is not None:
             created = spb.SearcherEvent(trial_created=spb.TrialCreated(request_id=trial.request_id))

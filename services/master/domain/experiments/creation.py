@@ -24,7 +24,7 @@ from services.master.domain.config import (
 from services.master.domain.config.bounds import check_json_value
 from services.master.domain.config.policies import check_config_policy
 from services.master.domain.config.template_merge import merge_template
-from services.master.domain.experiments import experiment_projects, templates
+from services.master.domain.experiments import experiment_projects, templates, warm_start
 from services.master.domain.experiments.experiments import close_search_session
 from services.master.domain.experiments.input_limits import check_experiment_limits
 from services.master.domain.experiments.searcher_actions import apply_response_in_part
@@ -165,6 +165,8 @@ def create(ctx: MasterContext, principal: Principal, request: CreateRequest) -> 
     slots_exceeded = (
         _slots_exceeded(ctx, pool, slots_per_trial) or never_fits(ctx, pool, slots_per_trial) is not None
     )
+    with ctx.db.read() as s:
+        warm_start_uuid = warm_start.source_checkpoint(s, config)
     if request.validate_only:
         return Created(experiment_id=None, config=config, slots_exceeded=slots_exceeded)
 
@@ -193,6 +195,7 @@ def create(ctx: MasterContext, principal: Principal, request: CreateRequest) -> 
                 progress=0.0,
                 resource_pool=pool,
                 searcher_session_id=session_id,
+                warm_start_checkpoint_uuid=warm_start_uuid,
                 model_definition_size=len(archive),
                 notes="",
                 parent_id=request.parent_id,

@@ -11,6 +11,7 @@ from sqlalchemy import select, true
 from cairn.searcher.v1 import searcher_pb2 as spb
 from services.common.logging import get_logger
 from services.master.domain.experiments import experiments as experiment_lifecycle
+from services.master.domain.experiments import search_retries
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.context import MasterContext, Work
 from services.master.domain.kernel.states import TERMINAL, RunState
@@ -156,13 +157,24 @@ def _create_trials(
         log.info("ignoring trial creation: experiment is stopping", experiment_id=exp.id, state=exp.state)
         return
     wanted = {create.request_id for create in creates}
-    existing = set(
-        w.session.scalars(
-            select(models.Trial.request_id).where(
-                models.Trial.experiment_id == exp.id,
-                models.Trial.request_id.in_(wanted) if len(wanted) <= _IN_LIST_MAX else true(),
-            )
+    rows = w.session.execute(
+        select(models.Trial.request_id, models.Trial.search_session_id).where(
+            models.Trial.experiment_id == exp.id,
+            models.Trial.request_id.in_(wanted) if len(wanted) <= _IN_LIST_MAX else true(),
         )
+    )
+    asked_by = {row.request_id: row.search_session_id for row in rows}
+    existing = set(asked_by)
+    # Trials an earlier session made, asked for again by a continued search (search_retries.py).
+    search_retries.asked_again(
+        ctx,
+        w,
+        exp,
+        [
+            c.request_id
+            for c in creates
+            if c.request_id in asked_by and asked_by[c.request_id] != exp.searcher_session_id
+        ],
     )
     definitions = exp.config.get("hyperparameters") or {}
     state = S.ACTIVE if exp.state == S.ACTIVE else S.PAUSED
@@ -176,6 +188,8 @@ def _create_trials(
             models.Trial(
                 experiment_id=exp.id,
                 request_id=create.request_id,
+                search_session_id=exp.searcher_session_id,
+                warm_start_checkpoint_uuid=exp.warm_start_checkpoint_uuid,
                 state=state,
                 hparams=typed_hparams(json_format.MessageToDict(create.hparams), definitions),
                 seed=create.trial_seed,

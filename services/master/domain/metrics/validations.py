@@ -19,6 +19,16 @@ from services.master.store import models
 
 log = get_logger(__name__)
 
+# How NaN and the infinities are stored (reports.sanitize) and how the stock client sends them
+# (determined.util.json_encode; its bindings write NaN "Nan"): the searcher hears them as numbers,
+# so a diverged trial ranks last instead of going unheard.
+NON_FINITE = {"NaN": math.nan, "Nan": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def for_searcher(value: Any) -> Any:
+    """A stored metric value as the searcher takes it: a non-finite number's string as that number."""
+    return NON_FINITE.get(value, value) if isinstance(value, str) else value
+
 
 def record_validation(
     ctx: MasterContext,
@@ -43,7 +53,7 @@ def record_validation(
                 request_id=trial.request_id, steps_completed=steps_completed
             )
         )
-        numeric = {k: v for k, v in metrics.items() if isinstance(v, (int, float, str, bool))}
+        numeric = {k: for_searcher(v) for k, v in metrics.items() if isinstance(v, (int, float, str, bool))}
         event.validation_completed.metrics.update(numeric)
         searcher_outbox.enqueue(ctx, w, exp.id, event)
 
@@ -66,8 +76,6 @@ def forward_operation_result(
     by their validations; where the latest one does not carry the searcher metric at the operation's
     length, the completed operation is forwarded as that validation. Without it, a promotion-mode
     search waits forever on a trial that stopped at its rung without reporting the metric."""
-    if not math.isfinite(value):
-        return False
     exp = w.session.get_one(models.Experiment, trial.experiment_id)
     if exp.state in TERMINAL:
         return False

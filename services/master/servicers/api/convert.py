@@ -226,6 +226,7 @@ def trial(row: TrialRow) -> trial_pb2.Trial:
         run_id=t.run_id,
         searcher_target=int(t.searcher_target),
         latest_checkpoint_uuid=t.latest_checkpoint_uuid or "",
+        warm_start_checkpoint_uuid=t.warm_start_checkpoint_uuid or "",
         runner_status=t.runner_status or "",
     )
     if t.searcher_metric_value is not None:

@@ -113,6 +113,9 @@ class ExperimentsApi(ServicerBase):
             response.warnings.append(epb.LAUNCH_WARNING_CURRENT_SLOTS_EXCEEDED)
         if created.experiment_id is not None:
             response.experiment.CopyFrom(convert.experiment(self._row(created.experiment_id)))
+        else:
+            # Validated only: as Determined, an empty experiment (the stock client reads its fields).
+            response.experiment.SetInParent()
         return response
 
     @rpc

@@ -192,7 +192,7 @@ def test_other_searchers_are_refused(master: Master) -> None:
     before = _snapshot(master, experiment_id)
     with pytest.raises(InvalidArgument, match="only a single-searcher experiment takes an override"):
         continuation.continue_experiment(master.ctx, master.admin, experiment_id, LONGER)
-    with pytest.raises(FailedPrecondition, match="has been completed"):
+    with pytest.raises(FailedPrecondition, match="has been completed, with every trial completed"):
         continuation.continue_experiment(master.ctx, master.admin, experiment_id, "")
     assert _snapshot(master, experiment_id) == before
     asha = {
@@ -205,9 +205,87 @@ def test_other_searchers_are_refused(master: Master) -> None:
     }
     asha_id = master.create(**asha)
     asha_before = _snapshot(master, asha_id)
-    with pytest.raises(InvalidArgument, match=r"searcher\.name: only single-searcher experiments"):
+    with pytest.raises(InvalidArgument, match=r"searcher\.name: only single, grid and random searches"):
         continuation.continue_experiment(master.ctx, master.admin, asha_id, "")
     assert _snapshot(master, asha_id) == asha_before
+
+
+def _run_one(master: Master, trial_id: int, code: int) -> None:
+    for container_id in master.run_containers(master.live(trial_id).id):
+        master.exit(container_id, code)
+
+
+def test_a_random_search_retries_its_failed_trial_and_keeps_the_completed_ones(master: Master) -> None:
+    # One trial at a time, as on one slot: the first completes, the second errors (no restarts
+    # allowed), the third completes; the search completes with one trial in ERROR.
+    master.add_agent("a1")
+    experiment_id = master.create(
+        searcher={
+            "name": "random",
+            "metric": "loss",
+            "max_length": {"batches": 10},
+            "max_trials": 3,
+            "max_concurrent_trials": 1,
+        },
+        hyperparameters={"x": {"type": "double", "minval": 0, "maxval": 1}},
+        max_restarts=0,
+    )
+    for code in (0, 1, 0):
+        live = [t for t in master.trials(experiment_id) if t.state == "ACTIVE"]
+        assert len(live) == 1
+        _run_one(master, live[0].id, code)
+    assert master.experiment(experiment_id).state == "COMPLETED"
+    first, failed, third = master.trials(experiment_id)
+    assert [first.state, failed.state, third.state] == ["COMPLETED", "ERROR", "COMPLETED"]
+
+    continuation.continue_experiment(master.ctx, master.admin, experiment_id, "")
+    master.settle()
+
+    assert master.experiment(experiment_id).state == "ACTIVE"
+    trials = master.trials(experiment_id)
+    assert [t.id for t in trials] == [first.id, failed.id, third.id]  # no new trial
+    kept, retried, kept_too = trials
+    # The completed trials are kept as they ended; the failed one runs again from its checkpoint.
+    assert (kept.state, kept.end_time, kept.run_id) == ("COMPLETED", first.end_time, first.run_id)
+    assert (kept_too.state, kept_too.end_time) == ("COMPLETED", third.end_time)
+    assert (retried.state, retried.end_time, retried.restarts) == ("ACTIVE", None, 0)
+    assert retried.hparams == failed.hparams
+    assert master.live(failed.id).run_id == failed.run_id + 1
+
+    _run_one(master, failed.id, 0)
+    assert master.experiment(experiment_id).state == "COMPLETED"
+    assert [t.state for t in master.trials(experiment_id)] == ["COMPLETED"] * 3
+    assert len(master.trials(experiment_id)) == 3
+    # Now every trial completed: nothing is left to retry.
+    with pytest.raises(FailedPrecondition, match="has been completed"):
+        continuation.continue_experiment(master.ctx, master.admin, experiment_id, "")
+
+
+def test_a_killed_grid_search_retries_every_trial_it_did_not_finish(master: Master) -> None:
+    master.add_agent("a1", slots=2)
+    experiment_id = master.create(**GRID, max_restarts=2)
+    first, second = master.trials(experiment_id)
+    _run_one(master, first.id, 0)
+    # The second fails once (a restart counted), then the experiment is killed.
+    _run_one(master, second.id, 1)
+    master.settle()
+    assert master.trials(experiment_id)[1].restarts == 1
+    with master.ctx.unit_of_work() as w:
+        experiments.kill(master.ctx, w, experiments.load(w, experiment_id))
+    master.settle()
+    for container in master.containers(master.live(second.id).id):
+        master.exit(container.id, 137)
+    assert master.experiment(experiment_id).state == "CANCELED"
+    assert [t.state for t in master.trials(experiment_id)] == ["COMPLETED", "CANCELED"]
+
+    continuation.continue_experiment(master.ctx, master.admin, experiment_id, "")
+    master.settle()
+    kept, retried = master.trials(experiment_id)
+    assert (kept.state, retried.state, retried.restarts) == ("COMPLETED", "ACTIVE", 0)
+    assert kept.restarts == 0
+    _run_one(master, second.id, 0)
+    assert master.experiment(experiment_id).state == "COMPLETED"
+    assert [t.state for t in master.trials(experiment_id)] == ["COMPLETED", "COMPLETED"]
 
 
 def test_who_may_continue_and_what_they_may_change(master: Master) -> None:

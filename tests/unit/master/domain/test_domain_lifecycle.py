@@ -10,12 +10,13 @@ from sqlalchemy import select
 
 from cairn.agent.v1 import agent_pb2 as apb
 from cairn.scheduler.v1 import scheduler_pb2 as schpb
-from services.master.domain.allocations import allocations
+from services.master.domain.allocations import allocations, containers
 from services.master.domain.experiments import creation, experiments
-from services.master.domain.kernel.errors import FailedPrecondition
+from services.master.domain.kernel.errors import FailedPrecondition, InvalidArgument
 from services.master.domain.kernel.states import AllocationState, InvalidTransition, RunState
 from services.master.domain.metrics import progress
 from services.master.domain.scheduling import agents
+from services.master.domain.scheduling.liveness import LivenessLoop
 from services.master.domain.task_kinds.model_definition import ContextFile
 from services.master.domain.trials import trials
 from services.master.store import models
@@ -253,3 +254,139 @@ def test_more_slots_than_the_pool_has_is_accepted_with_the_warning_and_waits_for
     master.settle()
     (placed,) = master.allocations(trial.id)
     assert placed.state != AllocationState.PENDING.value
+
+
+def test_validating_only_checks_the_config_and_creates_nothing(master: Master) -> None:
+    # `det experiment create --test` first sends the config with validate_only (Determined's
+    # validateOnly), then creates its one-batch test experiment as any other.
+    master.add_agent("a1")
+
+    def validate(text: str) -> creation.Created:
+        return creation.create(
+            master.ctx,
+            master.admin,
+            creation.CreateRequest(
+                config_text=text,
+                files=[ContextFile(path="train.py", type=ord("0"), content=b"pass\n", mtime=0, mode=0o644)],
+                activate=True,
+                validate_only=True,
+            ),
+        )
+
+    checked = validate(config_text(max_restarts=0))
+    assert checked.experiment_id is None and checked.config["max_restarts"] == 0
+    with pytest.raises(InvalidArgument, match="max_restarts"):
+        validate(config_text(max_restarts=-1))
+    with master.db.read() as s:
+        assert list(s.scalars(select(models.Experiment.id))) == []
+        assert list(s.scalars(select(models.Trial.id))) == []
+    assert len(master.searchers.searcher.sessions) == 0
+
+
+def test_a_paused_experiment_gets_its_trials_paused_and_activating_runs_them(master: Master) -> None:
+    # Created paused (det experiment create --paused): the search's trials are made, paused, and
+    # nothing is scheduled; activating it runs them.
+    master.add_agent("a1")
+    created = creation.create(
+        master.ctx,
+        master.admin,
+        creation.CreateRequest(
+            config_text=config_text(
+                searcher={"name": "grid", "metric": "loss", "max_length": {"batches": 1}},
+                hyperparameters={"x": {"type": "categorical", "vals": [1, 2]}},
+            ),
+            files=[ContextFile(path="train.py", type=ord("0"), content=b"pass\n", mtime=0, mode=0o644)],
+            activate=False,
+            validate_only=False,
+        ),
+    )
+    assert created.experiment_id is not None
+    experiment_id = created.experiment_id
+    master.settle()
+    assert master.experiment(experiment_id).state == "PAUSED"
+    first, second = master.trials(experiment_id)
+    assert (first.state, second.state) == ("PAUSED", "PAUSED")
+    assert master.allocations(first.id) == [] and master.allocations(second.id) == []
+    with master.ctx.unit_of_work() as w:
+        experiments.activate(master.ctx, w, experiments.load(w, experiment_id))
+    master.settle()
+    assert [t.state for t in master.trials(experiment_id)] == ["ACTIVE", "ACTIVE"]
+    for trial in master.trials(experiment_id):
+        for container_id in master.run_containers(master.live(trial.id).id):
+            master.exit(container_id, 0)
+    assert master.experiment(experiment_id).state == "COMPLETED"
+
+
+def test_pausing_before_the_searcher_answers_makes_its_next_trial_paused(master: Master) -> None:
+    # Paused while the searcher has not yet answered the first trial's exit: the trial it then asks
+    # for is made paused and waits, with nothing scheduled, until the experiment is activated.
+    master.add_agent("a1")
+    experiment_id = master.create(
+        searcher={
+            "name": "random",
+            "metric": "loss",
+            "max_length": {"batches": 1},
+            "max_trials": 2,
+            "max_concurrent_trials": 1,
+        },
+        hyperparameters={"x": {"type": "double", "minval": 0, "maxval": 1}},
+    )
+    (first,) = master.trials(experiment_id)
+    (container,) = master.run_containers(master.live(first.id).id)
+    with master.ctx.unit_of_work() as w:
+        containers.on_container_state(
+            master.ctx,
+            w,
+            apb.ContainerStateChanged(
+                container_id=container, state=apb.CONTAINER_STATE_TERMINATED, exit_code=0
+            ),
+        )
+        # The exit's searcher event is in the outbox, not yet delivered.
+        experiments.pause(master.ctx, w, experiments.load(w, experiment_id))
+    master.settle()
+    exp = master.experiment(experiment_id)
+    assert exp.state == "PAUSED"
+    done, waiting = master.trials(experiment_id)
+    assert (done.state, waiting.state) == ("COMPLETED", "PAUSED")
+    assert master.allocations(waiting.id) == []
+    with master.ctx.unit_of_work() as w:
+        experiments.activate(master.ctx, w, experiments.load(w, experiment_id))
+    master.settle()
+    for container_id in master.run_containers(master.live(waiting.id).id):
+        master.exit(container_id, 0)
+    assert master.experiment(experiment_id).state == "COMPLETED"
+
+
+def test_a_trial_ignoring_preemption_ends_on_kill_or_at_its_preemption_timeout(master: Master) -> None:
+    # Determined's test_kill_experiment_ignoring_preemption: the cancel asks the code to stop and
+    # waits; the code never does; a kill ends it at once (no grace), and the experiment is CANCELED.
+    master.add_agent("a1")
+    killed_id = master.create()
+    (trial,) = master.trials(killed_id)
+    alloc = master.live(trial.id)
+    (container,) = master.run_containers(alloc.id)
+    with master.ctx.unit_of_work() as w:
+        experiments.cancel(master.ctx, w, experiments.load(w, killed_id))
+    asked = master.live(trial.id)
+    assert asked.preempt_requested and not asked.kill_requested and asked.kill_deadline is not None
+    assert master.experiment(killed_id).state == "STOPPING_CANCELED"
+    with master.ctx.unit_of_work() as w:
+        experiments.kill(master.ctx, w, experiments.load(w, killed_id))
+    assert master.live(trial.id).kill_requested
+    (kill,) = [cmd for _agent, cmd in master.hub.commands("kill") if cmd.container_id == container]
+    assert kill.grace_seconds == 0
+    master.exit(container, 137)
+    assert master.experiment(killed_id).state == "CANCELED"
+    assert master.trials(killed_id)[0].state == "CANCELED"
+
+    # Canceled only: once the preemption timeout has passed, the liveness loop kills it.
+    timed_id = master.create(preemption_timeout=0)
+    (trial,) = master.trials(timed_id)
+    (container,) = master.run_containers(master.live(trial.id).id)
+    with master.ctx.unit_of_work() as w:
+        experiments.cancel(master.ctx, w, experiments.load(w, timed_id))
+    assert not master.live(trial.id).kill_requested
+    LivenessLoop(master.ctx).check()
+    assert master.live(trial.id).kill_requested
+    master.exit(container, 137)
+    assert master.experiment(timed_id).state == "CANCELED"
