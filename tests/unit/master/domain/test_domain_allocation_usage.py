@@ -14,6 +14,9 @@ from services.master.domain.reads import allocation_usage as usage
 from services.master.store import models
 from tests.unit.master.domain.harness import Master
 
+# On both databases: aggregation by day and month in each database's date functions.
+pytestmark = pytest.mark.on_each_database
+
 T0 = datetime(2024, 5, 1, 22, 0, tzinfo=UTC)
 
 

@@ -14,6 +14,9 @@ from services.master.domain.metrics.reports import Report
 from services.master.domain.reads import metrics as reads
 from tests.unit.master.domain.harness import Master
 
+# On both databases: downsampling and filters over JSON metrics in SQL.
+pytestmark = pytest.mark.on_each_database
+
 
 def _query(**overrides: Any) -> compare.CompareQuery:
     args: dict[str, Any] = {

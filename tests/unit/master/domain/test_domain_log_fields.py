@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from cairn.agent.v1 import agent_pb2 as apb
 from services.master.domain.kernel.topics import trial_logs_topic
 from services.master.domain.metrics.logs import (
@@ -17,6 +19,9 @@ from services.master.domain.metrics.logs import (
     read_logs,
 )
 from tests.unit.master.domain.harness import Master
+
+# On both databases: distinct values and the literal search (strpos on PostgreSQL, instr on SQLite).
+pytestmark = pytest.mark.on_each_database
 
 
 def _line(container: str, seq: int, **fields: object) -> apb.LogEntry:

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from sqlalchemy import select
 
 from cairn.searcher.v1 import searcher_pb2 as spb
 from cairn.wire import struct_to_python
 from services.master.store import models
 from tests.unit.master.domain.harness import Master
+
+# On both databases: NaN and infinities as each database's JSON stores them.
+pytestmark = pytest.mark.on_each_database
 
 HALVING = {
     "searcher": {

@@ -20,6 +20,9 @@ from services.master.domain.workspaces import workspaces
 from services.master.store import models
 from tests.unit.master.domain.harness import Master
 
+# On both databases: the run filter is SQL over JSON hyperparameters and casts.
+pytestmark = pytest.mark.on_each_database
+
 UNCATEGORIZED = models.UNCATEGORIZED_PROJECT_ID
 
 

@@ -25,6 +25,9 @@ from services.master.domain.trials import trials as trial_lifecycle
 from services.master.store import models
 from tests.unit.master.domain.harness import Master
 
+# On both databases: the external ids' unique keys and the trials' own transition tables in SQL.
+pytestmark = pytest.mark.on_each_database
+
 S = RunState
 
 

@@ -29,6 +29,9 @@ from tests.support.webhook_receiver import Receiver
 from tests.unit.master.domain.harness import Master
 from tests.unit.master.domain.test_domain_models import Trial
 
+# On both databases: the outbox's leases and the triggers written in their cause's transaction.
+pytestmark = pytest.mark.on_each_database
+
 KEY = "test-signing-key"
 NO_SETTINGS = workspaces.WorkspaceSettings()
 
