@@ -164,14 +164,20 @@ def test_checkpoint_gc_keeps_exactly_what_the_policy_says(cluster: TestCluster) 
 
     def kept() -> set[tuple[int, int]]:
         response = api.GetExperimentCheckpoints(
-            checkpoint_pb2.GetExperimentCheckpointsRequest(id=experiment_id)
+            checkpoint_pb2.GetExperimentCheckpointsRequest(
+                id=experiment_id, states=[checkpoint_pb2.Checkpoint.STATE_COMPLETED]
+            )
         )
         return {(c.training.trial_id, int(c.metadata["steps_completed"])) for c in response.checkpoints}
 
     wait_for(
         lambda: kept() == expected, timeout=60, what=f"GC to keep {sorted(expected)} (keeps {sorted(kept())})"
     )
-    response = api.GetExperimentCheckpoints(checkpoint_pb2.GetExperimentCheckpointsRequest(id=experiment_id))
+    response = api.GetExperimentCheckpoints(
+        checkpoint_pb2.GetExperimentCheckpointsRequest(
+            id=experiment_id, states=[checkpoint_pb2.Checkpoint.STATE_COMPLETED]
+        )
+    )
     kept_uuids = {c.uuid for c in response.checkpoints}
     on_disk = {p.name for p in host_path.iterdir() if p.is_dir() and not p.name.startswith(".")}
     reported = {line.split()[2] for t in found for line in logs(api, t.id) if line.startswith("CHECKPOINT")}

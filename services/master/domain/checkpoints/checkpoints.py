@@ -115,8 +115,8 @@ def _reset_latest(w: Work, trial_ids: set[int]) -> None:
 
 
 def apply_deletions(ctx: MasterContext, results: list[cpb.DeletedCheckpoint]) -> list[str]:
-    """Rows follow the files: gone files → row deleted; some files left → resources updated.
-    Returns the errors."""
+    """Rows follow the files: gone files → DELETED (the row stays, without resources, as on
+    Determined); some files left → resources updated. Returns the errors."""
     errors = []
     with ctx.unit_of_work() as w:
         touched: set[int] = set()
@@ -125,16 +125,14 @@ def apply_deletions(ctx: MasterContext, results: list[cpb.DeletedCheckpoint]) ->
             if result.error:
                 errors.append(f"{result.checkpoint_uuid}: {result.error}")
                 continue
-            if row is None:
+            if row is None or row.state == CheckpointState.DELETED:
                 continue
             touched.add(row.trial_id)
-            if result.remaining:
-                row.resources = dict(result.remaining)
-                row.size = sum(result.remaining.values())
-                check_checkpoint(row.uuid, row.state, CheckpointState.PARTIALLY_DELETED)
-                row.state = CheckpointState.PARTIALLY_DELETED
-            else:
-                w.session.delete(row)
+            target = CheckpointState.PARTIALLY_DELETED if result.remaining else CheckpointState.DELETED
+            check_checkpoint(row.uuid, row.state, target)
+            row.resources = dict(result.remaining)
+            row.size = sum(result.remaining.values())
+            row.state = target
         w.session.flush()
         _reset_latest(w, touched)
     return errors
@@ -158,6 +156,8 @@ def delete(ctx: MasterContext, client: CheckpointService, principal: Principal, 
                 exp = w.session.get_one(models.Experiment, trial.experiment_id)
                 if not access.may_change(principal, [exp.owner_id]):
                     raise PermissionDenied(f"checkpoint {uuid} belongs to another user's experiment")
+                if row.state == CheckpointState.DELETED:
+                    continue  # deleted already: deleting it again changes nothing, as on Determined
                 storage = config_view(exp.config).checkpoint_storage
                 key = repr(sorted(storage.items()))
                 by_storage.setdefault(key, (storage, []))[1].append(uuid)
@@ -196,7 +196,10 @@ class CheckpointGc:
             rows = w.session.execute(
                 select(models.Checkpoint)
                 .join(models.Trial, models.Trial.id == models.Checkpoint.trial_id)
-                .where(models.Trial.experiment_id == experiment_id)
+                .where(
+                    models.Trial.experiment_id == experiment_id,
+                    models.Checkpoint.state != CheckpointState.DELETED,
+                )
             ).scalars()
             for ck in rows:
                 candidate = cpb.GcCandidate(
@@ -257,7 +260,10 @@ class CheckpointGc:
                 s.scalars(
                     select(models.Checkpoint.uuid)
                     .join(models.Trial, models.Trial.id == models.Checkpoint.trial_id)
-                    .where(models.Trial.experiment_id == experiment_id)
+                    .where(
+                        models.Trial.experiment_id == experiment_id,
+                        models.Checkpoint.state != CheckpointState.DELETED,
+                    )
                 )
             )
         if not uuids:

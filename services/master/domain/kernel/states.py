@@ -228,18 +228,21 @@ def check_workspace(kind: str, current: str, target: WorkspaceState) -> None:
 
 class CheckpointState(StrEnum):
     """A checkpoint's state (Determined's): COMPLETED once reported; PARTIALLY_DELETED when a
-    deletion removed some of its files and kept the rest (a GC policy that keeps some); a checkpoint
-    deleted whole loses its row."""
+    deletion removed some of its files and kept the rest (a GC policy that keeps some); DELETED
+    once all of its files are gone. As on Determined the row stays (DELETED, no resources): the
+    trial's workloads, the checkpoint lists and GetCheckpoint still show it, deleted."""
 
     COMPLETED = "COMPLETED"
     PARTIALLY_DELETED = "PARTIALLY_DELETED"
+    DELETED = "DELETED"
 
 
 CK = CheckpointState
 CHECKPOINT_TRANSITIONS: dict[CheckpointState, frozenset[CheckpointState]] = {
-    CK.COMPLETED: frozenset({CK.PARTIALLY_DELETED}),
+    CK.COMPLETED: frozenset({CK.PARTIALLY_DELETED, CK.DELETED}),
     # A later deletion may take more of what is left.
-    CK.PARTIALLY_DELETED: frozenset({CK.PARTIALLY_DELETED}),
+    CK.PARTIALLY_DELETED: frozenset({CK.PARTIALLY_DELETED, CK.DELETED}),
+    CK.DELETED: frozenset(),
 }
 
 
