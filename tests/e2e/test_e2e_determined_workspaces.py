@@ -49,6 +49,7 @@ while bindings.get_GetNotebook(s, notebookId=inside.id).notebook.state not in TE
     assert time.monotonic() < deadline, "the deleted workspace's notebook did not stop"
     time.sleep(1)
 outside_state = bindings.get_GetNotebook(s, notebookId=outside.id).notebook.state
+by_default = [n.id for n in bindings.get_GetNotebooks(s).notebooks]
 try:
     bindings.get_GetNotebooks(s, workspaceId=doomed.id)
     gone = None
@@ -67,13 +68,15 @@ while bindings.get_GetNotebook(s, notebookId=outside.id).notebook.state not in T
     assert time.monotonic() < deadline, "the kept workspace's notebook did not stop"
     time.sleep(1)
 bindings.delete_DeleteWorkspace(s, id=kept.id)
-result = [inside.id in listed, outside_state.value, gone, doomed.id in workspaces, archived]
+result = [inside.id in listed, outside_state.value, gone, doomed.id in workspaces, archived,
+          inside.id in by_default, outside.id in by_default]
 """
     )
     assert ended[0] is True  # listed in its workspace before the deletion
     assert ended[1] not in ("STATE_TERMINATED", "STATE_TERMINATING")  # the other workspace's runs on
     assert ended[2] == 404 and ended[3] is False  # the workspace is gone, and its listing with it
     assert ended[4] == 404  # a launch into an archived workspace, as Determined answers it
+    assert ended[5:] == [False, True]  # the deleted workspace's notebook is listed no more
 
 
 def test_a_non_owner_creates_in_someone_elses_workspace(cluster: TestCluster, tmp_path: Path) -> None:

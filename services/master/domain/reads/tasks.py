@@ -104,6 +104,10 @@ def task_page(
         if workspace is None or workspace.state == WS.DELETING:
             raise NotFound(f"workspace '{workspace_id}' not found")
         q = q.where(models.Task.workspace_id == workspace_id)
+    else:
+        # A task whose workspace was deleted (killed by the deletion) is listed no more, as on
+        # Determined; it is still read by its id.
+        q = q.where(models.Task.workspace_id.is_not(None))
     total = int(s.scalar(select(func.count()).select_from(q.subquery())) or 0)
     page = page_of(total, offset, limit or -1)
     ordered = q.order_by(*((start.desc(), ident.desc()) if newest_first else (start, ident)))

@@ -513,6 +513,9 @@ def test_deleting_a_workspace_kills_its_tasks_and_keeps_them_readable(master: Ma
         assert [r.task.id for r in task_reads.task_page(s, TaskKind.NOTEBOOK, workspace_id=other)[0]] == [
             outside
         ]
+        # Nor is it listed by default any more (Determined's test: "not returned ... by default").
+        assert [r.task.id for r in task_reads.task_page(s, TaskKind.NOTEBOOK)[0]] == [outside]
+        assert task_reads.task_row(s, notebook, TaskKind.NOTEBOOK).task.id == notebook
 
     # Launching into a workspace that is gone, or archived, answers as Determined does (404).
     _refused(
