@@ -68,6 +68,7 @@ def _request(msg: pb.AllocationRequest) -> AllocationRequest:
         preemptible=msg.preemptible,
         single_agent=msg.single_agent,
         placements=tuple(_placement(p) for p in msg.placements),
+        excluded_agents=frozenset(msg.excluded_agents),
     )
 
 

@@ -92,7 +92,8 @@ def test_follow_exit_codes_logs_and_download_with_the_cli(cluster: TestCluster, 
 
     checkpoints = json.loads(run(["checkpoint", "list", "1", "--json"], env).stdout)["checkpoints"]
     assert checkpoints
-    uuid = checkpoints[0]["uuid"]
+    # GC-deleted ones are listed too (DELETED, as on Determined): download a kept one.
+    uuid = next(c["uuid"] for c in checkpoints if c["state"] == "STATE_COMPLETED")
     run(["checkpoint", "download", uuid, str(tmp_path / "ckpt")], env)
     host_path = Path(
         json.loads(run(["experiment", "describe", "1", "--json"], env).stdout)["experiment"]["config"][

@@ -53,7 +53,9 @@ def test_gc_owed_while_the_checkpoint_service_is_down_runs_when_it_is_back(clust
 
     def kept() -> set[tuple[int, int]]:
         response = api.GetExperimentCheckpoints(
-            checkpoint_pb2.GetExperimentCheckpointsRequest(id=experiment_id)
+            checkpoint_pb2.GetExperimentCheckpointsRequest(
+                id=experiment_id, states=[checkpoint_pb2.Checkpoint.STATE_COMPLETED]
+            )
         )
         return {
             (c.training.trial_id, int(c.metadata["steps_completed"]))
@@ -83,7 +85,11 @@ def test_gc_owed_while_the_checkpoint_service_is_down_runs_when_it_is_back(clust
         timeout=120,
         what=f"GC to keep {sorted(expected)} (keeps {sorted(kept())})",
     )
-    response = api.GetExperimentCheckpoints(checkpoint_pb2.GetExperimentCheckpointsRequest(id=experiment_id))
+    response = api.GetExperimentCheckpoints(
+        checkpoint_pb2.GetExperimentCheckpointsRequest(
+            id=experiment_id, states=[checkpoint_pb2.Checkpoint.STATE_COMPLETED]
+        )
+    )
     storage: Any = experiment(api, experiment_id).config["checkpoint_storage"]
     host_path = Path(storage["host_path"])
     on_disk = {p.name for p in host_path.iterdir() if p.is_dir() and not p.name.startswith(".")}

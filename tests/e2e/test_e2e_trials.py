@@ -164,7 +164,9 @@ def test_checkpoint_gc_keeps_exactly_what_the_policy_says(cluster: TestCluster) 
 
     def kept() -> set[tuple[int, int]]:
         response = api.GetExperimentCheckpoints(
-            checkpoint_pb2.GetExperimentCheckpointsRequest(id=experiment_id)
+            checkpoint_pb2.GetExperimentCheckpointsRequest(
+                id=experiment_id, states=[checkpoint_pb2.Checkpoint.STATE_COMPLETED]
+            )
         )
         return {
             (c.training.trial_id, int(c.metadata["steps_completed"]))

@@ -260,6 +260,10 @@ class Trial(Base):
     run_metadata: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     # An unmanaged trial's last heartbeat (PatchTrial): one silent too long is marked ERROR.
     last_activity: Mapped[datetime | None]
+    # Its log lines matched a `cancel_retries` log policy: its next failure ends it (log_policies.py).
+    log_policy_no_retry: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # The agents an `exclude_node` log policy matched on: its later runs are placed elsewhere.
+    excluded_agents: Mapped[list[str] | None] = mapped_column(JSON)
 
 
 class Task(Base):

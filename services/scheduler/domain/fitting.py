@@ -5,6 +5,7 @@ Order of attempts:
 2. Only for requests that may span agents and need more than one slot: a dedicated multi-agent fit
    over agents with no slot in use, all of one size, each giving every free slot it has.
 Zero-slot requests (commands, TensorBoards, GC tasks) need no slot: any agent that takes new work.
+An agent the request excludes (its trial's `exclude_node` log policy) is never a candidate.
 """
 
 from __future__ import annotations
@@ -88,6 +89,10 @@ def find_fit(request: AllocationRequest, pool: PoolCapacity, policy: FittingPoli
     return _dedicated_fit(request, pool, SCORES[policy])
 
 
+def _allowed(request: AllocationRequest, agent: AgentCapacity) -> bool:
+    return agent.agent_id not in request.excluded_agents
+
+
 def apply_fit(pool: PoolCapacity, fit: Fit, allocation_id: str) -> None:
     for placement in fit.placements:
         if placement.slot_ids:
@@ -97,14 +102,18 @@ def apply_fit(pool: PoolCapacity, fit: Fit, allocation_id: str) -> None:
 
 
 def _zero_slot_fit(request: AllocationRequest, pool: PoolCapacity) -> Fit | None:
-    ranked = rank_agents(request, (a for a in pool if a.takes_new_work), zero_slot_score)
+    ranked = rank_agents(
+        request, (a for a in pool if a.takes_new_work and _allowed(request, a)), zero_slot_score
+    )
     if not ranked:
         return None
     return Fit((Placement(ranked[0].agent_id, ()),))
 
 
 def _shared_fit(request: AllocationRequest, pool: PoolCapacity, score: Score) -> Fit | None:
-    candidates = [agent for agent in pool if agent.num_free >= request.slots_needed]
+    candidates = [
+        agent for agent in pool if agent.num_free >= request.slots_needed and _allowed(request, agent)
+    ]
     if not candidates:
         return None
     chosen = rank_agents(request, candidates, score)[0]
@@ -120,7 +129,7 @@ def _dedicated_fit(request: AllocationRequest, pool: PoolCapacity, score: Score)
     by_size: dict[int, list[AgentCapacity]] = {}
     for agent in pool:
         size = agent.num_free
-        if size > 0 and agent.has_no_slot_in_use:
+        if size > 0 and agent.has_no_slot_in_use and _allowed(request, agent):
             by_size.setdefault(size, []).append(agent)
     needed = request.slots_needed
     for size in sorted(by_size, reverse=True):

@@ -66,6 +66,8 @@ class AllocationRequest:
     single_agent: bool = False
     # Empty while pending; where it runs once placed.
     placements: tuple[Placement, ...] = ()
+    # Agents it must not be placed on (its trial's `exclude_node` log policy matched there).
+    excluded_agents: frozenset[str] = frozenset()
 
     @property
     def running(self) -> bool:

@@ -33,15 +33,15 @@ from services.scheduler.domain.ordering import QueueKey, by_priority_level, effe
 from services.scheduler.domain.preemption import plan_preemption
 from services.scheduler.domain.reasons import PoolFacts
 
-# A request's shape: what fitting looks at (its slots, whether it needs one agent), never which
-# request it is.
-Shape = tuple[int, bool]
+# A request's shape: what fitting looks at (its slots, whether it needs one agent, the agents it
+# excludes), never which request it is.
+Shape = tuple[int, bool, frozenset[str]]
 # One priority level's pending requests: per shape, in queue order, each with its queue key.
 Level = dict[Shape, list[tuple[QueueKey, AllocationRequest]]]
 
 
 def shape_of(request: AllocationRequest) -> Shape:
-    return (request.slots_needed, request.single_agent)
+    return (request.slots_needed, request.single_agent, request.excluded_agents)
 
 
 def levels_of(pending: list[AllocationRequest], pool: ResourcePool) -> list[tuple[int, Level]]:

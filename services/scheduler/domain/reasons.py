@@ -74,6 +74,9 @@ def cannot_fit(
     note = facts.unusable_note()
     if facts.agent_count == 0:
         return f"pool '{facts.name}' has no agents"
+    if request.excluded_agents and all(a.agent_id in request.excluded_agents for a in capacity):
+        excluded = ", ".join(sorted(request.excluded_agents))
+        return f"its log policies exclude agent(s) {excluded}: no other agent in pool '{facts.name}'"
     if request.slots_needed == 0:
         return f"no agent in pool '{facts.name}' takes new work{note}"
     needed = request.slots_needed

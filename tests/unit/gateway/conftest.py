@@ -17,7 +17,7 @@ import grpc
 import pytest
 from google.protobuf import json_format
 
-from cairn.api.v1 import api_pb2, api_pb2_grpc, auth_pb2, experiment_pb2, master_pb2, trial_pb2
+from cairn.api.v1 import api_pb2, api_pb2_grpc, auth_pb2, experiment_pb2, master_pb2, task_pb2, trial_pb2
 from services.common.interceptors import AuthError, AuthInterceptor
 from services.common.metadata import GATEWAY_KEY_KEY, Metadata, metadata_value
 from services.common.principal import Principal
@@ -54,6 +54,13 @@ class ScriptedCairn(api_pb2_grpc.CairnServicer):
 
     def GetMaster(self, request: Any, context: grpc.ServicerContext) -> master_pb2.GetMasterResponse:
         return master_pb2.GetMasterResponse(version="test", cluster_name="scripted")
+
+    def GetTasks(self, request: Any, context: grpc.ServicerContext) -> task_pb2.GetTasksResponse:
+        response = task_pb2.GetTasksResponse()
+        response.allocation_id_to_summary["a.1"].CopyFrom(
+            task_pb2.AllocationSummary(task_id="a", allocation_id="a.1", name="Checkpoint GC (Experiment 1)")
+        )
+        return response
 
     def Login(self, request: auth_pb2.LoginRequest, context: grpc.ServicerContext) -> auth_pb2.LoginResponse:
         if request.password != "right":

@@ -317,3 +317,13 @@ def test_only_streams_that_end_on_their_own_are_read_ahead() -> None:
     assert streams >= ENDING_STREAMS, "a name that is no stream (misspelt?)"
     # These wait for what happens next: read ahead, they would not be answered until they ended.
     assert not ENDING_STREAMS & {"TrialsSample", "WatchAllocationSignals"}
+
+
+def test_determined_legacy_tasks_route_answers_the_map_alone(gateway: Gateway) -> None:
+    """GET /tasks (outside /api/, as Determined's master serves it, polled by its e2e suite while
+    checkpoint GC runs): the allocations by id, not wrapped in a response message."""
+    response = requests.get(f"{gateway.base}/tasks", timeout=10)
+    assert response.status_code == 200
+    body = response.json()
+    assert body["a.1"]["name"] == "Checkpoint GC (Experiment 1)" and body["a.1"]["taskId"] == "a"
+    assert requests.get(f"{gateway.base}/tasks/extra", timeout=10).status_code != 200

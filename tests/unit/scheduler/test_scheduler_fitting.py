@@ -3,6 +3,8 @@ agents or slots that take no new work."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from services.scheduler.domain.fitting import hash_distance
@@ -187,3 +189,22 @@ def test_agents_of_other_pools_are_not_used() -> None:
     decision = schedule(state)
     assert started_ids(decision) == []
     assert waiting(decision)["cpu-job"][0] == "pool 'cpu' has no agents"
+
+
+def test_an_excluded_agent_is_never_chosen_and_the_reason_says_so() -> None:
+    """A trial's `exclude_node` log policy excludes the agents it matched on: another agent takes
+    it, an equal request without the exclusion still goes where the policy prefers, and with every
+    agent excluded it waits, saying why."""
+    excluded = replace(pending("excluded", 1), excluded_agents=frozenset({"a1"}))
+    state = cluster(
+        [agent("a1", 4), agent("a2", 4)],
+        [running("busy", {"a1": ["0"]}), excluded, pending("free", 1)],
+    )
+    decision = started(schedule(state))
+    assert list(decision["excluded"]) == ["a2"] and list(decision["free"]) == ["a1"]
+
+    alone = replace(pending("alone", 1), excluded_agents=frozenset({"a1"}))
+    reason, _ = waiting(schedule(cluster([agent("a1", 4)], [alone])))["alone"]
+    assert "exclude agent(s) a1" in reason
+    zero = replace(pending("zero", 0), excluded_agents=frozenset({"a1"}))
+    assert "zero" in waiting(schedule(cluster([agent("a1", 4)], [zero])))

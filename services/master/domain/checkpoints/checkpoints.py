@@ -350,7 +350,10 @@ class CheckpointGc:
                 s.scalars(
                     select(models.Checkpoint.uuid)
                     .join(models.Trial, models.Trial.id == models.Checkpoint.trial_id)
-                    .where(models.Trial.experiment_id == experiment_id)
+                    .where(
+                        models.Trial.experiment_id == experiment_id,
+                        models.Checkpoint.state != CheckpointState.DELETED,
+                    )
                 )
             )
         if not uuids:

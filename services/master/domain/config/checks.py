@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from services.master.domain.config.log_policies import log_policy_problems
 from services.master.domain.config.messages import Problem
 from services.master.domain.config.paths import child_path
 
@@ -79,4 +80,5 @@ def cross_field_problems(config: dict[str, Any]) -> list[Problem]:
         *_hparam_ranges(config.get("hyperparameters"), "hyperparameters"),
         *_searcher_rules(config.get("searcher")),
         *_proxy_port_duplicates(config.get("environment")),
+        *log_policy_problems(config.get("log_policies")),
     ]

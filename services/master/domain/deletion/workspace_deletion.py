@@ -1,7 +1,10 @@
 """Deleting a project or a workspace, which deletes their experiments, as Determined does.
 
 The request is checked whole first (owner or admin, not a built-in, every experiment finished,
-no registered model left in the workspace), so a refused request changes nothing. Empty ones go at
+no registered model left in the workspace), so a refused request changes nothing. As on Determined,
+the commands, notebooks, shells, TensorBoards and generic tasks still running in the workspace (or
+project) are killed by the request; they stay readable by id after the workspace is gone (their
+workspace and project read as none), so a deletion never trips over them. Empty ones go at
 once (`completed`). Otherwise the project (and workspace) are marked DELETING, every experiment is
 marked DELETING in the same transaction (which owes its deletion: deletion.py), and the project's
 or workspace's own finish is owed too (deferred_work.py). The deferred-work loop deletes the
@@ -14,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, update
 
 from services.common.logging import get_logger
 from services.common.principal import Principal
@@ -22,14 +25,44 @@ from services.master.domain.experiments.experiments import transition
 from services.master.domain.kernel import deferred_work
 from services.master.domain.kernel.context import MasterContext, Work
 from services.master.domain.kernel.errors import FailedPrecondition
-from services.master.domain.kernel.states import TERMINAL, WS, RunState, WorkspaceState, check_workspace
+from services.master.domain.kernel.states import (
+    TASK_ENDED,
+    TERMINAL,
+    WS,
+    RunState,
+    TaskKind,
+    WorkspaceState,
+    check_workspace,
+)
 from services.master.domain.reads.models import describe_registered, registered_in_experiment
+from services.master.domain.tasks import tasks as task_lifecycle
 from services.master.domain.workspaces import workspaces
 from services.master.store import models
 
 log = get_logger(__name__)
 
 _DELETABLE = frozenset({*TERMINAL, RunState.DELETE_FAILED, RunState.DELETING})
+
+# The tasks a workspace's (or project's) deletion kills, as Determined's does: its commands,
+# notebooks, shells, TensorBoards and generic tasks. Trials go with their experiments (which must
+# have ended), and a checkpoint GC task runs on to its end: it is what deleting experiments starts.
+_KILLED_KINDS = (TaskKind.COMMAND, TaskKind.NOTEBOOK, TaskKind.SHELL, TaskKind.TENSORBOARD, TaskKind.GENERIC)
+
+
+def _kill_tasks(ctx: MasterContext, w: Work, *, workspace_id: int | None, project_ids: Sequence[int]) -> None:
+    """Kill the live tasks of the kinds above in the workspace or in the projects."""
+    where = (
+        models.Task.workspace_id == workspace_id
+        if workspace_id is not None
+        else models.Task.project_id.in_(list(project_ids))
+    )
+    live = w.session.scalars(
+        select(models.Task)
+        .where(where, models.Task.kind.in_(_KILLED_KINDS), models.Task.state.not_in(list(TASK_ENDED)))
+        .order_by(models.Task.start_time, models.Task.id)
+    )
+    for task in live:
+        task_lifecycle.kill(ctx, w, task)
 
 
 def _experiments_in(w: Work, project_ids: Sequence[int]) -> list[models.Experiment]:
@@ -83,6 +116,7 @@ def delete_project(ctx: MasterContext, principal: Principal, project_id: int) ->
             raise FailedPrecondition(f"project {project.id} is already being deleted")
         experiments = _experiments_in(w, [project.id])
         _check_all_finished("project", project.id, experiments)
+        _kill_tasks(ctx, w, workspace_id=None, project_ids=[project.id])
         if not experiments:
             w.session.execute(delete(models.Project).where(models.Project.id == project.id))
             log.info("project deleted", project_id=project_id)
@@ -119,6 +153,7 @@ def delete_workspace(ctx: MasterContext, principal: Principal, workspace_id: int
         project_ids = [p.id for p in projects]
         experiments = _experiments_in(w, project_ids)
         _check_all_finished("workspace", workspace.id, experiments)
+        _kill_tasks(ctx, w, workspace_id=workspace.id, project_ids=project_ids)
         if not experiments:
             _remove_empty(w, project_ids, workspace.id)
             log.info("workspace deleted", workspace_id=workspace_id)
@@ -140,10 +175,17 @@ def _move(kind: str, row: models.Workspace | models.Project, target: WorkspaceSt
 
 
 def _remove_empty(w: Work, project_ids: Sequence[int], workspace_id: int | None) -> None:
-    """Delete the rows of the projects (and workspace), which hold no experiment any more."""
+    """Delete the rows of the projects (and workspace), which hold no experiment any more. Their
+    tasks (killed by the request, or ended before it) are kept, no longer in them."""
     if project_ids:
+        w.session.execute(
+            update(models.Task).where(models.Task.project_id.in_(list(project_ids))).values(project_id=None)
+        )
         w.session.execute(delete(models.Project).where(models.Project.id.in_(list(project_ids))))
     if workspace_id is not None:
+        w.session.execute(
+            update(models.Task).where(models.Task.workspace_id == workspace_id).values(workspace_id=None)
+        )
         w.session.execute(delete(models.Template).where(models.Template.workspace_id == workspace_id))
         w.session.execute(delete(models.Webhook).where(models.Webhook.workspace_id == workspace_id))
         w.session.execute(delete(models.Workspace).where(models.Workspace.id == workspace_id))

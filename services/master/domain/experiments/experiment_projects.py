@@ -38,11 +38,22 @@ class Placement:
     default_compute_pool: str
 
 
+_BY_NAMES = "workspace, project"
+
+
 def _check_takes_experiments(project: models.Project, workspace: models.Workspace, field: str) -> None:
     if WS.DELETING in (project.state, workspace.state):
         raise FailedPrecondition(f"{field}: project {project.id} is being deleted")
+    # Determined's texts: by the config's names, which of the two is archived; by id, the project's.
+    by_names = field == _BY_NAMES
+    if by_names and workspace.archived:
+        raise FailedPrecondition(f"{field}: workspace is archived and cannot add new experiments")
+    if by_names and project.archived:
+        raise FailedPrecondition(f"{field}: project is archived and cannot add new experiments")
     if project.archived or workspace.archived:
-        raise FailedPrecondition(f"{field}: project {project.id} is archived and takes no new experiments")
+        raise FailedPrecondition(
+            f"{field}: project ({project.id}) is archived and cannot add new experiments."
+        )
 
 
 def _config_keys(config_text: str, template: Mapping[str, Any] | None) -> tuple[str, str]:
@@ -71,7 +82,7 @@ def placement(
             if project_id < 0:
                 raise InvalidArgument(f"project_id: must be a project id (got {project_id})")
         elif workspace_name or project_name:
-            field = "workspace, project"
+            field = _BY_NAMES
             if not (workspace_name and project_name):
                 raise InvalidArgument(
                     "workspace, project: the config must name both the workspace and the project, or neither"

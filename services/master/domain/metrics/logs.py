@@ -20,6 +20,7 @@ from cairn.agent.v1 import agent_pb2 as apb
 from services.common.logging import get_logger
 from services.master.domain.kernel.context import MasterContext, StripedLocks
 from services.master.domain.kernel.topics import task_logs_topic, trial_logs_topic
+from services.master.domain.trials import log_policies
 from services.master.domain.webhooks.triggers import LogLine, TaskLogMatcher
 from services.master.store import models
 from services.master.store.text_search import substring_position
@@ -50,6 +51,8 @@ class LogStore:
         self._key_locks = StripedLocks() if ctx.db.dialect == "postgresql" else None
         # Webhooks' TASK_LOG triggers: a match owes its post in the lines' own transaction.
         self._webhook_patterns = TaskLogMatcher()
+        # Experiments' log policies: a trial's match is recorded in the lines' own transaction.
+        self._log_policies = log_policies.TrialPolicies()
 
     def _owner(self, container_id: str) -> _Owner | None:
         with self._lock:
@@ -113,6 +116,15 @@ class LogStore:
                 insert = pg_insert if self._ctx.db.dialect == "postgresql" else sqlite_insert
                 s.execute(insert(models.TaskLog).on_conflict_do_nothing(), rows)
                 owed_posts = self._webhook_patterns.scan(self._ctx, s, _lines(rows))
+                log_policies.record_matches(
+                    s,
+                    self._log_policies,
+                    (
+                        log_policies.Line(int(row["trial_id"]), agent_id, str(row["message"]))  # type: ignore[call-overload]
+                        for row in rows
+                        if row["trial_id"] is not None
+                    ),
+                )
                 for container_id, seq in highest.items():
                     container = s.get(models.Container, container_id)
                     if container is not None and seq > container.acked_seq:

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from services.master.domain.config.view import ProxyPort, proxy_ports_of
 from services.master.domain.kernel.errors import NotFound
 from services.master.domain.kernel.paging import Page, page_of
-from services.master.domain.kernel.states import LIVE_ALLOCATION, TASK_ENDED, TaskKind
+from services.master.domain.kernel.states import LIVE_ALLOCATION, TASK_ENDED, WS, TaskKind
 from services.master.domain.kernel.states import AllocationState as A
 from services.master.domain.kernel.task_ids import parse_trial_task_id
 from services.master.store import models
@@ -99,7 +99,15 @@ def task_page(
     if user_ids:
         q = q.where(models.Task.owner_id.in_(user_ids))
     if workspace_id:
+        # Determined answers a list of a workspace that is gone (or going) with a 404.
+        workspace = s.get(models.Workspace, workspace_id)
+        if workspace is None or workspace.state == WS.DELETING:
+            raise NotFound(f"workspace '{workspace_id}' not found")
         q = q.where(models.Task.workspace_id == workspace_id)
+    else:
+        # A task whose workspace was deleted (killed by the deletion) is listed no more, as on
+        # Determined; it is still read by its id.
+        q = q.where(models.Task.workspace_id.is_not(None))
     total = int(s.scalar(select(func.count()).select_from(q.subquery())) or 0)
     page = page_of(total, offset, limit or -1)
     ordered = q.order_by(*((start.desc(), ident.desc()) if newest_first else (start, ident)))

@@ -86,9 +86,11 @@ def allocation_rows(s: Session, *where: Any) -> list[Any]:
             models.Task.job_id,
             models.Experiment.id.label("experiment_id"),
             models.Experiment.state.label("experiment_state"),
+            models.Trial.excluded_agents,
         )
         .join(models.Task, models.Task.id == models.Allocation.task_id)
         .outerjoin(models.Experiment, models.Experiment.id == models.Task.experiment_id)
+        .outerjoin(models.Trial, models.Trial.id == models.Allocation.trial_id)
     )
     return list(s.execute(query.where(*(where or (models.Allocation.state.in_(list(LIVE_ALLOCATION)),)))))
 
@@ -132,6 +134,8 @@ def request_message(
         requested_at=ts(row.requested_at),
         job_id=experiment_job_id(experiment_id) if experiment_id is not None else row.job_id,
         preemptible=row.kind in PREEMPTIBLE_KINDS,
+        # A trial's `exclude_node` log policy matched there (trials/log_policies.py).
+        excluded_agents=sorted(row.excluded_agents or []),
     )
     if row.state in PLACED_ALLOCATION:
         for placement in placements or []:

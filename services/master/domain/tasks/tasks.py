@@ -250,10 +250,10 @@ def create(ctx: MasterContext, principal: Principal, request: TaskRequest) -> st
                 raise NotFound(f"project {request.project_id} not found")
             workspace_id = project.workspace_id
         workspace = w.session.get(models.Workspace, workspace_id)
-        if workspace is None or workspace.state == WS.DELETING:
-            raise NotFound(f"workspace {workspace_id} not found")
-        if workspace.archived:
-            raise FailedPrecondition(f"workspace {workspace.name} is archived: no new tasks start in it")
+        # Determined answers a launch into an archived workspace as into a missing one (404, its
+        # text), and so into one being deleted.
+        if workspace is None or workspace.state == WS.DELETING or workspace.archived:
+            raise NotFound(f"workspace '{workspace_id}' not found")
         priority = (config.get("resources") or {}).get("priority")
         task_id = str(uuid.uuid4())
         task = models.Task(

@@ -31,7 +31,7 @@ from services.master.domain.kernel.states import (
     is_stopping,
 )
 from services.master.domain.kernel.topics import trial_topic
-from services.master.domain.trials import searcher_outbox, trial_tasks
+from services.master.domain.trials import log_policies, searcher_outbox, trial_tasks
 from services.master.store import models
 
 log = get_logger(__name__)
@@ -155,6 +155,11 @@ def on_allocation_exit(
         finish(ctx, w, trial, exp, S.COMPLETED, why)
         return
     if outcome == Outcome.ERROR:
+        # A `cancel_retries` log policy matched: the failure is final (log_policies.py).
+        if trial.log_policy_no_retry:
+            log_policies.write_line(w.session, alloc, log_policies.NO_RETRY_TEXT)
+            finish(ctx, w, trial, exp, S.ERROR, log_policies.NO_RETRY_TEXT)
+            return
         # As in Determined: max_restarts 2 means three runs in all, and the trial ends with restarts=2.
         limit = config_view(exp.config).max_restarts
         if trial.restarts >= limit:
@@ -162,6 +167,10 @@ def on_allocation_exit(
             return
         trial.restarts += 1
         log.info("restarting trial", trial_id=trial.id, restarts=trial.restarts, max_restarts=limit)
+        if trial.excluded_agents:  # an `exclude_node` log policy matched: placed elsewhere now
+            log_policies.write_line(
+                w.session, alloc, log_policies.excluded_note(trial, trial.excluded_agents)
+            )
         ensure_running(ctx, w, trial, exp)
         return
     if outcome in (Outcome.TRANSIENT, Outcome.PREEMPTED, Outcome.KILLED):

@@ -377,9 +377,9 @@ def patch_project(w: Work, principal: Principal, project_id: int, edit: ProjectE
 def put_project_notes(
     w: Work, principal: Principal, project_id: int, notes: list[tuple[str, str]]
 ) -> list[dict[str, str]]:
-    """Replace the project's notes (Determined's PutProjectNotes); the notes as stored."""
-    project, workspace = load_project(w, project_id, field="projectId")
-    check_can_manage_project(principal, project, workspace, "change the notes of")
+    """Replace the project's notes (Determined's PutProjectNotes); the notes as stored. Any user
+    may, as Determined's basic authorization has it (its CanSetProjectNotes allows everyone)."""
+    project, _workspace = load_project(w, project_id, field="projectId")
     check_not_deleting("project", project)
     if len(notes) > MAX_NOTES:
         raise InvalidArgument(f"notes: at most {MAX_NOTES} notes (got {len(notes)})")
@@ -394,9 +394,21 @@ def put_project_notes(
     return list(project.notes)
 
 
+def add_project_note(
+    w: Work, principal: Principal, project_id: int, name: str, contents: str
+) -> list[dict[str, str]]:
+    """Append one note to the project's notes (Determined's AddProjectNote), within the same
+    bounds as a replacement; the notes as stored."""
+    project, _workspace = load_project(w, project_id, field="projectId")
+    existing = [(n["name"], n["contents"]) for n in (project.notes or [])]
+    return put_project_notes(w, principal, project_id, [*existing, (name, contents)])
+
+
 def set_project_archived(w: Work, principal: Principal, project_id: int, archived: bool) -> None:
     project, workspace = load_project(w, project_id)
     verb = "archive" if archived else "unarchive"
+    # Who may comes first, as on Determined: a user who may not gets 403 even for a built-in.
+    check_can_manage_project(principal, project, workspace, verb)
     if project.immutable:
         raise FailedPrecondition(f"project {project.id} ({project.name}) is built in: it cannot be {verb}d")
     if workspace.archived:
@@ -404,5 +416,4 @@ def set_project_archived(w: Work, principal: Principal, project_id: int, archive
             f"project {project.id} is in archived workspace {workspace.id}: unarchive the workspace first"
         )
     check_not_deleting("project", project)
-    check_can_manage_project(principal, project, workspace, verb)
     project.archived = archived

@@ -327,6 +327,19 @@ class WorkspacesApi(ServicerBase):
         )
 
     @rpc
+    def AddProjectNote(
+        self, request: wpb.AddProjectNoteRequest, context: grpc.ServicerContext
+    ) -> wpb.AddProjectNoteResponse:
+        principal = self.user(context)
+        with self.ctx.unit_of_work() as w:
+            stored = workspaces.add_project_note(
+                w, principal, request.project_id, request.note.name, request.note.contents
+            )
+        return wpb.AddProjectNoteResponse(
+            notes=[wpb.Note(name=n["name"], contents=n["contents"]) for n in stored]
+        )
+
+    @rpc
     def MoveExperiment(
         self, request: wpb.MoveExperimentRequest, context: grpc.ServicerContext
     ) -> wpb.MoveExperimentResponse:

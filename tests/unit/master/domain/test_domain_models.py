@@ -72,9 +72,10 @@ class Trial:
         assert self.master.experiment(self.experiment_id).state == "COMPLETED"
 
     def kept(self, checkpoint_uuid: str) -> bool:
-        """Row and files both there (the rule: a row goes only after its files)."""
+        """Row and files both there (the rule: a row is DELETED only after its files went)."""
         with self.master.db.read() as s:
-            row = s.get(models.Checkpoint, checkpoint_uuid) is not None
+            found = s.get(models.Checkpoint, checkpoint_uuid)
+        row = found is not None and found.state != "DELETED"
         return row and self.files.exists(checkpoint_uuid)
 
 

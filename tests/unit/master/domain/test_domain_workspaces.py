@@ -5,6 +5,7 @@ checked to have changed nothing."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -22,9 +23,12 @@ from services.master.domain.kernel.errors import (
     NotFound,
     PermissionDenied,
 )
+from services.master.domain.kernel.states import TaskKind
+from services.master.domain.reads import tasks as task_reads
 from services.master.domain.reads import workspaces as reads
 from services.master.domain.reads.listings import ExperimentFilter, experiment_rows_by_id, list_experiment_ids
 from services.master.domain.task_kinds.model_definition import ContextFile
+from services.master.domain.tasks import tasks
 from services.master.domain.workspaces import workspaces
 from services.master.store import models
 from tests.unit.master.domain.harness import Master, config_text
@@ -253,11 +257,17 @@ def test_owners_and_admins_change_things_and_others_are_refused(master: Master) 
         "only its owner",
         lambda: workspace_deletion.delete_project(master.ctx, someone, project),
     )
+    # A project's notes are anyone's to write, as Determined's basic authorization has it.
+    shared = _in_unit(master, workspaces.put_project_notes, someone, project, [("n", "c")])
+    assert shared == [{"name": "n", "contents": "c"}]
+    added_note = _in_unit(master, workspaces.add_project_note, someone, project, "m", "d")
+    assert added_note == [{"name": "n", "contents": "c"}, {"name": "m", "contents": "d"}]
+    # The built-in project: a user who may not change it hears so (403) before hearing it is built in.
     _refused(
         master,
         PermissionDenied,
         "only its owner",
-        lambda: _in_unit(master, workspaces.put_project_notes, someone, project, [("n", "c")]),
+        lambda: _in_unit(master, workspaces.set_project_archived, someone, 1, True),
     )
     _refused(
         master,
@@ -360,16 +370,28 @@ def test_new_experiments_go_where_the_request_or_config_says_and_take_the_worksp
     _refused(
         master,
         FailedPrecondition,
-        "archived and takes no new experiments",
+        re.escape(f"project_id: project ({project}) is archived and cannot add new experiments."),
         lambda: _create(master, someone, project_id=project),
+    )
+    _refused(
+        master,
+        FailedPrecondition,
+        "workspace, project: project is archived and cannot add new experiments",
+        lambda: _create(master, someone, workspace="Team", project="Baselines"),
     )
     _in_unit(master, workspaces.set_project_archived, admin, project, False)
     _in_unit(master, workspaces.set_workspace_archived, admin, team, True)
     _refused(
         master,
         FailedPrecondition,
-        "archived and takes no new experiments",
+        re.escape(f"project_id: project ({project}) is archived and cannot add new experiments."),
         lambda: _create(master, someone, project_id=project),
+    )
+    _refused(
+        master,
+        FailedPrecondition,
+        "workspace, project: workspace is archived and cannot add new experiments",
+        lambda: _create(master, someone, workspace="Team", project="Baselines"),
     )
     with master.db.read() as s:
         assert reads.project_row(s, project).archived  # shown archived with its workspace
@@ -399,7 +421,7 @@ def test_moving_an_experiment(master: Master) -> None:
     _refused(
         master,
         FailedPrecondition,
-        "archived and takes no new experiments",
+        "is archived and cannot add new experiments",
         lambda: move(someone, mine, source),
     )
     _kill(master, mine)
@@ -453,3 +475,63 @@ def test_deleting_a_project_or_workspace_deletes_its_finished_experiments(master
 def _count(master: Master, table: Any, row_id: Any) -> int:
     with master.db.read() as s:
         return int(s.scalar(select(func.count()).select_from(table).where(table.id == row_id)) or 0)
+
+
+def test_deleting_a_workspace_kills_its_tasks_and_keeps_them_readable(master: Master) -> None:
+    """As Determined's test_workspace_delete_notebook: the workspace's running notebook (and a
+    command of one of its projects) are killed by the deletion, which never trips over them; a task
+    of another workspace runs on, and a launch into the archived or deleted workspace is a 404."""
+    master.add_agent("a1")
+    someone = _user(master, "determined")
+    team, other = _workspace(master, someone, "Team"), _workspace(master, someone, "Other")
+    project = _project(master, someone, team, "Notebooks")
+
+    def launch(kind: TaskKind, workspace_id: int, project_id: int | None = None) -> str:
+        request = tasks.TaskRequest(
+            kind=kind,
+            config={"entrypoint": ["sleep", "1000"]} if kind == TaskKind.COMMAND else {},
+            workspace_id=workspace_id,
+            project_id=project_id,
+        )
+        task_id = tasks.create(master.ctx, someone, request)
+        master.settle()
+        return task_id
+
+    notebook = launch(TaskKind.NOTEBOOK, team)
+    command = launch(TaskKind.COMMAND, team, project)
+    outside = launch(TaskKind.NOTEBOOK, other)
+
+    assert workspace_deletion.delete_workspace(master.ctx, someone, team) is True
+    master.settle()
+    assert _count(master, models.Workspace, team) == 0 and _count(master, models.Project, project) == 0
+    with master.db.read() as s:
+        killed = {
+            t.id: t for t in s.scalars(select(models.Task).where(models.Task.id.in_([notebook, command])))
+        }
+        assert {t.state for t in killed.values()} <= {"STOPPING_CANCELED", "CANCELED"}
+        assert {(t.workspace_id, t.project_id) for t in killed.values()} == {(None, None)}
+        assert s.get_one(models.Task, outside).state == "ACTIVE"
+
+        # Listing the notebooks of the workspace that is gone is a 404, as on Determined.
+        with pytest.raises(NotFound, match=re.escape(f"workspace '{team}' not found")):
+            task_reads.task_page(s, TaskKind.NOTEBOOK, workspace_id=team)
+        assert [r.task.id for r in task_reads.task_page(s, TaskKind.NOTEBOOK, workspace_id=other)[0]] == [
+            outside
+        ]
+        # Nor is it listed by default any more (Determined's test: "not returned ... by default").
+        assert [r.task.id for r in task_reads.task_page(s, TaskKind.NOTEBOOK)[0]] == [outside]
+        assert task_reads.task_row(s, notebook, TaskKind.NOTEBOOK).task.id == notebook
+
+    # Launching into a workspace that is gone, or archived, answers as Determined does (404).
+    _refused(
+        master, NotFound, re.escape(f"workspace '{team}' not found"), lambda: launch(TaskKind.COMMAND, team)
+    )
+    _in_unit(master, workspaces.set_workspace_archived, someone, other, True)
+    _refused(
+        master, NotFound, re.escape(f"workspace '{other}' not found"), lambda: launch(TaskKind.SHELL, other)
+    )
+    _in_unit(master, workspaces.set_workspace_archived, someone, other, False)
+    with master.ctx.unit_of_work() as w:
+        tasks.kill(master.ctx, w, tasks.load(w, outside))
+    master.settle()
+    assert workspace_deletion.delete_workspace(master.ctx, someone, other) is True

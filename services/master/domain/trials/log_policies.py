@@ -1,0 +1,132 @@
+"""Log policies (Determined's `log_policies` in an experiment config): patterns matched against a
+trial's log lines as they are stored, and what a match does when the trial next fails.
+
+- `cancel_retries`: the failure is final (the trial ends ERROR, no restart), and its logs say
+  "trial failed and matched logs to a don't retry policy", as Determined's do.
+- `exclude_node`: the failure counts as usual, and the trial's later runs are not placed on the
+  agent whose line matched ("... therefore will not schedule on <agent>"); with no other agent
+  the trial waits, queued, as on Determined.
+
+The policies' shape and checks are the config's (config/log_policies.py); creation refuses a bad
+one, naming the field.
+Matches are recorded on the trial in the lines' own transaction (metrics/logs.py), so a match is
+never lost between the lines and their effect.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from services.master.domain.config.log_policies import (
+    CANCEL_RETRIES,
+    EXCLUDE_NODE,
+    MAX_MATCHED_CHARS,
+    LogPolicy,
+    parse,
+)
+from services.master.domain.kernel.clock import utcnow
+from services.master.store import models
+
+# Determined's texts, which its clients and tests look for in a trial's logs.
+NO_RETRY_TEXT = "trial failed and matched logs to a don't retry policy"
+EXCLUDED_TEXT = "therefore will not schedule on"
+
+# At most MAX_EXCLUDED agents are remembered per trial (a cluster larger than that has other
+# agents to go to).
+MAX_EXCLUDED = 256
+
+
+class TrialPolicies:
+    """Each trial's policies, compiled once (an experiment's `log_policies` do not change)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_trial: dict[int, tuple[LogPolicy, ...]] = {}
+
+    def of(self, s: Session, trial_id: int) -> tuple[LogPolicy, ...]:
+        with self._lock:
+            found = self._by_trial.get(trial_id)
+        if found is not None:
+            return found
+        config = s.scalar(
+            select(models.Experiment.config)
+            .join(models.Trial, models.Trial.experiment_id == models.Experiment.id)
+            .where(models.Trial.id == trial_id)
+        )
+        policies = parse((config or {}).get("log_policies"))
+        with self._lock:
+            if len(self._by_trial) > 50_000:
+                self._by_trial.clear()
+            self._by_trial[trial_id] = policies
+        return policies
+
+
+@dataclass(frozen=True)
+class Line:
+    trial_id: int
+    agent_id: str
+    message: str
+
+
+def record_matches(s: Session, known: TrialPolicies, lines: Iterable[Line]) -> None:
+    """Match a batch's trial lines against their trials' policies; record what matched on the
+    trials, in the lines' transaction `s`."""
+    no_retry: set[int] = set()
+    excluded: dict[int, set[str]] = {}
+    for line in lines:
+        policies = known.of(s, line.trial_id)
+        if not policies:
+            continue
+        text = line.message[:MAX_MATCHED_CHARS]
+        for policy in policies:
+            if policy.pattern.search(text) is None:
+                continue
+            if CANCEL_RETRIES in policy.actions:
+                no_retry.add(line.trial_id)
+            if EXCLUDE_NODE in policy.actions and line.agent_id:
+                excluded.setdefault(line.trial_id, set()).add(line.agent_id)
+    for trial_id in no_retry | set(excluded):
+        trial = s.get(models.Trial, trial_id)
+        if trial is None:
+            continue
+        if trial_id in no_retry:
+            trial.log_policy_no_retry = True
+        added = excluded.get(trial_id, set()) - set(trial.excluded_agents or [])
+        if added:
+            trial.excluded_agents = sorted({*(trial.excluded_agents or []), *added})[:MAX_EXCLUDED]
+
+
+def write_line(s: Session, alloc: models.Allocation, message: str) -> None:
+    """A line of the master's in the trial's logs (Determined writes these too), after its own."""
+    container_id = f"master:{alloc.id}"
+    seq = (
+        s.scalar(select(func.max(models.TaskLog.seq)).where(models.TaskLog.container_id == container_id)) or 0
+    ) + 1
+    s.add(
+        models.TaskLog(
+            task_id=alloc.task_id,
+            trial_id=alloc.trial_id,
+            allocation_id=alloc.id,
+            container_id=container_id,
+            seq=seq,
+            agent_id="",
+            stdtype="stdout",
+            level="ERROR",
+            source="master",
+            timestamp=utcnow(),
+            message=message,
+        )
+    )
+
+
+def excluded_note(trial: models.Trial, agents: Sequence[str]) -> str:
+    listed = ", ".join(agents)
+    return (
+        f"trial {trial.id} failed and its logs matched an exclude_node log policy on agent(s) "
+        f"{listed}: {EXCLUDED_TEXT} {listed}"
+    )
