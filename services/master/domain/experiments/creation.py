@@ -29,7 +29,7 @@ from services.master.domain.experiments.experiments import close_search_session
 from services.master.domain.experiments.input_limits import check_experiment_limits
 from services.master.domain.experiments.searcher_actions import apply_response_in_part
 from services.master.domain.kernel.clock import utcnow
-from services.master.domain.kernel.context import MasterContext
+from services.master.domain.kernel.context import MasterContext, Work
 from services.master.domain.kernel.errors import InvalidArgument
 from services.master.domain.kernel.states import RunState
 from services.master.domain.scheduling.scheduling import never_fits
@@ -148,6 +148,22 @@ def _model_definition(ctx: MasterContext, request: CreateRequest) -> bytes:
         return bytes(found.archive) if found is not None else model_definition.pack([], 0)
 
 
+def store_experiment(w: Work, exp: models.Experiment, archive: bytes) -> None:
+    """A new experiment and its model definition, stored (its id set), in a project that still
+    takes experiments (it may have been archived or deleted since the experiment was placed)."""
+    experiment_projects.check_still_takes_experiments(w, exp.project_id)
+    w.session.add(exp)
+    w.session.flush()
+    w.session.add(
+        models.ModelDefinition(
+            experiment_id=exp.id,
+            archive=archive,
+            size=len(archive),
+            digest=model_definition.context_digest(archive),
+        )
+    )
+
+
 def create(ctx: MasterContext, principal: Principal, request: CreateRequest) -> Created:
     if principal.user_id is None:
         raise InvalidArgument("only a user can create experiments")
@@ -201,17 +217,7 @@ def create(ctx: MasterContext, principal: Principal, request: CreateRequest) -> 
                 parent_id=request.parent_id,
                 project_id=place.project_id,
             )
-            experiment_projects.check_still_takes_experiments(w, place.project_id)
-            w.session.add(exp)
-            w.session.flush()
-            w.session.add(
-                models.ModelDefinition(
-                    experiment_id=exp.id,
-                    archive=archive,
-                    size=len(archive),
-                    digest=model_definition.context_digest(archive),
-                )
-            )
+            store_experiment(w, exp, archive)
             apply_response_in_part(ctx, w, exp, response)
             experiment_id = exp.id
     except BaseException:

@@ -25,7 +25,7 @@ from services.master.domain.config.bounds import check_json_value
 from services.master.domain.config.errors import ConfigError
 from services.master.domain.config.policies import check_config_policy
 from services.master.domain.experiments import experiment_projects, experiments
-from services.master.domain.experiments.creation import check_pool, expanded_config
+from services.master.domain.experiments.creation import check_pool, expanded_config, store_experiment
 from services.master.domain.experiments.input_limits import check_experiment_limits
 from services.master.domain.identity import access
 from services.master.domain.kernel.clock import utcnow
@@ -119,17 +119,7 @@ def create_experiment(
             unmanaged=True,
             external_experiment_id=external_id,
         )
-        experiment_projects.check_still_takes_experiments(w, place.project_id)
-        w.session.add(exp)
-        w.session.flush()
-        w.session.add(
-            models.ModelDefinition(
-                experiment_id=exp.id,
-                archive=archive,
-                size=len(archive),
-                digest=model_definition.context_digest(archive),
-            )
-        )
+        store_experiment(w, exp, archive)
         experiment_id = exp.id
     log.info(
         "unmanaged experiment created",

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
 from services.master.domain.kernel.errors import InvalidArgument, NotFound
@@ -110,12 +110,7 @@ def search_runs(
         q = q.where(models.Experiment.project_id == project_id)
     if parsed is not None:
         q = q.where(run_filter_clause(parsed, s.get_bind().dialect.name))
-    total = int(s.scalar(select(func.count()).select_from(q.subquery())) or 0)
-    page = page_of(total, offset, limit)
-    on_page = q.order_by(*order).offset(page.start)
-    if page.limit >= 0:
-        on_page = on_page.limit(page.end - page.start)
-    ids = list(s.scalars(on_page))
+    ids, page = _page_of_ids(s, q, order, offset, limit)
     return run_rows(s, ids), page
 
 
@@ -140,6 +135,11 @@ def search_experiment_ids(
         q = q.where(models.Experiment.project_id == project_id)
     if parsed is not None:
         q = q.where(run_filter_clause(parsed, s.get_bind().dialect.name))
+    return _page_of_ids(s, q, order, offset, limit)
+
+
+def _page_of_ids(s: Session, q: Select[Any], order: Any, offset: int, limit: int) -> tuple[list[int], Page]:
+    """The ids `q` selects on the requested page, in `order`, with the page's bounds."""
     total = int(s.scalar(select(func.count()).select_from(q.subquery())) or 0)
     page = page_of(total, offset, limit)
     on_page = q.order_by(*order).offset(page.start)
