@@ -1,7 +1,7 @@
 """Trials across many slots and agents (issue 10): gang placement, one allocation living and dying
 as a unit (a failing rank counts once; kill -9 of one rank restarts the whole trial from its
 checkpoint), collectives between the ranks on different agents, the DDP example, logs by rank, and
-a request that can never fit refused at creation."""
+a request no pool can hold now accepted with the launch warning, waiting with its reason."""
 
 from __future__ import annotations
 
@@ -11,11 +11,19 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import grpc
 import pytest
 
-from cairn.api.v1 import agent_pb2, checkpoint_pb2, experiment_pb2, task_pb2, trial_pb2
-from tests.e2e.helpers import config, create, logs, stored_metrics, trial_state, trials, wait_state
+from cairn.api.v1 import agent_pb2, checkpoint_pb2, experiment_pb2, job_pb2, task_pb2, trial_pb2
+from cairn.client.model_definition import build_model_definition
+from tests.e2e.helpers import (
+    config,
+    create,
+    logs,
+    stored_metrics,
+    trial_state,
+    trials,
+    wait_state,
+)
 from tests.support.cluster import AuthedStub, TestCluster, running_cluster
 from tests.support.polling import wait_for
 
@@ -159,14 +167,35 @@ def test_gang_placement_waits_whole_and_pause_and_kill_reach_every_rank(two_agen
     assert trials(api, gang)[0].restarts == 0
 
 
-def test_a_request_no_pool_can_ever_hold_is_refused_at_creation(two_agents: TestCluster) -> None:
+def test_a_request_no_pool_can_hold_now_is_accepted_with_the_warning_and_waits_saying_why(
+    two_agents: TestCluster,
+) -> None:
+    # Determined's behaviour: a launch warning, not a refusal (agents may join later); until then
+    # the job waits with the scheduler's reason.
     api = two_agents.login()
+    files = build_model_definition(DIST_TRIAL)
+    created = []
     for slots in (3, 4):  # 3 fits no agent nor whole agents; 4 is more than the pool has
-        with pytest.raises(grpc.RpcError) as refused:
-            create(api, dist_config(resources={"slots_per_trial": slots}), DIST_TRIAL)
-        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-        assert "resources.slots_per_trial" in (refused.value.details() or "")
-    assert api.GetExperiments(experiment_pb2.GetExperimentsRequest()).experiments == []
+        response = api.CreateExperiment(
+            experiment_pb2.CreateExperimentRequest(
+                config=dist_config(resources={"slots_per_trial": slots}),
+                model_definition=files,
+                activate=True,
+            )
+        )
+        assert experiment_pb2.LAUNCH_WARNING_CURRENT_SLOTS_EXCEEDED in response.warnings
+        created.append(response.experiment.id)
+
+    def reasons() -> list[str] | None:
+        jobs = api.GetJobsV2(job_pb2.GetJobsV2Request()).jobs
+        found = [j.full.waiting_reason for j in jobs if j.full.entity_id in {str(i) for i in created}]
+        return found if len(found) == 2 and all(found) else None
+
+    for reason in wait_for(reasons, timeout=60, what="both jobs' waiting reasons"):
+        assert "pool 'default'" in reason, reason
+    for experiment_id in created:
+        api.KillExperiment(experiment_pb2.KillExperimentRequest(id=experiment_id))
+        wait_state(api, experiment_id, "CANCELED", timeout=60)
 
 
 def test_the_ddp_example_trains_on_two_agents_and_logs_by_rank(two_agents: TestCluster) -> None:

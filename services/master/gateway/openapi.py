@@ -175,7 +175,8 @@ class _Schemas:
             return self.ref_enum(field.enum_type)
         return dict(_SCALARS[field.type])
 
-    def field(self, field: FieldDescriptor, describe: bool = True) -> dict[str, Any]:
+    def field(self, field: FieldDescriptor, describe: bool = True, body: bool = False) -> dict[str, Any]:
+        """`body`: the field is a request's whole body, which is a value, never null."""
         description = self.comments.get(field.full_name) if describe else None
         if is_map(field):
             assert field.message_type is not None
@@ -184,8 +185,10 @@ class _Schemas:
         if field.is_repeated:
             return _with_description({"type": "array", "items": self.element(field)}, description)
         schema = self.element(field)
-        if field.has_presence and field.message_type is None:
-            schema = _nullable(schema)  # proto3 `optional`: absent or null means unset
+        if field.has_presence and not body:
+            # proto3 `optional`: absent or null means unset; a singular message prints null when
+            # unset (Go's protojson with EmitUnpopulated, as Determined's gateway; json_encoding.py).
+            schema = _nullable(schema)
         return _with_description(schema, description)
 
 
@@ -309,7 +312,7 @@ def _operation(schemas: _Schemas, binding: HttpBinding, operation_id: str) -> di
         body_schema = (
             schemas.ref_message(request)
             if binding.body == "*"
-            else schemas.field(request.fields_by_name[binding.body])
+            else schemas.field(request.fields_by_name[binding.body], body=True)
         )
         operation["requestBody"] = {
             "required": False,

@@ -115,8 +115,13 @@ class RestGateway:
 
     def handle(self, req: HttpRequest) -> Response | StreamingResponse | None:
         path, raw_query = _split_target(req.path)
-        if not path.startswith((API_PREFIX, *OTHER_PREFIXES)) and path not in self.outside_api:
-            return None
+        if not path.startswith(API_PREFIX):
+            if not (path.startswith(OTHER_PREFIXES) or path in self.outside_api):
+                return None
+            if "text/html" in (req.headers.get("Accept") or ""):
+                # A browser opening the WebUI's page of the same name (/tasks): Determined's
+                # routes outside /api/ answer only clients that ask for data.
+                return None
         try:
             return self._handle(req, path, raw_query)
         except Exception:

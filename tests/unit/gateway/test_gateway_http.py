@@ -327,3 +327,7 @@ def test_determined_legacy_tasks_route_answers_the_map_alone(gateway: Gateway) -
     body = response.json()
     assert body["a.1"]["name"] == "Checkpoint GC (Experiment 1)" and body["a.1"]["taskId"] == "a"
     assert requests.get(f"{gateway.base}/tasks/extra", timeout=10).status_code != 200
+    # A browser opening the WebUI's own /tasks page is not answered with the data (here, with no
+    # WebUI, it falls through to the not-found answer).
+    page = requests.get(f"{gateway.base}/tasks", headers={"Accept": "text/html,*/*;q=0.8"}, timeout=10)
+    assert page.status_code == 404 and "a.1" not in page.text
