@@ -516,6 +516,18 @@ class Workspace(Base):
     agent_group: Mapped[str | None] = mapped_column(String(32))
 
 
+class PoolBinding(Base):
+    """A resource pool bound to a workspace (`det rp bindings add`): a pool with any binding takes
+    work only from the workspaces bound to it. Gone with its workspace."""
+
+    __tablename__ = "pool_bindings"
+    workspace_id: Mapped[int] = mapped_column(
+        ForeignKey("workspaces.id", ondelete="CASCADE"), primary_key=True
+    )
+    # A pool of the master's config; no foreign key: pools live in the config, not the database.
+    pool_name: Mapped[str] = mapped_column(String(255), primary_key=True, index=True)
+
+
 class Project(Base):
     __tablename__ = "projects"
     __table_args__ = (

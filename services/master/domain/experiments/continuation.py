@@ -62,6 +62,7 @@ from services.master.domain.kernel.errors import (
 from services.master.domain.kernel.states import TERMINAL, RunState
 from services.master.domain.trials import searcher_outbox
 from services.master.domain.trials import trials as trial_lifecycle
+from services.master.domain.workspaces import pool_bindings
 from services.master.store import models
 
 log = get_logger(__name__)
@@ -265,6 +266,11 @@ def merged_config(ctx: MasterContext, exp: models.Experiment, override: dict[str
         raise InvalidArgument(
             f"resources.resource_pool: no resource pool '{merged_view.resource_pool}' "
             f"(pools: {', '.join(pools)})"
+        )
+    with ctx.db.read() as s:
+        project = s.get_one(models.Project, exp.project_id)
+        pool_bindings.check_available(
+            s, merged_view.resource_pool, project.workspace_id, "resources.resource_pool"
         )
     if len(merged_view.name) > experiment_edits.MAX_NAME_CHARS:
         raise InvalidArgument(f"name: at most {experiment_edits.MAX_NAME_CHARS} characters")

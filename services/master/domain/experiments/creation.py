@@ -34,6 +34,7 @@ from services.master.domain.kernel.errors import InvalidArgument
 from services.master.domain.kernel.states import RunState
 from services.master.domain.scheduling.scheduling import never_fits
 from services.master.domain.task_kinds import model_definition
+from services.master.domain.workspaces import pool_bindings
 from services.master.store import models
 
 log = get_logger(__name__)
@@ -111,7 +112,9 @@ def search_spec(config: dict[str, Any]) -> spb.SearchSpec:
     return spb.SearchSpec(searcher=searcher, hyperparameters=hyperparameters, seed=seed)
 
 
-def check_pool(ctx: MasterContext, config: dict[str, Any]) -> str:
+def check_pool(ctx: MasterContext, config: dict[str, Any], place: experiment_projects.Placement) -> str:
+    """The config's pool, set in it: one the master has, open to the experiment's workspace (bound
+    to it, or to none)."""
     resources = config.setdefault("resources", {})
     pool = resources.get("resource_pool") or ctx.settings.default_pool
     names = [p.name for p in ctx.settings.pools]
@@ -120,6 +123,8 @@ def check_pool(ctx: MasterContext, config: dict[str, Any]) -> str:
             f"invalid experiment config: resources.resource_pool: no resource pool '{pool}' "
             f"(pools: {', '.join(names)})"
         )
+    with ctx.db.read() as s:
+        pool_bindings.check_available(s, pool, place.workspace_id, "resources.resource_pool")
     resources["resource_pool"] = pool
     return str(pool)
 
@@ -172,7 +177,7 @@ def create(ctx: MasterContext, principal: Principal, request: CreateRequest) -> 
     config = expanded_config(ctx, request.config_text, template, place)
     check_experiment_limits(config, ctx.settings.max_trials_per_experiment)
     check_config_policy(ctx.settings, principal, config)
-    pool = check_pool(ctx, config)
+    pool = check_pool(ctx, config, place)
     archive = _model_definition(ctx, request)
     slots_per_trial = config_view(config).slots_per_trial
     # More slots than the pool has now (or in a shape its agents cannot give) is accepted with

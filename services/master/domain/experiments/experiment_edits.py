@@ -25,6 +25,7 @@ from services.master.domain.kernel.errors import InvalidArgument
 from services.master.domain.kernel.states import LIVE_ALLOCATION, PLACED_ALLOCATION, TERMINAL
 from services.master.domain.kernel.states import AllocationState as A
 from services.master.domain.kernel.topics import experiment_topic
+from services.master.domain.workspaces import pool_bindings
 from services.master.store import models
 
 MAX_NAME_CHARS = 512
@@ -160,6 +161,11 @@ def apply(ctx: MasterContext, w: Work, exp: models.Experiment, edit: ExperimentE
     if edit.max_slots is not None and edit.max_slots < 0:
         raise InvalidArgument(f"resources.max_slots: must be at least 0 (got {edit.max_slots})")
     config = _patched_config(ctx, exp, edit)
+    if edit.resource_pool is not None:
+        workspace_id = w.session.scalar(
+            select(models.Project.workspace_id).where(models.Project.id == exp.project_id)
+        )
+        pool_bindings.check_available(w.session, edit.resource_pool, workspace_id or 0, "resource_pool")
     view = config_view(config)
     replace_config(exp, config)
     if edit.name is not None:

@@ -34,6 +34,7 @@ class Placement:
     """The project a new experiment goes to, and its workspace's defaults for the config."""
 
     project_id: int
+    workspace_id: int
     checkpoint_storage: dict[str, Any] | None
     default_compute_pool: str
 
@@ -103,6 +104,7 @@ def placement(
         _check_takes_experiments(project, workspace, field)
         return Placement(
             project_id=project.id,
+            workspace_id=workspace.id,
             checkpoint_storage=workspace.checkpoint_storage or None,
             default_compute_pool=workspace.default_compute_pool,
         )

@@ -89,7 +89,7 @@ def create_experiment(
     config = expanded_config(ctx, config_text, None, place, unmanaged=True)
     check_experiment_limits(config, ctx.settings.max_trials_per_experiment)
     check_config_policy(ctx.settings, principal, config)
-    pool = check_pool(ctx, config)
+    pool = check_pool(ctx, config, place)
     archive = model_definition.pack([], 0)
     with ctx.unit_of_work() as w:
         if external_id is not None:

@@ -49,6 +49,7 @@ from services.master.domain.kernel.topics import task_topic
 from services.master.domain.reads import templates as template_reads
 from services.master.domain.task_kinds import model_definition, registry
 from services.master.domain.task_kinds.model_definition import ContextFile
+from services.master.domain.workspaces import pool_bindings
 from services.master.store import models
 
 log = get_logger(__name__)
@@ -128,9 +129,12 @@ def _slots(config: dict[str, Any]) -> int:
     return slots
 
 
-def _pool(ctx: MasterContext, config: dict[str, Any], slots: int, workspace: models.Workspace) -> str:
+def _pool(
+    w: Work, ctx: MasterContext, config: dict[str, Any], slots: int, workspace: models.Workspace
+) -> str:
     """The pool asked for; else, as Determined's defaults do, the workspace's (then the cluster's)
-    auxiliary pool for a zero-slot task and its compute pool for any other."""
+    auxiliary pool for a zero-slot task and its compute pool for any other. It must be open to the
+    workspace (bound to it, or to none)."""
     resources = config.get("resources") or {}
     pool = resources.get("resource_pool") if isinstance(resources, dict) else None
     if not pool:
@@ -139,6 +143,7 @@ def _pool(ctx: MasterContext, config: dict[str, Any], slots: int, workspace: mod
         pool = workspace_default or cluster_aux or ctx.settings.default_pool
     if not any(p.name == pool for p in ctx.settings.pools):
         raise InvalidArgument(f"config.resources.resource_pool: no resource pool {pool!r}")
+    pool_bindings.check_available(w.session, str(pool), workspace.id, "config.resources.resource_pool")
     return str(pool)
 
 
@@ -265,7 +270,7 @@ def create(ctx: MasterContext, principal: Principal, request: TaskRequest) -> st
             job_id=task_id,
             state=T.ACTIVE,
             start_time=utcnow(),
-            resource_pool=_pool(ctx, config, slots, workspace),
+            resource_pool=_pool(w, ctx, config, slots, workspace),
             slots=slots,
             priority=priority if isinstance(priority, int) and not isinstance(priority, bool) else None,
             run_id=0,

@@ -37,7 +37,7 @@ from services.master.domain.kernel.errors import (
     NotFound,
 )
 from services.master.domain.kernel.states import WS
-from services.master.domain.workspaces import project_keys
+from services.master.domain.workspaces import pool_bindings, project_keys
 from services.master.store import models
 
 MAX_NAME_CHARS = 80
@@ -248,7 +248,16 @@ def create_workspace(
     agent_users.store(workspace, link)
     w.session.add(workspace)
     w.session.flush()
+    _check_default_pools_open(w, workspace.id, compute, aux)
     return workspace.id
+
+
+def _check_default_pools_open(w: Work, workspace_id: int, compute: str | None, aux: str | None) -> None:
+    """A workspace's default pools must be open to its work (bound to it, or to none)."""
+    if compute:
+        pool_bindings.check_available(w.session, compute, workspace_id, "defaultComputePool")
+    if aux:
+        pool_bindings.check_available(w.session, aux, workspace_id, "defaultAuxPool")
 
 
 def patch_workspace(
@@ -276,6 +285,7 @@ def patch_workspace(
     compute = _checked_pool(ctx, settings.default_compute_pool, "defaultComputePool")
     aux = _checked_pool(ctx, settings.default_aux_pool, "defaultAuxPool")
     link = _checked_agent_user_group(ctx, principal, settings)
+    _check_default_pools_open(w, workspace.id, compute, aux)
     if name is not None:
         workspace.name = name
     if settings.agent_user_group is not None:

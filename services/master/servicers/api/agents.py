@@ -17,6 +17,7 @@ from services.master.domain.kernel.states import AllocationState
 from services.master.domain.reads.agents import agents_with_slots, live_allocations_by_pool
 from services.master.domain.reads.provisioning import pool_provisioning
 from services.master.domain.scheduling import agents as agent_registry
+from services.master.domain.workspaces import pool_bindings
 from services.master.servicers.api import convert
 from services.master.servicers.api.base import ServicerBase
 from services.master.servicers.errors import rpc
@@ -198,7 +199,8 @@ class AgentsApi(ServicerBase):
                         slot_type=slot_types.pop() if len(slot_types) == 1 else common_pb2.TYPE_UNSPECIFIED,
                         aux_container_capacity=100 * len(members),
                         default_compute_pool=settings.name == self.ctx.settings.default_pool,
-                        default_aux_pool=settings.name == self.ctx.settings.default_pool,
+                        default_aux_pool=settings.name
+                        == (self.ctx.settings.default_aux_pool or self.ctx.settings.default_pool),
                         preemptible=settings.preemption_enabled,
                         slots_per_agent=max((len(a.slots) for a in members), default=0),
                         aux_container_capacity_per_agent=100,
@@ -226,6 +228,10 @@ class AgentsApi(ServicerBase):
                     settings,
                 )
             )
+        if request.unbound:
+            # Determined's `unbound`: only the pools shared by the whole cluster.
+            shared = pool_bindings.unbound_pool_names(self.ctx)
+            pools = [pool for pool in pools if pool.name in shared]
         page = page_of(len(pools), request.offset, request.limit)
         return rpb.GetResourcePoolsResponse(
             resource_pools=pools[page.start : page.end], pagination=convert.pagination(page)

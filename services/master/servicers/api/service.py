@@ -15,6 +15,7 @@ from services.master.servicers.api.master import MasterApi
 from services.master.servicers.api.master_info import MasterInfoApi
 from services.master.servicers.api.metrics import CompareApi, MetricsApi, SamplesApi, WorkloadsApi
 from services.master.servicers.api.models import ModelsApi
+from services.master.servicers.api.pool_bindings import PoolBindingsApi
 from services.master.servicers.api.resources import ResourcesApi
 from services.master.servicers.api.runs import RunsApi
 from services.master.servicers.api.task_kinds import TaskKindsApi
@@ -45,6 +46,7 @@ class CairnServicer(
     CheckpointsApi,
     ModelsApi,
     AgentsApi,
+    PoolBindingsApi,
     JobsApi,
     ResourcesApi,
     TasksApi,

@@ -285,10 +285,15 @@ class Master:
         self.scheduling.close()
         self.db.dispose()
 
-    def restarted(self) -> Master:
-        """A new master on this one's state and database, as after a restart (close this one first)."""
+    def restarted(self, pools: Iterable[Any] | None = None) -> Master:
+        """A new master on this one's state and database, as after a restart (close this one first);
+        with `pools`, its config has those pools."""
         return Master(
-            self._state_dir, pools=self._pools, db_url=self._db_url, migrated=True, db=self._given_db
+            self._state_dir,
+            pools=self._pools if pools is None else tuple(pools),
+            db_url=self._db_url,
+            migrated=True,
+            db=self._given_db,
         )
 
     # -- the cluster ------------------------------------------------------------------------------

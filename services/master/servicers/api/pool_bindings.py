@@ -1,0 +1,71 @@
+"""Resource pools bound to workspaces (`det rp bindings add|remove|replace|list-workspaces`, a
+workspace's available pools)."""
+
+from __future__ import annotations
+
+import grpc
+
+from cairn.api.v1 import resourcepool_pb2 as rpb
+from services.master.domain.workspaces import pool_bindings
+from services.master.servicers.api import convert
+from services.master.servicers.api.base import ServicerBase
+from services.master.servicers.errors import rpc
+
+
+class PoolBindingsApi(ServicerBase):
+    @rpc
+    def BindRPToWorkspace(
+        self, request: rpb.BindRPToWorkspaceRequest, context: grpc.ServicerContext
+    ) -> rpb.BindRPToWorkspaceResponse:
+        pool_bindings.bind(
+            self.ctx,
+            self.user(context),
+            request.resource_pool_name,
+            list(request.workspace_ids),
+            list(request.workspace_names),
+        )
+        return rpb.BindRPToWorkspaceResponse()
+
+    @rpc
+    def OverwriteRPWorkspaceBindings(
+        self, request: rpb.OverwriteRPWorkspaceBindingsRequest, context: grpc.ServicerContext
+    ) -> rpb.OverwriteRPWorkspaceBindingsResponse:
+        pool_bindings.replace(
+            self.ctx,
+            self.user(context),
+            request.resource_pool_name,
+            list(request.workspace_ids),
+            list(request.workspace_names),
+        )
+        return rpb.OverwriteRPWorkspaceBindingsResponse()
+
+    @rpc
+    def UnbindRPFromWorkspace(
+        self, request: rpb.UnbindRPFromWorkspaceRequest, context: grpc.ServicerContext
+    ) -> rpb.UnbindRPFromWorkspaceResponse:
+        pool_bindings.unbind(
+            self.ctx,
+            self.user(context),
+            request.resource_pool_name,
+            list(request.workspace_ids),
+            list(request.workspace_names),
+        )
+        return rpb.UnbindRPFromWorkspaceResponse()
+
+    @rpc
+    def ListWorkspacesBoundToRP(
+        self, request: rpb.ListWorkspacesBoundToRPRequest, context: grpc.ServicerContext
+    ) -> rpb.ListWorkspacesBoundToRPResponse:
+        ids, page = pool_bindings.workspaces_bound_to(
+            self.ctx, request.resource_pool_name, request.offset, request.limit
+        )
+        return rpb.ListWorkspacesBoundToRPResponse(workspace_ids=ids, pagination=convert.pagination(page))
+
+    @rpc
+    def ListRPsBoundToWorkspace(
+        self, request: rpb.ListRPsBoundToWorkspaceRequest, context: grpc.ServicerContext
+    ) -> rpb.ListRPsBoundToWorkspaceResponse:
+        names, page = pool_bindings.pools_available_to(
+            self.ctx, request.workspace_id, request.offset, request.limit
+        )
+        return rpb.ListRPsBoundToWorkspaceResponse(resource_pools=names, pagination=convert.pagination(page))
