@@ -14,6 +14,8 @@ from services.scheduler.domain.model import (
     FittingPolicy,
     Placement,
     ResourcePool,
+    SchedulerType,
+    ShareGroup,
     Slot,
 )
 from services.scheduler.domain.session import Changes, SessionAnswer
@@ -26,6 +28,13 @@ _POLICIES = {
 }
 
 
+_SCHEDULERS = {
+    pb.SCHEDULER_TYPE_UNSPECIFIED: SchedulerType.PRIORITY,
+    pb.SCHEDULER_TYPE_PRIORITY: SchedulerType.PRIORITY,
+    pb.SCHEDULER_TYPE_FAIR_SHARE: SchedulerType.FAIR_SHARE,
+}
+
+
 def _nanoseconds(ts: Timestamp) -> int:
     return ts.seconds * 1_000_000_000 + ts.nanos
 
@@ -34,11 +43,29 @@ def _pool(index: int, msg: pb.ResourcePool) -> ResourcePool:
     policy = _POLICIES.get(msg.fitting_policy)
     if policy is None:
         raise InvalidScheduleInput(f"pools[{index}].fitting_policy", f"unknown value {msg.fitting_policy}")
+    scheduler = _SCHEDULERS.get(msg.scheduler_type)
+    if scheduler is None:
+        raise InvalidScheduleInput(f"pools[{index}].scheduler_type", f"unknown value {msg.scheduler_type}")
     return ResourcePool(
         name=msg.name,
         fitting_policy=policy,
         preemption_enabled=msg.preemption_enabled,
         default_priority=msg.default_priority,
+        scheduler_type=scheduler,
+        workspaces=tuple(_group(g) for g in msg.workspaces),
+        users=tuple(_group(g) for g in msg.users),
+    )
+
+
+def _group(msg: pb.ShareGroup) -> ShareGroup:
+    return ShareGroup(
+        key=msg.key,
+        # 0 means 1 (proto3 cannot tell an unset weight from 0).
+        weight=msg.weight or 1.0,
+        recent_slot_seconds=msg.recent_slot_seconds,
+        guaranteed_slots=msg.guaranteed_slots,
+        max_slots=msg.max_slots,
+        name=msg.name,
     )
 
 
@@ -69,6 +96,10 @@ def _request(msg: pb.AllocationRequest) -> AllocationRequest:
         single_agent=msg.single_agent,
         placements=tuple(_placement(p) for p in msg.placements),
         excluded_agents=frozenset(msg.excluded_agents),
+        workspace=msg.workspace,
+        user=msg.user,
+        weight=msg.weight or 1.0,
+        started_at_ns=_nanoseconds(msg.started_at),
     )
 
 

@@ -13,6 +13,31 @@ class FittingPolicy(enum.Enum):
     WORST = "worst"
 
 
+class SchedulerType(enum.Enum):
+    # Determined's priority scheduler.
+    PRIORITY = "priority"
+    # Hierarchical fair share (fair_share.py): workspace -> user -> job.
+    FAIR_SHARE = "fair_share"
+
+
+@dataclass(frozen=True)
+class ShareGroup:
+    """A workspace, or a user within a workspace, in one pool: its weight among its siblings, its
+    recent usage, and its quotas (fair_share.py says how each is used)."""
+
+    # A workspace: its id; a user: "<workspace id>/<user id>".
+    key: str
+    weight: float = 1.0
+    # Slot-seconds used in the pool lately, decayed by the pool's half-life (the master's sum).
+    recent_slot_seconds: float = 0.0
+    # Slots guaranteed while it wants them; 0: none.
+    guaranteed_slots: int = 0
+    # Slots it may never exceed; 0: no cap.
+    max_slots: int = 0
+    # What people call it, for waiting reasons ("workspace 'vision'"); "" : the key.
+    name: str = ""
+
+
 @dataclass(frozen=True)
 class ResourcePool:
     name: str
@@ -20,6 +45,10 @@ class ResourcePool:
     preemption_enabled: bool = False
     # 0 means "not set": proto3 cannot tell an unset field from 0, and 0 is no Determined priority.
     default_priority: int = 0
+    scheduler_type: SchedulerType = SchedulerType.PRIORITY
+    # Fair share's groups with a weight, a quota or recent usage (absent: weight 1, none).
+    workspaces: tuple[ShareGroup, ...] = ()
+    users: tuple[ShareGroup, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -68,6 +97,14 @@ class AllocationRequest:
     placements: tuple[Placement, ...] = ()
     # Agents it must not be placed on (its trial's `exclude_node` log policy matched there).
     excluded_agents: frozenset[str] = frozenset()
+    # Whose work it is, as ShareGroup keys: fair share divides a pool by them.
+    workspace: str = ""
+    user: str = ""
+    # The job's weight among its owner's jobs (Determined's `resources.weight`).
+    weight: float = 1.0
+    # When a running request was placed (nanoseconds since the epoch; 0 unknown): fair share
+    # reclaims the oldest borrowed slots first.
+    started_at_ns: int = 0
 
     @property
     def running(self) -> bool:

@@ -125,3 +125,32 @@ def held_for_preemption(preemptor: str) -> str:
 
 
 RESERVED_AFTER_PREEMPTION = "starts once preempted work releases its slots"
+
+
+# ---- Fair share (fair_share.py) ----
+
+
+def over_quota(group: str, held: int, maximum: int, pool: str) -> str:
+    return (
+        f"{group} holds {_slots(held)} of its maximum of {maximum} in pool '{pool}'; "
+        "starts when its own work ends"
+    )
+
+
+def below_fair_share(group: str, held: int, share: int, why_not: str) -> str:
+    return f"{group} holds {held} of the {_slots(share)} its fair share gives it; {why_not}"
+
+
+def reclaiming(victims: Sequence[str], pool: str) -> str:
+    plural = "s" if len(victims) != 1 else ""
+    return (
+        f"reclaiming its fair share of pool '{pool}': preempting {len(victims)} allocation{plural} "
+        "of work over its share; starts once they release their slots"
+    )
+
+
+def held_for_fair_share(deprived: AllocationRequest, group: str) -> str:
+    return (
+        f"free slots are kept for '{deprived.allocation_id}': {group} is below its fair share, "
+        "and only work within its share starts until it fits"
+    )

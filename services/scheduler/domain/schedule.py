@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from services.scheduler.domain import reasons
 from services.scheduler.domain.capacity import build_pool_capacity
+from services.scheduler.domain.fair_share import run_fair_share_pass
 from services.scheduler.domain.model import (
     Agent,
     AllocationRequest,
@@ -20,6 +21,7 @@ from services.scheduler.domain.model import (
     Decision,
     Preemption,
     ResourcePool,
+    SchedulerType,
     Waiting,
 )
 from services.scheduler.domain.ordering import queue_key
@@ -71,13 +73,23 @@ def _schedule_pool(
     combined = PassOutcome()
     for zero_slot in (False, True):
         kind = [r for r in requests if (r.slots_needed == 0) == zero_slot]
-        outcome = run_priority_pass(
-            pool,
-            facts,
-            base.copy(),
-            pending=levels_of([r for r in kind if not r.running], pool),
-            running=[r for r in kind if r.running],
-        )
+        if pool.scheduler_type is SchedulerType.FAIR_SHARE and not zero_slot:
+            # Zero-slot work holds no slots to share: it keeps the priority pass.
+            outcome = run_fair_share_pass(
+                pool,
+                facts,
+                base.copy(),
+                pending=[r for r in kind if not r.running],
+                running=[r for r in kind if r.running],
+            )
+        else:
+            outcome = run_priority_pass(
+                pool,
+                facts,
+                base.copy(),
+                pending=levels_of([r for r in kind if not r.running], pool),
+                running=[r for r in kind if r.running],
+            )
         combined.started.extend(outcome.started)
         combined.preemptions.extend(outcome.preemptions)
         combined.waiting.update(outcome.all_waiting())

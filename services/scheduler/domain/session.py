@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from services.scheduler.domain import reasons
 from services.scheduler.domain.capacity import AgentCapacity, PoolCapacity, slot_order_key
 from services.scheduler.domain.errors import InvalidScheduleInput
+from services.scheduler.domain.fair_share import run_fair_share_pass
 from services.scheduler.domain.fitting import Fit
 from services.scheduler.domain.model import (
     Agent,
@@ -34,12 +35,13 @@ from services.scheduler.domain.model import (
     ClusterState,
     Preemption,
     ResourcePool,
+    SchedulerType,
     Waiting,
 )
 from services.scheduler.domain.ordering import QueueKey, effective_priority, queue_key
 from services.scheduler.domain.priority_pass import Level, Shape, Tail, run_priority_pass, shape_of
 from services.scheduler.domain.reasons import PoolFacts
-from services.scheduler.domain.validation import validate_placements, validate_state
+from services.scheduler.domain.validation import check_weight, validate_placements, validate_state
 
 # Where a pending request sits in its pool: (zero-slot?, priority, shape).
 QueuePlace = tuple[bool, int, Shape]
@@ -373,9 +375,19 @@ class SchedulingSession:
                 pool.idle_fits = {}
             for zero in (False, True):
                 levels = sorted(pool.pending[zero].items())
-                running = list(pool.running[zero].values()) if pool.config.preemption_enabled else []
                 if not levels:
                     continue
+                if pool.config.scheduler_type is SchedulerType.FAIR_SHARE and not zero:
+                    # Every change moves every group's share: a fair-share pool is decided whole
+                    # (its pending requests, its running ones, its groups), not by what changed.
+                    pending = [r for _, level in levels for queue in level.values() for _, r in queue]
+                    running = list(pool.running[zero].values())
+                    result = run_fair_share_pass(pool.config, pool.facts, pool.base.copy(), pending, running)
+                    outcome.started.extend(result.started)
+                    outcome.preemptions.extend(result.preemptions)
+                    explicit.update(result.waiting)
+                    continue
+                running = list(pool.running[zero].values()) if pool.config.preemption_enabled else []
                 result = run_priority_pass(
                     pool.config, pool.facts, pool.base.copy(), levels, running, pool.idle, pool.idle_fits
                 )
@@ -445,3 +457,4 @@ def _check_request(field: str, request: AllocationRequest) -> None:
         raise InvalidScheduleInput(f"{field}.slots_needed", "must be >= 0")
     if request.priority < 0:
         raise InvalidScheduleInput(f"{field}.priority", "must be >= 0 (0 means the pool's default)")
+    check_weight(field, request)

@@ -7,8 +7,10 @@ and any decision taken from it could double-book a slot. So it is refused, namin
 
 from __future__ import annotations
 
+import math
+
 from services.scheduler.domain.errors import InvalidScheduleInput
-from services.scheduler.domain.model import AllocationRequest, ClusterState
+from services.scheduler.domain.model import AllocationRequest, ClusterState, ShareGroup
 
 
 def validate_state(state: ClusterState) -> None:
@@ -27,6 +29,24 @@ def _validate_pools(state: ClusterState) -> None:
         seen.add(pool.name)
         if pool.default_priority < 0:
             raise InvalidScheduleInput(f"pools[{i}].default_priority", "must be >= 0")
+        _validate_groups(f"pools[{i}].workspaces", pool.workspaces)
+        _validate_groups(f"pools[{i}].users", pool.users)
+
+
+def _validate_groups(field: str, groups: tuple[ShareGroup, ...]) -> None:
+    keys: set[str] = set()
+    for j, group in enumerate(groups):
+        where = f"{field}[{j}]"
+        if not group.key:
+            raise InvalidScheduleInput(f"{where}.key", "must not be empty")
+        if group.key in keys:
+            raise InvalidScheduleInput(f"{where}.key", f"duplicate key '{group.key}'")
+        keys.add(group.key)
+        for name, value in (("weight", group.weight), ("recent_slot_seconds", group.recent_slot_seconds)):
+            if not math.isfinite(value) or value < 0:
+                raise InvalidScheduleInput(f"{where}.{name}", "must be a finite number >= 0")
+        if group.guaranteed_slots < 0 or group.max_slots < 0:
+            raise InvalidScheduleInput(f"{where}", "guaranteed_slots and max_slots must be >= 0")
 
 
 def _validate_agents(state: ClusterState) -> dict[str, set[str]]:
@@ -68,7 +88,13 @@ def _validate_requests(state: ClusterState, slots_by_agent: dict[str, set[str]])
             raise InvalidScheduleInput(f"{field}.slots_needed", "must be >= 0")
         if request.priority < 0:
             raise InvalidScheduleInput(f"{field}.priority", "must be >= 0 (0 means the pool's default)")
+        check_weight(field, request)
         validate_placements(field, request, slots_by_agent, claimed)
+
+
+def check_weight(field: str, request: AllocationRequest) -> None:
+    if not math.isfinite(request.weight) or request.weight < 0:
+        raise InvalidScheduleInput(f"{field}.weight", "must be a finite number >= 0 (0 means 1)")
 
 
 def validate_placements(

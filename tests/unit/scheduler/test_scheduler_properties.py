@@ -17,6 +17,8 @@ from services.scheduler.domain.model import (
     FittingPolicy,
     Placement,
     ResourcePool,
+    SchedulerType,
+    ShareGroup,
     Slot,
 )
 from services.scheduler.domain.ordering import effective_priority
@@ -24,6 +26,19 @@ from services.scheduler.domain.schedule import schedule
 
 POOL_NAMES = ["p0", "p1"]
 PRIORITIES = [0, 1, 10, 42, 60]
+WORKSPACES = ["w1", "w2", "w3"]
+USERS = ["w1/u1", "w1/u2", "w2/u1", "w3/u3"]
+
+
+def share_groups(keys: list[str]) -> st.SearchStrategy[ShareGroup]:
+    return st.builds(
+        ShareGroup,
+        key=st.sampled_from(keys),
+        weight=st.sampled_from([1.0, 2.0, 0.5]),
+        recent_slot_seconds=st.sampled_from([0.0, 10.0, 5000.0]),
+        guaranteed_slots=st.integers(0, 4),
+        max_slots=st.integers(0, 5),
+    )
 
 
 @st.composite
@@ -34,6 +49,9 @@ def clusters(draw: st.DrawFn) -> ClusterState:
             fitting_policy=draw(st.sampled_from(list(FittingPolicy))),
             preemption_enabled=draw(st.booleans()),
             default_priority=draw(st.sampled_from([0, 5, 42, 70])),
+            scheduler_type=draw(st.sampled_from(list(SchedulerType))),
+            workspaces=tuple(draw(st.lists(share_groups(WORKSPACES), max_size=3, unique_by=lambda g: g.key))),
+            users=tuple(draw(st.lists(share_groups(USERS), max_size=3, unique_by=lambda g: g.key))),
         )
         for name in POOL_NAMES[: draw(st.integers(1, len(POOL_NAMES)))]
     )
@@ -77,6 +95,10 @@ def clusters(draw: st.DrawFn) -> ClusterState:
             preemptible=draw(st.booleans()),
             single_agent=single_agent,
             placements=placements,
+            workspace=(owner := draw(st.sampled_from(USERS))).split("/")[0],
+            user=owner,
+            weight=draw(st.sampled_from([1.0, 0.5, 3.0])),
+            started_at_ns=draw(st.integers(0, 3)) if placements else 0,
         )
 
     for r in range(draw(st.integers(0, 5))):
@@ -204,10 +226,14 @@ def test_preemptions_take_only_preemptible_lower_or_equal_priority_work_of_the_s
         victim = requests[preemption.allocation_id]
         beneficiary = requests[preemption.for_allocation_id]
         pool = pools[beneficiary.resource_pool]
-        assert pool.preemption_enabled
         assert victim.running and victim.preemptible
         assert victim.resource_pool == beneficiary.resource_pool
         assert not beneficiary.running and beneficiary.allocation_id not in started
+        if pool.scheduler_type is SchedulerType.FAIR_SHARE and beneficiary.slots_needed > 0:
+            # Fair share reclaims from another workspace, or from another user of its own.
+            assert victim.slots_needed > 0 and victim.user != beneficiary.user
+            continue
+        assert pool.preemption_enabled
         assert effective_priority(victim, pool) >= effective_priority(beneficiary, pool)
         if effective_priority(victim, pool) == effective_priority(beneficiary, pool):
             assert victim.job_key != beneficiary.job_key
