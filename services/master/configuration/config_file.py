@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 
 from services.common.errors import InvalidArgument
+from services.master.configuration.durations import parse_duration
 from services.master.configuration.feature_switches import parse_feature_switches
 from services.master.configuration.pools import PoolSettings
 from services.master.configuration.provider import parse_provider
@@ -85,7 +86,19 @@ def _scheduler(block: Any, where: str) -> dict[str, Any]:
         or not 1 <= default_priority <= 99
     ):
         raise InvalidArgument(f"{where}.priority.default_priority: {default_priority!r} must be 1 to 99")
-    return {"fitting_policy": fitting, "preemption_enabled": preemption, "default_priority": default_priority}
+    fair_share = block.get("fair_share") or {}
+    if not isinstance(fair_share, Mapping) or set(fair_share) - {"usage_half_life"}:
+        raise InvalidArgument(f"{where}.fair_share: a mapping with at most usage_half_life")
+    half_life = parse_duration(fair_share.get("usage_half_life", "1h"), f"{where}.fair_share.usage_half_life")
+    if not 60 <= half_life <= 90 * 24 * 3600:
+        raise InvalidArgument(f"{where}.fair_share.usage_half_life: between 1m and 90 days")
+    return {
+        "fitting_policy": fitting,
+        "preemption_enabled": preemption,
+        "default_priority": default_priority,
+        "scheduler_type": "fair_share" if kind == "fair_share" else "priority",
+        "usage_half_life_s": half_life,
+    }
 
 
 def _pool(block: Any, where: str) -> PoolSettings:

@@ -15,6 +15,11 @@ class PoolSettings:
     fitting_policy: str = "best"
     preemption_enabled: bool = False
     default_priority: int = 42
+    # "priority" or "fair_share" (Determined's `scheduler.type`; its deprecated round_robin runs as
+    # priority).
+    scheduler_type: str = "priority"
+    # Fair share: how fast past usage is forgotten; a slot-second used this long ago counts half.
+    usage_half_life_s: float = 3600.0
     # Dynamic agents: the pool's `provider:` block (provider.py); None: agents join it
     # by hand or through `cairn cluster up`.
     provider: ProviderConfig | None = None

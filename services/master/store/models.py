@@ -528,6 +528,24 @@ class PoolBinding(Base):
     pool_name: Mapped[str] = mapped_column(String(255), primary_key=True, index=True)
 
 
+class PoolShare(Base):
+    """A workspace's (user_id 0), or one of its users', weight and quota in a fair-share pool
+    (`cairn workspace set-quota`): its weight among its siblings, the slots it is guaranteed while
+    it wants them, the slots it may never exceed (0: none). Gone with its workspace."""
+
+    __tablename__ = "pool_shares"
+    pool_name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    workspace_id: Mapped[int] = mapped_column(
+        ForeignKey("workspaces.id", ondelete="CASCADE"), primary_key=True
+    )
+    # 0: the workspace itself; else a user's share within the workspace (no foreign key: 0 is no
+    # user, and a user's share outlives nothing but its workspace).
+    user_id: Mapped[int] = mapped_column(Integer, primary_key=True, default=0)
+    weight: Mapped[float] = mapped_column(Float, default=1.0)
+    guaranteed_slots: Mapped[int] = mapped_column(Integer, default=0)
+    max_slots: Mapped[int] = mapped_column(Integer, default=0)
+
+
 class Project(Base):
     __tablename__ = "projects"
     __table_args__ = (

@@ -18,6 +18,8 @@ whole-slot shares are the entitlements. Then, in one pass:
 2. Idle slots are lent: when no request within its share is left waiting, requests beyond their
    share start where they fit, in the same order. What they borrow is what step 1 reclaims.
 3. A quota's maximum is never exceeded, lent slots included; its guarantee is part of the shares.
+   A group over its maximum (an admin lowered it) gives back its youngest placements, preempted
+   for no request in particular (Preemption.for_allocation_id is empty).
 
 As in the priority pass, once a preemption is chosen nothing more starts in the pass: the slots
 being freed belong to the request that asked for them.
@@ -26,7 +28,7 @@ being freed belong to the request that asked for them.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from services.scheduler.domain import reasons
@@ -209,6 +211,33 @@ class _Pass:
                 )
         return None
 
+    def enforce_maximums(self) -> None:
+        """A group holding more than its maximum (an admin lowered it) gives back its youngest
+        placements until it holds no more: preempted gracefully, for no request in particular."""
+        for groups, group_of in ((self.workspaces, workspace_of), (self.users, user_of)):
+            over = {
+                key: self.held_of(group_of, key) - group.max_slots
+                for key, group in groups.items()
+                if group.max_slots > 0 and self.held_of(group_of, key) > group.max_slots
+            }
+            if not over:
+                continue
+            youngest = sorted(self.running, key=lambda c: (-c.started_at_ns, c.allocation_id))
+            for candidate in youngest:
+                key = group_of(candidate)
+                if (
+                    over.get(key, 0) <= 0
+                    or not candidate.preemptible
+                    or candidate.allocation_id in self.preempted
+                ):
+                    continue
+                self.preempted.add(candidate.allocation_id)
+                self.outcome.preemptions.append(Preemption(candidate.allocation_id, ""))
+                over[key] -= candidate.slots_needed
+
+    def held_of(self, group_of: Callable[[AllocationRequest], str], key: str) -> int:
+        return self.held.workspace[key] if group_of is workspace_of else self.held.user[key]
+
     def why_not(self, r: AllocationRequest) -> str:
         shape = shape_of(r)
         if shape not in self.fits_idle:
@@ -289,6 +318,7 @@ def run_fair_share_pass(
     `capacity` is the pass's own working copy."""
     shares = entitlements(pool, facts.usable_slots, [*running, *pending])
     state = _Pass(pool, facts, capacity, list(running), shares, _Held(running))
+    state.enforce_maximums()
     order = _Order(pool, pending)
     lenders: list[AllocationRequest] = []
     deprived: AllocationRequest | None = None

@@ -375,9 +375,8 @@ class SchedulingSession:
                 pool.idle_fits = {}
             for zero in (False, True):
                 levels = sorted(pool.pending[zero].items())
-                if not levels:
-                    continue
                 if pool.config.scheduler_type is SchedulerType.FAIR_SHARE and not zero:
+                    # Running work alone may be over a quota's maximum: decided even then.
                     # Every change moves every group's share: a fair-share pool is decided whole
                     # (its pending requests, its running ones, its groups), not by what changed.
                     pending = [r for _, level in levels for queue in level.values() for _, r in queue]
@@ -386,6 +385,8 @@ class SchedulingSession:
                     outcome.started.extend(result.started)
                     outcome.preemptions.extend(result.preemptions)
                     explicit.update(result.waiting)
+                    continue
+                if not levels:
                     continue
                 running = list(pool.running[zero].values()) if pool.config.preemption_enabled else []
                 result = run_priority_pass(

@@ -170,6 +170,16 @@ def test_a_maximum_is_never_passed_even_with_idle_slots_and_names_the_quota() ->
     assert "workspace 'vision' holds 2 slots of its maximum of 2 in pool 'p'" in reason
 
 
+def test_a_lowered_maximum_gives_back_the_youngest_placements() -> None:
+    pool = _pool(ShareGroup("A", max_slots=1))
+    agent = Agent("a0", "p", slots=tuple(Slot(str(i), allocation_id=f"a{i}") for i in range(3)))
+    placed = tuple(
+        _request(f"a{i}", "A", placements=(Placement("a0", (str(i),)),), started_at_ns=i) for i in range(3)
+    )
+    decision = schedule(ClusterState((pool,), (agent,), placed))
+    assert [(p.allocation_id, p.for_allocation_id) for p in decision.preemptions] == [("a2", ""), ("a1", "")]
+
+
 def test_a_gang_is_reclaimed_whole_and_never_below_a_borrowers_share() -> None:
     pool = _pool()
     agents = (

@@ -224,6 +224,13 @@ def test_preemptions_take_only_preemptible_lower_or_equal_priority_work_of_the_s
     assert len(victims) == len(set(victims))
     for preemption in decision.preemptions:
         victim = requests[preemption.allocation_id]
+        if not preemption.for_allocation_id:
+            # Fair share gives back what a group holds over its quota's maximum.
+            pool = pools[victim.resource_pool]
+            assert pool.scheduler_type is SchedulerType.FAIR_SHARE and victim.running and victim.preemptible
+            maxima = {g.key: g.max_slots for g in (*pool.workspaces, *pool.users) if g.max_slots}
+            assert victim.workspace in maxima or victim.user in maxima
+            continue
         beneficiary = requests[preemption.for_allocation_id]
         pool = pools[beneficiary.resource_pool]
         assert victim.running and victim.preemptible

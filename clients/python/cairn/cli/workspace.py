@@ -1,4 +1,5 @@
-"""`cairn workspace list | create | describe` (alias `w`): workspaces, which hold projects."""
+"""`cairn workspace list | create | describe | quota | set-quota | clear-quota` (alias `w`):
+workspaces, which hold projects, and their weights and quotas in fair-share pools."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from cairn.cli.output import (
 )
 from cairn.cli.paging import fetch_all
 from cairn.cli.state import CliState, json_option, pass_state
+from cairn.cli.user import user_by_name
 from cairn.client.session import Session
 from cairn.printable import printable
 
@@ -129,3 +131,87 @@ def describe(state: CliState, name: str, as_json: bool) -> None:
     ]
     print_renderable(key_value_table([(key, value) for key, value in pairs if value]))
     print_renderable(build_table(PROJECT_COLUMNS, [project_row(p) for p in projects], title="Projects"))
+
+
+QUOTA_COLUMNS = ("Pool", "User", "Weight", "Guaranteed", "Max", "In use")
+
+
+def _quota_row(share: wpb.PoolShare) -> list[str]:
+    return [
+        share.resource_pool,
+        share.username if share.user_id else "(workspace)",
+        f"{share.weight:g}",
+        str(share.guaranteed_slots) if share.guaranteed_slots else "-",
+        str(share.max_slots) if share.max_slots else "-",
+        str(share.slots_in_use),
+    ]
+
+
+@workspace.command()
+@click.argument("name")
+@json_option
+@pass_state
+def quota(state: CliState, name: str, as_json: bool) -> None:
+    """Show workspace NAME's weight and quota in each fair-share pool, its users' own, and the
+    slots each holds now."""
+    session = state.session()
+    found = workspace_by_name(session, name)
+    shares = session.api.GetWorkspacePoolShares(wpb.GetWorkspacePoolSharesRequest(workspace_id=found.id))
+    if as_json:
+        print_json(shares)
+        return
+    print_renderable(build_table(QUOTA_COLUMNS, [_quota_row(s) for s in shares.shares]))
+
+
+def _user_id(session: Session, username: str | None) -> int:
+    return user_by_name(session, username).id if username else 0
+
+
+@workspace.command(name="set-quota")
+@click.argument("name")
+@click.option("--pool", "pool", required=True, help="A fair-share resource pool.")
+@click.option("--user", "username", default=None, help="A user of the workspace (default: the workspace).")
+@click.option("--weight", type=float, default=1.0, show_default=True, help="Its weight among its siblings.")
+@click.option("--guaranteed", type=int, default=0, show_default=True, help="Slots guaranteed while wanted.")
+@click.option(
+    "--max", "maximum", type=int, default=0, show_default=True, help="Slots never exceeded (0: none)."
+)
+@pass_state
+def set_quota(
+    state: CliState, name: str, pool: str, username: str | None, weight: float, guaranteed: int, maximum: int
+) -> None:
+    """Set workspace NAME's (or one of its users') weight and quota in a fair-share pool (admins)."""
+    session = state.session()
+    found = workspace_by_name(session, name)
+    session.api.SetWorkspacePoolShare(
+        wpb.SetWorkspacePoolShareRequest(
+            workspace_id=found.id,
+            resource_pool=pool,
+            user_id=_user_id(session, username),
+            weight=weight,
+            guaranteed_slots=guaranteed,
+            max_slots=maximum,
+        )
+    )
+    who = f"user {username} in workspace {found.name}" if username else f"workspace {found.name}"
+    click.echo(
+        f"Set {printable(who)} in pool {printable(pool)}: "
+        f"weight {weight:g}, guaranteed {guaranteed}, max {maximum}"
+    )
+
+
+@workspace.command(name="clear-quota")
+@click.argument("name")
+@click.option("--pool", "pool", required=True, help="A fair-share resource pool.")
+@click.option("--user", "username", default=None, help="A user of the workspace (default: the workspace).")
+@pass_state
+def clear_quota(state: CliState, name: str, pool: str, username: str | None) -> None:
+    """Back to weight 1 and no quota (admins)."""
+    session = state.session()
+    found = workspace_by_name(session, name)
+    session.api.DeleteWorkspacePoolShare(
+        wpb.DeleteWorkspacePoolShareRequest(
+            workspace_id=found.id, resource_pool=pool, user_id=_user_id(session, username)
+        )
+    )
+    click.echo("Cleared")

@@ -27,11 +27,12 @@ from services.master.domain.kernel.states import (
 )
 from services.master.domain.kernel.states import AllocationState as A
 from services.master.domain.kernel.telemetry import Telemetry
+from services.master.domain.scheduling.fair_share_inputs import share_groups
 from services.master.domain.scheduling.scheduling_rows import (
     FITTING,
     agent_messages,
     allocation_rows,
-    max_slots_of,
+    limits_of,
     offered,
     over_max_slots,
     pool_messages,
@@ -106,19 +107,19 @@ def queue_positions(
 def build_request(ctx: MasterContext) -> tuple[pb.ScheduleRequest, bool, dict[str, str]]:
     """The scheduler's view of the cluster, whether anything is waiting for a place, and the
     pending allocations held back by their experiment's max_slots (not offered, with why)."""
-    request = pb.ScheduleRequest(pools=pool_messages(ctx))
     placeable = ctx.hub.placeable_ids()
     with ctx.db.read() as s:
+        request = pb.ScheduleRequest(pools=pool_messages(ctx, share_groups(s, ctx.settings.pools, utcnow())))
         rows = [row for row in allocation_rows(s) if offered(row)]
         # Placements only where there are any: pending allocations have none to decode.
         placed = select(models.Allocation.id, models.Allocation.placements).where(
             models.Allocation.state.in_(list(PLACED_ALLOCATION))
         )
         placements_of: dict[str, list[dict[str, Any]]] = {row.id: row.placements for row in s.execute(placed)}
-        max_slots = max_slots_of(s, {row.experiment_id for row in rows if row.experiment_id is not None})
+        limits = limits_of(s, {row.experiment_id for row in rows if row.experiment_id is not None})
         capped = over_max_slots(
             [
-                (row, row.experiment_id, max_slots.get(row.experiment_id) if row.experiment_id else None)
+                (row, row.experiment_id, limits[row.experiment_id].max_slots if row.experiment_id else None)
                 for row in rows
             ]
         )
@@ -128,7 +129,8 @@ def build_request(ctx: MasterContext) -> tuple[pb.ScheduleRequest, bool, dict[st
         for row in rows:
             if row.id in capped:
                 continue
-            req = request_message(row, placements_of.get(row.id), submitted)
+            weight = limits[row.experiment_id].weight if row.experiment_id else 1.0
+            req = request_message(row, placements_of.get(row.id), submitted, weight)
             for placement in req.placements:
                 for slot_id in placement.slot_ids:
                     slot_owner[(placement.agent_id, slot_id)] = row.id
@@ -399,9 +401,12 @@ class SchedulingLoop:
                         continue  # what it made room for was killed or placed meanwhile
                     alloc = w.session.get(models.Allocation, preemption.allocation_id)
                     if alloc is not None:
-                        stops.request_preempt(
-                            ctx, w, alloc, f"preempted by the scheduler for {preemption.for_allocation_id}"
+                        why = (
+                            f"preempted by the scheduler for {preemption.for_allocation_id}"
+                            if preemption.for_allocation_id
+                            else "preempted by the scheduler: its workspace or user is over its quota"
                         )
+                        stops.request_preempt(ctx, w, alloc, why)
         ctx.telemetry.scheduling_start.observe(time.perf_counter() - started)
 
     def _assign(self, w: Work, assignments: list[pb.Assignment], offsets: placement.PortOffsets) -> None:

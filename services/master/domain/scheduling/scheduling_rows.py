@@ -5,7 +5,7 @@ session's incremental one (scheduling_view.py)."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from google.protobuf.timestamp_pb2 import Timestamp
 from sqlalchemy import func, select
@@ -22,9 +22,11 @@ from services.master.domain.kernel.states import (
 )
 from services.master.domain.kernel.states import AllocationState as A
 from services.master.domain.reads.jobs import experiment_job_id
+from services.master.domain.scheduling.fair_share_inputs import user_key, workspace_key
 from services.master.store import models
 
 FITTING = {"best": pb.FITTING_POLICY_BEST, "worst": pb.FITTING_POLICY_WORST}
+SCHEDULER_TYPES = {"priority": pb.SCHEDULER_TYPE_PRIORITY, "fair_share": pb.SCHEDULER_TYPE_FAIR_SHARE}
 # Experiments whose trials are stopping for good: their pending allocations are not offered.
 STOPPED_EXPERIMENT = frozenset({RunState.STOPPING_CANCELED, RunState.STOPPING_KILLED})
 
@@ -87,6 +89,9 @@ def allocation_rows(s: Session, *where: Any) -> list[Any]:
             models.Experiment.id.label("experiment_id"),
             models.Experiment.state.label("experiment_state"),
             models.Trial.excluded_agents,
+            models.Task.workspace_id,
+            models.Task.owner_id,
+            models.Allocation.start_time,
         )
         .join(models.Task, models.Task.id == models.Allocation.task_id)
         .outerjoin(models.Experiment, models.Experiment.id == models.Task.experiment_id)
@@ -95,34 +100,55 @@ def allocation_rows(s: Session, *where: Any) -> list[Any]:
     return list(s.execute(query.where(*(where or (models.Allocation.state.in_(list(LIVE_ALLOCATION)),)))))
 
 
-def max_slots_of(s: Session, experiment_ids: set[int]) -> dict[int, int | None]:
-    return {
-        eid: config_view(config).max_slots
-        for eid, config in s.execute(
-            select(models.Experiment.id, models.Experiment.config).where(
-                models.Experiment.id.in_(experiment_ids)
+class JobLimits(NamedTuple):
+    """What an experiment's `resources` say of its trials' allocations as a job."""
+
+    max_slots: int | None
+    # Its weight among its owner's jobs, in a fair-share pool.
+    weight: float
+
+
+def limits_of(s: Session, experiment_ids: set[int]) -> dict[int, JobLimits]:
+    limits = {}
+    query = select(models.Experiment.id, models.Experiment.config).where(
+        models.Experiment.id.in_(experiment_ids)
+    )
+    for eid, config in s.execute(query):
+        view = config_view(config)
+        limits[eid] = JobLimits(view.max_slots, view.weight)
+    return limits
+
+
+def pool_messages(
+    ctx: MasterContext, groups: dict[str, tuple[list[pb.ShareGroup], list[pb.ShareGroup]]] | None = None
+) -> list[pb.ResourcePool]:
+    """The pools as the scheduler takes them; a fair-share pool with its groups
+    (fair_share_inputs.share_groups)."""
+    messages = []
+    for pool in ctx.settings.pools:
+        workspaces, users = (groups or {}).get(pool.name, ([], []))
+        messages.append(
+            pb.ResourcePool(
+                name=pool.name,
+                fitting_policy=FITTING.get(pool.fitting_policy, pb.FITTING_POLICY_BEST),
+                preemption_enabled=pool.preemption_enabled,
+                default_priority=pool.default_priority,
+                scheduler_type=SCHEDULER_TYPES[pool.scheduler_type],
+                workspaces=workspaces,
+                users=users,
             )
         )
-    }
-
-
-def pool_messages(ctx: MasterContext) -> list[pb.ResourcePool]:
-    return [
-        pb.ResourcePool(
-            name=pool.name,
-            fitting_policy=FITTING.get(pool.fitting_policy, pb.FITTING_POLICY_BEST),
-            preemption_enabled=pool.preemption_enabled,
-            default_priority=pool.default_priority,
-        )
-        for pool in ctx.settings.pools
-    ]
+    return messages
 
 
 def request_message(
-    row: Any, placements: list[dict[str, Any]] | None, submitted: dict[datetime, Timestamp]
+    row: Any,
+    placements: list[dict[str, Any]] | None,
+    submitted: dict[datetime, Timestamp],
+    weight: float = 1.0,
 ) -> pb.AllocationRequest:
     """A row of allocation_rows as the scheduler takes it; `submitted` shares a job's time among
-    its allocations."""
+    its allocations; `weight`, its job's (an experiment's `resources.weight`)."""
     experiment_id = row.experiment_id
     req = pb.AllocationRequest(
         allocation_id=row.id,
@@ -136,8 +162,14 @@ def request_message(
         preemptible=row.kind in PREEMPTIBLE_KINDS,
         # A trial's `exclude_node` log policy matched there (trials/log_policies.py).
         excluded_agents=sorted(row.excluded_agents or []),
+        # Whose work it is, as fair share divides a pool (fair_share_inputs.py).
+        workspace=workspace_key(row.workspace_id),
+        user=user_key(row.workspace_id, row.owner_id),
+        # 0 means 1: the default weight costs the message nothing.
+        weight=weight if weight != 1.0 else 0.0,
     )
     if row.state in PLACED_ALLOCATION:
+        req.started_at.CopyFrom(ts(row.start_time or row.requested_at))
         for placement in placements or []:
             slot_ids = [str(x) for x in placement.get("slot_ids", [])]
             req.placements.append(pb.Placement(agent_id=placement["agent_id"], slot_ids=slot_ids))

@@ -27,12 +27,15 @@ from sqlalchemy.orm import ORMExecuteState, Session
 from cairn.scheduler.v1 import scheduler_pb2 as pb
 from services.master.domain.allocations.placement import PortOffsets
 from services.master.domain.allocations.rendezvous import PORT_BLOCKS
+from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.context import MasterContext
 from services.master.domain.kernel.states import LIVE_ALLOCATION, PLACED_ALLOCATION
+from services.master.domain.scheduling import fair_share_inputs
 from services.master.domain.scheduling.scheduling_rows import (
+    JobLimits,
     agent_messages,
     allocation_rows,
-    max_slots_of,
+    limits_of,
     offered,
     over_max_slots,
     pool_messages,
@@ -58,11 +61,13 @@ class Changed:
     allocations: set[str] = field(default_factory=set)
     agents: set[str] = field(default_factory=set)
     experiments: set[int] = field(default_factory=set)
+    # A fair-share weight or quota changed: send the pools again.
+    pools: bool = False
     # Something changed that names no rows: read everything again.
     everything: bool = False
 
     def __bool__(self) -> bool:
-        return bool(self.allocations or self.agents or self.experiments or self.everything)
+        return bool(self.allocations or self.agents or self.experiments or self.pools or self.everything)
 
 
 class ChangeTracker:
@@ -120,6 +125,8 @@ class ChangeTracker:
                 changed.agents.add(obj.agent_id)
             elif isinstance(obj, models.Experiment) and obj.id is not None and _bears_on_passes(obj):
                 changed.experiments.add(obj.id)
+            elif isinstance(obj, models.PoolShare):
+                changed.pools = True
 
     def _statement(self, state: ORMExecuteState) -> None:
         if not (state.is_update or state.is_delete or state.is_insert):
@@ -127,6 +134,8 @@ class ChangeTracker:
         table = getattr(state.statement, "table", None)
         if getattr(table, "name", None) in _WATCHED:
             self._pending(state.session).everything = True
+        elif getattr(table, "name", None) == models.PoolShare.__tablename__:
+            self._pending(state.session).pools = True
 
     def _commit(self, session: Session) -> None:
         changed = session.info.pop(self._KEY, None)
@@ -136,6 +145,7 @@ class ChangeTracker:
             self._committed.allocations |= changed.allocations
             self._committed.agents |= changed.agents
             self._committed.experiments |= changed.experiments
+            self._committed.pools |= changed.pools
             self._committed.everything |= changed.everything
 
     def _rollback(self, session: Session) -> None:
@@ -183,10 +193,14 @@ class SchedulingView:
         # Every live allocation's row, and which experiment each belongs to.
         self._rows: dict[str, Any] = {}
         self._of_experiment: dict[int, set[str]] = {}
-        self._max_slots: dict[int, int | None] = {}
+        self._limits: dict[int, JobLimits] = {}
         self._capped: dict[int, dict[str, str]] = {}  # experiment -> allocation -> why
         self._submitted: dict[datetime, Timestamp] = {}
         self._pending = 0
+        # The pools as last sent; a fair-share pool's groups change with usage and quotas.
+        self._fair_share = any(p.scheduler_type == "fair_share" for p in ctx.settings.pools)
+        self._pools_sent: list[pb.ResourcePool] = []
+        self._groups_at = 0.0
         # How many live allocations hold each port block (allocations.PortOffsets).
         self._port_counts = [0] * PORT_BLOCKS
 
@@ -231,6 +245,12 @@ class SchedulingView:
             agent_ids = changed.agents | (placeable ^ self._placeable)
             if agent_ids:
                 self._refresh_agents(s, agent_ids, placeable, request)
+            due = time.monotonic() - self._groups_at >= fair_share_inputs.REFRESH_S
+            if self._fair_share and (changed.pools or due):
+                pools = self._pools(s)
+                if pools != self._pools_sent:
+                    request.pools.extend(pools)
+                    self._pools_sent = pools
         self._placeable = placeable
         self._version += 1
         if self.check:
@@ -266,7 +286,7 @@ class SchedulingView:
         self._submitted = {}
         with self._ctx.db.read() as s:
             rows = allocation_rows(s)
-            self._max_slots = max_slots_of(s, {r.experiment_id for r in rows if r.experiment_id is not None})
+            self._limits = limits_of(s, {r.experiment_id for r in rows if r.experiment_id is not None})
             for row in rows:
                 self._keep(row)
             placements = self._placements(s, [r.id for r in rows if r.state in PLACED_ALLOCATION])
@@ -277,6 +297,7 @@ class SchedulingView:
                 if message is not None:
                     self._requests[row.id] = message
             agents = agent_messages(s, placeable, None)
+            self._pools_sent = self._pools(s)
         self._pending = sum(1 for r in self._requests.values() if not r.placements)
         self._agents = {a.id: a for a in agents}
         self._placeable = placeable
@@ -284,7 +305,7 @@ class SchedulingView:
             session_id=self._session_id,
             version=self._version,
             snapshot=True,
-            pools=pool_messages(self._ctx),
+            pools=self._pools_sent,
             agents=agents,
             requests=list(self._requests.values()),
         )
@@ -297,7 +318,7 @@ class SchedulingView:
         experiments = set(changed.experiments)
         if experiments:
             # An experiment's state or max_slots bears on all its allocations.
-            self._max_slots.update(max_slots_of(s, experiments))
+            self._limits.update(limits_of(s, experiments))
             for experiment_id in experiments:
                 ids |= self._of_experiment.get(experiment_id, set())
             ids |= {
@@ -314,10 +335,10 @@ class SchedulingView:
         new_experiments = {
             r.experiment_id
             for r in rows.values()
-            if r.experiment_id is not None and r.experiment_id not in self._max_slots
+            if r.experiment_id is not None and r.experiment_id not in self._limits
         }
         if new_experiments:
-            self._max_slots.update(max_slots_of(s, new_experiments))
+            self._limits.update(limits_of(s, new_experiments))
         touched: set[int] = set(experiments)
         for request_id in ids:
             old = self._rows.pop(request_id, None)
@@ -334,7 +355,7 @@ class SchedulingView:
         # Whether an allocation is held back depends on its experiment's others (under a cap).
         for experiment_id in touched:
             self._cap(experiment_id)
-            if self._max_slots.get(experiment_id) is not None:
+            if self._cap_of(experiment_id) is not None:
                 ids |= self._of_experiment.get(experiment_id, set())
         placements = self._placements(
             s, [i for i in ids if i in self._rows and self._rows[i].state in PLACED_ALLOCATION]
@@ -353,6 +374,17 @@ class SchedulingView:
                 self._pending += (not message.placements) - (sent is not None and not sent.placements)
                 request.requests.append(message)
 
+    def _pools(self, s: Session) -> list[pb.ResourcePool]:
+        """The pools as the scheduler takes them now; fair-share pools with their groups' weights,
+        quotas and recent usage (read at most every fair_share_inputs.REFRESH_S)."""
+        self._groups_at = time.monotonic()
+        groups = (
+            fair_share_inputs.share_groups(s, self._ctx.settings.pools, utcnow())
+            if self._fair_share
+            else None
+        )
+        return pool_messages(self._ctx, groups)
+
     def port_offsets(self) -> PortOffsets:
         """The live allocations' port blocks as of this pass, for the assignments it makes."""
         return PortOffsets.of_counts(self._port_counts)
@@ -370,12 +402,16 @@ class SchedulingView:
             self._of_experiment.pop(experiment_id, None)
             self._capped.pop(experiment_id, None)
             return
-        cap = self._max_slots.get(experiment_id)
+        cap = self._cap_of(experiment_id)
         if cap is None:
             self._capped.pop(experiment_id, None)
             return
         rows = [self._rows[i] for i in members]
         self._capped[experiment_id] = over_max_slots([(r, experiment_id, cap) for r in rows if offered(r)])
+
+    def _cap_of(self, experiment_id: int) -> int | None:
+        limits = self._limits.get(experiment_id)
+        return limits.max_slots if limits is not None else None
 
     def _all_capped(self) -> dict[str, str]:
         return {k: v for capped in self._capped.values() for k, v in capped.items()}
@@ -385,7 +421,8 @@ class SchedulingView:
             return None
         if row.experiment_id is not None and row.id in self._capped.get(row.experiment_id, {}):
             return None
-        return request_message(row, placements.get(row.id), self._submitted)
+        limits = self._limits.get(row.experiment_id) if row.experiment_id is not None else None
+        return request_message(row, placements.get(row.id), self._submitted, limits.weight if limits else 1.0)
 
     @staticmethod
     def _placements(s: Session, ids: list[str]) -> dict[str, list[dict[str, Any]]]:

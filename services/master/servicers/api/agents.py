@@ -204,7 +204,11 @@ class AgentsApi(ServicerBase):
                         preemptible=settings.preemption_enabled,
                         slots_per_agent=max((len(a.slots) for a in members), default=0),
                         aux_container_capacity_per_agent=100,
-                        scheduler_type=rpb.ResourcePool.SCHEDULER_TYPE_PRIORITY,
+                        scheduler_type=(
+                            rpb.ResourcePool.SCHEDULER_TYPE_FAIR_SHARE
+                            if settings.scheduler_type == "fair_share"
+                            else rpb.ResourcePool.SCHEDULER_TYPE_PRIORITY
+                        ),
                         scheduler_fitting_policy=POLICIES.get(
                             settings.fitting_policy, rpb.ResourcePool.FITTING_POLICY_BEST
                         ),

@@ -95,7 +95,8 @@ class JobsApi(ServicerBase):
                 allocated_slots=job.allocated_slots,
                 name=job.name,
                 workspace_id=job.workspace_id,
-                waiting_reason="" if job.scheduled else self._waiting_reason(job),
+                # A job partly placed says why the rest of it waits (a quota, its fair share).
+                waiting_reason=self._waiting_reason(job),
             )
             if job.progress is not None:
                 message.progress = job.progress

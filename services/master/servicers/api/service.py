@@ -16,6 +16,7 @@ from services.master.servicers.api.master_info import MasterInfoApi
 from services.master.servicers.api.metrics import CompareApi, MetricsApi, SamplesApi, WorkloadsApi
 from services.master.servicers.api.models import ModelsApi
 from services.master.servicers.api.pool_bindings import PoolBindingsApi
+from services.master.servicers.api.pool_shares import PoolSharesApi
 from services.master.servicers.api.resources import ResourcesApi
 from services.master.servicers.api.runs import RunsApi
 from services.master.servicers.api.task_kinds import TaskKindsApi
@@ -47,6 +48,7 @@ class CairnServicer(
     ModelsApi,
     AgentsApi,
     PoolBindingsApi,
+    PoolSharesApi,
     JobsApi,
     ResourcesApi,
     TasksApi,

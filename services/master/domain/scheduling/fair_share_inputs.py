@@ -1,0 +1,129 @@
+"""What the scheduler needs of a fair-share pool beyond its requests: each workspace's and user's
+weight and quota (workspaces/pool_shares.py) and recent usage, sent with the pool.
+
+Recent usage is every slot-second the group's allocations held in the pool, each weighted by
+2^(-age / half-life) (the pool's `fair_share.usage_half_life`), as Slurm decays usage: a team that
+used little lately goes first. Integrated exactly over each allocation's run, so it does not depend
+on how often it is computed. Usage older than ten half-lives (under 0.1 % of its weight) is not
+read. The groups are recomputed every REFRESH_S seconds (the scheduling view asks), so a quota an
+admin sets applies within that time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from datetime import datetime, timedelta
+
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session
+
+from cairn.scheduler.v1 import scheduler_pb2 as pb
+from services.master.configuration.pools import PoolSettings
+from services.master.store import models
+
+REFRESH_S = 10.0
+_HORIZON_HALF_LIVES = 10
+
+
+def workspace_key(workspace_id: int | None) -> str:
+    return str(workspace_id or 0)
+
+
+def user_key(workspace_id: int | None, user_id: int) -> str:
+    return f"{workspace_id or 0}/{user_id}"
+
+
+def decayed_slot_seconds(
+    slots: int, start: datetime, end: datetime | None, now: datetime, half_life_s: float
+) -> float:
+    """slots * the integral over [start, end] of 2^(-(now - t) / half-life) dt."""
+    stop = min(end or now, now)
+    if stop <= start:
+        return 0.0
+    rate = math.log(2) / half_life_s
+    older = (now - start).total_seconds()
+    newer = (now - stop).total_seconds()
+    return slots * (math.exp(-rate * newer) - math.exp(-rate * older)) / rate
+
+
+def _usage(s: Session, pool: PoolSettings, now: datetime) -> tuple[dict[str, float], dict[str, float]]:
+    a, t = models.Allocation, models.Task
+    since = now - timedelta(seconds=pool.usage_half_life_s * _HORIZON_HALF_LIVES)
+    query = (
+        select(a.slots, a.start_time, a.end_time, t.workspace_id, t.owner_id)
+        .join(t, t.id == a.task_id)
+        .where(
+            a.resource_pool == pool.name,
+            a.start_time.is_not(None),
+            a.slots > 0,
+            or_(a.end_time.is_(None), a.end_time > since),
+        )
+    )
+    by_workspace: dict[str, float] = defaultdict(float)
+    by_user: dict[str, float] = defaultdict(float)
+    for slots, start, end, workspace_id, owner_id in s.execute(query):
+        if start is None:
+            continue
+        used = decayed_slot_seconds(slots, start, end, now, pool.usage_half_life_s)
+        by_workspace[workspace_key(workspace_id)] += used
+        by_user[user_key(workspace_id, owner_id)] += used
+    return by_workspace, by_user
+
+
+def _name_groups(s: Session, workspaces: dict[str, pb.ShareGroup], users: dict[str, pb.ShareGroup]) -> None:
+    """Names for waiting reasons: "workspace 'vision'", "user 'alice' in workspace 'vision'"."""
+    user_pairs = [tuple(int(part) for part in key.split("/")) for key in users]
+    workspace_ids = {int(key) for key in workspaces} | {w for w, _ in user_pairs}
+    user_ids = {u for _, u in user_pairs}
+    w, u = models.Workspace, models.User
+    workspace_names = dict(s.execute(select(w.id, w.name).where(w.id.in_(workspace_ids))).all())
+    usernames = dict(s.execute(select(u.id, u.username).where(u.id.in_(user_ids))).all())
+    for key, group in workspaces.items():
+        group.name = f"workspace '{workspace_names.get(int(key), key)}'"
+    for (workspace_id, user_id), group in zip(user_pairs, users.values(), strict=True):
+        group.name = (
+            f"user '{usernames.get(user_id, user_id)}' in workspace "
+            f"'{workspace_names.get(workspace_id, workspace_id)}'"
+        )
+
+
+def share_groups(
+    s: Session, pools: tuple[PoolSettings, ...], now: datetime
+) -> dict[str, tuple[list[pb.ShareGroup], list[pb.ShareGroup]]]:
+    """For each fair-share pool: its workspaces' and users' groups (those with a setting or recent
+    usage), in key order."""
+    fair = [p for p in pools if p.scheduler_type == "fair_share"]
+    if not fair:
+        return {}
+    share = models.PoolShare
+    settings = list(s.scalars(select(share).where(share.pool_name.in_([p.name for p in fair]))))
+    groups: dict[str, tuple[list[pb.ShareGroup], list[pb.ShareGroup]]] = {}
+    for pool in fair:
+        ws_usage, user_usage = _usage(s, pool, now)
+        workspaces: dict[str, pb.ShareGroup] = {}
+        users: dict[str, pb.ShareGroup] = {}
+        for key, used in ws_usage.items():
+            workspaces[key] = pb.ShareGroup(key=key, recent_slot_seconds=round(used, 1))
+        for key, used in user_usage.items():
+            users[key] = pb.ShareGroup(key=key, recent_slot_seconds=round(used, 1))
+        for row in settings:
+            if row.pool_name != pool.name:
+                continue
+            if row.user_id:
+                group = users.setdefault(user_key(row.workspace_id, row.user_id), pb.ShareGroup())
+                group.key = user_key(row.workspace_id, row.user_id)
+            else:
+                group = workspaces.setdefault(workspace_key(row.workspace_id), pb.ShareGroup())
+                group.key = workspace_key(row.workspace_id)
+            group.weight, group.guaranteed_slots, group.max_slots = (
+                row.weight,
+                row.guaranteed_slots,
+                row.max_slots,
+            )
+        _name_groups(s, workspaces, users)
+        groups[pool.name] = (
+            [workspaces[k] for k in sorted(workspaces)],
+            [users[k] for k in sorted(users)],
+        )
+    return groups
