@@ -61,12 +61,38 @@ def trial_state(t: trial_pb2.Trial) -> str:
     return trial_pb2.Trial.State.Name(t.state).removeprefix("STATE_")
 
 
+# The states an experiment ends in: none of them moves on by itself.
+ENDED = ("COMPLETED", "ERROR", "CANCELED")
+
+
 def wait_state(api: AuthedStub, experiment_id: int, wanted: str, timeout: float = 120) -> None:
-    wait_for(
-        lambda: state(api, experiment_id) == wanted,
-        timeout=timeout,
-        what=f"experiment {experiment_id} to be {wanted} (is {state(api, experiment_id)})",
-    )
+    """Until the experiment is `wanted`. One that ended otherwise fails the wait at once, saying how
+    it ended and what its trials last logged; a wait that times out says the state it last read.
+    (A trial that failed at start once read as an experiment left ACTIVE for three minutes: the wait
+    for COMPLETED ran out its 180 s after the experiment had ended ERROR, and named the state read
+    before it began.)"""
+    last = ""
+
+    def settled() -> bool:
+        nonlocal last
+        last = state(api, experiment_id)
+        return last == wanted or last in ENDED
+
+    try:
+        wait_for(settled, timeout=timeout, what=f"experiment {experiment_id} to be {wanted}")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; it is {last or 'unread'}") from None
+    if last != wanted:
+        raise AssertionError(
+            f"experiment {experiment_id} ended {last}, not {wanted}; its trials last logged:\n"
+            + "\n".join(trial_log_tail(api, experiment_id))
+        )
+
+
+def trial_log_tail(api: AuthedStub, experiment_id: int, lines: int = 40) -> list[str]:
+    """The last `lines` lines its trials logged, in trial order."""
+    said = [line for t in trials(api, experiment_id) for line in logs(api, t.id)]
+    return said[-lines:]
 
 
 def logs(api: AuthedStub, trial_id: int) -> list[str]:
