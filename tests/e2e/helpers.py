@@ -17,6 +17,8 @@ from tests.support.cluster import AuthedStub, TestCluster
 from tests.support.polling import wait_for
 
 TRIAL_DIR = Path(__file__).parent / "fixtures" / "trial"
+# A trial written against the stock Core API (fixtures/det_trial/det_core_trial.py).
+DET_TRIAL_DIR = Path(__file__).parent / "fixtures" / "det_trial"
 
 
 def config(**overrides: Any) -> str:
@@ -33,6 +35,39 @@ def config(**overrides: Any) -> str:
         else:
             base[key] = value
     return yaml.safe_dump(base)
+
+
+def det_core_config(
+    folder: Path,
+    name: str,
+    *,
+    hyperparameters: dict[str, Any] | None = None,
+    searcher: dict[str, Any] | None = None,
+    **fields: Any,
+) -> Path:
+    """A config file (`folder/NAME.yaml`) for det_core_trial.py (DET_TRIAL_DIR): a single search
+    of 6 batches maximizing x, steps 0.05 s apart, no restarts. `hyperparameters` and `searcher`
+    add to those (a `steps` hyperparameter sets the trial's own length); other fields are set
+    as given."""
+    text = yaml.safe_dump(
+        {
+            "name": name,
+            "entrypoint": "python3 det_core_trial.py",
+            "hyperparameters": {"step_s": 0.05, **(hyperparameters or {})},
+            "searcher": {
+                "name": "single",
+                "metric": "x",
+                "smaller_is_better": False,
+                "max_length": {"batches": 6},
+                **(searcher or {}),
+            },
+            "max_restarts": 0,
+            **fields,
+        }
+    )
+    path = folder / f"{name}.yaml"
+    path.write_text(text)
+    return path
 
 
 def create(api: AuthedStub, text: str, model_dir: Path = TRIAL_DIR, activate: bool = True) -> int:

@@ -30,31 +30,29 @@ import pytest
 from cairn.api.v1 import experiment_pb2
 from cairn.localcluster.task_isolation import TASK_USER
 from tests.e2e.determined_client import det_runner, determined_env
-from tests.e2e.helpers import experiment, logs, trial_state, trials, wait_state
+from tests.e2e.helpers import (
+    DET_TRIAL_DIR,
+    det_core_config,
+    experiment,
+    logs,
+    trial_state,
+    trials,
+    wait_state,
+)
 from tests.support.cluster import TestCluster, running_cluster
 
-DET_TRIAL_DIR = Path(__file__).parent / "fixtures" / "det_trial"
 # An account this machine does not have (checked): its names come from the task's own passwd lines.
 LINKED_UID, LINKED_GID = 47113, 47114
 PROBE = "echo RUNAS $(id -u):$(id -g):$(id -un):$(id -gn)"
 RUNAS = re.compile(r"RUNAS (\d+:\d+:\S*:\S*)")
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or not shutil.which("setpriv"),
-    reason="running tasks as another account needs a cluster run as root and setpriv",
-)
-
-
-@pytest.fixture
-def cluster(db_url: str | None, tmp_path: Path) -> Iterator[TestCluster]:
-    """One agent with one slot, as Determined runs its own e2e tests."""
-    with running_cluster(tmp_path / "cluster", db_url, agents=1, slots=1) as c:
-        yield c
-
-
-@pytest.fixture
-def det_admin(cluster: TestCluster, tmp_path: Path) -> Callable[..., str]:
-    return det_runner(determined_env(cluster, tmp_path / "admin-home"), "admin")
+pytestmark = [
+    pytest.mark.skipif(
+        os.geteuid() != 0 or not shutil.which("setpriv"),
+        reason="running tasks as another account needs a cluster run as root and setpriv",
+    ),
+    pytest.mark.one_slot,  # one agent with one slot, as Determined runs its own e2e tests
+]
 
 
 @pytest.fixture
@@ -120,13 +118,13 @@ def test_a_linked_users_commands_and_trials_run_as_the_linked_account(
 
     # A trial too (a Determined Core API trial), checkpointing into the lab's share, which only
     # the linked account may write (as an NFS export would be): its checkpoint is that account's.
-    config = tmp_path / "experiment.yaml"
-    config.write_text(
-        f"entrypoint: {PROBE}; python3 det_core_trial.py\n"
-        "hyperparameters: {steps: 3, step_s: 0.05}\n"
-        "searcher: {name: single, metric: x, smaller_is_better: false, max_length: {batches: 3}}\n"
-        f"checkpoint_storage: {{type: shared_fs, host_path: {lab_share}}}\n"
-        "max_restarts: 0\n"
+    config = det_core_config(
+        tmp_path,
+        "experiment",
+        entrypoint=f"{PROBE}; python3 det_core_trial.py",
+        hyperparameters={"steps": 3},
+        searcher={"max_length": {"batches": 3}},
+        checkpoint_storage={"type": "shared_fs", "host_path": str(lab_share)},
     )
     experiment_id = created_experiment(det("experiment", "create", str(config), str(DET_TRIAL_DIR)))
     api = cluster.login()
@@ -164,12 +162,9 @@ def test_a_linked_trial_that_cannot_write_the_default_checkpoint_folder_ends_its
     test's own wait for COMPLETED running out (helpers.wait_state now fails at once on another end);
     the master ends the experiment in the searcher delivery after the trial's end."""
     link_determined(det_admin)
-    config = tmp_path / "experiment.yaml"
-    config.write_text(
-        "entrypoint: python3 det_core_trial.py\n"
-        "hyperparameters: {steps: 3, step_s: 0.05}\n"
-        "searcher: {name: single, metric: x, smaller_is_better: false, max_length: {batches: 3}}\n"
-        "max_restarts: 0\n"
+    # The default checkpoint storage: no checkpoint_storage of its own.
+    config = det_core_config(
+        tmp_path, "experiment", hyperparameters={"steps": 3}, searcher={"max_length": {"batches": 3}}
     )
     experiment_id = created_experiment(det("experiment", "create", str(config), str(DET_TRIAL_DIR)))
     api = cluster.login()
