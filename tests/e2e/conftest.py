@@ -6,11 +6,13 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.e2e.determined_client import det_runner, determined_env
-from tests.support.cluster import TestCluster, running_cluster
+from services.agent.runtime import private_mounts
+from tests.e2e.determined_client import det_runner, determined_env, sdk_runner
+from tests.support.cluster import AuthedStub, TestCluster, running_cluster
 from tests.support.databases import BACKENDS, fresh_database
 from tests.support.docker_env import task_image  # noqa: F401 (the Docker tests' fixture)
 
@@ -24,16 +26,51 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str | Non
 
 
 @pytest.fixture
-def cluster(db_url: str | None, tmp_path: Path) -> Iterator[TestCluster]:
-    """One agent with two CPU slots."""
-    with running_cluster(tmp_path / "cluster", db_url, agents=1, slots=2) as c:
+def cluster(db_url: str | None, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[TestCluster]:
+    """One agent with two CPU slots; with the `one_slot` mark (a test's, or its module's
+    `pytestmark`), one agent with one slot, as Determined runs its own e2e tests."""
+    slots = 1 if request.node.get_closest_marker("one_slot") else 2
+    with running_cluster(tmp_path / "cluster", db_url, agents=1, slots=slots) as c:
         yield c
 
 
 @pytest.fixture
-def det(cluster: TestCluster, tmp_path: Path) -> Callable[..., str]:
+def det_env(cluster: TestCluster, tmp_path: Path) -> dict[str, str]:
+    """The environment the stock client runs in against `cluster` (its master, its own home)."""
+    return determined_env(cluster, tmp_path / "home")
+
+
+@pytest.fixture
+def det(det_env: dict[str, str]) -> Callable[..., str]:
     """The stock `det` CLI, logged in as the non-admin user "determined"."""
-    return det_runner(determined_env(cluster, tmp_path / "home"))
+    return det_runner(det_env)
+
+
+@pytest.fixture
+def det_admin(det_env: dict[str, str]) -> Callable[..., str]:
+    """The stock `det` CLI as the admin."""
+    return det_runner(det_env, "admin")
+
+
+@pytest.fixture
+def sdk(det_env: dict[str, str]) -> Callable[[str], Any]:
+    """The stock Python SDK as the user "determined" (determined_client.sdk_runner)."""
+    return sdk_runner(det_env)
+
+
+@pytest.fixture
+def api(cluster: TestCluster) -> AuthedStub:
+    """Cairn's own API as the user "determined", to read end states back."""
+    return cluster.login()
+
+
+@pytest.fixture
+def needs_private_mounts() -> None:
+    """Skips the test (`@pytest.mark.usefixtures("needs_private_mounts")`, before its cluster
+    starts) where the test cluster's agent could not make a task's private mounts (its /dev/shm,
+    its absolute bind mounts): that needs root, unshare and mount."""
+    if not private_mounts.supported():
+        pytest.skip("the test cluster's agent needs root, unshare and mount for a task's private mounts")
 
 
 @pytest.fixture

@@ -17,6 +17,8 @@ from tests.support.cluster import AuthedStub, TestCluster
 from tests.support.polling import wait_for
 
 TRIAL_DIR = Path(__file__).parent / "fixtures" / "trial"
+# A trial written against the stock Core API (fixtures/det_trial/det_core_trial.py).
+DET_TRIAL_DIR = Path(__file__).parent / "fixtures" / "det_trial"
 
 
 def config(**overrides: Any) -> str:
@@ -33,6 +35,39 @@ def config(**overrides: Any) -> str:
         else:
             base[key] = value
     return yaml.safe_dump(base)
+
+
+def det_core_config(
+    folder: Path,
+    name: str,
+    *,
+    hyperparameters: dict[str, Any] | None = None,
+    searcher: dict[str, Any] | None = None,
+    **fields: Any,
+) -> Path:
+    """A config file (`folder/NAME.yaml`) for det_core_trial.py (DET_TRIAL_DIR): a single search
+    of 6 batches maximizing x, steps 0.05 s apart, no restarts. `hyperparameters` and `searcher`
+    add to those (a `steps` hyperparameter sets the trial's own length); other fields are set
+    as given."""
+    text = yaml.safe_dump(
+        {
+            "name": name,
+            "entrypoint": "python3 det_core_trial.py",
+            "hyperparameters": {"step_s": 0.05, **(hyperparameters or {})},
+            "searcher": {
+                "name": "single",
+                "metric": "x",
+                "smaller_is_better": False,
+                "max_length": {"batches": 6},
+                **(searcher or {}),
+            },
+            "max_restarts": 0,
+            **fields,
+        }
+    )
+    path = folder / f"{name}.yaml"
+    path.write_text(text)
+    return path
 
 
 def create(api: AuthedStub, text: str, model_dir: Path = TRIAL_DIR, activate: bool = True) -> int:
@@ -61,12 +96,38 @@ def trial_state(t: trial_pb2.Trial) -> str:
     return trial_pb2.Trial.State.Name(t.state).removeprefix("STATE_")
 
 
+# The states an experiment ends in: none of them moves on by itself.
+ENDED = ("COMPLETED", "ERROR", "CANCELED")
+
+
 def wait_state(api: AuthedStub, experiment_id: int, wanted: str, timeout: float = 120) -> None:
-    wait_for(
-        lambda: state(api, experiment_id) == wanted,
-        timeout=timeout,
-        what=f"experiment {experiment_id} to be {wanted} (is {state(api, experiment_id)})",
-    )
+    """Until the experiment is `wanted`. One that ended otherwise fails the wait at once, saying how
+    it ended and what its trials last logged; a wait that times out says the state it last read.
+    (A trial that failed at start once read as an experiment left ACTIVE for three minutes: the wait
+    for COMPLETED ran out its 180 s after the experiment had ended ERROR, and named the state read
+    before it began.)"""
+    last = ""
+
+    def settled() -> bool:
+        nonlocal last
+        last = state(api, experiment_id)
+        return last == wanted or last in ENDED
+
+    try:
+        wait_for(settled, timeout=timeout, what=f"experiment {experiment_id} to be {wanted}")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; it is {last or 'unread'}") from None
+    if last != wanted:
+        raise AssertionError(
+            f"experiment {experiment_id} ended {last}, not {wanted}; its trials last logged:\n"
+            + "\n".join(trial_log_tail(api, experiment_id))
+        )
+
+
+def trial_log_tail(api: AuthedStub, experiment_id: int, lines: int = 40) -> list[str]:
+    """The last `lines` lines its trials logged, in trial order."""
+    said = [line for t in trials(api, experiment_id) for line in logs(api, t.id)]
+    return said[-lines:]
 
 
 def logs(api: AuthedStub, trial_id: int) -> list[str]:

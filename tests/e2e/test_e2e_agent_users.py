@@ -8,6 +8,8 @@ agent runs tasks as the unprivileged task user, and can switch to any account):
   Determined adds the user to its containers' /etc/passwd);
 - `det workspace create --agent-uid ...` links a workspace, whose link wins over the user's;
 - an unlinked user's task still runs as the cluster's task user;
+- a linked trial that cannot write the default checkpoint folder fails at start and ends its
+  experiment ERROR with it, saying why in its logs;
 - bad links are refused, naming the field, and change nothing.
 Every check reads the uid/gid the task printed in its logs."""
 
@@ -20,6 +22,7 @@ import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -27,31 +30,29 @@ import pytest
 from cairn.api.v1 import experiment_pb2
 from cairn.localcluster.task_isolation import TASK_USER
 from tests.e2e.determined_client import det_runner, determined_env
-from tests.e2e.helpers import logs, trials, wait_state
+from tests.e2e.helpers import (
+    DET_TRIAL_DIR,
+    det_core_config,
+    experiment,
+    logs,
+    trial_state,
+    trials,
+    wait_state,
+)
 from tests.support.cluster import TestCluster, running_cluster
 
-DET_TRIAL_DIR = Path(__file__).parent / "fixtures" / "det_trial"
 # An account this machine does not have (checked): its names come from the task's own passwd lines.
 LINKED_UID, LINKED_GID = 47113, 47114
 PROBE = "echo RUNAS $(id -u):$(id -g):$(id -un):$(id -gn)"
 RUNAS = re.compile(r"RUNAS (\d+:\d+:\S*:\S*)")
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or not shutil.which("setpriv"),
-    reason="running tasks as another account needs a cluster run as root and setpriv",
-)
-
-
-@pytest.fixture
-def cluster(db_url: str | None, tmp_path: Path) -> Iterator[TestCluster]:
-    """One agent with one slot, as Determined runs its own e2e tests."""
-    with running_cluster(tmp_path / "cluster", db_url, agents=1, slots=1) as c:
-        yield c
-
-
-@pytest.fixture
-def det_admin(cluster: TestCluster, tmp_path: Path) -> Callable[..., str]:
-    return det_runner(determined_env(cluster, tmp_path / "admin-home"), "admin")
+pytestmark = [
+    pytest.mark.skipif(
+        os.geteuid() != 0 or not shutil.which("setpriv"),
+        reason="running tasks as another account needs a cluster run as root and setpriv",
+    ),
+    pytest.mark.one_slot,  # one agent with one slot, as Determined runs its own e2e tests
+]
 
 
 @pytest.fixture
@@ -62,6 +63,20 @@ def lab_share() -> Iterator[Path]:
     folder.chmod(0o700)
     yield folder
     shutil.rmtree(folder, ignore_errors=True)
+
+
+def link_determined(det_admin: Callable[..., str]) -> None:
+    """Link the user "determined" to the account alice:lab (LINKED_UID:LINKED_GID)."""
+    det_admin(
+        "user", "link-with-agent-user", "determined",
+        "--agent-uid", str(LINKED_UID), "--agent-gid", str(LINKED_GID),
+        "--agent-user", "alice", "--agent-group", "lab",
+    )  # fmt: skip
+
+
+def created_experiment(det_output: str) -> int:
+    """The id `det experiment create` printed."""
+    return int(re.findall(r"Created experiment (\d+)", det_output)[0])
 
 
 def agent_columns(det_admin: Callable[..., str]) -> list[str]:
@@ -95,11 +110,7 @@ def test_a_linked_users_commands_and_trials_run_as_the_linked_account(
     # Unlinked: the cluster's task user, as before.
     assert ran_as(det("cmd", "run", PROBE)).startswith(f"{task_user.pw_uid}:{task_user.pw_gid}:{TASK_USER}:")
 
-    det_admin(
-        "user", "link-with-agent-user", "determined",
-        "--agent-uid", str(LINKED_UID), "--agent-gid", str(LINKED_GID),
-        "--agent-user", "alice", "--agent-group", "lab",
-    )  # fmt: skip
+    link_determined(det_admin)
     assert agent_columns(det_admin) == [str(LINKED_UID), str(LINKED_GID), "alice", "lab"]
 
     # A command runs as the account, its names resolvable.
@@ -107,16 +118,15 @@ def test_a_linked_users_commands_and_trials_run_as_the_linked_account(
 
     # A trial too (a Determined Core API trial), checkpointing into the lab's share, which only
     # the linked account may write (as an NFS export would be): its checkpoint is that account's.
-    config = tmp_path / "experiment.yaml"
-    config.write_text(
-        f"entrypoint: {PROBE}; python3 det_core_trial.py\n"
-        "hyperparameters: {steps: 3, step_s: 0.05}\n"
-        "searcher: {name: single, metric: x, smaller_is_better: false, max_length: {batches: 3}}\n"
-        f"checkpoint_storage: {{type: shared_fs, host_path: {lab_share}}}\n"
-        "max_restarts: 0\n"
+    config = det_core_config(
+        tmp_path,
+        "experiment",
+        entrypoint=f"{PROBE}; python3 det_core_trial.py",
+        hyperparameters={"steps": 3},
+        searcher={"max_length": {"batches": 3}},
+        checkpoint_storage={"type": "shared_fs", "host_path": str(lab_share)},
     )
-    out = det("experiment", "create", str(config), str(DET_TRIAL_DIR))
-    experiment_id = int(re.findall(r"Created experiment (\d+)", out)[0])
+    experiment_id = created_experiment(det("experiment", "create", str(config), str(DET_TRIAL_DIR)))
     api = cluster.login()
     wait_state(api, experiment_id, "COMPLETED", timeout=180)
     (trial,) = trials(api, experiment_id)
@@ -140,6 +150,34 @@ def test_a_linked_users_commands_and_trials_run_as_the_linked_account(
     # Outside it, the user's own link again.
     assert ran_as(det("cmd", "run", PROBE)) == f"{LINKED_UID}:{LINKED_GID}:alice:lab"
     assert api.GetExperiment(experiment_pb2.GetExperimentRequest(experiment_id=experiment_id))
+
+
+def test_a_linked_trial_that_cannot_write_the_default_checkpoint_folder_ends_its_experiment_at_once(
+    cluster: TestCluster, det: Callable[..., str], det_admin: Callable[..., str], tmp_path: Path
+) -> None:
+    """Once seen as an experiment left ACTIVE for about three minutes: a trial run as a linked
+    account, checkpointing into the local cluster's default folder (the task user's, owner only),
+    fails at start (its Core API cannot make its TensorBoard folder there) and, with max_restarts 0,
+    its experiment ends ERROR with it, the failure in the trial's logs. The three minutes were the
+    test's own wait for COMPLETED running out (helpers.wait_state now fails at once on another end);
+    the master ends the experiment in the searcher delivery after the trial's end."""
+    link_determined(det_admin)
+    # The default checkpoint storage: no checkpoint_storage of its own.
+    config = det_core_config(
+        tmp_path, "experiment", hyperparameters={"steps": 3}, searcher={"max_length": {"batches": 3}}
+    )
+    experiment_id = created_experiment(det("experiment", "create", str(config), str(DET_TRIAL_DIR)))
+    api = cluster.login()
+    wait_state(api, experiment_id, "ERROR", timeout=120)
+    (trial,) = trials(api, experiment_id)
+    assert (trial_state(trial), trial.restarts) == ("ERROR", 0)
+    said = "\n".join(logs(api, trial.id))
+    assert "PermissionError" in said and "/checkpoints/" in said, said[-3000:]
+    # Ended with its trial, as the master recorded both: not after a timer or a heartbeat ran out
+    # (a bound far above a searcher delivery on a loaded machine, far below the three minutes).
+    ended = experiment(api, experiment_id)
+    gap = ended.end_time.ToDatetime() - trial.end_time.ToDatetime()
+    assert timedelta(0) <= gap < timedelta(seconds=30), gap
 
 
 def test_bad_links_are_refused_naming_the_field_and_change_nothing(
@@ -178,11 +216,7 @@ def test_the_docker_runtime_runs_a_linked_users_container_as_the_account(
 ) -> None:
     env = determined_env(docker_cluster, tmp_path / "home")
     det, det_admin = det_runner(env), det_runner(env, "admin")
-    det_admin(
-        "user", "link-with-agent-user", "determined",
-        "--agent-uid", str(LINKED_UID), "--agent-gid", str(LINKED_GID),
-        "--agent-user", "alice", "--agent-group", "lab",
-    )  # fmt: skip
+    link_determined(det_admin)
     # docker --user uid:gid; the names added to the container's own /etc/passwd and /etc/group;
     # its working directory (the context) is the account's to write.
     out = det("cmd", "run", f"{PROBE}; touch written && echo WROTE")

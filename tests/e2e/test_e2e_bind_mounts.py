@@ -10,23 +10,16 @@ import contextlib
 import shutil
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from services.agent.runtime import private_mounts
-from tests.e2e.determined_client import det_runner, determined_env, sdk_runner
-from tests.e2e.helpers import wait_state
-from tests.support.cluster import TestCluster, running_cluster
+from tests.e2e.helpers import DET_TRIAL_DIR, det_core_config, wait_state
+from tests.support.cluster import AuthedStub
 
-DET_TRIAL_DIR = Path(__file__).parent / "fixtures" / "det_trial"
-
-
-@pytest.fixture
-def one_slot_cluster(db_url: str | None, tmp_path: Path) -> Iterator[TestCluster]:
-    with running_cluster(tmp_path / "cluster", db_url, agents=1, slots=1) as c:
-        yield c
+pytestmark = pytest.mark.one_slot
 
 
 @pytest.fixture
@@ -43,12 +36,11 @@ def data_dir() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.mark.skipif(not private_mounts.supported(), reason="the agent needs root to bind absolute paths")
+@pytest.mark.usefixtures("needs_private_mounts")
 def test_absolute_and_relative_container_paths_as_determined(
-    one_slot_cluster: TestCluster, data_dir: Path, tmp_path: Path
+    det_admin: Callable[..., str], det: Callable[..., str], data_dir: Path, tmp_path: Path
 ) -> None:
-    env = determined_env(one_slot_cluster, tmp_path / "home")
-    admin, user = det_runner(env, "admin"), det_runner(env, "determined")
+    admin, user = det_admin, det
     target = f"/mnt/cairn-e2e-{uuid.uuid4().hex[:8]}"
     try:
         absolute = admin("cmd", "run", "-v", f"{data_dir}:{target}", f"cat {target}/marker")
@@ -73,18 +65,15 @@ def test_absolute_and_relative_container_paths_as_determined(
 
 
 def test_a_users_trial_writes_checkpoints_to_the_default_storage(
-    one_slot_cluster: TestCluster, tmp_path: Path
+    det: Callable[..., str], sdk: Callable[[str], Any], api: AuthedStub, tmp_path: Path
 ) -> None:
-    env = determined_env(one_slot_cluster, tmp_path / "home")
-    det, sdk = det_runner(env, "determined"), sdk_runner(env, "determined")
-    config = tmp_path / "experiment.yaml"
-    config.write_text(
-        "entrypoint: python3 det_core_trial.py\n"
-        "hyperparameters: {steps: 4, step_s: 0.05, increment_by: 1}\n"
-        "searcher: {name: single, metric: x, smaller_is_better: false, max_length: {batches: 4}}\n"
-        "max_restarts: 0\n"
+    config = det_core_config(
+        tmp_path,
+        "experiment",
+        hyperparameters={"steps": 4, "increment_by": 1},
+        searcher={"max_length": {"batches": 4}},
     )
     assert "Created experiment 1" in det("experiment", "create", str(config), str(DET_TRIAL_DIR))
-    wait_state(one_slot_cluster.login(), 1, "COMPLETED", timeout=180)
+    wait_state(api, 1, "COMPLETED", timeout=180)
     checkpoints = sdk("result = [c.uuid for c in client.get_experiment(1).list_checkpoints()]")
     assert checkpoints

@@ -18,9 +18,9 @@ import yaml
 from cairn.agent_files import DOCKER_LABEL_CONTAINER_ID, DOCKER_LABEL_WORK_DIR
 from cairn.api.v1 import experiment_pb2
 from tests.e2e.determined_client import det_runner, determined_env
-from tests.e2e.helpers import config, create, ledger, logs, state, stored_metrics, trials
+from tests.e2e.helpers import config, create, ledger, logs, stored_metrics, trials, wait_state
 from tests.e2e.test_e2e_commands import RUNNING, TERMINATED, task_lines, wait_command
-from tests.support.cluster import AuthedStub, TestCluster, running_cluster
+from tests.support.cluster import TestCluster, running_cluster
 from tests.support.polling import wait_for
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -51,23 +51,6 @@ def docker_cluster(task_image: str, tmp_path: Path) -> Iterator[TestCluster]:
     ) as cluster:
         yield cluster
     assert cairn_containers(state_dir) == [], "Docker containers left behind by cluster down"
-
-
-TERMINAL = ("COMPLETED", "ERROR", "CANCELED")
-
-
-def wait_state(api: AuthedStub, experiment_id: int, wanted: str, timeout: float = 180) -> None:
-    """Until the experiment ends; it must end `wanted`."""
-    final = wait_for(
-        lambda: (s := state(api, experiment_id)) in TERMINAL and s,
-        timeout=timeout,
-        what=f"experiment {experiment_id} to end",
-    )
-    if final != wanted:
-        said = [line for t in trials(api, experiment_id) for line in logs(api, t.id)]
-        raise AssertionError(
-            f"experiment {experiment_id} ended {final}, not {wanted}; logs:\n" + "\n".join(said[-40:])
-        )
 
 
 def probe_config(**hparams: object) -> str:

@@ -5,58 +5,32 @@ trials of a grid or random search that did not complete, keeping the completed o
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.e2e.determined_client import det_runner, determined_env, sdk_runner
-from tests.e2e.helpers import logs, trial_state, trials, wait_state
-from tests.support.cluster import TestCluster, running_cluster
+from tests.e2e.helpers import DET_TRIAL_DIR, det_core_config, logs, trial_state, trials, wait_state
+from tests.support.cluster import AuthedStub
 from tests.support.polling import wait_for
 
-DET_TRIAL_DIR = Path(__file__).parent / "fixtures" / "det_trial"
+# One agent with one slot, as Determined's own suite runs (tests/e2e/conftest.py).
+pytestmark = pytest.mark.one_slot
 
 
-@pytest.fixture
-def cluster(db_url: str | None, tmp_path: Path) -> Iterator[TestCluster]:
-    """One agent with one slot, as Determined's own suite runs."""
-    with running_cluster(tmp_path / "cluster", db_url, agents=1, slots=1) as c:
-        yield c
-
-
-def _search_config(tmp_path: Path, name: str, searcher: str, fail_at: str) -> Path:
+def _search_config(tmp_path: Path, name: str, searcher: dict[str, Any], fail_at: Any) -> Path:
     """det_core_trial.py for 6 batches (checkpoints at 3 and 6), failing at batch 4 on a first run
     when its `fail_first_run_at` is 4 (0: never); no restarts, so a failure ends the trial."""
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(
-        f"""
-name: {name}
-entrypoint: python3 det_core_trial.py
-hyperparameters:
-  step_s: 0.05
-  fail_first_run_at: {fail_at}
-searcher:
-  {searcher}
-  metric: x
-  smaller_is_better: false
-  max_length: {{batches: 6}}
-max_restarts: 0
-"""
-    )
-    return path
+    return det_core_config(tmp_path, name, hyperparameters={"fail_first_run_at": fail_at}, searcher=searcher)
 
 
 def test_continue_retries_a_searchs_failed_trials_and_keeps_the_completed_ones(
-    cluster: TestCluster, tmp_path: Path
+    det: Callable[..., str], sdk: Callable[[str], Any], api: AuthedStub, tmp_path: Path
 ) -> None:
-    env = determined_env(cluster, tmp_path / "home")
-    det = det_runner(env)
-    sdk = sdk_runner(env)
-    api = cluster.login()
-    grid = _search_config(tmp_path, "grid", "name: grid", "{type: categorical, vals: [0, 4]}")
+    grid = _search_config(tmp_path, "grid", {"name": "grid"}, {"type": "categorical", "vals": [0, 4]})
     # Every random trial fails on its first run: the search ends in ERROR.
-    random = _search_config(tmp_path, "random", "name: random\n  max_trials: 2", "4")
+    random = _search_config(tmp_path, "random", {"name": "random", "max_trials": 2}, 4)
     assert "Created experiment 1" in det("experiment", "create", str(grid), str(DET_TRIAL_DIR))
     assert "Created experiment 2" in det("experiment", "create", str(random), str(DET_TRIAL_DIR))
     wait_state(api, 1, "COMPLETED", timeout=300)
@@ -99,12 +73,8 @@ def test_continue_retries_a_searchs_failed_trials_and_keeps_the_completed_ones(
 
 
 def test_create_in_test_mode_validates_then_runs_a_one_batch_trial(
-    cluster: TestCluster, tmp_path: Path
+    det: Callable[..., str], sdk: Callable[[str], Any], api: AuthedStub, tmp_path: Path
 ) -> None:
-    env = determined_env(cluster, tmp_path / "home")
-    det = det_runner(env)
-    sdk = sdk_runner(env)
-    api = cluster.login()
     config = tmp_path / "search.yaml"
     config.write_text(
         """
@@ -141,13 +111,9 @@ max_restarts: 3
 
 
 def test_an_experiment_created_paused_has_paused_trials_until_activated(
-    cluster: TestCluster, tmp_path: Path
+    det: Callable[..., str], sdk: Callable[[str], Any], api: AuthedStub, tmp_path: Path
 ) -> None:
-    env = determined_env(cluster, tmp_path / "home")
-    det = det_runner(env)
-    sdk = sdk_runner(env)
-    api = cluster.login()
-    grid = _search_config(tmp_path, "grid", "name: grid", "{type: categorical, vals: [0, 0]}")
+    grid = _search_config(tmp_path, "grid", {"name": "grid"}, {"type": "categorical", "vals": [0, 0]})
     assert "Created experiment 1" in det("experiment", "create", "--paused", str(grid), str(DET_TRIAL_DIR))
     trial_states = "result = [t.state.value for t in client.get_experiment(1).list_trials()]"
     assert sdk("result = client.get_experiment(1).state.value") == "STATE_PAUSED"
@@ -173,11 +139,8 @@ while True:
 
 
 def test_a_trial_ignoring_preemption_ends_when_killed_or_at_its_preemption_timeout(
-    cluster: TestCluster, tmp_path: Path
+    det: Callable[..., str], api: AuthedStub, tmp_path: Path
 ) -> None:
-    env = determined_env(cluster, tmp_path / "home")
-    det = det_runner(env)
-    api = cluster.login()
     context = tmp_path / "sleeper"
     context.mkdir()
     (context / "sleep.py").write_text(IGNORES_PREEMPTION)
@@ -211,32 +174,22 @@ def test_a_trial_ignoring_preemption_ends_when_killed_or_at_its_preemption_timeo
     assert [trial_state(t) for t in trials(api, 2)] == ["CANCELED"]
 
 
-def _single_config(tmp_path: Path, name: str, length: int, searcher_extra: str = "") -> Path:
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(
-        f"name: {name}\nentrypoint: python3 det_core_trial.py\nhyperparameters: {{step_s: 0.05}}\n"
-        f"searcher: {{name: single, metric: x, smaller_is_better: false, max_length: {{batches: {length}}}"
-        f"{searcher_extra}}}\nmax_restarts: 0\n"
-    )
-    return path
+def _single_config(tmp_path: Path, name: str, length: int, **searcher: Any) -> Path:
+    return det_core_config(tmp_path, name, searcher={"max_length": {"batches": length}, **searcher})
 
 
 def test_a_warm_started_trial_records_and_starts_from_its_source_checkpoint(
-    cluster: TestCluster, tmp_path: Path
+    det: Callable[..., str], sdk: Callable[[str], Any], api: AuthedStub, tmp_path: Path
 ) -> None:
-    env = determined_env(cluster, tmp_path / "home")
-    det = det_runner(env)
-    sdk = sdk_runner(env)
-    api = cluster.login()
     det("experiment", "create", str(_single_config(tmp_path, "source", 6)), str(DET_TRIAL_DIR))
     wait_state(api, 1, "COMPLETED", timeout=300)
     (source,) = trials(api, 1)
     at_3, at_6 = [line.split()[1:] for line in logs(api, source.id) if "DET-CHECKPOINT" in line]
     assert (at_3[0], at_6[0]) == ("3", "6")
 
-    by_trial = _single_config(tmp_path, "by-trial", 9, f", source_trial_id: {source.id}")
+    by_trial = _single_config(tmp_path, "by-trial", 9, source_trial_id=source.id)
     det("experiment", "create", str(by_trial), str(DET_TRIAL_DIR))
-    by_uuid = _single_config(tmp_path, "by-uuid", 9, f", source_checkpoint_uuid: '{at_6[1]}'")
+    by_uuid = _single_config(tmp_path, "by-uuid", 9, source_checkpoint_uuid=at_6[1])
     det("experiment", "create", str(by_uuid), str(DET_TRIAL_DIR))
     wait_state(api, 2, "COMPLETED", timeout=300)
     wait_state(api, 3, "COMPLETED", timeout=300)
@@ -257,7 +210,7 @@ def test_a_warm_started_trial_records_and_starts_from_its_source_checkpoint(
     assert sdk(read.format(source.id)) == ""
 
     # A source trial that does not exist is refused, naming the field; nothing is created.
-    missing = _single_config(tmp_path, "missing", 3, ", source_trial_id: 999")
+    missing = _single_config(tmp_path, "missing", 3, source_trial_id=999)
     refused = det("experiment", "create", str(missing), str(DET_TRIAL_DIR), check=False)
     assert "searcher.source_trial_id: no trial 999" in refused and "Created experiment" not in refused
     assert sdk("result = [e.id for e in client.list_experiments()]") == [1, 2, 3]
@@ -279,12 +232,8 @@ with det.core.init() as core:
 
 
 def test_nan_and_infinite_metrics_are_stored_and_read_back_by_the_stock_client(
-    cluster: TestCluster, tmp_path: Path
+    det: Callable[..., str], sdk: Callable[[str], Any], api: AuthedStub, tmp_path: Path
 ) -> None:
-    env = determined_env(cluster, tmp_path / "home")
-    det = det_runner(env)
-    sdk = sdk_runner(env)
-    api = cluster.login()
     context = tmp_path / "nonfinite"
     context.mkdir()
     (context / "train.py").write_text(NON_FINITE_TRIAL)

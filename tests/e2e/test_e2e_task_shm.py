@@ -4,23 +4,11 @@ one slot: a command's /dev/shm is a tmpfs of the size asked (Determined's 4 GiB 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
-from services.agent.runtime import private_mounts
-from tests.support.cluster import TestCluster, running_cluster
-
-pytestmark = pytest.mark.skipif(
-    not private_mounts.supported(), reason="the test cluster's agent needs root for a private /dev/shm"
-)
-
-
-@pytest.fixture
-def cluster(db_url: str | None, tmp_path: Path) -> Iterator[TestCluster]:
-    with running_cluster(tmp_path / "cluster", db_url, agents=1, slots=1) as c:
-        yield c
+pytestmark = [pytest.mark.one_slot, pytest.mark.usefixtures("needs_private_mounts")]
 
 
 def shm_bytes(output: str) -> int:

@@ -11,8 +11,17 @@ from pathlib import Path
 
 import pytest
 
+from services.agent.runtime import private_mounts
 from tests.unit.agent.agent_master_double import MasterServer, MasterStore
 from tests.unit.agent.agent_processes import REPO_ROOT, AgentProcess, kill_leftovers
+
+
+@pytest.fixture
+def needs_private_mounts() -> None:
+    """Skips the test (`@pytest.mark.usefixtures("needs_private_mounts")`) where this process
+    cannot make private mount namespaces: the bind-mount and /dev/shm tests that mount for real."""
+    if not private_mounts.supported():
+        pytest.skip("needs root, unshare and mount")
 
 
 @pytest.fixture

@@ -5,35 +5,18 @@ in the task's log."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from services.agent.containers.preparation import Preparer
 from services.agent.containers.system_folders import covered_system_folder
 from services.agent.containers.task_env import MasterFacts
 from services.agent.requests import MountRequest, StartRequest
-from services.agent.runtime import private_mounts
 from services.agent.runtime.private_mounts import in_private_mounts, read_only, split_private_mounts
 from services.agent.runtime.protocol import ContainerPaths
-from services.agent.slots import cpu_slots
-
-REPO_ROOT = Path(__file__).resolve().parents[3]
-
-
-def preparer(private: bool) -> Preparer:
-    return Preparer(
-        agent_id="a1",
-        slots=cpu_slots("a1", 1, brand="cpu"),
-        fetch_context=lambda _allocation: iter(()),
-        base_env={"PATH": "/bin"},
-        private_mounts=private,
-    )
+from tests.unit.agent.namespace_probe import bound_at_hand_over
+from tests.unit.agent.preparers import one_slot_preparer
 
 
 def request(*mounts: MountRequest) -> StartRequest:
@@ -54,7 +37,7 @@ def test_absolute_container_paths_are_bound_where_the_agent_can(tmp_path: Path) 
     paths = ContainerPaths(tmp_path / "c1")
     paths.meta.mkdir(parents=True)
     notes: list[str] = []
-    prepared = preparer(private=True).prepare(
+    prepared = one_slot_preparer(private=True).prepare(
         request(
             MountRequest(str(data), "/data"),
             MountRequest(str(models), "/mnt/models", read_only=True),
@@ -76,7 +59,7 @@ def test_without_a_namespace_an_absolute_container_path_is_reported(tmp_path: Pa
     paths = ContainerPaths(tmp_path / "c1")
     paths.meta.mkdir(parents=True)
     notes: list[str] = []
-    prepared = preparer(private=False).prepare(
+    prepared = one_slot_preparer(private=False).prepare(
         request(MountRequest(str(tmp_path), "/data")),
         paths,
         MasterFacts("m:1"),
@@ -89,7 +72,7 @@ def test_without_a_namespace_an_absolute_container_path_is_reported(tmp_path: Pa
 
 @pytest.mark.parametrize("target", ["/", "/usr", "/usr/local/bin", "/etc/x", "/proc", "/dev/x", "/run"])
 def test_a_target_over_the_machines_system_folders_is_refused(target: str) -> None:
-    problem = preparer(private=True).problem(request(MountRequest("/srv/data", target)))
+    problem = one_slot_preparer(private=True).problem(request(MountRequest("/srv/data", target)))
     assert problem is not None and problem.startswith("start.spec.mounts") and target in problem
 
 
@@ -97,10 +80,10 @@ def test_links_on_the_way_are_followed(tmp_path: Path) -> None:
     (tmp_path / "sneaky").symlink_to("/usr")
     assert covered_system_folder(str(tmp_path / "sneaky" / "bin")) == "/usr"
     assert covered_system_folder("/data") is None and covered_system_folder("/mnt/models") is None
-    assert preparer(private=True).problem(request(MountRequest("/srv/data", "/data"))) is None
+    assert one_slot_preparer(private=True).problem(request(MountRequest("/srv/data", "/data"))) is None
 
 
-@pytest.mark.skipif(not private_mounts.supported(), reason="needs root, unshare and mount")
+@pytest.mark.usefixtures("needs_private_mounts")
 def test_a_read_only_bind_reads_and_refuses_writes_in_the_namespace_only(tmp_path: Path) -> None:
     source, target = tmp_path / "source", tmp_path / "target"
     source.mkdir()
@@ -112,8 +95,7 @@ def test_a_read_only_bind_reads_and_refuses_writes_in_the_namespace_only(tmp_pat
     assert not (source / "written").exists() and not (target / "marker").exists()
 
 
-# A standby's hand-over: the same read-only bind made by the binder's system calls (in a fresh
-# interpreter: this test process has gRPC loaded, see test_agent_private_mounts.py).
+# A standby's hand-over: the same read-only bind made by the binder's system calls.
 BIND_READ_ONLY = """
 import sys
 from pathlib import Path
@@ -122,34 +104,11 @@ bind_in_namespace(int(sys.argv[1]), [read_only(Path(sys.argv[2]), sys.argv[3])])
 """
 
 
-@pytest.mark.skipif(not private_mounts.supported(), reason="needs root, unshare and mount")
+@pytest.mark.usefixtures("needs_private_mounts")
 def test_a_standby_gets_the_read_only_bind_at_the_hand_over(tmp_path: Path) -> None:
     source, target = tmp_path / "source", tmp_path / "target"
     source.mkdir()
     (source / "marker").write_text("seen\n")
     script = 'read line; cat "$1/marker"; touch "$1/written" 2>/dev/null && echo wrote || echo refused'
-    probe = subprocess.Popen(
-        ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script, "sh", str(target)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        shell = os.path.realpath(shutil.which("sh") or "/bin/sh")
-        deadline = time.monotonic() + 10
-        while os.path.realpath(f"/proc/{probe.pid}/exe") != shell and time.monotonic() < deadline:
-            time.sleep(0.005)
-        bound = subprocess.run(
-            [sys.executable, "-c", BIND_READ_ONLY, str(probe.pid), str(source), str(target)],
-            cwd=REPO_ROOT,
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-        assert bound.returncode == 0, bound.stderr
-        out, _ = probe.communicate("go\n", timeout=10)
-    finally:
-        probe.kill()
-        probe.wait()
+    out = bound_at_hand_over(script, [str(target)], BIND_READ_ONLY, [str(source), str(target)])
     assert out.split() == ["seen", "refused"] and not (source / "written").exists()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from services.agent.runtime.standbys import ShimStarter, StandbyPool
@@ -35,6 +35,30 @@ def _slow_shim(delay_s: float, started: threading.Event) -> ShimStarter:
     return start
 
 
+def _held_shim(started: threading.Event, release: threading.Event) -> ShimStarter:
+    """As _slow_shim, but the start takes until the test sets `release`: what happens meanwhile is
+    judged by what the standby's start had reached, not by how many seconds passed."""
+
+    def start(args: Sequence[str], cwd: Path, log: Path) -> subprocess.Popen[bytes]:
+        log.touch()
+        started.set()
+        release.wait(60)
+        return subprocess.Popen(["cat"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, cwd=cwd)
+
+    return start
+
+
+def _returns(call: Callable[[], object]) -> object:
+    """What `call` returns, run in a thread that must end within a bound no answer that does not
+    wait comes near (a deadlock guard, not a timing)."""
+    answer: list[object] = []
+    thread = threading.Thread(target=lambda: answer.append(call()), daemon=True)
+    thread.start()
+    thread.join(30)
+    assert not thread.is_alive(), "it waited"
+    return answer[0]
+
+
 def test_a_standby_being_started_is_waited_for(tmp_path: Path) -> None:
     started = threading.Event()
     pool = StandbyPool(tmp_path / "standby", 1, _slow_shim(0.5, started))
@@ -52,15 +76,15 @@ def test_a_standby_being_started_is_waited_for(tmp_path: Path) -> None:
 
 def test_a_kind_with_no_room_for_its_standby_is_not_kept_waiting(tmp_path: Path) -> None:
     """One slot, its standby on its way for another kind: this container starts cold at once."""
-    started = threading.Event()
-    pool = StandbyPool(tmp_path / "standby", 1, _slow_shim(3.0, started))
+    started, release = threading.Event(), threading.Event()
+    pool = StandbyPool(tmp_path / "standby", 1, _held_shim(started, release))
     try:
         pool.prepare_soon(KEY, _order)
         assert started.wait(5)
-        begun = time.monotonic()
-        assert pool.take(OTHER, _order) is None
-        assert time.monotonic() - begun < 0.1
+        # Answered while the other kind's standby is still held at its start: it did not wait.
+        assert _returns(lambda: pool.take(OTHER, _order)) is None
     finally:
+        release.set()
         pool.close()
 
 
@@ -88,15 +112,17 @@ def test_a_kind_with_none_on_its_way_has_one_started_and_waits_for_it(tmp_path: 
 
 
 def test_a_stopped_container_stops_waiting_and_its_standby_is_given_back(tmp_path: Path) -> None:
-    started = threading.Event()
-    pool = StandbyPool(tmp_path / "standby", 1, _slow_shim(1.0, started), delay_s=30.0)
+    started, release = threading.Event(), threading.Event()
+    pool = StandbyPool(tmp_path / "standby", 1, _held_shim(started, release), delay_s=30.0)
     try:
         stopped = threading.Event()
-        threading.Timer(0.3, stopped.set).start()
-        begun = time.monotonic()
-        assert pool.take(KEY, _order, aborted=stopped.is_set) is None
-        assert time.monotonic() - begun < 1.0
+        started_then_stopped = threading.Thread(target=lambda: started.wait(10) and stopped.set())
+        started_then_stopped.start()
+        # Stopped while its standby is held at its start: it stops waiting for it.
+        assert _returns(lambda: pool.take(KEY, _order, aborted=stopped.is_set)) is None
+        started_then_stopped.join()
         # The standby it asked for still comes, for the next container of its kind.
+        release.set()
         standby = pool.take(KEY, _order)
         assert standby is not None and standby.alive()
         pool.give_back(standby)
@@ -104,6 +130,7 @@ def test_a_stopped_container_stops_waiting_and_its_standby_is_given_back(tmp_pat
         assert again is standby
         again.discard()
     finally:
+        release.set()
         pool.close()
 
 

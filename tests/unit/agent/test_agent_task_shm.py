@@ -6,27 +6,21 @@ cannot make a namespace, a word in the task's log."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from services.agent.containers.preparation import Preparer, StartError
+from services.agent.containers.preparation import StartError
 from services.agent.containers.task_env import MasterFacts
 from services.agent.containers.task_shm import ShmSizeError, shm_size
 from services.agent.requests import StartRequest
-from services.agent.runtime import private_mounts
 from services.agent.runtime.private_mounts import Bind, in_private_mounts, split_private_mounts, tmpfs
 from services.agent.runtime.protocol import ContainerPaths
-from services.agent.slots import cpu_slots
+from tests.unit.agent.namespace_probe import bound_at_hand_over
+from tests.unit.agent.preparers import one_slot_preparer
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
 GIB = 1 << 30
-needs_root = pytest.mark.skipif(not private_mounts.supported(), reason="needs root, unshare and mount")
 
 
 def config(**resources: object) -> str:
@@ -67,13 +61,7 @@ def prepare(tmp_path: Path, *, private: bool, container_config: str) -> tuple[li
     paths = ContainerPaths(tmp_path / "c1")
     paths.meta.mkdir(parents=True)
     notes: list[str] = []
-    prepared = Preparer(
-        agent_id="a1",
-        slots=cpu_slots("a1", 1, brand="cpu"),
-        fetch_context=lambda _allocation: iter(()),
-        base_env={"PATH": "/bin"},
-        private_mounts=private,
-    ).prepare(
+    prepared = one_slot_preparer(private=private).prepare(
         StartRequest(
             container_id="c1",
             allocation_id="a1",
@@ -112,7 +100,7 @@ def shm_bytes(df_output: str) -> int:
     return int(df_output.strip().splitlines()[-1].split()[1])
 
 
-@needs_root
+@pytest.mark.usefixtures("needs_private_mounts")
 def test_a_started_task_sees_a_dev_shm_of_its_size_and_the_host_keeps_its_own() -> None:
     host_before = subprocess.run(["df", "-B1", "/dev/shm"], capture_output=True, text=True, check=True).stdout
     argv = in_private_mounts(["df", "-B1", "/dev/shm"], [tmpfs("/dev/shm", 96 << 20)])
@@ -122,8 +110,7 @@ def test_a_started_task_sees_a_dev_shm_of_its_size_and_the_host_keeps_its_own() 
     assert shm_bytes(host_after) == shm_bytes(host_before)
 
 
-# A standby's hand-over: the tmpfs is mounted into a namespace that already runs (the binder runs
-# in a fresh interpreter: this test process has gRPC loaded, see test_agent_private_mounts.py).
+# A standby's hand-over: the tmpfs is mounted into a namespace that already runs.
 BIND_TMPFS = """
 import sys
 from services.agent.runtime.private_mounts import bind_in_namespace, tmpfs
@@ -131,34 +118,9 @@ bind_in_namespace(int(sys.argv[1]), [tmpfs("/dev/shm", int(sys.argv[2]))])
 """
 
 
-@needs_root
+@pytest.mark.usefixtures("needs_private_mounts")
 def test_a_standby_gets_its_dev_shm_at_the_hand_over() -> None:
-    probe = subprocess.Popen(
-        ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", "read line; df -B1 /dev/shm"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        # Wait until unshare has made the namespace (the probe is the shell by then).
-        shell = os.path.realpath(shutil.which("sh") or "/bin/sh")
-        deadline = time.monotonic() + 10
-        while os.path.realpath(f"/proc/{probe.pid}/exe") != shell and time.monotonic() < deadline:
-            time.sleep(0.005)
-        bound = subprocess.run(
-            [sys.executable, "-c", BIND_TMPFS, str(probe.pid), str(80 << 20)],
-            cwd=REPO_ROOT,
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-        assert bound.returncode == 0, bound.stderr
-        out, _ = probe.communicate("go\n", timeout=10)
-    finally:
-        probe.kill()
-        probe.wait()
+    out = bound_at_hand_over("read line; df -B1 /dev/shm", [], BIND_TMPFS, [str(80 << 20)])
     assert shm_bytes(out) == 80 << 20
 
 

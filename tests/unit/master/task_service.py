@@ -5,8 +5,9 @@ GET /.../big streams `big_bytes` as fast as its client takes them (`sent` counts
 /.../idle sends one line and then waits for its client to leave (`departed` is set when the proxy
 closes the exchange); POST answers chunked, its body then "-done"; POST /.../digest answers the
 size and SHA-256 of the body; any other GET answers repr((path, Authorization, Cookie, Host)) with
-two Set-Cookie headers. A websocket echoes every message (`ws_headers` has its handshake's headers)
-until its client leaves (`ws_departed`)."""
+two Set-Cookie headers; `exchanges` records each HTTP exchange's path and the address it came
+from. A websocket echoes every message (`ws_headers` has its handshake's headers) until its client
+leaves (`ws_departed`)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,8 @@ class TaskService:
         self.departed = threading.Event()
         self.ws_departed = threading.Event()
         self.ws_headers: dict[str, str] = {}
+        # (path, the client's address) of every HTTP exchange: which connection each came on.
+        self.exchanges: list[tuple[str, tuple[str, int]]] = []
         self._sock = socket.create_server(("127.0.0.1", 0))
         self.port = self._sock.getsockname()[1]
         config = uvicorn.Config(
@@ -41,6 +44,8 @@ class TaskService:
             access_log=False,
             ws="websockets-sansio",
             ws_max_size=32 << 20,
+            # The peer's own address in `client` (not X-Forwarded-For's, which names no port).
+            proxy_headers=False,
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
@@ -64,6 +69,7 @@ class TaskService:
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
         path: str = scope["path"]
+        self.exchanges.append((path, tuple(scope["client"])))
         if scope["method"] == "POST":
             body = b""
             digest = hashlib.sha256()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -101,11 +100,11 @@ def test_a_call_an_outage_interrupted_runs_again_until_it_succeeds() -> None:
 
 def test_an_outage_that_outlasts_the_budget_ends_in_database_unavailable() -> None:
     call, runs = _failing(10_000, lambda: DatabaseUnavailable("lost"))
-    started = time.monotonic()
     with pytest.raises(DatabaseUnavailable, match=r"gave up after .* tries"):
         ride_out(call, what="test", policy=QUICK)
-    assert time.monotonic() - started <= QUICK.budget_s + 0.2
-    assert len(runs) >= 3
+    # It gave up within its budget: no more tries than the budget holds at the shortest delay (a
+    # count, where the seconds it took stretch on a loaded machine).
+    assert 3 <= len(runs) <= QUICK.budget_s / QUICK.first_delay_s + 1
 
 
 def test_a_commit_in_doubt_runs_again_only_when_the_call_is_idempotent() -> None:

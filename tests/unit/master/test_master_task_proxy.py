@@ -135,18 +135,18 @@ def test_the_proxy_relays_for_the_owner_without_their_credentials(
 
 
 def test_requests_one_after_another_do_not_stall(cluster: Cluster, service: TaskService) -> None:
-    # The service writes its answers' heads and bodies apart without TCP_NODELAY (as http.server
-    # and werkzeug do): on a connection the proxy reused, each answer would wait ~40 ms for a
-    # delayed ACK.
+    # A service that writes its answers' heads and bodies apart without TCP_NODELAY (as
+    # http.server and werkzeug do) stalls each answer ~40 ms for a delayed ACK on a connection the
+    # proxy reused; on a new one (quick-ACK mode) it does not. So the proxy keeps none: each
+    # exchange comes on a connection of its own, however the caller reuses its own. (The stall's
+    # milliseconds are bench/notebook_proxy.py's to measure, not a unit test's.)
     task_id = serving_notebook(cluster.master, service)
     session = requests.Session()
     session.headers["Authorization"] = "Bearer admin-token"
-    took = []
     for _ in range(15):
-        began = time.perf_counter()
         assert session.get(f"http://127.0.0.1:{cluster.port}/proxy/{task_id}/api/status", timeout=10).ok
-        took.append(time.perf_counter() - began)
-    assert sorted(took)[len(took) // 2] < 0.03, took
+    connections = [client for path, client in service.exchanges if path.endswith("/api/status")]
+    assert len(connections) == 15 and len(set(connections)) == 15, connections
 
 
 def test_the_proxy_refuses_without_a_session_or_for_another_user(

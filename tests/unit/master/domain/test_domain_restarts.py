@@ -5,8 +5,13 @@ burned a cluster)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
 from cairn.agent.v1 import agent_pb2 as apb
-from services.master.domain.allocations import allocations
+from services.master.domain.allocations import allocations, containers
 from tests.unit.master.domain.harness import Master
 
 
@@ -121,3 +126,71 @@ def test_a_start_that_ran_resets_the_count_of_failed_starts(master: Master) -> N
         )
     (trial,) = master.trials(experiment_id)
     assert (trial.state, trial.restarts) == ("ACTIVE", 0)
+
+
+def _fails_after_running(master: Master, container: str) -> None:
+    master.container_state(container, apb.CONTAINER_STATE_RUNNING)
+    _report(master, container, apb.CONTAINER_STATE_TERMINATED, exit_code=1, message="exited 1 at once")
+
+
+def _agent_refused_it(master: Master, container: str) -> None:
+    with master.ctx.unit_of_work() as w:
+        containers.start_refused(master.ctx, w, container, "start.spec.run_as: cannot switch users")
+
+
+def _ended_before_it_ran(master: Master, container: str) -> None:
+    # The agent could not set the container up (its ContainerSetupError): TERMINATED from STARTING.
+    master.container_state(container, apb.CONTAINER_STATE_STARTING)
+    _report(
+        master,
+        container,
+        apb.CONTAINER_STATE_TERMINATED,
+        failure=apb.FAILURE_TYPE_TASK_ERROR,
+        message="cannot write /checkpoints: permission denied",
+    )
+
+
+def _exited_before_reporting_running(master: Master, container: str) -> None:
+    _report(master, container, apb.CONTAINER_STATE_TERMINATED, exit_code=1, message="exited 1 at once")
+
+
+def _report(master: Master, container: str, state: int, **fields: Any) -> None:
+    """What the agent reports, applied without settling: the test delivers the searcher's events."""
+    change = apb.ContainerStateChanged(container_id=container, state=state)
+    if "exit_code" in fields:
+        change.exit_code = fields.pop("exit_code")
+    change.failure_type = fields.pop("failure", apb.FAILURE_TYPE_CONTAINER_FAILED)
+    change.message = fields.pop("message", "")
+    with master.ctx.unit_of_work() as w:
+        containers.on_container_state(master.ctx, w, change)
+
+
+@pytest.mark.parametrize(
+    ("fail", "why"),
+    [
+        (_fails_after_running, "exited 1 at once"),
+        (_agent_refused_it, "the agent refused it: start.spec.run_as"),
+        (_ended_before_it_ran, "cannot write /checkpoints"),
+        (_exited_before_reporting_running, "exited 1 at once"),
+    ],
+)
+def test_a_single_trial_that_fails_at_start_ends_its_experiment_in_error_with_one_searcher_delivery(
+    master: Master, fail: Callable[[Master, str], None], why: str
+) -> None:
+    """Once seen as an experiment left ACTIVE for about three minutes after its only trial failed at
+    start (max_restarts 0). However the start fails, the trial is ERROR in the unit of work of the
+    agent's report, and the experiment ERROR in the one delivery of the trial's exit to the
+    searcher that follows: no timer, heartbeat or second round is on the way."""
+    master.add_agent("a1")
+    experiment_id = master.create(max_restarts=0)
+    (trial,) = master.trials(experiment_id)
+    (container,) = [c.id for c in master.containers(master.live(trial.id).id)]
+    fail(master, container)
+    (trial,) = master.trials(experiment_id)
+    assert (trial.state, trial.restarts, trial.run_id) == ("ERROR", 0, 1)
+    (ended,) = master.allocations(trial.id)
+    assert ended.state == "TERMINATED" and why in (ended.exit_reason or ""), ended.exit_reason
+    assert master.experiment(experiment_id).state == "ACTIVE"  # the searcher has not heard yet
+    master.pump.deliver_all()
+    exp = master.experiment(experiment_id)
+    assert exp.state == "ERROR" and exp.end_time is not None
