@@ -61,6 +61,19 @@ def trial_state(t: trial_pb2.Trial) -> str:
     return trial_pb2.Trial.State.Name(t.state).removeprefix("STATE_")
 
 
+# What an ACTIVE experiment or trial is answered as (Determined's derived states, as its e2e
+# `_is_experiment_active` accepts them): the stored ACTIVE shown as its allocations' progress.
+ACTIVE_STATES = frozenset({"ACTIVE", "QUEUED", "PULLING", "STARTING", "RUNNING"})
+
+
+def wait_active(api: AuthedStub, experiment_id: int, timeout: float = 120) -> None:
+    wait_for(
+        lambda: state(api, experiment_id) in ACTIVE_STATES,
+        timeout=timeout,
+        what=f"experiment {experiment_id} to be active (is {state(api, experiment_id)})",
+    )
+
+
 def wait_state(api: AuthedStub, experiment_id: int, wanted: str, timeout: float = 120) -> None:
     wait_for(
         lambda: state(api, experiment_id) == wanted,
