@@ -98,6 +98,23 @@ def trial_state(t: trial_pb2.Trial) -> str:
 
 # The states an experiment ends in: none of them moves on by itself.
 ENDED = ("COMPLETED", "ERROR", "CANCELED")
+# What an ACTIVE experiment or trial is answered as (Determined's derived states, as its e2e
+# `_is_experiment_active` accepts them): the stored ACTIVE shown as its allocations' progress.
+ACTIVE_STATES = frozenset({"ACTIVE", "QUEUED", "PULLING", "STARTING", "RUNNING"})
+
+
+def wait_active(api: AuthedStub, experiment_id: int, timeout: float = 120) -> None:
+    last = ""
+
+    def active() -> bool:
+        nonlocal last
+        last = state(api, experiment_id)
+        return last in ACTIVE_STATES
+
+    try:
+        wait_for(active, timeout=timeout, what=f"experiment {experiment_id} to be active")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; it is {last or 'unread'}") from None
 
 
 def wait_state(api: AuthedStub, experiment_id: int, wanted: str, timeout: float = 120) -> None:

@@ -40,7 +40,7 @@ def outage_cluster(postgres: PrivatePostgres, tmp_path: Path) -> Iterator[TestCl
 
 def _running_with_reports(cluster: TestCluster, experiment_id: int) -> bool:
     api = cluster.login()
-    running = [t for t in trials(api, experiment_id) if trial_state(t) == "ACTIVE"]
+    running = [t for t in trials(api, experiment_id) if trial_state(t) == "RUNNING"]
     return len(running) == 2 and all(len(stored_metrics(api, t.id, "training")) >= 3 for t in running)
 
 

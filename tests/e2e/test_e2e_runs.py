@@ -18,7 +18,7 @@ import pytest
 
 from cairn.api.v1 import experiment_pb2
 from tests.e2e.determined_client import det_runner, determined_env, sdk_runner
-from tests.e2e.helpers import experiment, state, trials, wait_state
+from tests.e2e.helpers import experiment, state, trials, wait_active, wait_state
 from tests.support.cluster import TestCluster, running_cluster
 from tests.support.polling import wait_for
 
@@ -118,7 +118,7 @@ result = bindings.post_PauseRuns({SESSION}, body=body).to_json()
         f"bindings.post_ResumeRuns({SESSION}, "
         f"body=bindings.v1ResumeRunsRequest(projectId=1, runIds=[{long_run.id}]))"
     )
-    wait_state(api, long, "ACTIVE")
+    wait_active(api, long)
 
     # ---- kill by experiment ids: one result per id, the missing one reported ----
     killed = sdk(

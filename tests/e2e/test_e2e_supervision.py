@@ -14,7 +14,17 @@ from cairn.agent_files import WorkDirPaths
 from cairn.localcluster.processes import is_running
 from cairn.localcluster.record import ClusterRecord, load_record
 from cairn.localcluster.supervisor import cluster_status
-from tests.e2e.helpers import config, create, ledger, logs, stored_metrics, trial_state, trials, wait_state
+from tests.e2e.helpers import (
+    ACTIVE_STATES,
+    config,
+    create,
+    ledger,
+    logs,
+    stored_metrics,
+    trial_state,
+    trials,
+    wait_state,
+)
 from tests.support.cluster import AuthedStub, TestCluster
 from tests.support.polling import wait_for
 
@@ -51,7 +61,7 @@ def _search(steps: int, pid_dir: Path | None = None, trials_wanted: int = 2) -> 
 def _running_with_reports(api: AuthedStub, experiment_id: int, count: int) -> bool:
     found = trials(api, experiment_id)
     return len(found) == count and all(
-        trial_state(t) == "ACTIVE" and len(stored_metrics(api, t.id, "training")) >= 3 for t in found
+        trial_state(t) == "RUNNING" and len(stored_metrics(api, t.id, "training")) >= 3 for t in found
     )
 
 
@@ -151,7 +161,7 @@ def test_cluster_down_during_a_search_stops_every_process_and_fails_no_trial(
         stopped = False
         api = cluster.login()
         for trial in trials(api, experiment_id):
-            assert trial.restarts == 0 and trial_state(trial) in ("ACTIVE", "COMPLETED"), trial
+            assert trial.restarts == 0 and trial_state(trial) in {*ACTIVE_STATES, "COMPLETED"}, trial
         wait_state(api, experiment_id, "COMPLETED", timeout=240)
         assert all(t.restarts == 0 for t in trials(api, experiment_id))
         _metrics_match_what_the_code_said(api, experiment_id)

@@ -25,7 +25,7 @@ from cairn.api.v1 import trial_pb2 as tpb
 from cairn.client.password import salt_and_hash
 from cairn.metadata_keys import ALLOCATION_TOKEN_KEY
 from tests.e2e.determined_client import DET, det_runner, determined_env
-from tests.e2e.helpers import cairn_cli, config, create, logs, trials, wait_state
+from tests.e2e.helpers import ACTIVE_STATES, cairn_cli, config, create, logs, trial_state, trials, wait_state
 from tests.support.cluster import AuthedStub, TestCluster, running_cluster
 from tests.support.polling import wait_for
 
@@ -367,7 +367,7 @@ def test_followers_stay_open_until_the_trial_ends(cluster: TestCluster) -> None:
     # trial was seen active ended early, while one that ends after that read may have seen the end.
     while True:
         ended_before = dict(ended)
-        if trials(api, experiment_id)[0].state != tpb.Trial.STATE_ACTIVE:
+        if trial_state(trials(api, experiment_id)[0]) not in ACTIVE_STATES:
             break
         assert not ended_before, sorted(set(ended_before.values()))[:3]
         started = time.monotonic()

@@ -37,6 +37,8 @@ from tests.support.cluster import AuthedStub, TestCluster, running_cluster
 from tests.support.polling import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
+# The badge of an ACTIVE experiment or trial: the derived state the API answers for it.
+DERIVED_BADGE = re.compile(r"^(Queued|Pulling|Starting|Running)$")
 WEBUI = REPO / "webui"
 SCREENSHOTS = REPO / "test-artifacts" / "webui"
 CHROMIUM = Path("/usr/bin/chromium")
@@ -199,6 +201,8 @@ def test_webui_pages_and_experiment_actions(cluster: TestCluster, browser: Brows
     row = page.locator(f"tr[data-experiment-id='{experiment_id}']")
     expect(row).to_contain_text("webui-e2e")
     expect(row.get_by_role("progressbar")).to_be_visible()
+    # Stored ACTIVE, answered as Determined's derived state: its badge says which.
+    expect(row.locator(".badge")).to_have_text(DERIVED_BADGE)
     b.shot("02-experiments")
 
     # While trials run, the slot map names the allocations on the slots.
@@ -221,6 +225,7 @@ def test_webui_pages_and_experiment_actions(cluster: TestCluster, browser: Brows
         what="ACTIVE after Activate",
     )
     expect(page.get_by_role("button", name="Pause")).to_be_visible()
+    expect(_state_badge(b)).to_have_text(DERIVED_BADGE)
 
     # Kill asks first; dismissing the dialog changes nothing.
     page.get_by_role("button", name="Kill").click()

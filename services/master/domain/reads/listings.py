@@ -19,6 +19,7 @@ from services.master.domain.config import config_view
 from services.master.domain.kernel.paging import DEFAULT_LIMIT, Page, page_of
 from services.master.domain.kernel.states import LIVE_ALLOCATION, CheckpointState, RunState
 from services.master.domain.kernel.task_ids import trial_task_id
+from services.master.domain.reads.display_states import experiment_display_states, trial_display_states
 from services.master.domain.reads.workspaces import ExperimentPlace, experiment_places
 from services.master.store import models
 
@@ -88,6 +89,8 @@ class ExperimentRow:
     username: str
     display_name: str
     trials: TrialAggregate
+    # The state the API answers (display_states.py): ACTIVE shown as its allocations' progress.
+    state: str
     checkpoint_count: int = 0
     checkpoint_size: int = 0
     allocation_states: dict[str, int] = field(default_factory=dict)
@@ -168,6 +171,7 @@ def experiment_rows(s: Session, experiments: list[models.Experiment]) -> list[Ex
     checkpoints = _checkpoint_aggregates(s, ids)
     allocs = _allocation_states(s, ids)
     places = experiment_places(s, {e.project_id for e in experiments})
+    shown = experiment_display_states(s, experiments)
     rows = []
     for exp in experiments:
         owner = users.get(exp.owner_id)
@@ -179,6 +183,7 @@ def experiment_rows(s: Session, experiments: list[models.Experiment]) -> list[Ex
                 username=owner.username if owner else "",
                 display_name=owner.display_name if owner else "",
                 trials=trials[exp.id],
+                state=shown[exp.id],
                 checkpoint_count=count,
                 checkpoint_size=size,
                 allocation_states=dict(allocs.get(exp.id, {})),
@@ -305,6 +310,8 @@ class TrialRow:
     trial: models.Trial
     allocation: models.Allocation | None
     task_ids: list[str]
+    # The state the API answers (display_states.py): ACTIVE shown as its allocations' progress.
+    state: str
     checkpoint_count: int = 0
     checkpoint_size: int = 0
     best_validation: models.Metric | None = None
@@ -351,11 +358,13 @@ def trial_rows(s: Session, trials: list[models.Trial]) -> list[TrialRow]:
         .group_by(models.Checkpoint.trial_id)
     ):
         ckpts[trial_id] = (int(count), int(size))
+    shown = trial_display_states(s, trials)
     return [
         TrialRow(
             trial=t,
             allocation=latest_alloc.get(t.id),
             task_ids=[trial_task_id(t.experiment_id, t.request_id)],
+            state=shown[t.id],
             checkpoint_count=ckpts.get(t.id, (0, 0))[0],
             checkpoint_size=ckpts.get(t.id, (0, 0))[1],
             best_validation=metric_rows.get(t.best_validation_id) if t.best_validation_id else None,

@@ -28,10 +28,6 @@ from services.master.domain.reads.jobs import experiment_job_id
 from services.master.domain.reads.listings import ExperimentConfig, ExperimentRow, TrialRow
 from services.master.store import models
 
-# Display: an ACTIVE experiment shows what its allocations are doing (as Determined does for the
-# WebUI). The stored state stays ACTIVE; this is only used where a caller asks for it.
-
-
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -150,7 +146,8 @@ def experiment(row: ExperimentRow, *, with_config: bool = True) -> experiment_pb
             labels=list(exp.labels or []),
             start_time=ts(exp.start_time),
             end_time=ts(exp.end_time),
-            state=experiment_pb2.Experiment.State.Value(f"STATE_{exp.state}"),
+            # As Determined answers it: ACTIVE shown as QUEUED/PULLING/STARTING/RUNNING.
+            state=experiment_pb2.Experiment.State.Value(f"STATE_{row.state}"),
             archived=exp.archived,
             num_trials=len(row.trials.trial_ids),
             trial_ids=row.trials.trial_ids,
@@ -209,7 +206,7 @@ def trial(row: TrialRow) -> trial_pb2.Trial:
         experiment_id=t.experiment_id,
         start_time=ts(t.start_time),
         end_time=ts(t.end_time),
-        state=trial_pb2.Trial.State.Value(f"STATE_{t.state}"),
+        state=trial_pb2.Trial.State.Value(f"STATE_{row.state}"),
         restarts=t.restarts,
         hparams=struct(t.hparams),
         total_batches_processed=int(t.total_batches),

@@ -65,6 +65,8 @@ def flat_run(row: runs.RunRow) -> rpb.FlatRun:
         id=t.id,
         start_time=convert.ts(t.start_time),
         end_time=convert.ts(t.end_time),
+        # The stored state: Determined's SearchRuns reads runs.state as it is and, unlike
+        # GetTrial, turns no ACTIVE into QUEUED/RUNNING (domain/reads/display_states.py).
         state=tpb.Trial.State.Value(f"STATE_{t.state}"),
         labels=[str(label) for label in e.labels or []],
         checkpoint_size=row.checkpoint_size,
