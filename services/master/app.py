@@ -23,6 +23,7 @@ from services.common.local_calls import LocalCalls
 from services.common.logging import add_log_sink, get_logger, remove_log_sink
 from services.common.server import ServiceServer, start_server, write_ready_file
 from services.common.tls import ServerTls
+from services.master.configuration.feature_switches import STREAMING_UPDATES
 from services.master.configuration.settings import Settings
 from services.master.domain import wiring
 from services.master.domain.checkpoints.checkpoints import CheckpointGc
@@ -43,6 +44,8 @@ from services.master.domain.scheduling import agents as agent_registry
 from services.master.domain.scheduling.agent_hub import AgentHub
 from services.master.domain.scheduling.liveness import LivenessLoop
 from services.master.domain.scheduling.scheduling import SchedulingLoop
+from services.master.domain.streams.changes import StreamChanges
+from services.master.domain.streams.publisher import Publisher
 from services.master.domain.tasks.tensorboard_files import TensorboardFiles
 from services.master.domain.webhooks import sender as webhook_sender
 from services.master.domain.webhooks.sender import WebhookSender
@@ -59,6 +62,7 @@ from services.master.gateway.public_server import (
     start_workers,
 )
 from services.master.gateway.rest_gateway import rest_routes
+from services.master.gateway.stream_socket import StreamEndpoint, local_sessions
 from services.master.gateway.task_proxy import TaskProxy
 from services.master.gateway.tcp_tunnel import MAX_TUNNELS_PER_TASK
 from services.master.gateway.webui import webui_routes
@@ -107,6 +111,9 @@ class Master:
         # The public port: REST, WebUI, /info, /healthz, /metrics, the task proxy (public_server.py).
         self.http: PublicHttpServer | None = None
         self.provisioning: BackgroundLoop | None = None
+        # Determined's streaming updates: rows are numbered always, streamed with the switch on.
+        self.stream_publisher = Publisher()
+        self.stream_changes: StreamChanges | None = None
         self.webhooks: WebhookSender | None = None
         self.webhook_sender: BackgroundLoop | None = None
         # The master's own recent log (`det master logs`), fed from start to stop.
@@ -167,6 +174,8 @@ class Master:
             cluster_id=_cluster_id(self.db),
         )
         wiring.connect(ctx)
+        # Before any unit of work: every change of a streamed row is numbered from the first.
+        self.stream_changes = StreamChanges(self.db, self.stream_publisher)
         workspaces.ensure_builtin_owner(ctx)
         agent_registry.mark_all_disconnected_at_boot(ctx)
         self.logs = LogStore(ctx)
@@ -262,6 +271,12 @@ class Master:
         # Each process of the port holds its share of a task's tunnels.
         tunnels_per_task = max(1, MAX_TUNNELS_PER_TASK // settings.http_processes)
         self.http.serve_proxy(TaskProxy(proxy_targets, tunnels_per_task))
+        if STREAMING_UPDATES in settings.feature_switches:
+            self.http.serve_stream(
+                StreamEndpoint(
+                    local_sessions(self.db, self.stream_publisher, self.auth.authenticate_user_token)
+                )
+            )
         if settings.http_processes > 1:
             share = limits.per_process(settings.http_processes)
             start_workers(
@@ -339,6 +354,7 @@ class Master:
         ctx.scheduler_wakeup.set()
         ctx.pump_wakeup.set()
         ctx.webhook_wakeup.set()
+        self.stream_publisher.close_all()  # streaming clients reconnect to whoever serves next
         if self.grpc is not None:
             self.grpc.stop(grace=3.0)
         if self.http is not None:
@@ -360,6 +376,8 @@ class Master:
         self.searchers.shutdown()
         self.scheduler.shutdown()
         self.checkpoints.shutdown()
+        if self.stream_changes is not None:
+            self.stream_changes.stop()
         self.db.dispose()
         # Last: a standby takes over only once this master writes nothing more.
         self._give_up_leadership()

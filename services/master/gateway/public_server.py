@@ -42,6 +42,7 @@ from services.common.logging import get_logger
 from services.master.gateway.asgi_app import GatewayApp
 from services.master.gateway.http_answers import PlainRoute
 from services.master.gateway.http_limits import HttpLimits
+from services.master.gateway.stream_socket import StreamEndpoint
 from services.master.gateway.task_proxy import TaskProxy
 
 log = get_logger(__name__)
@@ -115,6 +116,10 @@ class PublicHttpServer:
         self._thread: threading.Thread | None = None
         self.close_hooks: list[Callable[[], None]] = [self.app.close]
         self.workers: list[WorkerProcess] = []
+
+    def serve_stream(self, stream: StreamEndpoint) -> None:
+        """/stream is answered by `stream` from now on (before, and without it, 404)."""
+        self.app.stream = stream
 
     def serve_proxy(self, proxy: TaskProxy) -> None:
         """/proxy/ is answered by `proxy` from now on (before, it is an unknown path: 404)."""
