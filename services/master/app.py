@@ -62,6 +62,7 @@ from services.master.gateway.public_server import (
     start_workers,
 )
 from services.master.gateway.rest_gateway import rest_routes
+from services.master.gateway.stream_relay import StreamConversations
 from services.master.gateway.stream_socket import StreamEndpoint, local_sessions
 from services.master.gateway.task_proxy import TaskProxy
 from services.master.gateway.tcp_tunnel import MAX_TUNNELS_PER_TASK
@@ -212,7 +213,12 @@ class Master:
         # the internal gateway service, for the port's worker processes.
         proxy_targets = LocalTargets(ctx, self.auth.authenticate_user_token)
         health = ContextHealth(ctx)
-        gateway_service = GatewayServicer(proxy_targets, health)
+        # Determined's streaming updates, with the switch on: served here, and relayed here from the
+        # port's worker processes (stream_relay.py).
+        streaming = STREAMING_UPDATES in settings.feature_switches
+        stream_sessions = local_sessions(self.db, self.stream_publisher, self.auth.authenticate_user_token)
+        relayed_streams = StreamConversations(stream_sessions) if streaming else None
+        gateway_service = GatewayServicer(proxy_targets, health, relayed_streams)
         # Opens the internal gateway service to this boot's worker processes alone (their stdin).
         gateway_key = secrets.token_urlsafe(32)
 
@@ -242,7 +248,8 @@ class Master:
             + deps.follow_slots.limit
             + settings.max_agents
             + deps.signal_wait_slots.limit
-            + deps.verdict_wait_slots.limit,
+            + deps.verdict_wait_slots.limit
+            + (relayed_streams.limit if relayed_streams is not None else 0),
             tls=tls,
             # The REST gateway's streams and worker processes dial back in; under TLS, on loopback.
             loopback_plaintext=tls is not None,
@@ -271,12 +278,8 @@ class Master:
         # Each process of the port holds its share of a task's tunnels.
         tunnels_per_task = max(1, MAX_TUNNELS_PER_TASK // settings.http_processes)
         self.http.serve_proxy(TaskProxy(proxy_targets, tunnels_per_task))
-        if STREAMING_UPDATES in settings.feature_switches:
-            self.http.serve_stream(
-                StreamEndpoint(
-                    local_sessions(self.db, self.stream_publisher, self.auth.authenticate_user_token)
-                )
-            )
+        if streaming:
+            self.http.serve_stream(StreamEndpoint(stream_sessions))
         if settings.http_processes > 1:
             share = limits.per_process(settings.http_processes)
             start_workers(
@@ -291,6 +294,7 @@ class Master:
                     max_connections=share.max_connections,
                     queue_timeout_s=share.queue_timeout_s,
                     tunnels_per_task=tunnels_per_task,
+                    streaming=streaming,
                     tls_cert=str(settings.tls_cert) if tls is not None else None,
                     tls_key=str(settings.tls_key) if tls is not None else None,
                     log_format=settings.log_format,

@@ -34,6 +34,7 @@ from services.master.gateway.http_answers import (
     StreamingResponse,
 )
 from services.master.gateway.http_limits import HttpLimits, is_long_lived
+from services.master.gateway.stream_relay import RelayedStream
 from services.master.gateway.stream_socket import STREAM_PATH, StreamEndpoint
 from services.master.gateway.task_proxy import PROXY_PREFIX, TaskProxy
 
@@ -187,7 +188,7 @@ class GatewayApp:
     def __init__(self, routes: list[PlainRoute], limits: HttpLimits, proxy: TaskProxy | None = None) -> None:
         self.routes = routes
         self.proxy = proxy
-        self.stream: StreamEndpoint | None = None
+        self.stream: StreamEndpoint | RelayedStream | None = None
         self.limits = limits
         # Threads are started on demand: ordinary requests are bounded by the turns, and a stream
         # (a followed log waiting for its next line) holds one for its life; max_connections

@@ -1,31 +1,50 @@
 """Determined's `/stream` websocket on the real public port (uvicorn, the `websockets` client on the
-other side): only with the `streaming_updates` switch on (else 404, as an unknown path), only for a
-user's session (401 without), a startup message answered with a sync, then changes as they commit;
-a bad startup message closes the connection naming its field (1008), an oversized one closes it as
-too big (1009), and a dropped subscriber (the master stops, a client that fell behind) is closed."""
+other side), as the master's own process serves it and as a worker process relays it to the
+master's internal gateway service (stream_relay.py): only with the `streaming_updates` switch on
+(else 404, as an unknown path), only for a user's session (401 without), a startup message
+answered with a sync, then changes as they commit; a bad startup message closes the connection
+naming its field (1008), an oversized one closes it as too big (1009), and a dropped subscriber
+(the master stops, a client that fell behind) is closed."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import secrets
 import time
 from collections.abc import Iterator
+from concurrent import futures
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection
 from websockets.sync.client import connect as ws_connect
 
+from services.common.interceptors import AuthInterceptor
 from services.common.principal import Principal
+from services.master.domain.identity.auth import AuthService
 from services.master.domain.kernel.errors import Unauthenticated
 from services.master.domain.streams.changes import StreamChanges
 from services.master.domain.streams.publisher import Publisher
 from services.master.domain.workspaces import workspaces
 from services.master.gateway.http_limits import HttpLimits
-from services.master.gateway.public_server import PublicHttpServer, start_public_http
+from services.master.gateway.internal_service import GatewayServicer, register_gateway_service
+from services.master.gateway.master_routes import ContextHealth
+from services.master.gateway.proxy_targets import LocalTargets
+from services.master.gateway.public_server import (
+    PublicHttpServer,
+    WorkerSpec,
+    start_public_http,
+    start_workers,
+)
+from services.master.gateway.stream_relay import StreamConversations
 from services.master.gateway.stream_socket import StreamEndpoint, local_sessions
+from services.master.servicers.auth import PUBLIC_METHODS, master_authenticator
 from tests.unit.master.domain.harness import Master
+from tests.unit.master.proxy_fronts import KINDS
 
 TOKEN = "user-token"
 
@@ -55,7 +74,26 @@ def master(tmp_path: Path) -> Iterator[Master]:
         m.close()
 
 
-def _serve(master: Master, switch_on: bool) -> Iterator[Front]:
+@contextlib.contextmanager
+def _internal_service(master: Master, streams: StreamConversations | None, key: str) -> Iterator[int]:
+    """The master's internal gateway service on a free port, behind the master's authenticator."""
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=16),
+        interceptors=[
+            AuthInterceptor(master_authenticator(AuthService(master.db, 3600), None, key), PUBLIC_METHODS)
+        ],
+    )
+    targets = LocalTargets(master.ctx, lambda token: Principal())
+    register_gateway_service(server, GatewayServicer(targets, ContextHealth(master.ctx), streams))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        yield port
+    finally:
+        server.stop(grace=None)
+
+
+def _serve(master: Master, switch_on: bool, kind: str) -> Iterator[Front]:
     publisher = Publisher()
     changes = StreamChanges(master.db, publisher)
     user = Principal(user_id=2, username="determined")
@@ -65,20 +103,45 @@ def _serve(master: Master, switch_on: bool) -> Iterator[Front]:
             raise Unauthenticated("invalid credentials: unknown or revoked token")
         return user
 
+    sessions = local_sessions(master.db, publisher, authenticate)
     server = start_public_http("127.0.0.1", 0, HttpLimits(), None)
     if switch_on:
-        server.serve_stream(StreamEndpoint(local_sessions(master.db, publisher, authenticate)))
+        server.serve_stream(StreamEndpoint(sessions))
     try:
-        yield Front(master, server, publisher)
+        if kind == "master":
+            yield Front(master, server, publisher)
+            return
+        key = secrets.token_urlsafe(16)
+        with _internal_service(master, StreamConversations(sessions) if switch_on else None, key) as port:
+            spec = WorkerSpec(
+                fd=server.socket.fileno(),
+                grpc_host="127.0.0.1",
+                grpc_port=port,
+                gateway_key=key,
+                info={},
+                workers=8,
+                max_connections=64,
+                queue_timeout_s=1.0,
+                tunnels_per_task=4,
+                streaming=switch_on,
+            )
+            start_workers(server, spec, 1)
+            server.stop_serving_here()  # the master's own process stops accepting: the worker answers
+            yield Front(master, server, publisher)
     finally:
         server.shutdown()
         server.server_close()
         changes.stop()
 
 
+@pytest.fixture(params=KINDS)
+def kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
 @pytest.fixture
-def front(master: Master) -> Iterator[Front]:
-    yield from _serve(master, switch_on=True)
+def front(master: Master, kind: str) -> Iterator[Front]:
+    yield from _serve(master, switch_on=True, kind=kind)
 
 
 def _read(ws: ClientConnection) -> dict[str, Any]:
@@ -92,8 +155,8 @@ def _sync(ws: ClientConnection, sync_id: str) -> list[dict[str, Any]]:
     return messages
 
 
-def test_the_switch_off_answers_404_as_for_any_unknown_path(master: Master) -> None:
-    for front in _serve(master, switch_on=False):
+def test_the_switch_off_answers_404_as_for_any_unknown_path(master: Master, kind: str) -> None:
+    for front in _serve(master, switch_on=False, kind=kind):
         with pytest.raises(InvalidStatus) as refused:
             front.connect()
         assert refused.value.response.status_code == 404
