@@ -44,7 +44,12 @@ from services.master.gateway.asgi_websocket import (
     refuse_json,
 )
 from services.master.gateway.proxy_headers import header_message, session_token
-from services.master.gateway.stream_socket import MAX_WAITING_STARTUPS, SEND_TIMEOUT_S, OpenSession
+from services.master.gateway.stream_socket import (
+    MAX_WAITING_STARTUPS,
+    SEND_TIMEOUT_S,
+    OpenSession,
+    cross_origin,
+)
 
 log = get_logger(__name__)
 
@@ -201,7 +206,12 @@ class RelayedStream:
         if (await receive())["type"] != "websocket.connect":
             return
         loop = asyncio.get_running_loop()
-        token = session_token(header_message(scope["headers"]))
+        headers = header_message(scope["headers"])
+        foreign = cross_origin(headers)
+        if foreign is not None:
+            await refuse_json(scope, send, HTTPStatus.FORBIDDEN, foreign, {})
+            return
+        token = session_token(headers)
         to_master: queue.Queue[str | None] = queue.Queue(maxsize=MAX_WAITING_STARTUPS + 1)
 
         def requests() -> Iterator[gateway_pb2.StreamFromClient]:

@@ -8,6 +8,9 @@ WebUI's `auth` cookie) and must hold a user's session. Then the conversation is 
 (domain/streams/session.py): each text message the client sends is a startup message, answered
 with a sync; between them, the changes its subscription matches go out as they commit.
 
+A handshake whose Origin is another site's is refused (403): the `auth` cookie is sent with any
+page's websocket, so only the master's own pages may open one.
+
 Bounds: a client message over specs.MAX_CLIENT_MESSAGE_BYTES closes the connection (1009), as
 do more than MAX_WAITING_STARTUPS startup messages waiting their turn (1008); a client whose queue
 passes its bound (publisher.py) or that does not take a message within SEND_TIMEOUT_S is dropped
@@ -21,8 +24,10 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from email.message import Message
 from http import HTTPStatus
 from typing import Any
+from urllib.parse import urlsplit
 
 from services.common.logging import get_logger
 from services.common.principal import Principal
@@ -54,6 +59,20 @@ _REASON_BYTES = 120  # a close reason must fit a control frame (125 bytes)
 OpenSession = Callable[[str | None, Callable[[], None]], StreamSession]
 
 
+def cross_origin(headers: Message) -> str | None:
+    """Why a handshake from another site's page is refused, or None. A browser sends the WebUI's
+    `auth` cookie with any page's websocket to the master: only the master's own pages may open
+    one (as gorilla/websocket's default origin check, under Determined's, allows). Clients that
+    are not browsers send no Origin."""
+    origin = headers.get("Origin")
+    if not origin:
+        return None
+    host = (headers.get("Host") or "").lower()
+    if urlsplit(origin).netloc.lower() == host:
+        return None
+    return f"websocket: request origin {origin!r} is not this master's ({host})"
+
+
 class _Closing(Exception):
     def __init__(self, code: int, reason: str) -> None:
         super().__init__(reason)
@@ -80,7 +99,12 @@ class StreamEndpoint:
         def wake() -> None:
             loop.call_soon_threadsafe(woke.set)
 
-        token = session_token(header_message(scope["headers"]))
+        headers = header_message(scope["headers"])
+        foreign = cross_origin(headers)
+        if foreign is not None:
+            await refuse_json(scope, send, HTTPStatus.FORBIDDEN, foreign, {})
+            return
+        token = session_token(headers)
         try:
             session = await loop.run_in_executor(self._threads, self._open, token, wake)
         except Unauthenticated as exc:

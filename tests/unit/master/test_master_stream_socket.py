@@ -162,12 +162,22 @@ def test_the_switch_off_answers_404_as_for_any_unknown_path(master: Master, kind
         assert refused.value.response.status_code == 404
 
 
-def test_a_session_is_needed(front: Front) -> None:
+def test_a_session_is_needed_and_another_sites_page_is_refused(front: Front) -> None:
     for token in (None, "stolen"):
         with pytest.raises(InvalidStatus) as refused:
             front.connect(token)
         assert refused.value.response.status_code == 401
         assert b"credentials" in refused.value.response.body
+    # A page of another site, with the user's cookie (a browser sends it): refused.
+    cookie = {"Cookie": f"auth={TOKEN}"}
+    with pytest.raises(InvalidStatus) as refused:
+        ws_connect(front.url, additional_headers=cookie, origin="http://evil.example", open_timeout=10)
+    assert refused.value.response.status_code == 403
+    # The master's own page (the WebUI, same origin, the cookie): served.
+    own = f"http://127.0.0.1:{front.server.server_address[1]}"
+    with ws_connect(front.url, additional_headers=cookie, origin=own, open_timeout=10) as ws:
+        ws.send(json.dumps({"sync_id": "1", "subscribe": {}}))
+        assert _read(ws) == {"sync_id": "1", "complete": False}
 
 
 def test_a_subscription_is_synced_then_sent_each_change(front: Front) -> None:
