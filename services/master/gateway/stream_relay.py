@@ -180,7 +180,7 @@ class StreamConversations:
                     for message in session.pending():
                         yield _out(text=message)
         except Dropped as exc:
-            yield _closing(CLOSE_POLICY, f"too slow: {exc}")
+            yield _closing(CLOSE_POLICY, str(exc))
         finally:
             session.close()
 

@@ -151,7 +151,7 @@ class StreamEndpoint:
         except _Closing as closing:
             await _close(send, closing.code, closing.reason)
         except Dropped as exc:
-            await _close(send, CLOSE_POLICY, f"too slow: {exc}")
+            await _close(send, CLOSE_POLICY, str(exc))
         except OSError:
             pass  # the client went away mid-send
         finally:

@@ -244,10 +244,11 @@ def test_a_dropped_subscriber_is_closed(front: Front) -> None:
         ws.send(json.dumps({"sync_id": "1", "subscribe": {"projects": {"project_ids": [1]}}}))
         _sync(ws, "1")
         assert front.publisher.count() == 1
-        front.publisher.close_all()
+        front.publisher.close_all()  # as the master stops
         with pytest.raises(ConnectionClosed) as closed:
             _read(ws)
         assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+        assert "the master is stopping" in closed.value.rcvd.reason
     # The connection's subscriber is gone with it.
     for _ in range(100):
         if front.publisher.count() == 0:

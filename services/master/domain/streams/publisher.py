@@ -60,6 +60,7 @@ class Subscriber:
         self._queue: deque[Queued] = deque()
         self._bytes = 0
         self.dropped = False
+        self.dropped_because = ""
 
     def subscribe(self, subscriptions: Iterable[Subscription]) -> None:
         """Replace the subscriptions; what was queued for the old ones is dropped."""
@@ -82,6 +83,10 @@ class Subscriber:
                 woke = True
                 if len(self._queue) > self._max_messages or self._bytes > self._max_bytes:
                     self.dropped = True
+                    self.dropped_because = (
+                        f"too slow: over {self._max_messages} messages "
+                        f"or {self._max_bytes} bytes waited to be sent"
+                    )
                     self._queue.clear()
                     self._bytes = 0
                     break
@@ -112,9 +117,10 @@ class Subscriber:
             self._bytes = 0
             return taken
 
-    def drop(self) -> None:
+    def drop(self, because: str) -> None:
         with self._lock:
             self.dropped = True
+            self.dropped_because = because
             self._queue.clear()
             self._bytes = 0
         self._wake()
@@ -157,4 +163,4 @@ class Publisher:
         with self._lock:
             subscribers = list(self._subscribers)
         for subscriber in subscribers:
-            subscriber.drop()
+            subscriber.drop("the master is stopping: reconnect")

@@ -67,7 +67,7 @@ class StreamSession:
     def pending(self) -> list[str]:
         """The changes owed since the last call; Dropped once the client fell behind."""
         if self.subscriber.dropped:
-            raise Dropped("the client fell behind: too many changes waited to be sent")
+            raise Dropped(self.subscriber.dropped_because)
         texts = []
         for queued in self.subscriber.take():
             event = queued.event
