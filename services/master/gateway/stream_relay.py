@@ -196,8 +196,11 @@ class RelayedStream:
 
     def __init__(self, open_relay: OpenRelay, max_streams: int = MAX_RELAYED_STREAMS) -> None:
         self._open_relay = open_relay
-        # Each relayed stream reads the master's answers in a thread of its own.
+        # Each relayed stream reads the master's answers in a thread of its own; one more stream
+        # than there are threads would wait for an answer nobody reads: refused at once instead.
         self._threads = ThreadPoolExecutor(max_workers=max_streams, thread_name_prefix="stream-relay")
+        self._open_streams = 0
+        self.max_streams = max_streams
 
     def close(self) -> None:
         self._threads.shutdown(wait=False, cancel_futures=True)
@@ -211,7 +214,19 @@ class RelayedStream:
         if foreign is not None:
             await refuse_json(scope, send, HTTPStatus.FORBIDDEN, foreign, {})
             return
-        token = session_token(headers)
+        if self._open_streams >= self.max_streams:  # counted on the event loop's thread alone
+            why = f"this process relays {self.max_streams} streams already; retry later"
+            await refuse_json(scope, send, HTTPStatus.SERVICE_UNAVAILABLE, why, {"Retry-After": "5"})
+            return
+        self._open_streams += 1
+        try:
+            await self._relayed(scope, receive, send, loop, session_token(headers))
+        finally:
+            self._open_streams -= 1
+
+    async def _relayed(
+        self, scope: Scope, receive: Receive, send: Send, loop: asyncio.AbstractEventLoop, token: str | None
+    ) -> None:
         to_master: queue.Queue[str | None] = queue.Queue(maxsize=MAX_WAITING_STARTUPS + 1)
 
         def requests() -> Iterator[gateway_pb2.StreamFromClient]:
