@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,13 +22,14 @@ from services.master.domain.deletion import workspace_deletion
 from services.master.domain.kernel.errors import InvalidArgument
 from services.master.domain.streams import keysets
 from services.master.domain.streams.changes import StreamChanges
-from services.master.domain.streams.entities import MODELS, PROJECTS
+from services.master.domain.streams.entities import MODEL_VERSIONS, MODELS, PROJECTS
 from services.master.domain.streams.publisher import Publisher, Subscriber, TooManySubscribers
 from services.master.domain.streams.session import Dropped, StreamSession
 from services.master.domain.streams.specs import MAX_FILTER_IDS, Subscription, parse_startup
 from services.master.domain.workspaces import workspaces
 from services.master.store import models
 from tests.unit.master.domain.harness import Master
+from tests.unit.master.domain.test_domain_models import Trial
 
 # On each database: the numbers come from rows as each database stores them, and bulk statements.
 pytestmark = pytest.mark.on_each_database
@@ -341,3 +343,40 @@ def test_seq_carries_on_from_the_highest_stored_after_a_restart(master: Master) 
             assert s.get_one(models.Project, b).seq == highest + 1
     finally:
         restarted.stop()
+
+
+def test_model_versions_stream_with_their_models_workspace(
+    master: Master, publisher: Publisher, tmp_path: Path
+) -> None:
+    trial = Trial(master, tmp_path / "storage")
+    checkpoint = trial.checkpoint(3)
+    vision = _workspace(master, "vision")
+    with master.ctx.unit_of_work() as w:
+        model_id = model_registry.create_model(
+            master.ctx, w, master.admin, model_registry.NewModel(name="mnist", workspace_id=vision)
+        )
+    versions = Listener(publisher, _sub(MODEL_VERSIONS, model_ids=[model_id]))
+    other_model = Listener(publisher, _sub(MODEL_VERSIONS, model_ids=[model_id + 1]))
+    model_registry.register_version(
+        master.ctx, master.admin, "mnist", model_registry.NewVersion(checkpoint_uuid=checkpoint)
+    )
+    (registered,) = versions.messages()
+    version = registered["modelversion"]
+    assert (version["model_id"], version["version"], version["checkpoint_uuid"]) == (model_id, 1, checkpoint)
+    assert version["workspace_id"] == str(vision)  # a string, as Determined's ModelVersionMsg has it
+    assert set(version) == {
+        "id", "name", "version", "checkpoint_uuid", "creation_time", "last_updated_time", "metadata",
+        "model_id", "user_id", "comment", "labels", "notes", "workspace_id", "seq",
+    }  # fmt: skip
+    assert other_model.messages() == []
+    # One version deleted (the ORM's delete), then the model with its versions (a bulk DELETE).
+    model_registry.register_version(
+        master.ctx, master.admin, "mnist", model_registry.NewVersion(checkpoint_uuid=checkpoint)
+    )
+    (second,) = versions.messages()
+    with master.ctx.unit_of_work() as w:
+        model_registry.delete_version(master.ctx, w, master.admin, "mnist", 1)
+    assert versions.messages() == [{"modelversions_deleted": str(version["id"])}]
+    with master.ctx.unit_of_work() as w:
+        model_registry.delete_model(master.ctx, w, master.admin, "mnist")
+    assert versions.messages() == [{"modelversions_deleted": str(second["modelversion"]["id"])}]
