@@ -23,6 +23,7 @@ from services.common.local_calls import LocalCalls
 from services.common.logging import add_log_sink, get_logger, remove_log_sink
 from services.common.server import ServiceServer, start_server, write_ready_file
 from services.common.tls import ServerTls
+from services.master.configuration.feature_switches import STREAMING_UPDATES
 from services.master.configuration.settings import Settings
 from services.master.domain import wiring
 from services.master.domain.checkpoints.checkpoints import CheckpointGc
@@ -43,6 +44,8 @@ from services.master.domain.scheduling import agents as agent_registry
 from services.master.domain.scheduling.agent_hub import AgentHub
 from services.master.domain.scheduling.liveness import LivenessLoop
 from services.master.domain.scheduling.scheduling import SchedulingLoop
+from services.master.domain.streams.changes import StreamChanges
+from services.master.domain.streams.publisher import Publisher
 from services.master.domain.tasks.tensorboard_files import TensorboardFiles
 from services.master.domain.webhooks import sender as webhook_sender
 from services.master.domain.webhooks.sender import WebhookSender
@@ -59,6 +62,8 @@ from services.master.gateway.public_server import (
     start_workers,
 )
 from services.master.gateway.rest_gateway import rest_routes
+from services.master.gateway.stream_relay import StreamConversations
+from services.master.gateway.stream_socket import StreamEndpoint, local_sessions
 from services.master.gateway.task_proxy import TaskProxy
 from services.master.gateway.tcp_tunnel import MAX_TUNNELS_PER_TASK
 from services.master.gateway.webui import webui_routes
@@ -107,6 +112,9 @@ class Master:
         # The public port: REST, WebUI, /info, /healthz, /metrics, the task proxy (public_server.py).
         self.http: PublicHttpServer | None = None
         self.provisioning: BackgroundLoop | None = None
+        # Determined's streaming updates: rows are numbered always, streamed with the switch on.
+        self.stream_publisher = Publisher()
+        self.stream_changes: StreamChanges | None = None
         self.webhooks: WebhookSender | None = None
         self.webhook_sender: BackgroundLoop | None = None
         # The master's own recent log (`det master logs`), fed from start to stop.
@@ -167,6 +175,8 @@ class Master:
             cluster_id=_cluster_id(self.db),
         )
         wiring.connect(ctx)
+        # Before any unit of work: every change of a streamed row is numbered from the first.
+        self.stream_changes = StreamChanges(self.db, self.stream_publisher)
         workspaces.ensure_builtin_owner(ctx)
         agent_registry.mark_all_disconnected_at_boot(ctx)
         self.logs = LogStore(ctx)
@@ -203,7 +213,12 @@ class Master:
         # the internal gateway service, for the port's worker processes.
         proxy_targets = LocalTargets(ctx, self.auth.authenticate_user_token)
         health = ContextHealth(ctx)
-        gateway_service = GatewayServicer(proxy_targets, health)
+        # Determined's streaming updates, with the switch on: served here, and relayed here from the
+        # port's worker processes (stream_relay.py).
+        streaming = STREAMING_UPDATES in settings.feature_switches
+        stream_sessions = local_sessions(self.db, self.stream_publisher, self.auth.authenticate_user_token)
+        relayed_streams = StreamConversations(stream_sessions) if streaming else None
+        gateway_service = GatewayServicer(proxy_targets, health, relayed_streams)
         # Opens the internal gateway service to this boot's worker processes alone (their stdin).
         gateway_key = secrets.token_urlsafe(32)
 
@@ -233,7 +248,8 @@ class Master:
             + deps.follow_slots.limit
             + settings.max_agents
             + deps.signal_wait_slots.limit
-            + deps.verdict_wait_slots.limit,
+            + deps.verdict_wait_slots.limit
+            + (relayed_streams.limit if relayed_streams is not None else 0),
             tls=tls,
             # The REST gateway's streams and worker processes dial back in; under TLS, on loopback.
             loopback_plaintext=tls is not None,
@@ -262,6 +278,8 @@ class Master:
         # Each process of the port holds its share of a task's tunnels.
         tunnels_per_task = max(1, MAX_TUNNELS_PER_TASK // settings.http_processes)
         self.http.serve_proxy(TaskProxy(proxy_targets, tunnels_per_task))
+        if streaming:
+            self.http.serve_stream(StreamEndpoint(stream_sessions))
         if settings.http_processes > 1:
             share = limits.per_process(settings.http_processes)
             start_workers(
@@ -276,6 +294,7 @@ class Master:
                     max_connections=share.max_connections,
                     queue_timeout_s=share.queue_timeout_s,
                     tunnels_per_task=tunnels_per_task,
+                    streaming=streaming,
                     tls_cert=str(settings.tls_cert) if tls is not None else None,
                     tls_key=str(settings.tls_key) if tls is not None else None,
                     log_format=settings.log_format,
@@ -339,6 +358,7 @@ class Master:
         ctx.scheduler_wakeup.set()
         ctx.pump_wakeup.set()
         ctx.webhook_wakeup.set()
+        self.stream_publisher.close_all()  # streaming clients reconnect to whoever serves next
         if self.grpc is not None:
             self.grpc.stop(grace=3.0)
         if self.http is not None:
@@ -360,6 +380,8 @@ class Master:
         self.searchers.shutdown()
         self.scheduler.shutdown()
         self.checkpoints.shutdown()
+        if self.stream_changes is not None:
+            self.stream_changes.stop()
         self.db.dispose()
         # Last: a standby takes over only once this master writes nothing more.
         self._give_up_leadership()

@@ -11,9 +11,12 @@ from typing import Any
 
 from services.common.errors import InvalidArgument
 
+# Determined's streaming updates (`/stream`): served only with this switch on (gateway/stream_socket.py).
+STREAMING_UPDATES = "streaming_updates"
+
 # Every switch Determined 0.38.1 knows, and what turning it on asks of a cluster.
 KNOWN_FEATURE_SWITCHES: dict[str, str] = {
-    "streaming_updates": "Determined's streaming update API (the WebUI's live stores)",
+    STREAMING_UPDATES: "Determined's streaming update API (the WebUI's live stores)",
     "explist_v2": "the WebUI's newer experiment list",
     "chart": "the WebUI's newer charts",
     "rp_binding": "the WebUI's resource-pool bindings to workspaces",

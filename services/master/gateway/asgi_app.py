@@ -25,6 +25,7 @@ from http.client import HTTPMessage
 from typing import Any
 
 from services.common.logging import get_logger
+from services.master.gateway.asgi_websocket import refuse
 from services.master.gateway.http_answers import (
     MAX_REQUEST_BODY_BYTES,
     BodyError,
@@ -33,6 +34,8 @@ from services.master.gateway.http_answers import (
     StreamingResponse,
 )
 from services.master.gateway.http_limits import HttpLimits, is_long_lived
+from services.master.gateway.stream_relay import RelayedStream
+from services.master.gateway.stream_socket import STREAM_PATH, StreamEndpoint
 from services.master.gateway.task_proxy import PROXY_PREFIX, TaskProxy
 
 log = get_logger(__name__)
@@ -177,12 +180,15 @@ class GatewayApp:
     """The ASGI application of the public port.
 
     /proxy/ goes to `proxy` (HTTP and websockets) once it is set (the master sets it when its
-    domain is up); everything else is offered to `routes` in order, then 404.
+    domain is up); the websocket /stream to `stream` once it is set (only with the
+    `streaming_updates` feature switch on, as on Determined: otherwise 404); everything else is
+    offered to `routes` in order, then 404.
     """
 
     def __init__(self, routes: list[PlainRoute], limits: HttpLimits, proxy: TaskProxy | None = None) -> None:
         self.routes = routes
         self.proxy = proxy
+        self.stream: StreamEndpoint | RelayedStream | None = None
         self.limits = limits
         # Threads are started on demand: ordinary requests are bounded by the turns, and a stream
         # (a followed log waiting for its next line) holds one for its life; max_connections
@@ -194,6 +200,8 @@ class GatewayApp:
 
     def close(self) -> None:
         self._threads.shutdown(wait=False, cancel_futures=True)
+        if self.stream is not None:
+            self.stream.close()
 
     async def aclose(self) -> None:
         """On the serving loop, once it stopped serving: what the proxy holds there."""
@@ -207,6 +215,12 @@ class GatewayApp:
         elif kind == "websocket":
             if self.proxy is not None and scope["path"].startswith(PROXY_PREFIX):
                 await self.proxy.websocket(scope, receive, send)
+            elif scope["path"] == STREAM_PATH:
+                if self.stream is not None:
+                    await self.stream.websocket(scope, receive, send)
+                else:  # not a route (the feature switch is off): as any unknown path
+                    await receive()  # websocket.connect
+                    await refuse(scope, send, HTTPStatus.NOT_FOUND, _NOT_FOUND)
             else:
                 await receive()  # websocket.connect
                 await send({"type": "websocket.close", "code": 1008, "reason": "no websocket here"})

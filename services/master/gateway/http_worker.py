@@ -22,6 +22,7 @@ from services.master.gateway.master_link import MasterLink
 from services.master.gateway.master_routes import health_routes, info_route
 from services.master.gateway.public_server import PublicHttpServer, WorkerSpec
 from services.master.gateway.rest_gateway import rest_routes
+from services.master.gateway.stream_relay import RelayedStream
 from services.master.gateway.task_proxy import TaskProxy
 from services.master.gateway.webui import webui_routes
 
@@ -53,6 +54,8 @@ def main() -> None:
     )
     server.routes.extend(webui_routes())
     server.serve_proxy(TaskProxy(master.resolve_proxy, spec.tunnels_per_task))
+    if spec.streaming:
+        server.serve_stream(RelayedStream(master.open_stream))
 
     def stop_with_the_master() -> None:
         sys.stdin.buffer.read()  # returns at EOF: the master closed the pipe or is gone

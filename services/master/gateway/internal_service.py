@@ -5,20 +5,28 @@ presents the per-boot gateway key (servicers/auth.py checks it before anything r
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from http import HTTPStatus
+
 import grpc
 
 from cairn.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from services.master.gateway.master_routes import HealthSource
 from services.master.gateway.proxy_targets import Refused, Resolve
+from services.master.gateway.stream_relay import StreamConversations
 
 SERVICE_NAME = gateway_pb2.DESCRIPTOR.services_by_name["GatewayService"].full_name
 
 
 class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
-    def __init__(self, targets: Resolve, health: HealthSource) -> None:
-        """`targets`: the master's own (proxy_targets.LocalTargets)."""
+    def __init__(
+        self, targets: Resolve, health: HealthSource, streams: StreamConversations | None = None
+    ) -> None:
+        """`targets`: the master's own (proxy_targets.LocalTargets); `streams`: the streaming
+        updates of websockets the workers take, with the `streaming_updates` switch on."""
         self._targets = targets
         self._health = health
+        self.streams = streams
 
     def ResolveProxy(
         self, request: gateway_pb2.ResolveProxyRequest, context: grpc.ServicerContext
@@ -41,6 +49,24 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         self, request: gateway_pb2.MetricsRequest, context: grpc.ServicerContext
     ) -> gateway_pb2.MetricsResponse:
         return gateway_pb2.MetricsResponse(text=self._health.metrics_text())
+
+    def Stream(
+        self, request_iterator: Iterator[gateway_pb2.StreamFromClient], context: grpc.ServicerContext
+    ) -> Iterator[gateway_pb2.StreamToClient]:
+        if self.streams is None:  # the switch is off: /stream is not a route
+            refused = gateway_pb2.StreamRefused(status=HTTPStatus.NOT_FOUND, message="not found")
+            yield gateway_pb2.StreamToClient(refused=refused)
+            return
+        first = next(request_iterator, None)
+        if first is None or first.WhichOneof("message") != "open":
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "a stream opens with StreamOpen")
+        token = first.open.session_token or None
+        texts = (r.text for r in request_iterator if r.WhichOneof("message") == "text")
+
+        def on_end(fn: Callable[[], None]) -> None:
+            context.add_callback(fn)
+
+        yield from self.streams.converse(token, texts, on_end)
 
 
 def register_gateway_service(server: grpc.Server, servicer: GatewayServicer) -> str:

@@ -5,6 +5,7 @@ not answer makes MasterUnreachable, which the worker answers 503 with Retry-Afte
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import grpc
@@ -46,6 +47,10 @@ class MasterLink:
 
     def metrics_text(self) -> str:
         return str(self._call("Metrics", gateway_pb2.MetricsRequest(), METRICS_TIMEOUT_S).text)
+
+    def open_stream(self, requests: Iterator[gateway_pb2.StreamFromClient]) -> Any:
+        """A relayed /stream: the call's answers (iterate them; cancel() ends it)."""
+        return self._stub.Stream(requests, metadata=self._metadata)
 
     def _call(self, method: str, request: Any, timeout: float) -> Any:
         """One call of the gateway service with the worker's key; MasterUnreachable when it fails."""

@@ -42,6 +42,8 @@ from services.common.logging import get_logger
 from services.master.gateway.asgi_app import GatewayApp
 from services.master.gateway.http_answers import PlainRoute
 from services.master.gateway.http_limits import HttpLimits
+from services.master.gateway.stream_relay import RelayedStream
+from services.master.gateway.stream_socket import StreamEndpoint
 from services.master.gateway.task_proxy import TaskProxy
 
 log = get_logger(__name__)
@@ -116,6 +118,10 @@ class PublicHttpServer:
         self.close_hooks: list[Callable[[], None]] = [self.app.close]
         self.workers: list[WorkerProcess] = []
 
+    def serve_stream(self, stream: StreamEndpoint | RelayedStream) -> None:
+        """/stream is answered by `stream` from now on (before, and without it, 404)."""
+        self.app.stream = stream
+
     def serve_proxy(self, proxy: TaskProxy) -> None:
         """/proxy/ is answered by `proxy` from now on (before, it is an unknown path: 404)."""
         self.app.proxy = proxy
@@ -187,6 +193,8 @@ class WorkerSpec:
     max_connections: int
     queue_timeout_s: float
     tunnels_per_task: int  # this process's share of the proxy's tunnels per task
+    # The `streaming_updates` switch is on: /stream is relayed to the master (stream_relay.py).
+    streaming: bool = False
     tls_cert: str | None = None
     tls_key: str | None = None
     log_format: str = "console"

@@ -565,6 +565,8 @@ class Project(Base):
     immutable: Mapped[bool] = mapped_column(Boolean, default=False)
     state: Mapped[str] = mapped_column(String(32), default="")
     created_at: Mapped[datetime]
+    # The sequence number of its last change, for Determined's streaming updates (domain/streams).
+    seq: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
 
 # --- Config templates -----------------------------------------------------------------------------
@@ -599,6 +601,8 @@ class RegisteredModel(Base):
     archived: Mapped[bool] = mapped_column(Boolean, default=False)
     creation_time: Mapped[datetime]
     last_updated_time: Mapped[datetime]
+    # The sequence number of its last change, for Determined's streaming updates (domain/streams).
+    seq: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
 
 class ModelVersion(Base):
@@ -622,6 +626,8 @@ class ModelVersion(Base):
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
     creation_time: Mapped[datetime]
     last_updated_time: Mapped[datetime]
+    # The sequence number of its last change, for Determined's streaming updates (domain/streams).
+    seq: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
 
 # --- Work the master owes ---------------------------------------------------------------------------

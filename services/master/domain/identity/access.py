@@ -46,3 +46,11 @@ def check_admin(principal: Principal, what: str) -> None:
     may do (read the master's config, manage users and agents), not the cluster's own calls."""
     if not principal.admin:
         raise PermissionDenied(f"only an admin may {what}")
+
+
+def may_read_workspace_contents(principal: Principal, workspace_id: int) -> bool:
+    """Whether `principal` may read the projects, models and model versions of a workspace, as the
+    read APIs show them (and Determined's streaming updates stream them): anyone logged in, or the
+    cluster itself. Trial code's allocation token opens its own trial alone."""
+    del workspace_id  # every workspace is readable to every user under the rule above
+    return principal.user_id is not None or privileged(principal)
