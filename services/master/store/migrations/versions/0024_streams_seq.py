@@ -3,8 +3,8 @@ streamed row carries `seq`, the sequence number of its last change, so that a cl
 reconnects with the highest seq it saw (`since`) is sent what changed while it was away. Existing
 rows start at 0: a client's first sync sends them all anyway.
 
-Revision ID: 0022_streams
-Revises: 0021
+Revision ID: 0024
+Revises: 0023
 Create Date: 2026-12-02
 """
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0022_streams"
-down_revision = "0021"
+revision = "0024"
+down_revision = "0023"
 branch_labels = None
 depends_on = None
 
