@@ -345,7 +345,7 @@ def test_experiments_search_filters_over_experiment_columns(master: Master) -> N
             s, project_id=None, filter_text=None, sort="id=desc", offset=0, limit=0
         )
         assert ids == [second, first]
-        hp = _filter(_field("hp.lr", ">", 1, "LOCATION_TYPE_HYPERPARAMETERS"))
+        hp = _filter(_field("hp.lr", ">", 1, "LOCATION_TYPE_RUN_HYPERPARAMETERS"))
         with pytest.raises(InvalidArgument, match="does not filter experiments"):
             runs.search_experiment_ids(s, project_id=None, filter_text=hp, sort=None, offset=0, limit=0)
         with pytest.raises(InvalidArgument, match="does not sort experiments"):
