@@ -14,7 +14,7 @@ import pytest
 
 from services.master.domain.kernel.errors import InvalidArgument
 from services.master.domain.reads import runs
-from services.master.domain.reads.listings import experiment_rows_by_id
+from services.master.domain.reads.listings import best_trials, experiment_rows_by_id
 from services.master.domain.trials import run_metadata
 from services.master.store import models
 from tests.unit.master.domain.harness import Master
@@ -191,6 +191,10 @@ def test_experiments_search_reads_best_trials_and_configured_hyperparameters(mas
     assert _best(master, smaller) == small_trials[1].id
     assert _best(master, larger) == large_trials[1].id
     assert _best(master, idle) is None
+    with master.db.read() as s:
+        rows = best_trials(s, [_best(master, smaller), None, _best(master, larger)])
+    assert sorted(rows) == [small_trials[1].id, large_trials[1].id]
+    assert rows[small_trials[1].id].trial.searcher_metric_value == 0.2
 
     # Metric columns read the best trial's summary: 0.2 and 0.8.
     low_loss = _leaf("validation.loss.last", "<", 0.5, VALIDATIONS, NUMBER)
