@@ -317,7 +317,8 @@ def test_project_columns_offer_general_hyperparameter_and_metric_columns(master:
         assert by_name[("id", "EXPERIMENT")] == "NUMBER"
         assert by_name[("hp.lr", "HYPERPARAMETERS")] == "NUMBER"
         assert by_name[("hp.model.kind", "HYPERPARAMETERS")] == "TEXT"
-        assert by_name[("validation.loss", "VALIDATIONS")] == "NUMBER"
+        for aggregate in ("last", "max", "mean", "min"):
+            assert by_name[(f"validation.loss.{aggregate}", "VALIDATIONS")] == "NUMBER"
         run_columns = project_columns.project_columns(s, UNCATEGORIZED, runs=True)
         assert ("hp.lr", "RUN_HYPERPARAMETERS") in {(c.column, c.location) for c in run_columns}
         with pytest.raises(NotFound):
