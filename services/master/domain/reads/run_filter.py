@@ -32,9 +32,10 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import ColumnElement, String, and_, cast, false, not_, or_, true
+from sqlalchemy import ColumnElement, String, and_, cast, false, func, not_, or_, true
 
 from services.master.domain.kernel.errors import InvalidArgument
+from services.master.domain.reads import derived_columns as derived
 from services.master.domain.reads.best_trial import BEST_TRIAL
 from services.master.domain.reads.hp_spec_filter import hp_spec_clause
 from services.master.domain.reads.json_values import check_path, json_present, json_value, operand
@@ -134,6 +135,9 @@ class RunFilter:
     reads_best_trial: bool = False
 
 
+# Determined filters progress as a whole percentage.
+_PERCENT_DONE = func.round(func.coalesce(models.Experiment.progress, 0) * 100)
+
 # A run's experiment's columns, by Determined's experiment column names.
 _EXPERIMENT_SIDE: dict[str, Column] = {
     "id": Column(models.Experiment.id),
@@ -148,8 +152,14 @@ _EXPERIMENT_SIDE: dict[str, Column] = {
     "userId": Column(models.Experiment.owner_id),
     "resourcePool": Column(models.Experiment.resource_pool),
     "forkedFrom": Column(models.Experiment.parent_id),
-    "progress": Column(models.Experiment.progress),
+    "progress": Column(_PERCENT_DONE),
     "archived": Column(models.Experiment.archived),
+    "searcherType": Column(derived.searcher_field("name")),
+    "searcherMetric": Column(derived.searcher_field("metric")),
+    "numTrials": Column(derived.trial_count()),
+    "checkpointCount": Column(derived.experiment_checkpoints("count")),
+    "checkpointSize": Column(derived.experiment_checkpoints("size")),
+    "externalExperimentId": Column(models.Experiment.external_experiment_id),
 }
 
 # A run's columns (Determined's run column names): over models.Trial joined with its experiment.
@@ -171,8 +181,13 @@ _RUN_COLUMNS: dict[str, Column] = {
     "tags": Column(models.Experiment.labels, json_list=True),
     "resourcePool": Column(models.Experiment.resource_pool),
     "forkedFrom": Column(models.Experiment.parent_id),
-    "experimentProgress": Column(models.Experiment.progress),
+    "experimentProgress": Column(_PERCENT_DONE),
     "archived": Column(models.Trial.archived),
+    "searcherType": Column(derived.searcher_field("name")),
+    "searcherMetric": Column(derived.searcher_field("metric")),
+    "checkpointCount": Column(derived.run_checkpoints("count")),
+    "checkpointSize": Column(derived.run_checkpoints("size")),
+    "externalExperimentId": Column(models.Experiment.external_experiment_id),
 }
 
 # An experiment's columns (Determined's experiments-search): over models.Experiment, and its best

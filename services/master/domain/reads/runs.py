@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from services.master.domain.kernel.errors import InvalidArgument, NotFound
 from services.master.domain.kernel.paging import Page, page_of
 from services.master.domain.kernel.states import CheckpointState, RunState
+from services.master.domain.reads import derived_columns as derived
 from services.master.domain.reads.best_trial import BEST_TRIAL, best_trial_join
 from services.master.domain.reads.json_values import check_path, json_number, json_text
 from services.master.domain.reads.run_filter import EXPERIMENTS, parse_run_filter, run_filter_clause
@@ -38,6 +39,11 @@ _SORT_COLUMNS: dict[str, Any] = {
     "resourcePool": models.Experiment.resource_pool,
     "projectId": models.Experiment.project_id,
     "searcherMetricsVal": models.Trial.searcher_metric_value,
+    "searcherType": derived.searcher_field("name"),
+    "searcherMetric": derived.searcher_field("metric"),
+    "checkpointCount": derived.run_checkpoints("count"),
+    "checkpointSize": derived.run_checkpoints("size"),
+    "externalExperimentId": models.Experiment.external_experiment_id,
 }
 
 
@@ -66,6 +72,12 @@ _EXPERIMENT_SORT_COLUMNS: dict[str, Any] = {
     "projectId": models.Experiment.project_id,
     # Determined's: the searcher metric value of the experiment's best trial.
     "searcherMetricsVal": BEST_TRIAL.searcher_metric_value,
+    "searcherType": derived.searcher_field("name"),
+    "searcherMetric": derived.searcher_field("metric"),
+    "numTrials": derived.trial_count(),
+    "checkpointCount": derived.experiment_checkpoints("count"),
+    "checkpointSize": derived.experiment_checkpoints("size"),
+    "externalExperimentId": models.Experiment.external_experiment_id,
 }
 
 

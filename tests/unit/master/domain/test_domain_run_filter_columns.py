@@ -8,10 +8,12 @@ columns refused, naming them."""
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 import pytest
 
+from services.master.domain.checkpoints import checkpoints
 from services.master.domain.kernel.errors import InvalidArgument
 from services.master.domain.reads import runs
 from services.master.domain.reads.listings import best_trials, experiment_rows_by_id
@@ -220,3 +222,36 @@ def test_experiments_search_reads_best_trials_and_configured_hyperparameters(mas
     assert _experiment_ids(master, _filter(_leaf("hp.opt", "contains", "sg", HP))) == [ranged]
     assert _experiment_ids(master, _filter(_leaf("hp.opt", "isEmpty", None, HP))) == [smaller, larger, idle]
     assert _experiment_ids(master, _filter(_leaf("hp.lr", "<", 0.05, HP, NUMBER))) == [ranged]
+
+
+def test_derived_columns_filter_and_sort_as_the_project_columns_offer_them(master: Master) -> None:
+    searched = master.create(**_grid())
+    single = master.create(hyperparameters={"lr": 0.1})
+    (single_run,) = master.trials(single)
+    checkpoints.report(
+        master.ctx,
+        master.admin,
+        checkpoints.ReportedCheckpoint(
+            uuid=str(uuid.uuid4()),
+            allocation_id=master.live(single_run.id).id,
+            resources={"weights": 1000},
+            metadata={"steps_completed": 1},
+        ),
+    )
+    grid_runs = [t.id for t in master.trials(searched)]
+    exp = "LOCATION_TYPE_EXPERIMENT"
+
+    assert _run_ids(master, _filter(_leaf("searcherType", "=", "grid", ""))) == grid_runs
+    assert _run_ids(master, _filter(_leaf("searcherMetric", "contains", "LOS", ""))) == [
+        *grid_runs,
+        single_run.id,
+    ]
+    assert _run_ids(master, _filter(_leaf("checkpointCount", ">", 0, "", NUMBER))) == [single_run.id]
+    assert _run_ids(master, _filter(_leaf("checkpointSize", ">=", 1000, "", NUMBER))) == [single_run.id]
+    assert _run_ids(master, sort="checkpointSize=desc")[0] == single_run.id
+    assert _experiment_ids(master, _filter(_leaf("numTrials", "=", 3, exp, NUMBER))) == [searched]
+    assert _experiment_ids(master, _filter(_leaf("checkpointCount", "=", 1, exp, NUMBER))) == [single]
+    assert _experiment_ids(master, _filter(_leaf("searcherType", "=", "single", exp))) == [single]
+    # Progress is a whole percentage, as Determined's filter reads it.
+    assert _experiment_ids(master, _filter(_leaf("progress", "<", 100, exp, NUMBER))) == [searched, single]
+    assert _experiment_ids(master, sort="numTrials=desc") == [searched, single]
