@@ -1,9 +1,9 @@
 """Notebooks with the stock determined==0.38.1 client: `det notebook start` waits until JupyterLab
 answers, which it does only through the master's proxy at /proxy/{task_id}/ and only with a
-session; a cell runs over the kernel's websocket through the same proxy; a master kill -9 leaves it
-reachable; `det notebook kill` ends it and the proxy then refuses; an idle notebook stops itself
-after its idle_timeout. On the process and the Docker runtime; SQLite only (nothing here depends on
-the database backend)."""
+session, and `det task list` shows its port; a cell runs over the kernel's websocket through the
+same proxy; a master kill -9 leaves it reachable; `det notebook kill` ends it and the proxy then
+refuses; an idle notebook stops itself after its idle_timeout. On the process and the Docker
+runtime; SQLite only (nothing here depends on the database backend)."""
 
 from __future__ import annotations
 
@@ -102,6 +102,15 @@ def test_a_notebook_answers_through_the_proxy_runs_a_cell_survives_a_master_rest
     task_id = listed["id"]
     assert listed["state"] == "RUNNING" and listed["serviceAddress"] == f"/proxy/{task_id}/"
     assert f"/proxy/{task_id}/" in out  # the URL `det` prints is the master's proxy
+    # `det task list` shows its port as Determined's ProxyPortConfig: its default service, named by
+    # the task's id, HTTP behind a session.
+    (summary,) = [t for t in json.loads(det("task", "list", "--json")).values() if t["taskId"] == task_id]
+    port = int(allocation_address(cluster, task_id).rsplit(":", 1)[1])
+    assert [
+        (p["serviceId"], p["port"], bool(p["proxyTcp"]), bool(p["unauthenticated"]))
+        for p in summary["proxyPorts"]
+    ] == [(task_id, port, False, False)]
+    assert str(port) in det("task", "list")
 
     base = f"{master}/proxy/{task_id}/"
     anonymous = requests.get(f"{base}api/status", timeout=30)

@@ -1,8 +1,9 @@
 """The runs API and bulk experiment actions with the stock determined==0.38.1 client, on a cluster
 of one agent and one slot, on both databases: trial code's run metadata (core.train.set_metadata),
-SearchRuns with Determined's filter, run pause/resume/archive/move/delete and the experiment
-actions by project (ids and filters), each answered one result per id, experiments-search, and the
-project's columns.
+SearchRuns with Determined's filter (on general, metric, hyperparameter and tag columns) and sort
+(by metric and hyperparameter, missing values last), run pause/resume/archive/move/delete and the
+experiment actions by project (ids and filters), each answered one result per id,
+experiments-search with each experiment's best trial, and the project's columns.
 Every check reads the end state back (experiments really paused, killed, archived, moved, deleted)."""
 
 from __future__ import annotations
@@ -32,20 +33,23 @@ def one_slot(db_url: str | None, tmp_path: Path) -> Iterator[TestCluster]:
         yield c
 
 
-def _config(tmp_path: Path, name: str, steps: int) -> str:
+def _config(tmp_path: Path, name: str, steps: int, lr: float, labels: tuple[str, ...]) -> str:
     path = tmp_path / f"{name}.yaml"
     path.write_text(
         f"name: {name}\n"
         "entrypoint: python3 runs_trial.py\n"
-        f"hyperparameters: {{steps: {steps}, lr: 0.25}}\n"
-        "searcher: {name: single, metric: loss, max_length: {batches: 10}}\n"
+        f"hyperparameters: {{steps: {steps}, lr: {lr}}}\n"
+        "searcher: {name: single, metric: validation_loss, max_length: {batches: 10}}\n"
+        f"labels: {json.dumps(list(labels))}\n"
         "max_restarts: 0\n"
     )
     return str(path)
 
 
-def _create(det: Any, tmp_path: Path, name: str, steps: int) -> int:
-    out = det("experiment", "create", _config(tmp_path, name, steps), str(RUNS_TRIAL_DIR))
+def _create(
+    det: Any, tmp_path: Path, name: str, steps: int, lr: float = 0.25, labels: tuple[str, ...] = ()
+) -> int:
+    out = det("experiment", "create", _config(tmp_path, name, steps, lr, labels), str(RUNS_TRIAL_DIR))
     found = re.search(r"Created experiment (\d+)", out)
     assert found, out
     return int(found.group(1))
@@ -64,6 +68,18 @@ def _run_filter(column: str, value: int, *, show_archived: bool = False) -> str:
     return json.dumps({"filterGroup": group, "showArchived": show_archived})
 
 
+def _leaf_filter(column: str, operator: str, value: Any, location: str, kind: str) -> str:
+    leaf = {
+        "kind": "field",
+        "columnName": column,
+        "location": f"LOCATION_TYPE_{location}",
+        "operator": operator,
+        "type": f"COLUMN_TYPE_{kind}",
+        "value": value,
+    }
+    return json.dumps({"filterGroup": {"kind": "group", "conjunction": "and", "children": [leaf]}})
+
+
 def _results(response: dict[str, Any]) -> dict[int, str]:
     return {r["id"]: r["error"] for r in response["results"]}
 
@@ -75,8 +91,8 @@ def test_runs_and_bulk_experiment_actions(one_slot: TestCluster, tmp_path: Path)
     admin_det = det_runner(determined_env(cluster, tmp_path / "admin-home"), user="admin")
     sdk = sdk_runner(determined_env(cluster, tmp_path / "sdk-home"))
 
-    short = _create(det, tmp_path, "short", steps=3)
-    theirs = _create(admin_det, tmp_path, "admins", steps=3)
+    short = _create(det, tmp_path, "short", steps=3, labels=("e2e-Tagged",))
+    theirs = _create(admin_det, tmp_path, "admins", steps=3, lr=0.5)
     long = _create(det, tmp_path, "long", steps=3000)
     for experiment_id in (short, theirs):
         wait_state(api, experiment_id, "COMPLETED", timeout=300)
@@ -102,7 +118,54 @@ result = [(r.id, r.experiment.id, r.experiment.name, r.metadata, r.hyperparamete
         f"result = [r.id for r in bindings.post_SearchRuns({SESSION}, "
         "body=bindings.v1SearchRunsRequest()).runs]"
     )
-    assert everything == sorted([short_run.id, long_run.id, trials(api, theirs)[0].id])
+    (their_run,) = trials(api, theirs)
+    assert everything == sorted([short_run.id, long_run.id, their_run.id])
+
+    # ---- filter and sort by metric, hyperparameter and tag columns (each validation_loss is 2*lr:
+    # short's 0.5, theirs 1.0; the long run has none yet) ----
+    def search(filter_text: str | None = None, sort: str | None = None) -> Any:
+        return sdk(
+            f"""
+body = bindings.v1SearchRunsRequest(projectId=1, filter={filter_text!r}, sort={sort!r})
+result = [r.id for r in bindings.post_SearchRuns({SESSION}, body=body).runs]
+"""
+        )
+
+    low = _leaf_filter("validation.validation_loss.last", "<", 0.75, "VALIDATIONS", "NUMBER")
+    assert search(low) == [short_run.id]
+    assert search(_leaf_filter("hp.lr", "=", 0.5, "RUN_HYPERPARAMETERS", "NUMBER")) == [their_run.id]
+    assert search(_leaf_filter("tags", "contains", "tagged", "EXPERIMENT", "TEXT")) == [short_run.id]
+    # Missing values last, whichever the direction; then id ascending.
+    assert search(sort="validation.validation_loss.last=desc") == [their_run.id, short_run.id, long_run.id]
+    assert search(sort="validation.validation_loss.last=asc") == [short_run.id, their_run.id, long_run.id]
+    assert search(sort="hp.lr=desc") == [their_run.id, short_run.id, long_run.id]
+    unknown = sdk(
+        f"""
+try:
+    bindings.post_SearchRuns({SESSION}, body=bindings.v1SearchRunsRequest(
+        filter={_leaf_filter("nope", "=", 1, "RUN", "NUMBER")!r}))
+except Exception as exc:
+    result = str(exc)
+"""
+    )
+    assert "does not filter runs on column 'nope'" in unknown
+    # experiments-search: each experiment's best trial, chosen by its searcher metric; the long
+    # one has none yet. Its metric columns are its best trial's.
+    best = sdk(
+        f"""
+body = bindings.v1SearchExperimentsRequest(projectId=1, sort="searcherMetricsVal=asc")
+result = [(e.experiment.id, e.bestTrial and (e.bestTrial.id, e.bestTrial.searcherMetricValue))
+          for e in bindings.post_SearchExperiments({SESSION}, body=body).experiments]
+"""
+    )
+    assert best == [[short, [short_run.id, 0.5]], [theirs, [their_run.id, 1.0]], [long, None]]
+    by_metric = sdk(
+        f"""
+body = bindings.v1SearchExperimentsRequest(projectId=1, filter={low!r})
+result = [e.experiment.id for e in bindings.post_SearchExperiments({SESSION}, body=body).experiments]
+"""
+    )
+    assert by_metric == [short]
 
     # ---- pause and resume a run: its (single-trial) experiment pauses and resumes ----
     paused = sdk(
@@ -192,7 +255,8 @@ result = [e.experiment.id for e in bindings.post_SearchExperiments({SESSION}, bo
         f"bindings.get_GetProjectColumns({SESSION}, id={moved_to}).columns]"
     )
     assert ["hp.lr", "LOCATION_TYPE_HYPERPARAMETERS", "COLUMN_TYPE_NUMBER"] in columns
-    assert ["training.loss", "LOCATION_TYPE_TRAINING", "COLUMN_TYPE_NUMBER"] in columns
+    assert ["training.loss.min", "LOCATION_TYPE_TRAINING", "COLUMN_TYPE_NUMBER"] in columns
+    assert ["validation.validation_loss.last", "LOCATION_TYPE_VALIDATIONS", "COLUMN_TYPE_NUMBER"] in columns
     deleted_run = sdk(
         f"""
 body = bindings.v1DeleteRunsRequest(projectId={moved_to}, runIds=[{long_run.id}])

@@ -102,6 +102,14 @@ def test_a_shell_runs_commands_over_ssh_through_the_master_for_its_owner_only_un
     assert "interactive-42" in det("shell", "open", shell_id, stdin="echo interactive-$((6*7))\nexit\n")
     (listed,) = json.loads(det("shell", "list", "--json"))
     assert listed["state"] == "RUNNING", listed  # det renders STATE_RUNNING so
+    # `det task list` shows its SSH server's port as Determined's ProxyPortConfig: a TCP stream,
+    # reached without a session (the key is the credential), named by the task's id.
+    (summary,) = [t for t in json.loads(det("task", "list", "--json")).values() if t["taskId"] == shell_id]
+    ((service, port, tcp, unauthenticated),) = [
+        (p["serviceId"], p["port"], p["proxyTcp"], p["unauthenticated"]) for p in summary["proxyPorts"]
+    ]
+    assert (service, tcp, unauthenticated) == (shell_id, True, True) and port > 0
+    assert str(port) in det("task", "list")
     assert not listed.get("privateKey")  # a listing is no place for the key
     assert "determined.cli.tunnel" in det("shell", "show-ssh-command", shell_id)
     det("shell", "set", "priority", shell_id, "10")

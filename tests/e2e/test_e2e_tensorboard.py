@@ -1,10 +1,10 @@
 """TensorBoard with the stock determined==0.38.1 client: two experiments whose trials report
 metrics, one through Cairn's Core API and one through Determined's own (its TensorBoard files land
 at the same place in checkpoint storage), complete; `det tensorboard start` waits until
-TensorBoard answers, which it does only through the master's proxy and only with a session; the
-scalars each trial reported are served by TensorBoard's data API, one run per trial; `det
-tensorboard kill` ends it; deleting an experiment deletes its TensorBoard files. On the process and
-the Docker runtime."""
+TensorBoard answers, which it does only through the master's proxy and only with a session, and
+`det task list` shows its port; the scalars each trial reported are served by TensorBoard's data
+API, one run per trial; `det tensorboard kill` ends it; deleting an experiment deletes its
+TensorBoard files. On the process and the Docker runtime."""
 
 from __future__ import annotations
 
@@ -82,6 +82,13 @@ def test_tensorboard_serves_the_reported_scalars_through_the_proxy_and_goes_with
     assert listed["state"] == "RUNNING" and listed["serviceAddress"] == f"/proxy/{task_id}/"
     assert sorted(listed["experimentIds"]) == sorted([cairn_exp, det_exp])
     assert quote(f"/proxy/{task_id}/", safe="") in out  # the URL `det` prints opens the master's proxy
+    # `det task list` shows its port as Determined's ProxyPortConfig: its default service, named by
+    # the task's id, HTTP behind a session.
+    (summary,) = [t for t in json.loads(det("task", "list", "--json")).values() if t["taskId"] == task_id]
+    ((service, port, tcp, unauthenticated),) = [
+        (p["serviceId"], p["port"], p["proxyTcp"], p["unauthenticated"]) for p in summary["proxyPorts"]
+    ]
+    assert (service, bool(tcp), bool(unauthenticated)) == (task_id, False, False) and port > 0
 
     base = f"{master}/proxy/{task_id}/"
     anonymous = requests.get(f"{base}data/runs", timeout=30)

@@ -22,6 +22,17 @@ from tests.support.webhook_receiver import Receiver
 
 KEY = "e2e-webhook-signing-key"
 ALERT_DIR = Path(__file__).parent / "fixtures" / "det_alert"
+# Determined's ExperimentPayload (master/internal/webhooks/webhook.go).
+EXPERIMENT_KEYS = {
+    "id",
+    "state",
+    "name",
+    "duration",
+    "resource_pool",
+    "slots_per_trial",
+    "workspace",
+    "project",
+}
 
 
 @pytest.fixture
@@ -226,6 +237,10 @@ result = {{
     assert body["event_type"] == "EXPERIMENT_STATE_CHANGE" and body["condition"] == {"state": "COMPLETED"}
     assert body["event_data"]["experiment"]["id"] == experiment_id
     assert body["event_data"]["experiment"]["name"] == "webhooks-e2e"
+    # Determined's EventPayload and ExperimentPayload keys (master/internal/webhooks/webhook.go).
+    assert set(body) == {"event_id", "event_type", "timestamp", "condition", "event_data"}
+    assert set(body["event_data"]) == {"experiment"}
+    assert set(body["event_data"]["experiment"]) == EXPERIMENT_KEYS
 
     got = steady.wait_for(
         lambda got: {r.path for r in got} >= {"/tasklog", "/custom", "/slack"} and len(got) >= 4
@@ -234,6 +249,9 @@ result = {{
     (log_match,) = steady.bodies("/tasklog")
     assert log_match["event_type"] == "TASK_LOG"
     assert log_match["event_data"]["task_log"]["triggering_log"].startswith("WEBHOOK-PATTERN-42")
+    assert log_match["condition"] == {"regex": r"WEBHOOK-PATTERN-\d+"}
+    assert set(log_match["event_data"]) == {"task_log"}
+    assert set(log_match["event_data"]["task_log"]) == {"task_id", "node_name", "triggering_log"}
     (slack,) = steady.bodies("/slack")
     assert slack["blocks"] == [
         {
@@ -253,3 +271,6 @@ result = {{
         alert["event_data"]["experiment"]["id"] == experiment_id
         and alert["event_data"]["experiment"]["trial_id"]
     )
+    assert set(alert["event_data"]) == {"experiment", "custom_data"}
+    assert set(alert["event_data"]["experiment"]) == EXPERIMENT_KEYS | {"trial_id"}
+    assert set(alert["condition"]) == {"state"}

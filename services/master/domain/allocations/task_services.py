@@ -16,6 +16,8 @@ of its Hello), loopback when it advertised none. The service binds there and now
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from sqlalchemy import select
 
 import cairn.task_environment as tenv
@@ -37,6 +39,32 @@ SERVICE_PORT_BASE = 31400  # ends at 32399
 def service_port(ctx: MasterContext, port_offset: int) -> int:
     """The allocation's service port: its block, turned by the cluster's shift (rendezvous.py)."""
     return SERVICE_PORT_BASE + (port_offset + cluster_port_shift(ctx.cluster_id)) % PORT_BLOCKS
+
+
+@dataclass(frozen=True)
+class ServedPort:
+    """A port an allocation serves through the master's proxy, as Determined's ProxyPortConfig
+    tells it (GetTasks' proxy_ports, which `det task list` shows as Ports)."""
+
+    service_id: str
+    port: int
+    tcp: bool
+    unauthenticated: bool
+
+
+def served_port(ctx: MasterContext, task: models.Task, alloc: models.Allocation) -> ServedPort | None:
+    """The port a serving task's allocation serves, as Determined lists a notebook's, TensorBoard's
+    or shell's: its default service, so the proxy names it by the task's id; a shell's is a TCP
+    stream reached without a session (its SSH key is the credential), as Determined marks it. None
+    for a kind that serves nothing, and until the allocation is placed: its port comes from the
+    port block the master gives it then (Determined picks a notebook's port at launch)."""
+    proxy = registry.proxy_of(task.kind)
+    if proxy == Proxy.NONE or alloc.port_offset is None:
+        return None
+    tcp = proxy == Proxy.TCP
+    return ServedPort(
+        service_id=task.id, port=service_port(ctx, alloc.port_offset), tcp=tcp, unauthenticated=tcp
+    )
 
 
 def service_host(w: Work, alloc: models.Allocation) -> str:

@@ -305,6 +305,16 @@ def experiment_rows_by_id(s: Session, ids: list[int]) -> list[ExperimentRow]:
     return experiment_rows(s, [found[i] for i in ids if i in found])
 
 
+def best_trials(s: Session, ids: list[int | None]) -> dict[int, TrialRow]:
+    """The rows of the trials named (experiments' best trials, TrialAggregate.best_trial_id), by id;
+    None (an experiment with no best trial yet) names none."""
+    wanted = sorted({i for i in ids if i is not None})
+    if not wanted:
+        return {}
+    found = list(s.scalars(select(models.Trial).where(models.Trial.id.in_(wanted))))
+    return {row.trial.id: row for row in trial_rows(s, found)}
+
+
 @dataclass
 class TrialRow:
     trial: models.Trial

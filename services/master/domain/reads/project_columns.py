@@ -1,6 +1,8 @@
 """The columns a project's experiment or run table offers (Determined's GetProjectColumns): the
 general columns, then the hyperparameters of the project's experiments, then the metrics their
-trials reported (validation, training, and other groups), each with its type.
+trials reported (validation, training, and other groups), each with its type, named as Determined
+names them (`validation.validation_loss.last`, `.max`, `.mean`, `.min` for a number; `.last`
+otherwise), which the run filter and sort read back (summary_paths.py).
 
 Bounded: the newest MAX_EXPERIMENTS experiments of the project are read, and at most MAX_COLUMNS
 columns of hyperparameters and metrics are offered."""
@@ -22,6 +24,8 @@ MAX_COLUMNS = 2000
 MAX_HP_DEPTH = 8
 
 TEXT, NUMBER, DATE, ARRAY = "TEXT", "NUMBER", "DATE", "ARRAY"
+# The aggregates Determined offers of a numeric metric, in its order.
+NUMBER_AGGREGATES = ("last", "max", "mean", "min")
 
 
 @dataclass(frozen=True)
@@ -158,5 +162,8 @@ def project_columns(s: Session, project_id: int, *, runs: bool) -> list[Column]:
                     break
                 number = isinstance(entry, dict) and "mean" in entry
                 metrics.setdefault((f"{prefix}.{name}", location), NUMBER if number else TEXT)
-    columns += [Column(name, location, kind) for (name, location), kind in sorted(metrics.items())]
+    for (name, location), kind in sorted(metrics.items()):
+        # Determined's names: a number's four aggregates, anything else its last value.
+        aggregates = NUMBER_AGGREGATES if kind == NUMBER else ("last",)
+        columns += [Column(f"{name}.{aggregate}", location, kind) for aggregate in aggregates]
     return columns

@@ -16,7 +16,7 @@ from services.master.domain.experiments import bulk_actions, run_actions
 from services.master.domain.experiments.bulk_actions import ActionResult, BulkFilters
 from services.master.domain.kernel.errors import InvalidArgument
 from services.master.domain.reads import project_columns, runs
-from services.master.domain.reads.listings import experiment_rows_by_id
+from services.master.domain.reads.listings import best_trials, experiment_rows_by_id
 from services.master.domain.trials import run_metadata
 from services.master.servicers.api import convert
 from services.master.servicers.api.base import ServicerBase
@@ -278,10 +278,15 @@ class RunsApi(ServicerBase):
                 limit=request.limit,
             )
             rows = experiment_rows_by_id(s, ids)
-        return rpb.SearchExperimentsResponse(
-            experiments=[rpb.SearchExperimentExperiment(experiment=convert.experiment(row)) for row in rows],
-            pagination=convert.pagination(page),
-        )
+            best = best_trials(s, [row.trials.best_trial_id for row in rows])
+        answers = []
+        for row in rows:
+            answer = rpb.SearchExperimentExperiment(experiment=convert.experiment(row))
+            best_trial = best.get(row.trials.best_trial_id or 0)
+            if best_trial is not None:
+                answer.best_trial.CopyFrom(convert.trial(best_trial))
+            answers.append(answer)
+        return rpb.SearchExperimentsResponse(experiments=answers, pagination=convert.pagination(page))
 
     @rpc
     def GetProjectColumns(

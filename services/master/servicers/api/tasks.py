@@ -108,6 +108,16 @@ class TasksApi(ServicerBase):
             )
             if alloc.priority is not None:
                 summary.priority = alloc.priority
+            served = task_services.served_port(self.ctx, task, alloc)
+            if served is not None:
+                summary.proxy_ports.append(
+                    task_pb2.ProxyPortConfig(
+                        service_id=served.service_id,
+                        port=served.port,
+                        proxy_tcp=served.tcp,
+                        unauthenticated=served.unauthenticated,
+                    )
+                )
             for port in proxy_ports.get(task.id, ()):
                 summary.proxy_ports.append(
                     task_pb2.ProxyPortConfig(

@@ -317,7 +317,8 @@ def test_project_columns_offer_general_hyperparameter_and_metric_columns(master:
         assert by_name[("id", "EXPERIMENT")] == "NUMBER"
         assert by_name[("hp.lr", "HYPERPARAMETERS")] == "NUMBER"
         assert by_name[("hp.model.kind", "HYPERPARAMETERS")] == "TEXT"
-        assert by_name[("validation.loss", "VALIDATIONS")] == "NUMBER"
+        for aggregate in ("last", "max", "mean", "min"):
+            assert by_name[(f"validation.loss.{aggregate}", "VALIDATIONS")] == "NUMBER"
         run_columns = project_columns.project_columns(s, UNCATEGORIZED, runs=True)
         assert ("hp.lr", "RUN_HYPERPARAMETERS") in {(c.column, c.location) for c in run_columns}
         with pytest.raises(NotFound):
@@ -345,7 +346,7 @@ def test_experiments_search_filters_over_experiment_columns(master: Master) -> N
             s, project_id=None, filter_text=None, sort="id=desc", offset=0, limit=0
         )
         assert ids == [second, first]
-        hp = _filter(_field("hp.lr", ">", 1, "LOCATION_TYPE_HYPERPARAMETERS"))
+        hp = _filter(_field("hp.lr", ">", 1, "LOCATION_TYPE_RUN_HYPERPARAMETERS"))
         with pytest.raises(InvalidArgument, match="does not filter experiments"):
             runs.search_experiment_ids(s, project_id=None, filter_text=hp, sort=None, offset=0, limit=0)
         with pytest.raises(InvalidArgument, match="does not sort experiments"):

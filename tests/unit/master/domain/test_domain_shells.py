@@ -108,3 +108,32 @@ def test_a_notebook_still_needs_a_session(master: Master) -> None:
         target(master, None, task_id)
     with pytest.raises(Unauthenticated):
         target(master, None, "no-such-task")  # nothing is told about tasks without a session
+
+
+def _served(master: Master, task_id: str) -> task_services.ServedPort | None:
+    with master.db.read() as s:
+        task = s.get_one(models.Task, task_id)
+        alloc = s.query(models.Allocation).filter_by(task_id=task_id).one()
+        return task_services.served_port(master.ctx, task, alloc)
+
+
+def test_serving_tasks_list_their_port_as_determined_once_placed(master: Master) -> None:
+    owner = master.add_user("dora")
+    notebook = master.launch(TaskKind.NOTEBOOK, {"resources": {"slots": 0}}, owner)
+    command = master.launch(TaskKind.COMMAND, {"entrypoint": ["true"], "resources": {"slots": 0}}, owner)
+    # Not placed yet (no agent): its port comes with its port block.
+    assert _served(master, notebook) is None
+    shell, alloc = ready_shell(master, owner)
+    master.settle()
+    port = task_services.service_port(master.ctx, alloc.port_offset or 0)
+    # Determined's default service: the proxy names it by the task's id; a shell's is a TCP stream
+    # reached without a session.
+    assert _served(master, shell) == task_services.ServedPort(shell, port, tcp=True, unauthenticated=True)
+    served = _served(master, notebook)
+    assert served is not None and (served.service_id, served.tcp, served.unauthenticated) == (
+        notebook,
+        False,
+        False,
+    )
+    assert served.port != port  # each allocation its own port block
+    assert _served(master, command) is None  # a command serves nothing
