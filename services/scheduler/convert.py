@@ -12,7 +12,9 @@ from services.scheduler.domain.model import (
     ClusterState,
     Decision,
     FittingPolicy,
+    GroupShare,
     Placement,
+    PoolShares,
     ResourcePool,
     SchedulerType,
     ShareGroup,
@@ -115,8 +117,28 @@ def _placement_to_proto(placement: Placement) -> pb.Placement:
     return pb.Placement(agent_id=placement.agent_id, slot_ids=list(placement.slot_ids))
 
 
+def _group_share(share: GroupShare) -> pb.GroupShare:
+    return pb.GroupShare(
+        key=share.key,
+        name=share.name,
+        nominal_slots=share.nominal_slots,
+        entitled_slots=share.entitled_slots,
+        held_slots=share.held_slots,
+        wanted_slots=share.wanted_slots,
+    )
+
+
+def _shares(shares: PoolShares) -> pb.PoolShares:
+    return pb.PoolShares(
+        resource_pool=shares.resource_pool,
+        workspaces=[_group_share(g) for g in shares.workspaces],
+        users=[_group_share(g) for g in shares.users],
+    )
+
+
 def decision_to_proto(decision: Decision) -> pb.ScheduleResponse:
     return pb.ScheduleResponse(
+        shares=[_shares(s) for s in decision.shares],
         assignments=[
             pb.Assignment(
                 allocation_id=a.allocation_id, placements=[_placement_to_proto(p) for p in a.placements]
@@ -153,4 +175,4 @@ def snapshot_from_proto(msg: pb.ScheduleChangesRequest) -> ClusterState:
 
 
 def answer_to_proto(answer: SessionAnswer) -> pb.ScheduleResponse:
-    return decision_to_proto(Decision(answer.assignments, answer.preemptions, answer.waiting))
+    return decision_to_proto(Decision(answer.assignments, answer.preemptions, answer.waiting, answer.shares))

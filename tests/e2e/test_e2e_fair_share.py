@@ -97,6 +97,14 @@ def test_borrowed_slots_come_back_by_preemption_and_a_quota_caps_a_workspace(
     speech = _created(
         admin("experiment", "create", str(_config(tmp_path, "Speech", "s", 1, 5)), str(DET_TRIAL_DIR))
     )
+
+    def divided() -> bool:
+        shares = json.loads(cairn("resource-pool", "shares", "default", "--json").stdout)
+        names = {g["name"]: g for g in shares.get("workspaces", [])}
+        return "workspace 'Speech'" in names and names["workspace 'Vision'"]["nominalSlots"] == 1
+
+    cairn = cairn_runner(fair_cluster, tmp_path / "cairn-home", "admin")
+    wait_for(divided, timeout=60, what="the pool's division to name both workspaces")
     wait_state(api, speech, "COMPLETED", timeout=120)
     wait_state(api, vision, "COMPLETED", timeout=180)
     vision_logs = [logs(api, t.id) for t in trials(api, vision)]
@@ -105,7 +113,6 @@ def test_borrowed_slots_come_back_by_preemption_and_a_quota_caps_a_workspace(
     assert any(line.startswith("DET-RESUMED") for line in preempted[0])  # and resumed from its checkpoint
 
     # A quota: Vision may hold one slot, even with the other idle; the job list names the quota.
-    cairn = cairn_runner(fair_cluster, tmp_path / "cairn-home", "admin")
     set_quota = cairn("workspace", "set-quota", "Vision", "--pool", "default", "--max", "1")
     assert set_quota.returncode == 0, set_quota.stderr
     capped = _created(

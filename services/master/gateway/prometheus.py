@@ -10,6 +10,11 @@ from services.master.domain.reads.deferred_work import owed_work
 from services.master.domain.reads.provisioning import provisioning_counts
 
 
+def _escaped(value: str) -> str:
+    """A label value as Prometheus' text format writes it (names people chose may hold anything)."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
 def _gauge(
     lines: list[str],
     name: str,
@@ -20,7 +25,7 @@ def _gauge(
     lines.append(f"# HELP {name} {help_text}")
     lines.append(f"# TYPE {name} {kind}")
     for labels, value in samples:
-        label_text = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+        label_text = ",".join(f'{k}="{_escaped(str(v))}"' for k, v in sorted(labels.items()))
         lines.append(f"{name}{{{label_text}}} {value}" if label_text else f"{name} {value}")
 
 
@@ -62,6 +67,34 @@ def render(ctx: MasterContext) -> str:
         "Starting what a pass placed: allocations assigned, containers recorded, start commands sent.",
         telemetry.scheduling_start,
     )
+    divisions = ctx.fair_shares.all()
+    for name, field, help_text in (
+        (
+            "cairn_fair_share_entitled_slots",
+            "entitled",
+            "Slots a workspace's fair share gives it now, by pool.",
+        ),
+        ("cairn_fair_share_held_slots", "held", "Slots a workspace holds in a fair-share pool."),
+        ("cairn_fair_share_wanted_slots", "wanted", "Slots a workspace wants (runs and waits for)."),
+        ("cairn_fair_share_borrowed_slots", "borrowed", "Slots a workspace holds beyond its nominal share."),
+    ):
+        _gauge(
+            lines,
+            name,
+            help_text,
+            [
+                (
+                    {
+                        "pool": d.pool,
+                        "workspace_id": g.key,
+                        "workspace": g.name.removeprefix("workspace '").removesuffix("'"),
+                    },
+                    getattr(g, field),
+                )
+                for d in divisions
+                for g in d.workspaces
+            ],
+        )
     _gauge(
         lines,
         "cairn_pending_allocations",

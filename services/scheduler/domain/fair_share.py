@@ -34,7 +34,14 @@ from dataclasses import dataclass, field
 from services.scheduler.domain import reasons
 from services.scheduler.domain.capacity import PoolCapacity
 from services.scheduler.domain.fitting import apply_fit, find_fit
-from services.scheduler.domain.model import AllocationRequest, Preemption, ResourcePool, ShareGroup
+from services.scheduler.domain.model import (
+    AllocationRequest,
+    GroupShare,
+    PoolShares,
+    Preemption,
+    ResourcePool,
+    ShareGroup,
+)
 from services.scheduler.domain.ordering import QueueKey, effective_priority, queue_key
 from services.scheduler.domain.priority_pass import PassOutcome, shape_of
 from services.scheduler.domain.reasons import PoolFacts
@@ -107,6 +114,62 @@ def entitlements(pool: ResourcePool, total: int, requests: Iterable[AllocationRe
         claims = [Claim(key=job, weight=job_weight[job], demand=n) for job, n in sorted(demand.items())]
         job_share.update(divide(user_share.get(user, 0), claims))
     return Entitlements(ws_share, user_share, job_share)
+
+
+def division(
+    pool: ResourcePool,
+    total: int,
+    requests: Sequence[AllocationRequest],
+    shares: Entitlements,
+    held: _Held,
+) -> PoolShares:
+    """The pool's division as people read it: per workspace and user, the nominal share (by weight
+    alone, were every group present to want the whole pool), the entitlement now, the slots held
+    and wanted."""
+    workspaces = {g.key: g for g in pool.workspaces}
+    users = {g.key: g for g in pool.users}
+    ws_wanted: dict[str, int] = defaultdict(int)
+    user_wanted: dict[str, int] = defaultdict(int)
+    users_of: dict[str, set[str]] = defaultdict(set)
+    for r in requests:
+        ws_wanted[workspace_of(r)] += r.slots_needed
+        user_wanted[user_of(r)] += r.slots_needed
+        users_of[workspace_of(r)].add(user_of(r))
+    everything = dict.fromkeys(ws_wanted, total)
+    ws_nominal = divide(total, _claims(everything, workspaces, adjust_by_usage=False))
+    user_nominal: dict[str, int] = {}
+    for ws, members in users_of.items():
+        claims = _claims(dict.fromkeys(members, total), users, adjust_by_usage=False)
+        user_nominal.update(divide(ws_nominal.get(ws, 0), claims))
+
+    def report(
+        keys: Iterable[str],
+        groups: dict[str, ShareGroup],
+        kind: str,
+        nominal: dict[str, int],
+        entitled: dict[str, int],
+        holding: dict[str, int],
+        wanted: dict[str, int],
+    ) -> tuple[GroupShare, ...]:
+        return tuple(
+            GroupShare(
+                key=key,
+                name=_name(groups, key, kind),
+                nominal_slots=nominal.get(key, 0),
+                entitled_slots=entitled.get(key, 0),
+                held_slots=holding.get(key, 0),
+                wanted_slots=wanted.get(key, 0),
+            )
+            for key in sorted(keys)
+        )
+
+    return PoolShares(
+        resource_pool=pool.name,
+        workspaces=report(
+            ws_wanted, workspaces, "workspace", ws_nominal, shares.workspace, held.workspace, ws_wanted
+        ),
+        users=report(user_wanted, users, "user", user_nominal, shares.user, held.user, user_wanted),
+    )
 
 
 class _Held:
@@ -319,6 +382,7 @@ def run_fair_share_pass(
     shares = entitlements(pool, facts.usable_slots, [*running, *pending])
     state = _Pass(pool, facts, capacity, list(running), shares, _Held(running))
     state.enforce_maximums()
+    holding = _Held(running)
     order = _Order(pool, pending)
     lenders: list[AllocationRequest] = []
     deprived: AllocationRequest | None = None
@@ -348,4 +412,7 @@ def run_fair_share_pass(
             state.outcome.waiting[r.allocation_id] = quota
         elif not state.start(r):
             state.outcome.waiting[r.allocation_id] = state.why_not(r)
+    for r, _ in state.outcome.started:
+        holding.add(r, r.slots_needed)
+    state.outcome.shares = division(pool, facts.usable_slots, [*running, *pending], shares, holding)
     return state.outcome

@@ -145,7 +145,30 @@ class Waiting:
 
 
 @dataclass(frozen=True)
+class GroupShare:
+    """A workspace's or user's part of a fair-share pool at a decision."""
+
+    key: str
+    name: str
+    # Its weighted share were every group present to want the whole pool.
+    nominal_slots: int
+    # What its share gives it now, with what each group wants.
+    entitled_slots: int
+    held_slots: int
+    wanted_slots: int
+
+
+@dataclass(frozen=True)
+class PoolShares:
+    resource_pool: str
+    workspaces: tuple[GroupShare, ...] = ()
+    users: tuple[GroupShare, ...] = ()
+
+
+@dataclass(frozen=True)
 class Decision:
     assignments: tuple[Assignment, ...] = ()
     preemptions: tuple[Preemption, ...] = ()
     waiting: tuple[Waiting, ...] = ()
+    # The fair-share pools' divisions.
+    shares: tuple[PoolShares, ...] = ()

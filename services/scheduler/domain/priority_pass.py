@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from services.scheduler.domain import reasons
 from services.scheduler.domain.capacity import PoolCapacity
 from services.scheduler.domain.fitting import Fit, apply_fit, find_fit
-from services.scheduler.domain.model import AllocationRequest, Preemption, ResourcePool
+from services.scheduler.domain.model import AllocationRequest, PoolShares, Preemption, ResourcePool
 from services.scheduler.domain.ordering import QueueKey, by_priority_level, effective_priority, queue_key
 from services.scheduler.domain.preemption import plan_preemption
 from services.scheduler.domain.reasons import PoolFacts
@@ -72,6 +72,8 @@ class PassOutcome:
     # Requests the pass did not look at one by one, all waiting for the same reason: the rest of a
     # level's shape once no shape of the level could fit (see run_priority_pass).
     tails: list[Tail] = field(default_factory=list)
+    # A fair-share pass's division of the pool (fair_share.py); None for a priority pass.
+    shares: PoolShares | None = None
 
     def all_waiting(self) -> dict[str, str]:
         """Every waiting request with its reason, the tails spelled out."""

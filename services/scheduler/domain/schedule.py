@@ -19,6 +19,7 @@ from services.scheduler.domain.model import (
     Assignment,
     ClusterState,
     Decision,
+    PoolShares,
     Preemption,
     ResourcePool,
     SchedulerType,
@@ -47,6 +48,7 @@ def schedule(state: ClusterState) -> Decision:
     assignments: list[Assignment] = []
     preemptions: list[Preemption] = []
     waiting: list[Waiting] = []
+    shares: list[PoolShares] = []
     for pool_name in sorted(requests_by_pool):
         pool = pools.get(pool_name)
         requests = requests_by_pool[pool_name]
@@ -57,7 +59,9 @@ def schedule(state: ClusterState) -> Decision:
         assignments.extend(Assignment(r.allocation_id, fit.placements) for r, fit in outcome.started)
         preemptions.extend(outcome.preemptions)
         waiting.extend(_queue(pool, requests, outcome.waiting))
-    return Decision(tuple(assignments), tuple(preemptions), tuple(waiting))
+        if outcome.shares is not None:
+            shares.append(outcome.shares)
+    return Decision(tuple(assignments), tuple(preemptions), tuple(waiting), tuple(shares))
 
 
 def _schedule_pool(
@@ -93,6 +97,7 @@ def _schedule_pool(
         combined.started.extend(outcome.started)
         combined.preemptions.extend(outcome.preemptions)
         combined.waiting.update(outcome.all_waiting())
+        combined.shares = combined.shares or outcome.shares
     return combined
 
 

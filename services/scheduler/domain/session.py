@@ -33,6 +33,7 @@ from services.scheduler.domain.model import (
     AllocationRequest,
     Assignment,
     ClusterState,
+    PoolShares,
     Preemption,
     ResourcePool,
     SchedulerType,
@@ -67,6 +68,8 @@ class SessionAnswer:
     # Queue positions are the reader's to compute: they move for every request behind one that
     # starts, and sending them would make every answer as long as the queue.
     waiting: tuple[Waiting, ...]
+    # The fair-share pools decided again in this pass (the others' division is unchanged).
+    shares: tuple[PoolShares, ...] = ()
 
 
 def _agent_shape(agent: Agent) -> tuple[object, ...]:
@@ -84,6 +87,7 @@ def _agent_shape(agent: Agent) -> tuple[object, ...]:
 class _Outcome:
     started: list[tuple[AllocationRequest, Fit]] = field(default_factory=list)
     preemptions: list[Preemption] = field(default_factory=list)
+    shares: PoolShares | None = None
 
 
 @dataclass
@@ -320,6 +324,7 @@ class SchedulingSession:
         changed: dict[str, str] = {}
         assignments: list[Assignment] = []
         preemptions: list[Preemption] = []
+        shares: list[PoolShares] = []
         for name in sorted(self._pools):
             pool = self._pools[name]
             if not pool.has_requests():
@@ -327,11 +332,13 @@ class SchedulingSession:
                 continue
             if pool.dirty:
                 self._decide_pool(pool, changed)
+                if pool.outcome.shares is not None:
+                    shares.append(pool.outcome.shares)
             assignments.extend(Assignment(r.allocation_id, fit.placements) for r, fit in pool.outcome.started)
             preemptions.extend(pool.outcome.preemptions)
         self._touched.clear()
         waiting = tuple(Waiting(request_id, reason, 0) for request_id, reason in sorted(changed.items()))
-        return SessionAnswer(tuple(assignments), tuple(preemptions), waiting)
+        return SessionAnswer(tuple(assignments), tuple(preemptions), waiting, tuple(shares))
 
     def _refresh_capacity(self) -> None:
         """Rebuild the capacity of each agent whose slots or occupants changed."""
@@ -384,6 +391,7 @@ class SchedulingSession:
                     result = run_fair_share_pass(pool.config, pool.facts, pool.base.copy(), pending, running)
                     outcome.started.extend(result.started)
                     outcome.preemptions.extend(result.preemptions)
+                    outcome.shares = result.shares
                     explicit.update(result.waiting)
                     continue
                 if not levels:

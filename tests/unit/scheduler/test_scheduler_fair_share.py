@@ -146,6 +146,15 @@ def test_a_lone_workspace_borrows_the_whole_pool_and_gives_it_back_when_another_
     waiting = {w.allocation_id: w.reason for w in decision.waiting}
     assert all("reclaiming its fair share of pool 'p'" in waiting[b] for b in ("b0", "b1"))
     assert not decision.assignments
+    # The division as people read it: A borrows two slots of B's nominal share.
+    (division,) = decision.shares
+    assert [
+        (g.key, g.nominal_slots, g.entitled_slots, g.held_slots, g.wanted_slots) for g in division.workspaces
+    ] == [
+        ("A", 2, 2, 4, 4),
+        ("B", 2, 2, 0, 2),
+    ]
+    assert [g.name for g in division.users] == ["user 'A/u'", "user 'B/u'"]
 
 
 def test_within_a_workspace_users_share_and_within_a_user_priority_orders_the_jobs() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import click
 
 from cairn.api.v1 import agent_pb2, common_pb2, resourcepool_pb2
@@ -276,3 +278,41 @@ def describe_pool(state: CliState, name: str, as_json: bool) -> None:
     print_renderable(build_table(INSTANCE_COLUMNS, instance_rows, title="Instances"))
     event_rows = [[timestamp_text(e.at), e.action, e.instance_id, e.message] for e in p.recent_events]
     print_renderable(build_table(EVENT_COLUMNS, event_rows, title="Recent decisions"))
+
+
+SHARE_COLUMNS = ("Group", "Nominal", "Entitled", "Held", "Wanted", "Borrowed", "Lent")
+
+
+def _share_rows(groups: Sequence[resourcepool_pb2.FairShare]) -> list[list[str]]:
+    return [
+        [
+            g.name,
+            str(g.nominal_slots),
+            str(g.entitled_slots),
+            str(g.held_slots),
+            str(g.wanted_slots),
+            str(g.borrowed_slots),
+            str(g.lent_slots),
+        ]
+        for g in groups
+    ]
+
+
+@resource_pool.command(name="shares")
+@click.argument("name")
+@json_option
+@pass_state
+def pool_shares(state: CliState, name: str, as_json: bool) -> None:
+    """How fair-share pool NAME is divided: per workspace and user, its share by weight (nominal),
+    what its share gives it now (entitled), what it holds and wants, what it borrows and lends."""
+    answer = state.session().api.GetResourcePoolShares(
+        resourcepool_pb2.GetResourcePoolSharesRequest(resource_pool_name=name)
+    )
+    if as_json:
+        print_json(answer)
+        return
+    if not answer.fair_share:
+        click.echo(f"Pool {name} schedules by priority: it has no shares.")
+        return
+    print_renderable(build_table(SHARE_COLUMNS, _share_rows(answer.workspaces), title="Workspaces"))
+    print_renderable(build_table(SHARE_COLUMNS, _share_rows(answer.users), title="Users"))

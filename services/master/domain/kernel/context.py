@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from services.common.logging import get_logger
 from services.master.configuration.settings import Settings
+from services.master.domain.kernel.fair_shares import FairShareDivisions
 from services.master.domain.kernel.idle_clock import IdleClock
 from services.master.domain.kernel.intake_order import IntakeOrder
 from services.master.domain.kernel.metric_inserts import MetricInserts
@@ -117,6 +118,8 @@ class MasterContext:
     data_version: int = 0
     # The master's own measurements, for /metrics (telemetry.py).
     telemetry: Telemetry = field(default_factory=Telemetry.new)
+    # Each fair-share pool's division at its last pass, as the scheduler reported it.
+    fair_shares: FairShareDivisions = field(default_factory=FairShareDivisions)
     # Per-trial locks for the work that may run beside the process-wide lock (metric intake of
     # training reports on PostgreSQL: metrics/intake.py says why it is safe there).
     trial_locks: StripedLocks = field(default_factory=StripedLocks)

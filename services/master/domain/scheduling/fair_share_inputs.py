@@ -5,8 +5,8 @@ Recent usage is every slot-second the group's allocations held in the pool, each
 2^(-age / half-life) (the pool's `fair_share.usage_half_life`), as Slurm decays usage: a team that
 used little lately goes first. Integrated exactly over each allocation's run, so it does not depend
 on how often it is computed. Usage older than ten half-lives (under 0.1 % of its weight) is not
-read. The groups are recomputed every REFRESH_S seconds (the scheduling view asks), so a quota an
-admin sets applies within that time.
+read. The groups are recomputed every REFRESH_S seconds (the scheduling view asks), at once when an admin
+changes a weight or quota, and when work of a workspace or user the pool has no group for arrives.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 
 from cairn.scheduler.v1 import scheduler_pb2 as pb
 from services.master.configuration.pools import PoolSettings
+from services.master.domain.kernel.states import LIVE_ALLOCATION
 from services.master.store import models
 
 REFRESH_S = 10.0
@@ -45,6 +46,19 @@ def decayed_slot_seconds(
     older = (now - start).total_seconds()
     newer = (now - stop).total_seconds()
     return slots * (math.exp(-rate * newer) - math.exp(-rate * older)) / rate
+
+
+def _live_groups(s: Session, pool: PoolSettings) -> set[tuple[int | None, int]]:
+    """(workspace, owner) of the pool's live allocations: each gets a group (for its name)."""
+    a, t = models.Allocation, models.Task
+    query = (
+        select(t.workspace_id, t.owner_id)
+        .select_from(a)
+        .join(t, t.id == a.task_id)
+        .where(a.resource_pool == pool.name, a.state.in_(list(LIVE_ALLOCATION)), a.slots > 0)
+        .distinct()
+    )
+    return {(workspace_id, owner_id) for workspace_id, owner_id in s.execute(query)}
 
 
 def _usage(s: Session, pool: PoolSettings, now: datetime) -> tuple[dict[str, float], dict[str, float]]:
@@ -107,6 +121,10 @@ def share_groups(
             workspaces[key] = pb.ShareGroup(key=key, recent_slot_seconds=round(used, 1))
         for key, used in user_usage.items():
             users[key] = pb.ShareGroup(key=key, recent_slot_seconds=round(used, 1))
+        for workspace_id, owner_id in _live_groups(s, pool):
+            workspaces.setdefault(workspace_key(workspace_id), pb.ShareGroup(key=workspace_key(workspace_id)))
+            key = user_key(workspace_id, owner_id)
+            users.setdefault(key, pb.ShareGroup(key=key))
         for row in settings:
             if row.pool_name != pool.name:
                 continue

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
@@ -21,6 +21,7 @@ from services.master.domain.allocations import placement, stops
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.context import MasterContext, Work
 from services.master.domain.kernel.errors import DomainError
+from services.master.domain.kernel.fair_shares import GroupDivision, PoolDivision
 from services.master.domain.kernel.loops import BackgroundLoop
 from services.master.domain.kernel.states import (
     PLACED_ALLOCATION,
@@ -102,6 +103,25 @@ def queue_positions(
         for position, (_, request_id) in enumerate(queue):
             positions[request_id] = (reasons[request_id], position)
     return positions
+
+
+def _remember_shares(ctx: MasterContext, decision: pb.ScheduleResponse) -> None:
+    """Keep the fair-share pools' divisions the scheduler reported, for the API and /metrics."""
+    if not decision.shares:
+        return
+    now = utcnow()
+
+    def groups(shares: Iterable[pb.GroupShare]) -> tuple[GroupDivision, ...]:
+        return tuple(
+            GroupDivision(g.key, g.name, g.nominal_slots, g.entitled_slots, g.held_slots, g.wanted_slots)
+            for g in shares
+        )
+
+    divisions = [
+        PoolDivision(s.resource_pool, groups(s.workspaces), groups(s.users), now) for s in decision.shares
+    ]
+    if ctx.fair_shares.update(divisions):
+        ctx.data_changed()  # the API shows them
 
 
 def build_request(ctx: MasterContext) -> tuple[pb.ScheduleRequest, bool, dict[str, str]]:
@@ -319,6 +339,7 @@ class SchedulingLoop:
         self._last_error = ""
         decision = answer.decision
         self._take_reasons(step, decision)
+        _remember_shares(self._ctx, decision)
         if step.any_pending or step.request.snapshot:
             clock.decided(self._ctx.telemetry)
         if decision.assignments or decision.preemptions:
@@ -372,6 +393,7 @@ class SchedulingLoop:
             return False
         self._last_error = ""
         clock.decided(self._ctx.telemetry)
+        _remember_shares(self._ctx, decision)
         reasons = {w.allocation_id: (w.reason, w.queue_position) for w in decision.waiting} | held_back
         if reasons != self.waiting.reasons:
             self.waiting.reasons = reasons

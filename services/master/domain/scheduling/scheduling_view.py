@@ -201,6 +201,8 @@ class SchedulingView:
         self._fair_share = any(p.scheduler_type == "fair_share" for p in ctx.settings.pools)
         self._pools_sent: list[pb.ResourcePool] = []
         self._groups_at = 0.0
+        # The users (fair_share_inputs.user_key) the groups last sent name.
+        self._grouped: set[str] = set()
         # How many live allocations hold each port block (allocations.PortOffsets).
         self._port_counts = [0] * PORT_BLOCKS
 
@@ -246,7 +248,8 @@ class SchedulingView:
             if agent_ids:
                 self._refresh_agents(s, agent_ids, placeable, request)
             due = time.monotonic() - self._groups_at >= fair_share_inputs.REFRESH_S
-            if self._fair_share and (changed.pools or due):
+            newcomers = any(r.user not in self._grouped for r in request.requests if r.slots_needed > 0)
+            if self._fair_share and (changed.pools or due or newcomers):
                 pools = self._pools(s)
                 if pools != self._pools_sent:
                     request.pools.extend(pools)
@@ -383,6 +386,7 @@ class SchedulingView:
             if self._fair_share
             else None
         )
+        self._grouped = {u.key for _, users in (groups or {}).values() for u in users}
         return pool_messages(self._ctx, groups)
 
     def port_offsets(self) -> PortOffsets:

@@ -112,6 +112,12 @@ def test_idle_slots_are_lent_and_taken_back_when_another_workspace_comes(cluster
     assert cluster.live(b_trial.id).state == "ASSIGNED"
     # A keeps its share; its preempted trial waits for a slot, saying why.
     assert len(_placed(cluster, searching)) == 1
+    # The master keeps the scheduler's division of the pool for the API and /metrics.
+    division = cluster.ctx.fair_shares.of("default")
+    assert division is not None
+    by_name = {g.name: (g.nominal, g.entitled, g.held, g.wanted) for g in division.workspaces}
+    assert by_name["workspace 'B'"] == (1, 1, 1, 1)
+    assert by_name["workspace 'A'"][:2] == (1, 1)
 
 
 def test_a_quota_caps_a_workspace_even_with_idle_slots(cluster: Master) -> None:
