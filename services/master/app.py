@@ -44,6 +44,7 @@ from services.master.domain.scheduling import agents as agent_registry
 from services.master.domain.scheduling.agent_hub import AgentHub
 from services.master.domain.scheduling.liveness import LivenessLoop
 from services.master.domain.scheduling.scheduling import SchedulingLoop
+from services.master.domain.scheduling.start_forecast import StartForecasts
 from services.master.domain.streams.changes import StreamChanges
 from services.master.domain.streams.publisher import Publisher
 from services.master.domain.tasks.tensorboard_files import TensorboardFiles
@@ -191,6 +192,7 @@ class Master:
         ctx.experiment_delete_hooks.append(TensorboardFiles(ctx, self.checkpoints).delete_experiment_files)
         deps = ApiDeps(
             ctx=ctx,
+            forecasts=StartForecasts(ctx),
             auth=self.auth,
             logs=self.logs,
             waiting=self.scheduling.waiting,

@@ -20,6 +20,7 @@ from services.scheduler.domain.model import (
     ShareGroup,
     Slot,
 )
+from services.scheduler.domain.prediction import Forecast
 from services.scheduler.domain.session import Changes, SessionAnswer
 
 _POLICIES = {
@@ -176,3 +177,20 @@ def snapshot_from_proto(msg: pb.ScheduleChangesRequest) -> ClusterState:
 
 def answer_to_proto(answer: SessionAnswer) -> pb.ScheduleResponse:
     return decision_to_proto(Decision(answer.assignments, answer.preemptions, answer.waiting, answer.shares))
+
+
+def forecast_to_proto(request: pb.PredictStartsRequest, forecast: Forecast) -> pb.PredictStartsResponse:
+    """One prediction per waiting request of the state, in its order (-1: no start forecast)."""
+    predictions = []
+    for msg in request.state.requests:
+        if msg.placements:
+            continue
+        start = forecast.starts.get(msg.allocation_id)
+        predictions.append(
+            pb.StartPrediction(
+                allocation_id=msg.allocation_id,
+                start_in_seconds=start[0] if start else -1.0,
+                after_allocation_id=start[1] if start else "",
+            )
+        )
+    return pb.PredictStartsResponse(predictions=predictions, truncated=forecast.truncated)

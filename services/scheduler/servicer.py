@@ -10,8 +10,9 @@ from cairn.scheduler.v1 import scheduler_pb2 as pb
 from cairn.scheduler.v1 import scheduler_pb2_grpc
 from services.common.logging import get_logger
 from services.common.status import abort_with
-from services.scheduler.convert import decision_to_proto, state_from_proto
+from services.scheduler.convert import decision_to_proto, forecast_to_proto, state_from_proto
 from services.scheduler.domain.errors import InvalidScheduleInput
+from services.scheduler.domain.prediction import predict_starts
 from services.scheduler.domain.schedule import schedule
 from services.scheduler.session_table import SessionTable
 
@@ -42,6 +43,29 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServiceServicer):
             elapsed_ms=round((time.monotonic() - started) * 1000, 2),
         )
         return answer
+
+    def PredictStarts(
+        self, request: pb.PredictStartsRequest, context: grpc.ServicerContext
+    ) -> pb.PredictStartsResponse:
+        started = time.monotonic()
+        try:
+            forecast = predict_starts(
+                state_from_proto(request.state),
+                dict(request.expected_seconds),
+                request.horizon_seconds,
+                request.max_steps,
+            )
+        except InvalidScheduleInput as exc:
+            log.warning("start forecast refused", field=exc.field, problem=exc.problem)
+            abort_with(context, exc)
+        log.debug(
+            "forecast starts",
+            requests=len(request.state.requests),
+            forecast=len(forecast.starts),
+            truncated=forecast.truncated,
+            elapsed_ms=round((time.monotonic() - started) * 1000, 2),
+        )
+        return forecast_to_proto(request, forecast)
 
     def Schedule(self, request: pb.ScheduleRequest, context: grpc.ServicerContext) -> pb.ScheduleResponse:
         started = time.monotonic()

@@ -121,9 +121,11 @@ def test_borrowed_slots_come_back_by_preemption_and_a_quota_caps_a_workspace(
 
     def quota_named() -> bool:
         listed = json.loads(cairn("job", "list", "-p", "default", "--json").stdout)["jobs"]
+        # The forecast names what the waiting trial waits for (its experiment's running trial).
         return any(
             job["allocatedSlots"] == 1
             and "of its maximum of 1 in pool 'default'" in job.get("waitingReason", "")
+            and job.get("predictedAfter")
             for job in listed
         )
 

@@ -10,6 +10,8 @@ from services.common.channels import internal_channel
 from services.master.remotes.errors import translate
 
 CALL_TIMEOUT_S = 10.0
+# A forecast plays many decisions; the job listing waits for it at most this long.
+FORECAST_TIMEOUT_S = 20.0
 
 
 class SchedulerClient:
@@ -30,6 +32,12 @@ class SchedulerClient:
         except grpc.RpcError as exc:
             if isinstance(exc, grpc.Call) and exc.code() == grpc.StatusCode.UNIMPLEMENTED:
                 raise NotImplementedError("the scheduler predates sessions (ScheduleChanges)") from None
+            raise translate("scheduler", self.address, exc) from None
+
+    def predict_starts(self, request: pb.PredictStartsRequest) -> pb.PredictStartsResponse:
+        try:
+            return self._stub.PredictStarts(request, timeout=FORECAST_TIMEOUT_S)
+        except grpc.RpcError as exc:
             raise translate("scheduler", self.address, exc) from None
 
     def shutdown(self) -> None:

@@ -27,6 +27,8 @@ JOB_COLUMNS = (
     "State",
     "User",
     "Waiting because",
+    "Predicted start",
+    "After",
 )
 
 
@@ -59,6 +61,8 @@ def list_jobs(state: CliState, resource_pool: str, as_json: bool) -> None:
             enum_label(experiment_pb2.JobSummary.State.Name(j.summary.state)),
             j.username,
             j.waiting_reason,
+            timestamp_text(j.predicted_start) if j.HasField("predicted_start") else "",
+            j.predicted_after,
         ]
         for j in jobs
     ]

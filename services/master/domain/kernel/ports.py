@@ -25,6 +25,10 @@ class Scheduler(Protocol):
         scheduler that predates sessions."""
         ...
 
+    def predict_starts(self, request: schpb.PredictStartsRequest) -> schpb.PredictStartsResponse:
+        """When each waiting request is expected to start (scheduling/start_forecast.py)."""
+        ...
+
 
 class Searcher(Protocol):
     """One searcher's sessions (SearcherService). Raises NotFound / FailedPrecondition /

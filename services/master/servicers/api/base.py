@@ -15,6 +15,7 @@ from services.master.domain.metrics.logs import LogStore
 from services.master.domain.metrics.samples import SampleCache
 from services.master.domain.operations.master_log import MasterLogRing
 from services.master.domain.scheduling.scheduling import WaitingInfo
+from services.master.domain.scheduling.start_forecast import StartForecasts
 from services.master.domain.webhooks.sender import WebhookSender
 from services.master.remotes.checkpoint import CheckpointClient
 from services.master.servicers.read_cache import ReadCache, RowCache
@@ -44,6 +45,8 @@ class ApiDeps:
     verdict_wait_slots: VerdictWaitSlots
     # Posts webhooks' test events (TestWebhook) with the sender's client and signing key.
     webhooks: WebhookSender
+    # Waiting jobs' forecast starts (the job listing's predicted_start).
+    forecasts: StartForecasts
 
 
 class ServicerBase:

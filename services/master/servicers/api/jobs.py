@@ -75,6 +75,7 @@ class JobsApi(ServicerBase):
             jobs = [j for j in queued_jobs(s) if j.resource_pool == pool]
         jobs.sort(key=self._queue_key)
         messages = []
+        listed: list[JobRow] = []  # the job of each message
         for ahead, job in enumerate(jobs):
             state = STATE.STATE_SCHEDULED if job.scheduled else STATE.STATE_QUEUED
             if request.states and state not in request.states:
@@ -101,6 +102,8 @@ class JobsApi(ServicerBase):
             if job.progress is not None:
                 message.progress = job.progress
             messages.append(message)
+            listed.append(job)
+        self._forecast(listed, messages)
         if request.order_by == common_pb2.ORDER_BY_DESC:
             messages.reverse()
         page = page_of(len(messages), request.offset, request.limit)
@@ -108,6 +111,25 @@ class JobsApi(ServicerBase):
             jobs=[job_pb2.RBACJob(full=m) for m in messages[page.start : page.end]],
             pagination=convert.pagination(page),
         )
+
+    def _forecast(self, jobs: list[JobRow], messages: list[job_pb2.Job]) -> None:
+        """Each job that waits for slots gets the forecast's start of its next waiting allocation,
+        and the job whose end lets it start (or why no start is forecast)."""
+        waiting = [
+            (job, m) for job, m in zip(jobs, messages, strict=True) if m.allocated_slots < m.requested_slots
+        ]
+        if not waiting or self.deps.forecasts is None:
+            return
+        forecast = self.deps.forecasts.current()
+        job_of = {alloc: job.job_id for job in jobs for alloc in job.allocation_ids}
+        for job, message in waiting:
+            starts = [forecast.starts[a] for a in job.allocation_ids if a in forecast.starts]
+            if not starts:
+                message.predicted_after = forecast.no_start
+                continue
+            when, after = min(starts)
+            message.predicted_start.FromDatetime(when)
+            message.predicted_after = job_of.get(after, after) if after else "free slots now"
 
     def _task_update(self, field: str, update: job_pb2.QueueControl) -> TaskPriority:
         """A queue change for a task's job (not an experiment's): its priority only."""

@@ -1,0 +1,71 @@
+"""The job listing's forecast (domain/scheduling/start_forecast.py, the scheduler's PredictStarts):
+a waiting job's predicted start from the running work's pace, and the job whose end lets it start;
+no forecast, and why, when what is ahead has no known end."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from cairn.api.v1 import job_pb2
+from services.common import interceptors
+from services.master.domain.kernel.clock import utcnow
+from services.master.domain.kernel.states import TaskKind
+from services.master.domain.scheduling.start_forecast import StartForecasts, expected_seconds
+from services.master.servicers.api.service import CairnServicer
+from services.master.store import models
+from tests.unit.master.domain.harness import Master
+from tests.unit.master.servicer_double import Context, api_deps
+
+pytestmark = pytest.mark.on_each_database
+
+
+def _jobs(master: Master) -> dict[str, job_pb2.Job]:
+    api = CairnServicer(
+        api_deps(master, forecasts=StartForecasts(master.ctx), waiting=master.scheduling.waiting)
+    )
+    token = interceptors._principal.set(master.admin)
+    try:
+        answer = api.GetJobsV2(job_pb2.GetJobsV2Request(resource_pool="default", limit=-1), Context())
+    finally:
+        interceptors._principal.reset(token)
+    return {job.full.job_id: job.full for job in answer.jobs}
+
+
+def test_a_waiting_job_is_forecast_to_start_when_the_running_one_ends(master: Master) -> None:
+    master.add_agent("a1", slots=1)
+    first = master.create()
+    (running,) = master.trials(first)
+    alloc = master.live(running.id)
+    master.run_containers(alloc.id)
+    # Half done after a minute: a minute to go.
+    with master.ctx.unit_of_work() as w:
+        w.session.get_one(models.Allocation, alloc.id).start_time = utcnow() - timedelta(seconds=60)
+        w.session.get_one(models.Trial, running.id).progress = 0.5
+    second = master.create()
+    (waiting,) = master.trials(second)
+
+    with master.db.read() as s:
+        expected = expected_seconds(s, utcnow())
+    assert expected[alloc.id] == pytest.approx(60, abs=2)
+    # The waiting trial's experiment has no run to go by yet: unknown.
+    assert master.live(waiting.id).id not in expected
+
+    jobs = _jobs(master)
+    ahead, behind = jobs[f"exp-{first}"], jobs[f"exp-{second}"]
+    assert not ahead.HasField("predicted_start")  # it runs
+    assert behind.predicted_after == f"exp-{first}"
+    start = behind.predicted_start.ToDatetime().replace(tzinfo=utcnow().tzinfo)
+    assert timedelta(seconds=50) < start - utcnow() < timedelta(seconds=70)
+
+
+def test_work_with_no_known_end_gives_no_forecast_and_says_why(master: Master) -> None:
+    master.add_agent("a1", slots=1)
+    command = master.launch(TaskKind.COMMAND, {"entrypoint": "sleep 600"})
+    assert command
+    experiment_id = master.create()
+    jobs = _jobs(master)
+    behind = jobs[f"exp-{experiment_id}"]
+    assert not behind.HasField("predicted_start")
+    assert "no start within 7 days: the work ahead of it has no known end" in behind.predicted_after
