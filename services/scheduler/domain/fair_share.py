@@ -27,7 +27,7 @@ being freed belong to the request that asked for them.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -43,7 +43,7 @@ from services.scheduler.domain.model import (
     ShareGroup,
 )
 from services.scheduler.domain.ordering import QueueKey, effective_priority, queue_key
-from services.scheduler.domain.priority_pass import PassOutcome, shape_of
+from services.scheduler.domain.priority_pass import PassOutcome, Shape, shape_of
 from services.scheduler.domain.reasons import PoolFacts
 from services.scheduler.domain.shares import Claim, divide, usage_adjusted
 
@@ -253,11 +253,26 @@ class _Pass:
     preempted: set[str] = field(default_factory=set)
     first_preemptor: str | None = None
     # Whether each request shape would fit were nothing running (for waiting reasons).
-    fits_idle: dict[tuple[int, bool, frozenset[str]], bool] = field(default_factory=dict)
+    fits_idle: dict[Shape, bool] = field(default_factory=dict)
+    # The working state's changes so far: what was found impossible at a version stays so until
+    # the next (a start or a reclaim changes it).
+    version: int = 0
+    no_place: dict[Shape, int] = field(default_factory=dict)
+    no_reclaim: dict[tuple[Shape, str, str], int] = field(default_factory=dict)
+    reasons_by_shape: dict[Shape, tuple[int, str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.workspaces = {g.key: g for g in self.pool.workspaces}
         self.users = {g.key: g for g in self.pool.users}
+        # Reclaimable work by workspace and by user, oldest placed first (sorted once a pass), and
+        # how much of each list's front is passed for good.
+        self.by_workspace: dict[str, list[AllocationRequest]] = defaultdict(list)
+        self.by_user: dict[str, list[AllocationRequest]] = defaultdict(list)
+        for c in sorted(self.running, key=lambda c: (c.started_at_ns, c.allocation_id)):
+            if c.preemptible and c.slots_needed > 0:
+                self.by_workspace[workspace_of(c)].append(c)
+                self.by_user[user_of(c)].append(c)
+        self.fronts: dict[tuple[str, str], int] = defaultdict(int)
 
     def workspace_name(self, r: AllocationRequest) -> str:
         return _name(self.workspaces, workspace_of(r), "workspace")
@@ -303,10 +318,15 @@ class _Pass:
 
     def why_not(self, r: AllocationRequest) -> str:
         shape = shape_of(r)
+        known = self.reasons_by_shape.get(shape)
+        if known is not None and known[0] == self.version:
+            return known[1]
         if shape not in self.fits_idle:
             idle = self.capacity.emptied()
             self.fits_idle[shape] = find_fit(r, idle, self.pool.fitting_policy) is not None
-        return reasons.cannot_fit(r, self.facts, self.capacity, self.fits_idle[shape])
+        reason = reasons.cannot_fit(r, self.facts, self.capacity, self.fits_idle[shape])
+        self.reasons_by_shape[shape] = (self.version, reason)
+        return reason
 
     def within_share(self, r: AllocationRequest) -> bool:
         ws, user = workspace_of(r), user_of(r)
@@ -315,11 +335,17 @@ class _Pass:
         ) and self.held.user[user] + r.slots_needed <= self.shares.user.get(user, 0)
 
     def start(self, r: AllocationRequest) -> bool:
-        """Start `r` where it fits now; whether it did."""
+        """Start `r` where it fits now; whether it did. While the working state is unchanged
+        (`version`), a shape that found no place finds none again: not looked for twice."""
+        shape = shape_of(r)
+        if self.no_place.get(shape) == self.version:
+            return False
         fit = find_fit(r, self.capacity, self.pool.fitting_policy)
         if fit is None:
+            self.no_place[shape] = self.version
             return False
         apply_fit(self.capacity, fit, r.allocation_id)
+        self.version += 1
         self.held.add(r, r.slots_needed)
         if self.first_preemptor is not None:
             self.outcome.waiting[r.allocation_id] = reasons.held_for_preemption(self.first_preemptor)
@@ -327,47 +353,87 @@ class _Pass:
             self.outcome.started.append((r, fit))
         return True
 
-    def _over_share(self, victim: AllocationRequest, r: AllocationRequest, held: _Held) -> bool:
-        """Whether taking `victim` leaves its group at or above its share, at the level where it and
-        `r` part: their workspaces, else their users; a user's own jobs are never reclaimed."""
-        slots = victim.slots_needed
-        if workspace_of(victim) != workspace_of(r):
-            ws = workspace_of(victim)
-            return held.workspace[ws] - slots >= self.shares.workspace.get(ws, 0)
-        if user_of(victim) != user_of(r):
-            user = user_of(victim)
-            return held.user[user] - slots >= self.shares.user.get(user, 0)
-        return False
+    def _victim_lists(self, r: AllocationRequest) -> list[tuple[str, str]]:
+        """Where `r` may reclaim from: the other workspaces' work, and the other users' of its own
+        workspace (a user's own jobs are never reclaimed for it). No allocation is in two of them."""
+        ws, user = workspace_of(r), user_of(r)
+        lists = [("workspace", key) for key in self.by_workspace if key != ws]
+        lists += [("user", key) for key in self.by_user if key != user and key.rsplit("/", 1)[0] == ws]
+        return lists
+
+    def _takeable(self, victim: AllocationRequest, level: str, key: str, taken: Counter[str]) -> bool:
+        """Whether taking `victim` leaves its group (at `level`) at or above its share."""
+        if level == "workspace":
+            held, share = self.held.workspace[key], self.shares.workspace.get(key, 0)
+        else:
+            held, share = self.held.user[key], self.shares.user.get(key, 0)
+        return held - taken[key] - victim.slots_needed >= share
+
+    def _next_victim(self, level: str, key: str, at: int, taken: Counter[str]) -> int:
+        """The index of the group's oldest takeable allocation from `at` on (len: none). Work
+        preempted already, and work its group's share keeps while nothing was taken from it in
+        this attempt (its holding only falls in this pass), is passed for good."""
+        queue = (self.by_workspace if level == "workspace" else self.by_user)[key]
+        front = self.fronts[(level, key)]
+        at = max(at, front)
+        while at < len(queue):
+            candidate = queue[at]
+            gone = candidate.allocation_id in self.preempted
+            if not gone and self._takeable(candidate, level, key, taken):
+                return at
+            if at == self.fronts[(level, key)] and (gone or not taken[key]):
+                self.fronts[(level, key)] = at + 1
+            at += 1
+        return at
 
     def reclaim(self, r: AllocationRequest) -> bool:
-        """Preempt work over its share, oldest placed first, until `r` fits; reserve `r` there."""
-        candidates = sorted(
-            (
-                c
-                for c in self.running
-                if c.preemptible and c.allocation_id not in self.preempted and c.slots_needed > 0
-            ),
-            key=lambda c: (c.started_at_ns, c.allocation_id),
-        )
-        trial, held, victims = self.capacity.copy(), self.held.copy(), []
-        for candidate in candidates:
-            if not self._over_share(candidate, r, held):
-                continue
-            trial.release(candidate.allocation_id)
-            held.add(candidate, -candidate.slots_needed)
-            victims.append(candidate.allocation_id)
+        """Preempt work over its share, the oldest placed first, never taking a group below its
+        share and always a whole allocation, until `r` fits; reserve `r` there. A request of a
+        shape and group that could not reclaim is not tried again while nothing changed."""
+        memo = (shape_of(r), workspace_of(r), user_of(r))
+        if self.no_reclaim.get(memo) == self.version:
+            return False
+        lists = self._victim_lists(r)
+        positions = dict.fromkeys(lists, 0)
+        trial, victims = self.capacity.copy(), []
+        taken: Counter[str] = Counter()
+        while True:
+            best: tuple[AllocationRequest, tuple[str, str]] | None = None
+            for where in lists:
+                level, key = where
+                positions[where] = self._next_victim(level, key, positions[where], taken)
+                queue = (self.by_workspace if level == "workspace" else self.by_user)[key]
+                if positions[where] >= len(queue):
+                    continue
+                head = queue[positions[where]]
+                if best is None or (head.started_at_ns, head.allocation_id) < (
+                    best[0].started_at_ns,
+                    best[0].allocation_id,
+                ):
+                    best = (head, where)
+            if best is None:
+                self.no_reclaim[memo] = self.version
+                return False
+            victim, where = best
+            positions[where] += 1
+            trial.release(victim.allocation_id)
+            taken[where[1]] += victim.slots_needed
+            victims.append(victim)
             fit = find_fit(r, trial, self.pool.fitting_policy)
             if fit is None:
                 continue
             apply_fit(trial, fit, r.allocation_id)
-            held.add(r, r.slots_needed)
-            self.capacity, self.held = trial, held
-            self.preempted.update(victims)
-            self.outcome.preemptions.extend(Preemption(v, r.allocation_id) for v in victims)
+            self.capacity = trial
+            self.version += 1
+            for taken_victim in victims:
+                self.held.add(taken_victim, -taken_victim.slots_needed)
+                self.preempted.add(taken_victim.allocation_id)
+            self.held.add(r, r.slots_needed)
+            ids = [v.allocation_id for v in victims]
+            self.outcome.preemptions.extend(Preemption(v, r.allocation_id) for v in ids)
             self.first_preemptor = self.first_preemptor or r.allocation_id
-            self.outcome.waiting[r.allocation_id] = reasons.reclaiming(victims, self.pool.name)
+            self.outcome.waiting[r.allocation_id] = reasons.reclaiming(ids, self.pool.name)
             return True
-        return False
 
 
 def run_fair_share_pass(

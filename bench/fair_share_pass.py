@@ -1,0 +1,123 @@
+"""The cost of a fair-share pass in the scheduler's decision function, beside the priority pass on
+the same queue (in process, no master: the scheduler's own code on a built state).
+
+--agents agents of --slots slots, all busy with one-slot trials of --workspaces workspaces (each
+with a few users and jobs), and --pending one-slot trials waiting. Reported, median of --rounds:
+- a whole-state decision (`schedule`), with the workspaces' weights equal (every one at its share:
+  nothing to reclaim) and unequal (the heavier ones reclaim from the lighter);
+- a session's pass after one change (a request added), the fair-share pool decided whole (every
+  change moves every group's share) against the priority pool's incremental pass.
+
+    .venv/bin/python -m bench.fair_share_pass [--agents 1000] [--slots 8] [--pending 10000]
+        [--workspaces 10] [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+from services.scheduler.domain.model import (
+    Agent,
+    AllocationRequest,
+    ClusterState,
+    Placement,
+    ResourcePool,
+    SchedulerType,
+    ShareGroup,
+    Slot,
+)
+from services.scheduler.domain.schedule import schedule
+from services.scheduler.domain.session import Changes, SchedulingSession
+
+
+def build(agents: int, slots: int, pending: int, workspaces: int, unequal: bool) -> ClusterState:
+    weights = tuple(ShareGroup(f"w{i}", weight=1 + (i % 3 if unequal else 0)) for i in range(workspaces))
+    pool = ResourcePool("p", scheduler_type=SchedulerType.FAIR_SHARE, workspaces=weights)
+    nodes = tuple(
+        Agent(f"a{i}", "p", slots=tuple(Slot(str(s), allocation_id=f"r{i}-{s}") for s in range(slots)))
+        for i in range(agents)
+    )
+    running = tuple(
+        AllocationRequest(
+            f"r{i}-{s}",
+            "p",
+            1,
+            job_id=f"j{i % 50}",
+            preemptible=True,
+            workspace=f"w{i % workspaces}",
+            user=f"w{i % workspaces}/u{i % 7}",
+            placements=(Placement(f"a{i}", (str(s),)),),
+            started_at_ns=i,
+        )
+        for i in range(agents)
+        for s in range(slots)
+    )
+    waiting = tuple(
+        AllocationRequest(
+            f"q{k}",
+            "p",
+            1,
+            job_id=f"j{k % 50}",
+            preemptible=True,
+            workspace=f"w{k % workspaces}",
+            user=f"w{k % workspaces}/u{k % 7}",
+            requested_at_ns=k,
+        )
+        for k in range(pending)
+    )
+    return ClusterState((pool,), nodes, running + waiting)
+
+
+def median_s(action: Callable[[], object], rounds: int) -> float:
+    times = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        action()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def one_change_pass(state: ClusterState, rounds: int) -> float:
+    session = SchedulingSession(state)
+    session.decide()
+    times = []
+    for n in range(rounds):
+        added = AllocationRequest(f"new{n}", "p", 1, job_id="jx", workspace="w1", user="w1/u1")
+        session.apply(Changes(requests=(added,)))
+        started = time.perf_counter()
+        session.decide()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--agents", type=int, default=1000)
+    parser.add_argument("--slots", type=int, default=8)
+    parser.add_argument("--pending", type=int, default=10_000)
+    parser.add_argument("--workspaces", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    if not (0 < args.agents <= 5000 and 0 < args.slots <= 64 and 0 <= args.pending <= 100_000):
+        parser.error("--agents 1..5000, --slots 1..64, --pending 0..100000")
+    equal = build(args.agents, args.slots, args.pending, args.workspaces, unequal=False)
+    unequal = build(args.agents, args.slots, args.pending, args.workspaces, unequal=True)
+    priority = replace(equal, pools=(replace(equal.pools[0], scheduler_type=SchedulerType.PRIORITY),))
+    requests = len(equal.requests)
+    print(f"{args.agents} agents x {args.slots} slots, {requests} requests ({args.pending} waiting)")
+    for label, state in (
+        ("fair share, weights equal:  ", equal),
+        ("fair share, weights unequal:", unequal),
+        ("priority:                   ", priority),
+    ):
+        print(f"whole decision, {label} {median_s(lambda s=state: schedule(s), args.rounds):.3f} s")
+    print(f"session pass after one change, fair share:   {one_change_pass(equal, args.rounds):.4f} s")
+    print(f"session pass after one change, priority:     {one_change_pass(priority, args.rounds):.4f} s")
+
+
+if __name__ == "__main__":
+    main()
