@@ -136,5 +136,10 @@ def test_borrowed_slots_come_back_by_preemption_and_a_quota_caps_a_workspace(
         "workspace", "set-quota", "Vision", "--pool", "default", "--guaranteed", "3", "--max", "2"
     )
     assert refused.returncode != 0 and "guaranteedSlots: 3 is more than maxSlots 2" in refused.stderr
+    user = cairn_runner(fair_cluster, tmp_path / "user-home", "determined")  # not an admin
+    denied = user("workspace", "set-quota", "Speech", "--pool", "default", "--max", "1")
+    assert denied.returncode != 0 and "only an admin may set weights and quotas" in denied.stderr
+    speech_shares = json.loads(cairn("workspace", "quota", "Speech", "--json").stdout)["shares"]
+    assert speech_shares[0].get("maxSlots", 0) == 0
     admin("experiment", "kill", str(capped))
     wait_state(api, capped, "CANCELED", timeout=120)
