@@ -12,6 +12,16 @@ import { PoolBindings } from "./PoolBindings";
 
 const FAIR_SHARE = "SCHEDULER_TYPE_FAIR_SHARE";
 
+/** Drawn inline: the page fetches no icon font, and a system emoji font may be missing. */
+function LockIcon() {
+  return (
+    <svg class="lock-icon" viewBox="0 0 16 16" width="14" height="14" aria-hidden="true" focusable="false">
+      <rect x="3" y="7" width="10" height="8" rx="1.5" fill="currentColor" />
+      <path d="M5 7V5a3 3 0 0 1 6 0v2" fill="none" stroke="currentColor" stroke-width="1.6" />
+    </svg>
+  );
+}
+
 export function PoolCard(props: { pool: ResourcePool; workspaces: Workspace[]; admin: boolean }) {
   const { pool } = props;
   const fair = pool.schedulerType === FAIR_SHARE;
@@ -38,7 +48,7 @@ export function PoolCard(props: { pool: ResourcePool; workspaces: Workspace[]; a
             title={`Bound to ${bound.length} workspace${bound.length === 1 ? "" : "s"}`}
             aria-label={`Bound to ${bound.length} workspace${bound.length === 1 ? "" : "s"}`}
           >
-            🔒 {bound.length}
+            <LockIcon /> {bound.length}
           </span>
         ) : null}
         <span class="muted">

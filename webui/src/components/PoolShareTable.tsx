@@ -1,6 +1,6 @@
 // A workspace's weight, guaranteed and maximum slots and slots in use in every fair-share pool,
 // then its users' own; each row editable and clearable (the master lets only an admin change them,
-// and says so to anyone else), and a user's quota added per pool.
+// and says so to anyone else), and, given the users to choose from, a user's quota added per pool.
 
 import { useState } from "preact/hooks";
 import { clearWorkspacePoolShare } from "../api/endpoints";
@@ -9,8 +9,56 @@ import { formatMetric, num, printable } from "../format";
 import { PoolShareForm } from "./PoolShareForm";
 import { ShareBar } from "./ShareBar";
 
+const COLUMNS = 7;
+
 function rowKey(share: PoolShare): string {
   return `${share.resourcePool}/${share.userId}`;
+}
+
+function whoOf(share: PoolShare): string {
+  return share.userId === 0 ? "Workspace" : printable(share.username) || `user ${share.userId}`;
+}
+
+/** Whether anything is set for the row (a workspace's row shows weight 1 and no quota when not). */
+function isSet(share: PoolShare): boolean {
+  return share.userId !== 0 || share.maxSlots > 0 || share.guaranteedSlots > 0 || num(share.weight) !== 1;
+}
+
+function ShareRow(props: { share: PoolShare; onEdit: () => void; onClear: () => void }) {
+  const s = props.share;
+  const who = whoOf(s);
+  const pool = printable(s.resourcePool);
+  return (
+    <tr data-share-pool={s.resourcePool} data-share-who={s.userId === 0 ? "workspace" : s.username}>
+      <td>{pool}</td>
+      <td>{who}</td>
+      <td class="num" data-field="weight">
+        {formatMetric(num(s.weight))}
+      </td>
+      <td class="num" data-field="guaranteed">
+        {s.guaranteedSlots}
+      </td>
+      <td class="num" data-field="max">
+        {s.maxSlots > 0 ? s.maxSlots : "no cap"}
+      </td>
+      <td class="num" data-field="in-use">
+        {s.slotsInUse}
+        {s.maxSlots > 0 ? (
+          <ShareBar held={s.slotsInUse} entitled={s.maxSlots} label={`${who}: in use against its maximum`} />
+        ) : null}
+      </td>
+      <td class="actions">
+        <button type="button" onClick={props.onEdit} aria-label={`Edit ${who} in ${pool}`}>
+          Edit
+        </button>
+        {isSet(s) ? (
+          <button type="button" class="danger" onClick={props.onClear} aria-label={`Clear ${who} in ${pool}`}>
+            Clear
+          </button>
+        ) : null}
+      </td>
+    </tr>
+  );
 }
 
 export function PoolShareTable(props: {
@@ -33,9 +81,9 @@ export function PoolShareTable(props: {
     }
   };
 
-  const form = (share: PoolShare) => (
-    <tr class="share-form-row">
-      <td colSpan={7}>
+  const formRow = (share: PoolShare) => (
+    <tr key={`${rowKey(share)}/form`} class="share-form-row">
+      <td colSpan={COLUMNS}>
         <PoolShareForm
           workspaceId={props.workspaceId}
           share={share}
@@ -49,6 +97,38 @@ export function PoolShareTable(props: {
       </td>
     </tr>
   );
+
+  const rowsOfPool = (pool: string) => {
+    const rows = [];
+    for (const share of props.shares.filter((s) => s.resourcePool === pool)) {
+      rows.push(<ShareRow key={rowKey(share)} share={share} onEdit={() => setEditing(share)} onClear={() => clear(share)} />);
+      if (editing && rowKey(editing) === rowKey(share)) rows.push(formRow(share));
+    }
+    if (props.users.length > 0) {
+      // A new user's row: the form asks which user (userId -1 until chosen).
+      const newUser: PoolShare = {
+        resourcePool: pool,
+        userId: -1,
+        username: "",
+        weight: 1,
+        guaranteedSlots: 0,
+        maxSlots: 0,
+        slotsInUse: 0,
+      };
+      rows.push(
+        <tr key={`${pool}/add`} class="share-add">
+          <td />
+          <td colSpan={COLUMNS - 1}>
+            <button type="button" onClick={() => setEditing(newUser)}>
+              Set a user's quota in {printable(pool)}
+            </button>
+          </td>
+        </tr>,
+      );
+      if (editing && editing.userId < 0 && editing.resourcePool === pool) rows.push(formRow(editing));
+    }
+    return rows;
+  };
 
   return (
     <>
@@ -73,67 +153,7 @@ export function PoolShareTable(props: {
               </th>
             </tr>
           </thead>
-          <tbody>
-            {pools.map((pool) => {
-              const rows = props.shares.filter((s) => s.resourcePool === pool);
-              const newUser: PoolShare = {
-                resourcePool: pool,
-                userId: -1,
-                username: "",
-                weight: 1,
-                guaranteedSlots: 0,
-                maxSlots: 0,
-                slotsInUse: 0,
-              };
-              return [
-                ...rows.map((s) => {
-                  const who = s.userId === 0 ? "Workspace" : printable(s.username) || `user ${s.userId}`;
-                  const cap = s.maxSlots > 0 ? s.maxSlots : Math.max(s.guaranteedSlots, s.slotsInUse);
-                  return [
-                    <tr key={rowKey(s)} data-share-pool={pool} data-share-who={s.userId === 0 ? "workspace" : s.username}>
-                      <td>{printable(pool)}</td>
-                      <td>{who}</td>
-                      <td class="num" data-field="weight">
-                        {formatMetric(num(s.weight))}
-                      </td>
-                      <td class="num" data-field="guaranteed">
-                        {s.guaranteedSlots}
-                      </td>
-                      <td class="num" data-field="max">
-                        {s.maxSlots > 0 ? s.maxSlots : "no cap"}
-                      </td>
-                      <td class="num" data-field="in-use">
-                        {s.slotsInUse}
-                        {s.maxSlots > 0 ? (
-                          <ShareBar held={s.slotsInUse} entitled={cap} label={`${who}: in use against its maximum`} />
-                        ) : null}
-                      </td>
-                      <td class="actions">
-                        <button type="button" onClick={() => setEditing(s)} aria-label={`Edit ${who} in ${printable(pool)}`}>
-                          Edit
-                        </button>
-                        {s.userId !== 0 || s.maxSlots > 0 || s.guaranteedSlots > 0 || num(s.weight) !== 1 ? (
-                          <button type="button" class="danger" onClick={() => clear(s)} aria-label={`Clear ${who} in ${printable(pool)}`}>
-                            Clear
-                          </button>
-                        ) : null}
-                      </td>
-                    </tr>,
-                    editing && rowKey(editing) === rowKey(s) ? form(s) : null,
-                  ];
-                }),
-                <tr key={`${pool}/add`} class="share-add">
-                  <td />
-                  <td colSpan={6}>
-                    <button type="button" onClick={() => setEditing(newUser)}>
-                      Set a user's quota in {printable(pool)}
-                    </button>
-                  </td>
-                </tr>,
-                editing && editing.userId < 0 && editing.resourcePool === pool ? form(editing) : null,
-              ];
-            })}
-          </tbody>
+          <tbody>{pools.flatMap(rowsOfPool)}</tbody>
         </table>
         {pools.length === 0 ? <p class="empty">No resource pool schedules by fair share.</p> : null}
       </div>
