@@ -177,6 +177,14 @@ def test_shares_queue_bindings_and_quotas_in_the_webui(fair_cluster: TestCluster
         return bool(reason_cell.inner_text() == now.waiting_reason)
 
     wait_for(shown_as_the_master_says, timeout=30, what="the page to show the master's waiting reason")
+    # A forecast, where the master gives one: relative, the time on hover, and what it waits for.
+    forecast = _waiting_job(admin)
+    if forecast is not None and forecast.HasField("predicted_start"):
+        start = queue_row.locator("time[data-field='predicted-start']")
+        expect(start).to_have_text(re.compile(r"^(in ~\d+ (s|min|h|d)|any moment now)$"))
+        expect(start).to_have_attribute("title", re.compile(r"\d"))
+    if forecast is not None and forecast.predicted_after:
+        expect(queue_row.locator("[data-field='predicted-after']")).not_to_have_text("–")
     expect(page.locator("table[data-queue-pool='default'] tbody tr")).to_have_count(2)
     b.shot("62-queue")
 
