@@ -188,8 +188,11 @@ def test_shares_queue_bindings_and_quotas_in_the_webui(fair_cluster: TestCluster
     expect(page.locator("table[data-queue-pool='default'] tbody tr")).to_have_count(2)
     b.shot("62-queue")
 
-    # An admin sets Vision's weight and quota from its page; the master answers them.
-    b.goto(f"/workspaces/{vision}")
+    # An admin sets Vision's weight and quota from its page (reached from an experiment of it); the
+    # master answers them.
+    b.goto(f"/experiments/{experiments[0]}")
+    page.get_by_role("link", name="Vision", exact=True).click()
+    page.wait_for_url(re.compile(rf"/workspaces/{vision}$"))
     expect(page.locator("h1")).to_have_text("Vision")
     form = _edit_quota(page, "2", "1", "1")
     expect(form).to_have_count(0)
