@@ -44,7 +44,12 @@ function ShareRow(props: { share: PoolShare; onEdit: () => void; onClear: () => 
       <td class="num" data-field="in-use">
         {s.slotsInUse}
         {s.maxSlots > 0 ? (
-          <ShareBar held={s.slotsInUse} entitled={s.maxSlots} label={`${who}: in use against its maximum`} />
+          <ShareBar
+            held={s.slotsInUse}
+            entitled={s.maxSlots}
+            markWord="allowed"
+            label={`${who}: in use against its maximum`}
+          />
         ) : null}
       </td>
       <td class="actions">
