@@ -13,9 +13,11 @@ import { ExperimentsPage } from "./pages/ExperimentsPage";
 import { LoginPage } from "./pages/LoginPage";
 import { ModelPage } from "./pages/ModelPage";
 import { ModelsPage } from "./pages/ModelsPage";
+import { QueuePage } from "./pages/QueuePage";
 import { TaskOpenPage } from "./pages/TaskOpenPage";
 import { TasksPage } from "./pages/TasksPage";
 import { TrialPage } from "./pages/TrialPage";
+import { WorkspacePage } from "./pages/WorkspacePage";
 import { match, navigate, useLocation } from "./router";
 
 function loginPath(): string {
@@ -72,7 +74,10 @@ export function App() {
           <Link href="/tasks" class={path.startsWith("/tasks") ? "active" : ""}>
             Tasks
           </Link>
-          <Link href="/cluster" class={path.startsWith("/cluster") ? "active" : ""}>
+          <Link href="/queue" class={path.startsWith("/queue") ? "active" : ""}>
+            Queue
+          </Link>
+          <Link href="/cluster" class={path.startsWith("/cluster") || path.startsWith("/workspaces") ? "active" : ""}>
             Cluster
           </Link>
         </nav>
@@ -85,7 +90,7 @@ export function App() {
       </header>
       <ClusterMessageBanner />
       <main>
-        <Page path={path} />
+        <Page path={path} admin={user?.admin === true} />
       </main>
     </div>
   );
@@ -96,8 +101,8 @@ function Redirect(props: { to: string }) {
   return null;
 }
 
-function Page(props: { path: string }) {
-  const { path } = props;
+function Page(props: { path: string; admin: boolean }) {
+  const { path, admin } = props;
   if (path === "/" || path === "") return <Redirect to="/experiments" />;
   if (match("/experiments", path)) return <ExperimentsPage />;
   const experiment = match("/experiments/:id", path);
@@ -110,7 +115,10 @@ function Page(props: { path: string }) {
   if (match("/tasks", path)) return <TasksPage />;
   const opening = match("/tasks/:id/open", path);
   if (opening) return <TaskOpenPage key={opening.id} taskId={opening.id} />;
-  if (match("/cluster", path)) return <ClusterPage />;
+  if (match("/cluster", path)) return <ClusterPage admin={admin} />;
+  if (match("/queue", path)) return <QueuePage />;
+  const workspace = match("/workspaces/:id", path);
+  if (workspace) return <WorkspacePage key={workspace.id} id={Number(workspace.id)} admin={admin} />;
   return (
     <section>
       <h1>Not found</h1>

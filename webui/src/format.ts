@@ -134,3 +134,26 @@ export function printable(text: string | null | undefined, options: { keepNewlin
   if (options.keepNewlines) return text.split("\n").map((line) => printable(line)).join("\n");
   return text.replace(UNPRINTABLE, escapeCode);
 }
+
+/**
+ * A time to come, relative to `now`: "in ~4 min", "in ~2 h"; "any moment now" once it has passed
+ * (a forecast is refreshed by the master, not counted down past zero here). "–" when absent.
+ */
+export function formatUntil(iso: string | undefined, now: number = Date.now()): string {
+  if (!iso) return "–";
+  const at = new Date(iso).getTime();
+  if (!Number.isFinite(at) || at <= 0) return "–";
+  const seconds = Math.round((at - now) / 1000);
+  if (seconds <= 5) return "any moment now";
+  if (seconds < 60) return `in ~${seconds} s`;
+  const minutes = Math.round(seconds / 60);
+  if (minutes < 90) return `in ~${minutes} min`;
+  const hours = Math.round(minutes / 60);
+  if (hours < 48) return `in ~${hours} h`;
+  return `in ~${Math.round(hours / 24)} d`;
+}
+
+/** "SCHEDULER_TYPE_FAIR_SHARE" → "fair share". */
+export function schedulerLabel(type: string): string {
+  return type.replace(/^SCHEDULER_TYPE_/, "").toLowerCase().replace(/_/g, " ");
+}

@@ -1,7 +1,7 @@
 // One function per REST call the WebUI makes; paths and parameters are the google.api.http rules
 // of proto/cairn/api/v1/api.proto, with query parameters in their JSON (lowerCamelCase) names.
 
-import { ApiError, get, patch, post, stream } from "./http";
+import { ApiError, buildUrl, del, get, patch, post, put, stream } from "./http";
 import type {
   AllocationSummary,
   CommandLike,
@@ -22,6 +22,11 @@ import type {
   Project,
   Workspace,
   GetResourcePoolsResponse,
+  GetResourcePoolSharesResponse,
+  GetJobsV2Response,
+  PoolShare,
+  PoolShareSetting,
+  UserSummary,
   LoginResponse,
   MasterInfo,
   Trial,
@@ -240,3 +245,50 @@ export const launchNotebook = (slots: number, resourcePool: string, description:
 /** A TensorBoard of these experiments' metrics, served through the master's proxy. */
 export const launchTensorboard = (experimentIds: number[]) =>
   post<{ tensorboard: CommandLike }>("/api/v1/tensorboards", { experimentIds });
+
+// ---- how teams share the cluster: fair-share divisions, quotas, bound pools, the queue ----
+
+const poolPath = (pool: string) => `/api/v1/resource-pools/${encodeURIComponent(pool)}`;
+
+/** How a fair-share pool is divided among workspaces and their users (empty lists otherwise). */
+export const getPoolShares = (pool: string, signal?: AbortSignal) =>
+  get<GetResourcePoolSharesResponse>(`${poolPath(pool)}/shares`, undefined, signal);
+
+/** The workspaces a pool is bound to (none: the pool is shared by the whole cluster). */
+export const getPoolBindings = (pool: string, signal?: AbortSignal) =>
+  get<{ workspaceIds?: number[] }>(`${poolPath(pool)}/workspace-bindings`, { limit: -1 }, signal);
+
+/** Binds the pool to exactly these workspaces (none: shared by the cluster again); admins only. */
+export const replacePoolBindings = (pool: string, workspaceIds: number[]) =>
+  put<object>(`${poolPath(pool)}/workspace-bindings`, { resourcePoolName: pool, workspaceIds });
+
+export const getWorkspace = (id: number, signal?: AbortSignal) =>
+  get<{ workspace: Workspace }>(`/api/v1/workspaces/${id}`, undefined, signal);
+
+/** The pools a workspace may use: every unbound pool and those bound to it. */
+export const getWorkspacePools = (workspaceId: number, signal?: AbortSignal) =>
+  get<{ resourcePools?: string[] }>(`/api/v1/workspaces/${workspaceId}/available-resource-pools`, { limit: -1 }, signal);
+
+/** A workspace's weight and quota in every fair-share pool, then its users' set ones. */
+export const getWorkspacePoolShares = (workspaceId: number, signal?: AbortSignal) =>
+  get<{ shares?: PoolShare[] }>(`/api/v1/workspaces/${workspaceId}/pool-shares`, undefined, signal);
+
+export const setWorkspacePoolShare = (workspaceId: number, pool: string, setting: PoolShareSetting) =>
+  put<object>(`/api/v1/workspaces/${workspaceId}/pool-shares/${encodeURIComponent(pool)}`, {
+    workspaceId,
+    resourcePool: pool,
+    ...setting,
+  });
+
+/** Back to weight 1 and no quota. */
+export const clearWorkspacePoolShare = (workspaceId: number, pool: string, userId: number) =>
+  del<object>(
+    buildUrl(`/api/v1/workspaces/${workspaceId}/pool-shares/${encodeURIComponent(pool)}`, { userId }),
+  );
+
+export const getUsers = (signal?: AbortSignal) =>
+  get<{ users?: UserSummary[] }>("/api/v1/users", { limit: 100 }, signal);
+
+/** One pool's jobs in queue order, each with why it waits and when it is forecast to start. */
+export const getPoolQueue = (pool: string, signal?: AbortSignal) =>
+  get<GetJobsV2Response>("/api/v1/job-queues-v2", { resourcePool: pool, limit: -1 }, signal);

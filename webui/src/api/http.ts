@@ -117,6 +117,19 @@ export async function patch<T>(path: string, body: unknown, signal?: AbortSignal
   return (text ? JSON.parse(text) : {}) as T;
 }
 
+export async function put<T>(path: string, body: unknown, signal?: AbortSignal): Promise<T> {
+  const response = await send("PUT", path, body, signal);
+  const text = await response.text();
+  return (text ? JSON.parse(text) : {}) as T;
+}
+
+/** DELETE; `body` for the routes whose rule takes one (the gateway reads it as the request). */
+export async function del<T>(path: string, body?: unknown, signal?: AbortSignal): Promise<T> {
+  const response = await send("DELETE", path, body, signal);
+  const text = await response.text();
+  return (text ? JSON.parse(text) : {}) as T;
+}
+
 /**
  * Reads a server stream: grpc-gateway writes one JSON object per line, `{"result": message}`,
  * or `{"error": ...}` when the call fails part way. Resolves when the server ends the stream.

@@ -398,3 +398,92 @@ export interface MasterInfo {
   featureSwitches?: string[];
   clusterMessage?: ClusterMessage | null;
 }
+
+// ---- how teams share the cluster (Cairn's fair share, quotas and pool bindings) ----
+
+/** A workspace's or user's part of a fair-share pool at the scheduler's last pass. */
+export interface FairShare {
+  /** A workspace: its id; a user: "<workspace id>/<user id>". */
+  key: string;
+  name: string;
+  /** By weight alone, were every group to want the whole pool. */
+  nominalSlots: number;
+  /** What its share gives it now, given what each group wants. */
+  entitledSlots: number;
+  heldSlots: number;
+  wantedSlots: number;
+  /** Held beyond its nominal share. */
+  borrowedSlots: number;
+  /** Of its nominal share, what it does not want. */
+  lentSlots: number;
+}
+
+export interface GetResourcePoolSharesResponse {
+  fairShare: boolean;
+  workspaces: FairShare[];
+  users: FairShare[];
+  /** Unset before the scheduler's first pass with work. */
+  dividedAt?: string;
+}
+
+/** A workspace's (userId 0) or one of its users' weight and quota in one fair-share pool. */
+export interface PoolShare {
+  resourcePool: string;
+  userId: number;
+  username: string;
+  weight: Num;
+  guaranteedSlots: number;
+  /** 0: no cap. */
+  maxSlots: number;
+  slotsInUse: number;
+}
+
+export interface PoolShareSetting {
+  userId: number;
+  weight: number;
+  guaranteedSlots: number;
+  maxSlots: number;
+}
+
+export interface JobSummary {
+  state: string;
+  jobsAhead: number;
+}
+
+export interface Job {
+  summary?: JobSummary;
+  type: string;
+  submissionTime?: string;
+  username: string;
+  userId?: number;
+  resourcePool: string;
+  isPreemptible: boolean;
+  priority?: number;
+  weight?: Num;
+  entityId: string;
+  jobId: string;
+  requestedSlots: number;
+  allocatedSlots: number;
+  name: string;
+  progress?: number;
+  workspaceId: number;
+  /** Why it waits; empty while it runs. */
+  waitingReason?: string;
+  /** The forecast start of a waiting job; absent when none is forecast. */
+  predictedStart?: string;
+  /** The job it waits for, or why no start is forecast. */
+  predictedAfter?: string;
+}
+
+export interface GetJobsV2Response {
+  jobs: { full?: Job }[];
+  pagination?: Pagination;
+}
+
+export interface UserSummary {
+  id: number;
+  username: string;
+  displayName?: string;
+  admin: boolean;
+  active: boolean;
+}

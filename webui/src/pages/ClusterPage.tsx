@@ -1,20 +1,24 @@
-// The cluster: agents, a map of every slot and what runs on it, the resource pools, and for a pool
-// whose agents the master provisions, its instances and the provisioner's decisions.
+// The cluster: agents, a map of every slot and what runs on it, the resource pools and how teams
+// share each (scheduler, bound workspaces, fair-share division), and for a pool whose agents the
+// master provisions, its instances and the provisioner's decisions.
 
 import { useEffect, useState } from "preact/hooks";
-import { getAgents, getResourcePools } from "../api/endpoints";
+import { getAgents, getResourcePools, getWorkspaces } from "../api/endpoints";
 import { ErrorNote } from "../components/ErrorNote";
+import { PoolCard } from "../components/PoolCard";
 import { ProvisionerPanel } from "../components/ProvisionerPanel";
 import { SlotMap } from "../components/SlotMap";
 import { formatTime, printable } from "../format";
 import { usePoll } from "../hooks";
 
-export function ClusterPage() {
+export function ClusterPage(props: { admin: boolean }) {
   const agentsPoll = usePoll((signal) => getAgents(signal), 3000, []);
   // Provisioned instances change phase within seconds (launched, connected, idle, retired): their
   // pools are read as often as the agents; static pools change rarely.
   const [provisioned, setProvisioned] = useState(false);
   const poolsPoll = usePoll((signal) => getResourcePools(signal), provisioned ? 3000 : 10000, []);
+  // Names for the pools' bound workspaces and the admin's binding editor.
+  const workspacesPoll = usePoll((signal) => getWorkspaces(signal), 30000, []);
   const agents = agentsPoll.data?.agents ?? [];
   const pools = poolsPoll.data?.resourcePools ?? [];
   const dynamicPools = pools.filter((p) => p.provisioner);
@@ -114,6 +118,13 @@ export function ClusterPage() {
             ))}
           </tbody>
         </table>
+      </div>
+      <h2>Sharing</h2>
+      <ErrorNote error={workspacesPoll.error} what="workspaces" />
+      <div class="pool-cards">
+        {pools.map((p) => (
+          <PoolCard key={p.name} pool={p} workspaces={workspacesPoll.data?.workspaces ?? []} admin={props.admin} />
+        ))}
       </div>
       {hasDynamic ? <h2>Dynamic agents</h2> : null}
       {dynamicPools.map((p) => (p.provisioner ? <ProvisionerPanel key={p.name} pool={p} status={p.provisioner} /> : null))}

@@ -79,10 +79,21 @@ export function ExperimentPage(props: { id: number }) {
           <dt>Project</dt>
           <dd>
             {e.projectId ? (
-              <Link href={`/experiments?project=${e.projectId}`}>
-                {e.workspaceName ? `${printable(e.workspaceName)} › ` : ""}
-                {printable(e.projectName) || `project ${e.projectId}`}
-              </Link>
+              <>
+                {e.workspaceName && e.workspaceId ? (
+                  <>
+                    <Link href={`/workspaces/${e.workspaceId}`} title="The workspace's weights and quotas">
+                      {printable(e.workspaceName)}
+                    </Link>
+                    {" › "}
+                  </>
+                ) : e.workspaceName ? (
+                  `${printable(e.workspaceName)} › `
+                ) : (
+                  ""
+                )}
+                <Link href={`/experiments?project=${e.projectId}`}>{printable(e.projectName) || `project ${e.projectId}`}</Link>
+              </>
             ) : (
               "–"
             )}
