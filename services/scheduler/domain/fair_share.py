@@ -173,6 +173,37 @@ class _Order:
         return request
 
 
+# Agents a four-slot request looks at for room on one agent: bounded, so that a pass over a pool
+# of thousands of agents costs what a reclaim always did, not one fit per agent.
+_MAX_AGENTS_TRIED = 64
+
+
+@dataclass(frozen=True)
+class _Reclaim:
+    """A way to make room: the working state with the victims released and the request placed."""
+
+    capacity: PoolCapacity
+    held: _Held
+    victims: list[AllocationRequest]
+
+    @property
+    def slots(self) -> int:
+        return sum(v.slots_needed for v in self.victims)
+
+    @property
+    def cost(self) -> tuple[int, int]:
+        return (self.slots, max((v.started_at_ns for v in self.victims), default=0))
+
+
+def _only(agent_id: str) -> Callable[[PoolCapacity], PoolCapacity]:
+    """A view of a working copy holding only one agent (a fit looked for in it is on that agent)."""
+
+    def view(trial: PoolCapacity) -> PoolCapacity:
+        return PoolCapacity({agent_id: trial.agents[agent_id]})
+
+    return view
+
+
 def _name(groups: dict[str, ShareGroup], key: str, kind: str) -> str:
     group = groups.get(key)
     return group.name if group is not None and group.name else f"{kind} '{key}'"
@@ -276,8 +307,55 @@ class _Pass:
             return held.user[user] - slots >= self.shares.user.get(user, 0)
         return False
 
+    def _plan(
+        self,
+        r: AllocationRequest,
+        candidates: Iterable[AllocationRequest],
+        fits_in: Callable[[PoolCapacity], PoolCapacity] = lambda trial: trial,
+    ) -> _Reclaim | None:
+        """Release `candidates` over their share in order until `r` fits (looked for in
+        `fits_in(trial)`, a view of the working copy); None if it never does."""
+        trial, held, victims = self.capacity.copy(), self.held.copy(), []
+        for candidate in candidates:
+            if not self._over_share(candidate, r, held):
+                continue
+            trial.release(candidate.allocation_id)
+            held.add(candidate, -candidate.slots_needed)
+            victims.append(candidate)
+            fit = find_fit(r, fits_in(trial), self.pool.fitting_policy)
+            if fit is None:
+                continue
+            apply_fit(trial, fit, r.allocation_id)
+            held.add(r, r.slots_needed)
+            return _Reclaim(trial, held, victims)
+        return None
+
+    def _plan_on_one_agent(
+        self, r: AllocationRequest, candidates: list[AllocationRequest]
+    ) -> _Reclaim | None:
+        """The cheapest room for `r` on a single agent: on each agent that holds candidates (the
+        agents of the oldest first, at most _MAX_AGENTS_TRIED), its own candidates released oldest
+        first until `r` fits there. The plan taking the fewest slots wins; between equals, the one
+        whose youngest victim is oldest."""
+        on_agent: dict[str, list[AllocationRequest]] = {}
+        for c in candidates:
+            for agent_id in dict.fromkeys(p.agent_id for p in c.placements):
+                on_agent.setdefault(agent_id, []).append(c)
+        best: _Reclaim | None = None
+        for agent_id in list(on_agent)[:_MAX_AGENTS_TRIED]:
+            if agent_id not in self.capacity.agents:
+                continue
+            plan = self._plan(r, on_agent[agent_id], _only(agent_id))
+            if plan is not None and (best is None or plan.cost < best.cost):
+                best = plan
+        return best
+
     def reclaim(self, r: AllocationRequest) -> bool:
-        """Preempt work over its share, oldest placed first, until `r` fits; reserve `r` there."""
+        """Preempt work over its share until `r` fits; reserve `r` there. The oldest placed go
+        first, but never work that frees nothing `r` can use: when `r` fits on one agent, the
+        victims come from one agent (taking the oldest across the pool until `r` fits would scatter
+        them: on 8 full agents of one-slot work, a four-slot request could take up to 25 slots, or
+        use up what the borrower may give back before any agent had room)."""
         candidates = sorted(
             (
                 c
@@ -286,25 +364,20 @@ class _Pass:
             ),
             key=lambda c: (c.started_at_ns, c.allocation_id),
         )
-        trial, held, victims = self.capacity.copy(), self.held.copy(), []
-        for candidate in candidates:
-            if not self._over_share(candidate, r, held):
-                continue
-            trial.release(candidate.allocation_id)
-            held.add(candidate, -candidate.slots_needed)
-            victims.append(candidate.allocation_id)
-            fit = find_fit(r, trial, self.pool.fitting_policy)
-            if fit is None:
-                continue
-            apply_fit(trial, fit, r.allocation_id)
-            held.add(r, r.slots_needed)
-            self.capacity, self.held = trial, held
-            self.preempted.update(victims)
-            self.outcome.preemptions.extend(Preemption(v, r.allocation_id) for v in victims)
-            self.first_preemptor = self.first_preemptor or r.allocation_id
-            self.outcome.waiting[r.allocation_id] = reasons.reclaiming(victims, self.pool.name)
-            return True
-        return False
+        plan = self._plan(r, candidates)
+        if plan is None or plan.slots > r.slots_needed:
+            local = self._plan_on_one_agent(r, candidates)
+            if local is not None and (plan is None or local.slots < plan.slots):
+                plan = local
+        if plan is None:
+            return False
+        victims = [v.allocation_id for v in plan.victims]
+        self.capacity, self.held = plan.capacity, plan.held
+        self.preempted.update(victims)
+        self.outcome.preemptions.extend(Preemption(v, r.allocation_id) for v in victims)
+        self.first_preemptor = self.first_preemptor or r.allocation_id
+        self.outcome.waiting[r.allocation_id] = reasons.reclaiming(victims, self.pool.name)
+        return True
 
 
 def run_fair_share_pass(

@@ -31,9 +31,7 @@ def test_water_fill_shares_by_weight_and_gives_what_one_does_not_want_to_the_oth
         {"a": 16, "b": 16, "c": 32}
     )
     # a wants only 4: the other 60 go 1:2.
-    assert water_fill(64, {"a": 4, "b": 100, "c": 100}, weights) == pytest.approx(
-        {"a": 4, "b": 20, "c": 40}
-    )
+    assert water_fill(64, {"a": 4, "b": 100, "c": 100}, weights) == pytest.approx({"a": 4, "b": 20, "c": 40})
     # Less demand than slots: everyone gets what it wants; no demand, nothing.
     assert water_fill(64, {"a": 4, "b": 0, "c": 10}, weights) == pytest.approx({"a": 4, "b": 0, "c": 10})
 
