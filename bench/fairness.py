@@ -18,7 +18,8 @@ whose fake runtime plays a trial that honours graceful preemption as Cairn's Cor
 
 An admin creates three workspaces through the API, `ws-a`, `ws-b`, `ws-c`, weighted 1:1:2 in the
 pool (`PUT /api/v1/workspaces/{id}/pool-shares/default`; a priority pool has no weights, and its
-run is judged against the same 1:1:2 entitlement). Then bursts of one-slot and four-slot grid
+run is judged against the same 1:1:2 entitlement); with --guarantee each is also guaranteed its
+weighted part of the pool (16/16/32 of 64 slots). Then bursts of one-slot and four-slot grid
 experiments arrive in them at scheduled moments (BURSTS, trial counts scaled to --seconds). After
 --seconds the bench kills what is left and computes, from the simulated agents' own log of starts
 and ends (bench/fairness_metrics.py says how): each workspace's share against its entitlement while
@@ -29,7 +30,7 @@ check the agents' log against it.
 
     .venv/bin/python -m bench.fairness --scheduler fair_share|priority [--seconds 180]
         [--agents 8] [--slots 8] [--trial-seconds 15] [--checkpoint-every 4] [--half-life 1h]
-        [--backend sqlite|postgres] [--json out.json]
+        [--guarantee] [--backend sqlite|postgres] [--json out.json]
 
 Everything it starts is stopped and removed when it ends. Only 127.0.0.1.
 """
@@ -236,9 +237,15 @@ class PreemptibleAgent(SimAgent):
 
 
 # -- the workload ----------------------------------------------------------------------------------
-def setup_workspaces(api: Api, scheduler: str) -> dict[str, int]:
-    """Each workspace with one project; weights set by the admin in a fair-share pool. The
-    projects' ids by workspace."""
+def guarantees(capacity: int) -> dict[str, int]:
+    """Each workspace's weighted part of the pool, in whole slots (--guarantee)."""
+    total = sum(WEIGHTS.values())
+    return {name: int(capacity * weight // total) for name, weight in WEIGHTS.items()}
+
+
+def setup_workspaces(api: Api, scheduler: str, guaranteed: dict[str, int]) -> dict[str, int]:
+    """Each workspace with one project; weights (and guarantees) set by the admin in a
+    fair-share pool. The projects' ids by workspace."""
     projects = {}
     for name, weight in WEIGHTS.items():
         workspace = api.PostWorkspace(workspace_pb2.PostWorkspaceRequest(name=name)).workspace
@@ -247,7 +254,10 @@ def setup_workspaces(api: Api, scheduler: str) -> dict[str, int]:
         if scheduler == "fair_share":
             api.SetWorkspacePoolShare(
                 workspace_pb2.SetWorkspacePoolShareRequest(
-                    workspace_id=workspace.id, resource_pool=POOL, weight=weight
+                    workspace_id=workspace.id,
+                    resource_pool=POOL,
+                    weight=weight,
+                    guaranteed_slots=guaranteed.get(name, 0),
                 )
             )
     return projects
@@ -317,7 +327,8 @@ async def measure(args: argparse.Namespace, api: Api, record: ClusterRecord) -> 
     assert record.master_grpc_address
     admin = Api(record.master_grpc_address, "admin")
     try:
-        projects = await asyncio.to_thread(setup_workspaces, admin, args.scheduler)
+        guaranteed = guarantees(args.agents * args.slots) if args.guarantee else {}
+        projects = await asyncio.to_thread(setup_workspaces, admin, args.scheduler, guaranteed)
     finally:
         admin.channel.close()
     tally = Tally()
@@ -422,6 +433,11 @@ def report(args: argparse.Namespace, out: dict[str, object]) -> str:
         f"{args.scheduler} ({args.backend}; {args.agents} agents x {args.slots} slots; {args.seconds:g} s; "
         f"trials of {args.trial_seconds:g} s checkpointing every {args.checkpoint_every:g} s"
         + (f"; usage half-life {args.half_life}" if args.scheduler == "fair_share" else "")
+        + (
+            "; guaranteed " + "/".join(str(n) for n in guarantees(args.agents * args.slots).values())
+            if args.guarantee and args.scheduler == "fair_share"
+            else ""
+        )
         + ")",
         f"{'workspace':10} {'weight':>6} {'backlogged s':>12} {'held/entitled':>13} "
         f"{'to entitlement s (each burst)':>30}",
@@ -485,6 +501,11 @@ def main() -> None:
     parser.add_argument("--checkpoint-every", type=float, default=4.0)
     parser.add_argument("--half-life", default="1h", help="fair share's usage_half_life")
     parser.add_argument("--backend", default="sqlite", choices=("sqlite", "postgres"))
+    parser.add_argument(
+        "--guarantee",
+        action="store_true",
+        help="fair share: also guarantee each workspace its weighted part of the pool (16/16/32)",
+    )
     parser.add_argument("--json", type=Path, help="write the figures here as JSON")
     args = parser.parse_args()
     if not 10 <= args.seconds <= 600 or not 1 <= args.agents <= 64 or not 1 <= args.slots <= 64:
