@@ -20,11 +20,13 @@ from cairn.localcluster.supervisor import start_cluster, stop_cluster
 class Api:
     http_url: str = ""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, username: str = "determined") -> None:
+        """Logged in as `username` (an empty password: "determined", or "admin" for what only an
+        admin may do)."""
         self.channel = grpc.insecure_channel(address)
         stub = api_pb2_grpc.CairnStub(self.channel)
         token = stub.Login(
-            auth_pb2.LoginRequest(username="determined", password=salt_and_hash(""), is_hashed=True)
+            auth_pb2.LoginRequest(username=username, password=salt_and_hash(""), is_hashed=True)
         )
         self.stub = stub
         self.metadata = [("authorization", f"Bearer {token.token}")]

@@ -131,6 +131,7 @@ class SimAgent:
         # Running containers: their trial's end, and their allocation (for a kill's report).
         self.timers: dict[str, asyncio.TimerHandle] = {}
         self.allocations: dict[str, str] = {}
+        self.channel: grpc.aio.Channel | None = None
 
     def hello(self) -> apb.Hello:
         slots = [
@@ -156,6 +157,9 @@ class SimAgent:
 
     async def run(self, dial: asyncio.Semaphore) -> None:
         async with grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS) as channel:
+            # Kept for what a subclass's runtime calls on the master (bench/fairness.py: the
+            # trial's preemption signals).
+            self.channel = channel
             stub = agent_pb2_grpc.AgentServiceStub(channel)
             call = stub.Connect(metadata=[(CLUSTER_TOKEN_KEY, self.token)])
             async with dial:

@@ -236,6 +236,33 @@ class _Order:
         return request
 
 
+# A gang that fits on one agent reclaims on one agent: at most this many agents are tried (those of
+# the oldest reclaimable work first).
+_MAX_AGENTS_TRIED = 64
+
+
+@dataclass(frozen=True)
+class _Reclaim:
+    """A way to make room: the working state with the victims released and the request placed."""
+
+    capacity: PoolCapacity
+    victims: list[AllocationRequest]
+
+    @property
+    def slots(self) -> int:
+        return sum(v.slots_needed for v in self.victims)
+
+    @property
+    def cost(self) -> tuple[int, int]:
+        """Fewest slots taken first; between equals, the plan whose youngest victim is oldest."""
+        return (self.slots, max((v.started_at_ns for v in self.victims), default=0))
+
+
+def _only(agent_id: str, trial: PoolCapacity) -> PoolCapacity:
+    """A view of a working copy holding only one agent (a fit looked for in it is on that agent)."""
+    return PoolCapacity({agent_id: trial.agents[agent_id]})
+
+
 def _name(groups: dict[str, ShareGroup], key: str, kind: str) -> str:
     group = groups.get(key)
     return group.name if group is not None and group.name else f"{kind} '{key}'"
@@ -273,6 +300,12 @@ class _Pass:
                 self.by_workspace[workspace_of(c)].append(c)
                 self.by_user[user_of(c)].append(c)
         self.fronts: dict[tuple[str, str], int] = defaultdict(int)
+        # The same by agent, the agents of the oldest reclaimable work first.
+        self.on_agent: dict[str, list[AllocationRequest]] = {}
+        for c in sorted(self.running, key=lambda c: (c.started_at_ns, c.allocation_id)):
+            if c.preemptible and c.slots_needed > 0:
+                for agent_id in dict.fromkeys(p.agent_id for p in c.placements):
+                    self.on_agent.setdefault(agent_id, []).append(c)
 
     def workspace_name(self, r: AllocationRequest) -> str:
         return _name(self.workspaces, workspace_of(r), "workspace")
@@ -386,14 +419,17 @@ class _Pass:
             at += 1
         return at
 
-    def reclaim(self, r: AllocationRequest) -> bool:
-        """Preempt work over its share, the oldest placed first, never taking a group below its
-        share and always a whole allocation, until `r` fits; reserve `r` there. A request of a
-        shape and group that could not reclaim is not tried again while nothing changed."""
-        memo = (shape_of(r), workspace_of(r), user_of(r))
-        if self.no_reclaim.get(memo) == self.version:
-            return False
-        lists = self._victim_lists(r)
+    def _group_of_victim(self, victim: AllocationRequest, r: AllocationRequest) -> tuple[str, str] | None:
+        """The level where `victim` and `r` part, and `victim`'s group there: their workspaces, else
+        their users; None for `r`'s own user's work (never reclaimed for it)."""
+        if workspace_of(victim) != workspace_of(r):
+            return ("workspace", workspace_of(victim))
+        if user_of(victim) != user_of(r):
+            return ("user", user_of(victim))
+        return None
+
+    def _plan_across_pool(self, r: AllocationRequest, lists: list[tuple[str, str]]) -> _Reclaim | None:
+        """The oldest takeable work across the pool, released until `r` fits."""
         positions = dict.fromkeys(lists, 0)
         trial, victims = self.capacity.copy(), []
         taken: Counter[str] = Counter()
@@ -412,28 +448,80 @@ class _Pass:
                 ):
                     best = (head, where)
             if best is None:
-                self.no_reclaim[memo] = self.version
-                return False
+                return None
             victim, where = best
             positions[where] += 1
             trial.release(victim.allocation_id)
             taken[where[1]] += victim.slots_needed
             victims.append(victim)
             fit = find_fit(r, trial, self.pool.fitting_policy)
-            if fit is None:
+            if fit is not None:
+                apply_fit(trial, fit, r.allocation_id)
+                return _Reclaim(trial, victims)
+
+    def _plan_on_one_agent(self, r: AllocationRequest) -> _Reclaim | None:
+        """The cheapest room for `r` on a single agent: on each agent holding reclaimable work (the
+        agents of the oldest first, at most _MAX_AGENTS_TRIED), its own takeable work released
+        oldest first until `r` fits there."""
+        best: _Reclaim | None = None
+        tried = 0
+        for agent_id, on_agent in self.on_agent.items():
+            if tried >= _MAX_AGENTS_TRIED:
+                break
+            if agent_id not in self.capacity.agents:
                 continue
-            apply_fit(trial, fit, r.allocation_id)
-            self.capacity = trial
-            self.version += 1
-            for taken_victim in victims:
-                self.held.add(taken_victim, -taken_victim.slots_needed)
-                self.preempted.add(taken_victim.allocation_id)
-            self.held.add(r, r.slots_needed)
-            ids = [v.allocation_id for v in victims]
-            self.outcome.preemptions.extend(Preemption(v, r.allocation_id) for v in ids)
-            self.first_preemptor = self.first_preemptor or r.allocation_id
-            self.outcome.waiting[r.allocation_id] = reasons.reclaiming(ids, self.pool.name)
-            return True
+            tried += 1
+            trial, victims = self.capacity.copy(), []
+            taken: Counter[str] = Counter()
+            for candidate in on_agent:
+                group = self._group_of_victim(candidate, r)
+                if candidate.allocation_id in self.preempted or group is None:
+                    continue
+                if not self._takeable(candidate, group[0], group[1], taken):
+                    continue
+                trial.release(candidate.allocation_id)
+                taken[group[1]] += candidate.slots_needed
+                victims.append(candidate)
+                fit = find_fit(r, _only(agent_id, trial), self.pool.fitting_policy)
+                if fit is None:
+                    continue
+                apply_fit(trial, fit, r.allocation_id)
+                plan = _Reclaim(trial, victims)
+                if best is None or plan.cost < best.cost:
+                    best = plan
+                break
+        return best
+
+    def reclaim(self, r: AllocationRequest) -> bool:
+        """Preempt work over its share until `r` fits, never taking a group below its share and
+        always a whole allocation; reserve `r` there. The oldest placed go first, but never work
+        that frees nothing `r` can use: when taking the oldest across the pool frees more than `r`
+        needs (or finds no room), the victims come from one agent if that takes fewer (on 8 full
+        agents of one-slot work, a four-slot request would otherwise take up to 25 slots, or use up
+        what the borrowers may give back before any agent had room). A request of a shape and group
+        that could not reclaim is not tried again while nothing changed."""
+        memo = (shape_of(r), workspace_of(r), user_of(r))
+        if self.no_reclaim.get(memo) == self.version:
+            return False
+        plan = self._plan_across_pool(r, self._victim_lists(r))
+        if (plan is None or plan.slots > r.slots_needed) and r.slots_needed > 1:
+            local = self._plan_on_one_agent(r)
+            if local is not None and (plan is None or local.slots < plan.slots):
+                plan = local
+        if plan is None:
+            self.no_reclaim[memo] = self.version
+            return False
+        self.capacity = plan.capacity
+        self.version += 1
+        for victim in plan.victims:
+            self.held.add(victim, -victim.slots_needed)
+            self.preempted.add(victim.allocation_id)
+        self.held.add(r, r.slots_needed)
+        ids = [v.allocation_id for v in plan.victims]
+        self.outcome.preemptions.extend(Preemption(v, r.allocation_id) for v in ids)
+        self.first_preemptor = self.first_preemptor or r.allocation_id
+        self.outcome.waiting[r.allocation_id] = reasons.reclaiming(ids, self.pool.name)
+        return True
 
 
 def run_fair_share_pass(

@@ -351,3 +351,31 @@ def test_no_request_starves_and_every_slot_works_while_anything_waits(seed: int)
     held, started = _simulate(pool, agents, backlog, passes=400)
     assert len(started) == total  # everyone started
     assert sum(held[-1].values()) == 0  # and finished
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("gangs", [1, 2, 8])
+def test_a_gang_reclaims_on_one_agent_rather_than_scattered_oldest_slots(seed: int, gangs: int) -> None:
+    # Eight full agents of A's one-slot work, placed in random age order; B wants `gangs` four-slot
+    # trials (entitled to all of them: 4 x gangs <= 32). Taking the oldest across the pool until a
+    # gang fits scattered the victims: one gang found no room before A was down to its share (no
+    # preemption at all, B waited for A's work to end), and eight took 32 slots for room for five.
+    rng = random.Random(seed)
+    ages = rng.sample(range(1, 1000), 64)
+    running = [
+        _request(f"a{k}", "A", placements=(Placement(f"n{k % 8}", (str(k // 8),)),), started_at_ns=ages[k])
+        for k in range(64)
+    ]
+    agents = tuple(
+        Agent(f"n{i}", "p", slots=tuple(Slot(str(s), allocation_id=f"a{s * 8 + i}") for s in range(8)))
+        for i in range(8)
+    )
+    wanting = [_request(f"b{i}", "B", slots=4, job="jb") for i in range(gangs)]
+    decision = schedule(ClusterState((_pool(),), agents, (*running, *wanting)))
+    # Four victims a gang, on one agent each, and every gang has its room.
+    assert len(decision.preemptions) == 4 * gangs
+    assert {p.for_allocation_id for p in decision.preemptions} == {f"b{i}" for i in range(gangs)}
+    by_gang: dict[str, set[str]] = {}
+    for p in decision.preemptions:
+        by_gang.setdefault(p.for_allocation_id, set()).add(f"n{int(p.allocation_id[1:]) % 8}")
+    assert all(len(hosts) == 1 for hosts in by_gang.values())
