@@ -57,6 +57,7 @@ def _pool(index: int, msg: pb.ResourcePool) -> ResourcePool:
         scheduler_type=scheduler,
         workspaces=tuple(_group(g) for g in msg.workspaces),
         users=tuple(_group(g) for g in msg.users),
+        protect_started_after_ns=_nanoseconds(msg.protect_started_after),
     )
 
 

@@ -29,7 +29,9 @@ def fair_cluster(db_url: str | None, tmp_path: Path) -> Iterator[TestCluster]:
     config.write_text(
         "resource_pools:\n"
         "  - pool_name: default\n"
-        "    scheduler: {type: fair_share, fair_share: {usage_half_life: 10m}}\n"
+        "    scheduler:\n"
+        "      type: fair_share\n"
+        "      fair_share: {usage_half_life: 10m, min_run_before_reclaim: 1s}\n"
     )
     with running_cluster(
         tmp_path / "cluster", db_url, agents=2, slots=1, extra_env={"CAIRN_MASTER_CONFIG": str(config)}

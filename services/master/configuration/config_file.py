@@ -87,17 +87,25 @@ def _scheduler(block: Any, where: str) -> dict[str, Any]:
     ):
         raise InvalidArgument(f"{where}.priority.default_priority: {default_priority!r} must be 1 to 99")
     fair_share = block.get("fair_share") or {}
-    if not isinstance(fair_share, Mapping) or set(fair_share) - {"usage_half_life"}:
-        raise InvalidArgument(f"{where}.fair_share: a mapping with at most usage_half_life")
+    if not isinstance(fair_share, Mapping) or set(fair_share) - {"usage_half_life", "min_run_before_reclaim"}:
+        raise InvalidArgument(
+            f"{where}.fair_share: a mapping with at most usage_half_life and min_run_before_reclaim"
+        )
     half_life = parse_duration(fair_share.get("usage_half_life", "1h"), f"{where}.fair_share.usage_half_life")
     if not 60 <= half_life <= 90 * 24 * 3600:
         raise InvalidArgument(f"{where}.fair_share.usage_half_life: between 1m and 90 days")
+    min_run = parse_duration(
+        fair_share.get("min_run_before_reclaim", "10s"), f"{where}.fair_share.min_run_before_reclaim"
+    )
+    if min_run > 24 * 3600:
+        raise InvalidArgument(f"{where}.fair_share.min_run_before_reclaim: at most 24h")
     return {
         "fitting_policy": fitting,
         "preemption_enabled": preemption,
         "default_priority": default_priority,
         "scheduler_type": "fair_share" if kind == "fair_share" else "priority",
         "usage_half_life_s": half_life,
+        "min_run_before_reclaim_s": min_run,
     }
 
 

@@ -20,6 +20,8 @@ class PoolSettings:
     scheduler_type: str = "priority"
     # Fair share: how fast past usage is forgotten; a slot-second used this long ago counts half.
     usage_half_life_s: float = 3600.0
+    # Fair share: how long work runs before its slots may be reclaimed for another's share.
+    min_run_before_reclaim_s: float = 10.0
     # Dynamic agents: the pool's `provider:` block (provider.py); None: agents join it
     # by hand or through `cairn cluster up`.
     provider: ProviderConfig | None = None

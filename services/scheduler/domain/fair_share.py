@@ -12,8 +12,11 @@ whole-slot shares are the entitlements. Then, in one pass:
    order. A request that keeps its workspace and user within their shares starts where it fits.
    One that does not fit reclaims: running preemptible work of workspaces (or, within its own
    workspace, users) holding more than their share is preempted, the oldest-placed first, never
-   taking a group below its share and always a whole allocation (a gang is never split); the
-   request is reserved in the room made and starts on a later pass, once they release. If nothing
+   taking a group below its share and always a whole allocation (a gang is never split), nor work
+   placed after the pool's `protect_started_after` (a minimum run before reclaim, so that shares
+   moving with recent usage do not preempt what has barely started; a gang that fits on one agent
+   takes its victims from one agent); the request is reserved in the room made and starts on a
+   later pass, once they release. If nothing
    can be reclaimed it waits, and the pool keeps its free slots for it (no starvation).
 2. Idle slots are lent: when no request within its share is left waiting, requests beyond their
    share start where they fit, in the same order. What they borrow is what step 1 reclaims.
@@ -296,16 +299,21 @@ class _Pass:
         self.by_workspace: dict[str, list[AllocationRequest]] = defaultdict(list)
         self.by_user: dict[str, list[AllocationRequest]] = defaultdict(list)
         for c in sorted(self.running, key=lambda c: (c.started_at_ns, c.allocation_id)):
-            if c.preemptible and c.slots_needed > 0:
+            if self.reclaimable(c):
                 self.by_workspace[workspace_of(c)].append(c)
                 self.by_user[user_of(c)].append(c)
         self.fronts: dict[tuple[str, str], int] = defaultdict(int)
         # The same by agent, the agents of the oldest reclaimable work first.
         self.on_agent: dict[str, list[AllocationRequest]] = {}
         for c in sorted(self.running, key=lambda c: (c.started_at_ns, c.allocation_id)):
-            if c.preemptible and c.slots_needed > 0:
+            if self.reclaimable(c):
                 for agent_id in dict.fromkeys(p.agent_id for p in c.placements):
                     self.on_agent.setdefault(agent_id, []).append(c)
+
+    def reclaimable(self, c: AllocationRequest) -> bool:
+        """Preemptible slotted work that has run long enough (the pool's minimum run before reclaim)."""
+        protect = self.pool.protect_started_after_ns
+        return c.preemptible and c.slots_needed > 0 and not (protect and c.started_at_ns > protect)
 
     def workspace_name(self, r: AllocationRequest) -> str:
         return _name(self.workspaces, workspace_of(r), "workspace")

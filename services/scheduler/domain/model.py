@@ -49,6 +49,9 @@ class ResourcePool:
     # Fair share's groups with a weight, a quota or recent usage (absent: weight 1, none).
     workspaces: tuple[ShareGroup, ...] = ()
     users: tuple[ShareGroup, ...] = ()
+    # Fair share: running work placed after this (nanoseconds since the epoch) is not reclaimed
+    # yet; 0: none protected.
+    protect_started_after_ns: int = 0
 
 
 @dataclass(frozen=True)

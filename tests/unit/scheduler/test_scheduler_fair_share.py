@@ -179,6 +179,19 @@ def test_a_maximum_is_never_passed_even_with_idle_slots_and_names_the_quota() ->
     assert "workspace 'vision' holds 2 slots of its maximum of 2 in pool 'p'" in reason
 
 
+def test_work_younger_than_the_minimum_run_is_not_reclaimed() -> None:
+    agent = Agent("a0", "p", slots=(Slot("0", allocation_id="old"), Slot("1", allocation_id="young")))
+    running = (
+        _request("old", "A", placements=(Placement("a0", ("0",)),), started_at_ns=100),
+        _request("young", "A", placements=(Placement("a0", ("1",)),), started_at_ns=300),
+    )
+    wants = (_request("b0", "B"), _request("b1", "B"))
+    protected = replace(_pool(), protect_started_after_ns=200)
+    decision = schedule(ClusterState((protected,), (agent,), (*running, *wants)))
+    # B is entitled to one slot: the old placement is reclaimed, the young one is left running.
+    assert [(p.allocation_id, p.for_allocation_id) for p in decision.preemptions] == [("old", "b0")]
+
+
 def test_a_lowered_maximum_gives_back_the_youngest_placements() -> None:
     pool = _pool(ShareGroup("A", max_slots=1))
     agent = Agent("a0", "p", slots=tuple(Slot(str(i), allocation_id=f"a{i}") for i in range(3)))

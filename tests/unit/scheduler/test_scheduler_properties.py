@@ -52,6 +52,7 @@ def clusters(draw: st.DrawFn) -> ClusterState:
             scheduler_type=draw(st.sampled_from(list(SchedulerType))),
             workspaces=tuple(draw(st.lists(share_groups(WORKSPACES), max_size=3, unique_by=lambda g: g.key))),
             users=tuple(draw(st.lists(share_groups(USERS), max_size=3, unique_by=lambda g: g.key))),
+            protect_started_after_ns=draw(st.sampled_from([0, 1, 2])),
         )
         for name in POOL_NAMES[: draw(st.integers(1, len(POOL_NAMES)))]
     )
@@ -237,8 +238,11 @@ def test_preemptions_take_only_preemptible_lower_or_equal_priority_work_of_the_s
         assert victim.resource_pool == beneficiary.resource_pool
         assert not beneficiary.running and beneficiary.allocation_id not in started
         if pool.scheduler_type is SchedulerType.FAIR_SHARE and beneficiary.slots_needed > 0:
-            # Fair share reclaims from another workspace, or from another user of its own.
+            # Fair share reclaims from another workspace, or from another user of its own, and not
+            # what was placed after the pool's protection time.
             assert victim.slots_needed > 0 and victim.user != beneficiary.user
+            protect = pool.protect_started_after_ns
+            assert not protect or victim.started_at_ns <= protect
             continue
         assert pool.preemption_enabled
         assert effective_priority(victim, pool) >= effective_priority(beneficiary, pool)

@@ -129,7 +129,8 @@ def build_request(ctx: MasterContext) -> tuple[pb.ScheduleRequest, bool, dict[st
     pending allocations held back by their experiment's max_slots (not offered, with why)."""
     placeable = ctx.hub.placeable_ids()
     with ctx.db.read() as s:
-        request = pb.ScheduleRequest(pools=pool_messages(ctx, share_groups(s, ctx.settings.pools, utcnow())))
+        now = utcnow()
+        request = pb.ScheduleRequest(pools=pool_messages(ctx, share_groups(s, ctx.settings.pools, now), now))
         rows = [row for row in allocation_rows(s) if offered(row)]
         # Placements only where there are any: pending allocations have none to decode.
         placed = select(models.Allocation.id, models.Allocation.placements).where(

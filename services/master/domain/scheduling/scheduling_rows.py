@@ -4,7 +4,7 @@ session's incremental one (scheduling_view.py)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -120,10 +120,12 @@ def limits_of(s: Session, experiment_ids: set[int]) -> dict[int, JobLimits]:
 
 
 def pool_messages(
-    ctx: MasterContext, groups: dict[str, tuple[list[pb.ShareGroup], list[pb.ShareGroup]]] | None = None
+    ctx: MasterContext,
+    groups: dict[str, tuple[list[pb.ShareGroup], list[pb.ShareGroup]]] | None = None,
+    now: datetime | None = None,
 ) -> list[pb.ResourcePool]:
     """The pools as the scheduler takes them; a fair-share pool with its groups
-    (fair_share_inputs.share_groups)."""
+    (fair_share_inputs.share_groups) and, as of `now`, the placements too young to reclaim."""
     messages = []
     for pool in ctx.settings.pools:
         workspaces, users = (groups or {}).get(pool.name, ([], []))
@@ -138,6 +140,9 @@ def pool_messages(
                 users=users,
             )
         )
+        if pool.scheduler_type == "fair_share" and now is not None and pool.min_run_before_reclaim_s > 0:
+            protect = now - timedelta(seconds=pool.min_run_before_reclaim_s)
+            messages[-1].protect_started_after.CopyFrom(ts(protect))
     return messages
 
 

@@ -387,7 +387,7 @@ class SchedulingView:
             else None
         )
         self._grouped = {u.key for _, users in (groups or {}).values() for u in users}
-        return pool_messages(self._ctx, groups)
+        return pool_messages(self._ctx, groups, utcnow())
 
     def port_offsets(self) -> PortOffsets:
         """The live allocations' port blocks as of this pass, for the assignments it makes."""

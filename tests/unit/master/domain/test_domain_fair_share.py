@@ -44,7 +44,11 @@ def cluster(master: Master) -> Iterator[Master]:
     """A master whose only pool shares its slots fairly, and one agent of 2 slots."""
     master.close()
     fair = master.restarted(
-        pools=[PoolSettings("default", scheduler_type="fair_share", usage_half_life_s=3600)]
+        pools=[
+            PoolSettings(
+                "default", scheduler_type="fair_share", usage_half_life_s=3600, min_run_before_reclaim_s=0.0
+            )
+        ]
     )
     try:
         fair.add_agent("a1", slots=2)
