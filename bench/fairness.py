@@ -52,10 +52,19 @@ import grpc
 import grpc.aio
 
 from bench.cairn_cluster import Api, cairn_cluster
-from bench.fairness_metrics import Burst, Figures, Run, figures, lost_since_checkpoint
+from bench.fairness_metrics import (
+    Burst,
+    Figures,
+    ForecastSample,
+    Run,
+    figures,
+    forecast_errors,
+    lost_since_checkpoint,
+    quantile,
+)
 from bench.sim_agents import DIAL_CONCURRENCY, MODEL_DIR, SimAgent, Tally, database, wait_until
 from cairn.agent.v1 import agent_pb2 as apb
-from cairn.api.v1 import api_pb2_grpc, experiment_pb2, resources_pb2, task_pb2, workspace_pb2
+from cairn.api.v1 import api_pb2_grpc, experiment_pb2, job_pb2, resources_pb2, task_pb2, workspace_pb2
 from cairn.client.model_definition import build_model_definition
 from cairn.localcluster.paths import ClusterPaths
 from cairn.localcluster.record import ClusterRecord, load_record
@@ -64,6 +73,8 @@ from cairn.task_environment import ALLOCATION_TOKEN
 
 POOL = "default"
 WEIGHTS = {"ws-a": 1.0, "ws-b": 1.0, "ws-c": 2.0}
+# How often the job listing's forecasts are read (each read may make a forecast: a whole-state play).
+FORECAST_EVERY_S = 5.0
 # (seconds into a 180 s run, workspace, trials, slots per trial): every workspace comes back more
 # than once, one-slot and four-slot trials mixed, more work than the pool does in the run (about
 # 12,500 slot-seconds of 15 s trials for 11,520 on 64 slots), so that some workspace always waits.
@@ -305,6 +316,26 @@ async def drive(args: argparse.Namespace, api: Api, projects: dict[str, int], si
     return bursts
 
 
+async def probe_forecasts(
+    api: Api, sim: Simulation, wall_start: datetime, seconds: float
+) -> list[ForecastSample]:
+    """Every FORECAST_EVERY_S, each waiting experiment's forecast start from the job listing
+    (bounded: one read per period of the window)."""
+    samples: list[ForecastSample] = []
+    for _ in range(int(seconds / FORECAST_EVERY_S)):
+        await asyncio.sleep(FORECAST_EVERY_S)
+        reply = await asyncio.to_thread(
+            api.GetJobsV2, job_pb2.GetJobsV2Request(resource_pool="default", limit=-1)
+        )
+        at = sim.now()
+        for job in reply.jobs:
+            full = job.full
+            if full.type == job_pb2.Job.TYPE_EXPERIMENT and full.HasField("predicted_start"):
+                predicted = (full.predicted_start.ToDatetime(UTC) - wall_start).total_seconds()
+                samples.append(ForecastSample(at, int(full.entity_id), predicted))
+    return samples
+
+
 def _stamp(at: datetime) -> str:
     return at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
@@ -347,6 +378,7 @@ async def measure(args: argparse.Namespace, api: Api, record: ClusterRecord) -> 
         sim.t0 = time.monotonic()
         wall_start = datetime.now(UTC)
         driver = asyncio.create_task(drive(args, api, projects, sim))
+        prober = asyncio.create_task(probe_forecasts(api, sim, wall_start, args.seconds))
         deadline = sim.t0 + args.seconds + 60  # the driver's creates, even on a slow master
         while sim.now() < args.seconds:
             failed = [t for t in tasks if t.done() and not t.cancelled() and t.exception() is not None]
@@ -358,6 +390,7 @@ async def measure(args: argparse.Namespace, api: Api, record: ClusterRecord) -> 
                 raise TimeoutError("the run did not end in time")
             await asyncio.sleep(0.5)
         bursts = await asyncio.wait_for(driver, timeout=60)
+        samples = await asyncio.wait_for(prober, timeout=60)
         experiments = [b.experiment_id for b in bursts]
         window_end = sim.now()
         # What still runs at the window's end: logged as running past it (neither ended nor lost).
@@ -399,6 +432,7 @@ async def measure(args: argparse.Namespace, api: Api, record: ClusterRecord) -> 
         "master_slot_seconds": master_s,
         "master_allocations": master_allocations,
         "signal_errors": sim.signal_errors,
+        "forecast_errors": forecast_errors(samples, runs),
     }
 
 
@@ -456,11 +490,23 @@ def report(args: argparse.Namespace, out: dict[str, object]) -> str:
         f"preemptions: {f.preemptions}, work lost: {f.lost_slot_seconds:.1f} slot-s",
         f"preempted runs by workspace: {preempted_by_workspace(out)}; trials preempted more than once: "
         f"{preempted_twice(out)}",
+        forecast_line(out),
         f"runs started: {out['runs_started']}; slot-s in the window: agents {out['agent_slot_seconds']:.0f}, "
         f"master {out['master_slot_seconds']:.0f} ({out['master_allocations']} allocations); "
         f"signal stream errors: {out['signal_errors']}",
     ]
     return "\n".join(lines)
+
+
+def forecast_line(out: dict[str, object]) -> str:
+    errors = out["forecast_errors"]
+    assert isinstance(errors, list)
+    if not errors:
+        return "predicted start: no forecast of a wait of 1 s or more was read"
+    return (
+        f"predicted start: {len(errors)} forecasts, absolute error as a part of the wait: median "
+        f"{quantile(errors, 0.5) * 100:.0f} %, p90 {quantile(errors, 0.9) * 100:.0f} %"
+    )
 
 
 def _preempted(out: dict[str, object]) -> list[Run]:

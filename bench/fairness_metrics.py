@@ -232,3 +232,37 @@ def lost_since_checkpoint(elapsed_s: float, checkpoint_every_s: float) -> float:
     if checkpoint_every_s <= 0:
         return max(0.0, elapsed_s)
     return max(0.0, elapsed_s - math.floor(elapsed_s / checkpoint_every_s + 1e-9) * checkpoint_every_s)
+
+
+@dataclass(frozen=True)
+class ForecastSample:
+    """A waiting experiment's forecast start as the job listing gave it, in seconds into the window."""
+
+    at: float
+    experiment_id: int
+    predicted: float
+
+
+def forecast_errors(
+    samples: Sequence[ForecastSample], runs: Sequence[Run], min_wait_s: float = 1.0
+) -> list[float]:
+    """Each sample's error against its experiment's actual next start (the first run that started at
+    or after the sample), as a fraction of how long it then waited: |predicted - actual| / wait.
+    Samples whose experiment did not start within the runs, or started within `min_wait_s` (a
+    forecast of "now" says little), are left out."""
+    starts: dict[int, list[float]] = defaultdict(list)
+    for run in runs:
+        starts[run.experiment_id].append(run.start)
+    for values in starts.values():
+        values.sort()
+    errors = []
+    for sample in samples:
+        later = [s for s in starts.get(sample.experiment_id, []) if s >= sample.at]
+        if not later:
+            continue
+        actual = later[0]
+        wait = actual - sample.at
+        if wait < min_wait_s:
+            continue
+        errors.append(abs(sample.predicted - actual) / wait)
+    return errors

@@ -9,8 +9,10 @@ import pytest
 
 from bench.fairness_metrics import (
     Burst,
+    ForecastSample,
     Run,
     figures,
+    forecast_errors,
     jain_index,
     lost_since_checkpoint,
     quantile,
@@ -82,3 +84,14 @@ def test_idle_slots_while_waiting_and_preempted_work_and_a_burst_never_served() 
     assert result.workspaces["a"].to_entitlement_s == [0.0]
     late = figures([], [Burst("a", 1, 1.0, 1, 1)], {"a": 1.0}, capacity=4, window_s=12.0)
     assert late.workspaces["a"].to_entitlement_s == [float("inf")] and late.never_entitled == 1
+
+
+def test_forecast_errors_are_parts_of_the_wait_against_the_next_start() -> None:
+    runs = [Run("a", 1, 1, 1, 10.0, 20.0, completed=True), Run("a", 1, 2, 1, 30.0, 40.0, completed=True)]
+    samples = [
+        ForecastSample(at=0.0, experiment_id=1, predicted=12.0),  # started at 10: off by 2 of 10
+        ForecastSample(at=20.0, experiment_id=1, predicted=30.0),  # exact
+        ForecastSample(at=29.5, experiment_id=1, predicted=35.0),  # waited under a second: left out
+        ForecastSample(at=0.0, experiment_id=2, predicted=5.0),  # never started: left out
+    ]
+    assert forecast_errors(samples, runs) == pytest.approx([0.2, 0.0])
