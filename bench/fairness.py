@@ -64,7 +64,15 @@ from bench.fairness_metrics import (
 )
 from bench.sim_agents import DIAL_CONCURRENCY, MODEL_DIR, SimAgent, Tally, database, wait_until
 from cairn.agent.v1 import agent_pb2 as apb
-from cairn.api.v1 import api_pb2_grpc, experiment_pb2, job_pb2, resources_pb2, task_pb2, workspace_pb2
+from cairn.api.v1 import (
+    api_pb2_grpc,
+    experiment_pb2,
+    job_pb2,
+    resources_pb2,
+    task_pb2,
+    trial_pb2,
+    workspace_pb2,
+)
 from cairn.client.model_definition import build_model_definition
 from cairn.localcluster.paths import ClusterPaths
 from cairn.localcluster.record import ClusterRecord, load_record
@@ -75,6 +83,8 @@ POOL = "default"
 WEIGHTS = {"ws-a": 1.0, "ws-b": 1.0, "ws-c": 2.0}
 # How often the job listing's forecasts are read (each read may make a forecast: a whole-state play).
 FORECAST_EVERY_S = 5.0
+# How often a simulated trial reports its progress, as trial code does.
+PROGRESS_EVERY_S = 2.0
 # (seconds into a 180 s run, workspace, trials, slots per trial): every workspace comes back more
 # than once, one-slot and four-slot trials mixed, more work than the pool does in the run (about
 # 12,500 slot-seconds of 15 s trials for 11,520 on 64 slots), so that some workspace always waits.
@@ -130,6 +140,7 @@ class _Live:
     resumed_at: float
     checkpoint_every: float
     watch: asyncio.Task[None] | None = None
+    reporter: asyncio.Task[None] | None = None
 
 
 class Simulation:
@@ -179,6 +190,9 @@ class PreemptibleAgent(SimAgent):
         loop = asyncio.get_running_loop()
         self.timers[container_id] = loop.call_later(left, self.complete, container_id)
         run.watch = asyncio.create_task(self.watch(container_id, allocation_id, env[ALLOCATION_TOKEN]))
+        run.reporter = asyncio.create_task(
+            self.report_progress(container_id, float(hparams["seconds"]), env[ALLOCATION_TOKEN])
+        )
 
     def _end(self, container_id: str, *, completed: bool, preempted: bool) -> _Live | None:
         """Log the run's end and keep its trial's checkpointed progress; None if it had ended."""
@@ -206,6 +220,8 @@ class PreemptibleAgent(SimAgent):
         )
         if run.watch is not None and run.watch is not asyncio.current_task():
             run.watch.cancel()
+        if run.reporter is not None:
+            run.reporter.cancel()
         return run
 
     def complete(self, container_id: str) -> None:
@@ -215,6 +231,27 @@ class PreemptibleAgent(SimAgent):
     def terminate(self, container_id: str, exit_code: int) -> None:
         if self._end(container_id, completed=False, preempted=False) is not None:
             self.exit(container_id, self.allocations[container_id], exit_code, apb.FAILURE_TYPE_KILLED)
+
+    async def report_progress(self, container_id: str, seconds: float, allocation_token: str) -> None:
+        """Trial code's progress reports (core.train.report_progress): the part of the trial's
+        length done, every PROGRESS_EVERY_S while the run lasts (bounded by its length)."""
+        assert self.channel is not None
+        stub = api_pb2_grpc.CairnStub(self.channel)
+        metadata = ((ALLOCATION_TOKEN_KEY, f"Bearer {allocation_token}"),)
+        for _ in range(int(seconds / PROGRESS_EVERY_S) + 1):
+            run = self.live.get(container_id)
+            if run is None:
+                return
+            done = min(1.0, (run.resumed_at + self.sim.now() - run.started) / seconds)
+            try:
+                await stub.ReportTrialProgress(
+                    trial_pb2.ReportTrialProgressRequest(trial_id=run.trial_id, progress=done),
+                    metadata=metadata,
+                    timeout=30,
+                )
+            except grpc.aio.AioRpcError:
+                self.sim.signal_errors += 1
+            await asyncio.sleep(PROGRESS_EVERY_S)
 
     async def watch(self, container_id: str, allocation_id: str, allocation_token: str) -> None:
         """Trial code's part of graceful preemption: watch the allocation's signals; on a
