@@ -296,19 +296,17 @@ class _Pass:
         self.users = {g.key: g for g in self.pool.users}
         # Reclaimable work by workspace and by user, oldest placed first (sorted once a pass), and
         # how much of each list's front is passed for good.
+        # The same by agent, the agents of the oldest reclaimable work first.
         self.by_workspace: dict[str, list[AllocationRequest]] = defaultdict(list)
         self.by_user: dict[str, list[AllocationRequest]] = defaultdict(list)
+        self.on_agent: dict[str, list[AllocationRequest]] = {}
         for c in sorted(self.running, key=lambda c: (c.started_at_ns, c.allocation_id)):
             if self.reclaimable(c):
                 self.by_workspace[workspace_of(c)].append(c)
                 self.by_user[user_of(c)].append(c)
-        self.fronts: dict[tuple[str, str], int] = defaultdict(int)
-        # The same by agent, the agents of the oldest reclaimable work first.
-        self.on_agent: dict[str, list[AllocationRequest]] = {}
-        for c in sorted(self.running, key=lambda c: (c.started_at_ns, c.allocation_id)):
-            if self.reclaimable(c):
                 for agent_id in dict.fromkeys(p.agent_id for p in c.placements):
                     self.on_agent.setdefault(agent_id, []).append(c)
+        self.fronts: dict[tuple[str, str], int] = defaultdict(int)
 
     def reclaimable(self, c: AllocationRequest) -> bool:
         """Preemptible slotted work that has run long enough (the pool's minimum run before reclaim)."""

@@ -63,8 +63,10 @@ class _Play:
             self.agents[agent.id] = replace(agent, slots=slots)
 
     def _clear(self, allocation_id: str) -> None:
-        for agent_id, agent in list(self.agents.items()):
-            if any(s.allocation_id == allocation_id for s in agent.slots):
+        """Free the slots the request holds: only the agents its placements name are looked at."""
+        for agent_id in dict.fromkeys(p.agent_id for p in self.requests[allocation_id].placements):
+            agent = self.agents.get(agent_id)
+            if agent is not None and any(s.allocation_id == allocation_id for s in agent.slots):
                 slots = tuple(
                     Slot(s.id, s.enabled, "" if s.allocation_id == allocation_id else s.allocation_id)
                     for s in agent.slots

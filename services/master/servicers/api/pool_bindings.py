@@ -3,53 +3,55 @@ workspace's available pools)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import grpc
 
 from cairn.api.v1 import resourcepool_pb2 as rpb
+from services.common.principal import Principal
+from services.master.domain.kernel.context import MasterContext
 from services.master.domain.workspaces import pool_bindings
 from services.master.servicers.api import convert
 from services.master.servicers.api.base import ServicerBase
 from services.master.servicers.errors import rpc
 
+_Binding = (
+    rpb.BindRPToWorkspaceRequest | rpb.OverwriteRPWorkspaceBindingsRequest | rpb.UnbindRPFromWorkspaceRequest
+)
+
+Change = Callable[[MasterContext, Principal, str, list[int], list[str]], None]
+
 
 class PoolBindingsApi(ServicerBase):
-    @rpc
-    def BindRPToWorkspace(
-        self, request: rpb.BindRPToWorkspaceRequest, context: grpc.ServicerContext
-    ) -> rpb.BindRPToWorkspaceResponse:
-        pool_bindings.bind(
+    def _change(self, change: Change, request: _Binding, context: grpc.ServicerContext) -> None:
+        """Bind, replace or unbind: the request's pool and workspaces, by the caller."""
+        change(
             self.ctx,
             self.user(context),
             request.resource_pool_name,
             list(request.workspace_ids),
             list(request.workspace_names),
         )
+
+    @rpc
+    def BindRPToWorkspace(
+        self, request: rpb.BindRPToWorkspaceRequest, context: grpc.ServicerContext
+    ) -> rpb.BindRPToWorkspaceResponse:
+        self._change(pool_bindings.bind, request, context)
         return rpb.BindRPToWorkspaceResponse()
 
     @rpc
     def OverwriteRPWorkspaceBindings(
         self, request: rpb.OverwriteRPWorkspaceBindingsRequest, context: grpc.ServicerContext
     ) -> rpb.OverwriteRPWorkspaceBindingsResponse:
-        pool_bindings.replace(
-            self.ctx,
-            self.user(context),
-            request.resource_pool_name,
-            list(request.workspace_ids),
-            list(request.workspace_names),
-        )
+        self._change(pool_bindings.replace, request, context)
         return rpb.OverwriteRPWorkspaceBindingsResponse()
 
     @rpc
     def UnbindRPFromWorkspace(
         self, request: rpb.UnbindRPFromWorkspaceRequest, context: grpc.ServicerContext
     ) -> rpb.UnbindRPFromWorkspaceResponse:
-        pool_bindings.unbind(
-            self.ctx,
-            self.user(context),
-            request.resource_pool_name,
-            list(request.workspace_ids),
-            list(request.workspace_names),
-        )
+        self._change(pool_bindings.unbind, request, context)
         return rpb.UnbindRPFromWorkspaceResponse()
 
     @rpc
