@@ -328,6 +328,9 @@ class SchedulingSession:
         for name in sorted(self._pools):
             pool = self._pools[name]
             if not pool.has_requests():
+                if pool.outcome.shares is not None:
+                    # Its work has all ended: nobody holds or wants a share any more.
+                    shares.append(PoolShares(name))
                 pool.outcome, pool.tails, pool.dirty = _Outcome(), {}, False
                 continue
             if pool.dirty:

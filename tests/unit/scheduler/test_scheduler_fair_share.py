@@ -24,6 +24,7 @@ from services.scheduler.domain.model import (
     Slot,
 )
 from services.scheduler.domain.schedule import schedule
+from services.scheduler.domain.session import Changes, SchedulingSession
 from services.scheduler.domain.shares import Claim, divide, usage_adjusted
 
 FAIR = SchedulerType.FAIR_SHARE
@@ -392,3 +393,14 @@ def test_a_gang_reclaims_on_one_agent_rather_than_scattered_oldest_slots(seed: i
     for p in decision.preemptions:
         by_gang.setdefault(p.for_allocation_id, set()).add(f"n{int(p.allocation_id[1:]) % 8}")
     assert all(len(hosts) == 1 for hosts in by_gang.values())
+
+
+def test_a_session_says_a_fair_share_pool_is_no_longer_divided_once_its_work_has_ended() -> None:
+    state = ClusterState((_pool(),), _agents(1, 2), (_request("a0", "A"),))
+    session = SchedulingSession(state)
+    (division,) = session.decide().shares
+    assert [g.key for g in division.workspaces] == ["A"]
+    session.apply(Changes(removed_requests=("a0",)))
+    (ended,) = session.decide().shares
+    assert ended.resource_pool == "p" and not ended.workspaces and not ended.users
+    assert session.decide().shares == ()  # said once
