@@ -48,7 +48,8 @@ class SearcherPump:
     def join(self, timeout: float) -> None:
         self._loop.join(timeout)
 
-    def deliver_all(self) -> None:
+    def deliver_all(self) -> int:
+        """Deliver what every experiment owes its searcher; how many experiments were served."""
         with self._ctx.db.read() as s:
             # Those with a stored answer to finish first (their events follow it), then those with
             # events, oldest first.
@@ -69,19 +70,22 @@ class SearcherPump:
                 )
             )
         now = time.monotonic()
+        served = 0
         for experiment_id in experiment_ids:
             if self._ctx.stopping.is_set():
-                return
+                break
             if self._retry_after.get(experiment_id, 0.0) > now:
                 continue
             try:
                 self._deliver(experiment_id)
                 self._retry_after.pop(experiment_id, None)
+                served += 1
             except Unavailable as exc:
                 log.warning(
                     "searcher unavailable; events stay queued", experiment_id=experiment_id, error=str(exc)
                 )
                 self._retry_after[experiment_id] = time.monotonic() + RETRY_BACKOFF_S
+        return served
 
     def _deliver(self, experiment_id: int) -> None:
         # The rest of an answer too big for the call that got it comes before any later event's

@@ -21,7 +21,7 @@ class BackgroundLoop:
         self,
         ctx: MasterContext,
         name: str,
-        step: Callable[[], None],
+        step: Callable[[], object],
         *,
         period_s: float,
         wakeup: Wakeup | None = None,
