@@ -1,5 +1,8 @@
 # Cairn — the two commands a new user needs are `make demo` and `make test` (see README.md).
 SHELL := /bin/bash
+# Python may keep the bytecode it compiles (__pycache__, ignored by git): with it unset, every test's
+# master, agent and scheduler process compiles Cairn's modules from source again (~3 s of CPU each).
+unexport PYTHONDONTWRITEBYTECODE
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin

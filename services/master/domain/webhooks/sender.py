@@ -6,6 +6,8 @@ and jitter, at most MAX_ATTEMPTS sends, through master restarts (the outbox keep
 
 from __future__ import annotations
 
+import functools
+import ssl
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -38,8 +40,16 @@ class Delivery:
     FAILED = "failed"
 
 
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """The certificate store is read once a process (a new context reads the whole CA bundle again,
+    tens of milliseconds); SSLContext is safe to share between clients and threads."""
+    return httpx.create_ssl_context()
+
+
 def new_client() -> httpx.Client:
     return httpx.Client(
+        verify=_tls_context(),
         timeout=httpx.Timeout(SEND_TIMEOUT_S),
         limits=httpx.Limits(max_connections=WORKERS * 2, max_keepalive_connections=WORKERS),
         follow_redirects=False,
