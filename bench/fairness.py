@@ -19,14 +19,14 @@ whose fake runtime plays a trial that honours graceful preemption as Cairn's Cor
 An admin creates three workspaces through the API, `ws-a`, `ws-b`, `ws-c`, weighted 1:1:2 in the
 pool (`PUT /api/v1/workspaces/{id}/pool-shares/default`; a priority pool has no weights, and its
 run is judged against the same 1:1:2 entitlement); with --guarantee each is also guaranteed its
-weighted part of the pool (16/16/32 of 64 slots). Then bursts of one-slot and four-slot grid
-experiments arrive in them at scheduled moments (BURSTS, trial counts scaled to --seconds). After
---seconds the bench kills what is left and computes, from the simulated agents' own log of starts
-and ends (bench/fairness_metrics.py says how): each workspace's share against its entitlement while
-backlogged and Jain's index over them, time from a burst to its workspace's entitlement (p50, p95),
-slot utilization while anything waits, and preemptions with the slot-seconds they lost. The
-master's record (ResourceAllocationRaw: each allocation's slot-seconds in the window) is read to
-check the agents' log against it.
+weighted part of the pool (16/16/32 of 64 slots), in either kind of pool. Then bursts of one-slot
+and four-slot grid experiments arrive in them at scheduled moments (BURSTS, trial counts scaled to
+--seconds). After --seconds the bench kills what is left and computes, from the simulated agents'
+own log of starts and ends (bench/fairness_metrics.py says how): each workspace's share against its
+entitlement while backlogged and Jain's index over them, time from a burst to its workspace's
+entitlement (p50, p95), slot utilization while anything waits, and preemptions with the slot-seconds
+they lost. The master's record (ResourceAllocationRaw: each allocation's slot-seconds in the
+window) is read to check the agents' log against it.
 
     .venv/bin/python -m bench.fairness --scheduler fair_share|priority [--seconds 180]
         [--agents 8] [--slots 8] [--trial-seconds 15] [--checkpoint-every 4] [--half-life 1h]
@@ -293,18 +293,18 @@ def guarantees(capacity: int) -> dict[str, int]:
 
 def setup_workspaces(api: Api, scheduler: str, guaranteed: dict[str, int]) -> dict[str, int]:
     """Each workspace with one project; weights (and guarantees) set by the admin in a
-    fair-share pool. The projects' ids by workspace."""
+    fair-share pool, guarantees alone in a priority pool. The projects' ids by workspace."""
     projects = {}
     for name, weight in WEIGHTS.items():
         workspace = api.PostWorkspace(workspace_pb2.PostWorkspaceRequest(name=name)).workspace
         project = api.PostProject(workspace_pb2.PostProjectRequest(name="p", workspace_id=workspace.id))
         projects[name] = int(project.project.id)
-        if scheduler == "fair_share":
+        if scheduler == "fair_share" or guaranteed:
             api.SetWorkspacePoolShare(
                 workspace_pb2.SetWorkspacePoolShareRequest(
                     workspace_id=workspace.id,
                     resource_pool=POOL,
-                    weight=weight,
+                    weight=weight if scheduler == "fair_share" else 1.0,
                     guaranteed_slots=guaranteed.get(name, 0),
                 )
             )
@@ -506,7 +506,7 @@ def report(args: argparse.Namespace, out: dict[str, object]) -> str:
         + (f"; usage half-life {args.half_life}" if args.scheduler == "fair_share" else "")
         + (
             "; guaranteed " + "/".join(str(n) for n in guarantees(args.agents * args.slots).values())
-            if args.guarantee and args.scheduler == "fair_share"
+            if args.guarantee
             else ""
         )
         + ")",
@@ -587,7 +587,7 @@ def main() -> None:
     parser.add_argument(
         "--guarantee",
         action="store_true",
-        help="fair share: also guarantee each workspace its weighted part of the pool (16/16/32)",
+        help="also guarantee each workspace its weighted part of the pool (16/16/32)",
     )
     parser.add_argument("--json", type=Path, help="write the figures here as JSON")
     args = parser.parse_args()

@@ -6,7 +6,8 @@ Two workspaces' experiments want the one slot: the cluster page's card of `defau
 share" and shows both workspaces in its shares table (and a workspace's users when expanded); the
 queue page lists the job that waits with the reason the master gives; an admin binds `reserved`
 to one workspace from its card (a lock with the count, and the master lists the binding); on a
-workspace's page the admin sets its weight and quota (the master then answers them), a refused
+workspace's page the admin sets its weight and quota (the master then answers them; in the
+priority pool `reserved`, a quota with no weight), a refused
 value shows the master's words and changes nothing, and a non-admin's attempt shows the refusal.
 On both databases, as the WebUI's own tests run.
 """
@@ -215,6 +216,18 @@ def test_shares_queue_bindings_and_quotas_in_the_webui(fair_cluster: TestCluster
     expect(user_row.locator("[data-field='max']")).to_have_text("1")
     shares = admin.GetWorkspacePoolShares(workspace_pb2.GetWorkspacePoolSharesRequest(workspace_id=vision))
     assert [(s.username, s.max_slots) for s in shares.shares if s.user_id] == [("admin", 1)]
+    # A priority pool keeps quotas too, with no weight to set.
+    reserved_row = page.locator("tr[data-share-pool='reserved'][data-share-who='workspace']")
+    expect(reserved_row.locator("[data-field='weight']")).to_have_text("–")
+    reserved_row.get_by_role("button", name="Edit Workspace in reserved").click()
+    form = page.locator("form.share-form")
+    expect(form.get_by_label("Weight")).to_have_count(0)
+    form.get_by_label("Max slots").fill("3")
+    form.get_by_role("button", name="Save").click()
+    expect(reserved_row.locator("[data-field='max']")).to_have_text("3")
+    shares = admin.GetWorkspacePoolShares(workspace_pb2.GetWorkspacePoolSharesRequest(workspace_id=vision))
+    reserved_shares = [(s.max_slots, s.fair_share) for s in shares.shares if s.resource_pool == "reserved"]
+    assert reserved_shares == [(3, False)]
     b.shot("63-workspace-quota")
 
     # A non-admin's attempt: the refusal shown, nothing changed.

@@ -20,7 +20,8 @@ whole-slot shares are the entitlements. Then, in one pass:
    can be reclaimed it waits, and the pool keeps its free slots for it (no starvation).
 2. Idle slots are lent: when no request within its share is left waiting, requests beyond their
    share start where they fit, in the same order. What they borrow is what step 1 reclaims.
-3. A quota's maximum is never exceeded, lent slots included; its guarantee is part of the shares.
+3. A quota's maximum is never exceeded, lent slots included; its guarantee is part of the shares
+   (the quotas' rules, which a priority pool keeps too, are quotas.py's).
    A group over its maximum (an admin lowered it) gives back its youngest placements, preempted
    for no request in particular (Preemption.for_allocation_id is empty).
 
@@ -31,7 +32,7 @@ being freed belong to the request that asked for them.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from services.scheduler.domain import reasons
@@ -47,18 +48,10 @@ from services.scheduler.domain.model import (
 )
 from services.scheduler.domain.ordering import QueueKey, effective_priority, queue_key
 from services.scheduler.domain.priority_pass import PassOutcome, Shape, shape_of
+from services.scheduler.domain.quotas import Quotas, user_of, workspace_of
+from services.scheduler.domain.quotas import group_name as _name
 from services.scheduler.domain.reasons import PoolFacts
 from services.scheduler.domain.shares import Claim, divide, usage_adjusted
-
-_NO_WORKSPACE = "-"
-
-
-def workspace_of(request: AllocationRequest) -> str:
-    return request.workspace or _NO_WORKSPACE
-
-
-def user_of(request: AllocationRequest) -> str:
-    return request.user or f"{workspace_of(request)}/-"
 
 
 @dataclass(frozen=True)
@@ -266,11 +259,6 @@ def _only(agent_id: str, trial: PoolCapacity) -> PoolCapacity:
     return PoolCapacity({agent_id: trial.agents[agent_id]})
 
 
-def _name(groups: dict[str, ShareGroup], key: str, kind: str) -> str:
-    group = groups.get(key)
-    return group.name if group is not None and group.name else f"{kind} '{key}'"
-
-
 @dataclass
 class _Pass:
     pool: ResourcePool
@@ -294,6 +282,7 @@ class _Pass:
     def __post_init__(self) -> None:
         self.workspaces = {g.key: g for g in self.pool.workspaces}
         self.users = {g.key: g for g in self.pool.users}
+        self.quotas = Quotas(self.pool)
         # Reclaimable work by workspace and by user, oldest placed first (sorted once a pass), and
         # how much of each list's front is passed for good.
         # The same by agent, the agents of the oldest reclaimable work first.
@@ -317,43 +306,13 @@ class _Pass:
         return _name(self.workspaces, workspace_of(r), "workspace")
 
     def over_quota(self, r: AllocationRequest) -> str | None:
-        for groups, key, held, kind in (
-            (self.workspaces, workspace_of(r), self.held.workspace, "workspace"),
-            (self.users, user_of(r), self.held.user, "user"),
-        ):
-            group = groups.get(key)
-            if group is not None and group.max_slots > 0 and held[key] + r.slots_needed > group.max_slots:
-                return reasons.over_quota(
-                    _name(groups, key, kind), held[key], group.max_slots, self.pool.name
-                )
-        return None
+        return self.quotas.over_maximum(r, self.held)
 
     def enforce_maximums(self) -> None:
         """A group holding more than its maximum (an admin lowered it) gives back its youngest
         placements until it holds no more: preempted gracefully, for no request in particular."""
-        for groups, group_of in ((self.workspaces, workspace_of), (self.users, user_of)):
-            over = {
-                key: self.held_of(group_of, key) - group.max_slots
-                for key, group in groups.items()
-                if group.max_slots > 0 and self.held_of(group_of, key) > group.max_slots
-            }
-            if not over:
-                continue
-            youngest = sorted(self.running, key=lambda c: (-c.started_at_ns, c.allocation_id))
-            for candidate in youngest:
-                key = group_of(candidate)
-                if (
-                    over.get(key, 0) <= 0
-                    or not candidate.preemptible
-                    or candidate.allocation_id in self.preempted
-                ):
-                    continue
-                self.preempted.add(candidate.allocation_id)
-                self.outcome.preemptions.append(Preemption(candidate.allocation_id, ""))
-                over[key] -= candidate.slots_needed
-
-    def held_of(self, group_of: Callable[[AllocationRequest], str], key: str) -> int:
-        return self.held.workspace[key] if group_of is workspace_of else self.held.user[key]
+        for victim in self.quotas.over_maximums(self.running, self.held, self.preempted):
+            self.outcome.preemptions.append(Preemption(victim.allocation_id, ""))
 
     def why_not(self, r: AllocationRequest) -> str:
         shape = shape_of(r)

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from services.scheduler.domain.capacity import PoolCapacity
@@ -26,6 +26,7 @@ def plan_preemption(
     capacity: PoolCapacity,
     running_by_level: dict[int, list[AllocationRequest]],
     already_preempted: Collection[str],
+    may_take: Callable[[AllocationRequest, Sequence[AllocationRequest]], bool] | None = None,
 ) -> PreemptionPlan | None:
     """Remove candidates from a copy of `capacity` until `request` fits; None if it never does.
 
@@ -36,9 +37,11 @@ def plan_preemption(
     job never preempts itself. Nothing already chosen in this pass is chosen twice. Work the master
     is already preempting from an earlier pass still looks running here (the scheduler keeps no
     state), so it may be named again; the master treats a repeated preemption as the same one.
+    `may_take(candidate, chosen so far)` may refuse a candidate besides (a pool's quotas: no group
+    is taken below its guarantee, quotas.py).
     """
     trial = capacity.copy()
-    victims: list[str] = []
+    victims: list[AllocationRequest] = []
     request_key = queue_key(request, pool)
     for level in sorted((p for p in running_by_level if p >= priority), reverse=True):
         for candidate in reversed(running_by_level[level]):
@@ -48,10 +51,12 @@ def plan_preemption(
                 continue
             if not candidate.preemptible or candidate.allocation_id in already_preempted:
                 continue
+            if may_take is not None and not may_take(candidate, victims):
+                continue
             trial.release(candidate.allocation_id)
-            victims.append(candidate.allocation_id)
+            victims.append(candidate)
             fit = find_fit(request, trial, pool.fitting_policy)
             if fit is not None:
                 apply_fit(trial, fit, request.allocation_id)
-                return PreemptionPlan(trial, tuple(victims))
+                return PreemptionPlan(trial, tuple(v.allocation_id for v in victims))
     return None

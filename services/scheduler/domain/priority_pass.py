@@ -18,12 +18,18 @@ With preemption enabled, each request of the level left unplaced then either fit
 freed by this pass's preemptions (it is reserved there and starts on a later pass) or tries to
 preempt running lower-priority work (see `preemption.plan_preemption`). A request that preempts
 does not start in this pass: it starts once the preempted work has released its slots.
+
+A priority pool with quotas passes an `Admission` (quota_pass.py): a request its quota holds back
+waits for that reason and holds back nothing else, and preemption never takes a group below its
+guarantee.
 """
 
 from __future__ import annotations
 
 import heapq
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from services.scheduler.domain import reasons
 from services.scheduler.domain.capacity import PoolCapacity
@@ -83,6 +89,25 @@ class PassOutcome:
         return waiting
 
 
+class Admission(Protocol):
+    """What decides, besides fitting, whether a request may take slots in a pass (a priority
+    pool's quotas, quota_pass.py)."""
+
+    def holds_back(self, request: AllocationRequest) -> str | None:
+        """Why `request` may not take slots now; None: it may."""
+
+    def took(self, request: AllocationRequest) -> None:
+        """`request` took its slots in the working state (placed, or reserved after preemption)."""
+
+    def may_preempt(
+        self, victim: AllocationRequest, for_request: AllocationRequest, chosen: Sequence[AllocationRequest]
+    ) -> bool:
+        """Whether `victim` may be preempted for `for_request`, besides `chosen`."""
+
+    def preempted(self, victims: Sequence[str]) -> None:
+        """`victims` are preempted: they give their slots back."""
+
+
 @dataclass
 class _Blocker:
     request: AllocationRequest
@@ -97,6 +122,9 @@ def run_priority_pass(
     running: list[AllocationRequest],
     idle_pool: PoolCapacity | None = None,
     fits_idle_by_shape: dict[Shape, bool] | None = None,
+    admission: Admission | None = None,
+    preempted_before: Mapping[str, str] | None = None,
+    preemptor_before: str | None = None,
 ) -> PassOutcome:
     """Decide for `pending` (levels_of's form) given `running` (both of this pool and this kind).
     `capacity` is the pass's own working copy, used as scratch; `idle_pool` the pool with nothing
@@ -107,15 +135,18 @@ def run_priority_pass(
     that level can fit, so without preemption the pass stops looking at it: the rest of each shape
     waits for that shape's reason (`tails`). 10,000 requests waiting before a full pool cost a
     look at one of them, not 10,000. With preemption each waiting request may plan its own
-    preemption, so every one is looked at."""
+    preemption, so every one is looked at, as with an `admission` (each request's quota is its own).
+
+    `preempted_before` (victim -> the request it makes room for) and `preemptor_before` are what an
+    earlier part of the pass preempted, already released from `capacity` (quota_pass.py)."""
     outcome = PassOutcome()
     idle: list[PoolCapacity | None] = [idle_pool]
     # Only preemption looks at running work by level (sorting 8,000 running requests is not free).
     running_by_level = by_priority_level(running, pool) if pool.preemption_enabled else {}
-    preempted: dict[str, str] = {}  # victim -> the request it makes room for
-    first_preemptor: str | None = None
+    preempted: dict[str, str] = dict(preempted_before or {})  # victim -> the request it makes room for
+    first_preemptor: str | None = preemptor_before
     blocker: _Blocker | None = None
-    may_stop_early = not pool.preemption_enabled
+    may_stop_early = not pool.preemption_enabled and admission is None
 
     # Whether a request fits, and why not, depends on the working state and on the request's
     # shape alone, not on which request it is. So while the working state is unchanged (`version`
@@ -155,6 +186,9 @@ def run_priority_pass(
             if may_stop_early and all(no_place.get(s) == version for s in level):
                 stopped_early = True
                 break
+            if admission is not None and (held_back := admission.holds_back(request)) is not None:
+                outcome.waiting[request.allocation_id] = held_back
+                continue
             looked_at[shape_of(request)] += 1
             fit = fit_now(request)
             if fit is None:
@@ -170,6 +204,8 @@ def run_priority_pass(
                 continue
             apply_fit(capacity, fit, request.allocation_id)
             version += 1
+            if admission is not None:
+                admission.took(request)
             fitted.append((request, fit))
         first_of_tails: AllocationRequest | None = None
         if stopped_early:
@@ -201,19 +237,33 @@ def run_priority_pass(
         if not pool.preemption_enabled:
             continue
         for request in unplaced:
+            if admission is not None and (held_back := admission.holds_back(request)) is not None:
+                # Its group took slots since it was looked at (a later request of the level).
+                outcome.waiting[request.allocation_id] = held_back
+                continue
             fit = fit_now(request)
             if fit is not None:
                 apply_fit(capacity, fit, request.allocation_id)
                 version += 1
+                if admission is not None:
+                    admission.took(request)
                 outcome.waiting[request.allocation_id] = reasons.RESERVED_AFTER_PREEMPTION
                 continue
             if request.allocation_id not in fits_when_idle:
                 continue  # no preemption can make room that even an idle pool lacks
-            plan = plan_preemption(request, priority, pool, capacity, running_by_level, preempted)
+            may_take = (
+                (lambda victim, chosen, r=request: admission.may_preempt(victim, r, chosen))
+                if admission is not None
+                else None
+            )
+            plan = plan_preemption(request, priority, pool, capacity, running_by_level, preempted, may_take)
             if plan is None:
                 continue
             capacity = plan.capacity
             version += 1
+            if admission is not None:
+                admission.preempted(plan.victims)
+                admission.took(request)
             for victim in plan.victims:
                 preempted[victim] = request.allocation_id
                 outcome.preemptions.append(Preemption(victim, request.allocation_id))

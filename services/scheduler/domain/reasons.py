@@ -154,3 +154,25 @@ def held_for_fair_share(deprived: AllocationRequest, group: str) -> str:
         f"free slots are kept for '{deprived.allocation_id}': {group} is below its fair share, "
         "and only work within its share starts until it fits"
     )
+
+
+# ---- A priority pool's guarantees (quota_pass.py) ----
+
+
+def below_guarantee(group: str, held: int, guaranteed: int, pool: str, why_not: str) -> str:
+    return f"{group} holds {held} of its {_slots(guaranteed)} guaranteed in pool '{pool}'; {why_not}"
+
+
+def reclaiming_guarantee(victims: Sequence[str], group: str, pool: str) -> str:
+    plural = "s" if len(victims) != 1 else ""
+    return (
+        f"reclaiming the slots guaranteed to {group} in pool '{pool}': preempting {len(victims)} "
+        f"allocation{plural} of work over its own guarantee; starts once they release their slots"
+    )
+
+
+def held_for_guarantee(deprived: AllocationRequest, group: str, pool: str) -> str:
+    return (
+        f"free slots are kept for '{deprived.allocation_id}': {group} is below its guaranteed slots in "
+        f"pool '{pool}', and only guaranteed work starts until it fits"
+    )

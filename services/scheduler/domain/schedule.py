@@ -2,7 +2,9 @@
 
 Each resource pool is decided on its own, with its own fitting policy, preemption switch and
 default priority; within a pool, slotted and zero-slot requests get separate passes (Determined:
-a waiting 8-GPU trial must not hold back a TensorBoard, nor the other way round). The output depends
+a waiting 8-GPU trial must not hold back a TensorBoard, nor the other way round). A pool's slotted
+requests are decided by its scheduler type: fair share (fair_share.py), or priority, with its
+workspaces' and users' quotas where any are set (quota_pass.py). The output depends
 only on the content of the state, not on the order of its lists.
 """
 
@@ -27,6 +29,8 @@ from services.scheduler.domain.model import (
 )
 from services.scheduler.domain.ordering import queue_key
 from services.scheduler.domain.priority_pass import PassOutcome, levels_of, run_priority_pass
+from services.scheduler.domain.quota_pass import run_priority_quota_pass
+from services.scheduler.domain.quotas import Quotas
 from services.scheduler.domain.reasons import PoolFacts
 from services.scheduler.domain.validation import validate_state
 
@@ -80,6 +84,15 @@ def _schedule_pool(
         if pool.scheduler_type is SchedulerType.FAIR_SHARE and not zero_slot:
             # Zero-slot work holds no slots to share: it keeps the priority pass.
             outcome = run_fair_share_pass(
+                pool,
+                facts,
+                base.copy(),
+                pending=[r for r in kind if not r.running],
+                running=[r for r in kind if r.running],
+            )
+        elif not zero_slot and Quotas.set_in(pool):
+            # Quotas count slots: zero-slot work keeps the plain pass.
+            outcome = run_priority_quota_pass(
                 pool,
                 facts,
                 base.copy(),

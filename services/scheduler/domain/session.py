@@ -41,6 +41,8 @@ from services.scheduler.domain.model import (
 )
 from services.scheduler.domain.ordering import QueueKey, effective_priority, queue_key
 from services.scheduler.domain.priority_pass import Level, Shape, Tail, run_priority_pass, shape_of
+from services.scheduler.domain.quota_pass import run_priority_quota_pass
+from services.scheduler.domain.quotas import Quotas
 from services.scheduler.domain.reasons import PoolFacts
 from services.scheduler.domain.validation import check_weight, validate_placements, validate_state
 
@@ -395,6 +397,18 @@ class SchedulingSession:
                     outcome.started.extend(result.started)
                     outcome.preemptions.extend(result.preemptions)
                     outcome.shares = result.shares
+                    explicit.update(result.waiting)
+                    continue
+                if not zero and Quotas.set_in(pool.config):
+                    # Quotas: decided whole, as fair share is (each request's quota is its own, and
+                    # running work alone may be over a maximum).
+                    pending = [r for _, level in levels for queue in level.values() for _, r in queue]
+                    running = list(pool.running[zero].values())
+                    result = run_priority_quota_pass(
+                        pool.config, pool.facts, pool.base.copy(), pending, running, pool.idle, pool.idle_fits
+                    )
+                    outcome.started.extend(result.started)
+                    outcome.preemptions.extend(result.preemptions)
                     explicit.update(result.waiting)
                     continue
                 if not levels:

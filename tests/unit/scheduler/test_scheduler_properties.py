@@ -223,12 +223,13 @@ def test_preemptions_take_only_preemptible_lower_or_equal_priority_work_of_the_s
     started = {a.allocation_id for a in decision.assignments}
     victims = [p.allocation_id for p in decision.preemptions]
     assert len(victims) == len(set(victims))
+    why = {w.allocation_id: w.reason for w in decision.waiting}
     for preemption in decision.preemptions:
         victim = requests[preemption.allocation_id]
         if not preemption.for_allocation_id:
-            # Fair share gives back what a group holds over its quota's maximum.
+            # A group gives back what it holds over its quota's maximum (quotas.py), in any pool.
             pool = pools[victim.resource_pool]
-            assert pool.scheduler_type is SchedulerType.FAIR_SHARE and victim.running and victim.preemptible
+            assert victim.running and victim.preemptible and victim.slots_needed > 0
             maxima = {g.key: g.max_slots for g in (*pool.workspaces, *pool.users) if g.max_slots}
             assert victim.workspace in maxima or victim.user in maxima
             continue
@@ -237,17 +238,68 @@ def test_preemptions_take_only_preemptible_lower_or_equal_priority_work_of_the_s
         assert victim.running and victim.preemptible
         assert victim.resource_pool == beneficiary.resource_pool
         assert not beneficiary.running and beneficiary.allocation_id not in started
-        if pool.scheduler_type is SchedulerType.FAIR_SHARE and beneficiary.slots_needed > 0:
-            # Fair share reclaims from another workspace, or from another user of its own, and not
-            # what was placed after the pool's protection time.
+        reclaims_guarantee = "guaranteed to" in why[beneficiary.allocation_id]
+        if (pool.scheduler_type is SchedulerType.FAIR_SHARE and beneficiary.slots_needed > 0) or (
+            reclaims_guarantee
+        ):
+            # Fair share, and a priority pool's guarantee, reclaim from another workspace, or from
+            # another user of its own, and not what was placed after the pool's protection time.
             assert victim.slots_needed > 0 and victim.user != beneficiary.user
             protect = pool.protect_started_after_ns
             assert not protect or victim.started_at_ns <= protect
+            if reclaims_guarantee:
+                guaranteed = {g.key for g in (*pool.workspaces, *pool.users) if g.guaranteed_slots}
+                assert beneficiary.workspace in guaranteed or beneficiary.user in guaranteed
             continue
         assert pool.preemption_enabled
         assert effective_priority(victim, pool) >= effective_priority(beneficiary, pool)
         if effective_priority(victim, pool) == effective_priority(beneficiary, pool):
             assert victim.job_key != beneficiary.job_key
+
+
+def _holdings(requests: list[AllocationRequest]) -> Counter[str]:
+    """Slots by workspace and by user key."""
+    held: Counter[str] = Counter()
+    for r in requests:
+        held[r.workspace] += r.slots_needed
+        held[r.user] += r.slots_needed
+    return held
+
+
+@PROPERTY_SETTINGS
+@given(clusters())
+def test_no_start_takes_a_workspace_or_user_past_its_maximum(state: ClusterState) -> None:
+    decision = schedule(state)
+    started = {a.allocation_id for a in decision.assignments}
+    for pool in state.pools:
+        mine = [r for r in state.requests if r.resource_pool == pool.name]
+        before = _holdings([r for r in mine if r.running])
+        now = _holdings([r for r in mine if r.running or r.allocation_id in started])
+        for group in (*pool.workspaces, *pool.users):
+            if group.max_slots and now[group.key] > before[group.key]:
+                assert now[group.key] <= group.max_slots
+
+
+@PROPERTY_SETTINGS
+@given(clusters())
+def test_no_preemption_takes_a_group_below_its_guarantee_in_a_priority_pool(state: ClusterState) -> None:
+    """What a group keeps (its running work, less everything preempted from it) plus what the
+    preemptions make room for in it is never below its guarantee, unless it held less already (a
+    maximum's give-backs aside: an admin's lowered maximum takes work back whatever it was)."""
+    decision = schedule(state)
+    requests = {r.allocation_id: r for r in state.requests}
+    for pool in state.pools:
+        if pool.scheduler_type is not SchedulerType.PRIORITY:
+            continue
+        mine = [r for r in state.requests if r.resource_pool == pool.name and r.slots_needed > 0]
+        ours = [p for p in decision.preemptions if requests[p.allocation_id].resource_pool == pool.name]
+        given_back = {p.allocation_id for p in ours if not p.for_allocation_id}
+        taken = {p.allocation_id for p in ours if p.for_allocation_id}
+        before = _holdings([r for r in mine if r.running and r.allocation_id not in given_back])
+        after = _holdings([r for r in mine if r.running and r.allocation_id not in given_back | taken])
+        after += _holdings([requests[i] for i in {p.for_allocation_id for p in ours if p.for_allocation_id}])
+        for group in (*pool.workspaces, *pool.users):
+            assert after[group.key] >= min(group.guaranteed_slots, before[group.key])
 
 
 @PROPERTY_SETTINGS

@@ -436,6 +436,8 @@ export interface PoolShare {
   /** 0: no cap. */
   maxSlots: number;
   slotsInUse: number;
+  /** Whether the pool divides by weight (fair share); absent: a priority pool, quotas only. */
+  fairShare?: boolean;
 }
 
 export interface PoolShareSetting {

@@ -1,4 +1,5 @@
-// The form that sets a workspace's (or one of its users') weight and quota in one fair-share pool.
+// The form that sets a workspace's (or one of its users') quota in one pool, and its weight where the
+// pool divides by weight (fair share; a priority pool keeps weight 1).
 // The master is the judge of every value: what it refuses is shown as it words it (the field
 // named), and nothing is changed; only a non-number is caught here, naming its field the same way.
 
@@ -39,7 +40,7 @@ export function PoolShareForm(props: {
     try {
       setting = {
         userId: choosingUser ? parsed("userId", userId, true) : share.userId,
-        weight: parsed("weight", weight, false),
+        weight: share.fairShare ? parsed("weight", weight, false) : 1,
         guaranteedSlots: parsed("guaranteedSlots", guaranteed, true),
         maxSlots: parsed("maxSlots", max, true),
       };
@@ -74,10 +75,12 @@ export function PoolShareForm(props: {
           </select>
         </label>
       ) : null}
-      <label>
-        Weight{" "}
-        <input type="text" inputMode="decimal" size={6} value={weight} onInput={(e) => setWeight((e.target as HTMLInputElement).value)} />
-      </label>
+      {share.fairShare ? (
+        <label>
+          Weight{" "}
+          <input type="text" inputMode="decimal" size={6} value={weight} onInput={(e) => setWeight((e.target as HTMLInputElement).value)} />
+        </label>
+      ) : null}
       <label>
         Guaranteed slots{" "}
         <input

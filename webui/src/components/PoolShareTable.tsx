@@ -1,5 +1,5 @@
-// A workspace's weight, guaranteed and maximum slots and slots in use in every fair-share pool,
-// then its users' own; each row editable and clearable (the master lets only an admin change them,
+// A workspace's guaranteed and maximum slots (and weight, in a fair-share pool) and slots in use in
+// every pool, then its users' own; each row editable and clearable (the master lets only an admin change them,
 // and says so to anyone else), and, given the users to choose from, a user's quota added per pool.
 
 import { useState } from "preact/hooks";
@@ -32,8 +32,8 @@ function ShareRow(props: { share: PoolShare; onEdit: () => void; onClear: () => 
     <tr data-share-pool={s.resourcePool} data-share-who={s.userId === 0 ? "workspace" : s.username}>
       <td>{pool}</td>
       <td>{who}</td>
-      <td class="num" data-field="weight">
-        {formatMetric(num(s.weight))}
+      <td class="num" data-field="weight" title={s.fairShare ? undefined : "a priority pool divides by no weight"}>
+        {s.fairShare ? formatMetric(num(s.weight)) : "–"}
       </td>
       <td class="num" data-field="guaranteed">
         {s.guaranteedSlots}
@@ -119,6 +119,7 @@ export function PoolShareTable(props: {
         guaranteedSlots: 0,
         maxSlots: 0,
         slotsInUse: 0,
+        fairShare: props.shares.some((s) => s.resourcePool === pool && s.fairShare),
       };
       rows.push(
         <tr key={`${pool}/add`} class="share-add">
@@ -144,7 +145,7 @@ export function PoolShareTable(props: {
       ) : null}
       <div class="table-wrap">
         <table class="table" data-table="pool-shares">
-          <caption class="visually-hidden">Weights and quotas per fair-share pool</caption>
+          <caption class="visually-hidden">Quotas and weights per resource pool</caption>
           <thead>
             <tr>
               <th scope="col">Pool</th>
@@ -160,7 +161,7 @@ export function PoolShareTable(props: {
           </thead>
           <tbody>{pools.flatMap(rowsOfPool)}</tbody>
         </table>
-        {pools.length === 0 ? <p class="empty">No resource pool schedules by fair share.</p> : null}
+        {pools.length === 0 ? <p class="empty">No resource pool.</p> : null}
       </div>
     </>
   );

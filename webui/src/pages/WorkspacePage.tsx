@@ -1,5 +1,5 @@
-// A workspace as the teams sharing the cluster see it: in each fair-share pool, its weight,
-// guaranteed and maximum slots and the slots it uses now, for the workspace and its users; the
+// A workspace as the teams sharing the cluster see it: in each pool, its guaranteed and maximum
+// slots (and weight, in a fair-share pool) and the slots it uses now, for the workspace and its users; the
 // pools it may use (a bound pool takes work only from its workspaces). Reached from the cluster
 // page's shares and bindings.
 
@@ -32,8 +32,9 @@ export function WorkspacePage(props: { id: number; admin: boolean }) {
       </p>
       <h2>Weights and quotas</h2>
       <p class="hint">
-        A weight divides a fair-share pool among its workspaces (and a workspace's share among its users); guaranteed
-        slots are taken back for it from borrowers while it wants them; it never holds more than its maximum.
+        In every pool, guaranteed slots go to its work first and are taken back for it from work over its own
+        guarantee while it wants them, and it never holds more than its maximum. A weight divides a fair-share pool
+        among its workspaces (and a workspace's share among its users).
         {props.admin ? "" : " Only an admin can change them."}
       </p>
       <ErrorNote error={shares.error} what="weights and quotas" />

@@ -1,5 +1,5 @@
 """`cairn workspace list | create | describe | quota | set-quota | clear-quota` (alias `w`):
-workspaces, which hold projects, and their weights and quotas in fair-share pools."""
+workspaces, which hold projects, and their quotas per pool (and weights, in fair-share pools)."""
 
 from __future__ import annotations
 
@@ -140,7 +140,7 @@ def _quota_row(share: wpb.PoolShare) -> list[str]:
     return [
         share.resource_pool,
         share.username if share.user_id else "(workspace)",
-        f"{share.weight:g}",
+        f"{share.weight:g}" if share.fair_share else "-",  # a priority pool divides by no weight
         str(share.guaranteed_slots) if share.guaranteed_slots else "-",
         str(share.max_slots) if share.max_slots else "-",
         str(share.slots_in_use),
@@ -152,8 +152,8 @@ def _quota_row(share: wpb.PoolShare) -> list[str]:
 @json_option
 @pass_state
 def quota(state: CliState, name: str, as_json: bool) -> None:
-    """Show workspace NAME's weight and quota in each fair-share pool, its users' own, and the
-    slots each holds now."""
+    """Show workspace NAME's quota in each pool (and weight, in a fair-share pool), its users' own,
+    and the slots each holds now."""
     session = state.session()
     found = workspace_by_name(session, name)
     shares = session.api.GetWorkspacePoolShares(wpb.GetWorkspacePoolSharesRequest(workspace_id=found.id))
@@ -169,9 +169,11 @@ def _user_id(session: Session, username: str | None) -> int:
 
 @workspace.command(name="set-quota")
 @click.argument("name")
-@click.option("--pool", "pool", required=True, help="A fair-share resource pool.")
+@click.option("--pool", "pool", required=True, help="A resource pool.")
 @click.option("--user", "username", default=None, help="A user of the workspace (default: the workspace).")
-@click.option("--weight", type=float, default=1.0, show_default=True, help="Its weight among its siblings.")
+@click.option(
+    "--weight", type=float, default=1.0, show_default=True, help="Its weight among its siblings (fair share)."
+)
 @click.option("--guaranteed", type=int, default=0, show_default=True, help="Slots guaranteed while wanted.")
 @click.option(
     "--max", "maximum", type=int, default=0, show_default=True, help="Slots never exceeded (0: none)."
@@ -180,7 +182,9 @@ def _user_id(session: Session, username: str | None) -> int:
 def set_quota(
     state: CliState, name: str, pool: str, username: str | None, weight: float, guaranteed: int, maximum: int
 ) -> None:
-    """Set workspace NAME's (or one of its users') weight and quota in a fair-share pool (admins)."""
+    """Set workspace NAME's (or one of its users') quota in a pool, and its weight in a fair-share
+    pool (admins). Guaranteed slots go first and are reclaimed for it; the maximum is never
+    exceeded."""
     session = state.session()
     found = workspace_by_name(session, name)
     session.api.SetWorkspacePoolShare(
@@ -202,7 +206,7 @@ def set_quota(
 
 @workspace.command(name="clear-quota")
 @click.argument("name")
-@click.option("--pool", "pool", required=True, help="A fair-share resource pool.")
+@click.option("--pool", "pool", required=True, help="A resource pool.")
 @click.option("--user", "username", default=None, help="A user of the workspace (default: the workspace).")
 @pass_state
 def clear_quota(state: CliState, name: str, pool: str, username: str | None) -> None:

@@ -1,5 +1,6 @@
-"""What the scheduler needs of a fair-share pool beyond its requests: each workspace's and user's
-weight and quota (workspaces/pool_shares.py) and recent usage, sent with the pool.
+"""What the scheduler needs of a pool beyond its requests, sent with the pool: in a fair-share pool,
+each workspace's and user's weight and quota (workspaces/pool_shares.py) and recent usage; in a
+priority pool, the quotas set there (the scheduler keeps them: services/scheduler/domain/quotas.py).
 
 Recent usage is every slot-second the group's allocations held in the pool, each weighted by
 2^(-age / half-life) (the pool's `fair_share.usage_half_life`), as Slurm decays usage: a team that
@@ -106,28 +107,32 @@ def share_groups(
     s: Session, pools: tuple[PoolSettings, ...], now: datetime
 ) -> dict[str, tuple[list[pb.ShareGroup], list[pb.ShareGroup]]]:
     """For each fair-share pool: its workspaces' and users' groups (those with a setting or recent
-    usage), in key order."""
-    fair = [p for p in pools if p.scheduler_type == "fair_share"]
-    if not fair:
+    usage); for each priority pool with quotas: the groups that have one; in key order."""
+    if not pools:
         return {}
     share = models.PoolShare
-    settings = list(s.scalars(select(share).where(share.pool_name.in_([p.name for p in fair]))))
+    settings = list(s.scalars(select(share).where(share.pool_name.in_([p.name for p in pools]))))
     groups: dict[str, tuple[list[pb.ShareGroup], list[pb.ShareGroup]]] = {}
-    for pool in fair:
-        ws_usage, user_usage = _usage(s, pool, now)
+    for pool in pools:
         workspaces: dict[str, pb.ShareGroup] = {}
         users: dict[str, pb.ShareGroup] = {}
-        for key, used in ws_usage.items():
-            workspaces[key] = pb.ShareGroup(key=key, recent_slot_seconds=round(used, 1))
-        for key, used in user_usage.items():
-            users[key] = pb.ShareGroup(key=key, recent_slot_seconds=round(used, 1))
-        for workspace_id, owner_id in _live_groups(s, pool):
-            workspaces.setdefault(workspace_key(workspace_id), pb.ShareGroup(key=workspace_key(workspace_id)))
-            key = user_key(workspace_id, owner_id)
-            users.setdefault(key, pb.ShareGroup(key=key))
+        if pool.scheduler_type == "fair_share":
+            ws_usage, user_usage = _usage(s, pool, now)
+            for key, used in ws_usage.items():
+                workspaces[key] = pb.ShareGroup(key=key, recent_slot_seconds=round(used, 1))
+            for key, used in user_usage.items():
+                users[key] = pb.ShareGroup(key=key, recent_slot_seconds=round(used, 1))
+            for workspace_id, owner_id in _live_groups(s, pool):
+                workspaces.setdefault(
+                    workspace_key(workspace_id), pb.ShareGroup(key=workspace_key(workspace_id))
+                )
+                key = user_key(workspace_id, owner_id)
+                users.setdefault(key, pb.ShareGroup(key=key))
         for row in settings:
             if row.pool_name != pool.name:
                 continue
+            if pool.scheduler_type != "fair_share" and not (row.guaranteed_slots or row.max_slots):
+                continue  # a priority pool divides by no weight: a setting without a quota is nothing
             if row.user_id:
                 group = users.setdefault(user_key(row.workspace_id, row.user_id), pb.ShareGroup())
                 group.key = user_key(row.workspace_id, row.user_id)
@@ -139,9 +144,20 @@ def share_groups(
                 row.guaranteed_slots,
                 row.max_slots,
             )
+        if not (workspaces or users):
+            continue
         _name_groups(s, workspaces, users)
         groups[pool.name] = (
             [workspaces[k] for k in sorted(workspaces)],
             [users[k] for k in sorted(users)],
         )
     return groups
+
+
+def guarantees_set(groups: dict[str, tuple[list[pb.ShareGroup], list[pb.ShareGroup]]]) -> set[str]:
+    """The pools where a group has a guarantee (reclaimed for it: the pool's minimum run applies)."""
+    return {
+        pool
+        for pool, (workspaces, users) in groups.items()
+        if any(g.guaranteed_slots for g in (*workspaces, *users))
+    }

@@ -22,7 +22,7 @@ from services.master.domain.kernel.states import (
 )
 from services.master.domain.kernel.states import AllocationState as A
 from services.master.domain.reads.jobs import experiment_job_id
-from services.master.domain.scheduling.fair_share_inputs import user_key, workspace_key
+from services.master.domain.scheduling.fair_share_inputs import guarantees_set, user_key, workspace_key
 from services.master.store import models
 
 FITTING = {"best": pb.FITTING_POLICY_BEST, "worst": pb.FITTING_POLICY_WORST}
@@ -124,9 +124,11 @@ def pool_messages(
     groups: dict[str, tuple[list[pb.ShareGroup], list[pb.ShareGroup]]] | None = None,
     now: datetime | None = None,
 ) -> list[pb.ResourcePool]:
-    """The pools as the scheduler takes them; a fair-share pool with its groups
-    (fair_share_inputs.share_groups) and, as of `now`, the placements too young to reclaim."""
+    """The pools as the scheduler takes them, each with its groups (fair_share_inputs.share_groups)
+    and, as of `now`, where anything is reclaimed (a fair-share pool, a pool with guarantees), the
+    placements too young to reclaim."""
     messages = []
+    reclaiming = guarantees_set(groups or {})
     for pool in ctx.settings.pools:
         workspaces, users = (groups or {}).get(pool.name, ([], []))
         messages.append(
@@ -140,7 +142,8 @@ def pool_messages(
                 users=users,
             )
         )
-        if pool.scheduler_type == "fair_share" and now is not None and pool.min_run_before_reclaim_s > 0:
+        reclaims = pool.scheduler_type == "fair_share" or pool.name in reclaiming
+        if reclaims and now is not None and pool.min_run_before_reclaim_s > 0:
             protect = now - timedelta(seconds=pool.min_run_before_reclaim_s)
             messages[-1].protect_started_after.CopyFrom(ts(protect))
     return messages

@@ -61,7 +61,7 @@ class Changed:
     allocations: set[str] = field(default_factory=set)
     agents: set[str] = field(default_factory=set)
     experiments: set[int] = field(default_factory=set)
-    # A fair-share weight or quota changed: send the pools again.
+    # A weight or quota changed: send the pools again.
     pools: bool = False
     # Something changed that names no rows: read everything again.
     everything: bool = False
@@ -202,8 +202,11 @@ class SchedulingView:
         self._capped: dict[int, dict[str, str]] = {}  # experiment -> allocation -> why
         self._submitted: dict[datetime, Timestamp] = {}
         self._pending = 0
-        # The pools as last sent; a fair-share pool's groups change with usage and quotas.
+        # The pools as last sent; a fair-share pool's groups change with usage and quotas, any
+        # pool's with quotas.
         self._fair_share = any(p.scheduler_type == "fair_share" for p in ctx.settings.pools)
+        # Whether a pool with guarantees was last sent (its minimum run before reclaim moves).
+        self._reclaiming = False
         self._pools_sent: list[pb.ResourcePool] = []
         self._groups_at = 0.0
         # The users (fair_share_inputs.user_key) the groups last sent name.
@@ -252,9 +255,14 @@ class SchedulingView:
             agent_ids = changed.agents | (placeable ^ self._placeable)
             if agent_ids:
                 self._refresh_agents(s, agent_ids, placeable, request)
+            # Fair share's groups change with usage, and a reclaiming pool's minimum run moves with
+            # the clock: both are sent again every REFRESH_S; a quota's change at once, in any pool.
             due = time.monotonic() - self._groups_at >= fair_share_inputs.REFRESH_S
-            newcomers = any(r.user not in self._grouped for r in request.requests if r.slots_needed > 0)
-            if self._fair_share and (changed.pools or due or newcomers):
+            due = due and (self._fair_share or self._reclaiming)
+            newcomers = self._fair_share and any(
+                r.user not in self._grouped for r in request.requests if r.slots_needed > 0
+            )
+            if changed.pools or due or newcomers:
                 pools = self._pools(s)
                 if pools != self._pools_sent:
                     request.pools.extend(pools)
@@ -394,15 +402,12 @@ class SchedulingView:
                 request.requests.append(message)
 
     def _pools(self, s: Session) -> list[pb.ResourcePool]:
-        """The pools as the scheduler takes them now; fair-share pools with their groups' weights,
-        quotas and recent usage (read at most every fair_share_inputs.REFRESH_S)."""
+        """The pools as the scheduler takes them now, with their groups' quotas (and in a fair-share
+        pool weights and recent usage, read at most every fair_share_inputs.REFRESH_S)."""
         self._groups_at = time.monotonic()
-        groups = (
-            fair_share_inputs.share_groups(s, self._ctx.settings.pools, utcnow())
-            if self._fair_share
-            else None
-        )
-        self._grouped = {u.key for _, users in (groups or {}).values() for u in users}
+        groups = fair_share_inputs.share_groups(s, self._ctx.settings.pools, utcnow())
+        self._grouped = {u.key for _, users in groups.values() for u in users}
+        self._reclaiming = bool(fair_share_inputs.guarantees_set(groups))
         return pool_messages(self._ctx, groups, utcnow())
 
     def port_offsets(self) -> PortOffsets:

@@ -1,11 +1,13 @@
-"""Fair share's weights and quotas (`cairn workspace set-quota`, the REST API): per fair-share pool,
-a workspace's weight among the pool's workspaces, the slots it is guaranteed while it wants them
-and the slots it may never exceed; the same for a user within a workspace. The scheduler divides
-the pool by them (services/scheduler/domain/fair_share.py); the master sends them with each pool
-(scheduling/fair_share_inputs.py).
+"""Weights and quotas (`cairn workspace set-quota`, the REST API, the WebUI): per pool, the slots a
+workspace is guaranteed while it wants them and the slots it may never exceed, and in a fair-share
+pool its weight among the pool's workspaces; the same for a user within a workspace. The scheduler
+keeps them in every pool (services/scheduler/domain/quotas.py: fair share divides the pool by them,
+a priority pool places guaranteed work first and caps the rest); the master sends them with each
+pool (scheduling/fair_share_inputs.py).
 
-Only an admin sets them. Anyone may read a workspace's, with the slots it and its users hold now,
-so a workspace's members see their usage against their quota.
+Only an admin sets them. Guarantees are promises of slots the pool has: a change that would make
+them add up to more than the pool's slots is refused. Anyone may read a workspace's, with the
+slots it and its users hold now, so a workspace's members see their usage against their quota.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from services.common.principal import Principal
+from services.master.configuration.pools import PoolSettings
 from services.master.domain.identity import access
 from services.master.domain.kernel.context import MasterContext
-from services.master.domain.kernel.errors import FailedPrecondition, InvalidArgument, NotFound
+from services.master.domain.kernel.errors import InvalidArgument, NotFound
 from services.master.domain.kernel.states import PLACED_ALLOCATION, WS
 from services.master.store import models
 
@@ -39,17 +42,70 @@ class ShareSetting:
     max_slots: int
     # Slots the workspace (or the user in it) holds in the pool now.
     slots_in_use: int
+    # Whether the pool divides by weight (fair share); a priority pool keeps only the quota.
+    fair_share: bool
 
 
-def _check_pool(ctx: MasterContext, pool: str) -> None:
+def _check_pool(ctx: MasterContext, pool: str, weight: float) -> PoolSettings:
     found = next((p for p in ctx.settings.pools if p.name == pool), None)
     if found is None:
         names = ", ".join(p.name for p in ctx.settings.pools)
         raise InvalidArgument(f"resourcePool: no resource pool {pool!r} (pools: {names})")
-    if found.scheduler_type != "fair_share":
-        raise FailedPrecondition(
-            f"resourcePool: pool {pool!r} schedules by priority; weights and quotas apply to a pool "
-            "whose config says `scheduler: {type: fair_share}`"
+    if found.scheduler_type != "fair_share" and weight != 1.0:
+        raise InvalidArgument(
+            f"weight: pool {pool!r} schedules by priority, where only guaranteedSlots and maxSlots "
+            "apply; a weight divides a pool whose config says `scheduler: {type: fair_share}`"
+        )
+    return found
+
+
+def pool_slots(s: Session, pool: PoolSettings) -> int | None:
+    """The most slots `pool` can offer: what its provider may launch, or every slot of the agents
+    that have joined it (connected or not, enabled or not: they may come back); None while no
+    agent has joined it (its size is not known yet)."""
+    if pool.provider is not None:
+        return pool.provider.limits.instance_slots * pool.provider.limits.max_instances
+    agents = select(models.Agent.id).where(models.Agent.resource_pool == pool.name)
+    if s.scalar(select(func.count()).select_from(agents.subquery())) == 0:
+        return None
+    return int(
+        s.scalar(
+            select(func.count()).select_from(models.AgentSlot).where(models.AgentSlot.agent_id.in_(agents))
+        )
+        or 0
+    )
+
+
+def _promised(guarantees: dict[tuple[int, int], int]) -> int:
+    """The slots the guarantees of one pool promise at once: per workspace, its own guarantee or
+    its users' together, whichever is more (a user's slots are its workspace's)."""
+    own: dict[int, int] = defaultdict(int)
+    users: dict[int, int] = defaultdict(int)
+    for (workspace_id, user_id), slots in guarantees.items():
+        (users if user_id else own)[workspace_id] += slots
+    return sum(max(own[w], users[w]) for w in own.keys() | users.keys())
+
+
+def _check_guarantees(
+    s: Session, pool: PoolSettings, workspace_id: int, user_id: int, guaranteed: int
+) -> None:
+    """Refuse a guarantee that would make the pool's promise more than its slots (a lowered one is
+    always taken, even where agents have left since)."""
+    share = models.PoolShare
+    rows = s.execute(
+        select(share.workspace_id, share.user_id, share.guaranteed_slots).where(share.pool_name == pool.name)
+    )
+    before = {(w, u): g for w, u, g in rows if g}
+    after = dict(before)
+    after[(workspace_id, user_id)] = guaranteed
+    promised = _promised(after)
+    if promised <= _promised(before):
+        return
+    slots = pool_slots(s, pool)
+    if slots is not None and promised > slots:
+        raise InvalidArgument(
+            f"guaranteedSlots: the guarantees in pool {pool.name!r} would add up to {promised} slots, "
+            f"more than the {slots} it has"
         )
 
 
@@ -86,10 +142,11 @@ def set_share(
     access.check_admin(principal, "set weights and quotas")
     if user_id < 0:
         raise InvalidArgument(f"userId: a user's id, or 0 for the workspace (got {user_id})")
-    _check_pool(ctx, pool)
     _check_numbers(weight, guaranteed_slots, max_slots)
+    settings = _check_pool(ctx, pool, weight)
     with ctx.unit_of_work() as w:
         _check_workspace(w.session, workspace_id, user_id)
+        _check_guarantees(w.session, settings, workspace_id, user_id, guaranteed_slots)
         row = w.session.get(models.PoolShare, (pool, workspace_id, user_id))
         if row is None:
             row = models.PoolShare(pool_name=pool, workspace_id=workspace_id, user_id=user_id)
@@ -115,9 +172,9 @@ def clear_share(
 
 
 def shares_of(ctx: MasterContext, workspace_id: int) -> list[ShareSetting]:
-    """The workspace's settings in every fair-share pool (set ones, and weight 1 without a quota
-    where none is set), its users' set ones, with the slots each holds now."""
-    fair_pools = [p.name for p in ctx.settings.pools if p.scheduler_type == "fair_share"]
+    """The workspace's settings in every pool (set ones, and weight 1 without a quota where none is
+    set), its users' set ones, with the slots each holds now."""
+    fair = {p.name: p.scheduler_type == "fair_share" for p in ctx.settings.pools}
     with ctx.db.read() as s:
         _check_workspace(s, workspace_id, 0)
         rows = {
@@ -140,7 +197,7 @@ def shares_of(ctx: MasterContext, workspace_id: int) -> list[ShareSetting]:
             s.execute(select(models.User.id, models.User.username).where(models.User.id.in_(user_ids))).all()
         )
     settings = []
-    for pool in fair_pools:
+    for pool, divides in fair.items():
         keys = sorted({(pool, 0)} | {k for k in rows if k[0] == pool})
         for key in keys:
             row = rows.get(key)
@@ -153,6 +210,7 @@ def shares_of(ctx: MasterContext, workspace_id: int) -> list[ShareSetting]:
                     guaranteed_slots=row.guaranteed_slots if row else 0,
                     max_slots=row.max_slots if row else 0,
                     slots_in_use=held.get(key, 0),
+                    fair_share=divides,
                 )
             )
     return settings

@@ -1,5 +1,5 @@
-"""Fair share's weights and quotas per pool (`cairn workspace quota|set-quota|clear-quota`), and how
-each fair-share pool is divided (`cairn resource-pool shares`, the WebUI)."""
+"""Weights and quotas per pool (`cairn workspace quota|set-quota|clear-quota`), and how each
+fair-share pool is divided (`cairn resource-pool shares`, the WebUI)."""
 
 from __future__ import annotations
 
@@ -59,6 +59,7 @@ class PoolSharesApi(ServicerBase):
                     guaranteed_slots=share.guaranteed_slots,
                     max_slots=share.max_slots,
                     slots_in_use=share.slots_in_use,
+                    fair_share=share.fair_share,
                 )
                 for share in pool_shares.shares_of(self.ctx, request.workspace_id)
             ]

@@ -2,7 +2,7 @@
 pool whose config says `scheduler: {type: fair_share}` lends its idle slots to one workspace and
 takes them back, by graceful preemption, when another workspace's work arrives; an admin's quota
 caps a workspace; recent usage is decayed by the pool's half-life; weights and quotas are refused
-naming the field, and only for fair-share pools."""
+naming the field (a priority pool's quotas: test_domain_pool_quotas.py)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,7 @@ import pytest
 
 from services.master.configuration.pools import PoolSettings
 from services.master.domain.experiments import creation
-from services.master.domain.kernel.errors import (
-    FailedPrecondition,
-    InvalidArgument,
-    NotFound,
-    PermissionDenied,
-)
+from services.master.domain.kernel.errors import InvalidArgument, NotFound, PermissionDenied
 from services.master.domain.scheduling.fair_share_inputs import decayed_slot_seconds, share_groups
 from services.master.domain.task_kinds.model_definition import ContextFile
 from services.master.domain.workspaces import pool_shares, workspaces
@@ -161,13 +156,6 @@ def test_weights_and_quotas_are_refused_naming_the_field_and_set_only_by_an_admi
     assert (user_row.username, user_row.weight, user_row.max_slots) == ("alice", 2.0, 3)
     pool_shares.clear_share(ctx, cluster.admin, team, "default", user.user_id or 0)
     assert len(pool_shares.shares_of(ctx, team)) == 1
-
-
-def test_quotas_apply_only_to_a_fair_share_pool(master: Master) -> None:
-    with pytest.raises(FailedPrecondition, match="schedules by priority"):
-        pool_shares.set_share(
-            master.ctx, master.admin, models.UNCATEGORIZED_WORKSPACE_ID, "default", max_slots=1
-        )
 
 
 def test_recent_usage_decays_by_the_half_life_and_names_its_groups(cluster: Master) -> None:
