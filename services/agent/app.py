@@ -24,12 +24,12 @@ from services.agent.runtime.docker_runtime import DockerRuntime
 from services.agent.runtime.docker_spec import DockerDefaults
 from services.agent.runtime.process_runtime import ProcessRuntime
 from services.agent.session.context_download import ContextDownloader
+from services.agent.session.enrolment import AgentAuth, CredentialStore
 from services.agent.session.session import AgentIdentity, MasterSession
 from services.agent.settings import AgentSettings
 from services.agent.slots import SlotDiscoveryError, SlotInfo, discover_slots
 from services.agent.task_user import TaskDirs, TaskUserError, isolation_warning, resolve_task_user
 from services.agent.work_dir import WorkDir, WorkDirBusyError
-from services.common.channels import internal_channel
 from services.common.logging import get_logger
 from services.common.server import ServiceServer, start_server, write_ready_file
 
@@ -65,6 +65,9 @@ class Agent:
         self._reason = ""
         self._server: ServiceServer | None = None
         self._ready_written = False
+        # The master shut this agent out (revoked): its containers' work was given up there, so
+        # they are killed rather than left for a reattachment that will not come.
+        self._was_shut_out = False
 
     def _task_dirs(self) -> TaskDirs | None:
         """Where and as whom the process runtime runs tasks (None: here, as the agent's user, with a
@@ -84,6 +87,10 @@ class Agent:
             "tasks run as an unprivileged user", task_user=user.name, uid=user.uid, task_root=str(s.task_root)
         )
         return dirs
+
+    def _shut_out(self, reason: str) -> None:
+        self._was_shut_out = True
+        self.request_stop(reason, 1)
 
     def request_stop(self, reason: str, exit_code: int) -> None:
         if not self._stop.is_set():
@@ -130,7 +137,15 @@ class Agent:
             work_dir.unlock()
             return 1
         credentials = channel_credentials(s.master_ca_pem.encode()) if s.master_ca_pem else None
-        channel = internal_channel(master_target, s.cluster_token, credentials)
+        auth = AgentAuth(
+            agent_id=s.agent_id,
+            store=CredentialStore(work_dir.root),
+            join_token=s.join_token,
+            enrolment_secret=s.enrolment_secret,
+            cluster_token=s.cluster_token,
+        )
+        log.info("joining the master", agent_id=s.agent_id, presenting=auth.describe())
+        channel, _base_channel = auth.channel(master_target, credentials)
         outbox = Outbox()
         preparer = Preparer(
             agent_id=s.agent_id,
@@ -176,6 +191,8 @@ class Agent:
             reconnect_timeout=s.reconnect_timeout,
             on_welcome=self._on_welcome,
             on_fatal=lambda reason: self.request_stop(reason, 1),
+            auth=auth,
+            on_shut_out=self._shut_out,
         )
         monitor_stop = threading.Event()
         monitor = threading.Thread(
@@ -194,7 +211,7 @@ class Agent:
         try:
             # Before anything stops: a start arriving from now on would only be killed again.
             manager.stop_taking_work(f"it is shutting down ({self._reason})")
-            if s.kill_containers_on_exit:
+            if s.kill_containers_on_exit or self._was_shut_out:
                 self._kill_containers(manager, session)
             session.stop(thread=session_thread)
         finally:

@@ -10,6 +10,7 @@ import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cairn.tls import MASTER_CERT_ENV, TlsConfigError, read_ca_bundle
 from services.agent.containers.manager import HANDOVER_WAIT_SECONDS
@@ -19,8 +20,11 @@ from services.agent.runtime.docker_spec import default_task_image
 from services.agent.slots import SlotType
 from services.agent.task_user import is_inside
 from services.common.args import add_common_flags
+from services.common.cluster_token import ClusterTokenError, read_token_file
 
 DEFAULT_MASTER = "127.0.0.1:8090"
+JOIN_TOKEN_ENV = "CAIRN_AGENT_JOIN_TOKEN"
+ENROLMENT_SECRET_ENV = "CAIRN_AGENT_ENROLMENT_SECRET"
 # Outside any home folder: the task user must be able to reach its working folder.
 DEFAULT_TASK_ROOT = "/var/lib/cairn/tasks"
 RUNTIMES = ("process", "docker")
@@ -61,6 +65,10 @@ class AgentSettings:
     warm_starts: bool = True
     # How long a start handed over early waits for the slot's exiting container (manager.py).
     handover_wait_s: float = HANDOVER_WAIT_SECONDS
+    # To enrol with (session/enrolment.py), when the work dir holds no credential yet: a one-time
+    # join token, or the cluster's enrolment secret.
+    join_token: str | None = None
+    enrolment_secret: str | None = None
 
     def python_envs(self) -> PythonEnvs:
         return PythonEnvs(self.task_envs, self.default_task_env)
@@ -184,7 +192,52 @@ def build_parser() -> argparse.ArgumentParser:
         help="connect to the master over TLS, verifying it with the CA certificates in FILE; tasks "
         f"get them too (env {MASTER_CERT_ENV}; default plaintext)",
     )
+    _add_secret_flag(
+        parser,
+        "--join-token-file",
+        "join_token",
+        JOIN_TOKEN_ENV,
+        "a one-time join token to enrol with (an admin makes one: `cairn agent join-token create`), "
+        "used when the work dir holds no credential of this agent yet",
+    )
+    _add_secret_flag(
+        parser,
+        "--enrolment-secret-file",
+        "enrolment_secret",
+        ENROLMENT_SECRET_ENV,
+        "the cluster's enrolment secret to enrol with (`cairn agent enrolment-secret rotate`), used "
+        "when the work dir holds no credential of this agent yet",
+    )
     return parser
+
+
+def _add_secret_flag(parser: argparse.ArgumentParser, flag: str, dest: str, env: str, what: str) -> None:
+    """FLAG FILE (an owner-only file), else $ENV_FILE, else the secret itself in $ENV; never the
+    secret on the command line (every user can read a process's argv)."""
+    try:
+        default = os.environ.get(env) or None
+        if os.environ.get(f"{env}_FILE"):
+            default = read_token_file(os.environ[f"{env}_FILE"], f"{env}_FILE")
+    except ClusterTokenError as exc:
+        parser.error(str(exc))
+
+    class _FromFile(argparse.Action):
+        def __call__(
+            self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, _: Any = None
+        ) -> None:
+            try:
+                setattr(namespace, self.dest, read_token_file(str(values), flag))
+            except ClusterTokenError as exc:
+                parser.error(str(exc))
+
+    parser.add_argument(
+        flag,
+        dest=dest,
+        metavar="FILE",
+        default=default,
+        action=_FromFile,
+        help=f"{what}; FILE mode 0600 (env {env}_FILE, or the value itself in {env})",
+    )
 
 
 def parse_settings(argv: Sequence[str] | None = None) -> AgentSettings:
@@ -259,6 +312,8 @@ def parse_settings(argv: Sequence[str] | None = None) -> AgentSettings:
         master_ca_pem=_master_ca(args.master_cert, parser),
         warm_starts=not args.no_warm_starts,
         handover_wait_s=args.handover_wait,
+        join_token=args.join_token,
+        enrolment_secret=args.enrolment_secret,
     )
 
 

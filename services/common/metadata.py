@@ -4,9 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from cairn.metadata_keys import ALLOCATION_TOKEN_KEY, CLUSTER_TOKEN_KEY, GATEWAY_KEY_KEY, USER_TOKEN_KEYS
+from cairn.metadata_keys import (
+    AGENT_CREDENTIAL_KEY,
+    ALLOCATION_TOKEN_KEY,
+    CLUSTER_TOKEN_KEY,
+    GATEWAY_KEY_KEY,
+    USER_TOKEN_KEYS,
+)
 
 __all__ = [
+    "AGENT_CREDENTIAL_KEY",
     "ALLOCATION_TOKEN_KEY",
     "CLUSTER_TOKEN_KEY",
     "GATEWAY_KEY_KEY",

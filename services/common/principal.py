@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Principal:
-    """A user (by session token), a running allocation (by its token), or an internal caller."""
+    """A user (by session token), a running allocation (by its token), an agent (by its own
+    credential), or an internal caller."""
 
     user_id: int | None = None
     username: str = ""
@@ -16,3 +17,6 @@ class Principal:
     # Set for internal callers that presented the cluster token (or, to the master's gateway
     # service alone, the per-boot gateway key).
     internal: bool = False
+    # An agent that presented its own credential: the agent id it was issued to, the only one it
+    # may speak as (the master's agent service checks every hello and request against it).
+    agent_id: str | None = None

@@ -30,6 +30,7 @@ from services.master.domain.checkpoints.checkpoints import CheckpointGc
 from services.master.domain.deletion import deferred_loop
 from services.master.domain.experiments import unmanaged
 from services.master.domain.experiments.searcher_pump import SearcherPump
+from services.master.domain.identity import agent_credentials
 from services.master.domain.identity.auth import AuthService
 from services.master.domain.identity.exposure import check_exposure, check_transport
 from services.master.domain.identity.login_limiter import LoginLimiter, LoginLimits
@@ -73,6 +74,7 @@ from services.master.provisioners.factory import build_provisioners
 from services.master.remotes.checkpoint import CheckpointClient
 from services.master.remotes.scheduler import SchedulerClient
 from services.master.remotes.searcher import SearcherDirectory
+from services.master.servicers.agent_auth import agent_authenticator
 from services.master.servicers.agent_stream import AgentStreamServicer
 from services.master.servicers.api.base import ApiDeps
 from services.master.servicers.api.service import CairnServicer
@@ -180,6 +182,10 @@ class Master:
         self.stream_changes = StreamChanges(self.db, self.stream_publisher)
         workspaces.ensure_builtin_owner(ctx)
         agent_registry.mark_all_disconnected_at_boot(ctx)
+        if settings.agent_enrolment_secret and agent_credentials.seed_enrolment_secret(
+            ctx, settings.agent_enrolment_secret
+        ):
+            log.info("the configured agent enrolment secret is the cluster's (it had none)")
         self.logs = LogStore(ctx)
         self.scheduling = SchedulingLoop(ctx)
         self.pump = SearcherPump(ctx)
@@ -235,7 +241,13 @@ class Master:
 
         interceptors = [
             AuthInterceptor(
-                master_authenticator(self.auth, settings.cluster_token, gateway_key), PUBLIC_METHODS
+                master_authenticator(
+                    self.auth,
+                    settings.cluster_token,
+                    gateway_key,
+                    agent_authenticator(self.db, settings.agent_auth, settings.cluster_token),
+                ),
+                PUBLIC_METHODS,
             )
         ]
         self.grpc = start_server(

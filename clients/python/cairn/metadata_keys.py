@@ -12,6 +12,9 @@ USER_TOKEN_KEYS = (USER_TOKEN_KEY, "x-user-token", "grpcgateway-authorization")
 ALLOCATION_TOKEN_KEY = "x-allocation-token"
 # The shared secret that internal services and agents present to each other.
 CLUSTER_TOKEN_KEY = "x-cairn-cluster-token"
+# An agent's own credential (issued when it enrolled; services/master/domain/identity/
+# agent_credentials.py): it speaks as the agent id the credential was issued to, and no other.
+AGENT_CREDENTIAL_KEY = "x-cairn-agent-credential"
 # The per-boot key a master hands the worker processes of its HTTP port, which opens its internal
 # gateway service (proto/cairn/gateway/v1/gateway.proto) and nothing else.
 GATEWAY_KEY_KEY = "x-cairn-gateway-key"

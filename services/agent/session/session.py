@@ -26,6 +26,7 @@ from services.agent.containers.outbox import Outbox
 from services.agent.containers.task_env import MasterFacts
 from services.agent.session import convert
 from services.agent.session.backoff import Backoff
+from services.agent.session.enrolment import AgentAuth, EnrolmentRefused
 from services.agent.session.reconnect_pause import pause_until_reachable
 from services.agent.slots import SlotInfo
 from services.common.logging import get_logger
@@ -77,6 +78,8 @@ class _Stream:
 class _Outcome:
     welcomed: bool = False
     fatal: str | None = None
+    # The master shut this agent out (PERMISSION_DENIED: revoked): its work is lost to the master.
+    shut_out: bool = False
 
 
 class MasterSession:
@@ -92,6 +95,8 @@ class MasterSession:
         on_welcome: Callable[[], None],
         on_fatal: Callable[[str], None],
         master_ca_pem: str = "",
+        auth: AgentAuth | None = None,
+        on_shut_out: Callable[[str], None] | None = None,
     ) -> None:
         self._channel = channel
         self._stub = agent_pb2_grpc.AgentServiceStub(channel)
@@ -104,6 +109,11 @@ class MasterSession:
         self._reconnect_timeout = reconnect_timeout
         self._on_welcome = on_welcome
         self._on_fatal = on_fatal
+        # What the agent presents (enrolment.py); None: whatever the channel carries.
+        self._auth = auth
+        self._on_shut_out = on_shut_out or on_fatal
+        # Enrolled again in this process after the master refused the stored credential: once.
+        self._enrolled_again = False
         self._stopping = threading.Event()
         self._stream: _Stream | None = None
         self._welcomed_before = False
@@ -115,9 +125,9 @@ class MasterSession:
         backoff = Backoff(initial=0.5, maximum=10.0)
         down_since = time.monotonic()
         while not self._stopping.is_set():
-            outcome = self._run_stream()
+            outcome = self._enrol_if_needed() or self._run_stream()
             if outcome.fatal is not None:
-                self._on_fatal(outcome.fatal)
+                (self._on_shut_out if outcome.shut_out else self._on_fatal)(outcome.fatal)
                 return
             if self._stopping.is_set():
                 return
@@ -150,6 +160,52 @@ class MasterSession:
             if thread.is_alive() and stream is not None and stream.call is not None:
                 stream.call.cancel()
                 thread.join(wait_seconds)
+
+    # -- credentials -----------------------------------------------------------------------------
+    def _enrol_if_needed(self) -> _Outcome | None:
+        """Enrol when there is no credential yet and a way to get one: None to go on to the stream,
+        an outcome when enrolling failed (transient: try again after the backoff; refused: fatal)."""
+        auth = self._auth
+        if auth is None or auth.has_credential or not auth.can_enrol:
+            return None
+        try:
+            auth.enrol(self._stub)
+        except EnrolmentRefused as exc:
+            return _Outcome(fatal=str(exc))
+        except grpc.RpcError as exc:
+            log.warning(
+                "could not reach the master to enrol", master=self._master_address, details=exc.details()
+            )
+            return _Outcome()
+        return None
+
+    def _refused(self, code: grpc.StatusCode, details: str | None, welcomed: bool) -> _Outcome | None:
+        """The master's refusal of this agent as an outcome; None when it is not one."""
+        auth = self._auth
+        if (
+            not welcomed
+            and code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
+            and auth is not None
+            and auth.has_credential
+            and auth.can_enrol
+            and not self._enrolled_again
+        ):
+            # The master does not take the stored credential (its database was replaced, or an admin
+            # re-admits this revoked agent with a join token made for it): enrol once more.
+            log.warning("the master refused this agent's credential; enrolling again", details=details)
+            self._enrolled_again = True
+            auth.drop_credential()
+            return _Outcome()
+        if code == grpc.StatusCode.PERMISSION_DENIED:
+            # Revoked (before or during the stream): the master gave up this agent's work and will
+            # not take it back. No retrying: an admin must act (README: revocation).
+            log.error("the master shut this agent out", details=details)
+            return _Outcome(
+                welcomed=welcomed, fatal=f"the master shut this agent out: {details}", shut_out=True
+            )
+        if not welcomed and code in REFUSALS:
+            return _Outcome(fatal=f"the master refused the agent ({code.name}): {details}")
+        return None
 
     # -- one stream ------------------------------------------------------------------------------
     def _hello(self) -> apb.Hello:
@@ -192,8 +248,9 @@ class MasterSession:
         except grpc.RpcError as exc:
             code = exc.code()
             details = exc.details()
-            if not welcomed and code in REFUSALS:
-                return _Outcome(fatal=f"the master refused the agent ({code.name}): {details}")
+            refused = self._refused(code, details, welcomed)
+            if refused is not None:
+                return refused
             if not self._stopping.is_set():
                 log.warning("stream to the master broke", code=code.name if code else None, details=details)
         except Exception:

@@ -60,6 +60,8 @@ class MasterConfigFile:
     webhook_base_url: str = ""
     # Determined's feature_switches (feature_switches.py).
     feature_switches: tuple[str, ...] = ()
+    # Cairn: how agents authenticate (`agent_auth: credentials|cluster_token`); None: not set here.
+    agent_auth: str | None = None
 
 
 def _scheduler(block: Any, where: str) -> dict[str, Any]:
@@ -165,7 +167,19 @@ def parse_master_config(data: Any) -> MasterConfigFile:
         webhook_signing_key=webhooks["signing_key"],
         webhook_base_url=webhooks["base_url"],
         feature_switches=parse_feature_switches(data.get("feature_switches")),
+        agent_auth=_agent_auth(data.get("agent_auth")),
     )
+
+
+AGENT_AUTH_MODES = ("credentials", "cluster_token")
+
+
+def _agent_auth(value: Any) -> str | None:
+    if value is None:
+        return None
+    if value not in AGENT_AUTH_MODES:
+        raise InvalidArgument(f"agent_auth: {str(value)[:64]!r} is not one of {', '.join(AGENT_AUTH_MODES)}")
+    return str(value)
 
 
 def _webhooks(block: Any) -> dict[str, str]:

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from services.common.args import add_common_flags
-from services.master.configuration.config_file import ConfigFileError, load_master_config
+from services.common.cluster_token import ClusterTokenError, read_token_file
+from services.master.configuration.config_file import AGENT_AUTH_MODES, ConfigFileError, load_master_config
 from services.master.configuration.lease import LeaseTiming
 from services.master.configuration.pools import PoolSettings
 
@@ -122,6 +123,14 @@ class Settings:
     # that Slack messages link to (empty: no links).
     webhook_signing_key: str = ""
     webhook_base_url: str = ""
+    # How agents authenticate (servicers/agent_auth.py): "credentials", each its own (enrolled with
+    # a join token or the enrolment secret), or "cluster_token", compatibility for agents that still
+    # join with the shared cluster token (their own credentials work too).
+    agent_auth: str = "credentials"
+    # Seeds the cluster's agent enrolment secret on a cluster that has none (a deployment's agents
+    # can then enrol with it from the first boot); afterwards `cairn agent enrolment-secret rotate`
+    # alone changes it.
+    agent_enrolment_secret: str = ""
 
     @property
     def database_url(self) -> str:
@@ -234,6 +243,7 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
     )
     add_login_flags(parser)
     add_tls_flags(parser)
+    add_agent_auth_flags(parser)
     args = parser.parse_args(argv)
     check_login_flags(args, parser)
     if bool(args.tls_cert) != bool(args.tls_key):
@@ -249,6 +259,7 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
     plugins = _plugins([*from_env, *args.searcher_plugin], parser)
     state_dir = Path(args.state_dir).expanduser() if args.state_dir else Settings.state_dir
     pools: dict[str, Any] = {}
+    agent_auth = args.agent_auth
     webhooks = {"webhook_signing_key": args.webhooks_signing_key, "webhook_base_url": args.webhooks_base_url}
     if args.config_file:
         try:
@@ -262,6 +273,7 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
             "feature_switches": config_file.feature_switches,
         }
         # A flag or an environment variable wins over the file.
+        agent_auth = agent_auth or config_file.agent_auth
         webhooks = {
             "webhook_signing_key": args.webhooks_signing_key or config_file.webhook_signing_key,
             "webhook_base_url": args.webhooks_base_url or config_file.webhook_base_url,
@@ -305,6 +317,8 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
         tls_key=Path(args.tls_key).expanduser().resolve() if args.tls_key else None,
         insecure_allow_plaintext=args.insecure_allow_plaintext,
         read_cache_entries=0 if os.environ.get("CAIRN_READ_CACHE", "on") == "off" else 1024,
+        agent_auth=agent_auth or Settings.agent_auth,
+        agent_enrolment_secret=args.agent_enrolment_secret or "",
         **pools,
         **webhooks,
     )
@@ -459,3 +473,48 @@ def check_login_flags(args: argparse.Namespace, parser: argparse.ArgumentParser)
             parser.error(f"{flag}: must be between 1 and {most}, not {value}")
     if not 0 < args.login_window <= 24 * 3600:
         parser.error(f"--login-window: must be between 0 and 86400 seconds, not {args.login_window:g}")
+
+
+AGENT_ENROLMENT_SECRET_ENV = "CAIRN_AGENT_ENROLMENT_SECRET"
+
+
+def add_agent_auth_flags(parser: argparse.ArgumentParser) -> None:
+    env = os.environ.get
+    mode = env("CAIRN_AGENT_AUTH") or None
+    if mode is not None and mode not in AGENT_AUTH_MODES:
+        parser.error(f"CAIRN_AGENT_AUTH: {mode!r} is not one of {', '.join(AGENT_AUTH_MODES)}")
+    parser.add_argument(
+        "--agent-auth",
+        choices=AGENT_AUTH_MODES,
+        default=mode,
+        help="credentials: every agent presents a credential of its own, got by enrolling with a join "
+        "token or the enrolment secret (the default); cluster_token: compatibility mode, agents that "
+        "present only the cluster token are taken too (env CAIRN_AGENT_AUTH; config file agent_auth)",
+    )
+    try:
+        secret = env(AGENT_ENROLMENT_SECRET_ENV) or None
+        secret_file = env(f"{AGENT_ENROLMENT_SECRET_ENV}_FILE")
+        if secret_file:
+            secret = read_token_file(secret_file, f"{AGENT_ENROLMENT_SECRET_ENV}_FILE")
+    except ClusterTokenError as exc:
+        parser.error(str(exc))
+    parser.add_argument(
+        "--agent-enrolment-secret-file",
+        dest="agent_enrolment_secret",
+        metavar="FILE",
+        default=secret,
+        action=_SecretFileAction,
+        help="file (mode 0600) holding the agent enrolment secret this cluster starts with, where it has "
+        "none yet; afterwards `cairn agent enrolment-secret rotate` changes it (env "
+        f"{AGENT_ENROLMENT_SECRET_ENV}_FILE, or the secret itself in {AGENT_ENROLMENT_SECRET_ENV})",
+    )
+
+
+class _SecretFileAction(argparse.Action):
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, _: Any = None
+    ) -> None:
+        try:
+            setattr(namespace, self.dest, read_token_file(str(values), "--agent-enrolment-secret-file"))
+        except ClusterTokenError as exc:
+            parser.error(str(exc))

@@ -202,7 +202,11 @@ class WorkerSpec:
 
 
 # What a worker does not need and must not hold: it serves callers with their own credentials.
-_WITHHELD_FROM_WORKERS = ("CAIRN_CLUSTER_TOKEN", "CAIRN_INITIAL_USER_PASSWORD")
+_WITHHELD_FROM_WORKERS = (
+    "CAIRN_CLUSTER_TOKEN",
+    "CAIRN_INITIAL_USER_PASSWORD",
+    "CAIRN_AGENT_ENROLMENT_SECRET",
+)
 
 
 def _worker_environment() -> dict[str, str]:

@@ -46,6 +46,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from services.common.logging import get_logger
 from services.master.domain.kernel.errors import InvalidArgument
 from services.master.domain.provisioning.provider import (
+    JOIN_TOKEN_ENV,
     LaunchSpec,
     ProviderError,
     ProviderInstance,
@@ -211,10 +212,13 @@ def user_data(settings: AwsSettings, spec: LaunchSpec) -> str:
             f"--query Parameter.Value --region {q(settings.region)} --name {parameter})"
         )
         lines.append("export CAIRN_CLUSTER_TOKEN")
+    if spec.join_token:
+        # One-time and bound to this instance's id: used at the agent's first start, refused after.
+        lines.append(f"export {JOIN_TOKEN_ENV}={q(spec.join_token)}")
     if settings.agent_docker_image:
         lines.append(
             "exec docker run --name cairn-agent --network host --restart unless-stopped "
-            "-e CAIRN_CLUSTER_TOKEN -v /var/run/docker.sock:/var/run/docker.sock "
+            f"-e CAIRN_CLUSTER_TOKEN -e {JOIN_TOKEN_ENV} -v /var/run/docker.sock:/var/run/docker.sock "
             f"{q(settings.agent_docker_image)} agent {' '.join(q(a) for a in agent)}"
         )
     else:

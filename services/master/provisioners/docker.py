@@ -38,6 +38,7 @@ from services.common.cluster_token import TOKEN_ENV
 from services.common.logging import get_logger
 from services.master.domain.kernel.errors import InvalidArgument
 from services.master.domain.provisioning.provider import (
+    JOIN_TOKEN_ENV,
     LaunchSpec,
     ProviderError,
     ProviderInstance,
@@ -137,6 +138,8 @@ class DockerProvider:
             str(work_dir),
         ]
         environment = {TOKEN_ENV: self.token} if self.token else {}
+        if spec.join_token:
+            environment[JOIN_TOKEN_ENV] = spec.join_token
         try:
             socket_gid = os.stat(self.docker_socket).st_gid
             self._client.containers.run(

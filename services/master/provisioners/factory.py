@@ -21,7 +21,7 @@ from services.master.provisioners.docker import check_options as check_docker_op
 from services.master.provisioners.local import LocalProvider
 
 # What a local agent inherits from the master's environment: enough to run Python, not the
-# master's own secrets (its database URL, its TLS key's path): the cluster token is added alone.
+# master's own secrets (its database URL, its TLS key's path); its join token is added per launch.
 _INHERITED = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV")
 MAX_AGENT_ARGS = 64
 
@@ -41,11 +41,19 @@ def _check_keys(options: Mapping[str, Any], allowed: set[str], where: str) -> No
         raise InvalidArgument(f"{where}.{unknown[0]}: not a setting of this provider")
 
 
+def agents_cluster_token(ctx: MasterContext) -> str | None:
+    """The cluster token for the agents this master launches: only in compatibility mode
+    (--agent-auth cluster_token). Each enrols with a join token made for it (provisioner.py), so by
+    default the token stays with the control plane's services."""
+    return ctx.settings.cluster_token if ctx.settings.agent_auth == "cluster_token" else None
+
+
 def agent_environment(ctx: MasterContext) -> dict[str, str]:
     env = {key: os.environ[key] for key in _INHERITED if key in os.environ}
     env["PYTHONUNBUFFERED"] = "1"
-    if ctx.settings.cluster_token:
-        env[TOKEN_ENV] = ctx.settings.cluster_token
+    token = agents_cluster_token(ctx)
+    if token:
+        env[TOKEN_ENV] = token
     return env
 
 
@@ -118,7 +126,7 @@ def docker_provider(ctx: MasterContext, pool: PoolSettings, config: ProviderConf
         ctx.settings.state_dir / "provisioner" / pool.name,
         str(options.get("agent_docker_image") or DEFAULT_IMAGE),
         command,
-        ctx.settings.cluster_token,
+        agents_cluster_token(ctx),
         str(options.get("docker_socket") or "/var/run/docker.sock"),
     )
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from services.common.logging import get_logger
 from services.master.domain.provisioning.provider import (
+    JOIN_TOKEN_ENV,
     LaunchSpec,
     ProviderError,
     ProviderInstance,
@@ -53,7 +54,7 @@ class LocalProvider:
 
     def __init__(self, pool: str, root: Path, agent_command: Sequence[str], env: Mapping[str, str]) -> None:
         """`agent_command`: the agent's command up to the flags each instance gets (its id, pool,
-        slots, work directory); `env`: its whole environment (the cluster token in it)."""
+        slots, work directory); `env`: its whole environment (each launch adds its join token)."""
         self.pool = pool
         self.root = root
         self.agent_command = list(agent_command)
@@ -110,7 +111,7 @@ class LocalProvider:
                     stdin=subprocess.DEVNULL,
                     stdout=out,
                     stderr=subprocess.STDOUT,
-                    env=self.env,
+                    env={**self.env, JOIN_TOKEN_ENV: spec.join_token} if spec.join_token else self.env,
                     cwd=folder,
                     start_new_session=True,
                     close_fds=True,

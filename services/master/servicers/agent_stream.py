@@ -6,6 +6,11 @@ That thread is held for as long as the agent is connected, so the server's pool 
 slot beside the ordinary calls' (app.py); an agent past the last slot is refused at once with
 RESOURCE_EXHAUSTED (it retries with backoff) instead of waiting for a thread with every call behind
 it.
+
+Who the agent is was established by the interceptor (agent_auth.py); here every hello and every
+context download is checked against it: an agent known by its credential speaks only as the id the
+credential was issued to, and downloads only the model definitions of its own allocations. A stream
+the master shuts out (agent_hub.refuse: a revocation) ends with PERMISSION_DENIED naming why.
 """
 
 from __future__ import annotations
@@ -21,13 +26,17 @@ import grpc
 
 from cairn.agent.v1 import agent_pb2 as apb
 from cairn.agent.v1 import agent_pb2_grpc
+from services.common.interceptors import current_principal
 from services.common.logging import get_logger
+from services.common.principal import Principal
 from services.common.status import abort_with
 from services.master.domain.allocations import containers
+from services.master.domain.identity import agent_credentials
 from services.master.domain.kernel.context import MasterContext
 from services.master.domain.kernel.errors import DatabaseUnavailable, DomainError
 from services.master.domain.kernel.outage import ride_out
 from services.master.domain.metrics.logs import LogStore
+from services.master.domain.reads.agents import allocation_runs_on
 from services.master.domain.reads.tasks import task_context_archive
 from services.master.domain.scheduling import agents as agent_registry
 from services.master.domain.scheduling.agent_hub import AgentLink
@@ -45,6 +54,27 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
         self.logs = logs
         self.max_agents = max_agents
         self._agent_slots = threading.BoundedSemaphore(max_agents)
+
+    def Enrol(self, request: apb.EnrolRequest, context: grpc.ServicerContext) -> apb.EnrolResponse:
+        means = request.WhichOneof("means")
+        try:
+            # Not idempotent (a token is used once): an outage before the commit is ridden out,
+            # one in doubt is answered UNAVAILABLE and the agent asks again.
+            enrolment = ride_out(
+                lambda: agent_credentials.enrol(
+                    self.ctx,
+                    request.agent_id,
+                    join_token=request.join_token if means == "join_token" else "",
+                    enrolment_secret=request.enrolment_secret if means == "enrolment_secret" else "",
+                ),
+                what="enrolling an agent",
+                stopping=self.ctx.stopping,
+            )
+        except DomainError as exc:
+            log.warning("agent enrolment refused", agent_id=request.agent_id[:64], error=str(exc))
+            abort_with(context, exc)
+        log.info("agent enrolled", agent_id=enrolment.agent_id, replaced=enrolment.replaced, means=means)
+        return apb.EnrolResponse(agent_id=enrolment.agent_id, credential=enrolment.credential)
 
     def Connect(
         self, request_iterator: Iterator[apb.AgentMessage], context: grpc.ServicerContext
@@ -69,6 +99,11 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
         if first.WhichOneof("msg") != "hello":
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first message on the stream must be a hello")
         hello = first.hello
+        principal = current_principal()
+        try:
+            self._check_speaks_as(principal, hello.agent_id)
+        except DomainError as exc:
+            abort_with(context, exc)
         try:
             # Registering again is harmless (the agent's hello is applied as a whole).
             registration = ride_out(
@@ -81,6 +116,14 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
             abort_with(context, exc)
         agent_id = hello.agent_id
         link = self.ctx.hub.attach(agent_id)
+        try:
+            # Again, now that the stream is attached: a revocation that committed between the first
+            # check and the attach found no stream to close, and is caught here.
+            self._check_speaks_as(principal, agent_id)
+        except DomainError as exc:
+            if self.ctx.hub.detach(link):
+                self._mark_disconnected(agent_id)
+            abort_with(context, exc)
         reader = threading.Thread(
             target=self._read, args=(link, request_iterator), name=f"agent-{agent_id}-reader", daemon=True
         )
@@ -98,9 +141,21 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
             yield from self.ctx.hub.take_backlog(agent_id)
             reader.start()
             yield from self._send(link, context)
+            if link.refusal is not None:
+                context.abort(grpc.StatusCode.PERMISSION_DENIED, link.refusal)
         finally:
             if self.ctx.hub.detach(link):
                 self._mark_disconnected(agent_id)
+
+    def _check_speaks_as(self, principal: Principal | None, agent_id: str) -> None:
+        if principal is None:
+            return  # a master without the interceptor (in-process tests of the stream)
+
+        def check() -> None:
+            with self.ctx.db.read() as s:
+                agent_credentials.check_may_speak_as(s, principal, agent_id)
+
+        ride_out(check, what="checking who an agent is", stopping=self.ctx.stopping)
 
     def _mark_disconnected(self, agent_id: str) -> None:
         try:
@@ -210,8 +265,13 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
     def FetchTaskContext(
         self, request: apb.FetchTaskContextRequest, context: grpc.ServicerContext
     ) -> Iterator[apb.FetchTaskContextChunk]:
+        principal = current_principal()
+        agent_id = principal.agent_id if principal is not None else None
+
         def read_archive() -> bytes | None:
             with self.ctx.db.read() as s:
+                if agent_id is not None and not allocation_runs_on(s, request.allocation_id, agent_id):
+                    return None  # not this agent's: answered as not found, whether or not it exists
                 return task_context_archive(s, request.allocation_id)
 
         try:

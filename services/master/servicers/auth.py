@@ -3,7 +3,10 @@
 - The public API needs a user's session token, except Login and GetMaster.
 - Trial code holds only its allocation token, which opens the calls trial code makes (reporting,
   checkpoints, signals, reading its own trial) and nothing else.
-- Agents present the cluster token on their stream.
+- Agents present credentials of their own on their stream (agent_auth.py; the cluster token only on
+  a master in compatibility mode, `--agent-auth cluster_token`).
+- The cluster token opens, on the public API, only CLUSTER_TOKEN_METHODS: the local cluster makes a
+  join token for each agent it starts.
 - The worker processes of the master's HTTP port present the per-boot gateway key, which opens
   the internal gateway service (proto/cairn/gateway/v1/gateway.proto) and nothing else; the
   service is closed to everyone else, the cluster token's holders included.
@@ -28,6 +31,7 @@ from services.common.principal import Principal
 from services.master.domain.identity.auth import AuthService
 from services.master.domain.kernel.errors import DatabaseUnavailable, PermissionDenied, Unauthenticated
 from services.master.domain.kernel.outage import ride_out
+from services.master.servicers.agent_auth import AgentAuthenticate
 
 API = "/cairn.api.v1.Cairn/"
 AGENT_SERVICE = "/cairn.agent.v1.AgentService/"
@@ -70,7 +74,19 @@ ALLOCATION_METHODS = frozenset(
 )
 
 
-def master_authenticator(auth: AuthService, cluster_token: str | None, gateway_key: str) -> Authenticate:
+# Public methods the control plane's own tools call with the cluster token (no user session).
+CLUSTER_TOKEN_METHODS = frozenset({API + "CreateAgentJoinToken"})
+
+
+def master_authenticator(
+    auth: AuthService,
+    cluster_token: str | None,
+    gateway_key: str,
+    agents: AgentAuthenticate | None = None,
+) -> Authenticate:
+    """`agents`: who is calling the agent service (agent_auth.py); None takes the cluster token
+    (or nothing, without one) from any agent, as before agents had credentials of their own."""
+
     def authenticate(method: str, metadata: Metadata) -> Principal:
         if method.startswith(GATEWAY_SERVICE):
             # Its answers carry tasks' service credentials: without the key nobody gets in, even
@@ -83,6 +99,8 @@ def master_authenticator(auth: AuthService, cluster_token: str | None, gateway_k
                 )
             return Principal(internal=True, username="http-worker")
         if method.startswith(AGENT_SERVICE):
+            if agents is not None:
+                return agents(method, metadata)
             if not cluster_token:
                 return Principal(internal=True, username="agent")
             presented = metadata_value(metadata, CLUSTER_TOKEN_KEY) or ""
@@ -128,6 +146,10 @@ def master_authenticator(auth: AuthService, cluster_token: str | None, gateway_k
                     code=grpc.StatusCode.PERMISSION_DENIED,
                 )
             return alloc_principal
+        if method in CLUSTER_TOKEN_METHODS and cluster_token:
+            presented = metadata_value(metadata, CLUSTER_TOKEN_KEY) or ""
+            if hmac.compare_digest(presented.encode(), cluster_token.encode()):
+                return Principal(internal=True, username="the cluster")
         raise AuthError(
             "missing credentials: log in (`cairn user login`) and send `authorization: Bearer <token>`"
         )

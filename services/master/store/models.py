@@ -407,6 +407,48 @@ class Agent(Base):
     connected: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
+class AgentJoinToken(Base):
+    """A one-time join token: good for one enrolment before it expires (agent_credentials.py)."""
+
+    __tablename__ = "agent_join_tokens"
+    __table_args__ = NEVER_REUSED
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    # sha256 of the token; the token itself was shown once to whoever made it.
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    # The one agent id it may enrol; NULL: any id that holds no credential.
+    agent_id: Mapped[str | None] = mapped_column(String(255))
+    created_by: Mapped[str] = mapped_column(String(255))
+    created_at: Mapped[datetime]
+    expires_at: Mapped[datetime]
+    used_at: Mapped[datetime | None]
+    used_by_agent: Mapped[str | None] = mapped_column(String(255))
+
+
+class AgentEnrolmentSecret(Base):
+    """The cluster's long-lived enrolment secret: the current one has no retired_at."""
+
+    __tablename__ = "agent_enrolment_secrets"
+    __table_args__ = NEVER_REUSED
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    secret_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_by: Mapped[str] = mapped_column(String(255))
+    created_at: Mapped[datetime]
+    retired_at: Mapped[datetime | None]
+
+
+class AgentCredential(Base):
+    """The credential an agent id was issued (only its sha256), and its revocation."""
+
+    __tablename__ = "agent_credentials"
+    agent_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    # NULL: revoked before it ever enrolled (an agent that joined with the cluster token).
+    secret_hash: Mapped[str | None] = mapped_column(String(64), unique=True)
+    issued_at: Mapped[datetime | None]
+    issued_with: Mapped[str] = mapped_column(String(64), default="")
+    revoked_at: Mapped[datetime | None]
+    revoked_by: Mapped[str] = mapped_column(String(255), default="")
+
+
 class AgentSlot(Base):
     __tablename__ = "agent_slots"
     agent_id: Mapped[str] = mapped_column(ForeignKey("agents.id", ondelete="CASCADE"), primary_key=True)

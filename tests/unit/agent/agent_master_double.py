@@ -20,7 +20,7 @@ import grpc
 
 from cairn.agent.v1 import agent_pb2 as apb
 from cairn.agent.v1 import agent_pb2_grpc
-from services.common.metadata import CLUSTER_TOKEN_KEY
+from services.common.metadata import AGENT_CREDENTIAL_KEY, CLUSTER_TOKEN_KEY
 
 
 def wait_until(predicate: Callable[[], object], timeout: float = 10.0, what: str = "condition") -> None:
@@ -81,6 +81,8 @@ class StreamLog:
     messages: list[apb.AgentMessage] = field(default_factory=list)
     outbox: queue.Queue[apb.MasterMessage | None] = field(default_factory=queue.Queue)
     ended: threading.Event = field(default_factory=threading.Event)
+    # Set by shut_out: the stream ends with PERMISSION_DENIED saying this (a revocation).
+    refusal: str | None = None
 
     def of_kind(self, kind: str) -> list[apb.AgentMessage]:
         return [m for m in list(self.messages) if m.WhichOneof("msg") == kind]
@@ -112,6 +114,13 @@ class MasterDouble(agent_pb2_grpc.AgentServiceServicer):
         self.refuse = refuse
         self.fetch_delay = fetch_delay
         self.refusals = 0
+        # Agents' own credentials, as the master keeps them: one-time join tokens (Enrol takes each
+        # once), the credential issued for each agent id, and the ids shut out. With any join token
+        # set, Connect and FetchTaskContext take an issued credential and nothing else.
+        self.join_tokens: set[str] = set()
+        self.issued: dict[str, str] = {}
+        self.revoked: set[str] = set()
+        self.enrolments: list[apb.EnrolRequest] = []
         self.streams: list[StreamLog] = []
         self.fetches: list[str] = []
         self._lock = threading.Lock()
@@ -170,6 +179,13 @@ class MasterDouble(agent_pb2_grpc.AgentServiceServicer):
             )
         )
 
+    def shut_out(self, reason: str) -> None:
+        """Revoke the connected agent: its stream ends with PERMISSION_DENIED naming `reason`."""
+        stream = self.current
+        self.revoked.add(stream.hello.agent_id)
+        stream.refusal = reason
+        stream.outbox.put(None)
+
     def acks(self) -> dict[str, apb.CommandAck]:
         result: dict[str, apb.CommandAck] = {}
         for stream in list(self.streams):
@@ -216,11 +232,29 @@ class MasterDouble(agent_pb2_grpc.AgentServiceServicer):
                 break
             yield message
         stream.ended.set()
+        if stream.refusal is not None:
+            context.abort(grpc.StatusCode.PERMISSION_DENIED, stream.refusal)
+
+    def Enrol(self, request: apb.EnrolRequest, context: grpc.ServicerContext) -> apb.EnrolResponse:
+        self.enrolments.append(request)
+        if request.join_token not in self.join_tokens:
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "join token: used already or not made here")
+        self.join_tokens.discard(request.join_token)
+        credential = f"credential-{request.agent_id}-{len(self.enrolments)}"
+        self.issued[credential] = request.agent_id
+        return apb.EnrolResponse(agent_id=request.agent_id, credential=credential)
 
     def _check_token(self, context: grpc.ServicerContext) -> None:
+        metadata = {k: v for k, v in context.invocation_metadata() if isinstance(v, str)}
+        if self.join_tokens or self.issued:
+            agent_id = self.issued.get(metadata.get(AGENT_CREDENTIAL_KEY, ""))
+            if agent_id is None:
+                context.abort(grpc.StatusCode.UNAUTHENTICATED, "agent credential: not one this master issued")
+            if agent_id in self.revoked:
+                context.abort(grpc.StatusCode.PERMISSION_DENIED, f"agent {agent_id} was revoked")
+            return
         if self.expected_token is None:
             return
-        metadata = {k: v for k, v in context.invocation_metadata() if isinstance(v, str)}
         if metadata.get(CLUSTER_TOKEN_KEY) != self.expected_token:
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong cluster token")
 

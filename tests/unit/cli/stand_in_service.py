@@ -33,6 +33,25 @@ def write_ready(path: str, data: dict[str, object]) -> None:
     tmp.replace(target)
 
 
+def join_tokens_handler() -> grpc.GenericRpcHandler:
+    """The one call the supervisor makes of a master: a join token for each agent it starts. The
+    stand-in runs without Cairn's packages on its path, so the two small messages are written by
+    hand (CreateAgentJoinTokenRequest.agent_id is field 1, the response's token field 2)."""
+
+    def create(request: bytes, context: grpc.ServicerContext) -> bytes:
+        presented = dict(context.invocation_metadata()).get("x-cairn-cluster-token")
+        if presented != os.environ.get("CAIRN_CLUSTER_TOKEN"):
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "not the cluster token")
+        agent_id = request[2 : 2 + request[1]] if request[:1] == b"\x0a" else b""
+        token = b"join-" + agent_id
+        return b"\x12" + bytes([len(token)]) + token
+
+    return grpc.method_handlers_generic_handler(
+        "cairn.api.v1.Cairn",
+        {"CreateAgentJoinToken": grpc.unary_unary_rpc_method_handler(create)},
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--host", default="127.0.0.1")
@@ -58,6 +77,8 @@ def main() -> None:
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    if role == "master":
+        server.add_generic_rpc_handlers([join_tokens_handler()])
     health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
     port = server.add_insecure_port(f"{args.host}:{args.port}")
     server.start()

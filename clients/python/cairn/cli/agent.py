@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import click
 
 from cairn.api.v1 import agent_pb2, common_pb2, resourcepool_pb2
+from cairn.cli import agent_credentials
 from cairn.cli.groups import AliasedGroup
 from cairn.cli.output import (
     bool_text,
@@ -180,6 +181,9 @@ def disable(state: CliState, agent_id: str, drain: bool) -> None:
     """Place no new work on AGENT_ID; stop what runs there unless --drain."""
     state.session().api.DisableAgent(agent_pb2.DisableAgentRequest(agent_id=agent_id, drain=drain))
     click.echo(f"Disabled agent {agent_id}" + (" (draining: running work may finish)" if drain else ""))
+
+
+agent_credentials.add_to(agent)
 
 
 # ---- slot ----

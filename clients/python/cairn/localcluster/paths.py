@@ -75,6 +75,10 @@ class ClusterPaths:
     def agent_work_dir(self, agent_id: str) -> Path:
         return self.agents_dir / agent_id
 
+    def join_token_file(self, agent_id: str) -> Path:
+        """The one-time join token the agent enrols with (join_tokens.py), beside its work dir."""
+        return self.agents_dir / f"{agent_id}.join-token"
+
     def create(self) -> None:
         for directory in (self.state_dir, self.logs_dir, self.run_dir, self.master_dir, self.agents_dir):
             directory.mkdir(parents=True, exist_ok=True)

@@ -250,6 +250,9 @@ def agent(options: ClusterOptions, paths: ClusterPaths, index: int, master_addre
     ]
     if options.tls:
         command += ["--master-cert", str(paths.tls_cert_file)]
+    # Made by the supervisor just before the agent starts (join_tokens.py): the agent enrols with
+    # it and holds a credential of its own from then on.
+    command += ["--join-token-file", str(paths.join_token_file(agent_id))]
     tasks_root = options.isolation.tasks_root / agent_id if options.isolation is not None else None
     command += agent_runtime_flags(options, str(tasks_root) if tasks_root is not None else None)
     return LaunchPlan(

@@ -18,6 +18,7 @@ from cairn.client.errors import CairnError
 from cairn.localcluster import plan as plans
 from cairn.localcluster import task_isolation
 from cairn.localcluster.certificate import CertificatePair, ensure_certificate
+from cairn.localcluster.join_tokens import JoinTokenError, write_join_token
 from cairn.localcluster.paths import ClusterPaths
 from cairn.localcluster.plan import ClusterOptions, LaunchPlan
 from cairn.localcluster.processes import (
@@ -156,6 +157,23 @@ class _Startup:
         # Recorded at once, so a `cairn cluster down` from elsewhere can find a half-started cluster.
         save_record(self.paths.record_file, self.record)
 
+    def make_join_token(self, launch: LaunchPlan) -> None:
+        """The one-time join token `launch`'s agent enrols with, made by the master for its id."""
+        assert launch.agent_id is not None and self.record.master_grpc_address
+        try:
+            write_join_token(
+                master_address=self.record.master_grpc_address,
+                cluster_token=self.record.cluster_token,
+                ca_file=self.record.master_ca_file,
+                agent_id=launch.agent_id,
+                path=self.paths.join_token_file(launch.agent_id),
+            )
+        except JoinTokenError as exc:
+            master = self.records["master"]
+            raise ClusterStartError(
+                "master", str(exc), Path(master.log_path), log_tail(Path(master.log_path), LOG_TAIL_LINES)
+            ) from None
+
     def _failure(self, launch: LaunchPlan, reason: str) -> ClusterStartError:
         return ClusterStartError(
             launch.name, reason, launch.log_path, log_tail(launch.log_path, LOG_TAIL_LINES)
@@ -284,6 +302,7 @@ class _Startup:
             for index in range(1, options.agents + 1)
         ]
         for launch in agents:
+            self.make_join_token(launch)
             self.launch(launch)
         self.wait_ready(agents)
         if options.supervise:

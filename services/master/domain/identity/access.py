@@ -54,3 +54,12 @@ def may_read_workspace_contents(principal: Principal, workspace_id: int) -> bool
     cluster itself. Trial code's allocation token opens its own trial alone."""
     del workspace_id  # every workspace is readable to every user under the rule above
     return principal.user_id is not None or privileged(principal)
+
+
+def check_may_enrol_agents(principal: Principal, what: str) -> None:
+    """PermissionDenied unless `principal` may let agents join (make join tokens): an admin, or the
+    cluster itself (the local cluster makes one for each agent it starts; the provisioner for each
+    instance it launches). Revoking agents, rotating the enrolment secret and listing credentials
+    are an admin's alone (check_admin)."""
+    if not privileged(principal):
+        raise PermissionDenied(f"only an admin may {what}")

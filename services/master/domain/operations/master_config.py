@@ -29,6 +29,8 @@ SHOWN_SETTINGS = frozenset(
     {
         "webhook_signing_key",
         "webhook_base_url",
+        "agent_auth",
+        "agent_enrolment_secret",
         "host",
         "grpc_port",
         "http_port",
@@ -164,7 +166,7 @@ def effective_config(ctx: MasterContext) -> dict[str, Any]:
         "telemetry": {"enabled": False},
         # Determined's switches for features still settling (its e2e suite reads them here).
         "feature_switches": list(settings.feature_switches),
-        # Cairn's own: the services the master talks to, and the join secret agents present.
+        # Cairn's own: the services the master talks to.
         "services": {
             "scheduler": settings.scheduler_addr,
             "searcher": settings.searcher_addr,
@@ -172,6 +174,10 @@ def effective_config(ctx: MasterContext) -> dict[str, Any]:
             "searcher_plugins": dict(settings.searcher_plugins),
         },
         "cluster_token": HIDDEN if settings.cluster_token else "",
+        # How agents authenticate (credentials of their own, or the cluster token for compatibility),
+        # and whether the master was given an enrolment secret to start a new cluster with.
+        "agent_auth": settings.agent_auth,
+        "agent_enrolment_secret": HIDDEN if settings.agent_enrolment_secret else "",
         "initial_user_password": HIDDEN if settings.initial_user_password else "",
         # Determined's webhooks block. The signing key is a secret, hidden like every other: the
         # operator sets it (or reads the generated one from the state directory) for receivers.

@@ -10,7 +10,7 @@ ClientToken, Docker through the container's name, local agents through their pid
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
@@ -26,6 +26,13 @@ class LaunchSpec:
     instance_id: str  # also the id its agent joins with
     resource_pool: str
     slots: int
+    # A one-time join token bound to instance_id, for its agent to enrol with (handed to it in
+    # $CAIRN_AGENT_JOIN_TOKEN); "" where none was made.
+    join_token: str = field(default="", repr=False)
+
+
+# Where a provider hands the agent its join token (the agent's settings read it there).
+JOIN_TOKEN_ENV = "CAIRN_AGENT_JOIN_TOKEN"
 
 
 @dataclass(frozen=True)

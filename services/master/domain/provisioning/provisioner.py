@@ -26,6 +26,7 @@ from sqlalchemy import delete, select
 from services.common.logging import get_logger
 from services.master.configuration.provider import ProviderConfig
 from services.master.domain.allocations import stops
+from services.master.domain.identity import agent_credentials
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.context import MasterContext, Work
 from services.master.domain.kernel.states import PLACED_ALLOCATION
@@ -54,6 +55,8 @@ log = get_logger(__name__)
 EVENTS_KEPT = 200
 BACKOFF_FIRST_S = 2.0
 BACKOFF_MAX_S = 300.0
+# The least time an instance's join token is good for, however short its starting period.
+JOIN_TOKEN_MIN_S = 15 * 60
 # A LAUNCHING record the provider has not reported for this long is asked for again (the master
 # may have died before asking, or the provider lost the request).
 RELAUNCH_AFTER_S = 30.0
@@ -334,13 +337,13 @@ class PoolProvisioner:
             )
             w.session.add(row)
             record_event(w, self.pool, "launch", why, row.id)
-            actions.launch.append(self._spec(row.id))
+            actions.launch.append(self._spec(w, row.id))
         # Launches recorded before that the provider does not report yet: asked again (same id).
         for row in rows.values():
             if row.phase == Phase.LAUNCHING and row.id not in reported:
                 asked = self._asked.get(row.id)
                 if asked is None or now_s - asked >= RELAUNCH_AFTER_S:
-                    actions.launch.append(self._spec(row.id))
+                    actions.launch.append(self._spec(w, row.id))
         return actions
 
     def _preempt_on(self, w: Work, agent_id: str) -> None:
@@ -354,9 +357,20 @@ class PoolProvisioner:
             if any(str(p["agent_id"]) == agent_id for p in alloc.placements or []):
                 stops.request_preempt(self.ctx, w, alloc, f"agent {agent_id} is retired (pool shrinks)")
 
-    def _spec(self, instance_id: str) -> LaunchSpec:
+    def _spec(self, w: Work, instance_id: str) -> LaunchSpec:
+        # Its agent enrols with a join token made for its id alone, good while it may be starting
+        # (an instance asked again gets a new one; the unused one expires).
+        token = agent_credentials.mint_join_token(
+            w,
+            agent_id=instance_id,
+            expires_in_s=max(JOIN_TOKEN_MIN_S, 2 * self.config.limits.max_agent_starting_period_s),
+            created_by=f"the provisioner of pool {self.pool}",
+        )
         return LaunchSpec(
-            instance_id=instance_id, resource_pool=self.pool, slots=self.config.limits.instance_slots
+            instance_id=instance_id,
+            resource_pool=self.pool,
+            slots=self.config.limits.instance_slots,
+            join_token=token.token,
         )
 
     # ---- acting ---------------------------------------------------------------------------------

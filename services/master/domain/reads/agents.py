@@ -57,3 +57,14 @@ def live_allocations_by_pool(s: Session) -> dict[str, list[models.Allocation]]:
     ):
         result.setdefault(alloc.resource_pool, []).append(alloc)
     return result
+
+
+def allocation_runs_on(s: Session, allocation_id: str, agent_id: str) -> bool:
+    """Whether any container of `allocation_id` was placed on `agent_id` (an agent downloads only
+    the model definitions of its own allocations)."""
+    found = s.scalar(
+        select(models.Container.id)
+        .where(models.Container.allocation_id == allocation_id, models.Container.agent_id == agent_id)
+        .limit(1)
+    )
+    return found is not None

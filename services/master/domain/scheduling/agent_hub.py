@@ -32,6 +32,9 @@ class AgentLink:
     # then, the master is behind (its messages wait unread while the database is busy).
     applying: bool = False
     closed: threading.Event = field(default_factory=threading.Event)
+    # Why the master shut this agent out (revoked, or its credential replaced): the stream ends
+    # with PERMISSION_DENIED saying so, instead of ending quietly for the agent to reconnect.
+    refusal: str | None = None
 
     def close(self) -> None:
         if not self.closed.is_set():
@@ -60,6 +63,19 @@ class AgentHub:
             log.info("agent replaced its stream", agent_id=agent_id)
             old.close()
         return link
+
+    def refuse(self, agent_id: str, reason: str) -> None:
+        """Shut the agent out: its stream, if open, ends at once with `reason` (the servicer
+        answers PERMISSION_DENIED), and nothing waits for it in a backlog."""
+        with self._lock:
+            link = self._links.get(agent_id)
+            self._backlog.pop(agent_id, None)
+            self._stopping.discard(agent_id)
+        if link is None:
+            return
+        link.refusal = reason
+        link.close()
+        log.info("agent shut out; closing its stream", agent_id=agent_id, reason=reason)
 
     def detach(self, link: AgentLink) -> bool:
         """Forget `link`; False when a newer stream of the agent had already replaced it."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from cairn.api.v1 import api_pb2_grpc
+from services.master.servicers.api.agent_credentials import AgentCredentialsApi
 from services.master.servicers.api.agents import AgentsApi
 from services.master.servicers.api.auth import AuthApi
 from services.master.servicers.api.checkpoints import CheckpointsApi
@@ -47,6 +48,7 @@ class CairnServicer(
     CheckpointsApi,
     ModelsApi,
     AgentsApi,
+    AgentCredentialsApi,
     PoolBindingsApi,
     PoolSharesApi,
     JobsApi,
