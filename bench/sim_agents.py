@@ -4,7 +4,8 @@ A local cluster (real master, scheduler, searcher processes, started by the same
 `cairn cluster up`) with no real agents, on SQLite (a temporary state directory) or PostgreSQL (a
 scratch database, dropped afterwards). In this process, --agents simulated agents of --slots CPU
 slots each, on one asyncio loop, each holding its own AgentService.Connect stream over its own
-socket, authenticated with the cluster token the local cluster keeps in its record: Hello, the
+socket, enrolled as the local cluster enrols its agents (a join token made with the cluster token
+the local cluster keeps in its record, then the agent's own credential on its stream): Hello, the
 Welcome, heartbeats at the interval the Welcome asks, an ok for every command, and a fake process
 runtime (a start is RUNNING at once and TERMINATED with exit code 0 after --trial-seconds, with a
 little jitter; a kill or terminate signal ends it at once).
@@ -54,10 +55,11 @@ from bench.cairn_cluster import Api, cairn_cluster
 from bench.metric_intake import scratch_postgres
 from cairn.agent.v1 import agent_pb2 as apb
 from cairn.agent.v1 import agent_pb2_grpc
-from cairn.api.v1 import experiment_pb2
+from cairn.api.v1 import agent_enrolment_pb2 as epb
+from cairn.api.v1 import api_pb2_grpc, experiment_pb2
 from cairn.localcluster.paths import ClusterPaths
 from cairn.localcluster.record import ClusterRecord, load_record
-from cairn.metadata_keys import CLUSTER_TOKEN_KEY
+from cairn.metadata_keys import AGENT_CREDENTIAL_KEY, CLUSTER_TOKEN_KEY
 from cairn.wire import CHANNEL_OPTIONS
 
 HERE = Path(__file__).parent
@@ -161,8 +163,15 @@ class SimAgent:
             # trial's preemption signals).
             self.channel = channel
             stub = agent_pb2_grpc.AgentServiceStub(channel)
-            call = stub.Connect(metadata=[(CLUSTER_TOKEN_KEY, self.token)])
             async with dial:
+                # As the local cluster does for its agents: a join token made for it with the
+                # cluster token, then its own credential, which it presents on its stream.
+                made = await api_pb2_grpc.CairnStub(channel).CreateAgentJoinToken(
+                    epb.CreateAgentJoinTokenRequest(agent_id=self.agent_id),
+                    metadata=((CLUSTER_TOKEN_KEY, self.token),),
+                )
+                enrolled = await stub.Enrol(apb.EnrolRequest(agent_id=self.agent_id, join_token=made.token))
+                call = stub.Connect(metadata=((AGENT_CREDENTIAL_KEY, enrolled.credential),))
                 await call.write(apb.AgentMessage(hello=self.hello()))
                 first = await call.read()
             if not isinstance(first, apb.MasterMessage) or first.WhichOneof("msg") != "welcome":

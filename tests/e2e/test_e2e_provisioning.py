@@ -6,7 +6,9 @@ by their records. One database backend is enough (nothing here depends on it).""
 
 from __future__ import annotations
 
+import base64
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -166,15 +168,25 @@ class BootingInstances:
                 agent_id = tags.get("cairn-instance-id", "")
                 running = instance["State"]["Name"] == "running"
                 if running and agent_id not in self.agents:
-                    self.agents[agent_id] = self._boot(agent_id)
+                    self.agents[agent_id] = self._boot(agent_id, self._join_token(instance["InstanceId"]))
                     self.booted.add(agent_id)
                 elif not running and agent_id in self.agents and self.agents[agent_id].poll() is None:
                     self.agents[agent_id].send_signal(signal.SIGTERM)
 
-    def _boot(self, agent_id: str) -> subprocess.Popen[bytes]:
-        record = self.cluster.record
-        assert record is not None
-        env = {**os.environ, "CAIRN_CLUSTER_TOKEN": record.cluster_token}
+    def _join_token(self, ec2_id: str) -> str:
+        """The join token the master wrote into the instance's user data for its agent."""
+        answer = self.ec2.describe_instance_attribute(InstanceId=ec2_id, Attribute="userData")
+        script = base64.b64decode(answer["UserData"]["Value"]).decode()
+        for line in script.splitlines():
+            words = shlex.split(line)
+            if words[:1] == ["export"] and words[1].startswith("CAIRN_AGENT_JOIN_TOKEN="):
+                return words[1].split("=", 1)[1]
+        raise AssertionError(f"no join token in the user data:\n{script}")
+
+    def _boot(self, agent_id: str, join_token: str) -> subprocess.Popen[bytes]:
+        # As the instance's start-up script runs it: the agent enrols with its own join token.
+        env = {k: v for k, v in os.environ.items() if k != "CAIRN_CLUSTER_TOKEN"}
+        env["CAIRN_AGENT_JOIN_TOKEN"] = join_token
         command = [
             sys.executable, "-m", "services.agent", "--master", self.cluster.address,
             "--agent-id", agent_id, "--resource-pool", "default", "--slots", "1",

@@ -7,6 +7,7 @@ given (its environment, its folder, /run/determined)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -36,6 +37,7 @@ ATTEMPTS = {
     "read the master's database",
     "write the master's database",
     "find the agents' launch files",
+    "read an agent's credential",
     "find the cluster token",
     "register an agent without a token",
     "read a parent's environment",
@@ -138,6 +140,7 @@ def test_trial_code_cannot_reach_the_control_plane(isolated_cluster: TestCluster
     assert report["read the cluster record"] == "refused (Permission denied)"
     assert report["read the master's database"] == "refused (Permission denied)"
     assert report["list the state dir"] == "refused (Permission denied)"
+    assert report["read an agent's credential"] == "refused (Permission denied)"
     assert report["register an agent without a token"].startswith("refused (UNAUTHENTICATED")
 
     # None of its parents (the shim, the agent, the cluster's watchdog) lets it read their environment.
@@ -151,6 +154,10 @@ def test_trial_code_cannot_reach_the_control_plane(isolated_cluster: TestCluster
     given = [line for line in lines if line.startswith("GIVEN ")]
     assert any(line.startswith("GIVEN file /run/determined/info/cluster.json") for line in given), lines
     assert not [line for line in given if token in line]
+    credential_file = ClusterPaths(cluster.state_dir).agent_work_dir("agent-1") / "agent-credential.json"
+    credential = json.loads(credential_file.read_text())["credential"]
+    assert not [line for line in given if credential in line]
+    assert processes_showing(credential) == []
     assert processes_showing(token) == []
     assert [a.id for a in api.GetAgents(agent_pb2.GetAgentsRequest()).agents] == ["agent-1"]
     database = ClusterPaths(cluster.state_dir).master_dir / "cairn.db"

@@ -122,6 +122,7 @@ def test_commands_flags_and_environment_are_what_the_programs_accept(
                     "db-url": "postgresql://cairn:secret@db.example.com:5432/cairn",
                     "initial-user-password": "Prod-admin-1",
                     "cluster-token": "prod-token",
+                    "agent-enrolment-secret": "prod-enrolment-secret",
                 },
             }
         )
@@ -147,6 +148,8 @@ def test_commands_flags_and_environment_are_what_the_programs_accept(
             assert (master.host, master.grpc_port, master.http_port) == ("0.0.0.0", 8090, 8080)
             assert master.db_url.startswith("postgresql://")
             assert master.initial_user_password and master.cluster_token
+            # Agents enrol with the secret the master starts the cluster with.
+            assert master.agent_auth == "credentials" and master.agent_enrolment_secret
             assert master.scheduler_addr == "cairn-scheduler:8091"
             assert master.searcher_addr == "cairn-searcher:8092"
             assert master.checkpoint_addr == "cairn-checkpoint:8093"
@@ -158,7 +161,9 @@ def test_commands_flags_and_environment_are_what_the_programs_accept(
         elif program == "cairn-agent":
             agent = parse_agent(args)
             assert agent.agent_id == "node-1" and agent.advertise_address == "192.0.2.7"
-            assert agent.runtime == "docker" and agent.port == 8094 and agent.cluster_token
+            assert agent.runtime == "docker" and agent.port == 8094
+            # Their own credentials, enrolled with the secret: not the control plane's token.
+            assert agent.enrolment_secret and not agent.cluster_token
             expected = "10.96.0.10:8090" if overlay == "dev" else "cairn.example.com:8090"
             assert agent.master == expected
             assert agent.default_image.startswith(("cairn-task:", "registry.example.com/"))
