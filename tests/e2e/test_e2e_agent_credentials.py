@@ -18,10 +18,14 @@ import os
 import stat
 import sys
 from datetime import datetime
+from functools import partial
 from pathlib import Path
+
+import requests
 
 from cairn.api.v1 import agent_enrolment_pb2 as epb
 from cairn.api.v1 import agent_pb2
+from cairn.client.password import salt_and_hash
 from cairn.localcluster.processes import exit_code, is_running, spawn
 from tests.e2e.helpers import cairn_cli, config, create, stored_metrics, trials, wait_state
 from tests.support.cluster import TestCluster, running_cluster
@@ -73,6 +77,14 @@ def _refused(pid: int, log: Path, why: str) -> str:
     text = log.read_text()
     assert exit_code(pid) == 1, text
     return text
+
+
+def _welcomed(ready_file: Path) -> bool:
+    return "agent_id" in json.loads(ready_file.read_text())
+
+
+def _stopped(pid: int) -> bool:
+    return not is_running(pid)
 
 
 def _secret_file(folder: Path, name: str, secret: str) -> str:
@@ -146,9 +158,10 @@ def test_wrong_or_old_secrets_are_refused_and_the_current_one_enrols(
     db_url: str | None, tmp_path: Path
 ) -> None:
     with running_cluster(tmp_path / "cluster", db_url, agents=0) as cluster:
-        admin = cluster.login("admin")
-        old = admin.RotateAgentEnrolmentSecret(epb.RotateAgentEnrolmentSecretRequest()).secret
-        current = admin.RotateAgentEnrolmentSecret(epb.RotateAgentEnrolmentSecretRequest()).secret
+        admin_cli = cairn_cli(cluster, tmp_path / "home", user="admin")
+        old = admin_cli("agent", "enrolment-secret", "rotate").strip()
+        current = admin_cli("agent", "enrolment-secret", "rotate").strip()
+        assert old != current and len(current) >= 40
         folder = tmp_path / "agents"
         folder.mkdir()
         env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
@@ -167,15 +180,48 @@ def test_wrong_or_old_secrets_are_refused_and_the_current_one_enrols(
         assert "admits agents by credentials of their own" in _refused(pid, log, "the cluster token alone")
         assert not (folder / "rotated" / "agent-credential.json").exists()
 
-        pid, log = _start_agent(
-            cluster, folder, "fresh", env, "--enrolment-secret-file", _secret_file(folder, "current", current)
+        # Join tokens over REST and the CLI: bounded, for one id, shown once, listed after use.
+        base = cluster.record.master_http_url.rstrip("/")  # type: ignore[union-attr]
+        user = requests.post(
+            f"{base}/api/v1/auth/login",
+            json={"username": "determined", "password": salt_and_hash(""), "isHashed": True},
+            timeout=30,
+        ).json()["token"]
+        denied = requests.post(
+            f"{base}/api/v1/agent-enrolment/join-tokens",
+            json={"agentId": "joined"},
+            headers={"Authorization": f"Bearer {user}"},
+            timeout=30,
         )
+        assert denied.status_code == 403 and "only an admin may make agent join tokens" in denied.text
+        too_long = admin_cli("agent", "join-token", "create", "--expires", "31d", check=False)
+        assert "expires_in_seconds: 2678400 is not between" in too_long
+        token = admin_cli("agent", "join-token", "create", "--agent-id", "joined", "--expires", "10m").strip()
+
+        agents = [
+            _start_agent(
+                cluster, folder, "fresh", env, "--enrolment-secret-file", _secret_file(folder, "cur", current)
+            ),
+            _start_agent(
+                cluster, folder, "joined", env, "--join-token-file", _secret_file(folder, "jt", token)
+            ),
+        ]
         try:
-            ready = folder / "fresh.ready.json"
-            wait_for(
-                lambda: "agent_id" in json.loads(ready.read_text()), timeout=60, what="the agent's welcome"
-            )
-            assert api_credentials(cluster)["fresh"].issued_with.startswith("enrolment secret")
+            for agent_id in ("fresh", "joined"):
+                ready = folder / f"{agent_id}.ready.json"
+                wait_for(
+                    partial(_welcomed, ready),
+                    timeout=60,
+                    what=f"{agent_id}'s welcome",
+                )
+            credentials = api_credentials(cluster)
+            assert credentials["fresh"].issued_with.startswith("enrolment secret")
+            assert credentials["joined"].issued_with.startswith("join token")
+            (used,) = json.loads(admin_cli("agent", "join-token", "list", "--all", "--json"))["joinTokens"]
+            assert (used["agentId"], used["usedByAgent"]) == ("joined", "joined")
+            assert json.loads(admin_cli("agent", "join-token", "list", "--json")).get("joinTokens", []) == []
         finally:
-            os.kill(pid, 15)
-            wait_for(lambda: not is_running(pid), timeout=30, what="the enrolled agent to stop")
+            for pid, _ in agents:
+                os.kill(pid, 15)
+            for pid, _ in agents:
+                wait_for(partial(_stopped, pid), timeout=30, what="the enrolled agents to stop")
