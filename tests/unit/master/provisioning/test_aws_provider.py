@@ -62,7 +62,7 @@ def test_instances_come_from_the_template_with_the_pools_tags_once_per_id(ec2_en
             agent_docker_image="registry.internal/cairn-service:1.0",
         )
     )
-    spec = LaunchSpec(instance_id="gpu-0001", resource_pool="gpu", slots=1)
+    spec = LaunchSpec(instance_id="gpu-0001", resource_pool="gpu", slots=1, join_token="jt-gpu-0001")
     provider.launch(spec)
     provider.launch(spec)  # asked again (a restarted master): still one instance
     (made,) = instances(ec2_endpoint, "gpu")
@@ -78,6 +78,8 @@ def test_instances_come_from_the_template_with_the_pools_tags_once_per_id(ec2_en
     ).decode()
     assert "--agent-id gpu-0001 --resource-pool gpu --slots 1" in script
     assert "aws ssm get-parameter" in script and "registry.internal/cairn-service:1.0 agent" in script
+    # The agent enrols with the join token made for this instance, handed into its container.
+    assert "export CAIRN_AGENT_JOIN_TOKEN=jt-gpu-0001" in script and "-e CAIRN_AGENT_JOIN_TOKEN" in script
 
     assert [(i.id, i.state) for i in provider.list()] == [("gpu-0001", ProviderState.RUNNING)]
     provider.terminate("gpu-0001")

@@ -12,6 +12,8 @@ from sqlalchemy import select
 
 from services.master.configuration.pools import PoolSettings
 from services.master.configuration.provider import parse_provider
+from services.master.domain.identity import agent_credentials
+from services.master.domain.kernel.errors import PermissionDenied
 from services.master.domain.provisioning.decide import Phase
 from services.master.domain.provisioning.provider import (
     LaunchSpec,
@@ -44,12 +46,14 @@ class MemoryProvider:
     def __init__(self) -> None:
         self.instances: dict[str, ProviderState] = {}
         self.launches: list[str] = []
+        self.specs: list[LaunchSpec] = []
         self.fail_with = ""
 
     def launch(self, spec: LaunchSpec) -> None:
         if self.fail_with:
             raise ProviderError(self.fail_with)
         self.launches.append(spec.instance_id)
+        self.specs.append(spec)
         self.instances.setdefault(spec.instance_id, ProviderState.RUNNING)
 
     def list(self) -> list[ProviderInstance]:
@@ -166,3 +170,20 @@ def test_provider_failures_show_on_the_pool_and_back_off(master: Master) -> None
     provider.fail_with = ""
     provisioner.step(1007.0)
     assert provisioner.last_error == "" and len(provider.launches) == 1
+
+
+def test_each_instance_gets_a_join_token_for_its_own_id(master: Master) -> None:
+    provider = MemoryProvider()
+    provisioner = PoolProvisioner(master.ctx, "default", CONFIG, provider)
+    master.create(
+        searcher={"name": "random", "metric": "loss", "max_trials": 2, "max_length": {"batches": 1}},
+        hyperparameters={"x": {"type": "double", "minval": 0, "maxval": 1}},
+    )
+    provisioner.step(1000.0)
+    first, second = provider.specs
+    assert first.join_token and first.join_token != second.join_token
+    assert first.join_token not in repr(first)  # never in a log line
+    with pytest.raises(PermissionDenied, match=f"is for agent {first.instance_id}, not {second.instance_id}"):
+        agent_credentials.enrol(master.ctx, second.instance_id, join_token=first.join_token)
+    enrolled = agent_credentials.enrol(master.ctx, first.instance_id, join_token=first.join_token)
+    assert enrolled.agent_id == first.instance_id
