@@ -14,10 +14,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 import requests
 
-from cairn.api.v1 import api_pb2
+from cairn.api.v1 import api_pb2, experiment_pb2
 from services.master.gateway.http_rules import HttpBinding, http_bindings
 from services.master.gateway.request_builder import MAX_QUERY_PARAMS
 from services.master.servicers.auth import API, PUBLIC_METHODS
@@ -95,6 +96,30 @@ def test_every_route_names_what_is_wrong_with_the_request_of_a_known_caller(clus
         or not re.search("not valid JSON|more than .* query parameters|bad query", answer[1])
     }
     assert not wrong, f"{len(wrong)} routes did not say what was wrong: {wrong}"
+
+
+def test_a_grpc_request_that_cannot_be_decoded_is_refused_after_its_caller(cluster: TestCluster) -> None:
+    """gRPC's own edge likewise: a request that is not valid protobuf text meets the credentials
+    check first."""
+    raw = experiment_pb2.CreateExperimentRequest(config="x").SerializeToString().replace(b"x", b"\xff")
+    call = cluster.channel.unary_unary(
+        "/cairn.api.v1.Cairn/CreateExperiment",
+        request_serializer=lambda data: data,
+        response_deserializer=experiment_pb2.CreateExperimentResponse.FromString,
+    )
+    token = rest_login(base_url(cluster)).json()["token"]
+    for metadata, code, details in (
+        ((), grpc.StatusCode.UNAUTHENTICATED, "missing credentials"),
+        ((("authorization", "Bearer not-a-token"),), grpc.StatusCode.UNAUTHENTICATED, "invalid credentials"),
+        (
+            (("authorization", f"Bearer {token}"),),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "config: not valid UTF-8",
+        ),
+    ):
+        with pytest.raises(grpc.RpcError) as refused:
+            call(raw, metadata=metadata, timeout=30)
+        assert refused.value.code() == code and details in str(refused.value.details())
 
 
 def test_a_batch_following_reports_never_sent_is_a_conflict_not_a_server_error(

@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from datetime import timedelta
 
-from sqlalchemy import delete, select
+from sqlalchemy import bindparam, delete, select
 
 from cairn.client.password import salt_and_hash
 from services.common.principal import Principal
@@ -50,6 +50,23 @@ MAX_REMEMBERED_TOKENS = 10_000
 # The kinds of token a user_sessions row holds.
 SESSION = "session"
 ACCESS = "access"
+
+
+# One lookup by the token's hash (unique index), joined with its user; built once, not per call.
+_TOKEN_CHECK = (
+    select(
+        models.UserSession.id,
+        models.UserSession.token_type,
+        models.UserSession.expires_at,
+        models.UserSession.revoked_at,
+        models.User.id,
+        models.User.username,
+        models.User.admin,
+        models.User.active,
+    )
+    .join(models.User, models.User.id == models.UserSession.user_id)
+    .where(models.UserSession.token_hash == bindparam("token_hash"))
+)
 
 
 def hash_token(token: str) -> str:
@@ -267,20 +284,7 @@ class AuthService:
     def _check_token(self, token_hash: str) -> tuple[Principal, float]:
         """The token's principal and the seconds it has left, from the database."""
         with self._db.read() as s:
-            row = s.execute(
-                select(
-                    models.UserSession.id,
-                    models.UserSession.token_type,
-                    models.UserSession.expires_at,
-                    models.UserSession.revoked_at,
-                    models.User.id,
-                    models.User.username,
-                    models.User.admin,
-                    models.User.active,
-                )
-                .join(models.User, models.User.id == models.UserSession.user_id)
-                .where(models.UserSession.token_hash == token_hash)
-            ).first()
+            row = s.execute(_TOKEN_CHECK, {"token_hash": token_hash}).first()
         if row is None:
             raise Unauthenticated("invalid credentials: unknown or revoked token")
         token_id, token_type, expires_at, revoked_at, user_id, username, admin, active = row
