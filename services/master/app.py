@@ -21,7 +21,7 @@ from cairn.api.v1 import api_pb2, api_pb2_grpc
 from services.common.interceptors import AuthInterceptor
 from services.common.local_calls import LocalCalls
 from services.common.logging import add_log_sink, get_logger, remove_log_sink
-from services.common.server import ServiceServer, start_server, write_ready_file
+from services.common.server import ServiceServer, start_server, with_request_checks, write_ready_file
 from services.common.tls import ServerTls
 from services.master.configuration.feature_switches import STREAMING_UPDATES
 from services.master.configuration.settings import Settings
@@ -273,7 +273,7 @@ class Master:
                 grpc_host,
                 grpc_port,
                 # The same servicers behind the same interceptors, called in the HTTP thread.
-                local=LocalCalls(register, interceptors),
+                local=LocalCalls(register, with_request_checks(interceptors)),
             )
         )
         self.http.routes.extend(webui_routes())  # last: it answers every other GET

@@ -62,6 +62,10 @@ class Settings:
     bind_mount_allowed_paths: tuple[str, ...] = ()
     # How long a login lasts (Determined's sessions last 7 days); expired tokens are refused.
     session_ttl_seconds: int = 7 * 24 * 3600
+    # Access tokens (`det token create`): the lifespan of one created without a lifespan, and the
+    # longest one may ask for; -1: no end (Determined's default_lifespan_days, max_lifespan_days).
+    token_default_lifespan_days: int = 30
+    token_max_lifespan_days: int = -1
     # Failed logins before a user / a client address is paused, within the window (login_limiter.py).
     login_failures_per_user: int = 10
     login_failures_per_address: int = 30
@@ -287,6 +291,8 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
         agent_reconnect_wait_s=args.agent_reconnect_wait,
         searcher_plugins=plugins,
         session_ttl_seconds=args.session_ttl,
+        token_default_lifespan_days=args.token_default_lifespan_days,
+        token_max_lifespan_days=args.token_max_lifespan_days,
         login_failures_per_user=args.login_failures_per_user,
         login_failures_per_address=args.login_failures_per_address,
         login_window_s=args.login_window,
@@ -332,6 +338,8 @@ MAX_HTTP_CONNECTIONS = 100_000
 MAX_HTTP_PROCESSES = 64
 # Sessions longer than a year are not sessions any more; Determined's last 7 days.
 MAX_SESSION_TTL_S = 366 * 24 * 3600
+# An access token's lifespan in days, at most: a hundred years, well inside what dates can hold.
+MAX_TOKEN_LIFESPAN_DAYS = 36_500
 
 
 def add_login_flags(parser: argparse.ArgumentParser) -> None:
@@ -341,6 +349,20 @@ def add_login_flags(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=int(env("CAIRN_SESSION_TTL", str(Settings.session_ttl_seconds))),
         help="seconds a login lasts before its token is refused (env CAIRN_SESSION_TTL; default 7 days)",
+    )
+    parser.add_argument(
+        "--token-default-lifespan-days",
+        type=int,
+        default=int(env("CAIRN_TOKEN_DEFAULT_LIFESPAN_DAYS", str(Settings.token_default_lifespan_days))),
+        help="days an access token created without a lifespan lasts "
+        "(env CAIRN_TOKEN_DEFAULT_LIFESPAN_DAYS; default 30)",
+    )
+    parser.add_argument(
+        "--token-max-lifespan-days",
+        type=int,
+        default=int(env("CAIRN_TOKEN_MAX_LIFESPAN_DAYS", str(Settings.token_max_lifespan_days))),
+        help="the longest lifespan an access token may have, in days; -1: no limit, and tokens "
+        "without an end may be made (env CAIRN_TOKEN_MAX_LIFESPAN_DAYS; default -1)",
     )
     parser.add_argument(
         "--login-failures-per-user",
@@ -437,6 +459,19 @@ def check_login_flags(args: argparse.Namespace, parser: argparse.ArgumentParser)
     if not 1 <= args.session_ttl <= MAX_SESSION_TTL_S:
         parser.error(
             f"--session-ttl: must be between 1 and {MAX_SESSION_TTL_S} seconds, not {args.session_ttl}"
+        )
+    if not 1 <= args.token_default_lifespan_days <= MAX_TOKEN_LIFESPAN_DAYS:
+        parser.error(
+            f"--token-default-lifespan-days: must be between 1 and {MAX_TOKEN_LIFESPAN_DAYS}, "
+            f"not {args.token_default_lifespan_days}"
+        )
+    if args.token_max_lifespan_days != -1 and not (
+        args.token_default_lifespan_days <= args.token_max_lifespan_days <= MAX_TOKEN_LIFESPAN_DAYS
+    ):
+        parser.error(
+            "--token-max-lifespan-days: must be -1 (no limit) or between --token-default-lifespan-days "
+            f"({args.token_default_lifespan_days}) and {MAX_TOKEN_LIFESPAN_DAYS}, "
+            f"not {args.token_max_lifespan_days}"
         )
     for flag, value in (
         ("--login-failures-per-user", args.login_failures_per_user),

@@ -116,6 +116,11 @@ class UserSession(Base):
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime]
     expires_at: Mapped[datetime]
+    # "session" (a login) or "access" (an access token, `det token create`).
+    token_type: Mapped[str] = mapped_column(String(16), default="session", server_default="session")
+    # An access token's description; revoked_at: when it was revoked (its row stays).
+    description: Mapped[str] = mapped_column(String(255), default="", server_default="")
+    revoked_at: Mapped[datetime | None]
 
 
 class Experiment(Base):

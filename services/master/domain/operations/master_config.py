@@ -51,6 +51,8 @@ SHOWN_SETTINGS = frozenset(
         "allow_root_agent_user",
         "bind_mount_allowed_paths",
         "session_ttl_seconds",
+        "token_default_lifespan_days",
+        "token_max_lifespan_days",
         "login_failures_per_user",
         "login_failures_per_address",
         "login_window_s",
@@ -187,6 +189,8 @@ def effective_config(ctx: MasterContext) -> dict[str, Any]:
         },
         "timeouts": {
             "session_ttl_seconds": settings.session_ttl_seconds,
+            "token_default_lifespan_days": settings.token_default_lifespan_days,
+            "token_max_lifespan_days": settings.token_max_lifespan_days,
             "agent_heartbeat_interval_ms": settings.agent_heartbeat_interval_ms,
             "agent_heartbeat_timeout_s": settings.agent_heartbeat_timeout_s,
             "agent_reconnect_wait_s": settings.agent_reconnect_wait_s,

@@ -22,6 +22,7 @@ from services.master.servicers.api.runs import RunsApi
 from services.master.servicers.api.task_kinds import TaskKindsApi
 from services.master.servicers.api.tasks import SignalsApi, TasksApi
 from services.master.servicers.api.templates import TemplatesApi
+from services.master.servicers.api.tokens import TokensApi
 from services.master.servicers.api.trials import TrialsApi
 from services.master.servicers.api.unmanaged import UnmanagedApi
 from services.master.servicers.api.users import UsersApi
@@ -32,6 +33,7 @@ from services.master.servicers.api.workspaces import WorkspacesApi
 class CairnServicer(
     AuthApi,
     UsersApi,
+    TokensApi,
     MasterApi,
     MasterInfoApi,
     ClusterMessageApi,
