@@ -239,7 +239,7 @@ class Master:
                 register_gateway_service(server, gateway_service),
             ]
 
-        self.audit = AuditRecorder(ctx)
+        self.audit = AuditRecorder(ctx.db, ctx.telemetry)
         interceptors = [
             # First, so that it records how every change ended, refusals by the others included.
             AuditInterceptor(self.audit.record, gateway_key),

@@ -55,11 +55,15 @@ def test_admins_read_and_filter_the_trail_others_are_refused(
     one_slot_cluster: TestCluster, ui: Browser
 ) -> None:
     admin = one_slot_cluster.login("admin")
-    admin.PostUser(auth_pb2.PostUserRequest(user=auth_pb2.User(username="auditee", active=True), password="Pw-Audited1"))
+    admin.PostUser(
+        auth_pb2.PostUserRequest(user=auth_pb2.User(username="auditee", active=True), password="Pw-Audited1")
+    )
     user = one_slot_cluster.login("determined")
     with pytest.raises(grpc.RpcError):
         user.PostUser(
-            auth_pb2.PostUserRequest(user=auth_pb2.User(username="sneaky", active=True), password="Pw-Audited1")
+            auth_pb2.PostUserRequest(
+                user=auth_pb2.User(username="sneaky", active=True), password="Pw-Audited1"
+            )
         )
 
     b, page = ui, ui.page

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,27 +141,28 @@ def _value_text(value: Any) -> str:
     return text if len(text) <= MAX_VALUE else text[: MAX_VALUE - 1] + "…"
 
 
-# A reader of one field: the (key, value) pairs it names in a message.
-Reader = Callable[[Message], Iterator[tuple[str, str]]]
+# A reader of one field: appends the (key, value) pairs it names in a message to a list (no
+# generators: this runs on every audited call).
+Reader = Callable[[Message, list[tuple[str, str]]], None]
 
 
 def _reader(key: str, field: FieldDescriptor) -> Reader:
     name = field.name
     if field.is_repeated:
 
-        def repeated(message: Message) -> Iterator[tuple[str, str]]:
+        def repeated(message: Message, found: list[tuple[str, str]]) -> None:
             values = getattr(message, name)
             for value in values[:MAX_REPEATED]:
-                yield key, _value_text(value)
+                found.append((key, _value_text(value)))
             if len(values) > MAX_REPEATED:
-                yield key, f"…+{len(values) - MAX_REPEATED}"
+                found.append((key, f"…+{len(values) - MAX_REPEATED}"))
 
         return repeated
 
-    def single(message: Message) -> Iterator[tuple[str, str]]:
+    def single(message: Message, found: list[tuple[str, str]]) -> None:
         value = getattr(message, name)
         if value:
-            yield key, _value_text(value)
+            found.append((key, _value_text(value)))
 
     return single
 
@@ -169,11 +170,11 @@ def _reader(key: str, field: FieldDescriptor) -> Reader:
 def _nested(field: FieldDescriptor, readers: list[Reader]) -> Reader:
     name = field.name
 
-    def nested(message: Message) -> Iterator[tuple[str, str]]:
+    def nested(message: Message, found: list[tuple[str, str]]) -> None:
         if message.HasField(name):
             inner = getattr(message, name)
             for read in readers:
-                yield from read(inner)
+                read(inner, found)
 
     return nested
 
@@ -212,13 +213,17 @@ class TargetFields:
         """`before`, then the pairs `message` names that it does not hold yet, MAX_TARGETS in all."""
         if not self.readers:
             return before
-        found = list(before)
+        named: list[tuple[str, str]] = []
         for read in self.readers:
-            for pair in read(message):
-                if len(found) >= MAX_TARGETS:
-                    return tuple(found)
-                if pair not in found:
-                    found.append(pair)
+            read(message, named)
+        if not before and len(named) <= MAX_TARGETS:
+            return tuple(named)
+        found = list(before)
+        for pair in named:
+            if len(found) >= MAX_TARGETS:
+                break
+            if pair not in found:
+                found.append(pair)
         return tuple(found)
 
 

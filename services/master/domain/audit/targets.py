@@ -6,6 +6,7 @@ a key's values with commas again."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from urllib.parse import quote, unquote
 
@@ -14,9 +15,14 @@ MAX_TEXT = 2048
 MORE_KEY = "more"
 
 
+_SAFE = "!#$&'()*+,-./:;<>?@[]^_`{|}~"
+# What needs no escape, checked first: ids and names mostly are (quote() costs ten times more).
+_PLAIN = re.compile(r"[A-Za-z0-9!#$&'()*+,\-./:;<>?@\[\]^_`{|}~]*")
+
+
 def _escaped(text: str) -> str:
     # Everything but plain characters is %-escaped: spaces, '=', '%' and anything unprintable.
-    return quote(text, safe="!#$&'()*+,-./:;<>?@[]^_`{|}~")
+    return text if _PLAIN.fullmatch(text) else quote(text, safe=_SAFE)
 
 
 def encode(pairs: Iterable[tuple[str, str]]) -> str:

@@ -41,7 +41,7 @@ def _record(minutes: float, method: str, **fields: object) -> AuditRecord:
 
 
 def _store(master: Master, *records: AuditRecord) -> AuditRecorder:
-    recorder = AuditRecorder(master.ctx)
+    recorder = AuditRecorder(master.ctx.db, master.ctx.telemetry)
     for record in records:
         recorder.record(record)
     assert recorder.flush() == len(records)
@@ -155,7 +155,7 @@ def test_only_admins_read_it_and_bad_filters_name_their_field(master: Master) ->
 
 
 def test_a_full_queue_drops_and_counts_instead_of_waiting(master: Master) -> None:
-    recorder = AuditRecorder(master.ctx, capacity=3)
+    recorder = AuditRecorder(master.ctx.db, master.ctx.telemetry, capacity=3)
     for i in range(5):
         recorder.record(_record(i, f"Call{i}"))
     assert recorder.pending == 3
@@ -165,7 +165,7 @@ def test_a_full_queue_drops_and_counts_instead_of_waiting(master: Master) -> Non
 
 
 def test_the_writer_stores_in_the_background(master: Master) -> None:
-    recorder = AuditRecorder(master.ctx, batch_rows=2, interval_s=30.0)
+    recorder = AuditRecorder(master.ctx.db, master.ctx.telemetry, batch_rows=2, interval_s=30.0)
     recorder.start()
     try:
         recorder.record(_record(0, "A"))
