@@ -126,6 +126,10 @@ class Settings:
     # that Slack messages link to (empty: no links).
     webhook_signing_key: str = ""
     webhook_base_url: str = ""
+    # The audit trail (domain/audit/): rows older than this many days, and rows past the newest
+    # this many, are pruned; 0 keeps the trail without that bound.
+    audit_retention_days: float = 90.0
+    audit_max_rows: int = 1_000_000
 
     @property
     def database_url(self) -> str:
@@ -238,10 +242,12 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
     )
     add_login_flags(parser)
     add_tls_flags(parser)
+    add_audit_flags(parser)
     args = parser.parse_args(argv)
     check_login_flags(args, parser)
     if bool(args.tls_cert) != bool(args.tls_key):
         parser.error("--tls-cert and --tls-key: give both (a certificate and its key) or neither")
+    check_audit_flags(args, parser)
     if args.max_trials_per_experiment < 1:
         parser.error("--max-trials-per-experiment: must be at least 1")
     allowed_mounts = [p for p in os.environ.get("CAIRN_BIND_MOUNT_ALLOW", "").split(":") if p]
@@ -311,6 +317,8 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
         tls_key=Path(args.tls_key).expanduser().resolve() if args.tls_key else None,
         insecure_allow_plaintext=args.insecure_allow_plaintext,
         read_cache_entries=0 if os.environ.get("CAIRN_READ_CACHE", "on") == "off" else 1024,
+        audit_retention_days=args.audit_retention_days,
+        audit_max_rows=args.audit_max_rows,
         **pools,
         **webhooks,
     )
@@ -494,3 +502,36 @@ def check_login_flags(args: argparse.Namespace, parser: argparse.ArgumentParser)
             parser.error(f"{flag}: must be between 1 and {most}, not {value}")
     if not 0 < args.login_window <= 24 * 3600:
         parser.error(f"--login-window: must be between 0 and 86400 seconds, not {args.login_window:g}")
+
+
+# A century of days, and a billion rows: past these a bound is no bound (0 says so plainly).
+MAX_AUDIT_RETENTION_DAYS = 36_500
+MAX_AUDIT_ROWS = 1_000_000_000
+
+
+def add_audit_flags(parser: argparse.ArgumentParser) -> None:
+    env = os.environ.get
+    parser.add_argument(
+        "--audit-retention-days",
+        type=float,
+        default=float(env("CAIRN_AUDIT_RETENTION_DAYS", str(Settings.audit_retention_days))),
+        help="days the audit trail keeps a record (env CAIRN_AUDIT_RETENTION_DAYS; 0: no age bound)",
+    )
+    parser.add_argument(
+        "--audit-max-rows",
+        type=int,
+        default=int(env("CAIRN_AUDIT_MAX_ROWS", str(Settings.audit_max_rows))),
+        help="records the audit trail keeps at most, the newest (env CAIRN_AUDIT_MAX_ROWS; 0: no bound)",
+    )
+
+
+def check_audit_flags(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    if not 0 <= args.audit_retention_days <= MAX_AUDIT_RETENTION_DAYS:
+        parser.error(
+            f"--audit-retention-days: must be between 0 (no bound) and {MAX_AUDIT_RETENTION_DAYS}, "
+            f"not {args.audit_retention_days:g}"
+        )
+    if not 0 <= args.audit_max_rows <= MAX_AUDIT_ROWS:
+        parser.error(
+            f"--audit-max-rows: must be between 0 (no bound) and {MAX_AUDIT_ROWS}, not {args.audit_max_rows}"
+        )

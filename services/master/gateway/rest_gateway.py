@@ -22,7 +22,8 @@ from google.api.httpbody_pb2 import HttpBody  # type: ignore[import-untyped]
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import Message
 
-from services.common.local_calls import LocalCalls, RenderedJson
+from cairn.metadata_keys import GATEWAY_KEY_KEY
+from services.common.local_calls import HTTP_PEER_PREFIX, LocalCalls, RenderedJson
 from services.common.logging import get_logger
 from services.common.request_decoding import REFUSED_REQUEST_KEY
 from services.master.gateway import credentials
@@ -99,8 +100,18 @@ def _pretty(obj: Any) -> bytes:
 
 
 class RestGateway:
-    def __init__(self, service: ServiceDescriptor, bindings: list[HttpBinding], upstream: Upstream) -> None:
+    def __init__(
+        self,
+        service: ServiceDescriptor,
+        bindings: list[HttpBinding],
+        upstream: Upstream,
+        gateway_key: str = "",
+    ) -> None:
         self.router = Router(bindings)
+        # A worker process's per-boot key, sent with every call so that the master believes the
+        # client address it forwards (servicers/audit_interceptor.py); "" in the master's process,
+        # whose calls carry the client's address as their peer.
+        self.gateway_key = gateway_key
         # Determined's few routes outside /api/ (the stock log shipper's /task-logs), by exact path.
         self.outside_api = frozenset(b.template for b in bindings if not b.template.startswith(API_PREFIX))
         self.builders: dict[tuple[str, str], RequestBuilder] = {
@@ -156,9 +167,12 @@ class RestGateway:
         binding = match.binding
         try:
             metadata = credentials.forwarded_metadata(req.headers, req.client_address[0])
+            if self.gateway_key:
+                metadata = [(k, v) for k, v in metadata if k != GATEWAY_KEY_KEY]
+                metadata.append((GATEWAY_KEY_KEY, self.gateway_key))
         except GatewayError as exc:
             return self._error(exc)
-        peer = f"http:{req.client_address[0]}"
+        peer = HTTP_PEER_PREFIX + req.client_address[0]
         request: Message | None = None
         if refusal is None:
             try:
@@ -330,16 +344,18 @@ def rest_routes(
     grpc_host: str,
     grpc_port: int,
     local: LocalCalls | None = None,
+    gateway_key: str = "",
 ) -> list[PlainRoute]:
-    """The REST gateway for `service` as routes of `server`. Unary calls run through `local` (the
-    master's own handlers, in-process) when given; streams, and everything without `local`, dial the
-    gRPC server at grpc_host:grpc_port. The channel closes with the HTTP server."""
+    """The REST gateway for `service` as routes of `server`. Calls run through `local` (the
+    master's own handlers, in-process) when given; everything without `local` dials the gRPC
+    server at grpc_host:grpc_port, presenting `gateway_key` (a worker process's) with each call.
+    The channel closes with the HTTP server."""
     bindings = http_bindings(service)
     upstream = Upstream(
         dial_address(grpc_host, grpc_port), {b.rpc.full_path: b.rpc for b in bindings}.values(), local=local
     )
     server.close_hooks.append(upstream.close)
-    gateway = RestGateway(service, bindings, upstream)
+    gateway = RestGateway(service, bindings, upstream, gateway_key)
     log.info(
         "rest gateway ready", routes=len(bindings), grpc=upstream.address, in_process=upstream.in_process
     )

@@ -79,6 +79,8 @@ SHOWN_SETTINGS = frozenset(
         "default_aux_pool",
         "provisioner_period_s",
         "feature_switches",
+        "audit_retention_days",
+        "audit_max_rows",
     }
 )
 
@@ -197,6 +199,11 @@ def effective_config(ctx: MasterContext) -> dict[str, Any]:
             "preemption_timeout_s": settings.preemption_timeout_s,
             "kill_grace_s": settings.kill_grace_s,
             "scheduling_interval_s": settings.scheduling_interval_s,
+        },
+        # How much of the audit trail is kept (domain/audit/retention.py); 0: no bound.
+        "audit": {
+            "retention_days": settings.audit_retention_days,
+            "max_rows": settings.audit_max_rows,
         },
         "limits": {
             "max_model_definition_bytes": settings.max_model_definition_bytes,

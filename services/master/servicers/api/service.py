@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from cairn.api.v1 import api_pb2_grpc
 from services.master.servicers.api.agents import AgentsApi
+from services.master.servicers.api.audit import AuditApi
 from services.master.servicers.api.auth import AuthApi
 from services.master.servicers.api.checkpoints import CheckpointsApi
 from services.master.servicers.api.cluster_message import ClusterMessageApi
@@ -60,6 +61,7 @@ class CairnServicer(
     WorkspacesApi,
     WebhooksApi,
     SignalsApi,
+    AuditApi,
     api_pb2_grpc.CairnServicer,
 ):
     """Every RPC of cairn.api.v1.Cairn; the bases each serve one area."""
