@@ -62,6 +62,7 @@ from services.scheduler.domain.fair_queue import (
 )
 from services.scheduler.domain.fitting import apply_fit, find_fit
 from services.scheduler.domain.model import AllocationRequest, Preemption, ResourcePool
+from services.scheduler.domain.ordering import QueueKey
 from services.scheduler.domain.priority_pass import PassOutcome, Shape, shape_of
 from services.scheduler.domain.reasons import PoolFacts
 
@@ -205,7 +206,7 @@ class _Order:
 
     def _heads(
         self, ws: str, user: str, shapes: Collection[Shape] | None, part: _JobPart
-    ) -> Iterator[tuple[tuple[int, float, tuple[int, int, int, str]], str, Shape]]:
+    ) -> Iterator[tuple[tuple[int, float, QueueKey], str, Shape]]:
         """The front of each of the user's buckets (of `shapes`; None: all), keyed by the order
         jobs are taken in: priority, the part of its share the job holds, queue order."""
         for job, buckets in self._queue.tree[ws][user].jobs.items():
@@ -770,9 +771,11 @@ def run_fair_share_pass(
             state.outcome.waiting[r.allocation_id] = state.below_share(r)
             deprived = deprived or r
         look = state.version == version
+    kept = None
+    if deprived is not None:
+        kept = reasons.held_for_fair_share(deprived, state.workspace_name(workspace_of(deprived)))
     for item in lenders:
-        if deprived is not None:
-            kept = reasons.held_for_fair_share(deprived, state.workspace_name(workspace_of(deprived)))
+        if kept is not None:
             if isinstance(item, _Block):
                 for shape in item.shapes:
                     if order.left(item.ws, item.user)[shape] > 0:
