@@ -2,11 +2,15 @@
 the same queue (in process, no master: the scheduler's own code on a built state).
 
 --agents agents of --slots slots, all busy with one-slot trials of --workspaces workspaces (each
-with a few users and jobs), and --pending one-slot trials waiting. Reported, median of --rounds:
+with a few users and jobs), and --pending one-slot trials waiting. Reported, median of --rounds, in
+CPU time of this process (other work on a shared machine does not count):
 - a whole-state decision (`schedule`), with the workspaces' weights equal (every one at its share:
   nothing to reclaim) and unequal (the heavier ones reclaim from the lighter);
-- a session's pass after one change (a request added), the fair-share pool decided whole (every
-  change moves every group's share) against the priority pool's incremental pass.
+- a session's pass after one change (a request added), the fair-share pool's against the priority
+  pool's; and the fair-share pool's when the pool's settings change too, as the master sends them
+  on most passes (every workspace's recent usage, the minimum run's protection time);
+- how many requests each fair-share pass looked at one by one (the rest it labels by workspace,
+  user and shape: services/scheduler/domain/fair_share.py).
 
     .venv/bin/python -m bench.fair_share_pass [--agents 1000] [--slots 8] [--pending 10000]
         [--workspaces 10] [--rounds 5]
@@ -15,6 +19,7 @@ with a few users and jobs), and --pending one-slot trials waiting. Reported, med
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import time
 from collections.abc import Callable
@@ -75,23 +80,33 @@ def build(agents: int, slots: int, pending: int, workspaces: int, unequal: bool)
 def median_s(action: Callable[[], object], rounds: int) -> float:
     times = []
     for _ in range(rounds):
-        started = time.perf_counter()
+        gc.collect()  # what earlier rounds left is not this round's to collect
+        started = time.process_time()
         action()
-        times.append(time.perf_counter() - started)
+        times.append(time.process_time() - started)
     return statistics.median(times)
 
 
-def one_change_pass(state: ClusterState, rounds: int) -> float:
+def one_change_pass(state: ClusterState, rounds: int, settings_move: bool = False) -> tuple[float, int]:
+    """The median time of a session's pass after a request is added (and, with `settings_move`,
+    the pool's usage and protection time change), and the most requests a pass looked at."""
     session = SchedulingSession(state)
     session.decide()
-    times = []
+    times, examined = [], 0
+    pool = state.pools[0]
     for n in range(rounds):
         added = AllocationRequest(f"new{n}", "p", 1, job_id="jx", workspace="w1", user="w1/u1")
-        session.apply(Changes(requests=(added,)))
-        started = time.perf_counter()
+        moved = None
+        if settings_move:
+            usage = tuple(replace(g, recent_slot_seconds=3600.0 + n) for g in pool.workspaces)
+            moved = (replace(pool, workspaces=usage, protect_started_after_ns=n),)
+        session.apply(Changes(pools=moved, requests=(added,)))
+        gc.collect()  # what earlier rounds left is not this round's to collect
+        started = time.process_time()
         session.decide()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
+        times.append(time.process_time() - started)
+        examined = max(examined, session.work.examined)
+    return statistics.median(times), examined
 
 
 def main() -> None:
@@ -115,8 +130,20 @@ def main() -> None:
         ("priority:                   ", priority),
     ):
         print(f"whole decision, {label} {median_s(lambda s=state: schedule(s), args.rounds):.3f} s")
-    print(f"session pass after one change, fair share:   {one_change_pass(equal, args.rounds):.4f} s")
-    print(f"session pass after one change, priority:     {one_change_pass(priority, args.rounds):.4f} s")
+    for label, state, settings_move in (
+        ("fair share:                      ", equal, False),
+        ("fair share, its settings moving: ", equal, True),
+        ("priority:                        ", priority, False),
+    ):
+        seconds, examined = one_change_pass(state, args.rounds, settings_move)
+        looked = f" ({examined} requests looked at one by one)" if state is equal else ""
+        print(f"session pass after one change, {label} {seconds * 1000:.2f} ms{looked}")
+    reclaims = SchedulingSession(unequal)
+    decision = reclaims.decide()
+    print(
+        f"whole decision, fair share, weights unequal: {len(decision.preemptions)} reclaims, "
+        f"{reclaims.work.examined} requests looked at one by one"
+    )
 
 
 if __name__ == "__main__":

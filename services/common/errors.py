@@ -42,6 +42,14 @@ class ResourceExhausted(ServiceError):
     kind = "RESOURCE_EXHAUSTED"
 
 
+class Aborted(ServiceError):
+    """A sequencer check failed: what the call must follow (an earlier batch of a sequence) is not
+    in place yet. The caller's request conflicts with the service's state, not the service with
+    its duty: the caller may send it again once what it follows is there (gRPC's ABORTED, HTTP 409)."""
+
+    kind = "ABORTED"
+
+
 class Unavailable(ServiceError):
     """Another Cairn service this call needs did not answer."""
 

@@ -20,13 +20,26 @@ from services.common.principal import Principal
 ALWAYS_PUBLIC_PREFIXES = ("/grpc.health.v1.", "/grpc.reflection.")
 
 
-__all__ = ["AuthError", "AuthInterceptor", "Principal", "cluster_token_authenticator", "current_principal"]
+__all__ = [
+    "AuthError",
+    "AuthInterceptor",
+    "Principal",
+    "clear_principal",
+    "cluster_token_authenticator",
+    "current_principal",
+]
 
 _principal: contextvars.ContextVar[Principal | None] = contextvars.ContextVar("principal", default=None)
 
 
 def current_principal() -> Principal | None:
     return _principal.get()
+
+
+def clear_principal() -> None:
+    """Forget the principal in the current context: a server's threads serve call after call, and
+    an interceptor outside this one reads who called only after its check ran (or failed)."""
+    _principal.set(None)
 
 
 class AuthError(Exception):

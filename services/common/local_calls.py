@@ -33,6 +33,11 @@ log = get_logger(__name__)
 
 Metadata = Sequence[tuple[str, str]]
 
+# The peer of a call the REST gateway makes for an HTTP client: this, then the client's address
+# ("http:10.0.0.5"), so that what a servicer (or the audit trail) takes for the caller's address is
+# the HTTP client's, not the process's own.
+HTTP_PEER_PREFIX = "http:"
+
 
 class LocalCallError(grpc.RpcError, grpc.Call):
     """A failed local call, shaped like the error a channel raises."""
@@ -142,6 +147,14 @@ class _Context(grpc.ServicerContext):
 
     def set_details(self, details: str) -> None:
         self.status_details = details
+
+    # What the call's status is so far, as the real server's context tells it (an interceptor
+    # that records how calls end reads it).
+    def code(self) -> grpc.StatusCode | None:
+        return self.status_code
+
+    def details(self) -> str:
+        return self.status_details
 
     def cancel(self) -> bool:
         self._cancelled.set()

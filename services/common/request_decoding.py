@@ -3,7 +3,15 @@ INTERNAL that grpcio answers when a request deserializer raises (a string field 
 a truncated message, nesting past protobuf's limit).
 
 The interceptor wraps each method's deserializer so that a failure becomes a marker value, and the
-method's behaviour so that the marker is answered before any handler code runs.
+method's behaviour so that the marker is answered before any handler code runs, but after the
+interceptors before it: a server places it last (server.py: `with_request_checks`), so the
+caller is established first, and a caller without credentials hears UNAUTHENTICATED, not what was
+wrong with a body it may not send at all.
+
+The REST gateway's requests come the same way: one it could not build from its HTTP form (a body
+that is not JSON, a field of the wrong type, a body over its limit) is sent on with an empty
+message and the REFUSED_REQUEST_KEY metadata, and refused here, once the caller is known; the
+gateway then answers with what it found wrong.
 """
 
 from __future__ import annotations
@@ -18,6 +26,9 @@ from google.protobuf.message import DecodeError
 
 # Nested messages deeper than this are not walked to name a bad field (protobuf refuses past 100).
 _MAX_WALK_DEPTH = 100
+# Metadata the REST gateway adds to a request it could not build (the module's note).
+REFUSED_REQUEST_KEY = "x-cairn-refused-request"
+REFUSED_BY_GATEWAY = "request: refused by the REST gateway"
 
 
 @dataclass(frozen=True)
@@ -96,6 +107,10 @@ def _refuse(context: grpc.ServicerContext, request: Undecodable) -> None:
     context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.reason)
 
 
+def refused_by_gateway(context: grpc.ServicerContext) -> bool:
+    return any(key == REFUSED_REQUEST_KEY for key, _ in context.invocation_metadata() or ())
+
+
 def _checked_iterator(requests: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
     for request in requests:
         if isinstance(request, Undecodable):
@@ -107,6 +122,8 @@ def _unary_request(behaviour: Callable[..., Any]) -> Callable[..., Any]:
     def run(request: Any, context: grpc.ServicerContext) -> Any:
         if isinstance(request, Undecodable):
             _refuse(context, request)
+        if refused_by_gateway(context):
+            _refuse(context, Undecodable(REFUSED_BY_GATEWAY))
         return behaviour(request, context)
 
     return run
@@ -114,6 +131,8 @@ def _unary_request(behaviour: Callable[..., Any]) -> Callable[..., Any]:
 
 def _stream_request(behaviour: Callable[..., Any]) -> Callable[..., Any]:
     def run(requests: Iterator[Any], context: grpc.ServicerContext) -> Any:
+        if refused_by_gateway(context):
+            _refuse(context, Undecodable(REFUSED_BY_GATEWAY))
         return behaviour(_checked_iterator(requests, context), context)
 
     return run

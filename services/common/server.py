@@ -62,6 +62,13 @@ class ServiceServer:
         log.info("stopped")
 
 
+def with_request_checks(interceptors: Sequence[grpc.ServerInterceptor]) -> list[grpc.ServerInterceptor]:
+    """A server's interceptors: `interceptors` (who is calling) first, then the refusal of requests
+    that cannot be decoded, so that a caller is established before its request is looked at
+    (request_decoding.py)."""
+    return [*interceptors, RequestDecodingInterceptor()]
+
+
 def start_server(
     name: str,
     register: Callable[[grpc.Server], Sequence[str]],
@@ -82,8 +89,7 @@ def start_server(
     """
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=f"{name}-rpc"),
-        # Outermost, so an undecodable request is refused whatever the others would do with it.
-        interceptors=[RequestDecodingInterceptor(), *interceptors],
+        interceptors=with_request_checks(interceptors),
         options=SERVER_OPTIONS,
     )
     service_names = list(register(server))

@@ -21,11 +21,13 @@ from cairn.api.v1 import api_pb2, api_pb2_grpc
 from services.common.interceptors import AuthInterceptor
 from services.common.local_calls import LocalCalls
 from services.common.logging import add_log_sink, get_logger, remove_log_sink
-from services.common.server import ServiceServer, start_server, write_ready_file
+from services.common.server import ServiceServer, start_server, with_request_checks, write_ready_file
 from services.common.tls import ServerTls
 from services.master.configuration.feature_switches import STREAMING_UPDATES
 from services.master.configuration.settings import Settings
 from services.master.domain import wiring
+from services.master.domain.audit import retention as audit_retention
+from services.master.domain.audit.recorder import AuditRecorder
 from services.master.domain.checkpoints.checkpoints import CheckpointGc
 from services.master.domain.deletion import deferred_loop
 from services.master.domain.experiments import unmanaged
@@ -78,6 +80,7 @@ from services.master.servicers.agent_auth import agent_authenticator
 from services.master.servicers.agent_stream import AgentStreamServicer
 from services.master.servicers.api.base import ApiDeps
 from services.master.servicers.api.service import CairnServicer
+from services.master.servicers.audit_interceptor import AuditInterceptor
 from services.master.servicers.auth import PUBLIC_METHODS, master_authenticator
 from services.master.servicers.read_cache import ReadCache, RowCache
 from services.master.servicers.thread_slots import (
@@ -115,6 +118,9 @@ class Master:
         # The public port: REST, WebUI, /info, /healthz, /metrics, the task proxy (public_server.py).
         self.http: PublicHttpServer | None = None
         self.provisioning: BackgroundLoop | None = None
+        # The audit trail's writer and its pruning loop (domain/audit/).
+        self.audit: AuditRecorder | None = None
+        self.audit_retention: BackgroundLoop | None = None
         # Determined's streaming updates: rows are numbered always, streamed with the switch on.
         self.stream_publisher = Publisher()
         self.stream_changes: StreamChanges | None = None
@@ -239,7 +245,10 @@ class Master:
                 register_gateway_service(server, gateway_service),
             ]
 
+        self.audit = AuditRecorder(ctx.db, ctx.telemetry)
         interceptors = [
+            # First, so that it records how every change ended, refusals by the others included.
+            AuditInterceptor(self.audit.record, gateway_key),
             AuthInterceptor(
                 master_authenticator(
                     self.auth,
@@ -248,7 +257,7 @@ class Master:
                     agent_authenticator(self.db, settings.agent_auth, settings.cluster_token),
                 ),
                 PUBLIC_METHODS,
-            )
+            ),
         ]
         self.grpc = start_server(
             "master",
@@ -285,7 +294,7 @@ class Master:
                 grpc_host,
                 grpc_port,
                 # The same servicers behind the same interceptors, called in the HTTP thread.
-                local=LocalCalls(register, interceptors),
+                local=LocalCalls(register, with_request_checks(interceptors)),
             )
         )
         self.http.routes.extend(webui_routes())  # last: it answers every other GET
@@ -316,6 +325,8 @@ class Master:
                 ),
                 settings.http_processes - 1,
             )
+        self.audit.start()
+        self.audit_retention = audit_retention.start(ctx)
         self.scheduling.start()
         self.pump.start()
         self.liveness.start()
@@ -385,11 +396,14 @@ class Master:
             self.lost_unmanaged,
             self.provisioning,
             self.webhook_sender,
+            self.audit_retention,
         ):
             if loop is not None:
                 loop.join(timeout=5.0)
         if self.webhooks is not None:
             self.webhooks.close()
+        if self.audit is not None:
+            self.audit.close()  # after the servers stopped: the last calls' records are stored too
         self.scheduling.close()
         self.searchers.shutdown()
         self.scheduler.shutdown()

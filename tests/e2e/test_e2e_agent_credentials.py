@@ -1,7 +1,7 @@
 """Agents' own credentials on a real local cluster (README's "Agents and their credentials"):
 
 - every agent the cluster starts enrols with a join token made for it and keeps a credential of
-  its own (owner-only, in its work dir); the master lists it;
+  its own (owner-only, in its work dir); the master lists it, and the audit trail records it;
 - `cairn agent revoke` shuts an agent out while it runs a trial: its stream closes within a second
   of the revocation (the agent's log line against the time the master stored for the revocation,
   both on this machine's clock; 86 ms on SQLite and 168 ms on PostgreSQL in one run each on a
@@ -141,6 +141,12 @@ def test_revoking_an_agent_closes_its_stream_and_its_trial_runs_elsewhere(
         assert _agent_holding_work(cluster) in ("", other)
         credentials = api_credentials(cluster)
         assert credentials[revoked].revoked and not credentials[other].revoked
+        # The audit trail holds both agents' enrolments and the revocation, with whom they named.
+        enrolments = json.loads(admin_cli("audit", "list", "--method", "Enrol", "--json"))["events"]
+        assert sorted(e["targets"]["agent_id"] for e in enrolments) == ["agent-1", "agent-2"]
+        assert {(e["actor"], e["outcome"]) for e in enrolments} == {("agent", "OK")}
+        (revocation,) = json.loads(admin_cli("audit", "list", "--method", "RevokeAgent", "--json"))["events"]
+        assert (revocation["username"], revocation["targets"]["agent_id"]) == ("admin", revoked)
 
         # Started again as it ran, it is refused, naming the revocation.
         record_env = {**os.environ, "CAIRN_CLUSTER_TOKEN": cluster.record.cluster_token}  # type: ignore[union-attr]

@@ -55,7 +55,8 @@ class Receiver:
                 pass
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        # shutdown() waits for the loop's next poll: the default half second was most of a test.
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,), daemon=True)
         self._thread.start()
 
     def url(self, path: str = "/hook") -> str:
@@ -72,7 +73,7 @@ class Receiver:
                 got = list(self.received)
             if check(got):
                 return got
-            time.sleep(0.2)
+            time.sleep(0.05)
         raise AssertionError(f"the receiver did not get what was awaited in {timeout_s} s; it got {got}")
 
     def close(self) -> None:

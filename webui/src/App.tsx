@@ -7,6 +7,7 @@ import type { User } from "./api/types";
 import { ClusterMessageBanner } from "./components/ClusterMessageBanner";
 import { Link } from "./components/Link";
 import { printable } from "./format";
+import { AuditPage } from "./pages/AuditPage";
 import { ClusterPage } from "./pages/ClusterPage";
 import { ExperimentPage } from "./pages/ExperimentPage";
 import { ExperimentsPage } from "./pages/ExperimentsPage";
@@ -80,6 +81,11 @@ export function App() {
           <Link href="/cluster" class={path.startsWith("/cluster") || path.startsWith("/workspaces") ? "active" : ""}>
             Cluster
           </Link>
+          {user?.admin ? (
+            <Link href="/audit" class={path.startsWith("/audit") ? "active" : ""}>
+              Audit
+            </Link>
+          ) : null}
         </nav>
         <div class="user">
           {user ? <span aria-label="Signed in as">{printable(user.displayName || user.username)}</span> : null}
@@ -117,6 +123,7 @@ function Page(props: { path: string; admin: boolean }) {
   if (opening) return <TaskOpenPage key={opening.id} taskId={opening.id} />;
   if (match("/cluster", path)) return <ClusterPage admin={admin} />;
   if (match("/queue", path)) return <QueuePage />;
+  if (match("/audit", path)) return <AuditPage admin={admin} />;
   const workspace = match("/workspaces/:id", path);
   if (workspace) return <WorkspacePage key={workspace.id} id={Number(workspace.id)} admin={admin} />;
   return (

@@ -63,6 +63,10 @@ class Settings:
     bind_mount_allowed_paths: tuple[str, ...] = ()
     # How long a login lasts (Determined's sessions last 7 days); expired tokens are refused.
     session_ttl_seconds: int = 7 * 24 * 3600
+    # Access tokens (`det token create`): the lifespan of one created without a lifespan, and the
+    # longest one may ask for; -1: no end (Determined's default_lifespan_days, max_lifespan_days).
+    token_default_lifespan_days: int = 30
+    token_max_lifespan_days: int = -1
     # Failed logins before a user / a client address is paused, within the window (login_limiter.py).
     login_failures_per_user: int = 10
     login_failures_per_address: int = 30
@@ -131,6 +135,10 @@ class Settings:
     # can then enrol with it from the first boot); afterwards `cairn agent enrolment-secret rotate`
     # alone changes it.
     agent_enrolment_secret: str = ""
+    # The audit trail (domain/audit/): rows older than this many days, and rows past the newest
+    # this many, are pruned; 0 keeps the trail without that bound.
+    audit_retention_days: float = 90.0
+    audit_max_rows: int = 1_000_000
 
     @property
     def database_url(self) -> str:
@@ -244,10 +252,12 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
     add_login_flags(parser)
     add_tls_flags(parser)
     add_agent_auth_flags(parser)
+    add_audit_flags(parser)
     args = parser.parse_args(argv)
     check_login_flags(args, parser)
     if bool(args.tls_cert) != bool(args.tls_key):
         parser.error("--tls-cert and --tls-key: give both (a certificate and its key) or neither")
+    check_audit_flags(args, parser)
     if args.max_trials_per_experiment < 1:
         parser.error("--max-trials-per-experiment: must be at least 1")
     allowed_mounts = [p for p in os.environ.get("CAIRN_BIND_MOUNT_ALLOW", "").split(":") if p]
@@ -299,6 +309,8 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
         agent_reconnect_wait_s=args.agent_reconnect_wait,
         searcher_plugins=plugins,
         session_ttl_seconds=args.session_ttl,
+        token_default_lifespan_days=args.token_default_lifespan_days,
+        token_max_lifespan_days=args.token_max_lifespan_days,
         login_failures_per_user=args.login_failures_per_user,
         login_failures_per_address=args.login_failures_per_address,
         login_window_s=args.login_window,
@@ -319,6 +331,8 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
         read_cache_entries=0 if os.environ.get("CAIRN_READ_CACHE", "on") == "off" else 1024,
         agent_auth=agent_auth or Settings.agent_auth,
         agent_enrolment_secret=args.agent_enrolment_secret or "",
+        audit_retention_days=args.audit_retention_days,
+        audit_max_rows=args.audit_max_rows,
         **pools,
         **webhooks,
     )
@@ -346,6 +360,8 @@ MAX_HTTP_CONNECTIONS = 100_000
 MAX_HTTP_PROCESSES = 64
 # Sessions longer than a year are not sessions any more; Determined's last 7 days.
 MAX_SESSION_TTL_S = 366 * 24 * 3600
+# An access token's lifespan in days, at most: a hundred years, well inside what dates can hold.
+MAX_TOKEN_LIFESPAN_DAYS = 36_500
 
 
 def add_login_flags(parser: argparse.ArgumentParser) -> None:
@@ -355,6 +371,20 @@ def add_login_flags(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=int(env("CAIRN_SESSION_TTL", str(Settings.session_ttl_seconds))),
         help="seconds a login lasts before its token is refused (env CAIRN_SESSION_TTL; default 7 days)",
+    )
+    parser.add_argument(
+        "--token-default-lifespan-days",
+        type=int,
+        default=int(env("CAIRN_TOKEN_DEFAULT_LIFESPAN_DAYS", str(Settings.token_default_lifespan_days))),
+        help="days an access token created without a lifespan lasts "
+        "(env CAIRN_TOKEN_DEFAULT_LIFESPAN_DAYS; default 30)",
+    )
+    parser.add_argument(
+        "--token-max-lifespan-days",
+        type=int,
+        default=int(env("CAIRN_TOKEN_MAX_LIFESPAN_DAYS", str(Settings.token_max_lifespan_days))),
+        help="the longest lifespan an access token may have, in days; -1: no limit, and tokens "
+        "without an end may be made (env CAIRN_TOKEN_MAX_LIFESPAN_DAYS; default -1)",
     )
     parser.add_argument(
         "--login-failures-per-user",
@@ -452,6 +482,19 @@ def check_login_flags(args: argparse.Namespace, parser: argparse.ArgumentParser)
         parser.error(
             f"--session-ttl: must be between 1 and {MAX_SESSION_TTL_S} seconds, not {args.session_ttl}"
         )
+    if not 1 <= args.token_default_lifespan_days <= MAX_TOKEN_LIFESPAN_DAYS:
+        parser.error(
+            f"--token-default-lifespan-days: must be between 1 and {MAX_TOKEN_LIFESPAN_DAYS}, "
+            f"not {args.token_default_lifespan_days}"
+        )
+    if args.token_max_lifespan_days != -1 and not (
+        args.token_default_lifespan_days <= args.token_max_lifespan_days <= MAX_TOKEN_LIFESPAN_DAYS
+    ):
+        parser.error(
+            "--token-max-lifespan-days: must be -1 (no limit) or between --token-default-lifespan-days "
+            f"({args.token_default_lifespan_days}) and {MAX_TOKEN_LIFESPAN_DAYS}, "
+            f"not {args.token_max_lifespan_days}"
+        )
     for flag, value in (
         ("--login-failures-per-user", args.login_failures_per_user),
         ("--login-failures-per-address", args.login_failures_per_address),
@@ -518,3 +561,36 @@ class _SecretFileAction(argparse.Action):
             setattr(namespace, self.dest, read_token_file(str(values), "--agent-enrolment-secret-file"))
         except ClusterTokenError as exc:
             parser.error(str(exc))
+
+
+# A century of days, and a billion rows: past these a bound is no bound (0 says so plainly).
+MAX_AUDIT_RETENTION_DAYS = 36_500
+MAX_AUDIT_ROWS = 1_000_000_000
+
+
+def add_audit_flags(parser: argparse.ArgumentParser) -> None:
+    env = os.environ.get
+    parser.add_argument(
+        "--audit-retention-days",
+        type=float,
+        default=float(env("CAIRN_AUDIT_RETENTION_DAYS", str(Settings.audit_retention_days))),
+        help="days the audit trail keeps a record (env CAIRN_AUDIT_RETENTION_DAYS; 0: no age bound)",
+    )
+    parser.add_argument(
+        "--audit-max-rows",
+        type=int,
+        default=int(env("CAIRN_AUDIT_MAX_ROWS", str(Settings.audit_max_rows))),
+        help="records the audit trail keeps at most, the newest (env CAIRN_AUDIT_MAX_ROWS; 0: no bound)",
+    )
+
+
+def check_audit_flags(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    if not 0 <= args.audit_retention_days <= MAX_AUDIT_RETENTION_DAYS:
+        parser.error(
+            f"--audit-retention-days: must be between 0 (no bound) and {MAX_AUDIT_RETENTION_DAYS}, "
+            f"not {args.audit_retention_days:g}"
+        )
+    if not 0 <= args.audit_max_rows <= MAX_AUDIT_ROWS:
+        parser.error(
+            f"--audit-max-rows: must be between 0 (no bound) and {MAX_AUDIT_ROWS}, not {args.audit_max_rows}"
+        )

@@ -13,6 +13,7 @@ import re
 from email.message import Message as HeaderMessage
 from http.cookies import CookieError, SimpleCookie
 
+from services.common.request_decoding import REFUSED_REQUEST_KEY
 from services.master.gateway.errors import bad_request
 
 AUTH_COOKIE = "auth"
@@ -20,8 +21,11 @@ _GRPC_METADATA_PREFIX = "grpc-metadata-"
 # gRPC metadata keys: lowercase letters, digits, '-', '_', '.'; values printable ASCII.
 _METADATA_KEY = re.compile(r"[0-9a-z_.\-]+")
 _METADATA_VALUE = re.compile(r"[\x20-\x7e]*")
-# Keys gRPC itself owns; a client must not set them through headers.
-_RESERVED_KEYS = frozenset({"content-type", "te", "user-agent", "grpc-timeout", "grpc-encoding"})
+# Keys gRPC itself owns, and the gateway's own mark of a request it refused
+# (services/common/request_decoding.py); a client must not set them through headers.
+_RESERVED_KEYS = frozenset(
+    {"content-type", "te", "user-agent", "grpc-timeout", "grpc-encoding", REFUSED_REQUEST_KEY}
+)
 
 
 def auth_cookie(headers: HeaderMessage) -> str | None:

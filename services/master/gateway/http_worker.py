@@ -50,7 +50,13 @@ def main() -> None:
     server.routes.append(info_route(spec.info))
     server.routes.extend(health_routes(master))
     server.routes.extend(
-        rest_routes(server, api_pb2.DESCRIPTOR.services_by_name["Cairn"], spec.grpc_host, spec.grpc_port)
+        rest_routes(
+            server,
+            api_pb2.DESCRIPTOR.services_by_name["Cairn"],
+            spec.grpc_host,
+            spec.grpc_port,
+            gateway_key=spec.gateway_key,
+        )
     )
     server.routes.extend(webui_routes())
     server.serve_proxy(TaskProxy(master.resolve_proxy, spec.tunnels_per_task))

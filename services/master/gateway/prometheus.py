@@ -123,6 +123,20 @@ def render(ctx: MasterContext) -> str:
     )
     _gauge(
         lines,
+        "cairn_audit_events_written_total",
+        "Audit trail records stored (domain/audit/recorder.py).",
+        [({}, telemetry.audit_events_written.value)],
+        kind="counter",
+    )
+    _gauge(
+        lines,
+        "cairn_audit_events_dropped_total",
+        "Audit trail records dropped because the writer's queue was full: a gap in the trail.",
+        [({}, telemetry.audit_events_dropped.value)],
+        kind="counter",
+    )
+    _gauge(
+        lines,
         "cairn_searcher_events_pending",
         "Searcher events written but not yet applied.",
         [({}, queue.searcher_events)],

@@ -22,8 +22,10 @@ from google.api.httpbody_pb2 import HttpBody  # type: ignore[import-untyped]
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import Message
 
-from services.common.local_calls import LocalCalls, RenderedJson
+from cairn.metadata_keys import GATEWAY_KEY_KEY
+from services.common.local_calls import HTTP_PEER_PREFIX, LocalCalls, RenderedJson
 from services.common.logging import get_logger
+from services.common.request_decoding import REFUSED_REQUEST_KEY
 from services.master.gateway import credentials
 from services.master.gateway.errors import (
     GatewayError,
@@ -98,8 +100,18 @@ def _pretty(obj: Any) -> bytes:
 
 
 class RestGateway:
-    def __init__(self, service: ServiceDescriptor, bindings: list[HttpBinding], upstream: Upstream) -> None:
+    def __init__(
+        self,
+        service: ServiceDescriptor,
+        bindings: list[HttpBinding],
+        upstream: Upstream,
+        gateway_key: str = "",
+    ) -> None:
         self.router = Router(bindings)
+        # A worker process's per-boot key, sent with every call so that the master believes the
+        # client address it forwards (servicers/audit_interceptor.py); "" in the master's process,
+        # whose calls carry the client's address as their peer.
+        self.gateway_key = gateway_key
         # Determined's few routes outside /api/ (the stock log shipper's /task-logs), by exact path.
         self.outside_api = frozenset(b.template for b in bindings if not b.template.startswith(API_PREFIX))
         self.builders: dict[tuple[str, str], RequestBuilder] = {
@@ -130,10 +142,11 @@ class RestGateway:
             return self._error(GatewayError(grpc.StatusCode.INTERNAL, "internal error in the REST gateway"))
 
     def _handle(self, req: HttpRequest, path: str, raw_query: str) -> Response | StreamingResponse:
+        refusal: GatewayError | None = None
         try:
             query = parse_qsl(raw_query, keep_blank_values=True, max_num_fields=MAX_QUERY_PARAMS)
         except ValueError as exc:
-            return self._error(GatewayError(grpc.StatusCode.INVALID_ARGUMENT, f"bad query string: {exc}"))
+            query, refusal = [], GatewayError(grpc.StatusCode.INVALID_ARGUMENT, f"bad query string: {exc}")
         pretty = any(key == "pretty" for key, _ in query)
         if path in OPENAPI_PATHS and req.command in ("GET", "HEAD"):
             return Response(HTTPStatus.OK, self.openapi_json)
@@ -153,22 +166,59 @@ class RestGateway:
             return response
         binding = match.binding
         try:
-            limit = LARGE_BODY_RPCS.get(binding.rpc.name, MAX_REQUEST_BODY_BYTES)
-            body = req.read_body(limit) if binding.body else b""
-            request = self.builders[(binding.http_method, binding.template)].build(
-                match.path_params, query, body
-            )
             metadata = credentials.forwarded_metadata(req.headers, req.client_address[0])
-        except BodyError as exc:
-            code = grpc.StatusCode.INVALID_ARGUMENT
-            return self._error(GatewayError(code, exc.message, http_status_override=exc.status))
+            if self.gateway_key:
+                metadata = [(k, v) for k, v in metadata if k != GATEWAY_KEY_KEY]
+                metadata.append((GATEWAY_KEY_KEY, self.gateway_key))
         except GatewayError as exc:
             return self._error(exc)
+        peer = HTTP_PEER_PREFIX + req.client_address[0]
+        request: Message | None = None
+        if refusal is None:
+            try:
+                limit = LARGE_BODY_RPCS.get(binding.rpc.name, MAX_REQUEST_BODY_BYTES)
+                body = req.read_body(limit) if binding.body else b""
+                request = self.builders[(binding.http_method, binding.template)].build(
+                    match.path_params, query, body
+                )
+            except BodyError as exc:
+                code = grpc.StatusCode.INVALID_ARGUMENT
+                refusal = GatewayError(code, exc.message, http_status_override=exc.status)
+            except GatewayError as exc:
+                refusal = exc
+        if refusal is not None or request is None:
+            return self._refused(binding, metadata, peer, refusal)
         if binding.rpc.server_streaming:
             # A stream may wait long for its first message (a followed log): not in a turn.
             req.leave_turns()
-            return self._stream(binding, request, metadata, f"http:{req.client_address[0]}")
-        return self._unary(binding, request, metadata, pretty, f"http:{req.client_address[0]}")
+            return self._stream(binding, request, metadata, peer)
+        return self._unary(binding, request, metadata, pretty, peer)
+
+    def _refused(
+        self, binding: HttpBinding, metadata: list[tuple[str, str]], peer: str, refusal: GatewayError | None
+    ) -> Response:
+        """A request the gateway could not build (its body, query or path) is answered only once
+        its caller is known, as every call is: the call goes on with an empty message and the mark
+        of a refused request, which the server refuses after its interceptors have established the
+        caller (services/common/request_decoding.py). A caller without credentials hears 401 (or
+        403), whatever its body; one with them hears what was wrong with the request."""
+        refusal = refusal or GatewayError(grpc.StatusCode.INVALID_ARGUMENT, "request: could not be built")
+        rpc = binding.rpc
+        marked = [*metadata, (REFUSED_REQUEST_KEY, "1")]
+        try:
+            if rpc.server_streaming:
+                call = self.upstream.call_stream(rpc, rpc.request_type(), marked, peer)
+                try:
+                    next(iter(call), None)
+                finally:
+                    call.close()
+            else:
+                self.upstream.call_unary(rpc, rpc.request_type(), marked, peer)
+        except grpc.RpcError as exc:
+            code, message = rpc_error_parts(exc)
+            if code != grpc.StatusCode.INVALID_ARGUMENT:
+                return self._rpc_error(rpc, code, message)
+        return self._error(refusal)
 
     def _unary(
         self,
@@ -294,16 +344,18 @@ def rest_routes(
     grpc_host: str,
     grpc_port: int,
     local: LocalCalls | None = None,
+    gateway_key: str = "",
 ) -> list[PlainRoute]:
-    """The REST gateway for `service` as routes of `server`. Unary calls run through `local` (the
-    master's own handlers, in-process) when given; streams, and everything without `local`, dial the
-    gRPC server at grpc_host:grpc_port. The channel closes with the HTTP server."""
+    """The REST gateway for `service` as routes of `server`. Calls run through `local` (the
+    master's own handlers, in-process) when given; everything without `local` dials the gRPC
+    server at grpc_host:grpc_port, presenting `gateway_key` (a worker process's) with each call.
+    The channel closes with the HTTP server."""
     bindings = http_bindings(service)
     upstream = Upstream(
         dial_address(grpc_host, grpc_port), {b.rpc.full_path: b.rpc for b in bindings}.values(), local=local
     )
     server.close_hooks.append(upstream.close)
-    gateway = RestGateway(service, bindings, upstream)
+    gateway = RestGateway(service, bindings, upstream, gateway_key)
     log.info(
         "rest gateway ready", routes=len(bindings), grpc=upstream.address, in_process=upstream.in_process
     )

@@ -54,7 +54,7 @@ def agent_authenticator(db: Database, mode: str, cluster_token: str | None) -> A
 
     def authenticate(method: str, metadata: Metadata) -> Principal:
         if method == ENROL_METHOD:
-            return Principal(username="an enrolling agent")
+            return Principal(username="agent")  # not yet anyone's: the request names its id
         credential = metadata_value(metadata, AGENT_CREDENTIAL_KEY)
         if credential:
             return by_credential(credential)

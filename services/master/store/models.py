@@ -116,6 +116,11 @@ class UserSession(Base):
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime]
     expires_at: Mapped[datetime]
+    # "session" (a login) or "access" (an access token, `det token create`).
+    token_type: Mapped[str] = mapped_column(String(16), default="session", server_default="session")
+    # An access token's description; revoked_at: when it was revoked (its row stays).
+    description: Mapped[str] = mapped_column(String(255), default="", server_default="")
+    revoked_at: Mapped[datetime | None]
 
 
 class Experiment(Base):
@@ -791,3 +796,34 @@ class ProvisionerEvent(Base):
     action: Mapped[str] = mapped_column(String(32))
     instance_id: Mapped[str | None] = mapped_column(String(255))
     message: Mapped[str] = mapped_column(String(2048))
+
+
+# --- The audit trail -------------------------------------------------------------------------------
+
+
+class AuditEvent(Base):
+    """One call that changed something, or tried to (domain/audit/): who, what, on which objects,
+    from where, when and how it ended. Appended in batches by the recorder, never updated, pruned
+    oldest first by the retention loop."""
+
+    __tablename__ = "audit_events"
+    __table_args__ = (
+        Index("ix_audit_events_username_id", "username", "id"),
+        Index("ix_audit_events_user_id_id", "user_id", "id"),
+        NEVER_REUSED,
+    )
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    at: Mapped[datetime] = mapped_column(index=True)
+    user_id: Mapped[int | None] = mapped_column(Integer)
+    username: Mapped[str] = mapped_column(String(128), default="")
+    # audit.events.ACTORS: user, allocation, agent, cluster, anonymous.
+    actor: Mapped[str] = mapped_column(String(16))
+    allocation_id: Mapped[str] = mapped_column(String(128), default="")
+    method: Mapped[str] = mapped_column(String(128))
+    # " key=value key=value " (audit/targets.py): searched by whole token.
+    targets: Mapped[str] = mapped_column(String(2048), default="")
+    outcome: Mapped[str] = mapped_column(String(32))
+    error: Mapped[str] = mapped_column(String(512), default="")
+    address: Mapped[str] = mapped_column(String(128), default="")
+    transport: Mapped[str] = mapped_column(String(8), default="")
+    duration_ms: Mapped[float] = mapped_column(Float, default=0.0)

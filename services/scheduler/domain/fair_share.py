@@ -27,168 +27,81 @@ whole-slot shares are the entitlements. Then, in one pass:
 
 As in the priority pass, once a preemption is chosen nothing more starts in the pass: the slots
 being freed belong to the request that asked for them.
+
+What a pass costs: the requests it takes are filed by workspace, user, job and shape (fair_queue.py),
+and it looks at them one by one only while that can change something. Whether a request starts,
+reclaims, waits within its share, is lent to, or is held by a quota depends on its workspace, user
+and shape alone and on the working state (what runs where, what each group holds), not on which
+request it is. So once every request a user has left would change nothing (none fits, none can
+reclaim, the rest are lent to or over a quota), the pass would take that user's requests one after
+the other, all of them, with nothing changing: it gives them their reasons by workspace, user and
+shape (`GroupTail`) instead. The same holds for the lent requests of step 2. 10,000 requests waiting
+before a full pool cost a look at a few of them per user, not 10,000; a pass that reclaims costs
+its reclaims. `stop_early=False` looks at every request one by one: the definition the early stop
+must agree with (tests/unit/scheduler/test_scheduler_fair_share_pass.py).
 """
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+import heapq
+from collections import Counter
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from services.scheduler.domain import reasons
 from services.scheduler.domain.capacity import PoolCapacity
-from services.scheduler.domain.fitting import apply_fit, find_fit
-from services.scheduler.domain.model import (
-    AllocationRequest,
-    GroupShare,
-    PoolShares,
-    Preemption,
-    ResourcePool,
-    ShareGroup,
+from services.scheduler.domain.fair_queue import (
+    Candidates,
+    Entitlements,
+    FairQueue,
+    GroupTail,
+    Place,
+    UserQueue,
 )
-from services.scheduler.domain.ordering import QueueKey, effective_priority, queue_key
+from services.scheduler.domain.fitting import apply_fit, find_fit
+from services.scheduler.domain.model import AllocationRequest, Preemption, ResourcePool
+from services.scheduler.domain.ordering import QueueKey
 from services.scheduler.domain.priority_pass import PassOutcome, Shape, shape_of
-from services.scheduler.domain.quotas import Quotas, user_of, workspace_of
-from services.scheduler.domain.quotas import group_name as _name
+from services.scheduler.domain.quotas import group_name, user_of, workspace_of
 from services.scheduler.domain.reasons import PoolFacts
-from services.scheduler.domain.shares import Claim, divide, usage_adjusted
 
 
-@dataclass(frozen=True)
-class Entitlements:
-    """Whole-slot fair shares of one pool, by workspace, user and job key."""
+class _Tally:
+    """Counts during a pass: the queue's (only read) and what the pass changed."""
 
-    workspace: dict[str, int]
-    user: dict[str, int]
-    job: dict[str, int]
+    __slots__ = ("_base", "_frozen", "changes")
 
+    def __init__(self, base: Mapping[str, int], changes: dict[str, int] | None = None) -> None:
+        self._base = base
+        self.changes: dict[str, int] = {} if changes is None else changes
+        self._frozen: _Tally | None = None
 
-def _weight(value: float) -> float:
-    return value if value > 0 else 1.0
+    def __getitem__(self, key: str) -> int:
+        return self._base.get(key, 0) + self.changes.get(key, 0)
 
+    def add(self, key: str, slots: int) -> None:
+        self.changes[key] = self.changes.get(key, 0) + slots
+        self._frozen = None
 
-def _claims(demand: dict[str, int], groups: dict[str, ShareGroup], adjust_by_usage: bool) -> list[Claim]:
-    weights = {key: _weight(groups[key].weight) if key in groups else 1.0 for key in demand}
-    if adjust_by_usage:
-        usage = {key: groups[key].recent_slot_seconds for key in demand if key in groups}
-        weights = usage_adjusted(weights, usage)
-    claims = []
-    for key, wanted in sorted(demand.items()):
-        group = groups.get(key)
-        claims.append(
-            Claim(
-                key=key,
-                weight=weights[key],
-                demand=wanted,
-                guaranteed=group.guaranteed_slots if group else 0,
-                cap=group.max_slots if group and group.max_slots > 0 else None,
-            )
-        )
-    return claims
-
-
-def entitlements(pool: ResourcePool, total: int, requests: Iterable[AllocationRequest]) -> Entitlements:
-    """The shares of `total` slots among the slotted `requests` (running and pending) of `pool`."""
-    workspaces = {g.key: g for g in pool.workspaces}
-    users = {g.key: g for g in pool.users}
-    ws_demand: dict[str, int] = defaultdict(int)
-    user_demand: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    job_demand: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    job_weight: dict[str, float] = {}
-    for r in requests:
-        ws, user = workspace_of(r), user_of(r)
-        ws_demand[ws] += r.slots_needed
-        user_demand[ws][user] += r.slots_needed
-        job_demand[user][r.job_key] += r.slots_needed
-        job_weight.setdefault(r.job_key, _weight(r.weight))
-    ws_share = divide(total, _claims(ws_demand, workspaces, adjust_by_usage=True))
-    user_share: dict[str, int] = {}
-    for ws, demand in user_demand.items():
-        user_share.update(divide(ws_share.get(ws, 0), _claims(demand, users, adjust_by_usage=True)))
-    job_share: dict[str, int] = {}
-    for user, demand in job_demand.items():
-        claims = [Claim(key=job, weight=job_weight[job], demand=n) for job, n in sorted(demand.items())]
-        job_share.update(divide(user_share.get(user, 0), claims))
-    return Entitlements(ws_share, user_share, job_share)
-
-
-def division(
-    pool: ResourcePool,
-    total: int,
-    requests: Sequence[AllocationRequest],
-    shares: Entitlements,
-    held: _Held,
-) -> PoolShares:
-    """The pool's division as people read it: per workspace and user, the nominal share (by weight
-    alone, were every group present to want the whole pool), the entitlement now, the slots held
-    and wanted."""
-    workspaces = {g.key: g for g in pool.workspaces}
-    users = {g.key: g for g in pool.users}
-    ws_wanted: dict[str, int] = defaultdict(int)
-    user_wanted: dict[str, int] = defaultdict(int)
-    users_of: dict[str, set[str]] = defaultdict(set)
-    for r in requests:
-        ws_wanted[workspace_of(r)] += r.slots_needed
-        user_wanted[user_of(r)] += r.slots_needed
-        users_of[workspace_of(r)].add(user_of(r))
-    everything = dict.fromkeys(ws_wanted, total)
-    ws_nominal = divide(total, _claims(everything, workspaces, adjust_by_usage=False))
-    user_nominal: dict[str, int] = {}
-    for ws, members in users_of.items():
-        claims = _claims(dict.fromkeys(members, total), users, adjust_by_usage=False)
-        user_nominal.update(divide(ws_nominal.get(ws, 0), claims))
-
-    def report(
-        keys: Iterable[str],
-        groups: dict[str, ShareGroup],
-        kind: str,
-        nominal: dict[str, int],
-        entitled: dict[str, int],
-        holding: dict[str, int],
-        wanted: dict[str, int],
-    ) -> tuple[GroupShare, ...]:
-        return tuple(
-            GroupShare(
-                key=key,
-                name=_name(groups, key, kind),
-                nominal_slots=nominal.get(key, 0),
-                entitled_slots=entitled.get(key, 0),
-                held_slots=holding.get(key, 0),
-                wanted_slots=wanted.get(key, 0),
-            )
-            for key in sorted(keys)
-        )
-
-    return PoolShares(
-        resource_pool=pool.name,
-        workspaces=report(
-            ws_wanted, workspaces, "workspace", ws_nominal, shares.workspace, held.workspace, ws_wanted
-        ),
-        users=report(user_wanted, users, "user", user_nominal, shares.user, held.user, user_wanted),
-    )
+    def frozen(self) -> _Tally:
+        """The counts as they are now, kept when these change (one copy per change at most)."""
+        if self._frozen is None:
+            self._frozen = _Tally(self._base, dict(self.changes))
+        return self._frozen
 
 
 class _Held:
     """Slots held by each workspace, user and job during the pass."""
 
-    def __init__(self, running: Iterable[AllocationRequest]) -> None:
-        self.workspace: dict[str, int] = defaultdict(int)
-        self.user: dict[str, int] = defaultdict(int)
-        self.job: dict[str, int] = defaultdict(int)
-        for r in running:
-            self.add(r, r.slots_needed)
+    def __init__(self, queue: FairQueue) -> None:
+        self.workspace = _Tally(queue.held_workspace)
+        self.user = _Tally(queue.held_user)
+        self.job = _Tally(queue.held_job)
 
     def add(self, r: AllocationRequest, slots: int) -> None:
-        self.workspace[workspace_of(r)] += slots
-        self.user[user_of(r)] += slots
-        self.job[r.job_key] += slots
-
-    def copy(self) -> _Held:
-        held = _Held(())
-        held.workspace.update(self.workspace)
-        held.user.update(self.user)
-        held.job.update(self.job)
-        return held
+        self.workspace.add(workspace_of(r), slots)
+        self.user.add(user_of(r), slots)
+        self.job.add(r.job_key, slots)
 
 
 def _part(held: int, share: int) -> float:
@@ -196,40 +109,174 @@ def _part(held: int, share: int) -> float:
     return held / share if share > 0 else float("inf")
 
 
-class _Order:
-    """Pending requests, taken most deprived first (module docstring, step 1)."""
-
-    def __init__(self, pool: ResourcePool, pending: Iterable[AllocationRequest]) -> None:
-        self._pool = pool
-        # workspace -> user -> job -> its requests, best (priority, queue key) last.
-        self._tree: dict[str, dict[str, dict[str, list[tuple[int, QueueKey, AllocationRequest]]]]] = {}
-        for r in pending:
-            jobs = self._tree.setdefault(workspace_of(r), {}).setdefault(user_of(r), {})
-            jobs.setdefault(r.job_key, []).append((effective_priority(r, pool), queue_key(r, pool), r))
-        for users in self._tree.values():
-            for jobs in users.values():
-                for queue in jobs.values():
-                    queue.sort(key=lambda entry: (entry[0], entry[1]), reverse=True)
-
-    def take(self, held: _Held, shares: Entitlements) -> AllocationRequest | None:
-        if not self._tree:
-            return None
-        ws = min(self._tree, key=lambda k: (_part(held.workspace[k], shares.workspace.get(k, 0)), k))
-        users = self._tree[ws]
-        user = min(users, key=lambda k: (_part(held.user[k], shares.user.get(k, 0)), k))
-        jobs = users[user]
-        job = min(
-            jobs,
-            key=lambda k: (jobs[k][-1][0], _part(held.job[k], shares.job.get(k, 0)), jobs[k][-1][1]),
+def _stand_in(queue: UserQueue, pool: ResourcePool, place: Place) -> AllocationRequest:
+    """A request of `place`: where a request fits, what it may reclaim and why it waits depend on
+    its workspace, user and shape alone (the fit found differs by id, whether one exists does not).
+    Kept with the user's queue."""
+    ws, user, shape = place
+    stand_in = queue.stand_ins.get(shape)
+    if stand_in is None:
+        slots, single_agent, excluded = shape
+        stand_in = queue.stand_ins[shape] = AllocationRequest(
+            allocation_id="",
+            resource_pool=pool.name,
+            slots_needed=slots,
+            single_agent=single_agent,
+            excluded_agents=excluded,
+            workspace=ws,
+            user=user,
         )
-        _, _, request = jobs[job].pop()
-        if not jobs[job]:
-            del jobs[job]
-            if not jobs:
-                del users[user]
-                if not users:
-                    del self._tree[ws]
+    return stand_in
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    """What step 1 makes of a user's requests of one shape while nothing changes."""
+
+    shape: Shape
+    # Its reason when over a quota.
+    quota: str | None
+    within_share: bool
+
+
+@dataclass(frozen=True)
+class _Block:
+    """The lent requests of a user left when the pass stopped taking that user's requests one by
+    one (step 1): step 2 takes them in the order step 1 would have, the jobs ordered by the part
+    of their shares they held then."""
+
+    ws: str
+    user: str
+    shapes: tuple[Shape, ...]
+    job_held: _Tally
+
+
+class _Order:
+    """The pending requests of a FairQueue as the pass takes them (module docstring, step 1):
+    cursors into the queue's buckets, which are only read."""
+
+    def __init__(self, queue: FairQueue) -> None:
+        self._queue = queue
+        # (ws, user, job, shape) -> how many of the bucket's front were taken.
+        self._cursor: dict[tuple[str, str, str, Shape], int] = {}
+        self._taken_ws: Counter[str] = Counter()
+        self._taken_user: Counter[tuple[str, str]] = Counter()
+        # (ws, user) -> shape -> how many are left (copied from the queue once touched).
+        self._left: dict[tuple[str, str], dict[Shape, int]] = {}
+        # place -> the requests taken one by one.
+        self.examined: dict[Place, list[str]] = {}
+        self.examined_count = 0
+        # The workspaces and (once looked at) their users in the order taken, at a version.
+        self._ranked: tuple[int, list[str], dict[str, list[str]]] | None = None
+
+    def user_queue(self, ws: str, user: str) -> UserQueue:
+        return self._queue.tree[ws][user]
+
+    def left(self, ws: str, user: str) -> dict[Shape, int]:
+        left = self._left.get((ws, user))
+        if left is None:
+            left = self._left[(ws, user)] = dict(self._queue.tree[ws][user].shapes)
+        return left
+
+    def next_user(self, held: _Held, shares: Entitlements, version: int) -> tuple[str, str] | None:
+        """The workspace holding the smallest part of its share (ties by key) with requests left,
+        and in it the user. The order is made once per version of the working state."""
+        if self._ranked is None or self._ranked[0] != version:
+            ranked = sorted(
+                (_part(held.workspace[ws], shares.workspace.get(ws, 0)), ws) for ws in self._queue.tree
+            )
+            self._ranked = (version, [ws for _, ws in ranked], {})
+        _, workspaces, users_of = self._ranked
+        for ws in workspaces:
+            if self._queue.pending_by_workspace[ws] > self._taken_ws[ws]:
+                break
+        else:
+            return None
+        users = users_of.get(ws)
+        if users is None:
+            queues = self._queue.tree[ws]
+            users = users_of[ws] = [
+                u for _, u in sorted((_part(held.user[u], shares.user.get(u, 0)), u) for u in queues)
+            ]
+        for user in users:
+            if self._queue.tree[ws][user].count > self._taken_user[(ws, user)]:
+                return ws, user
+        raise AssertionError(f"workspace {ws!r} has requests left but none of its users has")
+
+    def _heads(
+        self, ws: str, user: str, shapes: Collection[Shape] | None, part: _JobPart
+    ) -> Iterator[tuple[tuple[int, float, QueueKey], str, Shape]]:
+        """The front of each of the user's buckets (of `shapes`; None: all), keyed by the order
+        jobs are taken in: priority, the part of its share the job holds, queue order."""
+        for job, buckets in self._queue.tree[ws][user].jobs.items():
+            job_part = part(job)
+            for shape, bucket in buckets.items():
+                if shapes is not None and shape not in shapes:
+                    continue
+                at = self._cursor.get((ws, user, job, shape), 0)
+                if at < len(bucket):
+                    key = bucket[at][0]
+                    yield (key[0], job_part, key), job, shape
+
+    def _advance(self, ws: str, user: str, job: str, shape: Shape) -> AllocationRequest:
+        at = self._cursor.get((ws, user, job, shape), 0)
+        self._cursor[(ws, user, job, shape)] = at + 1
+        request = self._queue.tree[ws][user].jobs[job][shape][at][1]
+        self._taken_ws[ws] += 1
+        self._taken_user[(ws, user)] += 1
+        self.left(ws, user)[shape] -= 1
+        self.examined.setdefault((ws, user, shape), []).append(request.allocation_id)
+        self.examined_count += 1
         return request
+
+    def take(self, ws: str, user: str, part: _JobPart) -> AllocationRequest:
+        """The user's next request: its jobs by priority, the part of their shares they hold, and
+        queue order."""
+        _, job, shape = min(self._heads(ws, user, None, part))
+        return self._advance(ws, user, job, shape)
+
+    def first(self, ws: str, user: str, shapes: Collection[Shape], part: _JobPart) -> AllocationRequest:
+        """The request of `shapes` that `take` would give first (none is taken)."""
+        _, job, shape = min(self._heads(ws, user, shapes, part))
+        queue = self._queue.tree[ws][user]
+        return queue.jobs[job][shape][self._cursor.get((ws, user, job, shape), 0)][1]
+
+    def set_aside(self, ws: str, user: str) -> None:
+        """The user's requests are no longer taken one by one (their reasons are known, or they
+        wait for step 2): step 1 goes on with the others."""
+        taken = self._queue.tree[ws][user].count - self._taken_user[(ws, user)]
+        self._taken_ws[ws] += taken
+        self._taken_user[(ws, user)] += taken
+
+    def merged(
+        self, ws: str, user: str, shapes: Collection[Shape], part: _JobPart
+    ) -> Iterator[AllocationRequest]:
+        """The user's requests of `shapes` left, in the order `take` gives them with the jobs'
+        parts fixed (nothing of theirs changes while they wait)."""
+        heap = list(self._heads(ws, user, shapes, part))
+        heapq.heapify(heap)
+        while heap:
+            _, job, shape = heap[0]
+            request = self._advance(ws, user, job, shape)
+            bucket = self._queue.tree[ws][user].jobs[job][shape]
+            at = self._cursor[(ws, user, job, shape)]
+            if at < len(bucket):
+                key = bucket[at][0]
+                heapq.heapreplace(heap, ((key[0], heap[0][0][1], key), job, shape))
+            else:
+                heapq.heappop(heap)
+            yield request
+
+
+class _JobPart:
+    """The part of its share each job holds, with the holdings of one moment."""
+
+    def __init__(self, held: _Tally, shares: Entitlements) -> None:
+        self._held = held
+        self._shares = shares
+
+    def __call__(self, job: str) -> float:
+        return _part(self._held[job], self._shares.job.get(job, 0))
 
 
 # A gang that fits on one agent reclaims on one agent: at most this many agents are tried (those of
@@ -264,55 +311,83 @@ class _Pass:
     pool: ResourcePool
     facts: PoolFacts
     capacity: PoolCapacity
-    running: list[AllocationRequest]
+    queue: FairQueue
     shares: Entitlements
-    held: _Held
+    # The pool with nothing running (made when first needed), and whether each request shape
+    # would fit in it (for waiting reasons); a session keeps both between passes.
+    idle: PoolCapacity | None = None
+    fits_idle: dict[Shape, bool] = field(default_factory=dict)
     outcome: PassOutcome = field(default_factory=PassOutcome)
     preempted: set[str] = field(default_factory=set)
     first_preemptor: str | None = None
-    # Whether each request shape would fit were nothing running (for waiting reasons).
-    fits_idle: dict[Shape, bool] = field(default_factory=dict)
-    # The working state's changes so far: what was found impossible at a version stays so until
-    # the next (a start or a reclaim changes it).
+    # The working state's changes so far: what was found possible or impossible at a version
+    # stays so until the next (a start or a reclaim changes it).
     version: int = 0
     no_place: dict[Shape, int] = field(default_factory=dict)
+    has_place: dict[Shape, int] = field(default_factory=dict)
     no_reclaim: dict[tuple[Shape, str, str], int] = field(default_factory=dict)
+    has_reclaim: dict[tuple[Shape, str, str], int] = field(default_factory=dict)
     reasons_by_shape: dict[Shape, tuple[int, str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        self.held = _Held(self.queue)
+        self.job_part = _JobPart(self.held.job, self.shares)
         self.workspaces = {g.key: g for g in self.pool.workspaces}
         self.users = {g.key: g for g in self.pool.users}
-        self.quotas = Quotas(self.pool)
-        # Reclaimable work by workspace and by user, oldest placed first (sorted once a pass), and
-        # how much of each list's front is passed for good.
-        # The same by agent, the agents of the oldest reclaimable work first.
-        self.by_workspace: dict[str, list[AllocationRequest]] = defaultdict(list)
-        self.by_user: dict[str, list[AllocationRequest]] = defaultdict(list)
-        self.on_agent: dict[str, list[AllocationRequest]] = {}
-        for c in sorted(self.running, key=lambda c: (c.started_at_ns, c.allocation_id)):
-            if self.reclaimable(c):
-                self.by_workspace[workspace_of(c)].append(c)
-                self.by_user[user_of(c)].append(c)
-                for agent_id in dict.fromkeys(p.agent_id for p in c.placements):
-                    self.on_agent.setdefault(agent_id, []).append(c)
-        self.fronts: dict[tuple[str, str], int] = defaultdict(int)
+        # The groups with a maximum.
+        self.capped_workspaces = {key: g for key, g in self.workspaces.items() if g.max_slots > 0}
+        self.capped_users = {key: g for key, g in self.users.items() if g.max_slots > 0}
+        # How much of each victim list's front is passed for good.
+        self.fronts: dict[tuple[str, str], int] = Counter()
+        # The agents holding reclaimable work, those of the oldest first (made when first needed).
+        self._agents_by_age: list[str] | None = None
 
-    def reclaimable(self, c: AllocationRequest) -> bool:
-        """Preemptible slotted work that has run long enough (the pool's minimum run before reclaim)."""
+    def protected(self, c: AllocationRequest) -> bool:
+        """Placed after the pool's `protect_started_after`: not reclaimed yet (a minimum run before
+        reclaim). Victim lists are oldest first, so what is protected is the young end of each."""
         protect = self.pool.protect_started_after_ns
-        return c.preemptible and c.slots_needed > 0 and not (protect and c.started_at_ns > protect)
+        return bool(protect) and c.started_at_ns > protect
 
-    def workspace_name(self, r: AllocationRequest) -> str:
-        return _name(self.workspaces, workspace_of(r), "workspace")
+    def stand_in(self, order: _Order, place: Place) -> AllocationRequest:
+        return _stand_in(order.user_queue(place[0], place[1]), self.pool, place)
 
-    def over_quota(self, r: AllocationRequest) -> str | None:
-        return self.quotas.over_maximum(r, self.held)
+    def workspace_name(self, ws: str) -> str:
+        return group_name(self.workspaces, ws, "workspace")
+
+    def over_quota(self, ws: str, user: str, slots: int) -> str | None:
+        for capped, key, held, kind in (
+            (self.capped_workspaces, ws, self.held.workspace, "workspace"),
+            (self.capped_users, user, self.held.user, "user"),
+        ):
+            group = capped.get(key)
+            if group is not None and held[key] + slots > group.max_slots:
+                return reasons.over_quota(
+                    group_name(capped, key, kind), held[key], group.max_slots, self.pool.name
+                )
+        return None
 
     def enforce_maximums(self) -> None:
         """A group holding more than its maximum (an admin lowered it) gives back its youngest
         placements until it holds no more: preempted gracefully, for no request in particular."""
-        for victim in self.quotas.over_maximums(self.running, self.held, self.preempted):
-            self.outcome.preemptions.append(Preemption(victim.allocation_id, ""))
+        for groups, group_of, held, lists in (
+            (self.workspaces, workspace_of, self.held.workspace, self.queue.by_workspace),
+            (self.users, user_of, self.held.user, self.queue.by_user),
+        ):
+            over = {
+                key: held[key] - group.max_slots
+                for key, group in groups.items()
+                if group.max_slots > 0 and held[key] > group.max_slots
+            }
+            if not over:
+                continue
+            candidates = [c for key in over for _, _, c in lists.get(key, ())]
+            for candidate in sorted(candidates, key=lambda c: (-c.started_at_ns, c.allocation_id)):
+                key = group_of(candidate)
+                if over[key] <= 0 or candidate.allocation_id in self.preempted:
+                    continue
+                self.preempted.add(candidate.allocation_id)
+                self.outcome.preemptions.append(Preemption(candidate.allocation_id, ""))
+                over[key] -= candidate.slots_needed
 
     def why_not(self, r: AllocationRequest) -> str:
         shape = shape_of(r)
@@ -320,17 +395,38 @@ class _Pass:
         if known is not None and known[0] == self.version:
             return known[1]
         if shape not in self.fits_idle:
-            idle = self.capacity.emptied()
-            self.fits_idle[shape] = find_fit(r, idle, self.pool.fitting_policy) is not None
+            if self.idle is None:
+                self.idle = self.capacity.emptied()
+            self.fits_idle[shape] = find_fit(r, self.idle, self.pool.fitting_policy) is not None
         reason = reasons.cannot_fit(r, self.facts, self.capacity, self.fits_idle[shape])
         self.reasons_by_shape[shape] = (self.version, reason)
         return reason
 
-    def within_share(self, r: AllocationRequest) -> bool:
-        ws, user = workspace_of(r), user_of(r)
-        return self.held.workspace[ws] + r.slots_needed <= self.shares.workspace.get(
-            ws, 0
-        ) and self.held.user[user] + r.slots_needed <= self.shares.user.get(user, 0)
+    def within_share(self, ws: str, user: str, slots: int) -> bool:
+        return self.held.workspace[ws] + slots <= self.shares.workspace.get(ws, 0) and self.held.user[
+            user
+        ] + slots <= self.shares.user.get(user, 0)
+
+    def below_share(self, r: AllocationRequest) -> str:
+        ws = workspace_of(r)
+        held, share = self.held.workspace[ws], self.shares.workspace.get(ws, 0)
+        return reasons.below_fair_share(self.workspace_name(ws), held, share, self.why_not(r))
+
+    def may_fit(self, r: AllocationRequest, look: bool) -> bool | None:
+        """Whether a request of r's shape fits now, as far as known at this version (None: not
+        known, and not `look`ed for)."""
+        shape = shape_of(r)
+        if self.no_place.get(shape) == self.version:
+            return False
+        if self.has_place.get(shape) == self.version:
+            return True
+        if not look:
+            return None
+        if find_fit(r, self.capacity, self.pool.fitting_policy) is None:
+            self.no_place[shape] = self.version
+            return False
+        self.has_place[shape] = self.version
+        return True
 
     def start(self, r: AllocationRequest) -> bool:
         """Start `r` where it fits now; whether it did. While the working state is unchanged
@@ -351,12 +447,17 @@ class _Pass:
             self.outcome.started.append((r, fit))
         return True
 
+    # -- reclaiming ----------------------------------------------------------------------------
+
+    def _lists(self, level: str) -> dict[str, Candidates]:
+        return self.queue.by_workspace if level == "workspace" else self.queue.by_user
+
     def _victim_lists(self, r: AllocationRequest) -> list[tuple[str, str]]:
         """Where `r` may reclaim from: the other workspaces' work, and the other users' of its own
         workspace (a user's own jobs are never reclaimed for it). No allocation is in two of them."""
         ws, user = workspace_of(r), user_of(r)
-        lists = [("workspace", key) for key in self.by_workspace if key != ws]
-        lists += [("user", key) for key in self.by_user if key != user and key.rsplit("/", 1)[0] == ws]
+        lists = [("workspace", key) for key in self.queue.by_workspace if key != ws]
+        lists += [("user", key) for key in self.queue.by_user if key != user and key.rsplit("/", 1)[0] == ws]
         return lists
 
     def _takeable(self, victim: AllocationRequest, level: str, key: str, taken: Counter[str]) -> bool:
@@ -370,12 +471,14 @@ class _Pass:
     def _next_victim(self, level: str, key: str, at: int, taken: Counter[str]) -> int:
         """The index of the group's oldest takeable allocation from `at` on (len: none). Work
         preempted already, and work its group's share keeps while nothing was taken from it in
-        this attempt (its holding only falls in this pass), is passed for good."""
-        queue = (self.by_workspace if level == "workspace" else self.by_user)[key]
-        front = self.fronts[(level, key)]
-        at = max(at, front)
+        this attempt (its holding only falls in this pass), is passed for good; protected work
+        ends the list."""
+        queue = self._lists(level)[key]
+        at = max(at, self.fronts[(level, key)])
         while at < len(queue):
-            candidate = queue[at]
+            candidate = queue[at][2]
+            if self.protected(candidate):
+                return len(queue)
             gone = candidate.allocation_id in self.preempted
             if not gone and self._takeable(candidate, level, key, taken):
                 return at
@@ -403,10 +506,10 @@ class _Pass:
             for where in lists:
                 level, key = where
                 positions[where] = self._next_victim(level, key, positions[where], taken)
-                queue = (self.by_workspace if level == "workspace" else self.by_user)[key]
+                queue = self._lists(level)[key]
                 if positions[where] >= len(queue):
                     continue
-                head = queue[positions[where]]
+                head = queue[positions[where]][2]
                 if best is None or (head.started_at_ns, head.allocation_id) < (
                     best[0].started_at_ns,
                     best[0].allocation_id,
@@ -424,13 +527,27 @@ class _Pass:
                 apply_fit(trial, fit, r.allocation_id)
                 return _Reclaim(trial, victims)
 
+    def _agents_oldest_first(self) -> list[str]:
+        """The agents holding reclaimable work, ordered by their oldest such work (an allocation on
+        several agents puts them in the order of its placements)."""
+        if self._agents_by_age is None:
+            keyed = []
+            for agent_id, candidates in self.queue.on_agent.items():
+                _, _, head = candidates[0]
+                if self.protected(head):
+                    continue
+                hosts = list(dict.fromkeys(p.agent_id for p in head.placements))
+                keyed.append((head.started_at_ns, head.allocation_id, hosts.index(agent_id), agent_id))
+            self._agents_by_age = [agent_id for *_, agent_id in sorted(keyed)]
+        return self._agents_by_age
+
     def _plan_on_one_agent(self, r: AllocationRequest) -> _Reclaim | None:
         """The cheapest room for `r` on a single agent: on each agent holding reclaimable work (the
         agents of the oldest first, at most _MAX_AGENTS_TRIED), its own takeable work released
         oldest first until `r` fits there."""
         best: _Reclaim | None = None
         tried = 0
-        for agent_id, on_agent in self.on_agent.items():
+        for agent_id in self._agents_oldest_first():
             if tried >= _MAX_AGENTS_TRIED:
                 break
             if agent_id not in self.capacity.agents:
@@ -438,7 +555,9 @@ class _Pass:
             tried += 1
             trial, victims = self.capacity.copy(), []
             taken: Counter[str] = Counter()
-            for candidate in on_agent:
+            for _, _, candidate in self.queue.on_agent[agent_id]:
+                if self.protected(candidate):
+                    break
                 group = self._group_of_victim(candidate, r)
                 if candidate.allocation_id in self.preempted or group is None:
                     continue
@@ -457,6 +576,31 @@ class _Pass:
                 break
         return best
 
+    def _plan(self, r: AllocationRequest) -> _Reclaim | None:
+        plan = self._plan_across_pool(r, self._victim_lists(r))
+        if (plan is None or plan.slots > r.slots_needed) and r.slots_needed > 1:
+            local = self._plan_on_one_agent(r)
+            if local is not None and (plan is None or local.slots < plan.slots):
+                plan = local
+        return plan
+
+    def may_reclaim(self, r: AllocationRequest, look: bool) -> bool | None:
+        """Whether a request of r's workspace, user and shape could reclaim now, as far as known at
+        this version (None: not known, and not `look`ed for). Looking plans without preempting;
+        the victim lists' fronts it passes stay passed (module docstring of `_next_victim`)."""
+        memo = (shape_of(r), workspace_of(r), user_of(r))
+        if self.no_reclaim.get(memo) == self.version:
+            return False
+        if self.has_reclaim.get(memo) == self.version:
+            return True
+        if not look:
+            return None
+        if self._plan(r) is None:
+            self.no_reclaim[memo] = self.version
+            return False
+        self.has_reclaim[memo] = self.version
+        return True
+
     def reclaim(self, r: AllocationRequest) -> bool:
         """Preempt work over its share until `r` fits, never taking a group below its share and
         always a whole allocation; reserve `r` there. The oldest placed go first, but never work
@@ -468,11 +612,7 @@ class _Pass:
         memo = (shape_of(r), workspace_of(r), user_of(r))
         if self.no_reclaim.get(memo) == self.version:
             return False
-        plan = self._plan_across_pool(r, self._victim_lists(r))
-        if (plan is None or plan.slots > r.slots_needed) and r.slots_needed > 1:
-            local = self._plan_on_one_agent(r)
-            if local is not None and (plan is None or local.slots < plan.slots):
-                plan = local
+        plan = self._plan(r)
         if plan is None:
             self.no_reclaim[memo] = self.version
             return False
@@ -488,50 +628,166 @@ class _Pass:
         self.outcome.waiting[r.allocation_id] = reasons.reclaiming(ids, self.pool.name)
         return True
 
+    # -- taking requests by the group ----------------------------------------------------------
+
+    def settle(self, order: _Order, ws: str, user: str, look: bool) -> list[_Verdict] | None:
+        """What step 1 taking the user's requests left would make of each shape, if that changes
+        nothing: over a quota, beyond its share (lent to in step 2), or within its share where
+        none of its shape fits and its workspace, user and shape can reclaim nothing. None when
+        some may start or reclaim. Only the fits and reclaims already known at this version
+        count, unless `look` (the last request taken changed nothing either: looking is cheaper
+        than taking the rest one by one)."""
+        verdicts = []
+        for shape, count in order.left(ws, user).items():
+            if count <= 0:
+                continue
+            quota = self.over_quota(ws, user, shape[0])
+            within = quota is None and self.within_share(ws, user, shape[0])
+            if within:
+                stand_in = self.stand_in(order, (ws, user, shape))
+                if self.may_fit(stand_in, look) is not False or self.may_reclaim(stand_in, look) is not False:
+                    return None
+            verdicts.append(_Verdict(shape, quota, within))
+        return verdicts
+
+    def tail(self, order: _Order, place: Place, reason: str) -> None:
+        ws, user, _ = place
+        excluded = frozenset(order.examined.get(place, ()))
+        self.outcome.group_tails.append(GroupTail(place, order.user_queue(ws, user), excluded, reason))
+
+    def set_aside(
+        self,
+        order: _Order,
+        ws: str,
+        user: str,
+        verdicts: list[_Verdict],
+        lenders: list[AllocationRequest | _Block],
+        deprived: AllocationRequest | None,
+    ) -> AllocationRequest | None:
+        """Give the user's requests left what step 1 would, taking them one by one with nothing
+        changing (`settle`): a quota's reason, a place in step 2 (in the order taken), or the
+        reason of a request within its share that cannot start (the first of those is the
+        deprived one, for whom step 2 keeps the free slots). Returns the deprived request."""
+        lent: list[Shape] = []
+        within: list[Shape] = []
+        for verdict in verdicts:
+            place = (ws, user, verdict.shape)
+            if verdict.quota is not None:
+                self.tail(order, place, verdict.quota)
+            elif verdict.within_share:
+                self.tail(order, place, self.below_share(self.stand_in(order, place)))
+                within.append(verdict.shape)
+            else:
+                lent.append(verdict.shape)
+        if deprived is None and within:
+            deprived = order.first(ws, user, within, self.job_part)
+        if lent:
+            lenders.append(_Block(ws, user, tuple(lent), self.held.job.frozen()))
+        order.set_aside(ws, user)
+        return deprived
+
+    def lend_block(self, order: _Order, block: _Block, stop_early: bool) -> None:
+        """Step 2 for a block of lent requests (no request within its share waits): each starts
+        where it fits, unless over a quota. Once none of the shapes left fits and the rest are over
+        a quota, the rest wait with their shape's reason."""
+        ws, user = block.ws, block.user
+        left = order.left(ws, user)
+        members: Iterator[AllocationRequest] | None = None
+        look = True
+        while True:
+            shapes = [shape for shape in block.shapes if left[shape] > 0]
+            if not shapes:
+                return
+            settled = self._lent_reasons(order, ws, user, shapes, look) if stop_early else None
+            if settled is not None:
+                for shape, reason in zip(shapes, settled, strict=True):
+                    self.tail(order, (ws, user, shape), reason)
+                return
+            if members is None:
+                members = order.merged(ws, user, block.shapes, _JobPart(block.job_held, self.shares))
+            version = self.version
+            self.lend(next(members))
+            look = self.version == version
+
+    def _lent_reasons(
+        self, order: _Order, ws: str, user: str, shapes: list[Shape], look: bool
+    ) -> list[str] | None:
+        """Why each shape's lent requests wait, if none can start now (None when some may)."""
+        why = []
+        for shape in shapes:
+            quota = self.over_quota(ws, user, shape[0])
+            if quota is not None:
+                why.append(quota)
+                continue
+            stand_in = self.stand_in(order, (ws, user, shape))
+            if self.may_fit(stand_in, look) is not False:
+                return None
+            why.append(self.why_not(stand_in))
+        return why
+
+    def lend(self, r: AllocationRequest) -> None:
+        quota = self.over_quota(workspace_of(r), user_of(r), r.slots_needed)
+        if quota is not None:
+            self.outcome.waiting[r.allocation_id] = quota
+        elif not self.start(r):
+            self.outcome.waiting[r.allocation_id] = self.why_not(r)
+
 
 def run_fair_share_pass(
     pool: ResourcePool,
     facts: PoolFacts,
     capacity: PoolCapacity,
-    pending: Sequence[AllocationRequest],
-    running: Sequence[AllocationRequest],
+    queue: FairQueue,
+    idle: PoolCapacity | None = None,
+    fits_idle: dict[Shape, bool] | None = None,
+    stop_early: bool = True,
 ) -> PassOutcome:
-    """Decide for the slotted `pending` requests of `pool` given its slotted `running` ones.
-    `capacity` is the pass's own working copy."""
-    shares = entitlements(pool, facts.usable_slots, [*running, *pending])
-    state = _Pass(pool, facts, capacity, list(running), shares, _Held(running))
+    """Decide for the slotted pending requests of `pool` given its slotted running ones, both in
+    `queue` (only read). `capacity` is the pass's own working copy; `idle` the pool with nothing
+    running and `fits_idle` which shapes fit in it, as far as known (filled in here: a caller that
+    keeps the pool keeps these too)."""
+    shares = queue.entitlements(pool, facts.usable_slots)
+    state = _Pass(pool, facts, capacity, queue, shares, idle, {} if fits_idle is None else fits_idle)
     state.enforce_maximums()
-    holding = _Held(running)
-    order = _Order(pool, pending)
-    lenders: list[AllocationRequest] = []
+    order = _Order(queue)
+    lenders: list[AllocationRequest | _Block] = []
     deprived: AllocationRequest | None = None
-    while (r := order.take(state.held, shares)) is not None:
-        quota = state.over_quota(r)
+    look = False
+    while (at := order.next_user(state.held, shares, state.version)) is not None:
+        ws, user = at
+        verdicts = state.settle(order, ws, user, look) if stop_early else None
+        if verdicts is not None:
+            deprived = state.set_aside(order, ws, user, verdicts, lenders, deprived)
+            continue
+        r = order.take(ws, user, state.job_part)
+        version = state.version
+        quota = state.over_quota(ws, user, r.slots_needed)
         if quota is not None:
             state.outcome.waiting[r.allocation_id] = quota
-            continue
-        if not state.within_share(r):
+        elif not state.within_share(ws, user, r.slots_needed):
             lenders.append(r)
-            continue
-        if state.start(r) or state.reclaim(r):
-            continue
-        held, share = state.held.workspace[workspace_of(r)], shares.workspace.get(workspace_of(r), 0)
-        state.outcome.waiting[r.allocation_id] = reasons.below_fair_share(
-            state.workspace_name(r), held, share, state.why_not(r)
-        )
-        deprived = deprived or r
-    for r in lenders:
-        if deprived is not None:
-            state.outcome.waiting[r.allocation_id] = reasons.held_for_fair_share(
-                deprived, state.workspace_name(deprived)
-            )
-            continue
-        quota = state.over_quota(r)
-        if quota is not None:
-            state.outcome.waiting[r.allocation_id] = quota
-        elif not state.start(r):
-            state.outcome.waiting[r.allocation_id] = state.why_not(r)
+        elif not (state.start(r) or state.reclaim(r)):
+            state.outcome.waiting[r.allocation_id] = state.below_share(r)
+            deprived = deprived or r
+        look = state.version == version
+    kept = None
+    if deprived is not None:
+        kept = reasons.held_for_fair_share(deprived, state.workspace_name(workspace_of(deprived)))
+    for item in lenders:
+        if kept is not None:
+            if isinstance(item, _Block):
+                for shape in item.shapes:
+                    if order.left(item.ws, item.user)[shape] > 0:
+                        state.tail(order, (item.ws, item.user, shape), kept)
+            else:
+                state.outcome.waiting[item.allocation_id] = kept
+        elif isinstance(item, _Block):
+            state.lend_block(order, item, stop_early)
+        else:
+            state.lend(item)
+    holding = _Held(queue)
     for r, _ in state.outcome.started:
         holding.add(r, r.slots_needed)
-    state.outcome.shares = division(pool, facts.usable_slots, [*running, *pending], shares, holding)
+    state.outcome.shares = queue.division(pool, facts.usable_slots, shares, (holding.workspace, holding.user))
+    state.outcome.examined = order.examined_count
     return state.outcome

@@ -29,7 +29,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from services.scheduler.domain import reasons
 from services.scheduler.domain.capacity import PoolCapacity
@@ -38,6 +38,9 @@ from services.scheduler.domain.model import AllocationRequest, PoolShares, Preem
 from services.scheduler.domain.ordering import QueueKey, by_priority_level, effective_priority, queue_key
 from services.scheduler.domain.preemption import plan_preemption
 from services.scheduler.domain.reasons import PoolFacts
+
+if TYPE_CHECKING:
+    from services.scheduler.domain.fair_queue import GroupTail
 
 # A request's shape: what fitting looks at (its slots, whether it needs one agent, the agents it
 # excludes), never which request it is.
@@ -80,12 +83,18 @@ class PassOutcome:
     tails: list[Tail] = field(default_factory=list)
     # A fair-share pass's division of the pool (fair_share.py); None for a priority pass.
     shares: PoolShares | None = None
+    # A fair-share pass's requests not looked at one by one, by workspace, user and shape.
+    group_tails: list[GroupTail] = field(default_factory=list)
+    # How many requests a fair-share pass looked at one by one (what its cost follows).
+    examined: int = 0
 
     def all_waiting(self) -> dict[str, str]:
         """Every waiting request with its reason, the tails spelled out."""
         waiting = dict(self.waiting)
         for tail in self.tails:
             waiting.update((request.allocation_id, tail.reason) for _, request in tail.requests)
+        for group_tail in self.group_tails:
+            waiting.update((request.allocation_id, group_tail.reason) for request in group_tail.members())
         return waiting
 
 

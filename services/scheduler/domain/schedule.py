@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from services.scheduler.domain import reasons
 from services.scheduler.domain.capacity import build_pool_capacity
+from services.scheduler.domain.fair_queue import FairQueue
 from services.scheduler.domain.fair_share import run_fair_share_pass
 from services.scheduler.domain.model import (
     Agent,
@@ -83,13 +84,7 @@ def _schedule_pool(
         kind = [r for r in requests if (r.slots_needed == 0) == zero_slot]
         if pool.scheduler_type is SchedulerType.FAIR_SHARE and not zero_slot:
             # Zero-slot work holds no slots to share: it keeps the priority pass.
-            outcome = run_fair_share_pass(
-                pool,
-                facts,
-                base.copy(),
-                pending=[r for r in kind if not r.running],
-                running=[r for r in kind if r.running],
-            )
+            outcome = run_fair_share_pass(pool, facts, base.copy(), FairQueue(pool, kind))
         elif not zero_slot and Quotas.set_in(pool):
             # Quotas count slots: zero-slot work keeps the plain pass.
             outcome = run_priority_quota_pass(

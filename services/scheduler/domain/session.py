@@ -3,12 +3,20 @@ sends, so that a pass costs what changed, not the length of the queue.
 
 `schedule(state)` stays the definition: a session's decision is always the one `schedule` would
 give for the session's state (tests/unit/scheduler/test_scheduler_session.py checks it over random
-change sequences). What a session adds is bookkeeping that makes the same decision cheap:
+change sequences, test_scheduler_fair_share_pass.py over a fair-share pool's). What a session adds
+is bookkeeping that makes the same decision cheap:
 - each pool's capacity is kept and changed agent by agent, and copies of it are copy-on-write;
 - each pool's pending requests are kept in queue order per priority level and shape, so a pass
   takes them as they are, and stops looking at a level once no shape of it fits (priority_pass);
+- a fair-share pool's slotted requests are kept as its pass reads them (fair_queue.py: filed by
+  workspace, user, job and shape; what each group wants and holds; reclaimable work by group and
+  agent, oldest first; each level's last division), and its pass stops taking a user's requests
+  one by one once none of them could change anything (fair_share.py), so a pass after one change
+  looks at what the change concerns;
 - a pool nothing touched keeps its last outcome;
-- the answer lists only the waiting requests whose reason changed since the previous answer.
+- the answer lists only the waiting requests whose reason changed since the previous answer (the
+  requests a pass labelled together, a priority level's or a fair-share user's, are looked at one
+  by one only where their label or their membership changed).
 
 A session is the scheduler's cache of the master's truth, never a second truth: the master can
 rebuild it at any time with a snapshot, and does whenever a call fails or the scheduler answers
@@ -26,6 +34,7 @@ from dataclasses import dataclass, field
 from services.scheduler.domain import reasons
 from services.scheduler.domain.capacity import AgentCapacity, PoolCapacity, slot_order_key
 from services.scheduler.domain.errors import InvalidScheduleInput
+from services.scheduler.domain.fair_queue import FairQueue, GroupTail, Place, place_of
 from services.scheduler.domain.fair_share import run_fair_share_pass
 from services.scheduler.domain.fitting import Fit
 from services.scheduler.domain.model import (
@@ -60,6 +69,16 @@ class Changes:
     removed_agents: tuple[str, ...] = ()
     requests: tuple[AllocationRequest, ...] = ()
     removed_requests: tuple[str, ...] = ()
+
+
+@dataclass
+class Work:
+    """What the last `decide` looked at one by one: what its cost follows (tests count it)."""
+
+    # Requests a fair-share pass took one by one.
+    examined: int = 0
+    # Waiting reasons compared with what the caller was told.
+    reasons_compared: int = 0
 
 
 @dataclass(frozen=True)
@@ -109,6 +128,10 @@ class _PoolState:
     outcome: _Outcome = field(default_factory=_Outcome)
     # The tails of the previous pass: place -> (first queue key, reason).
     tails: dict[QueuePlace, tuple[QueueKey, str]] = field(default_factory=dict)
+    # A fair-share pool's slotted requests as its pass reads them (None in a priority pool).
+    fair: FairQueue | None = None
+    # The group tails of the previous fair-share pass: place -> (reason, requests not in it).
+    group_tails: dict[Place, tuple[str, frozenset[str]]] = field(default_factory=dict)
 
     @property
     def pool(self) -> ResourcePool:
@@ -137,6 +160,7 @@ class SchedulingSession:
         self._reported: dict[str, str] = {}
         # Pending requests added or changed since the last answer.
         self._touched: set[str] = set()
+        self.work = Work()
         self._set_pools(state.pools)
         for agent in state.agents:
             self._put_agent(agent)
@@ -195,16 +219,28 @@ class SchedulingSession:
             config = configs.get(name)
             if config == state.config:
                 continue
+            default_priority = state.pool.default_priority
             state.config = config
             state.dirty = True
-            state.tails = {}  # reasons name the pool's settings: report them all again
-            # The default priority orders the queue: file every pending request again.
-            pending = [r for r in self._requests.values() if not r.running and r.resource_pool == name]
-            for request in pending:
-                self._unfile(request.allocation_id)
-            for request in pending:
-                self._file(request)
-                self._touched.add(request.allocation_id)
+            # A fair-share pool's settings change on most passes (recent usage, the minimum run
+            # before reclaim): only the default priority orders the queue.
+            if state.pool.default_priority != default_priority:
+                state.tails = {}
+                state.fair = None
+                pending = [r for r in self._requests.values() if not r.running and r.resource_pool == name]
+                for request in pending:
+                    self._unfile(request.allocation_id)
+                for request in pending:
+                    self._file(request)
+                    self._touched.add(request.allocation_id)
+            if config is None or config.scheduler_type is not SchedulerType.FAIR_SHARE:
+                state.fair = None
+            elif state.fair is None:
+                slotted = [*state.running[False].values()]
+                slotted += [
+                    r for level in state.pending[False].values() for q in level.values() for _, r in q
+                ]
+                state.fair = FairQueue(state.pool, slotted)
 
     def _pool(self, name: str) -> _PoolState:
         state = self._pools.get(name)
@@ -242,6 +278,8 @@ class SchedulingSession:
         self._requests[request.allocation_id] = request
         pool = self._pool(request.resource_pool)
         pool.dirty = True
+        if pool.fair is not None and request.slots_needed > 0:
+            pool.fair.add(request)
         if not request.running:
             self._file(request)
             self._touched.add(request.allocation_id)
@@ -260,6 +298,8 @@ class SchedulingSession:
             return
         pool = self._pool(request.resource_pool)
         pool.dirty = True
+        if pool.fair is not None and request.slots_needed > 0:
+            pool.fair.remove(request)
         self._reported.pop(request_id, None)
         self._touched.discard(request_id)
         if not request.running:
@@ -323,6 +363,7 @@ class SchedulingSession:
         """The decision `schedule` would give for the session's state, with only the waiting
         reasons that changed since the previous answer."""
         self._refresh_capacity()
+        self.work = Work()
         changed: dict[str, str] = {}
         assignments: list[Assignment] = []
         preemptions: list[Preemption] = []
@@ -333,7 +374,7 @@ class SchedulingSession:
                 if pool.outcome.shares is not None:
                     # Its work has all ended: nobody holds or wants a share any more.
                     shares.append(PoolShares(name))
-                pool.outcome, pool.tails, pool.dirty = _Outcome(), {}, False
+                pool.outcome, pool.tails, pool.group_tails, pool.dirty = _Outcome(), {}, {}, False
                 continue
             if pool.dirty:
                 self._decide_pool(pool, changed)
@@ -373,6 +414,7 @@ class SchedulingSession:
         outcome = _Outcome()
         explicit: dict[str, str] = {}
         tails: list[tuple[bool, Tail]] = []
+        group_tails: list[GroupTail] = []
         if pool.config is None:
             reason = reasons.pool_missing(pool.name)
             for zero in (False, True):
@@ -388,16 +430,19 @@ class SchedulingSession:
             for zero in (False, True):
                 levels = sorted(pool.pending[zero].items())
                 if pool.config.scheduler_type is SchedulerType.FAIR_SHARE and not zero:
-                    # Running work alone may be over a quota's maximum: decided even then.
-                    # Every change moves every group's share: a fair-share pool is decided whole
-                    # (its pending requests, its running ones, its groups), not by what changed.
-                    pending = [r for _, level in levels for queue in level.values() for _, r in queue]
-                    running = list(pool.running[zero].values())
-                    result = run_fair_share_pass(pool.config, pool.facts, pool.base.copy(), pending, running)
+                    # Running work alone may be over a quota's maximum: decided even then. The
+                    # pass reads the pool's FairQueue as kept, and looks at requests one by one
+                    # only while that can change something (fair_share.py).
+                    assert pool.fair is not None
+                    result = run_fair_share_pass(
+                        pool.config, pool.facts, pool.base.copy(), pool.fair, pool.idle, pool.idle_fits
+                    )
                     outcome.started.extend(result.started)
                     outcome.preemptions.extend(result.preemptions)
                     outcome.shares = result.shares
                     explicit.update(result.waiting)
+                    group_tails.extend(result.group_tails)
+                    self.work.examined += result.examined
                     continue
                 if not zero and Quotas.set_in(pool.config):
                     # Quotas: decided whole, as fair share is (each request's quota is its own, and
@@ -426,9 +471,11 @@ class SchedulingSession:
         for request_id, reason in explicit.items():
             self._report(request_id, reason, changed)
         self._report_tails(pool, tails, changed)
+        self._report_group_tails(pool, group_tails, changed)
         pool.outcome = outcome
 
     def _report(self, request_id: str, reason: str, changed: dict[str, str]) -> None:
+        self.work.reasons_compared += 1
         if self._reported.get(request_id) != reason:
             self._reported[request_id] = reason
             changed[request_id] = reason
@@ -461,6 +508,39 @@ class SchedulingSession:
             if tail_now is not None and where[2] >= tail_now[0]:
                 self._report(request_id, tail_now[1], changed)
         pool.tails = now
+
+    def _report_group_tails(self, pool: _PoolState, tails: list[GroupTail], changed: dict[str, str]) -> None:
+        """Report the group tails' requests whose reason changed, looking only where it can have:
+        a tail that keeps its reason changed only by the requests looked at one by one then and
+        not now, and by requests added or changed since the last answer."""
+        now: dict[Place, tuple[str, frozenset[str]]] = {}
+        told_whole: set[Place] = set()
+        for tail in tails:
+            now[tail.place] = (tail.reason, tail.excluded)
+            before = pool.group_tails.get(tail.place)
+            if before is None or before[0] != tail.reason:
+                for member in tail.members():
+                    self._report(member.allocation_id, tail.reason, changed)
+                told_whole.add(tail.place)
+                continue
+            for request_id in before[1] - tail.excluded:
+                known = self._requests.get(request_id)
+                if known is not None and self._waits_at(pool, known) == tail.place:
+                    self._report(request_id, tail.reason, changed)
+        for request_id in self._touched:
+            request = self._requests.get(request_id)
+            place = self._waits_at(pool, request) if request is not None else None
+            tail_now = now.get(place) if place is not None and place not in told_whole else None
+            if tail_now is not None and request_id not in tail_now[1]:
+                self._report(request_id, tail_now[0], changed)
+        pool.group_tails = now
+
+    @staticmethod
+    def _waits_at(pool: _PoolState, request: AllocationRequest) -> Place | None:
+        """Where a pending slotted request of the fair-share `pool` waits (None: elsewhere)."""
+        if request.resource_pool != pool.name or request.running or request.slots_needed == 0:
+            return None
+        return place_of(request)
 
 
 def _check_pools(pools: tuple[ResourcePool, ...]) -> None:

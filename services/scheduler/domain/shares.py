@@ -59,14 +59,27 @@ def _level(claims: Sequence[Claim], floors: Mapping[str, float], target: float) 
     def shares(level: float) -> dict[str, float]:
         return {c.key: min(float(c.room), max(floors[c.key], level * c.weight)) for c in claims}
 
+    terms = [(float(c.room), floors[c.key], c.weight) for c in claims]
+
+    def total(level: float) -> float:
+        # sum(shares(level).values()) with min and max written out (each comparison picks the
+        # value they would): a third of the time, and a session divides on most passes.
+        return sum(
+            room if (v := (x if (x := level * weight) > floor else floor)) >= room else v
+            for room, floor, weight in terms
+        )
+
     high = max((c.room / c.weight for c in claims), default=0.0)
     low = 0.0
     for _ in range(_STEPS):
         mid = (low + high) / 2
-        if sum(shares(mid).values()) < target:
+        before = (low, high)
+        if total(mid) < target:
             low = mid
         else:
             high = mid
+        if (low, high) == before:
+            break  # the bounds are adjacent floats: every step left would leave them so
     return shares(high)
 
 

@@ -21,6 +21,7 @@ from cairn.api.v1 import api_pb2, api_pb2_grpc, auth_pb2, experiment_pb2, master
 from services.common.interceptors import AuthError, AuthInterceptor
 from services.common.metadata import GATEWAY_KEY_KEY, Metadata, metadata_value
 from services.common.principal import Principal
+from services.common.server import with_request_checks
 from services.master.domain.allocations.proxy_access import ProxyTarget
 from services.master.gateway.http_limits import HttpLimits
 from services.master.gateway.internal_service import GatewayServicer, register_gateway_service
@@ -159,7 +160,9 @@ def start_scripted() -> tuple[grpc.Server, int, Observed]:
     """The scripted service on a free port: (server, port, what it saw)."""
     observed = Observed()
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=16), interceptors=[AuthInterceptor(_gateway_key_only)]
+        futures.ThreadPoolExecutor(max_workers=16),
+        # As every Cairn server orders them: who is calling, then the request (server.py).
+        interceptors=with_request_checks([AuthInterceptor(_gateway_key_only)]),
     )
     # Only some methods are served: the others answer UNIMPLEMENTED, as gRPC's base class does.
     scripted = ScriptedCairn(observed)  # type: ignore[abstract]

@@ -4,6 +4,7 @@
 import { ApiError, buildUrl, del, get, patch, post, put, stream } from "./http";
 import type {
   AllocationSummary,
+  GetAuditEventsResponse,
   CommandLike,
   GetAgentsResponse,
   GetTasksResponse,
@@ -292,3 +293,18 @@ export const getUsers = (signal?: AbortSignal) =>
 /** One pool's jobs in queue order, each with why it waits and when it is forecast to start. */
 export const getPoolQueue = (pool: string, signal?: AbortSignal) =>
   get<GetJobsV2Response>("/api/v1/job-queues-v2", { resourcePool: pool, limit: -1 }, signal);
+
+export interface AuditQuery {
+  username?: string;
+  since?: string; // RFC 3339
+  until?: string;
+  method?: string;
+  outcome?: string;
+  target?: string;
+  limit: number;
+  beforeId?: string;
+}
+
+/** The audit trail, newest first (admins only): a page, and where the next (older) one starts. */
+export const getAuditEvents = (q: AuditQuery, signal?: AbortSignal) =>
+  get<GetAuditEventsResponse>("/api/v1/audit", { ...q }, signal);

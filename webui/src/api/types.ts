@@ -489,3 +489,26 @@ export interface UserSummary {
   admin: boolean;
   active: boolean;
 }
+
+/** One call of the audit trail (proto/cairn/api/v1/audit.proto); `id` is an int64, as text. */
+export interface AuditEvent {
+  id: string;
+  time?: string;
+  userId: number;
+  username: string;
+  actor: string;
+  allocationId: string;
+  method: string;
+  route: string;
+  targets?: Record<string, string>;
+  outcome: string;
+  error: string;
+  address: string;
+  transport: string;
+  durationMs: Num;
+}
+
+export interface GetAuditEventsResponse {
+  events?: AuditEvent[];
+  nextBeforeId?: string;
+}

@@ -10,6 +10,7 @@ import click
 import grpc
 
 from cairn.cli.agent import agent, resource_pool, slot
+from cairn.cli.audit import audit
 from cairn.cli.checkpoint import checkpoint
 from cairn.cli.cluster import cluster
 from cairn.cli.command import command
@@ -102,6 +103,7 @@ COMMANDS = (
     shell,
     tensorboard,
     cluster,
+    audit,
 )
 for group in COMMANDS:
     cli.add_command(group)

@@ -63,3 +63,22 @@ def check_may_enrol_agents(principal: Principal, what: str) -> None:
     are an admin's alone (check_admin)."""
     if not privileged(principal):
         raise PermissionDenied(f"only an admin may {what}")
+
+
+def may_manage_tokens_of(principal: Principal, owner_id: int) -> bool:
+    """Whether `principal` may create, list, change and revoke `owner_id`'s access tokens: the
+    owner, or an admin. Not the cluster itself: a token acts as a person, and only a person (or an
+    admin for them) mints or sees one."""
+    return principal.admin or (principal.user_id is not None and principal.user_id == owner_id)
+
+
+def check_may_manage_tokens(principal: Principal, owner_id: int, what: str, verb: str) -> None:
+    """PermissionDenied naming `what` (e.g. "access token 7") unless `principal` may manage the
+    access tokens of `owner_id` (may_manage_tokens_of)."""
+    if not may_manage_tokens_of(principal, owner_id):
+        raise PermissionDenied(f"{what} belongs to another user; only its owner or an admin may {verb} it")
+
+
+def sees_every_token(principal: Principal) -> bool:
+    """Whether a listing of access tokens shows everyone's (an admin) or only the caller's own."""
+    return principal.admin

@@ -1,9 +1,19 @@
-"""Users, passwords and session tokens.
+"""Users, passwords and the tokens callers present.
 
 Passwords: Determined-compatible clients send sha512(salt + password) ("is_hashed"); plain ones are
 salted the same way here, so both forms converge on one value, which is stored only as a PBKDF2
-hash. Tokens: random, returned once, stored only as sha256, valid for the master's session lifetime
-(--session-ttl). Failed logins are limited per user and per client address (login_limiter.py).
+hash. Tokens: random, returned once, stored only as sha256; a login's session token lasts the
+master's session lifetime (--session-ttl), an access token (access_tokens.py) its own lifespan
+until it is revoked. Failed logins are limited per user and per client address (login_limiter.py).
+
+Checking a token: the database says whether it is valid (one lookup by its hash, through a unique
+index, joined with its user); the answer is then trusted from memory for at most
+TOKEN_RECHECK_SECONDS, and only while no credential has ended since. Every change that ends one
+(a logout, a revoked token, a user deactivated or changed) bumps the revocation epoch after its
+commit, which empties the memory: the very next call is checked against the database again. Every
+token of the public API is checked in this process (the HTTP port's worker processes relay their
+calls here), so the epoch is enough; the recheck bounds what a change made outside this process
+(another master after a failover, an operator's SQL) can let through to half a second.
 """
 
 from __future__ import annotations
@@ -17,7 +27,7 @@ import time
 from dataclasses import dataclass
 from datetime import timedelta
 
-from sqlalchemy import delete, select
+from sqlalchemy import bindparam, delete, select
 
 from cairn.client.password import salt_and_hash
 from services.common.principal import Principal
@@ -32,8 +42,31 @@ from services.master.store.db import Database
 PBKDF2_ITERATIONS = 120_000
 # Accounts every fresh cluster has, as in Determined (both start with an empty password).
 BUILTIN_USERS = (("admin", True), ("determined", False))
-# A validated token is trusted for this long without another database read.
-TOKEN_CACHE_SECONDS = 10.0
+# A validated token is trusted for this long without another database read, while no credential
+# has ended meanwhile (the revocation epoch, above).
+TOKEN_RECHECK_SECONDS = 0.5
+# Remembered tokens, at most: past it the memory starts over (each token costs one lookup again).
+MAX_REMEMBERED_TOKENS = 10_000
+# The kinds of token a user_sessions row holds.
+SESSION = "session"
+ACCESS = "access"
+
+
+# One lookup by the token's hash (unique index), joined with its user; built once, not per call.
+_TOKEN_CHECK = (
+    select(
+        models.UserSession.id,
+        models.UserSession.token_type,
+        models.UserSession.expires_at,
+        models.UserSession.revoked_at,
+        models.User.id,
+        models.User.username,
+        models.User.admin,
+        models.User.active,
+    )
+    .join(models.User, models.User.id == models.UserSession.user_id)
+    .where(models.UserSession.token_hash == bindparam("token_hash"))
+)
 
 
 def hash_token(token: str) -> str:
@@ -118,8 +151,10 @@ class AuthService:
         self._ttl = timedelta(seconds=session_ttl_seconds)
         self._limiter = limiter or LoginLimiter(LoginLimits())
         self._initial_password = initial_password
-        self._cache: dict[str, tuple[Principal, float]] = {}
+        # Token hash -> (principal, the epoch it was checked in, trusted until (monotonic)).
+        self._cache: dict[str, tuple[Principal, int, float]] = {}
         self._cache_lock = threading.Lock()
+        self._epoch = 0
 
     def ensure_builtin_users(self) -> None:
         """Create the built-in accounts; with an initial password, give it to those still without one
@@ -177,27 +212,46 @@ class AuthService:
             now = utcnow()
             s.add(
                 models.UserSession(
-                    user_id=user.id, token_hash=hash_token(token), created_at=now, expires_at=now + self._ttl
+                    user_id=user.id,
+                    token_hash=hash_token(token),
+                    created_at=now,
+                    expires_at=now + self._ttl,
+                    token_type=SESSION,
                 )
             )
             user.last_auth_at = now
-            # Expired sessions are pruned here, where they would otherwise only grow.
-            s.execute(delete(models.UserSession).where(models.UserSession.expires_at < now))
+            # Expired sessions are pruned here, where they would otherwise only grow. (Access tokens
+            # stay: their owners list them, expired ones too.)
+            s.execute(
+                delete(models.UserSession).where(
+                    models.UserSession.expires_at < now, models.UserSession.token_type == SESSION
+                )
+            )
             return token, user_info(user)
 
     def logout(self, token: str) -> None:
+        """End a login's session. An access token is not ended by a client that logs out with it
+        (other automation may hold it): it is revoked (access_tokens.patch) or expires."""
         token_hash = hash_token(token)
         with self._db.transaction() as s:
-            s.execute(delete(models.UserSession).where(models.UserSession.token_hash == token_hash))
+            s.execute(
+                delete(models.UserSession).where(
+                    models.UserSession.token_hash == token_hash, models.UserSession.token_type == SESSION
+                )
+            )
+        self.credentials_changed()
+
+    def credentials_changed(self) -> None:
+        """A credential ended or a user changed (committed): from the next call on, every token is
+        checked against the database again."""
         with self._cache_lock:
-            self._cache.pop(token_hash, None)
+            self._epoch += 1
+            self._cache.clear()
 
     def forget_user(self, user_id: int) -> None:
-        """Drop what is remembered of a user's sessions: a change to the user (deactivated, admin
-        flag) holds from the next call, not after TOKEN_CACHE_SECONDS."""
-        with self._cache_lock:
-            for token_hash in [h for h, (p, _) in self._cache.items() if p.user_id == user_id]:
-                del self._cache[token_hash]
+        """A change to the user (deactivated, admin flag) holds from the next call."""
+        del user_id  # every remembered token goes: a change to a user is rare
+        self.credentials_changed()
 
     def user(self, user_id: int) -> UserInfo:
         with self._db.read() as s:
@@ -207,35 +261,48 @@ class AuthService:
             return user_info(user)
 
     def authenticate_user_token(self, token: str) -> Principal:
+        """The user a session or access token stands for; Unauthenticated for an unknown, revoked
+        or expired token, PermissionDenied for a deactivated user."""
         token_hash = hash_token(token)
         now_mono = time.monotonic()
         with self._cache_lock:
+            epoch = self._epoch
             hit = self._cache.get(token_hash)
-            if hit and hit[1] > now_mono:
-                return hit[0]
-        with self._db.read() as s:
-            row = s.execute(
-                select(models.UserSession, models.User)
-                .join(models.User, models.User.id == models.UserSession.user_id)
-                .where(models.UserSession.token_hash == token_hash)
-            ).first()
-            if row is None:
-                raise Unauthenticated("invalid credentials: unknown or revoked token")
-            session, user = row
-            left_s = (session.expires_at - utcnow()).total_seconds()
-            if left_s <= 0:
-                raise Unauthenticated(
-                    f"session expired (sessions last {format_duration(self._ttl)}): log in again"
-                )
-            if not user.active:
-                raise PermissionDenied("user is not active")
-            principal = Principal(user_id=user.id, username=user.username, admin=user.admin)
+        if hit is not None and hit[1] == epoch and hit[2] > now_mono:
+            return hit[0]
+        principal, left_s = self._check_token(token_hash)
         with self._cache_lock:
-            if len(self._cache) > 10_000:
-                self._cache.clear()
-            # Never trusted past the session's own end.
-            self._cache[token_hash] = (principal, now_mono + min(TOKEN_CACHE_SECONDS, left_s))
+            # Remembered only if nothing ended meanwhile: a check that raced a revocation (read
+            # the row before its commit) must not outlive it.
+            if self._epoch == epoch:
+                if len(self._cache) >= MAX_REMEMBERED_TOKENS:
+                    self._cache.clear()
+                # Never trusted past the token's own end.
+                self._cache[token_hash] = (principal, epoch, now_mono + min(TOKEN_RECHECK_SECONDS, left_s))
         return principal
+
+    def _check_token(self, token_hash: str) -> tuple[Principal, float]:
+        """The token's principal and the seconds it has left, from the database."""
+        with self._db.read() as s:
+            row = s.execute(_TOKEN_CHECK, {"token_hash": token_hash}).first()
+        if row is None:
+            raise Unauthenticated("invalid credentials: unknown or revoked token")
+        token_id, token_type, expires_at, revoked_at, user_id, username, admin, active = row
+        if revoked_at is not None:
+            raise Unauthenticated(f"invalid credentials: access token {token_id} was revoked")
+        left_s = (expires_at - utcnow()).total_seconds()
+        if left_s <= 0:
+            if token_type == ACCESS:
+                raise Unauthenticated(
+                    f"access token {token_id} expired at {expires_at.isoformat()}: create a new one "
+                    "(`det token create`)"
+                )
+            raise Unauthenticated(
+                f"session expired (sessions last {format_duration(self._ttl)}): log in again"
+            )
+        if not active:
+            raise PermissionDenied("user is not active")
+        return Principal(user_id=user_id, username=username, admin=admin), left_s
 
     def authenticate_allocation_token(self, token: str) -> Principal:
         """Trial code's token, refused once its allocation has ended (allocation_access)."""

@@ -17,6 +17,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from urllib.parse import unquote
 
 from services.common.errors import ResourceExhausted
 
@@ -93,8 +94,10 @@ class LoginLimiter:
 
 def client_address(peer: str) -> str:
     """The client's IP address from a gRPC peer ("ipv4:1.2.3.4:5678", "ipv6:[::1]:5678") or the
-    REST gateway's ("http:1.2.3.4"); other forms (unix sockets) as they are."""
+    REST gateway's ("http:1.2.3.4"); other forms (unix sockets) as they are. gRPC writes an IPv6
+    peer's brackets %-escaped ("ipv6:%5B::1%5D:5678")."""
     kind, _, rest = peer.partition(":")
+    rest = unquote(rest)
     if kind == "ipv4":
         return rest.rpartition(":")[0] or rest
     if kind == "ipv6":

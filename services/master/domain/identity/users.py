@@ -3,7 +3,8 @@
 Who may do what, as in Determined without RBAC: admins create users, change other users'
 passwords and usernames, (de)activate users and grant or take the admin flag; every user may
 change their own password and display name. A deactivated user's sessions end at once (their rows
-are deleted and the token cache forgets them), and they cannot log in. Passwords are stored as at
+are deleted and the token cache forgets them), their access tokens are refused while they are
+inactive, and they cannot log in. Passwords are stored as at
 login (auth.py): the client-side salted hash, then salted PBKDF2.
 """
 
@@ -20,6 +21,7 @@ from cairn.client.password import salt_and_hash
 from services.common.principal import Principal
 from services.master.domain.identity import access, agent_users
 from services.master.domain.identity.auth import (
+    SESSION,
     AuthService,
     UserInfo,
     hash_password,
@@ -269,7 +271,11 @@ def patch(
                 row.active = changes.active
                 if not changes.active:
                     # A deactivated user's sessions end now, not when they expire.
-                    s.execute(delete(models.UserSession).where(models.UserSession.user_id == user_id))
+                    s.execute(
+                        delete(models.UserSession).where(
+                            models.UserSession.user_id == user_id, models.UserSession.token_type == SESSION
+                        )
+                    )
             if display_name is not None and display_name != row.display_name:
                 if display_name:
                     _refuse_similar_display_name(s, user_id, display_name)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from services.common.errors import (
+    Aborted,
     AlreadyExists,
     DatabaseUnavailable,
     FailedPrecondition,
@@ -16,6 +17,7 @@ from services.common.errors import (
 from services.common.errors import ServiceError as DomainError
 
 __all__ = [
+    "Aborted",
     "AlreadyExists",
     "DatabaseUnavailable",
     "DomainError",

@@ -5,9 +5,11 @@ neither side waits on the other).
 The Core API names, with such a batch, the highest sequence number of the batch before it
 (`after_seq`). The master remembers, per trial run, the highest number it committed, and the
 batch waits until that reaches `after_seq`, up to a bound; past it the batch is refused as
-UNAVAILABLE, which the Core API retries (if the batch before failed for good, the trial's metrics
-fail loudly rather than land out of order). A run the master has no mark for (its first batch
-since the master started) is looked up in the database once.
+ABORTED, which the Core API retries (if the batch before failed for good, the trial's metrics
+fail loudly rather than land out of order). ABORTED, not UNAVAILABLE: a sequencer check failed,
+the request conflicts with the run's state (HTTP 409); the master itself is fine. A run the
+master has no mark for (its first batch since the master started) is looked up in the database
+once.
 """
 
 from __future__ import annotations

@@ -97,6 +97,10 @@ class Telemetry:
     metric_batches: Counter
     # From a report's time (the trial's clock) to the commit that stored it.
     metric_intake_latency: Histogram
+    # The audit trail (domain/audit/recorder.py): records stored, and records dropped because
+    # the writer's queue was full (a gap in the trail, never silent).
+    audit_events_written: Counter
+    audit_events_dropped: Counter
 
     @classmethod
     def new(cls) -> Telemetry:
@@ -107,4 +111,6 @@ class Telemetry:
             metric_rows=Counter(),
             metric_batches=Counter(),
             metric_intake_latency=Histogram(),
+            audit_events_written=Counter(),
+            audit_events_dropped=Counter(),
         )

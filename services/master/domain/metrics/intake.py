@@ -21,11 +21,11 @@ from services.master.domain.identity import access, allocation_access
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.context import MasterContext, Work
 from services.master.domain.kernel.errors import (
+    Aborted,
     DomainError,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
-    Unavailable,
 )
 from services.master.domain.kernel.states import TERMINAL
 from services.master.domain.kernel.topics import trial_topic
@@ -256,9 +256,9 @@ def _stored_seqs(w: Work, trial_id: int, run_id: int, seqs: list[int]) -> tuple[
 def _why_not_in_turn(
     ctx: MasterContext, principal: Principal, trial_id: int, run_id: int, after_seq: int
 ) -> DomainError:
-    """Why a batch waited in vain for the reports it follows: retryable only while they may still
-    come (the trial runs on that run); a batch for a run that is over, or for an ended trial, can
-    never be stored. Asked only once the wait is over, so that a batch in turn costs no read."""
+    """Why a batch waited in vain for the reports it follows: retryable (ABORTED) only while they
+    may still come (the trial runs on that run); a batch for a run that is over, or for an ended
+    trial, can never be stored. Asked only once the wait is over, so that a batch in turn costs no read."""
     with ctx.db.read() as s:
         allocation_access.check_trial(s, principal, trial_id)
         trial = s.get(models.Trial, trial_id)
@@ -273,7 +273,9 @@ def _why_not_in_turn(
                 f"after_seq: trial {trial_id} has ended without reports up to seq {after_seq}; "
                 "this batch follows them and cannot be stored"
             )
-    return Unavailable(
+    # Not the master's failure: the batch's place in its run's sequence is not reached (a conflict,
+    # gRPC's ABORTED, HTTP 409), which the Core API retries.
+    return Aborted(
         f"trial {trial_id}: reports up to seq {after_seq} are not stored yet; this batch follows them"
     )
 

@@ -53,6 +53,8 @@ SHOWN_SETTINGS = frozenset(
         "allow_root_agent_user",
         "bind_mount_allowed_paths",
         "session_ttl_seconds",
+        "token_default_lifespan_days",
+        "token_max_lifespan_days",
         "login_failures_per_user",
         "login_failures_per_address",
         "login_window_s",
@@ -79,6 +81,8 @@ SHOWN_SETTINGS = frozenset(
         "default_aux_pool",
         "provisioner_period_s",
         "feature_switches",
+        "audit_retention_days",
+        "audit_max_rows",
     }
 )
 
@@ -193,12 +197,19 @@ def effective_config(ctx: MasterContext) -> dict[str, Any]:
         },
         "timeouts": {
             "session_ttl_seconds": settings.session_ttl_seconds,
+            "token_default_lifespan_days": settings.token_default_lifespan_days,
+            "token_max_lifespan_days": settings.token_max_lifespan_days,
             "agent_heartbeat_interval_ms": settings.agent_heartbeat_interval_ms,
             "agent_heartbeat_timeout_s": settings.agent_heartbeat_timeout_s,
             "agent_reconnect_wait_s": settings.agent_reconnect_wait_s,
             "preemption_timeout_s": settings.preemption_timeout_s,
             "kill_grace_s": settings.kill_grace_s,
             "scheduling_interval_s": settings.scheduling_interval_s,
+        },
+        # How much of the audit trail is kept (domain/audit/retention.py); 0: no bound.
+        "audit": {
+            "retention_days": settings.audit_retention_days,
+            "max_rows": settings.audit_max_rows,
         },
         "limits": {
             "max_model_definition_bytes": settings.max_model_definition_bytes,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from cairn.api.v1 import api_pb2_grpc
 from services.master.servicers.api.agent_credentials import AgentCredentialsApi
 from services.master.servicers.api.agents import AgentsApi
+from services.master.servicers.api.audit import AuditApi
 from services.master.servicers.api.auth import AuthApi
 from services.master.servicers.api.checkpoints import CheckpointsApi
 from services.master.servicers.api.cluster_message import ClusterMessageApi
@@ -23,6 +24,7 @@ from services.master.servicers.api.runs import RunsApi
 from services.master.servicers.api.task_kinds import TaskKindsApi
 from services.master.servicers.api.tasks import SignalsApi, TasksApi
 from services.master.servicers.api.templates import TemplatesApi
+from services.master.servicers.api.tokens import TokensApi
 from services.master.servicers.api.trials import TrialsApi
 from services.master.servicers.api.unmanaged import UnmanagedApi
 from services.master.servicers.api.users import UsersApi
@@ -33,6 +35,7 @@ from services.master.servicers.api.workspaces import WorkspacesApi
 class CairnServicer(
     AuthApi,
     UsersApi,
+    TokensApi,
     MasterApi,
     MasterInfoApi,
     ClusterMessageApi,
@@ -60,6 +63,7 @@ class CairnServicer(
     WorkspacesApi,
     WebhooksApi,
     SignalsApi,
+    AuditApi,
     api_pb2_grpc.CairnServicer,
 ):
     """Every RPC of cairn.api.v1.Cairn; the bases each serve one area."""

@@ -22,7 +22,27 @@ from tests.unit.master.domain.harness import Master, config_text
 # back in; the pump's batching, the loop's skipped passes and a kill's chunks are the domain's own.
 each_database = pytest.mark.on_each_database
 
-TRIALS = 600
+# The domain's limits, a tenth of their size here, so a test makes 60 trials instead of 600 and
+# stands to each limit as 600 trials stand to the real ones (over INLINE_CREATES, _IN_LIST_MAX and
+# INLINE_STOPS, under the rest): how a big experiment is cut into calls, transactions and chunks is
+# the same code at either scale.
+SCALE = 10
+LIMITS = [
+    (searcher_actions, "INLINE_CREATES"),  # 500: trials made in the searcher's call
+    (searcher_actions, "STORED_CHUNK_CREATES"),  # 1,000: the rest, a transaction each
+    (searcher_actions, "_IN_LIST_MAX"),  # 500: request ids asked for in one IN list
+    (experiments, "INLINE_STOPS"),  # 200: trials a kill stops in its call
+    (experiments, "STOP_BATCH"),  # 1,000: the rest, a transaction each
+    (experiments, "_READ_CHUNK"),  # 900: ids read in one IN list
+    (searcher_pump, "MAX_EVENTS_PER_CALL"),  # 1,000: events in one searcher call
+]
+TRIALS = 600 // SCALE
+
+
+@pytest.fixture(autouse=True)
+def _limits_scaled_down(monkeypatch: pytest.MonkeyPatch) -> None:
+    for module, name in LIMITS:
+        monkeypatch.setattr(module, name, getattr(module, name) // SCALE)
 
 
 def grid(trials: int = TRIALS, **overrides: Any) -> str:
@@ -104,11 +124,11 @@ def test_events_go_one_by_one_to_a_searcher_without_batches(master: Master) -> N
 
 
 def test_the_pump_sends_a_backlog_in_calls_of_at_most_its_limit(master: Master, monkeypatch: Any) -> None:
-    monkeypatch.setattr(searcher_pump, "MAX_EVENTS_PER_CALL", 250)
+    monkeypatch.setattr(searcher_pump, "MAX_EVENTS_PER_CALL", 25)
     experiment_id = master.create(grid())
     with master.db.read() as s:
         assert s.get_one(models.SearcherSnapshot, experiment_id).seq == TRIALS
-    assert master.searchers.searcher.calls == [250, 250, 100]
+    assert master.searchers.searcher.calls == [25, 25, 10]
 
 
 def test_a_kill_stops_the_first_trials_now_and_the_rest_in_the_deferred_loop(master: Master) -> None:

@@ -7,9 +7,12 @@ from __future__ import annotations
 import threading
 import time
 
+import grpc
 import pytest
 
-from services.master.domain.kernel.errors import FailedPrecondition, NotFound, Unavailable
+from cairn.core.retry import TRANSIENT_CODES
+from services.common.status import status_of
+from services.master.domain.kernel.errors import Aborted, FailedPrecondition, NotFound
 from services.master.domain.kernel.intake_order import IntakeOrder
 from services.master.domain.metrics import intake
 from services.master.domain.metrics.reports import Report
@@ -63,13 +66,17 @@ def test_a_batch_that_arrives_first_waits_for_the_one_it_follows(master: Master)
 
 
 def test_a_batch_whose_predecessor_never_comes_is_refused_as_retryable(master: Master) -> None:
+    """A conflict with the run's sequence, not the master's failure: ABORTED (HTTP 409), which the
+    Core API retries; never UNAVAILABLE, which the REST gateway answers as a 503 (found by
+    schemathesis: a batch with made-up reports and an after_seq of a running trial's run)."""
     trial = _running_trial(master)
     master.ctx.intake_order = IntakeOrder(wait_s=0.2)
     intake.report(master.ctx, master.admin, trial.id, trial.run_id, _batch(1, 3))
 
-    with pytest.raises(Unavailable, match="reports up to seq 6 are not stored yet"):
+    with pytest.raises(Aborted, match="reports up to seq 6 are not stored yet") as refused:
         intake.report(master.ctx, master.admin, trial.id, trial.run_id, _batch(7, 9), after_seq=6)
 
+    assert status_of(refused.value) == grpc.StatusCode.ABORTED and grpc.StatusCode.ABORTED in TRANSIENT_CODES
     assert _stored_seqs_by_id(master, trial.id) == [1, 2, 3]  # nothing of it stored
 
 

@@ -20,8 +20,9 @@ from services.master.domain.metrics import intake
 from services.master.domain.metrics.reports import Report
 from services.master.domain.reads import metrics as reads
 from services.master.gateway.json_encoding import JsonEncoder
+from services.master.servicers.api import metrics as metrics_api
 from services.master.servicers.api.convert import ts
-from services.master.servicers.api.metrics import REPORTS_PER_MESSAGE, MetricsApi
+from services.master.servicers.api.metrics import MetricsApi
 from services.master.servicers.api.metrics_json import timestamp_json
 from services.master.servicers.read_cache import ReadCache
 from services.master.store import db as db_module
@@ -151,14 +152,19 @@ def test_the_rendered_json_is_what_the_gateway_prints_for_the_message(master: Ma
     assert rendered == printed and len(orjson.loads(rendered[0])["metrics"]) == 3
 
 
-def test_a_long_series_is_rendered_in_messages_of_the_same_size(master: Master) -> None:
+def test_a_long_series_is_rendered_in_messages_of_the_same_size(
+    master: Master, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A tenth of the real 1,000 a message: the same cut, a tenth of the reports to store and render.
+    monkeypatch.setattr(metrics_api, "REPORTS_PER_MESSAGE", metrics_api.REPORTS_PER_MESSAGE // 10)
+    per_message = metrics_api.REPORTS_PER_MESSAGE
     trial = _trial(master)
-    count = REPORTS_PER_MESSAGE + 5
+    count = per_message + 5
     reports = [Report(group="training", steps_completed=s, metrics={"loss": s / 9}) for s in range(count)]
     intake.report(master.ctx, master.admin, trial, 1, reports)
     printed, rendered = _both_ways(master, tpb.GetMetricsRequest(trial_ids=[trial]))
     assert rendered == printed
-    assert [len(orjson.loads(r)["metrics"]) for r in rendered] == [REPORTS_PER_MESSAGE, 5]
+    assert [len(orjson.loads(r)["metrics"]) for r in rendered] == [per_message, 5]
 
 
 def test_a_read_on_a_lost_connection_is_an_outage_and_the_connection_is_not_reused(

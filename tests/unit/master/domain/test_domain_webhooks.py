@@ -29,8 +29,9 @@ from tests.support.webhook_receiver import Receiver
 from tests.unit.master.domain.harness import Master
 from tests.unit.master.domain.test_domain_models import Trial
 
-# On both databases: the outbox's leases and the triggers written in their cause's transaction.
-pytestmark = pytest.mark.on_each_database
+# On both databases: the outbox's leases and the triggers written in their cause's transaction. The
+# refusals of bad input and of bad experiment configs are checked before any SQL: SQLite alone.
+each_database = pytest.mark.on_each_database
 
 KEY = "test-signing-key"
 NO_SETTINGS = workspaces.WorkspaceSettings()
@@ -120,6 +121,7 @@ def test_bad_input_is_refused_naming_the_field_and_nothing_is_stored(
         assert s.scalars(select(models.Webhook)).all() == []
 
 
+@each_database
 def test_who_may_manage_webhooks_and_edits_reach_the_url(master: Master) -> None:
     """Determined's basic rule: an admin's global webhooks, a workspace owner's webhooks of it."""
     owner, other = master.add_user("owner"), master.add_user("other")
@@ -161,6 +163,7 @@ def test_who_may_manage_webhooks_and_edits_reach_the_url(master: Master) -> None
         assert s.scalars(select(models.WebhookTrigger)).all() == []
 
 
+@each_database
 def test_a_state_change_owes_its_post_with_the_state_kept_through_a_restart_and_sent_signed(
     master: Master, tmp_path: Path, receiver: Receiver
 ) -> None:
@@ -207,6 +210,7 @@ def test_a_state_change_owes_its_post_with_the_state_kept_through_a_restart_and_
     assert "*Status*: Completed" in [f["text"] for f in attachment["blocks"][0]["fields"]]
 
 
+@each_database
 def test_a_failed_send_is_retried_with_backoff_and_a_refused_or_hopeless_one_given_up(master: Master) -> None:
     failing = Receiver([500, 503])
     refusing = Receiver([404])
@@ -243,6 +247,7 @@ def test_a_failed_send_is_retried_with_backoff_and_a_refused_or_hopeless_one_giv
         refusing.close()
 
 
+@each_database
 def test_which_webhooks_hear_which_experiments(master: Master, tmp_path: Path, receiver: Receiver) -> None:
     with master.ctx.unit_of_work() as w:
         other = models.Workspace(name="other", user_id=master.admin.user_id, created_at=utcnow())
@@ -284,6 +289,7 @@ def test_which_webhooks_hear_which_experiments(master: Master, tmp_path: Path, r
     assert sorted(e.url.rsplit("/", 1)[1] for e in _events(master)) == ["global", "mine", "named"]
 
 
+@each_database
 def test_a_task_log_pattern_fires_once_per_task_however_often_it_matches(
     master: Master, receiver: Receiver
 ) -> None:
@@ -340,6 +346,7 @@ def test_a_task_log_pattern_fires_once_per_task_however_often_it_matches(
         assert s.scalar(select(models.TaskLog.message).where(models.TaskLog.seq == 5)) == "OOM 14"
 
 
+@each_database
 def test_trial_codes_alert_reaches_the_custom_triggers_its_experiment_names(
     master: Master, receiver: Receiver
 ) -> None:
@@ -391,6 +398,7 @@ def test_an_experiments_webhooks_config_is_checked(
         master.create(integrations={"webhooks": webhooks})
 
 
+@each_database
 def test_a_workspaces_webhooks_go_with_it(master: Master) -> None:
     with master.ctx.unit_of_work() as w:
         team = workspaces.create_workspace(master.ctx, w, master.admin, "Team", NO_SETTINGS)

@@ -2,8 +2,8 @@
 make, the cluster's enrolment secrets (one current, the rotated ones kept as retired), and the
 credential each agent id was issued, with its revocation. Every secret is stored as its sha256 only.
 
-Revision ID: 0025
-Revises: 0024
+Revision ID: 0027
+Revises: 0026
 Create Date: 2026-12-04
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0025"
-down_revision = "0024"
+revision = "0027"
+down_revision = "0026"
 branch_labels = None
 depends_on = None
 
