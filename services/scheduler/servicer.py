@@ -10,7 +10,12 @@ from cairn.scheduler.v1 import scheduler_pb2 as pb
 from cairn.scheduler.v1 import scheduler_pb2_grpc
 from services.common.logging import get_logger
 from services.common.status import abort_with
-from services.scheduler.convert import decision_to_proto, forecast_to_proto, state_from_proto
+from services.scheduler.convert import (
+    clock_from_proto,
+    decision_to_proto,
+    forecast_to_proto,
+    state_from_proto,
+)
 from services.scheduler.domain.errors import InvalidScheduleInput
 from services.scheduler.domain.prediction import predict_starts
 from services.scheduler.domain.schedule import schedule
@@ -54,6 +59,9 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServiceServicer):
                 dict(request.expected_seconds),
                 request.horizon_seconds,
                 request.max_steps,
+                clock_from_proto(request),
+                dict(request.restart_seconds),
+                request.job_horizon_seconds or None,
             )
         except InvalidScheduleInput as exc:
             log.warning("start forecast refused", field=exc.field, problem=exc.problem)

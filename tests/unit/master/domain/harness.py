@@ -47,7 +47,12 @@ from services.master.domain.task_kinds.model_definition import ContextFile
 from services.master.domain.tasks import tasks
 from services.master.store import models
 from services.master.store.db import Database
-from services.scheduler.convert import decision_to_proto, forecast_to_proto, state_from_proto
+from services.scheduler.convert import (
+    clock_from_proto,
+    decision_to_proto,
+    forecast_to_proto,
+    state_from_proto,
+)
 from services.scheduler.domain.errors import InvalidScheduleInput
 from services.scheduler.domain.prediction import predict_starts
 from services.scheduler.domain.schedule import schedule
@@ -98,6 +103,9 @@ class InProcessScheduler:
             dict(request.expected_seconds),
             request.horizon_seconds,
             request.max_steps,
+            clock_from_proto(request),
+            dict(request.restart_seconds),
+            request.job_horizon_seconds or None,
         )
         return forecast_to_proto(request, forecast)
 
