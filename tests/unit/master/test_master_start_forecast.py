@@ -104,11 +104,17 @@ def test_a_forecast_a_moment_old_passes_over_the_starts_made_since() -> None:
         no_start="none",
         made_at=made,
     )
-    assert forecast.next_start(["a1", "a2", "a3"], ["a1", "a2", "a3"]) == (at[0], "exp-0")
+    assert forecast.next_start(["a1", "a2", "a3"], ["a1", "a2", "a3"], made) == (at[0], "exp-0")
     # One of them started since (whichever it was): the job's next start is the forecast's second.
-    assert forecast.next_start(["a1", "a2", "a3"], ["a1", "a2"]) == (at[1], "exp-0")
-    assert forecast.next_start(["a2", "a3", "a4"], ["a2", "a3", "a4"]) == (at[1], "exp-0")
+    assert forecast.next_start(["a1", "a2", "a3"], ["a1", "a2"], made) == (at[1], "exp-0")
+    assert forecast.next_start(["a2", "a3", "a4"], ["a2", "a3", "a4"], made) == (at[1], "exp-0")
+    # 12 s on, none started: the job runs behind the forecast; its next start is the first the
+    # forecast put after now. 20 s on, none is left after now: it is due now.
+    later = made + timedelta(seconds=12)
+    assert forecast.next_start(["a1", "a2", "a3"], ["a1", "a2", "a3"], later) == (at[2], "exp-0")
+    much_later = made + timedelta(seconds=20)
+    assert forecast.next_start(["a1", "a2", "a3"], ["a1", "a2", "a3"], much_later) == (much_later, "exp-0")
     # All three started: the forecast says nothing of a4 (queued since), and says so; nor of a job
     # it did not see.
-    assert "the next forecast tells" in str(forecast.next_start(["a1", "a2", "a3", "a4"], ["a4"]))
-    assert forecast.next_start(["a5"], ["a5"]) == "none"
+    assert "the next forecast tells" in str(forecast.next_start(["a1", "a2", "a3", "a4"], ["a4"], made))
+    assert forecast.next_start(["a5"], ["a5"], made) == "none"

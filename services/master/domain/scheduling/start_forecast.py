@@ -38,7 +38,8 @@ COST_FACTOR = 3.0
 HORIZON_S = 7 * 24 * 3600.0
 MAX_STEPS = 300
 # A job's first start is sought up to HORIZON_S; its later ones (which the listing shows as its
-# earlier ones happen, until the next forecast) this far, or three refresh intervals if longer.
+# earlier ones happen, until the next forecast) this far, or until the next forecast is due if
+# later (not much beyond: a longer play costs more, which puts the next forecast further off).
 JOB_HORIZON_S = 30.0
 
 
@@ -63,22 +64,24 @@ class StartForecast:
     made_at: datetime
 
     def next_start(
-        self, allocation_ids: Iterable[str], pending_ids: Iterable[str]
+        self, allocation_ids: Iterable[str], pending_ids: Iterable[str], now: datetime
     ) -> tuple[datetime, str] | str:
         """A job's next start, from its live allocations and those of them still waiting, or why
         there is none. The forecast is a moment older than now: of the starts it forecast for
         the job, as many as have happened since (its allocations that waited then and wait no
-        longer) are passed over, whichever allocations they were; the next is the job's."""
+        longer) are passed over, whichever allocations they were, and so are those it put
+        before now that have not happened (the job runs behind the forecast): the next is the
+        first left at or after now. If none is left after now, the job's next start is due now."""
         key = next((self.job_of[a] for a in allocation_ids if a in self.job_of), None)
         if key is None:
             return self.no_start
         job = self.jobs[key]
-        started = len(job.waiting - set(pending_ids))
-        if started < len(job.starts):
-            return job.starts[started]
-        if job.starts:
-            return "the starts forecast for it have come; the next forecast tells the next"
-        return self.no_start
+        left = job.starts[len(job.waiting - set(pending_ids)) :]
+        if not left:
+            if job.starts:
+                return "the starts forecast for it have come; the next forecast tells the next"
+            return self.no_start
+        return next((start for start in left if start[0] >= now), (now, left[-1][1]))
 
 
 class StartForecasts:
@@ -127,7 +130,7 @@ class StartForecasts:
             restart_seconds=expected.restart_seconds,
             horizon_seconds=HORIZON_S,
             max_steps=MAX_STEPS,
-            job_horizon_seconds=max(JOB_HORIZON_S, 3 * self.refresh_interval()),
+            job_horizon_seconds=max(JOB_HORIZON_S, self.refresh_interval() + self._cost),
             now=stamp,
             release_seconds=release,
             usage_half_life_seconds={

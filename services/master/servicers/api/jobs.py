@@ -116,8 +116,7 @@ class JobsApi(ServicerBase):
     def _forecast(self, jobs: list[JobRow], messages: list[job_pb2.Job]) -> None:
         """Each job that waits for slots gets the forecast's start of its next waiting allocation
         (StartForecast.next_start: the forecast may be a moment older than the listing), and the
-        job whose end lets it start (or why no start is forecast). A start the forecast put before
-        now that has not happened yet is shown as now: it is due."""
+        job whose end lets it start (or why no start is forecast)."""
         waiting = [
             (job, m) for job, m in zip(jobs, messages, strict=True) if m.allocated_slots < m.requested_slots
         ]
@@ -127,12 +126,12 @@ class JobsApi(ServicerBase):
         now = utcnow()
         for job, message in waiting:
             message.forecast_time.FromDatetime(forecast.made_at)
-            start = forecast.next_start(job.allocation_ids, job.pending_ids)
+            start = forecast.next_start(job.allocation_ids, job.pending_ids, now)
             if isinstance(start, str):
                 message.predicted_after = start
                 continue
             when, after = start
-            message.predicted_start.FromDatetime(max(when, now))
+            message.predicted_start.FromDatetime(when)
             message.predicted_after = after or "free slots now"
 
     def _task_update(self, field: str, update: job_pb2.QueueControl) -> TaskPriority:

@@ -8,7 +8,7 @@ forecasts fall back to what the master could tell before.
 
 Revision ID: 0025
 Revises: 0024
-Create Date: 2026-12-03
+Create Date: 2026-12-02
 """
 
 from __future__ import annotations
