@@ -35,11 +35,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from services.scheduler.domain.errors import InvalidScheduleInput
+from services.scheduler.domain.fair_share import user_of, workspace_of
 from services.scheduler.domain.model import (
     Agent,
     AllocationRequest,
     ClusterState,
     Placement,
+    PoolShares,
     ResourcePool,
     SchedulerType,
     ShareGroup,
@@ -142,39 +144,74 @@ class _Play:
         pools = tuple(self._pool(p) for p in self.pools.values())
         return ClusterState(pools, tuple(self.agents.values()), tuple(self.requests.values()))
 
-    def next_unprotected(self) -> float:
-        """The next moment (seconds into the play) a running request of a fair-share pool where
-        something waits grows old enough to be reclaimed; inf: none, or the clock does not move."""
-        if not self.moves_clock:
-            return math.inf
-        waiting_in = {r.resource_pool for r in self.requests.values() if not r.running}
-        soonest = math.inf
+    def reclaim_targets(self) -> list[AllocationRequest]:
+        """Running preemptible work of fair-share pools that something waiting could reclaim
+        (another workspace's, or another user's of its own workspace, in its pool)."""
+        waiting: dict[str, set[tuple[str, str]]] = defaultdict(set)
         for r in self.requests.values():
             pool = self.pools.get(r.resource_pool)
-            if (
-                not r.running
-                or not r.preemptible
-                or pool is None
-                or pool.name not in waiting_in
-                or pool.scheduler_type is not SchedulerType.FAIR_SHARE
-                or pool.protect_started_after_ns <= 0
-            ):
+            if not r.running and pool is not None and pool.scheduler_type is SchedulerType.FAIR_SHARE:
+                waiting[r.resource_pool].add((r.workspace, r.user))
+        return [
+            r
+            for r in self.requests.values()
+            if r.running
+            and r.preemptible
+            and any(ws != r.workspace or user != r.user for ws, user in waiting.get(r.resource_pool, ()))
+        ]
+
+    @staticmethod
+    def reclaimable_now(
+        targets: list[AllocationRequest], shares: tuple[PoolShares, ...]
+    ) -> list[AllocationRequest]:
+        """Those of `targets` a reclaim would take as the last decision divided the pools: work of
+        a workspace (or user) over its share while another of the pool (or of its workspace) waits
+        below its own."""
+        over: set[tuple[str, str]] = set()  # (pool, group key)
+        under_ws: set[str] = set()  # pools where a workspace waits below its share
+        under_user: set[tuple[str, str]] = set()  # (pool, workspace key) where a user does
+        for pool in shares:
+            for g in pool.workspaces:
+                if g.held_slots > g.entitled_slots:
+                    over.add((pool.resource_pool, g.key))
+                elif g.held_slots < g.entitled_slots and g.wanted_slots > g.held_slots:
+                    under_ws.add(pool.resource_pool)
+            for g in pool.users:
+                if g.held_slots > g.entitled_slots:
+                    over.add((pool.resource_pool, g.key))
+                elif g.held_slots < g.entitled_slots and g.wanted_slots > g.held_slots:
+                    under_user.add((pool.resource_pool, g.key.rsplit("/", 1)[0]))
+        return [
+            r
+            for r in targets
+            if (r.resource_pool in under_ws and (r.resource_pool, workspace_of(r)) in over)
+            or ((r.resource_pool, workspace_of(r)) in under_user and (r.resource_pool, user_of(r)) in over)
+        ]
+
+    def next_unprotected(self, targets: list[AllocationRequest]) -> float:
+        """The next moment (seconds into the play) one of `targets` grows old enough to be
+        reclaimed (past its pool's minimum run); inf: none, or the clock does not move."""
+        if not self.moves_clock:
+            return math.inf
+        soonest = math.inf
+        for r in targets:
+            protect = self.pools[r.resource_pool].protect_started_after_ns
+            if protect <= 0:
                 continue
             # Protected while started_at > protect + moment: reclaimable from this moment on.
-            at = (r.started_at_ns - pool.protect_started_after_ns) / _NS
+            at = (r.started_at_ns - protect) / _NS
             if at >= self.at_s:
                 soonest = min(soonest, at + 1e-6)
         return soonest
 
-    def next_recheck(self, last_s: float) -> float:
-        """While shares drift with usage and something waits in such a pool, the next moment to
-        decide again even if nothing ends: the master refreshes usage and passes every
-        RECHECK_S; far ahead, less often (a share drifts slowly)."""
-        if not self.usage:
-            return math.inf
-        if not any(not r.running and r.resource_pool in self.usage for r in self.requests.values()):
-            return math.inf
-        return last_s + max(RECHECK_S, RECHECK_PART * last_s)
+    def next_recheck(self, targets: list[AllocationRequest], last_s: float) -> float:
+        """While shares drift with usage and something waits that drift could let reclaim one of
+        `targets`, the next moment to decide again even if nothing ends: the master refreshes
+        usage and passes every RECHECK_S; far ahead, less often (a share drifts slowly). inf: no
+        such moment."""
+        if any(r.resource_pool in self.usage for r in targets):
+            return last_s + max(RECHECK_S, RECHECK_PART * last_s)
+        return math.inf
 
     def advance(self, to_s: float) -> None:
         """Move the clock to `to_s`: each group's usage grows with what it held meanwhile."""
@@ -321,7 +358,12 @@ def predict_starts(
         # moments: a gang starts where several slots free at once, and one-slot work takes slots
         # freed one at a time, as it does (merging ends 0.25 s apart forecast four-slot trials
         # 40 s early in bench/fairness.py).
-        now = min(min(ends.values(), default=math.inf), play.next_unprotected(), play.next_recheck(now))
+        targets = play.reclaim_targets()
+        now = min(
+            min(ends.values(), default=math.inf),
+            play.next_unprotected(play.reclaimable_now(targets, decision.shares)),
+            play.next_recheck(targets, now),
+        )
         if now > horizon_s:
             break
         if job_horizon_s is not None and now > job_horizon_s and len(jobs_started) == jobs_waiting:
