@@ -28,6 +28,11 @@ entitlement (p50, p95), slot utilization while anything waits, and preemptions w
 they lost. The master's record (ResourceAllocationRaw: each allocation's slot-seconds in the
 window) is read to check the agents' log against it.
 
+Every FORECAST_EVERY_S it also reads the job listing (GetJobsV2) and keeps each waiting
+experiment's predicted start, with when it asked and when the forecast was made (`forecast_time`);
+afterwards each is compared with the experiment's actual next start (fairness_metrics.forecast_
+errors says how: the error as a part of the wait from the forecast's moment to that start).
+
     .venv/bin/python -m bench.fairness --scheduler fair_share|priority [--seconds 180]
         [--agents 8] [--slots 8] [--trial-seconds 15] [--checkpoint-every 4] [--half-life 1h]
         [--guarantee] [--backend sqlite|postgres] [--json out.json]
@@ -50,6 +55,7 @@ from pathlib import Path
 
 import grpc
 import grpc.aio
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from bench.cairn_cluster import Api, cairn_cluster
 from bench.fairness_metrics import (
@@ -216,6 +222,7 @@ class PreemptibleAgent(SimAgent):
                 completed=completed,
                 preempted=preempted,
                 lost_slot_seconds=lost * run.slots,
+                allocation_id=self.allocations.get(container_id, ""),
             )
         )
         if run.watch is not None and run.watch is not asyncio.current_task():
@@ -356,20 +363,32 @@ async def drive(args: argparse.Namespace, api: Api, projects: dict[str, int], si
 async def probe_forecasts(
     api: Api, sim: Simulation, wall_start: datetime, seconds: float
 ) -> list[ForecastSample]:
-    """Every FORECAST_EVERY_S, each waiting experiment's forecast start from the job listing
-    (bounded: one read per period of the window)."""
+    """Every FORECAST_EVERY_S, each waiting experiment's forecast start from the job listing, with
+    when it was asked for and when the forecast was made (bounded: one read per period)."""
     samples: list[ForecastSample] = []
+
+    def seconds_in(stamp: Timestamp) -> float:
+        return (stamp.ToDatetime(UTC) - wall_start).total_seconds()
+
     for _ in range(int(seconds / FORECAST_EVERY_S)):
         await asyncio.sleep(FORECAST_EVERY_S)
+        asked = sim.now()
         reply = await asyncio.to_thread(
             api.GetJobsV2, job_pb2.GetJobsV2Request(resource_pool="default", limit=-1)
         )
-        at = sim.now()
         for job in reply.jobs:
             full = job.full
             if full.type == job_pb2.Job.TYPE_EXPERIMENT and full.HasField("predicted_start"):
-                predicted = (full.predicted_start.ToDatetime(UTC) - wall_start).total_seconds()
-                samples.append(ForecastSample(at, int(full.entity_id), predicted))
+                made = seconds_in(full.forecast_time) if full.HasField("forecast_time") else None
+                samples.append(
+                    ForecastSample(
+                        asked,
+                        int(full.entity_id),
+                        seconds_in(full.predicted_start),
+                        after=full.predicted_after,
+                        made=made,
+                    )
+                )
     return samples
 
 
@@ -440,9 +459,10 @@ async def measure(args: argparse.Namespace, api: Api, record: ClusterRecord) -> 
                 live.started,
                 window_end + 1.0,
                 completed=False,
+                allocation_id=agent.allocations.get(container_id, ""),
             )
             for agent in agents
-            for live in agent.live.values()
+            for container_id, live in agent.live.items()
         ]
         master_s, master_allocations = await asyncio.to_thread(
             master_slot_seconds, api, wall_start, args.seconds, set(experiments)
@@ -470,6 +490,8 @@ async def measure(args: argparse.Namespace, api: Api, record: ClusterRecord) -> 
         "master_allocations": master_allocations,
         "signal_errors": sim.signal_errors,
         "forecast_errors": forecast_errors(samples, runs),
+        "forecast_samples": samples,
+        "wall_start": wall_start.timestamp(),
     }
 
 
@@ -535,14 +557,26 @@ def report(args: argparse.Namespace, out: dict[str, object]) -> str:
     return "\n".join(lines)
 
 
+# Waits by length, for the forecast's error (a second's error is a large part of a short wait).
+WAIT_BANDS = ((1.0, 5.0), (5.0, 15.0), (15.0, math.inf))
+
+
 def forecast_line(out: dict[str, object]) -> str:
     errors = out["forecast_errors"]
     assert isinstance(errors, list)
     if not errors:
         return "predicted start: no forecast of a wait of 1 s or more was read"
+    relative = [e.relative for e in errors]
+    bands = []
+    for low, high in WAIT_BANDS:
+        within = [e.relative for e in errors if low <= e.wait < high]
+        name = f"{low:g}-{high:g} s" if math.isfinite(high) else f">= {low:g} s"
+        if within:
+            bands.append(f"{name}: {len(within)}, median {quantile(within, 0.5) * 100:.0f} %")
     return (
         f"predicted start: {len(errors)} forecasts, absolute error as a part of the wait: median "
-        f"{quantile(errors, 0.5) * 100:.0f} %, p90 {quantile(errors, 0.9) * 100:.0f} %"
+        f"{quantile(relative, 0.5) * 100:.0f} %, p90 {quantile(relative, 0.9) * 100:.0f} %; in seconds: "
+        f"median {quantile([e.absolute_s for e in errors], 0.5):.1f} s; by wait: " + "; ".join(bands)
     )
 
 
@@ -601,6 +635,8 @@ def main() -> None:
         out["held_every_5s"] = held_over_time(out, 5.0, args.seconds)
         out["runs"] = [asdict(r) for r in out["runs"]]  # type: ignore[attr-defined]
         out["bursts"] = [asdict(b) for b in out["bursts"]]  # type: ignore[attr-defined]
+        out["forecast_samples"] = [asdict(x) for x in out["forecast_samples"]]  # type: ignore[attr-defined]
+        out["forecast_errors"] = [asdict(x) for x in out["forecast_errors"]]  # type: ignore[attr-defined]
         args.json.write_text(
             json.dumps(
                 {"args": {k: str(v) for k, v in vars(args).items()}, **out, "figures": asdict(f)}, indent=1

@@ -42,6 +42,8 @@ class Run:
     preempted: bool = False
     # Slot-seconds trained since its last checkpoint when it was stopped (0 when it completed).
     lost_slot_seconds: float = 0.0
+    # The master's allocation it ran for ("" when not known).
+    allocation_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -236,20 +238,56 @@ def lost_since_checkpoint(elapsed_s: float, checkpoint_every_s: float) -> float:
 
 @dataclass(frozen=True)
 class ForecastSample:
-    """A waiting experiment's forecast start as the job listing gave it, in seconds into the window."""
+    """A waiting experiment's forecast start as the job listing gave it, in seconds into the window:
+    when the listing was asked for, the start it forecast, and when that forecast was made (None:
+    the listing did not say)."""
 
-    at: float
+    asked: float
     experiment_id: int
     predicted: float
+    # What the listing said it waits for (predicted_after).
+    after: str = ""
+    made: float | None = None
+
+    @property
+    def origin(self) -> float:
+        """The moment the forecast speaks from: when it was made, or when it was asked for if it
+        was made before (a forecast kept from earlier answers for the moment it is read)."""
+        return self.asked if self.made is None else max(self.asked, self.made)
+
+
+@dataclass(frozen=True)
+class ForecastError:
+    """One forecast against what happened: its experiment's next start after the forecast's
+    origin, the wait from the origin to that start, and the error as a part of that wait."""
+
+    experiment_id: int
+    origin: float
+    predicted: float
+    actual: float
+
+    @property
+    def wait(self) -> float:
+        return self.actual - self.origin
+
+    @property
+    def absolute_s(self) -> float:
+        return abs(self.predicted - self.actual)
+
+    @property
+    def relative(self) -> float:
+        return self.absolute_s / self.wait
 
 
 def forecast_errors(
     samples: Sequence[ForecastSample], runs: Sequence[Run], min_wait_s: float = 1.0
-) -> list[float]:
-    """Each sample's error against its experiment's actual next start (the first run that started at
-    or after the sample), as a fraction of how long it then waited: |predicted - actual| / wait.
-    Samples whose experiment did not start within the runs, or started within `min_wait_s` (a
-    forecast of "now" says little), are left out."""
+) -> list[ForecastError]:
+    """Each sample against its experiment's actual next start: the first run of any of its trials
+    that started at or after the sample's origin (ForecastSample.origin). The error is
+    |predicted - actual| as a part of the wait from the origin to that start (ForecastError).
+    Samples whose experiment did not start again within the runs, or started within `min_wait_s`
+    (a forecast of "now" says little, and the part of a wait under a second is mostly the
+    reading's own latency), are left out."""
     starts: dict[int, list[float]] = defaultdict(list)
     for run in runs:
         starts[run.experiment_id].append(run.start)
@@ -257,12 +295,12 @@ def forecast_errors(
         values.sort()
     errors = []
     for sample in samples:
-        later = [s for s in starts.get(sample.experiment_id, []) if s >= sample.at]
+        origin = sample.origin
+        later = [s for s in starts.get(sample.experiment_id, []) if s >= origin]
         if not later:
             continue
-        actual = later[0]
-        wait = actual - sample.at
-        if wait < min_wait_s:
+        error = ForecastError(sample.experiment_id, origin, sample.predicted, later[0])
+        if error.wait < min_wait_s:
             continue
-        errors.append(abs(sample.predicted - actual) / wait)
+        errors.append(error)
     return errors

@@ -20,7 +20,7 @@ from services.scheduler.domain.model import (
     ShareGroup,
     Slot,
 )
-from services.scheduler.domain.prediction import Forecast
+from services.scheduler.domain.prediction import Forecast, PlayClock
 from services.scheduler.domain.session import Changes, SessionAnswer
 
 _POLICIES = {
@@ -178,6 +178,14 @@ def snapshot_from_proto(msg: pb.ScheduleChangesRequest) -> ClusterState:
 
 def answer_to_proto(answer: SessionAnswer) -> pb.ScheduleResponse:
     return decision_to_proto(Decision(answer.assignments, answer.preemptions, answer.waiting, answer.shares))
+
+
+def clock_from_proto(msg: pb.PredictStartsRequest) -> PlayClock:
+    return PlayClock(
+        now_ns=_nanoseconds(msg.now) if msg.HasField("now") else 0,
+        usage_half_life_s=dict(msg.usage_half_life_seconds),
+        release_s=dict(msg.release_seconds),
+    )
 
 
 def forecast_to_proto(request: pb.PredictStartsRequest, forecast: Forecast) -> pb.PredictStartsResponse:

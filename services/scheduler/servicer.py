@@ -10,18 +10,20 @@ from cairn.scheduler.v1 import scheduler_pb2 as pb
 from cairn.scheduler.v1 import scheduler_pb2_grpc
 from services.common.logging import get_logger
 from services.common.status import abort_with
-from services.scheduler.convert import decision_to_proto, forecast_to_proto, state_from_proto
+from services.scheduler.convert import decision_to_proto, state_from_proto
 from services.scheduler.domain.errors import InvalidScheduleInput
-from services.scheduler.domain.prediction import predict_starts
 from services.scheduler.domain.schedule import schedule
+from services.scheduler.forecaster import Forecaster
 from services.scheduler.session_table import SessionTable
 
 log = get_logger(__name__)
 
 
 class SchedulerServicer(scheduler_pb2_grpc.SchedulerServiceServicer):
-    def __init__(self) -> None:
+    def __init__(self, forecaster: Forecaster | None = None) -> None:
         self._sessions = SessionTable()
+        # Forecasts run in a niced worker process, not against the passes (forecaster.py).
+        self._forecaster = forecaster or Forecaster()
 
     def ScheduleChanges(
         self, request: pb.ScheduleChangesRequest, context: grpc.ServicerContext
@@ -49,23 +51,18 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServiceServicer):
     ) -> pb.PredictStartsResponse:
         started = time.monotonic()
         try:
-            forecast = predict_starts(
-                state_from_proto(request.state),
-                dict(request.expected_seconds),
-                request.horizon_seconds,
-                request.max_steps,
-            )
+            answer = self._forecaster.predict(request)
         except InvalidScheduleInput as exc:
             log.warning("start forecast refused", field=exc.field, problem=exc.problem)
             abort_with(context, exc)
         log.debug(
             "forecast starts",
             requests=len(request.state.requests),
-            forecast=len(forecast.starts),
-            truncated=forecast.truncated,
+            forecast=sum(1 for p in answer.predictions if p.start_in_seconds >= 0),
+            truncated=answer.truncated,
             elapsed_ms=round((time.monotonic() - started) * 1000, 2),
         )
-        return forecast_to_proto(request, forecast)
+        return answer
 
     def Schedule(self, request: pb.ScheduleRequest, context: grpc.ServicerContext) -> pb.ScheduleResponse:
         started = time.monotonic()

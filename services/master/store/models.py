@@ -247,6 +247,12 @@ class Trial(Base):
     # The trial's code exited early (invalid hyperparameters, user-requested stop).
     early_exit_reason: Mapped[str | None] = mapped_column(String(64))
     progress: Mapped[float] = mapped_column(Float, default=0.0)
+    # The start forecast's pace (metrics/progress.py, scheduling/expected_runs.py): when progress
+    # was last reported, and the first report of run `pace_run_id` (its progress and time).
+    progress_at: Mapped[datetime | None]
+    pace_run_id: Mapped[int | None]
+    pace_progress: Mapped[float | None] = mapped_column(Float)
+    pace_at: Mapped[datetime | None]
     latest_checkpoint_uuid: Mapped[str | None] = mapped_column(String(64))
     # The experiment's warm-start checkpoint when the trial was made (Determined's
     # warm_start_checkpoint_id): it starts from it until it has a checkpoint of its own.
@@ -360,6 +366,8 @@ class Allocation(Base):
     failure_type: Mapped[str] = mapped_column(String(32), default="")
     # Graceful stop requested (pause, cancel, searcher stop, scheduler preemption).
     preempt_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    # When (the start forecast measures how long a preempted allocation takes to give up its slots).
+    preempt_requested_at: Mapped[datetime | None] = mapped_column(index=True)
     preempt_reason: Mapped[str] = mapped_column(String(255), default="")
     preempt_acked: Mapped[bool] = mapped_column(Boolean, default=False)
     kill_requested: Mapped[bool] = mapped_column(Boolean, default=False)

@@ -89,9 +89,24 @@ def test_idle_slots_while_waiting_and_preempted_work_and_a_burst_never_served() 
 def test_forecast_errors_are_parts_of_the_wait_against_the_next_start() -> None:
     runs = [Run("a", 1, 1, 1, 10.0, 20.0, completed=True), Run("a", 1, 2, 1, 30.0, 40.0, completed=True)]
     samples = [
-        ForecastSample(at=0.0, experiment_id=1, predicted=12.0),  # started at 10: off by 2 of 10
-        ForecastSample(at=20.0, experiment_id=1, predicted=30.0),  # exact
-        ForecastSample(at=29.5, experiment_id=1, predicted=35.0),  # waited under a second: left out
-        ForecastSample(at=0.0, experiment_id=2, predicted=5.0),  # never started: left out
+        ForecastSample(asked=0.0, experiment_id=1, predicted=12.0),  # started at 10: off by 2 of 10
+        ForecastSample(asked=20.0, experiment_id=1, predicted=30.0),  # exact
+        ForecastSample(asked=29.5, experiment_id=1, predicted=35.0),  # waited under a second: left out
+        ForecastSample(asked=0.0, experiment_id=2, predicted=5.0),  # never started: left out
     ]
-    assert forecast_errors(samples, runs) == pytest.approx([0.2, 0.0])
+    errors = forecast_errors(samples, runs)
+    assert [e.relative for e in errors] == pytest.approx([0.2, 0.0])
+    assert [e.absolute_s for e in errors] == pytest.approx([2.0, 0.0])
+    assert [e.wait for e in errors] == pytest.approx([10.0, 10.0])
+
+
+def test_a_forecast_speaks_from_when_it_was_made_or_when_it_was_read_if_older() -> None:
+    runs = [Run("a", 1, 1, 1, 10.0, 20.0, completed=True), Run("a", 1, 2, 1, 30.0, 40.0, completed=True)]
+    # Made at 9 (after the listing was asked for at 8.5), it said 10: right, over a wait of 1 s.
+    fresh = ForecastSample(asked=8.5, experiment_id=1, predicted=10.0, made=9.0)
+    # Made at 5 and shown at 12, it still says 10, which has passed: the next start is 30's.
+    stale = ForecastSample(asked=12.0, experiment_id=1, predicted=10.0, made=5.0)
+    assert fresh.origin == 9.0 and stale.origin == 12.0
+    first, second = forecast_errors([fresh, stale], runs)
+    assert (first.actual, first.wait, first.relative) == pytest.approx((10.0, 1.0, 0.0))
+    assert (second.actual, second.wait, second.relative) == pytest.approx((30.0, 18.0, 20.0 / 18.0))

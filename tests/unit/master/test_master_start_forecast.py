@@ -12,7 +12,8 @@ from cairn.api.v1 import job_pb2
 from services.common import interceptors
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.states import TaskKind
-from services.master.domain.scheduling.start_forecast import StartForecasts, expected_seconds
+from services.master.domain.scheduling.expected_runs import expected_runs
+from services.master.domain.scheduling.start_forecast import JobForecast, StartForecast, StartForecasts
 from services.master.servicers.api.service import CairnServicer
 from services.master.store import models
 from tests.unit.master.domain.harness import Master
@@ -47,7 +48,7 @@ def test_a_waiting_job_is_forecast_to_start_when_the_running_one_ends(master: Ma
     (waiting,) = master.trials(second)
 
     with master.db.read() as s:
-        expected = expected_seconds(s, utcnow())
+        expected = expected_runs(s, utcnow()).seconds
     assert expected[alloc.id] == pytest.approx(60, abs=2)
     # The waiting trial's experiment has no run to go by yet: unknown.
     assert master.live(waiting.id).id not in expected
@@ -69,3 +70,51 @@ def test_work_with_no_known_end_gives_no_forecast_and_says_why(master: Master) -
     behind = jobs[f"exp-{experiment_id}"]
     assert not behind.HasField("predicted_start")
     assert "no start within 7 days: the work ahead of it has no known end" in behind.predicted_after
+
+
+def test_a_running_trials_own_pace_forecasts_the_next_start_and_the_listing_says_when(master: Master) -> None:
+    master.add_agent("a1", slots=1)
+    first = master.create()
+    (running,) = master.trials(first)
+    alloc = master.live(running.id)
+    master.run_containers(alloc.id)
+    now = utcnow()
+    # Resumed at half done (its run's first report, 20 s ago), 0.7 done 2 s ago: 0.2 in 18 s, so
+    # 27 s for the 0.3 left, 25 s from now. (Its trial's progress over the run's 21 s says 9 s.)
+    with master.ctx.unit_of_work() as w:
+        w.session.get_one(models.Allocation, alloc.id).start_time = now - timedelta(seconds=21)
+        trial = w.session.get_one(models.Trial, running.id)
+        trial.progress, trial.progress_at = 0.7, now - timedelta(seconds=2)
+        trial.pace_run_id, trial.pace_progress, trial.pace_at = alloc.run_id, 0.5, now - timedelta(seconds=20)
+    second = master.create()
+    behind = _jobs(master)[f"exp-{second}"]
+    assert behind.predicted_after == f"exp-{first}"
+    start = behind.predicted_start.ToDatetime().replace(tzinfo=now.tzinfo)
+    assert timedelta(seconds=22) < start - now < timedelta(seconds=28)
+    made = behind.forecast_time.ToDatetime().replace(tzinfo=now.tzinfo)
+    assert now - timedelta(seconds=1) < made < utcnow()
+
+
+def test_a_forecast_a_moment_old_passes_over_the_starts_made_since() -> None:
+    made = utcnow()
+    at = [made + timedelta(seconds=s) for s in (5, 10, 15)]
+    forecast = StartForecast(
+        jobs={"exp-1": JobForecast(frozenset({"a1", "a2", "a3"}), tuple((t, "exp-0") for t in at))},
+        job_of={"a1": "exp-1", "a2": "exp-1", "a3": "exp-1"},
+        no_start="none",
+        made_at=made,
+    )
+    assert forecast.next_start(["a1", "a2", "a3"], ["a1", "a2", "a3"], made) == (at[0], "exp-0")
+    # One of them started since (whichever it was): the job's next start is the forecast's second.
+    assert forecast.next_start(["a1", "a2", "a3"], ["a1", "a2"], made) == (at[1], "exp-0")
+    assert forecast.next_start(["a2", "a3", "a4"], ["a2", "a3", "a4"], made) == (at[1], "exp-0")
+    # 12 s on, none started: the job runs behind the forecast; its next start is the first the
+    # forecast put after now. 20 s on, none is left after now: it is due now.
+    later = made + timedelta(seconds=12)
+    assert forecast.next_start(["a1", "a2", "a3"], ["a1", "a2", "a3"], later) == (at[2], "exp-0")
+    much_later = made + timedelta(seconds=20)
+    assert forecast.next_start(["a1", "a2", "a3"], ["a1", "a2", "a3"], much_later) == (much_later, "exp-0")
+    # All three started: the forecast says nothing of a4 (queued since), and says so; nor of a job
+    # it did not see.
+    assert "the next forecast tells" in str(forecast.next_start(["a1", "a2", "a3", "a4"], ["a4"], made))
+    assert forecast.next_start(["a5"], ["a5"], made) == "none"

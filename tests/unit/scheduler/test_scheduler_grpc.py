@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -21,6 +22,7 @@ from cairn.scheduler.v1 import scheduler_pb2 as pb
 from cairn.scheduler.v1 import scheduler_pb2_grpc
 from services.common.channels import internal_channel
 from services.common.server import ServiceServer
+from services.scheduler.forecaster import Forecaster, forecast
 
 CALL_TIMEOUT_S = 5.0
 STARTUP_TIMEOUT_S = 20.0
@@ -322,11 +324,97 @@ def test_entry_point_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
         finally:
             channel.close()
         assert [a.allocation_id for a in reply.assignments] == ["urgent", "two"]
+        # A forecast starts the forecast worker, a child of the scheduler's; it ends with it.
+        channel = internal_channel(f"127.0.0.1:{info['grpc_port']}", "t0k")
+        try:
+            forecast_reply = scheduler_pb2_grpc.SchedulerServiceStub(channel).PredictStarts(
+                _forecast_request(), timeout=60
+            )
+        finally:
+            channel.close()
+        assert [p.start_in_seconds for p in forecast_reply.predictions] == [10.0]
+        workers = _children(proc.pid)
+        assert workers
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=STARTUP_TIMEOUT_S) == 0
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while any(Path(f"/proc/{pid}").exists() for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(Path(f"/proc/{pid}").exists() for pid in workers)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=STARTUP_TIMEOUT_S)
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+def _children(pid: int) -> list[int]:
+    """The live processes whose parent is `pid` (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _forecast_request() -> pb.PredictStartsRequest:
+    """One slot held by "r" for 10 s more; "q" waits for it."""
+    return pb.PredictStartsRequest(
+        state=pb.ScheduleRequest(
+            pools=[pb.ResourcePool(name="p")],
+            agents=[
+                pb.Agent(
+                    id="a",
+                    resource_pool="p",
+                    enabled=True,
+                    slots=[pb.Slot(id="0", enabled=True, allocation_id="r")],
+                )
+            ],
+            requests=[
+                pb.AllocationRequest(
+                    allocation_id="r",
+                    resource_pool="p",
+                    slots_needed=1,
+                    placements=[pb.Placement(agent_id="a", slot_ids=["0"])],
+                ),
+                pb.AllocationRequest(allocation_id="q", resource_pool="p", slots_needed=1),
+            ],
+        ),
+        expected_seconds={"r": 10.0},
+        horizon_seconds=3600,
+        max_steps=10,
+    )
+
+
+def test_a_forecast_over_grpc_comes_from_the_niced_worker(
+    stub: scheduler_pb2_grpc.SchedulerServiceStub,
+) -> None:
+    answer = stub.PredictStarts(_forecast_request(), timeout=60)
+    assert [(p.allocation_id, p.start_in_seconds, p.after_allocation_id) for p in answer.predictions] == [
+        ("q", 10.0, "r")
+    ]
+    refused = _forecast_request()
+    refused.max_steps = 0
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.PredictStarts(refused, timeout=60)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert caught.value.details().startswith("max_steps: ")
+
+
+def test_the_forecaster_runs_at_a_lower_priority_and_outlives_its_worker() -> None:
+    forecaster = Forecaster(niceness=5)
+    try:
+        assert forecaster.predict(_forecast_request()) == forecast(_forecast_request())
+        worker = forecaster._worker()
+        assert worker.submit(os.nice, 0).result(timeout=60) >= os.nice(0) + 5
+        # The worker dies: the next forecast starts another.
+        with contextlib.suppress(Exception):
+            worker.submit(os._exit, 1).result(timeout=60)
+        assert forecaster.predict(_forecast_request()) == forecast(_forecast_request())
+    finally:
+        forecaster.close()

@@ -475,6 +475,8 @@ export interface Job {
   predictedStart?: string;
   /** The job it waits for, or why no start is forecast. */
   predictedAfter?: string;
+  /** When the forecast behind predictedStart / predictedAfter was made. */
+  forecastTime?: string;
 }
 
 export interface GetJobsV2Response {

@@ -78,7 +78,7 @@ export function JobQueueTable(props: { pool: string }) {
                   </td>
                   <td data-field="waiting-reason">{printable(job.waitingReason) || <span class="muted">–</span>}</td>
                   <td>
-                    <PredictedStart at={job.predictedStart} />
+                    <PredictedStart at={job.predictedStart} madeAt={job.forecastTime} />
                   </td>
                   <td data-field="predicted-after">{printable(job.predictedAfter) || <span class="muted">–</span>}</td>
                 </tr>

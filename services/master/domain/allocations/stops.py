@@ -44,7 +44,9 @@ def request_preempt(ctx: MasterContext, w: Work, alloc: models.Allocation, reaso
         return
     alloc.preempt_requested = True
     alloc.preempt_reason = reason
-    alloc.kill_deadline = utcnow() + timedelta(seconds=_preemption_timeout_of(ctx, w, alloc))
+    now = utcnow()
+    alloc.preempt_requested_at = now
+    alloc.kill_deadline = now + timedelta(seconds=_preemption_timeout_of(ctx, w, alloc))
     # Not a state change: the allocation runs on until its code exits (or the deadline passes).
     publish(ctx, w, alloc)
     log.info("allocation preemption requested", allocation_id=alloc.id, reason=reason)

@@ -5,12 +5,14 @@ checked against the caller: trial code reports only for its own trial."""
 from __future__ import annotations
 
 import math
+from datetime import datetime
 
 from sqlalchemy import select
 
 from cairn.searcher.v1 import searcher_pb2 as spb
 from services.common.principal import Principal
 from services.master.domain.identity import allocation_access
+from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.context import MasterContext, Work
 from services.master.domain.kernel.errors import (
     FailedPrecondition,
@@ -93,6 +95,7 @@ def set_progress(
     be told (an outbox event) only under the process-wide lock (`tells_searcher`)."""
     previous = trial.progress
     trial.progress = progress
+    note_pace(trial, progress, utcnow())
     # The searcher only needs progress that moved visibly (it shows in the experiment's
     # progress): each report would cost a searcher round trip and a snapshot. So it hears when
     # the trial passes a PROGRESS_STEP mark, and at the end.
@@ -101,6 +104,16 @@ def set_progress(
             trial_progress=spb.TrialProgress(request_id=trial.request_id, progress=progress)
         )
         searcher_outbox.enqueue(ctx, w, exp.id, event)
+
+
+def note_pace(trial: models.Trial, progress: float, now: datetime) -> None:
+    """Keep what the start forecast measures a run's pace by: the first report of the trial's
+    current run and the time of its latest. A run that reports less than its first report (it
+    went back to a checkpoint) starts its pace again there."""
+    first = trial.pace_progress
+    if trial.pace_run_id != trial.run_id or trial.pace_at is None or first is None or progress < first:
+        trial.pace_run_id, trial.pace_progress, trial.pace_at = trial.run_id, progress, now
+    trial.progress_at = now
 
 
 # Determined's harness sets a word or two ("training", "validating"); anything longer is refused.

@@ -15,6 +15,7 @@ from services.master.domain.kernel.states import (
     LIVE_ALLOCATION,
     PLACED_ALLOCATION,
     PREEMPTIBLE_KINDS,
+    AllocationState,
     TaskKind,
 )
 from services.master.store import models
@@ -54,6 +55,8 @@ class JobRow:
     requested_slots: int
     allocated_slots: int
     allocation_ids: tuple[str, ...]
+    # Those waiting to be placed (PENDING).
+    pending_ids: tuple[str, ...]
     # Whether any of its allocations holds slots (Determined's STATE_SCHEDULED).
     scheduled: bool
     workspace_id: int
@@ -109,6 +112,7 @@ def _experiment_jobs(s: Session) -> list[JobRow]:
                 requested_slots=sum(a.slots for a in allocs),
                 allocated_slots=sum(a.slots for a in placed),
                 allocation_ids=tuple(a.id for a in allocs),
+                pending_ids=tuple(a.id for a in allocs if a.state == AllocationState.PENDING),
                 scheduled=bool(placed),
                 workspace_id=workspace_id,
                 preemptible=True,
@@ -150,6 +154,7 @@ def _task_jobs(s: Session) -> list[JobRow]:
                 requested_slots=alloc.slots,
                 allocated_slots=alloc.slots if placed else 0,
                 allocation_ids=(alloc.id,),
+                pending_ids=(alloc.id,) if alloc.state == AllocationState.PENDING else (),
                 scheduled=placed,
                 workspace_id=int(task.workspace_id or 1),
                 preemptible=task.kind in PREEMPTIBLE_KINDS,

@@ -53,6 +53,8 @@ MAX_IDLE_S = 2.0
 # A pass that could only repeat the last one is skipped (SchedulingLoop._step), but never for
 # longer than this.
 QUIET_RECHECK_S = 10.0
+# How a scheduler preemption's reason begins (the start forecast measures these preemptions).
+SCHEDULER_PREEMPTION = "preempted by the scheduler"
 
 
 class WaitingInfo:
@@ -425,9 +427,9 @@ class SchedulingLoop:
                     alloc = w.session.get(models.Allocation, preemption.allocation_id)
                     if alloc is not None:
                         why = (
-                            f"preempted by the scheduler for {preemption.for_allocation_id}"
+                            f"{SCHEDULER_PREEMPTION} for {preemption.for_allocation_id}"
                             if preemption.for_allocation_id
-                            else "preempted by the scheduler: its workspace or user is over its quota"
+                            else f"{SCHEDULER_PREEMPTION}: its workspace or user is over its quota"
                         )
                         stops.request_preempt(ctx, w, alloc, why)
         ctx.telemetry.scheduling_start.observe(time.perf_counter() - started)

@@ -1,17 +1,17 @@
 """When each waiting job is expected to start (the job listing's `predicted_start`): the cluster as
-the scheduler takes it, each allocation's expected run time beside it, and the scheduler's own
-forecast (PredictStarts: its decisions played forward; services/scheduler/domain/prediction.py).
+the scheduler takes it, each allocation's expected run time beside it (expected_runs.py), and the
+scheduler's own forecast (PredictStarts: its decisions played forward from now, with fair share's
+minimum run before reclaim and recent usage moving as they will;
+services/scheduler/domain/prediction.py).
 
-Expected run times, from what the master records:
-- a running trial: what is left at the pace of its current run, `elapsed * (1 - p) / p` for its
-  progress p (the searcher's length done, which the trial reports);
-- a waiting trial: its experiment's typical run, the mean of its finished trials' last runs and its
-  running trials' projected whole runs; unknown for an experiment with neither yet;
-- commands, notebooks, shells and TensorBoards: unknown (they end when someone ends them, or idle).
-Unknown means it does not end within the forecast: a job only such work holds back gets no
-predicted start, and says so.
-
-A forecast plays many decisions, so it is made when someone asks and kept for FORECAST_TTL_S.
+A forecast is made when someone asks and the last one is older than its refresh interval: at
+least MIN_REFRESH_S, and COST_FACTOR times what the last one took, so that forecasting takes at
+most about a quarter of the scheduler's time however often the queue is read (and none while
+nobody reads it); a forecast costs a scheduler decision per moment it plays (a few milliseconds for
+a few hundred requests, much more on a large fair-share pool). A forecast shown is at most that old
+and says when it was made (`made_at`, the listing's `forecast_time`); the starts it forecast that
+have happened since are passed over (StartForecast.next_start). While one is being made, other
+readers get the last one.
 """
 
 from __future__ import annotations
@@ -19,125 +19,144 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from cairn.scheduler.v1 import scheduler_pb2 as pb
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.context import MasterContext
 from services.master.domain.kernel.errors import DomainError
-from services.master.domain.kernel.states import PLACED_ALLOCATION, RunState
-from services.master.domain.kernel.states import AllocationState as A
+from services.master.domain.scheduling.expected_runs import expected_runs, release_seconds
 from services.master.domain.scheduling.scheduling import build_request
-from services.master.store import models
 
-FORECAST_TTL_S = 15.0
+# A forecast is made again when the last is older than this, and COST_FACTOR times its cost.
+MIN_REFRESH_S = 1.0
+COST_FACTOR = 3.0
 HORIZON_S = 7 * 24 * 3600.0
 MAX_STEPS = 300
-# Below this progress a run's pace says too little to project from.
-_MIN_PROGRESS = 0.02
+# A job's first start is sought up to HORIZON_S; its later ones (which the listing shows as its
+# earlier ones happen, until the next forecast) this far, or until the next forecast is due if
+# later (not much beyond: a longer play costs more, which puts the next forecast further off).
+JOB_HORIZON_S = 30.0
+
+
+@dataclass(frozen=True)
+class JobForecast:
+    """A job's allocations that waited when the forecast was made, and their forecast starts,
+    earliest first: when, and the job whose allocation's end (or preemption) lets it ("": it
+    starts with what is free now)."""
+
+    waiting: frozenset[str]
+    starts: tuple[tuple[datetime, str], ...]
 
 
 @dataclass(frozen=True)
 class StartForecast:
-    # Waiting allocation -> when it is expected to start, and the allocation whose end lets it.
-    starts: dict[str, tuple[datetime, str]]
-    # Why a waiting allocation without a start has none.
+    # By the scheduler's job key (its requests' job_id, else the allocation's id).
+    jobs: dict[str, JobForecast]
+    # Allocation (waiting when the forecast was made) -> its job key.
+    job_of: dict[str, str]
+    # Why a waiting job without a start has none.
     no_start: str
     made_at: datetime
 
-
-def _projected_run(elapsed_s: float, progress: float) -> float | None:
-    if progress < _MIN_PROGRESS or elapsed_s <= 0:
-        return None
-    return elapsed_s / min(progress, 1.0)
-
-
-def expected_seconds(s: Session, now: datetime) -> dict[str, float]:
-    """Each live trial allocation's expected run (module docstring); others are left out (unknown)."""
-    a, t = models.Allocation, models.Trial
-    live = list(
-        s.execute(
-            select(a.id, a.state, a.start_time, t.experiment_id, t.progress)
-            .join(t, t.id == a.trial_id)
-            .where(a.state.in_([A.PENDING, *PLACED_ALLOCATION]))
-        )
-    )
-    experiments = {row.experiment_id for row in live}
-    typical: dict[int, list[float]] = defaultdict(list)
-    for row in live:
-        if row.state in PLACED_ALLOCATION and row.start_time is not None:
-            whole = _projected_run((now - row.start_time).total_seconds(), row.progress or 0.0)
-            if whole is not None:
-                typical[row.experiment_id].append(whole)
-    if experiments:
-        finished = s.execute(
-            select(t.experiment_id, a.start_time, a.end_time)
-            .join(a, a.trial_id == t.id)
-            .where(
-                t.experiment_id.in_(experiments),
-                t.state == RunState.COMPLETED,
-                a.start_time.is_not(None),
-                a.end_time.is_not(None),
-            )
-        )
-        for experiment_id, start, end in finished:
-            if start is not None and end is not None:
-                typical[experiment_id].append(max(0.0, (end - start).total_seconds()))
-    expected: dict[str, float] = {}
-    for row in live:
-        if row.state in PLACED_ALLOCATION:
-            if row.start_time is None:
-                continue
-            elapsed = (now - row.start_time).total_seconds()
-            whole = _projected_run(elapsed, row.progress or 0.0)
-            if whole is not None:
-                expected[row.id] = max(0.0, whole - elapsed)
-        elif typical.get(row.experiment_id):
-            runs = typical[row.experiment_id]
-            expected[row.id] = sum(runs) / len(runs)
-    return expected
+    def next_start(
+        self, allocation_ids: Iterable[str], pending_ids: Iterable[str], now: datetime
+    ) -> tuple[datetime, str] | str:
+        """A job's next start, from its live allocations and those of them still waiting, or why
+        there is none. The forecast is a moment older than now: of the starts it forecast for
+        the job, as many as have happened since (its allocations that waited then and wait no
+        longer) are passed over, whichever allocations they were, and so are those it put
+        before now that have not happened (the job runs behind the forecast): the next is the
+        first left at or after now. If none is left after now, the job's next start is due now."""
+        key = next((self.job_of[a] for a in allocation_ids if a in self.job_of), None)
+        if key is None:
+            return self.no_start
+        job = self.jobs[key]
+        left = job.starts[len(job.waiting - set(pending_ids)) :]
+        if not left:
+            if job.starts:
+                return "the starts forecast for it have come; the next forecast tells the next"
+            return self.no_start
+        return next((start for start in left if start[0] >= now), (now, left[-1][1]))
 
 
 class StartForecasts:
-    """The last forecast, made again when older than FORECAST_TTL_S (one at a time)."""
+    """The last forecast, made again when older than its refresh interval (module docstring)."""
 
     def __init__(self, ctx: MasterContext) -> None:
         self._ctx = ctx
-        self._lock = threading.Lock()
+        self._making = threading.Lock()
         self._last: StartForecast | None = None
         self._made = 0.0
+        self._cost = 0.0
+
+    def refresh_interval(self) -> float:
+        return max(MIN_REFRESH_S, COST_FACTOR * self._cost)
 
     def current(self) -> StartForecast:
-        with self._lock:
-            if self._last is None or time.monotonic() - self._made > FORECAST_TTL_S:
-                self._last = self._make()
-                self._made = time.monotonic()
+        last = self._last
+        if last is not None and time.monotonic() - self._made < self.refresh_interval():
+            return last
+        # One maker at a time; the others take the last forecast meanwhile (or wait for the first).
+        if not self._making.acquire(blocking=last is None):
+            assert last is not None
+            return last
+        try:
+            if self._last is not None and time.monotonic() - self._made < self.refresh_interval():
+                return self._last
+            began = time.monotonic()
+            self._last = self._make()
+            self._made = time.monotonic()
+            self._cost = self._made - began
             return self._last
+        finally:
+            self._making.release()
 
     def _make(self) -> StartForecast:
-        now = utcnow()
         state, _, _ = build_request(self._ctx)
+        now = utcnow()
         with self._ctx.db.read() as s:
-            expected = expected_seconds(s, now)
+            expected = expected_runs(s, now)
+            release = release_seconds(s, now)
+        stamp = Timestamp()
+        stamp.FromDatetime(now)
         request = pb.PredictStartsRequest(
-            state=state, expected_seconds=expected, horizon_seconds=HORIZON_S, max_steps=MAX_STEPS
+            state=state,
+            expected_seconds=expected.seconds,
+            restart_seconds=expected.restart_seconds,
+            horizon_seconds=HORIZON_S,
+            max_steps=MAX_STEPS,
+            job_horizon_seconds=max(JOB_HORIZON_S, self.refresh_interval() + self._cost),
+            now=stamp,
+            release_seconds=release,
+            usage_half_life_seconds={
+                p.name: p.usage_half_life_s
+                for p in self._ctx.settings.pools
+                if p.scheduler_type == "fair_share"
+            },
         )
         try:
             answer = self._ctx.scheduler.predict_starts(request)
         except DomainError as exc:
-            return StartForecast({}, f"no forecast: the scheduler could not be asked ({exc})", now)
-        starts: dict[str, tuple[datetime, str]] = {
-            p.allocation_id: (now + timedelta(seconds=p.start_in_seconds), p.after_allocation_id)
-            for p in answer.predictions
-            if p.start_in_seconds >= 0
-        }
+            return StartForecast({}, {}, f"no forecast: the scheduler could not be asked ({exc})", now)
+        job_of = {r.allocation_id: r.job_id or r.allocation_id for r in state.requests}
+        waiting: dict[str, set[str]] = defaultdict(set)
+        starts: dict[str, list[tuple[datetime, str]]] = defaultdict(list)
+        for p in answer.predictions:
+            key = job_of.get(p.allocation_id, p.allocation_id)
+            waiting[key].add(p.allocation_id)
+            if p.start_in_seconds >= 0:
+                after = job_of.get(p.after_allocation_id, p.after_allocation_id)
+                starts[key].append((now + timedelta(seconds=p.start_in_seconds), after))
+        jobs = {key: JobForecast(frozenset(ids), tuple(sorted(starts[key]))) for key, ids in waiting.items()}
+        waiting_job = {a: key for key, ids in waiting.items() for a in ids}
         why = (
             "beyond the forecast's reach (it plays the next decisions only)"
             if answer.truncated
             else "no start within 7 days: the work ahead of it has no known end"
         )
-        return StartForecast(starts, why, now)
+        return StartForecast(jobs, waiting_job, why, now)

@@ -12,6 +12,7 @@ from cairn.api.v1 import common_pb2, experiment_pb2, job_pb2
 from services.common.queue_order import QueueKey, effective_priority, queue_key
 from services.master.domain.experiments import experiment_edits
 from services.master.domain.experiments import experiments as lifecycle
+from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.errors import InvalidArgument, NotFound
 from services.master.domain.kernel.paging import page_of
 from services.master.domain.kernel.states import TaskKind
@@ -113,23 +114,25 @@ class JobsApi(ServicerBase):
         )
 
     def _forecast(self, jobs: list[JobRow], messages: list[job_pb2.Job]) -> None:
-        """Each job that waits for slots gets the forecast's start of its next waiting allocation,
-        and the job whose end lets it start (or why no start is forecast)."""
+        """Each job that waits for slots gets the forecast's start of its next waiting allocation
+        (StartForecast.next_start: the forecast may be a moment older than the listing), and the
+        job whose end lets it start (or why no start is forecast)."""
         waiting = [
             (job, m) for job, m in zip(jobs, messages, strict=True) if m.allocated_slots < m.requested_slots
         ]
         if not waiting or self.deps.forecasts is None:
             return
         forecast = self.deps.forecasts.current()
-        job_of = {alloc: job.job_id for job in jobs for alloc in job.allocation_ids}
+        now = utcnow()
         for job, message in waiting:
-            starts = [forecast.starts[a] for a in job.allocation_ids if a in forecast.starts]
-            if not starts:
-                message.predicted_after = forecast.no_start
+            message.forecast_time.FromDatetime(forecast.made_at)
+            start = forecast.next_start(job.allocation_ids, job.pending_ids, now)
+            if isinstance(start, str):
+                message.predicted_after = start
                 continue
-            when, after = min(starts)
+            when, after = start
             message.predicted_start.FromDatetime(when)
-            message.predicted_after = job_of.get(after, after) if after else "free slots now"
+            message.predicted_after = after or "free slots now"
 
     def _task_update(self, field: str, update: job_pb2.QueueControl) -> TaskPriority:
         """A queue change for a task's job (not an experiment's): its priority only."""

@@ -47,10 +47,13 @@ from services.master.domain.task_kinds.model_definition import ContextFile
 from services.master.domain.tasks import tasks
 from services.master.store import models
 from services.master.store.db import Database
-from services.scheduler.convert import decision_to_proto, forecast_to_proto, state_from_proto
+from services.scheduler.convert import (
+    decision_to_proto,
+    state_from_proto,
+)
 from services.scheduler.domain.errors import InvalidScheduleInput
-from services.scheduler.domain.prediction import predict_starts
 from services.scheduler.domain.schedule import schedule
+from services.scheduler.forecaster import forecast
 from services.scheduler.session_table import SessionTable
 from services.searcher.domain.preview import preview
 from services.searcher.domain.registry import builtin_registry
@@ -93,13 +96,7 @@ class InProcessScheduler:
             raise InvalidArgument(str(exc)) from None
 
     def predict_starts(self, request: schpb.PredictStartsRequest) -> schpb.PredictStartsResponse:
-        forecast = predict_starts(
-            state_from_proto(request.state),
-            dict(request.expected_seconds),
-            request.horizon_seconds,
-            request.max_steps,
-        )
-        return forecast_to_proto(request, forecast)
+        return forecast(request)  # the scheduler's own, here in this process
 
     def restart(self) -> None:
         """Forget every session, as a restarted scheduler process would."""
