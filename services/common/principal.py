@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -16,3 +16,7 @@ class Principal:
     # Set for internal callers that presented the cluster token (or, to the master's gateway
     # service alone, the per-boot gateway key).
     internal: bool = False
+    # What a user may do, as the master's access module computed it for this call
+    # (services/master/domain/identity/grants.py): set where the caller is established, so a call
+    # computes it once. Not part of the caller's identity: never compared.
+    grants: object | None = field(default=None, compare=False, repr=False)
