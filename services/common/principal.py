@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -20,3 +20,7 @@ class Principal:
     # An agent that presented its own credential: the agent id it was issued to, the only one it
     # may speak as (the master's agent service checks every hello and request against it).
     agent_id: str | None = None
+    # What a user may do, as the master's access module computed it for this call
+    # (services/master/domain/identity/grants.py): set where the caller is established, so a call
+    # computes it once. Not part of the caller's identity: never compared.
+    grants: object | None = field(default=None, compare=False, repr=False)

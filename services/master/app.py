@@ -35,6 +35,7 @@ from services.master.domain.experiments.searcher_pump import SearcherPump
 from services.master.domain.identity import agent_credentials
 from services.master.domain.identity.auth import AuthService
 from services.master.domain.identity.exposure import check_exposure, check_transport
+from services.master.domain.identity.grants import GrantCache
 from services.master.domain.identity.login_limiter import LoginLimiter, LoginLimits
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.context import MasterContext
@@ -225,12 +226,16 @@ class Master:
         agent_stream = AgentStreamServicer(ctx, self.logs, settings.max_agents)
         # The task proxy's targets and the health of this process, for its own HTTP port and, over
         # the internal gateway service, for the port's worker processes.
-        proxy_targets = LocalTargets(ctx, self.auth.authenticate_user_token)
+        # Each user's grants (identity/grants.py), kept while nothing of who may do what changes:
+        # every caller the master establishes (API, task proxy, streams) carries them.
+        self.grants = GrantCache(self.db, lambda: ctx.access_version)
+        authenticate_user = self.grants.authenticating(self.auth.authenticate_user_token)
+        proxy_targets = LocalTargets(ctx, authenticate_user)
         health = ContextHealth(ctx)
         # Determined's streaming updates, with the switch on: served here, and relayed here from the
         # port's worker processes (stream_relay.py).
         streaming = STREAMING_UPDATES in settings.feature_switches
-        stream_sessions = local_sessions(self.db, self.stream_publisher, self.auth.authenticate_user_token)
+        stream_sessions = local_sessions(self.db, self.stream_publisher, authenticate_user)
         relayed_streams = StreamConversations(stream_sessions) if streaming else None
         gateway_service = GatewayServicer(proxy_targets, health, relayed_streams)
         # Opens the internal gateway service to this boot's worker processes alone (their stdin).
@@ -254,7 +259,8 @@ class Master:
                     self.auth,
                     settings.cluster_token,
                     gateway_key,
-                    agent_authenticator(self.db, settings.agent_auth, settings.cluster_token),
+                    agents=agent_authenticator(self.db, settings.agent_auth, settings.cluster_token),
+                    grants=self.grants,
                 ),
                 PUBLIC_METHODS,
             ),

@@ -56,6 +56,8 @@ def master_info(ctx: MasterContext) -> dict[str, Any]:
         "cluster_id": ctx.cluster_id,
         "cluster_name": ctx.settings.cluster_name,
         "telemetry": {"enabled": False},
+        # As GetMaster says: roles decide every call (domain/identity/access.py).
+        "rbacEnabled": True,
         "product": "cairn",
     }
 

@@ -1,6 +1,8 @@
 """Who may call what on the master.
 
-- The public API needs a user's session token, except Login and GetMaster.
+- The public API needs a user's session token, except Login and GetMaster. Once a user is known,
+  their grants are attached for the call (identity/grants.py) and the call passes the access
+  gate (identity/access.check_call, over the decisions of identity/rpc_decisions.py).
 - Trial code holds only its allocation token, which opens the calls trial code makes (reporting,
   checkpoints, signals, reading its own trial) and nothing else.
 - Agents present credentials of their own on their stream (agent_auth.py; the cluster token only on
@@ -28,7 +30,9 @@ from services.common.metadata import (
     user_token,
 )
 from services.common.principal import Principal
+from services.master.domain.identity import access
 from services.master.domain.identity.auth import AuthService
+from services.master.domain.identity.grants import GrantCache
 from services.master.domain.kernel.errors import DatabaseUnavailable, PermissionDenied, Unauthenticated
 from services.master.domain.kernel.outage import ride_out
 from services.master.servicers.agent_auth import AgentAuthenticate
@@ -83,11 +87,25 @@ def master_authenticator(
     cluster_token: str | None,
     gateway_key: str,
     agents: AgentAuthenticate | None = None,
+    grants: GrantCache | None = None,
 ) -> Authenticate:
     """`agents`: who is calling the agent service (agent_auth.py); None takes the cluster token
-    (or nothing, without one) from any agent, as before agents had credentials of their own."""
+    (or nothing, without one) from any agent, as before agents had credentials of their own.
+    `grants`: where a user's grants are kept between calls; None computes them per decision."""
 
     def authenticate(method: str, metadata: Metadata) -> Principal:
+        principal = _authenticate(method, metadata)
+        if not method.startswith(API):
+            return principal
+        if grants is not None:
+            principal = grants.attach(principal)
+        try:
+            access.check_call(principal, method.removeprefix(API))
+        except PermissionDenied as exc:
+            raise AuthError(str(exc), code=grpc.StatusCode.PERMISSION_DENIED) from None
+        return principal
+
+    def _authenticate(method: str, metadata: Metadata) -> Principal:
         if method.startswith(GATEWAY_SERVICE):
             # Its answers carry tasks' service credentials: without the key nobody gets in, even
             # on a master that runs without a cluster token.

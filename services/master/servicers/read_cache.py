@@ -26,12 +26,14 @@ class ReadCache:
     def __init__(self, ctx: MasterContext, max_entries: int = 1024) -> None:
         self._ctx = ctx
         self._max = max_entries
-        self._entries: BoundedLru[tuple[str, bytes], tuple[int, object]] = BoundedLru(max_entries)
+        self._entries: BoundedLru[tuple[str, bytes, Hashable], tuple[int, object]] = BoundedLru(max_entries)
 
-    def get(self, method: str, request: Message, compute: Callable[[], T]) -> T:
+    def get(self, method: str, request: Message, compute: Callable[[], T], viewer: Hashable = None) -> T:
+        """`viewer`: what the answer depends on of its caller (a listing's readable workspaces:
+        identity/access.py), so callers who see different things never share an answer."""
         if self._max <= 0:
             return compute()
-        key = (method, request.SerializeToString(deterministic=True))
+        key = (method, request.SerializeToString(deterministic=True), viewer)
         version = self._ctx.data_version
         hit = self._entries.get(key)
         if hit is not None and hit[0] == version:

@@ -13,6 +13,7 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
+    CheckConstraint,
     DateTime,
     Float,
     ForeignKey,
@@ -106,6 +107,47 @@ class User(Base):
     agent_gid: Mapped[int | None] = mapped_column(Integer)
     agent_user: Mapped[str | None] = mapped_column(String(32))
     agent_group: Mapped[str | None] = mapped_column(String(32))
+
+
+class UserGroup(Base):
+    """A group of users (Determined's user group): roles assigned to it hold for every member. The
+    group new users join (`joins_new_users`, the built-in "everyone" of migration 0025) is how a
+    default cluster keeps its open rule for users created later (domain/identity/groups.py)."""
+
+    __tablename__ = "user_groups"
+    __table_args__ = NEVER_REUSED
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(255), unique=True)
+    joins_new_users: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    created_at: Mapped[datetime]
+
+
+class UserGroupMember(Base):
+    __tablename__ = "user_group_members"
+    group_id: Mapped[int] = mapped_column(ForeignKey("user_groups.id", ondelete="CASCADE"), primary_key=True)
+    user_id: Mapped[int] = mapped_column(
+        ForeignKey("users.id", ondelete="CASCADE"), primary_key=True, index=True
+    )
+
+
+class RoleAssignment(Base):
+    """A built-in role (domain/identity/roles.py, by Determined's id) held by a user or a group,
+    on one workspace or (no workspace) cluster-wide. Gone with its user, group or workspace. One
+    row per (role, holder, scope): kept so by domain/identity/role_assignments.py."""
+
+    __tablename__ = "role_assignments"
+    __table_args__ = (
+        CheckConstraint("(user_id IS NULL) <> (group_id IS NULL)", name="ck_role_assignments_one_holder"),
+        NEVER_REUSED,
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    role_id: Mapped[int] = mapped_column(Integer)
+    user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    group_id: Mapped[int | None] = mapped_column(ForeignKey("user_groups.id", ondelete="CASCADE"), index=True)
+    workspace_id: Mapped[int | None] = mapped_column(
+        ForeignKey("workspaces.id", ondelete="CASCADE"), index=True
+    )
+    created_at: Mapped[datetime]
 
 
 class UserSession(Base):

@@ -12,11 +12,20 @@ import grpc
 import pytest
 
 from cairn.api.v1 import trial_pb2
+from services.common import interceptors
 from services.master.domain.metrics.samples import SampleCache
 from services.master.servicers.api.metrics import SamplesApi
 from services.master.servicers.thread_slots import FollowSlots
 from tests.unit.master.domain.harness import Master
 from tests.unit.master.servicer_double import Aborted, Context, api_deps
+
+
+@pytest.fixture(autouse=True)
+def _as_the_admin(master: Master) -> Iterator[None]:
+    """The servicer is called without the master's interceptors: the caller they would set."""
+    token = interceptors._principal.set(master.admin)
+    yield
+    interceptors._principal.reset(token)
 
 
 def _servicer(master: Master, slots: FollowSlots) -> SamplesApi:

@@ -20,6 +20,8 @@ import pytest
 from cairn.shell_tunnel import connect, encode_client_frame, read_server_frame
 from services.common.principal import Principal
 from services.master.domain.allocations import task_services
+from services.master.domain.identity import roles
+from services.master.domain.identity.grants import Grants
 from services.master.domain.kernel.errors import Unauthenticated
 from services.master.domain.kernel.states import TaskKind
 from services.master.gateway.proxy_targets import LocalTargets
@@ -27,6 +29,9 @@ from services.master.gateway.public_server import PublicHttpServer
 from services.master.store import models
 from tests.unit.master.domain.harness import Master
 from tests.unit.master.proxy_fronts import KINDS, proxy_front
+
+# Another user, an Editor everywhere: may read the task, not open another's (identity/roles.py).
+AN_EDITOR = Grants(roles.EDITOR.permissions, {})
 
 
 class EchoService:
@@ -76,7 +81,7 @@ def proxied_shell(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Sh
     owner = Principal(user_id=master.admin.user_id, username="admin", admin=False)
     sessions: dict[str, Principal] = {
         "owner-token": owner,
-        "other-token": Principal(user_id=9999, username="x"),
+        "other-token": Principal(user_id=9999, username="x", grants=AN_EDITOR),
     }
 
     def authenticate(token: str) -> Principal:

@@ -26,6 +26,8 @@ from cairn.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from cairn.metadata_keys import GATEWAY_KEY_KEY
 from services.common.principal import Principal
 from services.master.domain.allocations import task_services
+from services.master.domain.identity import roles
+from services.master.domain.identity.grants import Grants
 from services.master.domain.kernel.errors import Unauthenticated
 from services.master.domain.kernel.states import TaskKind
 from services.master.domain.tasks import tasks
@@ -37,6 +39,9 @@ from services.master.store import models
 from tests.unit.master.domain.harness import Master
 from tests.unit.master.proxy_fronts import KINDS, gateway_service, proxy_front
 from tests.unit.master.task_service import TaskService
+
+# Another user, an Editor everywhere: may read the task, not open another's (identity/roles.py).
+AN_EDITOR = Grants(roles.EDITOR.permissions, {})
 
 
 class Cluster:
@@ -153,7 +158,7 @@ def test_the_proxy_refuses_without_a_session_or_for_another_user(
     cluster: Cluster, service: TaskService
 ) -> None:
     task_id = serving_notebook(cluster.master, service)
-    cluster.sessions["other-token"] = Principal(user_id=9999, username="other")
+    cluster.sessions["other-token"] = Principal(user_id=9999, username="other", grants=AN_EDITOR)
     anonymous = request(cluster, "GET", f"/proxy/{task_id}/lab", {})
     assert anonymous.status == 401 and b"authentication required" in anonymous.read()
     bad = request(cluster, "GET", f"/proxy/{task_id}/lab", {"Authorization": "Bearer nope"})

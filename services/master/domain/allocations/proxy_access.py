@@ -22,7 +22,8 @@ from sqlalchemy.orm import Session
 
 from services.common.principal import Principal
 from services.master.domain.allocations import trial_proxy_ports
-from services.master.domain.identity import access
+from services.master.domain.identity import access, scopes
+from services.master.domain.identity.permissions import Permission
 from services.master.domain.kernel.errors import (
     FailedPrecondition,
     NotFound,
@@ -64,7 +65,9 @@ def proxy_target(s: Session, principal: Principal | None, service_id: str) -> Pr
     if task is None or proxy == Proxy.NONE:
         raise NotFound(f"task {task_id}: no task that serves through the proxy has this id")
     if principal is not None:
-        access.check_may_change(principal, [task.owner_id], f"task {task_id}", verb="open")
+        # Opening a task's service acts as it (a notebook's kernel, a shell): as changing it.
+        permission = Permission.UPDATE_EXPERIMENT if task.experiment_id is not None else Permission.UPDATE_NSC
+        access.check_task(s, principal, task, permission, verb="open")
     if task.state in TASK_ENDED:
         raise TaskEnded(f"task {task_id} has ended ({task.state.lower()}): it serves nothing any more")
     alloc = s.scalar(
@@ -96,6 +99,12 @@ def _trial_port_target(
         raise Unauthenticated("authentication required: log in to open this service")
     if task is None or entry is None:
         raise NotFound(f"service {service_id}: no trial serves this port through the proxy")
+    if principal is not None:
+        # As its trial's metrics: whoever may read its experiment.
+        workspace_id = scopes.of_task(s, task)
+        access.check_readable(
+            principal, Permission.VIEW_EXPERIMENT_METADATA, workspace_id, f"service {service_id}", s
+        )
     if task.state in TASK_ENDED:
         ended = task.state.lower()
         raise TaskEnded(f"service {service_id}: its trial has ended ({ended}); it serves nothing any more")

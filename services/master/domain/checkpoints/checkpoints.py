@@ -21,13 +21,13 @@ from services.common.principal import Principal
 from services.master.domain.checkpoints.deletion_fence import CHECKPOINT_DELETIONS
 from services.master.domain.config import config_view
 from services.master.domain.identity import access, allocation_access
+from services.master.domain.identity.permissions import Permission
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.context import MasterContext, Work
 from services.master.domain.kernel.errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
-    PermissionDenied,
 )
 from services.master.domain.kernel.ports import CheckpointService, storage_struct
 from services.master.domain.kernel.states import TERMINAL, CheckpointState, check_checkpoint
@@ -71,7 +71,7 @@ def _unmanaged_trial_of_task(w: Work, principal: Principal, task_id: str) -> mod
             f"checkpoint.allocation_id: required (task {task_id!r} is a managed trial's, "
             "reported by its allocation)"
         )
-    access.check_may_change(principal, [exp.owner_id], f"experiment {exp.id}")
+    access.check_experiment(w.session, principal, exp, Permission.UPDATE_EXPERIMENT)
     return trial
 
 
@@ -97,6 +97,8 @@ def report(ctx: MasterContext, principal: Principal, item: ReportedCheckpoint) -
                 raise InvalidArgument(f"checkpoint.allocation_id: no allocation {alloc_id!r}")
             allocation_access.check_allocation(w.session, principal, alloc.id)
             trial = w.session.get_one(models.Trial, alloc.trial_id)
+            # A user reports only into an experiment they may change.
+            access.check_trial(w.session, principal, trial.id, Permission.UPDATE_EXPERIMENT)
         if w.session.get(models.Checkpoint, item.uuid) is not None:
             return  # a retried report
         w.session.add(
@@ -235,8 +237,7 @@ def _remove(
                     raise NotFound(f"checkpoint {uuid} not found")
                 trial = w.session.get_one(models.Trial, row.trial_id)
                 exp = w.session.get_one(models.Experiment, trial.experiment_id)
-                if not access.may_change(principal, [exp.owner_id]):
-                    raise PermissionDenied(f"checkpoint {uuid} belongs to another user's experiment")
+                access.check_experiment(w.session, principal, exp, Permission.DELETE_EXPERIMENT)
                 if row.state == CheckpointState.DELETED:
                     continue  # nothing of it is left to delete or to read again
                 storage = config_view(exp.config).checkpoint_storage

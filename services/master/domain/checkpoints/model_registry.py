@@ -18,11 +18,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import delete, func, select
+from sqlalchemy.orm import Session
 
 from services.common.logging import get_logger
 from services.common.principal import Principal
 from services.master.domain.checkpoints.deletion_fence import CHECKPOINT_DELETIONS
-from services.master.domain.identity import access
+from services.master.domain.identity import access, scopes
+from services.master.domain.identity.permissions import Permission
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.context import MasterContext, Work
 from services.master.domain.kernel.errors import (
@@ -178,8 +180,38 @@ def _load_version(w: Work, model: models.RegisteredModel, number: int) -> models
     return found
 
 
-def check_can_modify(principal: Principal, model: models.RegisteredModel) -> None:
-    access.check_may_change(principal, [model.user_id], f"model {model.name!r}")
+def check_can_modify(
+    s: Session,
+    principal: Principal,
+    model: models.RegisteredModel,
+    permission: Permission = Permission.EDIT_MODEL_REGISTRY,
+    *,
+    owners: tuple[int | None, ...] = (),
+    others: Permission = Permission.CHANGE_OTHERS,
+) -> None:
+    """Not found unless the caller may see the model; refused unless they may do `permission` to
+    it (its owner, or `owners`, or who holds `others` on its workspace: identity/access.py)."""
+    access.check_object(
+        s,
+        principal,
+        permission,
+        model.workspace_id,
+        [model.user_id, *owners],
+        f"model {model.name!r}",
+        view=Permission.VIEW_MODEL_REGISTRY,
+        others=others,
+    )
+
+
+def _check_may_create_in(s: Session, principal: Principal, workspace_id: int) -> None:
+    access.check_readable(principal, Permission.VIEW_WORKSPACE, workspace_id, f"workspace {workspace_id}", s)
+    access.check(
+        principal,
+        Permission.CREATE_MODEL_REGISTRY,
+        workspace_id,
+        f"create models in workspace {workspace_id}",
+        s,
+    )
 
 
 def _check_not_archived(model: models.RegisteredModel, doing: str) -> None:
@@ -216,12 +248,13 @@ def create_model(ctx: MasterContext, w: Work, principal: Principal, new: NewMode
     """The new model's id; its owner is the caller."""
     if principal.user_id is None:
         raise PermissionDenied("only a user may create a model")
+    workspace_id = _workspace(w, new.workspace_id, new.workspace_name) or models.UNCATEGORIZED_WORKSPACE_ID
+    _check_may_create_in(w.session, principal, workspace_id)
     name = checked_model_name(new.name)
     description = _text(new.description, "description", MAX_DESCRIPTION_CHARS) or ""
     notes = _text(new.notes, "notes", MAX_NOTES_CHARS) or ""
     labels = checked_labels(new.labels) or []
     metadata = checked_metadata(new.metadata) or {}
-    workspace_id = _workspace(w, new.workspace_id, new.workspace_name) or models.UNCATEGORIZED_WORKSPACE_ID
     _check_name_free(w, name)
     now = utcnow()
     model = models.RegisteredModel(
@@ -245,7 +278,7 @@ def create_model(ctx: MasterContext, w: Work, principal: Principal, new: NewMode
 def patch_model(ctx: MasterContext, w: Work, principal: Principal, identifier: str, edit: ModelEdit) -> int:
     """The model's id (its name may have changed)."""
     model = load(w, identifier)
-    check_can_modify(principal, model)
+    check_can_modify(w.session, principal, model)
     _check_not_archived(model, "change it")
     name = checked_model_name(edit.name) if edit.name is not None else None
     description = _text(edit.description, "description", MAX_DESCRIPTION_CHARS)
@@ -253,6 +286,8 @@ def patch_model(ctx: MasterContext, w: Work, principal: Principal, identifier: s
     labels = checked_labels(edit.labels)
     metadata = checked_metadata(edit.metadata)
     workspace_id = _workspace(w, edit.workspace_id, edit.workspace_name)
+    if workspace_id is not None and workspace_id != model.workspace_id:
+        _check_may_create_in(w.session, principal, workspace_id)
     if name is not None and name != model.name:
         _check_name_free(w, name, other_than=model.id)
     changes = {
@@ -274,14 +309,20 @@ def patch_model(ctx: MasterContext, w: Work, principal: Principal, identifier: s
 
 def set_archived(ctx: MasterContext, w: Work, principal: Principal, identifier: str, archived: bool) -> None:
     model = load(w, identifier)
-    check_can_modify(principal, model)
+    check_can_modify(w.session, principal, model)
     model.archived = archived
 
 
 def delete_model(ctx: MasterContext, w: Work, principal: Principal, identifier: str) -> None:
     """The model and all its versions; their checkpoints stay (and may be deleted from now on)."""
     model = load(w, identifier)
-    check_can_modify(principal, model)
+    check_can_modify(
+        w.session,
+        principal,
+        model,
+        Permission.DELETE_MODEL_REGISTRY,
+        others=Permission.DELETE_OTHER_USER_MODEL_REGISTRY,
+    )
     w.session.execute(delete(models.ModelVersion).where(models.ModelVersion.model_id == model.id))
     w.session.delete(model)
     log.info("model deleted", model_id=model.id, model_name=model.name)
@@ -308,10 +349,23 @@ def _checkpoint_to_register(w: Work, uuid: str) -> models.Checkpoint:
     return checkpoint
 
 
+def _check_may_read_checkpoint(s: Session, principal: Principal, checkpoint: models.Checkpoint) -> None:
+    """A version names a checkpoint its registrant may read (its experiment's artifacts)."""
+    experiment_id = s.scalar(select(models.Trial.experiment_id).where(models.Trial.id == checkpoint.trial_id))
+    workspace_id = scopes.of_experiment_id(s, experiment_id) if experiment_id is not None else None
+    access.check_readable(
+        principal,
+        Permission.VIEW_EXPERIMENT_ARTIFACTS,
+        workspace_id,
+        f"checkpoint_uuid: checkpoint {checkpoint.uuid}",
+        s,
+    )
+
+
 def _add_version(w: Work, principal: Principal, identifier: str, new: NewVersion) -> tuple[int, int] | None:
     """(model id, version number), or None when a deletion of the checkpoint's files is under way."""
     model = load(w, identifier)
-    check_can_modify(principal, model)
+    check_can_modify(w.session, principal, model)
     _check_not_archived(model, "register new versions")
     name = _text(new.name, "name", MAX_NAME_CHARS) or ""
     comment = _text(new.comment, "comment", MAX_COMMENT_CHARS) or ""
@@ -319,6 +373,7 @@ def _add_version(w: Work, principal: Principal, identifier: str, new: NewVersion
     labels = checked_labels(new.labels) or []
     metadata = checked_metadata(new.metadata) or {}
     checkpoint = _checkpoint_to_register(w, new.checkpoint_uuid)
+    _check_may_read_checkpoint(w.session, principal, checkpoint)
     if CHECKPOINT_DELETIONS.held(checkpoint.uuid):
         return None
     highest = w.session.scalar(
@@ -376,7 +431,7 @@ def patch_version(
 ) -> int:
     """The model's id."""
     model = load(w, identifier)
-    check_can_modify(principal, model)
+    check_can_modify(w.session, principal, model)
     version = _load_version(w, model, number)
     changes = {
         "name": _text(edit.name, "name", MAX_NAME_CHARS),
@@ -397,8 +452,18 @@ def patch_version(
 def delete_version(ctx: MasterContext, w: Work, principal: Principal, identifier: str, number: int) -> None:
     """The version goes; its checkpoint stays (and may be deleted from now on)."""
     model = load(w, identifier)
-    check_can_modify(principal, model)
+    access.check_readable(
+        principal, Permission.VIEW_MODEL_REGISTRY, model.workspace_id, f"model {model.name!r}", w.session
+    )
     version = _load_version(w, model, number)
+    check_can_modify(
+        w.session,
+        principal,
+        model,
+        Permission.DELETE_MODEL_VERSION,
+        owners=(version.user_id,),
+        others=Permission.DELETE_OTHER_USER_MODEL_VERSION,
+    )
     w.session.delete(version)
     model.last_updated_time = utcnow()
     log.info("model version deleted", model_id=model.id, version=number)

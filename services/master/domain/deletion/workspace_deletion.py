@@ -22,6 +22,7 @@ from sqlalchemy import delete, func, select, update
 from services.common.logging import get_logger
 from services.common.principal import Principal
 from services.master.domain.experiments.experiments import transition
+from services.master.domain.identity.permissions import Permission
 from services.master.domain.kernel import deferred_work
 from services.master.domain.kernel.context import MasterContext, Work
 from services.master.domain.kernel.errors import FailedPrecondition
@@ -107,7 +108,9 @@ def delete_project(ctx: MasterContext, principal: Principal, project_id: int) ->
     background and GetProject shows it DELETING until then)."""
     with ctx.unit_of_work() as w:
         project, workspace = workspaces.load_project(w, project_id)
-        workspaces.check_can_manage_project(principal, project, workspace, "delete")
+        workspaces.check_can_manage_project(
+            w.session, principal, project, workspace, "delete", Permission.DELETE_PROJECT
+        )
         if project.immutable:
             raise FailedPrecondition(
                 f"project {project.id} ({project.name}) is built in: it cannot be deleted"
@@ -131,7 +134,9 @@ def delete_workspace(ctx: MasterContext, principal: Principal, workspace_id: int
     """Delete the workspace, its projects and their experiments; whether it is gone already."""
     with ctx.unit_of_work() as w:
         workspace = workspaces.load_workspace(w, workspace_id)
-        workspaces.check_can_manage_workspace(principal, workspace, "delete")
+        workspaces.check_can_manage_workspace(
+            w.session, principal, workspace, "delete", Permission.DELETE_WORKSPACE
+        )
         if workspace.immutable:
             raise FailedPrecondition(
                 f"workspace {workspace.id} ({workspace.name}) is built in: it cannot be deleted"

@@ -20,9 +20,11 @@ from services.common.logging import get_logger
 from services.common.principal import Principal
 from services.master.domain.experiments import experiments as lifecycle
 from services.master.domain.experiments.experiment_projects import move_experiment
+from services.master.domain.identity.permissions import Permission
 from services.master.domain.kernel.context import MasterContext, Work
 from services.master.domain.kernel.errors import DomainError, FailedPrecondition, InvalidArgument, NotFound
 from services.master.domain.kernel.states import TERMINAL, InvalidTransition, RunState
+from services.master.domain.reads import visibility
 from services.master.store import models
 
 log = get_logger(__name__)
@@ -129,6 +131,17 @@ ACTIONS: dict[str, Action] = {
     "delete": _delete,
 }
 
+# What each action takes (identity/access.py decides): its lifecycle, its metadata, or its deletion.
+PERMISSIONS: dict[str, Permission] = {
+    "kill": Permission.UPDATE_EXPERIMENT,
+    "cancel": Permission.UPDATE_EXPERIMENT,
+    "pause": Permission.UPDATE_EXPERIMENT,
+    "activate": Permission.UPDATE_EXPERIMENT,
+    "archive": Permission.UPDATE_EXPERIMENT_METADATA,
+    "unarchive": Permission.UPDATE_EXPERIMENT_METADATA,
+    "delete": Permission.DELETE_EXPERIMENT,
+}
+
 # What a filter selects when it names no states (Determined's defaults per action).
 _LIVE = (S.ACTIVE, S.PAUSED, S.STOPPING_CANCELED, S.STOPPING_KILLED, S.STOPPING_COMPLETED, S.STOPPING_ERROR)
 DEFAULT_STATES: dict[str, tuple[str, ...]] = {
@@ -166,13 +179,23 @@ def check_ids(ids: Sequence[int], field_name: str) -> list[int]:
     return unique
 
 
-def select_by_filters(ctx: MasterContext, project_id: int, filters: BulkFilters, action: str) -> list[int]:
+def select_by_filters(
+    ctx: MasterContext,
+    project_id: int,
+    filters: BulkFilters,
+    action: str,
+    visible: visibility.Workspaces = None,
+) -> list[int]:
     """The ids of the experiments `filters` select in the project, for `action` (refused, naming
     the field, where they select more than MAX_EXPERIMENTS)."""
     check_filters(filters)
     states = filters.states or DEFAULT_STATES.get(action, ())
-    q = select(models.Experiment.id, models.Experiment.labels).where(
-        models.Experiment.state.not_in([S.DELETING, S.DELETED])
+    # Only experiments the caller may see (the rest would be refused one by one, naming them).
+    q = visibility.experiments(
+        select(models.Experiment.id, models.Experiment.labels).where(
+            models.Experiment.state.not_in([S.DELETING, S.DELETED])
+        ),
+        visible,
     )
     if project_id != ANY_PROJECT:
         q = q.where(models.Experiment.project_id == project_id)
@@ -232,7 +255,7 @@ def act(
             exp = _in_project(w, experiment_id, project_id)
             if action in _UNARCHIVED_ONLY and exp.archived:
                 raise NotFound(f"experiment '{experiment_id}' is archived")
-            lifecycle.check_can_modify(principal, exp)
+            lifecycle.check_can_modify(w.session, principal, exp, PERMISSIONS[action])
             do(ctx, w, principal, exp)
 
     return [outcome(i, "experiment", partial(change, i)) for i in ids]

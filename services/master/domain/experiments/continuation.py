@@ -281,7 +281,7 @@ def merged_config(ctx: MasterContext, exp: models.Experiment, override: dict[str
 def _plan(ctx: MasterContext, principal: Principal, experiment_id: int, override: dict[str, Any]) -> _Plan:
     with ctx.db.read() as s:
         exp = _load(s, experiment_id)
-        experiment_lifecycle.check_can_modify(principal, exp)
+        experiment_lifecycle.check_can_modify(s, principal, exp)
         _check_managed(exp)
         if exp.archived:
             raise FailedPrecondition(f"experiment {exp.id} is archived: unarchive it before continuing it")

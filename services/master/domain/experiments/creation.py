@@ -174,6 +174,9 @@ def create(ctx: MasterContext, principal: Principal, request: CreateRequest) -> 
         raise InvalidArgument("only a user can create experiments")
     template = None if request.template is None else templates.config_for_experiment(ctx, request.template)
     place = experiment_projects.placement(ctx, request.project_id, request.config_text, template)
+    with ctx.db.read() as s:
+        project = s.get_one(models.Project, place.project_id)
+        experiment_projects.check_may_create_in(s, principal, project, "project_id")
     config = expanded_config(ctx, request.config_text, template, place)
     check_experiment_limits(config, ctx.settings.max_trials_per_experiment)
     check_config_policy(ctx.settings, principal, config)

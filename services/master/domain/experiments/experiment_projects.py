@@ -4,8 +4,8 @@ workspace's defaults for the config, and moving an experiment to another project
 
 A project takes new experiments, by creation or by a move, unless it or its workspace is archived or
 being deleted; experiments do not move out of an archived project, and an archived experiment does
-not move. Anyone may create an experiment in any project that takes them (Determined's basic
-authorization); moving one takes its owner or an admin.
+not move. Creating one in a project, or moving one there, takes CREATE_EXPERIMENT on its
+workspace; moving one out takes UPDATE_EXPERIMENT on it (identity/access.py).
 """
 
 from __future__ import annotations
@@ -15,11 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import update
+from sqlalchemy.orm import Session
 
 from services.common.principal import Principal
 from services.master.domain.config import ConfigError, parse_config_text
 from services.master.domain.experiments.experiments import check_can_modify
 from services.master.domain.experiments.experiments import load as load_experiment
+from services.master.domain.identity import access
+from services.master.domain.identity.permissions import Permission
 from services.master.domain.kernel.context import MasterContext, Work
 from services.master.domain.kernel.errors import FailedPrecondition, InvalidArgument, NotFound
 from services.master.domain.kernel.states import WS
@@ -110,6 +113,20 @@ def placement(
         )
 
 
+def check_may_create_in(s: Session, principal: Principal, project: models.Project, field: str) -> None:
+    """Not found unless the caller may see the project; refused unless they may create
+    experiments in its workspace."""
+    what = f"{field}: project {project.id}"
+    access.check_readable(principal, Permission.VIEW_PROJECT, project.workspace_id, what, s)
+    access.check(
+        principal,
+        Permission.CREATE_EXPERIMENT,
+        project.workspace_id,
+        f"create experiments in project {project.id}",
+        s,
+    )
+
+
 def check_still_takes_experiments(w: Work, project_id: int) -> None:
     """Inside the unit of work that stores a new experiment: its project did not go away or get
     archived since the experiment was placed."""
@@ -121,7 +138,7 @@ def move_experiment(
     ctx: MasterContext, w: Work, principal: Principal, experiment_id: int, destination_project_id: int
 ) -> None:
     exp = load_experiment(w, experiment_id)
-    check_can_modify(principal, exp)
+    check_can_modify(w.session, principal, exp)
     if exp.archived:
         raise FailedPrecondition(f"experiment {exp.id} is archived: unarchive it before moving it")
     source, source_workspace = load_project(w, exp.project_id, field="experimentId")
@@ -131,6 +148,7 @@ def move_experiment(
         )
     check_not_deleting("project", source)
     destination, destination_workspace = load_project(w, destination_project_id, field="destinationProjectId")
+    check_may_create_in(w.session, principal, destination, "destinationProjectId")
     _check_takes_experiments(destination, destination_workspace, "destinationProjectId")
     if exp.project_id == destination.id:
         return

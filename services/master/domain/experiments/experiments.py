@@ -9,11 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
 
 from services.common.logging import get_logger
 from services.common.principal import Principal
 from services.master.domain.allocations import allocations
 from services.master.domain.identity import access
+from services.master.domain.identity.permissions import Permission
 from services.master.domain.kernel import deferred_work
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.context import MasterContext, Work
@@ -54,8 +56,15 @@ def load(w: Work, experiment_id: int) -> models.Experiment:
     return exp
 
 
-def check_can_modify(principal: Principal, exp: models.Experiment) -> None:
-    access.check_may_change(principal, [exp.owner_id], f"experiment {exp.id}")
+def check_can_modify(
+    s: Session,
+    principal: Principal,
+    exp: models.Experiment,
+    permission: Permission = Permission.UPDATE_EXPERIMENT,
+) -> None:
+    """Not found unless the caller may read the experiment; refused unless they may do
+    `permission` to it (identity/access.py)."""
+    access.check_experiment(s, principal, exp, permission)
 
 
 def _trials(w: Work, exp: models.Experiment) -> list[models.Trial]:

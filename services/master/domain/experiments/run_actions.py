@@ -20,9 +20,11 @@ from services.common.principal import Principal
 from services.master.domain.experiments import experiments as lifecycle
 from services.master.domain.experiments.bulk_actions import ActionResult, outcome
 from services.master.domain.experiments.experiment_projects import move_experiment
+from services.master.domain.identity.permissions import Permission
 from services.master.domain.kernel.context import MasterContext, Work
 from services.master.domain.kernel.errors import DomainError, FailedPrecondition, InvalidArgument, NotFound
 from services.master.domain.kernel.states import TERMINAL, InvalidTransition, RunState
+from services.master.domain.reads import visibility
 from services.master.domain.reads.run_filter import parse_run_filter, run_filter_clause
 from services.master.domain.trials import trials as trial_lifecycle
 from services.master.store import models
@@ -47,6 +49,7 @@ def select_runs(
     run_ids: Sequence[int],
     filter_text: str | None,
     project_field: str = "projectId",
+    visible: visibility.Workspaces = None,
 ) -> RunSelection:
     """Bound and resolve the runs a call names, before anything changes."""
     if filter_text is not None and run_ids:
@@ -70,7 +73,8 @@ def select_runs(
         )
         if project_id is not None:
             q = q.where(models.Experiment.project_id == project_id)
-        ids = list(s.scalars(q))
+        # A filter selects only runs the caller may see (the rest would be refused one by one).
+        ids = list(s.scalars(visibility.experiments(q, visible)))
     if len(ids) > MAX_RUNS:
         raise InvalidArgument(f"filter: selects more than {MAX_RUNS} runs; narrow it or name ids")
     return RunSelection(ids=ids, by_filter=True)
@@ -119,11 +123,12 @@ def _each(
     selection: RunSelection,
     project_id: int | None,
     do: Callable[[Work, models.Trial, models.Experiment], None],
+    permission: Permission = Permission.UPDATE_EXPERIMENT,
 ) -> list[ActionResult]:
     def change(run_id: int) -> None:
         with ctx.unit_of_work() as w:
             trial, exp = _load(w, run_id, project_id)
-            lifecycle.check_can_modify(principal, exp)
+            lifecycle.check_can_modify(w.session, principal, exp, permission)
             do(w, trial, exp)
 
     return [outcome(i, "run", partial(change, i)) for i in selection.ids]
@@ -172,7 +177,7 @@ def set_archived(
             raise FailedPrecondition("Run is not in terminal state.")
         trial.archived = archived
 
-    return _each(ctx, principal, selection, project_id, do)
+    return _each(ctx, principal, selection, project_id, do, Permission.UPDATE_EXPERIMENT_METADATA)
 
 
 def move(
@@ -213,4 +218,4 @@ def delete(
             )
         lifecycle.mark_deleting(ctx, w, exp)
 
-    return _each(ctx, principal, selection, project_id, do)
+    return _each(ctx, principal, selection, project_id, do, Permission.DELETE_EXPERIMENT)

@@ -14,11 +14,13 @@ import json
 from typing import Any
 
 from sqlalchemy import update
+from sqlalchemy.orm import Session
 
 from services.common.principal import Principal
 from services.master.domain.config.bounds import MAX_CONFIG_DEPTH, MAX_CONFIG_TEXT_CHARS
 from services.master.domain.config.partial import validate_partial_config
-from services.master.domain.identity import access
+from services.master.domain.identity import access, scopes
+from services.master.domain.identity.permissions import Permission
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.context import MasterContext, Work
 from services.master.domain.kernel.errors import (
@@ -87,8 +89,23 @@ def checked_config(value: Any, field: str = "config") -> dict[str, Any]:
     return value
 
 
-def check_can_change(principal: Principal, template: models.Template) -> None:
-    access.check_may_change(principal, [template.user_id], f"template {template.name!r}")
+def check_can_change(
+    s: Session,
+    principal: Principal,
+    template: models.Template,
+    permission: Permission = Permission.UPDATE_TEMPLATES,
+) -> None:
+    """Not found unless the caller may see the template; refused unless they may do `permission`
+    to it (identity/access.py)."""
+    access.check_object(
+        s,
+        principal,
+        permission,
+        scopes.of_template(template),
+        [template.user_id],
+        f"template {template.name!r}",
+        view=Permission.VIEW_TEMPLATES,
+    )
 
 
 def _load(w: Work, name: str) -> models.Template:
@@ -113,10 +130,20 @@ def create(
 ) -> models.Template:
     """A new template owned by the caller; `workspace_id` 0 is the default workspace."""
     checked_name(name)
-    checked = checked_config(config)
     if principal.user_id is None:
         raise PermissionDenied("only a user can create templates")
     workspace = _usable_workspace(w, workspace_id)
+    access.check_readable(
+        principal, Permission.VIEW_WORKSPACE, workspace, f"workspace_id: workspace {workspace}", w.session
+    )
+    access.check(
+        principal,
+        Permission.CREATE_TEMPLATES,
+        workspace,
+        f"create templates in workspace {workspace}",
+        w.session,
+    )
+    checked = checked_config(config)
     if w.session.get(models.Template, name) is not None:
         raise AlreadyExists(f"name: a template named {name!r} already exists")
     now = utcnow()
@@ -138,7 +165,7 @@ def replace_config(
 ) -> models.Template:
     """The template's config replaced whole (Determined's PatchTemplateConfig)."""
     template = _load(w, name)
-    check_can_change(principal, template)
+    check_can_change(w.session, principal, template)
     template.config = checked_config(config)
     template.updated_at = utcnow()
     return template
@@ -163,7 +190,7 @@ def rename(
     ctx: MasterContext, w: Work, principal: Principal, old_name: str, new_name: str
 ) -> models.Template:
     template = _load(w, old_name)
-    check_can_change(principal, template)
+    check_can_change(w.session, principal, template)
     checked_name(new_name, "new_name")
     if new_name == old_name:
         return template
@@ -182,7 +209,7 @@ def rename(
 
 def delete(ctx: MasterContext, w: Work, principal: Principal, name: str) -> None:
     template = _load(w, name)
-    check_can_change(principal, template)
+    check_can_change(w.session, principal, template, Permission.DELETE_TEMPLATES)
     w.session.delete(template)
 
 

@@ -18,6 +18,7 @@ from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from services.common.logging import get_logger
 from services.common.principal import Principal
@@ -28,6 +29,7 @@ from services.master.domain.experiments import experiment_projects, experiments
 from services.master.domain.experiments.creation import check_pool, expanded_config, store_experiment
 from services.master.domain.experiments.input_limits import check_experiment_limits
 from services.master.domain.identity import access
+from services.master.domain.identity.permissions import Permission
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.context import MasterContext, Work
 from services.master.domain.kernel.errors import FailedPrecondition, InvalidArgument
@@ -86,6 +88,9 @@ def create_experiment(
     if external_id is not None:
         _check_external_id(external_id, "external_experiment_id", MAX_EXTERNAL_EXPERIMENT_ID)
     place = experiment_projects.placement(ctx, project_id, config_text)
+    with ctx.db.read() as s:
+        project = s.get_one(models.Project, place.project_id)
+        experiment_projects.check_may_create_in(s, principal, project, "project_id")
     config = expanded_config(ctx, config_text, None, place, unmanaged=True)
     check_experiment_limits(config, ctx.settings.max_trials_per_experiment)
     check_config_policy(ctx.settings, principal, config)
@@ -97,7 +102,7 @@ def create_experiment(
                 select(models.Experiment).where(models.Experiment.external_experiment_id == external_id)
             )
             if found is not None:
-                return CreatedExperiment(_resumable(principal, found, external_id), found.config)
+                return CreatedExperiment(_resumable(w.session, principal, found, external_id), found.config)
         exp = models.Experiment(
             name=str(config.get("name") or f"unmanaged-{uuid.uuid4().hex[:8]}"),
             description=str(config.get("description") or ""),
@@ -130,18 +135,18 @@ def create_experiment(
     return CreatedExperiment(experiment_id, config)
 
 
-def _resumable(principal: Principal, exp: models.Experiment, external_id: str) -> int:
+def _resumable(s: Session, principal: Principal, exp: models.Experiment, external_id: str) -> int:
     if exp.state in (S.DELETING, S.DELETED, S.DELETE_FAILED):
         raise FailedPrecondition(
             f"external_experiment_id: experiment {exp.id} ({external_id!r}) is being deleted"
         )
-    access.check_may_change(principal, [exp.owner_id], f"experiment {exp.id}")
+    access.check_experiment(s, principal, exp, Permission.UPDATE_EXPERIMENT)
     return exp.id
 
 
 def _unmanaged_experiment(w: Work, principal: Principal, experiment_id: int, field: str) -> models.Experiment:
     exp = experiments.load(w, experiment_id)
-    access.check_may_change(principal, [exp.owner_id], f"experiment {exp.id}")
+    access.check_experiment(w.session, principal, exp, Permission.UPDATE_EXPERIMENT)
     if not exp.unmanaged:
         raise FailedPrecondition(
             f"{field}: experiment {exp.id} is managed by the master; only an unmanaged experiment's "
@@ -320,9 +325,9 @@ def trial_of_task(ctx: MasterContext, principal: Principal, task_id: str) -> int
         exp = s.get(models.Experiment, trial.experiment_id) if trial is not None else None
         if trial is None or exp is None:
             raise InvalidArgument(f"task_id: no trial's task {task_id!r}")
+        access.check_experiment(s, principal, exp, Permission.UPDATE_EXPERIMENT)
         if not exp.unmanaged:
             raise FailedPrecondition(
                 f"task_id: task {task_id!r} is a managed trial's; its output comes from its containers"
             )
-        access.check_may_change(principal, [exp.owner_id], f"experiment {exp.id}")
         return trial.id

@@ -37,6 +37,7 @@ from sqlalchemy.orm import Session
 
 from services.common.principal import Principal
 from services.master.domain.identity import access
+from services.master.domain.identity.permissions import Permission
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.context import MasterContext, Work
 from services.master.domain.kernel.errors import (
@@ -171,7 +172,7 @@ def create_join_token(
 
 
 def list_join_tokens(ctx: MasterContext, principal: Principal, show_inactive: bool) -> list[JoinTokenInfo]:
-    access.check_admin(principal, "list agent join tokens")
+    access.check_cluster_by_person(principal, Permission.UPDATE_AGENTS, "list agent join tokens")
     now = utcnow()
     with ctx.db.read() as s:
         query = select(models.AgentJoinToken).order_by(models.AgentJoinToken.id)
@@ -207,7 +208,7 @@ def _replace_secret(w: Work, secret: str, created_by: str) -> datetime:
 
 def rotate_enrolment_secret(ctx: MasterContext, principal: Principal) -> RotatedSecret:
     """A new enrolment secret; the one before enrols no agent from now on."""
-    access.check_admin(principal, "rotate the agent enrolment secret")
+    access.check_cluster_by_person(principal, Permission.UPDATE_AGENTS, "rotate the agent enrolment secret")
     secret = new_secret()
     with ctx.unit_of_work() as w:
         created_at = _replace_secret(w, secret, principal.username)
@@ -429,7 +430,7 @@ def holds_credential_row(w: Work, agent_id: str) -> bool:
 
 
 def list_credentials(ctx: MasterContext, principal: Principal) -> list[CredentialInfo]:
-    access.check_admin(principal, "list agent credentials")
+    access.check_cluster_by_person(principal, Permission.VIEW_SENSITIVE_AGENT_INFO, "list agent credentials")
     with ctx.db.read() as s:
         rows = s.scalars(select(models.AgentCredential).order_by(models.AgentCredential.agent_id))
         return [CredentialInfo.of(row) for row in rows]

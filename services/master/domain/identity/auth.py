@@ -31,7 +31,7 @@ from sqlalchemy import bindparam, delete, select
 
 from cairn.client.password import salt_and_hash
 from services.common.principal import Principal
-from services.master.domain.identity import agent_users, allocation_access
+from services.master.domain.identity import agent_users, allocation_access, default_groups
 from services.master.domain.identity.agent_users import AgentUserGroup
 from services.master.domain.identity.login_limiter import LoginLimiter, LoginLimits
 from services.master.domain.kernel.clock import utcnow
@@ -169,17 +169,18 @@ class AuthService:
                 if needs_password and not initial:
                     initial = hash_password(salt_and_hash(self._initial_password))
                 if user is None:
-                    s.add(
-                        models.User(
-                            username=username,
-                            password_hash=initial,
-                            admin=admin,
-                            active=True,
-                            display_name="",
-                            created_at=now,
-                            modified_at=now,
-                        )
+                    created = models.User(
+                        username=username,
+                        password_hash=initial,
+                        admin=admin,
+                        active=True,
+                        display_name="",
+                        created_at=now,
+                        modified_at=now,
                     )
+                    s.add(created)
+                    s.flush()
+                    default_groups.join(s, created.id)
                 elif needs_password:
                     user.password_hash = initial
                     user.modified_at = now

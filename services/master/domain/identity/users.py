@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from cairn.client.password import salt_and_hash
 from services.common.principal import Principal
-from services.master.domain.identity import access, agent_users
+from services.master.domain.identity import access, agent_users, default_groups
 from services.master.domain.identity.auth import (
     SESSION,
     AuthService,
@@ -28,6 +28,7 @@ from services.master.domain.identity.auth import (
     salted_password,
     user_info,
 )
+from services.master.domain.identity.permissions import Permission
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.errors import AlreadyExists, InvalidArgument, NotFound
 from services.master.domain.kernel.paging import Page, page_of
@@ -89,7 +90,7 @@ SORT_COLUMNS = {
 
 
 def _require_admin(principal: Principal, what: str) -> None:
-    access.check_admin(principal, what)
+    access.check_cluster(principal, Permission.ADMINISTRATE_USER, what)
 
 
 def _clean_name(name: str, field: str) -> str:
@@ -174,6 +175,7 @@ def create(
             agent_users.store(row, link)
             s.add(row)
             s.flush()
+            default_groups.join(s, row.id)
             return user_info(row)
     except IntegrityError:
         # Another request created the same name between our check and our insert.
@@ -186,6 +188,15 @@ def get(db: Database, user_id: int) -> UserInfo:
         if row is None:
             raise NotFound(f"user {user_id} not found")
         return user_info(row)
+
+
+def get_many(db: Database, user_ids: list[int]) -> list[UserInfo]:
+    """The users of these ids that exist, in the order asked."""
+    with db.read() as s:
+        found = {
+            u.id: user_info(u) for u in s.scalars(select(models.User).where(models.User.id.in_(user_ids)))
+        }
+    return [found[i] for i in user_ids if i in found]
 
 
 def get_by_username(db: Database, username: str) -> UserInfo:

@@ -116,6 +116,9 @@ class MasterContext:
     idle_clock: IdleClock = field(default_factory=IdleClock)
     # Bumped after every committed change the API can read (see servicers/read_cache.py).
     data_version: int = 0
+    # Bumped after every committed change to who may do what (role assignments, group members,
+    # workspaces): identity/grants.py keeps each user's grants while it stays the same.
+    access_version: int = 0
     # The master's own measurements, for /metrics (telemetry.py).
     telemetry: Telemetry = field(default_factory=Telemetry.new)
     # Each fair-share pool's division at its last pass, as the scheduler reported it.
@@ -142,6 +145,10 @@ class MasterContext:
         # A plain increment is atomic enough here: readers only compare for equality, and a lost
         # race between two writers still moves the version away from what any reader cached.
         self.data_version += 1
+
+    def access_changed(self) -> None:
+        """Call after a commit that changed role assignments or group membership (w.later)."""
+        self.access_version += 1
 
     @contextlib.contextmanager
     def unit_of_work(self, lock: contextlib.AbstractContextManager[object] | None = None) -> Iterator[Work]:

@@ -18,6 +18,7 @@ from sqlalchemy import and_, func, select, update
 
 from services.common.principal import Principal
 from services.master.domain.identity import access, allocation_access
+from services.master.domain.identity.permissions import Permission
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.context import MasterContext, Work
 from services.master.domain.kernel.errors import (
@@ -226,13 +227,10 @@ def _intake_trial(w: Work, principal: Principal, trial_id: int) -> tuple[models.
             models.Allocation, models.Allocation.id == principal.allocation_id
         )
     found = w.session.execute(query).first()
-    allocation_access.check_trial(w.session, principal, trial_id)
+    # A user's session reports too (an unmanaged run's code): only into what they may change.
+    access.check_trial(w.session, principal, trial_id, Permission.UPDATE_EXPERIMENT)
     if found is None:
         raise NotFound(f"trial {trial_id} not found")
-    if not allocation_access.is_trial_code(principal):
-        # A user's session reports too (an unmanaged run's code): only into what they may change.
-        exp = found[1]
-        access.check_may_change(principal, [exp.owner_id], f"experiment {exp.id}")
     return found[0], found[1]
 
 
@@ -260,7 +258,7 @@ def _why_not_in_turn(
     may still come (the trial runs on that run); a batch for a run that is over, or for an ended
     trial, can never be stored. Asked only once the wait is over, so that a batch in turn costs no read."""
     with ctx.db.read() as s:
-        allocation_access.check_trial(s, principal, trial_id)
+        access.check_trial(s, principal, trial_id, Permission.UPDATE_EXPERIMENT)
         trial = s.get(models.Trial, trial_id)
         if trial is None:
             return NotFound(f"trial {trial_id} not found")
@@ -283,7 +281,7 @@ def _why_not_in_turn(
 def _max_stored_seq(ctx: MasterContext, principal: Principal, trial_id: int, run_id: int) -> int:
     """The run's highest stored sequence number, once the caller may report for the trial."""
     with ctx.db.read() as s:
-        allocation_access.check_trial(s, principal, trial_id)
+        access.check_trial(s, principal, trial_id, Permission.UPDATE_EXPERIMENT)
         found = s.scalar(
             select(func.max(models.Metric.seq)).where(
                 models.Metric.trial_id == trial_id, models.Metric.trial_run_id == run_id

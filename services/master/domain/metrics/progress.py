@@ -11,7 +11,8 @@ from sqlalchemy import select
 
 from cairn.searcher.v1 import searcher_pb2 as spb
 from services.common.principal import Principal
-from services.master.domain.identity import allocation_access
+from services.master.domain.identity import access
+from services.master.domain.identity.permissions import Permission
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.context import MasterContext, Work
 from services.master.domain.kernel.errors import (
@@ -46,7 +47,7 @@ def progress_tells_searcher(ctx: MasterContext, trial_id: int, progress: float) 
 
 def reporting_trial(w: Work, principal: Principal, trial_id: int) -> models.Trial:
     """The trial a report is for, once the caller may report for it."""
-    allocation_access.check_trial(w.session, principal, trial_id)
+    access.check_trial(w.session, principal, trial_id, Permission.UPDATE_EXPERIMENT)
     trial = w.session.get(models.Trial, trial_id)
     if trial is None:
         raise NotFound(f"trial {trial_id} not found")
@@ -56,7 +57,7 @@ def reporting_trial(w: Work, principal: Principal, trial_id: int) -> models.Tria
 def check_run_reporter(ctx: MasterContext, principal: Principal, run_id: int) -> None:
     """Determined's harness announces a run (its trial) before reporting: it must be the caller's."""
     with ctx.db.read() as s:
-        allocation_access.check_trial(s, principal, run_id, field="run_id")
+        access.check_trial(s, principal, run_id, Permission.UPDATE_EXPERIMENT, field="run_id")
         if s.get(models.Trial, run_id) is None:
             raise NotFound(f"run {run_id} not found")
 

@@ -16,7 +16,8 @@ from sqlalchemy.orm import Session
 from services.common.principal import Principal
 from services.master.domain.allocations import allocations
 from services.master.domain.config import config_view
-from services.master.domain.identity import allocation_access
+from services.master.domain.identity import access, allocation_access, scopes
+from services.master.domain.identity.permissions import Permission
 from services.master.domain.kernel.context import MasterContext
 from services.master.domain.kernel.errors import (
     InvalidArgument,
@@ -43,9 +44,27 @@ class SignalState:
     ended: bool
 
 
-def _check_owner(ctx: MasterContext, principal: Principal, allocation_id: str) -> None:
+def _check_owner(
+    ctx: MasterContext, principal: Principal, allocation_id: str, *, changing: bool = False
+) -> None:
+    """Trial code names its own allocation only; a user one of a task they may read (or, to
+    answer its signals, change: identity/access.py)."""
     with ctx.db.read() as s:
         allocation_access.check_allocation(s, principal, allocation_id)
+        if allocation_access.is_trial_code(principal) or principal.internal:
+            return
+        alloc = s.get(models.Allocation, allocation_id)
+        task = s.get(models.Task, alloc.task_id) if alloc is not None else None
+        if task is None:
+            raise NotFound(f"allocation {allocation_id} not found")
+        if changing:
+            update = Permission.UPDATE_EXPERIMENT if task.experiment_id is not None else Permission.UPDATE_NSC
+            access.check_task(s, principal, task, update)
+        else:
+            view = (
+                Permission.VIEW_EXPERIMENT_METADATA if task.experiment_id is not None else Permission.VIEW_NSC
+            )
+            access.check_readable(principal, view, scopes.of_task(s, task), f"allocation {allocation_id}", s)
 
 
 def signal_state(ctx: MasterContext, allocation_id: str) -> tuple[SignalState, str]:
@@ -92,7 +111,7 @@ def wait_preemption(
 
 
 def ack_preemption(ctx: MasterContext, principal: Principal, allocation_id: str) -> None:
-    _check_owner(ctx, principal, allocation_id)
+    _check_owner(ctx, principal, allocation_id, changing=True)
     with ctx.unit_of_work() as w:
         alloc = w.session.get(models.Allocation, allocation_id)
         if alloc is None:
@@ -252,7 +271,7 @@ def current_operation(
     exit, and be started again from its checkpoint if sent on), wait for the verdict, under `hold`.
     Where `hold` refuses (no room to wait), the operation is told as it is, as when the wait ends."""
     with ctx.db.read() as s:
-        allocation_access.check_trial(s, principal, trial_id)
+        access.check_trial(s, principal, trial_id, Permission.VIEW_EXPERIMENT_METADATA)
         trial = s.get(models.Trial, trial_id)
         if trial is None:
             raise NotFound(f"trial {trial_id} not found")
@@ -284,7 +303,7 @@ def complete_operation(
     if length <= 0:
         raise InvalidArgument("completed_operation.validate_after.length: must be > 0")
     with ctx.unit_of_work() as w:
-        allocation_access.check_trial(w.session, principal, trial_id)
+        access.check_trial(w.session, principal, trial_id, Permission.UPDATE_EXPERIMENT)
         trial = w.session.get(models.Trial, trial_id)
         if trial is None:
             raise NotFound(f"trial {trial_id} not found")

@@ -12,6 +12,7 @@ from datetime import datetime
 
 from services.common.principal import Principal
 from services.master.domain.identity import access
+from services.master.domain.identity.permissions import Permission
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.context import MasterContext
 from services.master.domain.kernel.errors import InvalidArgument
@@ -66,7 +67,7 @@ def set_message(
 ) -> ClusterMessage:
     """Show `message` from `start_time` (none: now) until `end_time`, or for `duration` from the
     start (neither: until cleared); the message showing before ends now."""
-    access.check_admin(principal, "set the cluster message")
+    access.check_cluster(principal, Permission.UPDATE_MASTER_CONFIG, "set the cluster message")
     if not message.strip():
         raise InvalidArgument("message: required (the text to show)")
     if len(message) > MAX_MESSAGE_CHARS:
@@ -99,7 +100,7 @@ def set_message(
 
 def clear_message(ctx: MasterContext, principal: Principal, *, now: datetime | None = None) -> None:
     """End the message now, if one is set (a cleared message is no longer shown)."""
-    access.check_admin(principal, "clear the cluster message")
+    access.check_cluster(principal, Permission.UPDATE_MASTER_CONFIG, "clear the cluster message")
     now = now or utcnow()
     with ctx.unit_of_work() as w:
         for earlier in reads.unended_messages(w.session, now):
@@ -110,7 +111,7 @@ def current_message(
     ctx: MasterContext, principal: Principal, *, now: datetime | None = None
 ) -> ClusterMessage | None:
     """The newest message unless it has ended (admins only, as in Determined)."""
-    access.check_admin(principal, "read the cluster message")
+    access.check_cluster(principal, Permission.VIEW_MASTER_CONFIG, "read the cluster message")
     with ctx.db.read() as s:
         return _view(reads.current_message(s, now or utcnow()))
 

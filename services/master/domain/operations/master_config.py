@@ -21,6 +21,7 @@ from services.master.configuration.pools import PoolSettings
 from services.master.configuration.settings import Settings
 from services.master.domain.experiments.creation import default_storage
 from services.master.domain.identity import access
+from services.master.domain.identity.permissions import Permission
 from services.master.domain.kernel.context import MasterContext
 
 # Every field of Settings that effective_config shows (tests hold the two together, so a new
@@ -88,7 +89,7 @@ SHOWN_SETTINGS = frozenset(
 
 
 def check_can_read(principal: Principal) -> None:
-    access.check_admin(principal, "read the master's config")
+    access.check_cluster(principal, Permission.VIEW_MASTER_CONFIG, "read the master's config")
 
 
 def database_section(url: str) -> dict[str, Any]:

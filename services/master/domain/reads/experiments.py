@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 from services.master.domain.kernel.errors import NotFound
 from services.master.domain.kernel.paging import Page, page_of
 from services.master.domain.kernel.states import RunState
+from services.master.domain.reads import visibility
 from services.master.domain.reads.listings import ExperimentRow, TrialRow, experiment_rows, trial_rows
 from services.master.store import models
 
@@ -72,8 +73,9 @@ def model_definition(s: Session, experiment_id: int) -> bytes:
     return bytes(model_def.archive) if model_def is not None else b""
 
 
-def labels_in_use(s: Session) -> list[str]:
+def labels_in_use(s: Session, workspaces: visibility.Workspaces = None) -> list[str]:
+    """The labels of the experiments in `workspaces` (None: all)."""
     labels: set[str] = set()
-    for value in s.scalars(select(models.Experiment.labels)):
+    for value in s.scalars(visibility.experiments(select(models.Experiment.labels), workspaces)):
         labels.update(value or [])
     return sorted(labels)

@@ -19,6 +19,7 @@ from services.master.domain.config import config_view
 from services.master.domain.kernel.paging import DEFAULT_LIMIT, Page, page_of
 from services.master.domain.kernel.states import LIVE_ALLOCATION, CheckpointState, RunState
 from services.master.domain.kernel.task_ids import trial_task_id
+from services.master.domain.reads import visibility
 from services.master.domain.reads.display_states import experiment_display_states, trial_display_states
 from services.master.domain.reads.workspaces import ExperimentPlace, experiment_places
 from services.master.store import models
@@ -204,6 +205,8 @@ class ExperimentFilter:
     user_ids: tuple[int, ...] = ()
     # 0: every project.
     project_id: int = 0
+    # The workspaces the caller may read (None: all): reads/visibility.py.
+    workspaces: frozenset[int] | None = None
 
 
 SORT_COLUMNS = {
@@ -241,7 +244,7 @@ def _filtered(f: ExperimentFilter) -> Select[models.Experiment]:
         q = q.where(models.Experiment.owner_id.in_(f.user_ids))
     if f.project_id:
         q = q.where(models.Experiment.project_id == f.project_id)
-    return q
+    return visibility.experiments(q, f.workspaces)
 
 
 def _experiment_order(sort: str, descending: bool) -> list[Any]:
@@ -274,7 +277,7 @@ def list_experiment_ids(
         # Labels live in a JSON list; filter in Python over the (small) candidate set's ids.
         candidates = [e for e in s.scalars(q) if set(f.labels) <= set(e.labels or [])]
         ids = [e.id for e in candidates]
-        q = _filtered(ExperimentFilter()).where(models.Experiment.id.in_(ids))
+        q = _filtered(ExperimentFilter(workspaces=f.workspaces)).where(models.Experiment.id.in_(ids))
     order = _experiment_order(sort, descending)
     if offset >= 0:
         # One round trip for the page and the total; only an empty page needs a count of its own.

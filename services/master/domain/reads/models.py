@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from services.master.domain.kernel.errors import InvalidArgument, NotFound
 from services.master.domain.kernel.paging import Page, page_of
+from services.master.domain.reads import visibility
 from services.master.domain.reads.checkpoints import CheckpointRecord
 from services.master.domain.reads.checkpoints import checkpoint as checkpoint_record
 from services.master.store import models
@@ -57,6 +58,8 @@ class ModelQuery:
     workspace_ids: Sequence[int] = ()
     workspace_names: Sequence[str] = ()
     model_id: int = 0
+    # The workspaces the caller may read (None: all): reads/visibility.py.
+    visible: frozenset[int] | None = None
 
 
 # Bounds on a listing's filters, checked before any query is built.
@@ -128,6 +131,7 @@ def _contains(column: Any, text: str) -> Any:
 def models_page(s: Session, q: ModelQuery) -> tuple[list[ModelRow], Page]:
     check_query(q)
     query, counts = _rows_query()
+    query = visibility.in_column(query, RegisteredModel.workspace_id, q.visible)
     if q.model_id:
         query = query.where(RegisteredModel.id == q.model_id)
     if q.archived is not None:
@@ -220,9 +224,12 @@ def version(s: Session, identifier: str, number: int) -> VersionRow:
     return _version_row(s, owner, found)
 
 
-def labels(s: Session, workspace_id: int | None = None) -> list[str]:
-    """Every model label in use: the most used first, then alphabetically (Determined's order)."""
-    query = select(RegisteredModel.labels)
+def labels(
+    s: Session, workspace_id: int | None = None, workspaces: visibility.Workspaces = None
+) -> list[str]:
+    """Every model label in use (of the models in `workspaces`; None: all): the most used first,
+    then alphabetically (Determined's order)."""
+    query = visibility.in_column(select(RegisteredModel.labels), RegisteredModel.workspace_id, workspaces)
     if workspace_id:
         query = query.where(RegisteredModel.workspace_id == workspace_id)
     uses: Counter[str] = Counter()

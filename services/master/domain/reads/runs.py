@@ -16,6 +16,7 @@ from services.master.domain.kernel.errors import InvalidArgument, NotFound
 from services.master.domain.kernel.paging import Page, page_of
 from services.master.domain.kernel.states import CheckpointState, RunState
 from services.master.domain.reads import derived_columns as derived
+from services.master.domain.reads import visibility
 from services.master.domain.reads.best_trial import BEST_TRIAL, best_trial_join
 from services.master.domain.reads.json_values import check_path, json_number, json_text
 from services.master.domain.reads.run_filter import EXPERIMENTS, parse_run_filter, run_filter_clause
@@ -174,6 +175,7 @@ def search_runs(
     sort: str | None,
     offset: int,
     limit: int,
+    visible: visibility.Workspaces = None,
 ) -> tuple[list[RunRow], Page]:
     dialect = s.get_bind().dialect.name
     parsed = parse_run_filter(filter_text) if filter_text else None
@@ -185,6 +187,7 @@ def search_runs(
         .join(models.Experiment, models.Experiment.id == models.Trial.experiment_id)
         .where(models.Experiment.state.not_in([RunState.DELETING, RunState.DELETED]))
     )
+    q = visibility.experiments(q, visible)
     if project_id is not None:
         q = q.where(models.Experiment.project_id == project_id)
     if parsed is not None:
@@ -201,6 +204,7 @@ def search_experiment_ids(
     sort: str | None,
     offset: int,
     limit: int,
+    visible: visibility.Workspaces = None,
 ) -> tuple[list[int], Page]:
     """The ids of the experiments on the requested page of experiments-search, in order."""
     dialect = s.get_bind().dialect.name
@@ -213,6 +217,7 @@ def search_experiment_ids(
     )
     if plan.reads_best_trial or (parsed is not None and parsed.reads_best_trial):
         q = q.outerjoin(BEST_TRIAL, best_trial_join(dialect))
+    q = visibility.experiments(q, visible)
     if project_id is not None:
         q = q.where(models.Experiment.project_id == project_id)
     if parsed is not None:

@@ -15,20 +15,22 @@ from services.master.domain.kernel.paging import Page, page_of
 from services.master.domain.kernel.states import LIVE_ALLOCATION, TASK_ENDED, WS, TaskKind
 from services.master.domain.kernel.states import AllocationState as A
 from services.master.domain.kernel.task_ids import parse_trial_task_id
+from services.master.domain.reads import visibility
 from services.master.store import models
 
 
-def live_allocations(s: Session) -> list[tuple[models.Allocation, models.Task]]:
-    """Every allocation not yet ended, whatever its task's kind, with its task."""
-    return [
-        (alloc, task)
-        for alloc, task in s.execute(
-            select(models.Allocation, models.Task)
-            .join(models.Task, models.Task.id == models.Allocation.task_id)
-            .where(models.Allocation.state.in_(list(LIVE_ALLOCATION)))
-            .order_by(models.Allocation.requested_at, models.Allocation.id)
-        ).all()
-    ]
+def live_allocations(
+    s: Session, nsc: visibility.Workspaces = None, experiments: visibility.Workspaces = None
+) -> list[tuple[models.Allocation, models.Task]]:
+    """Every allocation not yet ended, whatever its task's kind, with its task; of the tasks the
+    caller may read (visibility.tasks_seen; None: all)."""
+    q = (
+        select(models.Allocation, models.Task)
+        .join(models.Task, models.Task.id == models.Allocation.task_id)
+        .where(models.Allocation.state.in_(list(LIVE_ALLOCATION)))
+        .order_by(models.Allocation.requested_at, models.Allocation.id)
+    )
+    return [(alloc, task) for alloc, task in s.execute(visibility.tasks_seen(q, nsc, experiments)).all()]
 
 
 def trial_proxy_ports(s: Session, tasks: Iterable[models.Task]) -> dict[str, tuple[ProxyPort, ...]]:
@@ -86,6 +88,7 @@ def task_page(
     newest_first: bool = False,
     offset: int = 0,
     limit: int = 0,
+    visible: visibility.Workspaces = None,
 ) -> tuple[list[TaskRow], Page]:
     """One page of the tasks of `kind` (oldest first unless `newest_first`), of the owners named by
     username or id when any are, and where it lies, by Determined's rules for task lists (an
@@ -93,7 +96,7 @@ def task_page(
     the page's rows are loaded, with their latest allocations."""
     start, ident = models.Task.start_time, models.Task.id
     q = select(models.Task, models.User.username).join(models.User, models.User.id == models.Task.owner_id)
-    q = q.where(models.Task.kind == kind)
+    q = visibility.tasks(q.where(models.Task.kind == kind), visible)
     if usernames:
         q = q.where(models.User.username.in_(usernames))
     if user_ids:

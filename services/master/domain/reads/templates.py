@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from services.master.domain.kernel.errors import NotFound
 from services.master.domain.kernel.paging import Page, page_of
+from services.master.domain.reads import visibility
 from services.master.store import models
 
 # Bound on the parameters of one IN query (SQLite allows a few thousand at most).
@@ -34,6 +35,8 @@ class TemplateFilter:
     offset: int = 0
     # Determined's templates paging: 0 means no limit.
     limit: int = 0
+    # The workspaces the caller may read (None: all): reads/visibility.py.
+    visible: frozenset[int] | None = None
 
 
 def template_row(template: models.Template) -> TemplateRow:
@@ -55,7 +58,7 @@ def template(s: Session, name: str) -> TemplateRow:
 def templates(s: Session, wanted: TemplateFilter) -> tuple[list[TemplateRow], Page]:
     """One page of the matching templates, sorted by name as Determined sorts them (by code point,
     the same on every database, whatever PostgreSQL's collation)."""
-    query = select(models.Template.name)
+    query = visibility.in_column(select(models.Template.name), models.Template.workspace_id, wanted.visible)
     if wanted.workspace_ids:
         query = query.where(models.Template.workspace_id.in_(wanted.workspace_ids))
     needle = wanted.name_contains.lower()

@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 from services.master.domain.kernel.errors import NotFound
 from services.master.domain.kernel.paging import Page, page_of
 from services.master.domain.kernel.states import WS, RunState
+from services.master.domain.reads import visibility
 from services.master.store import models
 
 
@@ -71,6 +72,8 @@ class WorkspaceFilter:
     archived: bool | None = None
     users: tuple[str, ...] = ()
     user_ids: tuple[int, ...] = ()
+    # The workspaces the caller may read (None: all): reads/visibility.py.
+    visible: frozenset[int] | None = None
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,8 @@ class ProjectFilter:
     archived: bool | None = None
     users: tuple[str, ...] = ()
     user_ids: tuple[int, ...] = ()
+    # The workspaces the caller may read (None: all): reads/visibility.py.
+    visible: frozenset[int] | None = None
 
 
 WORKSPACE_SORT = {"id": models.Workspace.id, "name": models.Workspace.name}
@@ -207,7 +212,8 @@ def list_workspaces(
     column: Any = WORKSPACE_SORT.get(sort, models.Workspace.id)
     order: list[Any] = [column.desc() if descending else column.asc()]
     order.append(models.Workspace.id.desc() if descending else models.Workspace.id.asc())
-    found, page = _page(s, _filtered_workspaces(f), order, offset, limit)
+    visible = visibility.in_column(_filtered_workspaces(f), models.Workspace.id, f.visible)
+    found, page = _page(s, visible, order, offset, limit)
     return _workspace_rows(s, found), page
 
 
@@ -303,9 +309,10 @@ def _project_order(sort: str, descending: bool) -> list[Any]:
 def list_projects(
     s: Session, f: ProjectFilter, *, sort: str, descending: bool, offset: int, limit: int
 ) -> tuple[list[ProjectRow], Page]:
-    if f.workspace_id and s.get(models.Workspace, f.workspace_id) is None:
+    hidden = f.visible is not None and f.workspace_id not in f.visible
+    if f.workspace_id and (s.get(models.Workspace, f.workspace_id) is None or hidden):
         raise NotFound(f"workspace {f.workspace_id} not found")
-    q = select(models.Project)
+    q = visibility.in_column(select(models.Project), models.Project.workspace_id, f.visible)
     if f.workspace_id:
         q = q.where(models.Project.workspace_id == f.workspace_id)
     if f.name:

@@ -15,6 +15,7 @@ from services.common.principal import Principal
 from services.master.domain.allocations import containers
 from services.master.domain.identity import access, agent_credentials
 from services.master.domain.identity.agent_credentials import CredentialInfo
+from services.master.domain.identity.permissions import Permission
 from services.master.domain.kernel.context import MasterContext
 from services.master.domain.kernel.errors import NotFound
 from services.master.domain.scheduling import agents as agent_registry
@@ -32,7 +33,7 @@ class Revocation:
 
 def revoke(ctx: MasterContext, principal: Principal, agent_id: str) -> Revocation:
     """Shut `agent_id` out for good; revoking it again changes nothing (and loses nothing more)."""
-    access.check_admin(principal, "revoke agents")
+    access.check_cluster_by_person(principal, Permission.UPDATE_AGENTS, "revoke agents")
     agent_credentials.check_agent_id(agent_id, "agent_id")
     with ctx.unit_of_work() as w:
         known = w.session.get(models.Agent, agent_id) is not None

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 
 from services.common.principal import Principal
 from services.master.domain.identity import access
+from services.master.domain.identity.permissions import Permission
 from services.master.domain.streams.entities import encode
 from services.master.domain.streams.publisher import Publisher, Subscriber
 from services.master.domain.streams.specs import Startup, parse_startup
@@ -34,7 +35,9 @@ class StreamSession:
     ) -> None:
         self._db = db
         self._publisher = publisher
-        self._principal = principal
+        # Its grants once, for every row the stream decides on (identity/grants.py).
+        with db.read() as s:
+            self._principal = access.resolved(principal, s)
         self.subscriber = Subscriber(self.may_read, wake)
         # (kind name, id) -> the seq of the row the last sync sent; until every older queued
         # change has passed (see pending).
@@ -43,7 +46,7 @@ class StreamSession:
         publisher.add(self.subscriber)  # TooManySubscribers
 
     def may_read(self, workspace_id: int) -> bool:
-        return access.may_read_workspace_contents(self._principal, workspace_id)
+        return access.may(self._principal, Permission.VIEW_PROJECT, workspace_id)
 
     def close(self) -> None:
         self._publisher.remove(self.subscriber)

@@ -12,7 +12,8 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from sqlalchemy.orm import Session
 
 from services.common.principal import Principal
-from services.master.domain.identity import access
+from services.master.domain.identity import access, scopes
+from services.master.domain.identity.permissions import Permission
 from services.master.store import models
 
 
@@ -41,9 +42,9 @@ def public_key(s: Session, task_id: str) -> str:
     return row.public_key if row is not None else ""
 
 
-def may_hold_private_key(principal: Principal, task: models.Task) -> bool:
-    """Whoever may open the shell: its owner or an admin."""
-    return access.may_change(principal, [task.owner_id])
+def may_hold_private_key(s: Session, principal: Principal, task: models.Task) -> bool:
+    """Whoever may open the shell (identity/access.py: its owner, or who may change others' tasks)."""
+    return access.may_change(principal, Permission.UPDATE_NSC, scopes.of_task(s, task), [task.owner_id], s)
 
 
 def keys_for(s: Session, principal: Principal, task: models.Task) -> KeyPair:
@@ -51,5 +52,5 @@ def keys_for(s: Session, principal: Principal, task: models.Task) -> KeyPair:
     row = s.get(models.ShellKey, task.id)
     if row is None:
         return KeyPair(private_key="", public_key="")
-    private = row.private_key if may_hold_private_key(principal, task) else ""
+    private = row.private_key if may_hold_private_key(s, principal, task) else ""
     return KeyPair(private_key=private, public_key=row.public_key)

@@ -27,7 +27,8 @@ from services.master.domain.config.bounds import check_json_value
 from services.master.domain.config.image_pull import image_pull_problem
 from services.master.domain.config.policies import check_config_policy
 from services.master.domain.config.template_merge import merge_template
-from services.master.domain.identity import access
+from services.master.domain.identity import access, scopes
+from services.master.domain.identity.permissions import Permission
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.context import MasterContext, Work
 from services.master.domain.kernel.errors import (
@@ -47,7 +48,7 @@ from services.master.domain.kernel.states import (
 from services.master.domain.kernel.states import AllocationState as A
 from services.master.domain.kernel.topics import task_topic
 from services.master.domain.reads import templates as template_reads
-from services.master.domain.task_kinds import model_definition, registry
+from services.master.domain.task_kinds import model_definition, registry, tensorboard_sources
 from services.master.domain.task_kinds.model_definition import ContextFile
 from services.master.domain.workspaces import pool_bindings
 from services.master.store import models
@@ -108,8 +109,11 @@ def load(w: Work, task_id: str, kind: TaskKind | None = None) -> models.Task:
     return task
 
 
-def check_can_modify(principal: Principal, task: models.Task) -> None:
-    access.check_may_change(principal, [task.owner_id], f"task {task.id}")
+def check_can_modify(s: Session, principal: Principal, task: models.Task) -> None:
+    """Not found unless the caller may see the task; refused unless they may change it (a trial's
+    by its experiment's rules: identity/access.py)."""
+    permission = Permission.UPDATE_EXPERIMENT if task.experiment_id is not None else Permission.UPDATE_NSC
+    access.check_task(s, principal, task, permission)
 
 
 def live_allocation(w: Work, task: models.Task) -> models.Allocation | None:
@@ -235,13 +239,56 @@ def launch_config(ctx: MasterContext, request: TaskRequest) -> dict[str, Any]:
     return kind.config_for(config, arguments)
 
 
+def _check_may_launch(ctx: MasterContext, principal: Principal, request: TaskRequest) -> None:
+    """Before the request is looked at: the caller may create tasks where it goes (its project's
+    workspace, its workspace, else Uncategorized) and read the task it forks."""
+    with ctx.db.read() as s:
+        workspace_id = request.workspace_id or models.UNCATEGORIZED_WORKSPACE_ID
+        if request.project_id is not None:
+            project = s.get(models.Project, request.project_id)
+            if project is None:
+                raise NotFound(f"project {request.project_id} not found")
+            workspace_id = project.workspace_id
+        access.check_readable(
+            principal, Permission.VIEW_WORKSPACE, workspace_id, f"workspace '{workspace_id}'", s
+        )
+        access.check(
+            principal, Permission.CREATE_NSC, workspace_id, f"start tasks in workspace {workspace_id}", s
+        )
+        if request.forked_from:
+            forked = s.get(models.Task, request.forked_from)
+            if forked is not None:
+                view = Permission.VIEW_EXPERIMENT_METADATA if forked.experiment_id else Permission.VIEW_NSC
+                what = f"task {forked.id}"
+                access.check_readable(principal, view, scopes.of_task(s, forked), what, s)
+
+
+def _check_may_show(ctx: MasterContext, principal: Principal, config: dict[str, Any]) -> None:
+    """A TensorBoard shows only experiments its launcher may read the artifacts of."""
+    experiment_ids, trial_ids = tensorboard_sources.shown_ids(config)
+    if not experiment_ids and not trial_ids:
+        return
+    with ctx.db.read() as s:
+        if trial_ids:
+            experiment_ids = [
+                *experiment_ids,
+                *s.scalars(select(models.Trial.experiment_id).where(models.Trial.id.in_(trial_ids))),
+            ]
+        for experiment_id in dict.fromkeys(experiment_ids):
+            workspace_id = scopes.of_experiment_id(s, experiment_id)
+            what = f"experiment_ids: experiment {experiment_id}"
+            access.check_readable(principal, Permission.VIEW_EXPERIMENT_ARTIFACTS, workspace_id, what, s)
+
+
 def create(ctx: MasterContext, principal: Principal, request: TaskRequest) -> str:
     """A new task, stored with its context and what its kind keeps beside it, and asking for its
     first allocation; its id."""
     kind = registry.description(request.kind)
-    config = launch_config(ctx, request)
     if principal.user_id is None:
         raise PermissionDenied("only users start tasks")
+    _check_may_launch(ctx, principal, request)
+    config = launch_config(ctx, request)
+    _check_may_show(ctx, principal, config)
     with ctx.unit_of_work() as w:
         if request.forked_from:
             forked = load(w, request.forked_from)
@@ -310,7 +357,7 @@ def change_by_user(
     of `kind`."""
     with ctx.unit_of_work() as w:
         task = load(w, task_id, kind)
-        check_can_modify(principal, task)
+        check_can_modify(w.session, principal, task)
         change(ctx, w, task)
 
 
@@ -352,7 +399,7 @@ def set_priority(
     check_priority(priority)
     with ctx.unit_of_work() as w:
         task = load(w, task_id, kind)
-        check_can_modify(principal, task)
+        check_can_modify(w.session, principal, task)
         if task.state in TASK_ENDED:
             raise FailedPrecondition(f"{kind.lower()} {task_id} has ended: its priority no longer matters")
         config = dict(task.config or {})

@@ -15,8 +15,9 @@ from services.common.logging import get_logger
 from services.common.principal import Principal
 from services.master.domain.config import config_view
 from services.master.domain.identity import access
+from services.master.domain.identity.permissions import Permission
 from services.master.domain.kernel.context import MasterContext
-from services.master.domain.kernel.errors import NotFound, PermissionDenied
+from services.master.domain.kernel.errors import NotFound
 from services.master.domain.kernel.ports import CheckpointService
 from services.master.store import models
 
@@ -46,8 +47,7 @@ class TensorboardFiles:
             exp = s.get(models.Experiment, experiment_id)
             if exp is None:
                 raise NotFound(f"experiment {experiment_id} not found")
-            if not access.may_change(principal, [exp.owner_id]):
-                raise PermissionDenied(f"experiment {experiment_id} belongs to another user")
+            access.check_experiment(s, principal, exp, Permission.DELETE_EXPERIMENT)
         self.delete_experiment_files(experiment_id)
 
     def delete_experiment_files(self, experiment_id: int) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 from services.common.principal import Principal
 from services.master.domain.identity import access, allocation_access
+from services.master.domain.identity.permissions import Permission
 from services.master.domain.kernel.context import MasterContext
 from services.master.domain.kernel.errors import InvalidArgument, NotFound
 from services.master.store import models
@@ -29,14 +30,14 @@ def set_metadata(
             raise NotFound(f"run {run_id} not found")
         if not allocation_access.is_trial_code(principal):
             exp = w.session.get_one(models.Experiment, trial.experiment_id)
-            access.check_may_change(principal, [exp.owner_id], f"run {run_id}")
+            access.check_experiment(w.session, principal, exp, Permission.UPDATE_EXPERIMENT_METADATA)
         trial.run_metadata = metadata
     return metadata
 
 
 def get_metadata(ctx: MasterContext, principal: Principal, run_id: int) -> dict[str, Any] | None:
     with ctx.db.read() as s:
-        allocation_access.check_trial(s, principal, run_id, field="runId")
+        access.check_trial(s, principal, run_id, Permission.VIEW_EXPERIMENT_METADATA, field="runId")
         trial = s.get(models.Trial, run_id)
         if trial is None:
             raise NotFound(f"run {run_id} not found")

@@ -18,10 +18,10 @@ from sqlalchemy.orm import Session
 
 from services.common.principal import Principal
 from services.master.domain.identity import access
-from services.master.domain.identity.access import check_admin
+from services.master.domain.identity.permissions import Permission
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.context import Work
-from services.master.domain.kernel.errors import InvalidArgument, NotFound
+from services.master.domain.kernel.errors import InvalidArgument, NotFound, PermissionDenied
 from services.master.domain.kernel.states import RunState
 from services.master.domain.workspaces.workspaces import check_can_manage_workspace
 from services.master.store import models
@@ -213,23 +213,32 @@ def rows(s: Session, webhook_ids: list[int] | None = None) -> list[WebhookRow]:
 
 
 def check_may_manage(s: Session, principal: Principal, workspace_id: int | None, verb: str) -> None:
-    """A global webhook is an admin's; a workspace's webhook is its owner's (or an admin's)."""
+    """A global webhook is an admin's (EDIT_WEBHOOKS with CHANGE_OTHERS cluster-wide: it is
+    nobody's own); a workspace's webhooks are its owner's, or of who holds EDIT_WEBHOOKS and
+    CHANGE_OTHERS there (its WorkspaceAdmins): their URLs are the workspace's secrets."""
     if workspace_id is None:
-        check_admin(principal, f"{verb} global webhooks (of no workspace)")
+        if not access.may_change(principal, Permission.EDIT_WEBHOOKS, None, [], s):
+            raise PermissionDenied(f"only an admin may {verb} global webhooks (of no workspace)")
         return
     workspace = s.get(models.Workspace, workspace_id)
     if workspace is None:
         raise NotFound(f"webhook.workspaceId: no workspace {workspace_id}")
-    check_can_manage_workspace(principal, workspace, f"{verb} webhooks of")
+    check_can_manage_workspace(s, principal, workspace, f"{verb} webhooks of", Permission.EDIT_WEBHOOKS)
 
 
 def listed(s: Session, principal: Principal) -> list[WebhookRow]:
-    """The global webhooks and those of the workspaces the caller may manage (an admin: all)."""
+    """The global webhooks, and those of the workspaces whose webhooks the caller may manage."""
     every = rows(s)
-    if access.privileged(principal):
-        return every
-    owned = set(s.scalars(select(models.Workspace.id).where(models.Workspace.user_id == principal.user_id)))
-    return [row for row in every if row.workspace_id is None or row.workspace_id in owned]
+    principal = access.resolved(principal, s)  # its grants computed once, not per row
+    owners = dict(s.execute(select(models.Workspace.id, models.Workspace.user_id)).tuples().all())
+    return [
+        row
+        for row in every
+        if row.workspace_id is None
+        or access.may_change(
+            principal, Permission.EDIT_WEBHOOKS, row.workspace_id, [owners.get(row.workspace_id)], s
+        )
+    ]
 
 
 def get(s: Session, webhook_id: int, field: str = "id") -> WebhookRow:
@@ -240,8 +249,9 @@ def get(s: Session, webhook_id: int, field: str = "id") -> WebhookRow:
 
 
 def create(w: Work, principal: Principal, spec: WebhookSpec) -> WebhookRow:
-    spec = check_spec(spec)
+    # The caller first: who may make webhooks there, before what they asked for is looked at.
     check_may_manage(w.session, principal, spec.workspace_id, "create")
+    spec = check_spec(spec)
     webhook = models.Webhook(
         name=spec.name,
         url=spec.url,

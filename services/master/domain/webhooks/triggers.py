@@ -27,7 +27,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from services.common.principal import Principal
-from services.master.domain.identity import allocation_access
+from services.master.domain.identity import access, allocation_access
+from services.master.domain.identity.permissions import Permission
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.context import MasterContext, Work
 from services.master.domain.kernel.errors import NotFound
@@ -163,6 +164,9 @@ def custom_alert(
     exp = s.get(models.Experiment, experiment_id)
     if exp is None:
         raise NotFound(f"experimentId: no experiment {experiment_id}")
+    if not allocation_access.is_trial_code(principal):
+        # A user's alert (an unmanaged run's code): about what they may change.
+        access.check_experiment(s, principal, exp, Permission.UPDATE_EXPERIMENT)
     if trial_id:
         trial = s.get(models.Trial, trial_id)
         if trial is None or trial.experiment_id != experiment_id:

@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 
 from services.common.principal import Principal
 from services.master.domain.identity import access
+from services.master.domain.identity.permissions import Permission
 from services.master.domain.kernel.context import MasterContext, Work
 from services.master.domain.kernel.errors import InvalidArgument, NotFound
 from services.master.domain.kernel.paging import Page, page_of
@@ -94,7 +95,7 @@ def bind(
 ) -> None:
     """Bind `pool` to the workspaces named; a binding that exists already is refused naming it
     (Determined refuses it too), and nothing is bound."""
-    access.check_admin(principal, "change resource pool bindings")
+    access.check_cluster(principal, Permission.MODIFY_RP_WORKSPACE_BINDINGS, "change resource pool bindings")
     _checked_pool(ctx, pool, bindable=True)
     _require_workspaces(ids, names)
     with ctx.unit_of_work() as w:
@@ -112,7 +113,7 @@ def replace(
     ctx: MasterContext, principal: Principal, pool: str, ids: Sequence[int], names: Sequence[str]
 ) -> None:
     """The pool bound to exactly the workspaces named (none: shared by the cluster again)."""
-    access.check_admin(principal, "change resource pool bindings")
+    access.check_cluster(principal, Permission.MODIFY_RP_WORKSPACE_BINDINGS, "change resource pool bindings")
     _checked_pool(ctx, pool, bindable=True)
     with ctx.unit_of_work() as w:
         wanted = _workspace_ids(w.session, ids, names)
@@ -125,7 +126,7 @@ def unbind(
 ) -> None:
     """Unbind the workspaces named from `pool`; one that is not bound to it is refused naming it,
     and nothing is unbound. Their work already placed in the pool keeps running."""
-    access.check_admin(principal, "change resource pool bindings")
+    access.check_cluster(principal, Permission.MODIFY_RP_WORKSPACE_BINDINGS, "change resource pool bindings")
     _checked_pool(ctx, pool, bindable=False)
     _require_workspaces(ids, names)
     with ctx.unit_of_work() as w:

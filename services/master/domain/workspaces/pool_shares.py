@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 from services.common.principal import Principal
 from services.master.configuration.pools import PoolSettings
 from services.master.domain.identity import access
+from services.master.domain.identity.permissions import Permission
 from services.master.domain.kernel.context import MasterContext
 from services.master.domain.kernel.errors import InvalidArgument, NotFound
 from services.master.domain.kernel.states import PLACED_ALLOCATION, WS
@@ -139,7 +140,7 @@ def set_share(
     max_slots: int = 0,
 ) -> None:
     """Set the workspace's (user_id 0) or one of its users' weight and quota in `pool`."""
-    access.check_admin(principal, "set weights and quotas")
+    access.check_cluster(principal, Permission.SET_RESOURCE_QUOTAS, "set weights and quotas")
     if user_id < 0:
         raise InvalidArgument(f"userId: a user's id, or 0 for the workspace (got {user_id})")
     _check_numbers(weight, guaranteed_slots, max_slots)
@@ -159,7 +160,7 @@ def clear_share(
     ctx: MasterContext, principal: Principal, workspace_id: int, pool: str, user_id: int = 0
 ) -> None:
     """Back to weight 1 and no quota."""
-    access.check_admin(principal, "set weights and quotas")
+    access.check_cluster(principal, Permission.SET_RESOURCE_QUOTAS, "set weights and quotas")
     with ctx.unit_of_work() as w:
         s = models.PoolShare
         gone = w.session.execute(

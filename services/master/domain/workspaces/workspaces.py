@@ -27,7 +27,8 @@ from sqlalchemy.orm import Session
 
 from services.common.principal import Principal
 from services.master.domain.config import validate_config
-from services.master.domain.identity import access, agent_users
+from services.master.domain.identity import access, agent_users, role_assignments
+from services.master.domain.identity.permissions import Permission
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.context import MasterContext, Work
 from services.master.domain.kernel.errors import (
@@ -121,12 +122,22 @@ def _checked_pool(ctx: MasterContext, value: str | None, field: str) -> str | No
 
 
 def _checked_agent_user_group(
-    ctx: MasterContext, principal: Principal, settings: WorkspaceSettings
+    ctx: MasterContext,
+    s: Session,
+    principal: Principal,
+    settings: WorkspaceSettings,
+    workspace_id: int | None,
 ) -> agent_users.AgentUserGroup | None:
     """The link the request asks for; None: none (not asked, or asked to remove it)."""
     if settings.agent_user_group is None:
         return None
-    access.check_admin(principal, "set a workspace's agent user group")
+    access.check(
+        principal,
+        Permission.SET_WORKSPACE_AGENT_USER_GROUP,
+        workspace_id,
+        "set a workspace's agent user group",
+        s,
+    )
     return agent_users.checked(
         settings.agent_user_group, "agentUserGroup", allow_root=ctx.settings.allow_root_agent_user
     )
@@ -140,19 +151,45 @@ def _check_supported(settings: WorkspaceSettings) -> None:
         )
 
 
-def check_can_manage_workspace(principal: Principal, workspace: models.Workspace, verb: str) -> None:
-    access.check_may_change(principal, [workspace.user_id], f"workspace {workspace.id}", verb=verb)
+def check_can_manage_workspace(
+    s: Session,
+    principal: Principal,
+    workspace: models.Workspace,
+    verb: str,
+    permission: Permission = Permission.UPDATE_WORKSPACE,
+) -> None:
+    """Not found unless the caller may see the workspace; refused unless they may do
+    `permission` to it (its owner administers it: identity/access.py)."""
+    access.check_object(
+        s,
+        principal,
+        permission,
+        workspace.id,
+        [workspace.user_id],
+        f"workspace {workspace.id}",
+        view=Permission.VIEW_WORKSPACE,
+        verb=verb,
+    )
 
 
 def check_can_manage_project(
-    principal: Principal, project: models.Project, workspace: models.Workspace, verb: str
+    s: Session,
+    principal: Principal,
+    project: models.Project,
+    workspace: models.Workspace,
+    verb: str,
+    permission: Permission = Permission.UPDATE_PROJECT,
 ) -> None:
-    access.check_may_change(
+    """As check_can_manage_workspace, for a project (its workspace's admins change any of it)."""
+    access.check_object(
+        s,
         principal,
-        [project.user_id, workspace.user_id],
+        permission,
+        workspace.id,
+        [project.user_id],
         f"project {project.id}",
+        view=Permission.VIEW_PROJECT,
         verb=verb,
-        who="its owner, its workspace's owner",
     )
 
 
@@ -227,12 +264,13 @@ def ensure_builtin_owner(ctx: MasterContext) -> None:
 def create_workspace(
     ctx: MasterContext, w: Work, principal: Principal, name: str, settings: WorkspaceSettings
 ) -> int:
+    access.check_cluster(principal, Permission.CREATE_WORKSPACE, "create a workspace", w.session)
     name = checked_name(name)
     _check_supported(settings)
     storage = _checked_storage(settings.checkpoint_storage, "checkpointStorageConfig")
     compute = _checked_pool(ctx, settings.default_compute_pool, "defaultComputePool")
     aux = _checked_pool(ctx, settings.default_aux_pool, "defaultAuxPool")
-    link = _checked_agent_user_group(ctx, principal, settings)
+    link = _checked_agent_user_group(ctx, w.session, principal, settings, None)
     _check_workspace_name_free(w.session, name)
     workspace = models.Workspace(
         name=name,
@@ -249,6 +287,10 @@ def create_workspace(
     w.session.add(workspace)
     w.session.flush()
     _check_default_pools_open(w, workspace.id, compute, aux)
+    if principal.user_id is not None:
+        # Determined's rule: a workspace's creator administers it.
+        role_assignments.give_creator_workspace_admin(w.session, principal.user_id, workspace.id)
+        w.later(ctx.access_changed)
     return workspace.id
 
 
@@ -269,7 +311,16 @@ def patch_workspace(
     settings: WorkspaceSettings,
 ) -> None:
     workspace = load_workspace(w, workspace_id)
-    check_can_manage_workspace(principal, workspace, "change")
+    check_can_manage_workspace(w.session, principal, workspace, "change")
+    for asked, permission in (
+        (settings.checkpoint_storage is not None, Permission.SET_WORKSPACE_CHECKPOINT_STORAGE_CONFIG),
+        (
+            settings.default_compute_pool is not None or settings.default_aux_pool is not None,
+            Permission.SET_WORKSPACE_DEFAULT_RESOURCE_POOL,
+        ),
+    ):
+        if asked:
+            check_can_manage_workspace(w.session, principal, workspace, "change", permission)
     if workspace.immutable:
         raise FailedPrecondition(
             f"workspace {workspace.id} ({workspace.name}) is built in: it cannot be changed"
@@ -284,7 +335,7 @@ def patch_workspace(
     storage = _checked_storage(settings.checkpoint_storage, "checkpointStorageConfig")
     compute = _checked_pool(ctx, settings.default_compute_pool, "defaultComputePool")
     aux = _checked_pool(ctx, settings.default_aux_pool, "defaultAuxPool")
-    link = _checked_agent_user_group(ctx, principal, settings)
+    link = _checked_agent_user_group(ctx, w.session, principal, settings, workspace.id)
     _check_default_pools_open(w, workspace.id, compute, aux)
     if name is not None:
         workspace.name = name
@@ -301,7 +352,7 @@ def patch_workspace(
 def set_workspace_archived(w: Work, principal: Principal, workspace_id: int, archived: bool) -> None:
     workspace = load_workspace(w, workspace_id)
     verb = "archive" if archived else "unarchive"
-    check_can_manage_workspace(principal, workspace, verb)
+    check_can_manage_workspace(w.session, principal, workspace, verb)
     if workspace.immutable:
         raise FailedPrecondition(
             f"workspace {workspace.id} ({workspace.name}) is built in: it cannot be {verb}d"
@@ -322,6 +373,15 @@ def create_project(
     key: str | None,
 ) -> int:
     workspace = load_workspace(w, workspace_id, field="workspaceId")
+    what = f"workspaceId: workspace {workspace.id}"
+    access.check_readable(principal, Permission.VIEW_WORKSPACE, workspace.id, what, w.session)
+    access.check(
+        principal,
+        Permission.CREATE_PROJECT,
+        workspace.id,
+        f"create projects in workspace {workspace.id}",
+        w.session,
+    )
     if workspace.immutable:
         raise FailedPrecondition(
             f"workspaceId: workspace {workspace.id} ({workspace.name}) is built in: it takes no new projects"
@@ -367,8 +427,8 @@ def _check_editable(project: models.Project, workspace: models.Workspace) -> Non
 
 def patch_project(w: Work, principal: Principal, project_id: int, edit: ProjectEdit) -> None:
     project, workspace = load_project(w, project_id)
+    check_can_manage_project(w.session, principal, project, workspace, "change")
     _check_editable(project, workspace)
-    check_can_manage_project(principal, project, workspace, "change")
     name = checked_name(edit.name) if edit.name is not None else None
     description = _checked_description(edit.description)
     key = project_keys.checked_key(edit.key) if edit.key is not None else None
@@ -387,9 +447,19 @@ def patch_project(w: Work, principal: Principal, project_id: int, edit: ProjectE
 def put_project_notes(
     w: Work, principal: Principal, project_id: int, notes: list[tuple[str, str]]
 ) -> list[dict[str, str]]:
-    """Replace the project's notes (Determined's PutProjectNotes); the notes as stored. Any user
-    may, as Determined's basic authorization has it (its CanSetProjectNotes allows everyone)."""
+    """Replace the project's notes (Determined's PutProjectNotes); the notes as stored. Whoever
+    may update projects in its workspace may, whoever owns it (as Determined's CanSetProjectNotes:
+    notes are the project's shared page)."""
     project, _workspace = load_project(w, project_id, field="projectId")
+    what = f"projectId: project {project.id}"
+    access.check_readable(principal, Permission.VIEW_PROJECT, project.workspace_id, what, w.session)
+    access.check(
+        principal,
+        Permission.UPDATE_PROJECT,
+        project.workspace_id,
+        f"write the notes of project {project.id}",
+        w.session,
+    )
     check_not_deleting("project", project)
     if len(notes) > MAX_NOTES:
         raise InvalidArgument(f"notes: at most {MAX_NOTES} notes (got {len(notes)})")
@@ -418,7 +488,7 @@ def set_project_archived(w: Work, principal: Principal, project_id: int, archive
     project, workspace = load_project(w, project_id)
     verb = "archive" if archived else "unarchive"
     # Who may comes first, as on Determined: a user who may not gets 403 even for a built-in.
-    check_can_manage_project(principal, project, workspace, verb)
+    check_can_manage_project(w.session, principal, project, workspace, verb)
     if project.immutable:
         raise FailedPrecondition(f"project {project.id} ({project.name}) is built in: it cannot be {verb}d")
     if workspace.archived:

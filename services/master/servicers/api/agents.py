@@ -11,6 +11,7 @@ from cairn.api.v1 import common_pb2
 from cairn.api.v1 import resourcepool_pb2 as rpb
 from services.master.configuration.pools import PoolSettings
 from services.master.domain.identity import access
+from services.master.domain.identity.permissions import Permission
 from services.master.domain.kernel.errors import NotFound
 from services.master.domain.kernel.paging import page_of
 from services.master.domain.kernel.states import AllocationState
@@ -69,7 +70,9 @@ class AgentsApi(ServicerBase):
         return found[0]
 
     def _admin(self, context: grpc.ServicerContext) -> None:
-        access.check_admin(self.user(context), "enable or disable agents and slots")
+        access.check_cluster(
+            self.user(context), Permission.UPDATE_AGENTS, "enable or disable agents and slots"
+        )
 
     @rpc
     def GetAgents(

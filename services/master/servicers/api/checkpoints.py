@@ -12,7 +12,8 @@ from cairn.api.v1 import common_pb2
 from cairn.checkpoint.v1 import checkpoint_pb2 as service_pb
 from cairn.wire import struct_to_python
 from services.master.domain.checkpoints import checkpoints
-from services.master.domain.identity import allocation_access
+from services.master.domain.identity import access, allocation_access
+from services.master.domain.identity.permissions import Permission
 from services.master.domain.kernel.errors import InvalidArgument
 from services.master.domain.kernel.paging import page_of
 from services.master.domain.reads import checkpoints as reads
@@ -21,6 +22,8 @@ from services.master.servicers.api.base import ServicerBase
 from services.master.servicers.errors import rpc, stream_rpc
 
 SORT = cpb.GetExperimentCheckpointsRequest.SortBy
+
+ARTIFACTS = Permission.VIEW_EXPERIMENT_ARTIFACTS
 
 
 def _state_names(states: Any) -> list[str]:
@@ -74,7 +77,14 @@ class CheckpointsApi(ServicerBase):
     def GetCheckpoint(
         self, request: cpb.GetCheckpointRequest, context: grpc.ServicerContext
     ) -> cpb.GetCheckpointResponse:
+        principal = self.caller(context)
         with self.ctx.db.read() as s:
+            # A user reads the checkpoints of experiments they may read the artifacts of; trial
+            # code any (a warm start reads another experiment's).
+            if not allocation_access.is_trial_code(principal):
+                access.check_checkpoint(
+                    s, principal, request.checkpoint_uuid, Permission.VIEW_EXPERIMENT_ARTIFACTS
+                )
             record = reads.checkpoint(s, request.checkpoint_uuid)
         return cpb.GetCheckpointResponse(checkpoint=checkpoint_message(record))
 
@@ -109,6 +119,7 @@ class CheckpointsApi(ServicerBase):
     def GetExperimentCheckpoints(
         self, request: cpb.GetExperimentCheckpointsRequest, context: grpc.ServicerContext
     ) -> cpb.GetExperimentCheckpointsResponse:
+        self.check_experiment_readable(context, request.id, Permission.VIEW_EXPERIMENT_ARTIFACTS)
         return self.cache.get(
             "GetExperimentCheckpoints", request, lambda: self._experiment_checkpoints(request)
         )
@@ -125,6 +136,7 @@ class CheckpointsApi(ServicerBase):
     def GetTrialCheckpoints(
         self, request: cpb.GetTrialCheckpointsRequest, context: grpc.ServicerContext
     ) -> cpb.GetTrialCheckpointsResponse:
+        self.check_trials_readable(context, [request.id], Permission.VIEW_EXPERIMENT_ARTIFACTS)
         with self.ctx.db.read() as s:
             records = reads.checkpoints_of_trial(s, request.id, _state_names(request.states))
         items, pagination = self._page(records, request)
@@ -164,8 +176,8 @@ class CheckpointsApi(ServicerBase):
         ]
         with self.ctx.db.read() as s:
             for index, patch in enumerate(request.checkpoints):
-                allocation_access.check_checkpoint(
-                    s, principal, patch.uuid, field=f"checkpoints[{index}].uuid"
+                access.check_checkpoint(
+                    s, principal, patch.uuid, Permission.UPDATE_EXPERIMENT, field=f"checkpoints[{index}].uuid"
                 )
         checkpoints.apply_deletions(self.ctx, results)
         return cpb.PatchCheckpointsResponse()
@@ -174,10 +186,13 @@ class CheckpointsApi(ServicerBase):
     def DownloadCheckpoint(
         self, request: cpb.DownloadCheckpointRequest, context: grpc.ServicerContext
     ) -> Iterator[cpb.DownloadCheckpointChunk]:
-        self.user(context)
+        principal = self.user(context)
         if not request.checkpoint_uuid:
             raise InvalidArgument("checkpoint_uuid: required")
         with self.ctx.db.read() as s:
+            access.check_checkpoint(
+                s, principal, request.checkpoint_uuid, Permission.VIEW_EXPERIMENT_ARTIFACTS
+            )
             storage = reads.storage_of(s, request.checkpoint_uuid)
         for chunk in self.deps.checkpoints.download(storage, request.checkpoint_uuid):
             f = chunk.file

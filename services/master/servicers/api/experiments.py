@@ -15,6 +15,8 @@ from cairn.api.v1 import trial_pb2 as tpb
 from services.master.domain.experiments import creation, experiment_edits
 from services.master.domain.experiments import experiments as lifecycle
 from services.master.domain.experiments.input_limits import check_experiment_limits
+from services.master.domain.identity import scopes
+from services.master.domain.identity.permissions import Permission
 from services.master.domain.kernel.errors import InvalidArgument
 from services.master.domain.kernel.states import TERMINAL, AllocationState
 from services.master.domain.reads import experiments as reads
@@ -122,6 +124,12 @@ class ExperimentsApi(ServicerBase):
     def GetExperiment(
         self, request: epb.GetExperimentRequest, context: grpc.ServicerContext
     ) -> epb.GetExperimentResponse:
+        self.check_readable(
+            context,
+            Permission.VIEW_EXPERIMENT_METADATA,
+            f"experiment {request.experiment_id}",
+            lambda s: scopes.of_experiment_id(s, request.experiment_id),
+        )
         return self.cache.get("GetExperiment", request, lambda: self._get_experiment(request))
 
     def _get_experiment(self, request: epb.GetExperimentRequest) -> epb.GetExperimentResponse:
@@ -136,10 +144,16 @@ class ExperimentsApi(ServicerBase):
     def GetExperiments(
         self, request: epb.GetExperimentsRequest, context: grpc.ServicerContext
     ) -> epb.GetExperimentsResponse:
-        return self.cache.get("GetExperiments", request, lambda: self._get_experiments(request))
+        visible = self.readable(context, Permission.VIEW_EXPERIMENT_METADATA)
+        return self.cache.get(
+            "GetExperiments", request, lambda: self._get_experiments(request, visible), viewer=visible
+        )
 
-    def _get_experiments(self, request: epb.GetExperimentsRequest) -> epb.GetExperimentsResponse:
+    def _get_experiments(
+        self, request: epb.GetExperimentsRequest, visible: frozenset[int] | None
+    ) -> epb.GetExperimentsResponse:
         f = ExperimentFilter(
+            workspaces=visible,
             name=request.name,
             description=request.description,
             labels=tuple(request.labels),
@@ -179,11 +193,17 @@ class ExperimentsApi(ServicerBase):
             pagination=convert.pagination(page),
         )
 
-    def _act(self, context: grpc.ServicerContext, experiment_id: int, action: Any) -> None:
+    def _act(
+        self,
+        context: grpc.ServicerContext,
+        experiment_id: int,
+        action: Any,
+        permission: Permission = Permission.UPDATE_EXPERIMENT,
+    ) -> None:
         principal = self.user(context)
         with self.ctx.unit_of_work() as w:
             exp = lifecycle.load(w, experiment_id)
-            lifecycle.check_can_modify(principal, exp)
+            lifecycle.check_can_modify(w.session, principal, exp, permission)
             action(w, exp)
 
     @rpc
@@ -220,9 +240,12 @@ class ExperimentsApi(ServicerBase):
             ),
         )
         principal = self.user(context)
+        # Its resources and checkpoint policy change how it runs; the rest is its metadata.
+        runs = patch.HasField("resources") or patch.HasField("checkpoint_storage")
+        permission = Permission.UPDATE_EXPERIMENT if runs else Permission.UPDATE_EXPERIMENT_METADATA
         with self.ctx.unit_of_work() as w:
             exp = lifecycle.load(w, patch.id)
-            lifecycle.check_can_modify(principal, exp)
+            lifecycle.check_can_modify(w.session, principal, exp, permission)
             experiment_edits.apply(self.ctx, w, exp, edit)
         return epb.PatchExperimentResponse(experiment=convert.experiment(self._row(patch.id)))
 
@@ -258,14 +281,24 @@ class ExperimentsApi(ServicerBase):
     def ArchiveExperiment(
         self, request: epb.ArchiveExperimentRequest, context: grpc.ServicerContext
     ) -> epb.ArchiveExperimentResponse:
-        self._act(context, request.id, lambda w, e: lifecycle.set_archived(w, e, True))
+        self._act(
+            context,
+            request.id,
+            lambda w, e: lifecycle.set_archived(w, e, True),
+            Permission.UPDATE_EXPERIMENT_METADATA,
+        )
         return epb.ArchiveExperimentResponse()
 
     @rpc
     def UnarchiveExperiment(
         self, request: epb.UnarchiveExperimentRequest, context: grpc.ServicerContext
     ) -> epb.UnarchiveExperimentResponse:
-        self._act(context, request.id, lambda w, e: lifecycle.set_archived(w, e, False))
+        self._act(
+            context,
+            request.id,
+            lambda w, e: lifecycle.set_archived(w, e, False),
+            Permission.UPDATE_EXPERIMENT_METADATA,
+        )
         return epb.UnarchiveExperimentResponse()
 
     @rpc
@@ -273,7 +306,12 @@ class ExperimentsApi(ServicerBase):
         self, request: epb.DeleteExperimentRequest, context: grpc.ServicerContext
     ) -> epb.DeleteExperimentResponse:
         # DELETING owes the deletion itself (experiments.transition): the deferred-work loop runs it.
-        self._act(context, request.experiment_id, lambda w, e: lifecycle.mark_deleting(self.ctx, w, e))
+        self._act(
+            context,
+            request.experiment_id,
+            lambda w, e: lifecycle.mark_deleting(self.ctx, w, e),
+            Permission.DELETE_EXPERIMENT,
+        )
         return epb.DeleteExperimentResponse()
 
     @rpc
@@ -289,6 +327,7 @@ class ExperimentsApi(ServicerBase):
     def GetExperimentTrials(
         self, request: tpb.GetExperimentTrialsRequest, context: grpc.ServicerContext
     ) -> tpb.GetExperimentTrialsResponse:
+        self.check_experiment_readable(context, request.experiment_id)
         return self.cache.get("GetExperimentTrials", request, lambda: self._get_experiment_trials(request))
 
     def _get_experiment_trials(
@@ -312,6 +351,7 @@ class ExperimentsApi(ServicerBase):
     def GetModelDef(
         self, request: epb.GetModelDefRequest, context: grpc.ServicerContext
     ) -> epb.GetModelDefResponse:
+        self.check_experiment_readable(context, request.experiment_id, Permission.VIEW_EXPERIMENT_ARTIFACTS)
         with self.ctx.db.read() as s:
             archive = reads.model_definition(s, request.experiment_id)
         return epb.GetModelDefResponse(b64_tgz=base64.b64encode(archive).decode())
@@ -320,8 +360,9 @@ class ExperimentsApi(ServicerBase):
     def GetExperimentLabels(
         self, request: epb.GetExperimentLabelsRequest, context: grpc.ServicerContext
     ) -> epb.GetExperimentLabelsResponse:
+        visible = self.readable(context, Permission.VIEW_EXPERIMENT_METADATA)
         with self.ctx.db.read() as s:
-            labels = reads.labels_in_use(s)
+            labels = reads.labels_in_use(s, visible)
         return epb.GetExperimentLabelsResponse(labels=labels)
 
     @rpc

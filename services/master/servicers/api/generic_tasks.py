@@ -13,6 +13,7 @@ import grpc
 from cairn.api.v1 import command_pb2 as cpb
 from services.master.domain.config import ConfigError
 from services.master.domain.config.yaml_text import parse_config_text
+from services.master.domain.identity import access
 from services.master.domain.kernel.errors import InvalidArgument
 from services.master.domain.kernel.states import TaskKind
 from services.master.domain.reads import tasks as reads
@@ -63,9 +64,10 @@ class GenericTasksApi(ServicerBase):
     def GetGenericTaskConfig(
         self, request: cpb.GetGenericTaskConfigRequest, context: grpc.ServicerContext
     ) -> cpb.GetGenericTaskConfigResponse:
-        self.user(context)
+        principal = self.user(context)
         with self.ctx.db.read() as s:
             task = reads.task(s, request.task_id, TaskKind.GENERIC)
+            access.check_task_readable(s, principal, task)
         return cpb.GetGenericTaskConfigResponse(config=json.dumps(task.config or {}))
 
     # Kill, pause and unpause: the same change by the task's owner or an admin, with an empty answer.

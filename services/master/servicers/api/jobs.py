@@ -12,6 +12,7 @@ from cairn.api.v1 import common_pb2, experiment_pb2, job_pb2
 from services.common.queue_order import QueueKey, effective_priority, queue_key
 from services.master.domain.experiments import experiment_edits
 from services.master.domain.experiments import experiments as lifecycle
+from services.master.domain.identity.permissions import Permission
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.errors import InvalidArgument, NotFound
 from services.master.domain.kernel.paging import page_of
@@ -72,12 +73,20 @@ class JobsApi(ServicerBase):
     ) -> job_pb2.GetJobsV2Response:
         self.caller(context)
         pool = request.resource_pool or self._default_pool()
+        experiments = self.readable(context, Permission.VIEW_EXPERIMENT_METADATA)
+        nsc = self.readable(context, Permission.VIEW_NSC)
         with self.ctx.db.read() as s:
             jobs = [j for j in queued_jobs(s) if j.resource_pool == pool]
         jobs.sort(key=self._queue_key)
         messages = []
         listed: list[JobRow] = []  # the job of each message
         for ahead, job in enumerate(jobs):
+            # The whole queue orders the jobs (a job's place counts every job ahead of it); the
+            # caller is shown those of the workspaces they may read. The queue is bounded by the
+            # live allocations, read once: filtered here, not in SQL.
+            visible = experiments if job.kind == EXPERIMENT else nsc
+            if visible is not None and job.workspace_id not in visible:
+                continue
             state = STATE.STATE_SCHEDULED if job.scheduled else STATE.STATE_QUEUED
             if request.states and state not in request.states:
                 continue
@@ -186,7 +195,7 @@ class JobsApi(ServicerBase):
         with self.ctx.unit_of_work() as w:
             for experiment_id, edit in edits:
                 exp = lifecycle.load(w, experiment_id)
-                lifecycle.check_can_modify(principal, exp)
+                lifecycle.check_can_modify(w.session, principal, exp)
                 experiment_edits.apply(self.ctx, w, exp, edit)
         for change in task_priorities:
             tasks.set_priority(self.ctx, principal, change.task_id, change.kind, change.priority)

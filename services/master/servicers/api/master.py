@@ -36,7 +36,9 @@ class MasterApi(ServicerBase):
             cluster_id=self.ctx.cluster_id,
             cluster_name=settings.cluster_name,
             telemetry_enabled=False,
-            rbac_enabled=False,
+            # Roles decide every call (domain/identity/access.py): Determined's clients then offer
+            # `det rbac` and `det user-group`.
+            rbac_enabled=True,
             product=master_pb2.GetMasterResponse.PRODUCT_COMMUNITY,
             user_management_enabled=True,
             strict_job_queue_control=False,

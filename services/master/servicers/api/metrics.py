@@ -160,6 +160,7 @@ class MetricsApi(ServicerBase):
     ) -> Iterator[Any]:
         """The reports of `group` of each trial, as messages of `response_type` (each a list of
         MetricsReport under `metrics`) or, to the REST gateway, the JSON it would print of them."""
+        self.check_trials_readable(context, trial_ids)
         if accepts_rendered_json(context):
             # The REST gateway's own call: the JSON it would print, made from the rows.
             def rendered() -> list[RenderedJson]:
@@ -262,6 +263,8 @@ class MetricsApi(ServicerBase):
         self, request: tpb.GetBestSearcherValidationMetricRequest, context: grpc.ServicerContext
     ) -> tpb.GetBestSearcherValidationMetricResponse:
         principal = self.caller(context)
+        if not allocation_access.is_trial_code(principal):
+            self.check_experiment_readable(context, request.experiment_id)
         with self.ctx.db.read() as s:
             allocation_access.check_experiment(s, principal, request.experiment_id)
             best = reads.best_searcher_metric(s, request.experiment_id)
@@ -324,6 +327,7 @@ class CompareApi(ServicerBase):
             end_batches=request.end_batches,
             series_filter=_series_filter(request),
         )
+        self.check_trials_readable(context, query.trial_ids)
         with self.ctx.db.read() as s:
             trials = {t: convert.trial(trial_reads.trial_row(s, t)) for t in query.trial_ids}
         compared = []
@@ -359,6 +363,7 @@ class SamplesApi(ServicerBase):
     def TrialsSample(
         self, request: tpb.TrialsSampleRequest, context: grpc.ServicerContext
     ) -> Iterator[tpb.TrialsSampleResponse]:
+        self.check_experiment_readable(context, request.experiment_id)
         response, previous, ended = self._sample(request, None)
         yield response
         if request.period_seconds <= 0 or ended:
@@ -424,6 +429,7 @@ class WorkloadsApi(ServicerBase):
     def GetTrialWorkloads(
         self, request: tpb.GetTrialWorkloadsRequest, context: grpc.ServicerContext
     ) -> tpb.GetTrialWorkloadsResponse:
+        self.check_trials_readable(context, [request.trial_id])
         F = tpb.GetTrialWorkloadsRequest
         wanted_groups = {
             F.FILTER_OPTION_UNSPECIFIED: ("training", "validation"),

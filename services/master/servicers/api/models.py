@@ -6,11 +6,14 @@ from typing import Any
 
 import grpc
 from google.protobuf import struct_pb2
+from sqlalchemy.orm import Session
 
 from cairn.api.v1 import common_pb2
 from cairn.api.v1 import model_pb2 as mpb
 from cairn.wire import struct_to_python, value_to_python
 from services.master.domain.checkpoints import model_registry as registry
+from services.master.domain.identity.permissions import Permission
+from services.master.domain.kernel.errors import NotFound
 from services.master.domain.reads import models as reads
 from services.master.servicers.api import convert
 from services.master.servicers.api.base import ServicerBase
@@ -105,6 +108,7 @@ class ModelsApi(ServicerBase):
             workspace_ids=list(request.workspace_ids),
             workspace_names=list(request.workspace_names),
             model_id=request.id,
+            visible=self.readable(context, Permission.VIEW_MODEL_REGISTRY),
         )
         with self.ctx.db.read() as s:
             rows, page = reads.models_page(s, query)
@@ -114,7 +118,17 @@ class ModelsApi(ServicerBase):
 
     @rpc
     def GetModel(self, request: mpb.GetModelRequest, context: grpc.ServicerContext) -> mpb.GetModelResponse:
+        self._check_model_readable(context, request.model_name)
         return mpb.GetModelResponse(model=self._model(request.model_name))
+
+    def _check_model_readable(self, context: grpc.ServicerContext, identifier: str) -> None:
+        def workspace_of(s: Session) -> int | None:
+            try:
+                return reads.model(s, identifier).model.workspace_id
+            except NotFound:
+                return None
+
+        self.check_readable(context, Permission.VIEW_MODEL_REGISTRY, f"model {identifier!r}", workspace_of)
 
     @rpc
     def PostModel(
@@ -184,6 +198,7 @@ class ModelsApi(ServicerBase):
     def GetModelVersions(
         self, request: mpb.GetModelVersionsRequest, context: grpc.ServicerContext
     ) -> mpb.GetModelVersionsResponse:
+        self._check_model_readable(context, request.model_name)
         with self.ctx.db.read() as s:
             owner, rows, page = reads.versions_page(
                 s,
@@ -203,6 +218,7 @@ class ModelsApi(ServicerBase):
     def GetModelVersion(
         self, request: mpb.GetModelVersionRequest, context: grpc.ServicerContext
     ) -> mpb.GetModelVersionResponse:
+        self._check_model_readable(context, request.model_name)
         return mpb.GetModelVersionResponse(
             model_version=self._version(request.model_name, request.model_version_num)
         )
@@ -254,6 +270,7 @@ class ModelsApi(ServicerBase):
     def GetModelLabels(
         self, request: mpb.GetModelLabelsRequest, context: grpc.ServicerContext
     ) -> mpb.GetModelLabelsResponse:
+        visible = self.readable(context, Permission.VIEW_MODEL_REGISTRY)
         with self.ctx.db.read() as s:
-            labels = reads.labels(s, convert.optional_field(request, "workspace_id"))
+            labels = reads.labels(s, convert.optional_field(request, "workspace_id"), visible)
         return mpb.GetModelLabelsResponse(labels=labels)

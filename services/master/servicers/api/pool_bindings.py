@@ -9,6 +9,7 @@ import grpc
 
 from cairn.api.v1 import resourcepool_pb2 as rpb
 from services.common.principal import Principal
+from services.master.domain.identity.permissions import Permission
 from services.master.domain.kernel.context import MasterContext
 from services.master.domain.workspaces import pool_bindings
 from services.master.servicers.api import convert
@@ -67,6 +68,10 @@ class PoolBindingsApi(ServicerBase):
     def ListRPsBoundToWorkspace(
         self, request: rpb.ListRPsBoundToWorkspaceRequest, context: grpc.ServicerContext
     ) -> rpb.ListRPsBoundToWorkspaceResponse:
+        workspace_id = request.workspace_id
+        self.check_readable(
+            context, Permission.VIEW_WORKSPACE, f"workspace {workspace_id}", lambda s: workspace_id
+        )
         names, page = pool_bindings.pools_available_to(
             self.ctx, request.workspace_id, request.offset, request.limit
         )

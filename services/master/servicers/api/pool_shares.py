@@ -7,6 +7,7 @@ import grpc
 
 from cairn.api.v1 import resourcepool_pb2 as rpb
 from cairn.api.v1 import workspace_pb2 as wpb
+from services.master.domain.identity.permissions import Permission
 from services.master.domain.kernel.errors import NotFound
 from services.master.domain.kernel.fair_shares import GroupDivision
 from services.master.domain.workspaces import pool_shares
@@ -49,6 +50,10 @@ class PoolSharesApi(ServicerBase):
         self, request: wpb.GetWorkspacePoolSharesRequest, context: grpc.ServicerContext
     ) -> wpb.GetWorkspacePoolSharesResponse:
         self.user(context)
+        workspace_id = request.workspace_id
+        self.check_readable(
+            context, Permission.VIEW_WORKSPACE, f"workspace {workspace_id}", lambda s: workspace_id
+        )
         return wpb.GetWorkspacePoolSharesResponse(
             shares=[
                 wpb.PoolShare(

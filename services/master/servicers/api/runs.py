@@ -14,6 +14,8 @@ from cairn.api.v1 import run_pb2 as rpb
 from cairn.api.v1 import trial_pb2 as tpb
 from services.master.domain.experiments import bulk_actions, run_actions
 from services.master.domain.experiments.bulk_actions import ActionResult, BulkFilters
+from services.master.domain.identity import scopes
+from services.master.domain.identity.permissions import Permission
 from services.master.domain.kernel.errors import InvalidArgument
 from services.master.domain.reads import project_columns, runs
 from services.master.domain.reads.listings import best_trials, experiment_rows_by_id
@@ -98,9 +100,11 @@ class RunsApi(ServicerBase):
         self, request: rpb.SearchRunsRequest, context: grpc.ServicerContext
     ) -> rpb.SearchRunsResponse:
         self.user(context)
+        visible = self.readable(context, Permission.VIEW_EXPERIMENT_METADATA)
         with self.ctx.db.read() as s:
             rows, page = runs.search_runs(
                 s,
+                visible=visible,
                 project_id=convert.optional_field(request, "project_id"),
                 filter_text=convert.optional_field(request, "filter"),
                 sort=convert.optional_field(request, "sort"),
@@ -111,9 +115,12 @@ class RunsApi(ServicerBase):
                 runs=[flat_run(r) for r in rows], pagination=convert.pagination(page)
             )
 
-    def _select(self, request: Any, project_id: int | None) -> run_actions.RunSelection:
+    def _select(
+        self, request: Any, project_id: int | None, context: grpc.ServicerContext
+    ) -> run_actions.RunSelection:
         return run_actions.select_runs(
             self.ctx,
+            visible=self.readable(context, Permission.VIEW_EXPERIMENT_METADATA),
             project_id=project_id,
             run_ids=list(request.run_ids),
             filter_text=convert.optional_field(request, "filter"),
@@ -123,7 +130,7 @@ class RunsApi(ServicerBase):
     def KillRuns(self, request: rpb.KillRunsRequest, context: grpc.ServicerContext) -> rpb.KillRunsResponse:
         principal = self.user(context)
         project_id = convert.optional_field(request, "project_id")
-        selection = self._select(request, project_id)
+        selection = self._select(request, project_id, context)
         return rpb.KillRunsResponse(
             results=_run_results(run_actions.kill(self.ctx, principal, selection, project_id))
         )
@@ -133,7 +140,7 @@ class RunsApi(ServicerBase):
         self, request: rpb.PauseRunsRequest, context: grpc.ServicerContext
     ) -> rpb.PauseRunsResponse:
         principal = self.user(context)
-        selection = self._select(request, request.project_id)
+        selection = self._select(request, request.project_id, context)
         results = run_actions.pause_or_resume(self.ctx, principal, selection, request.project_id, pause=True)
         return rpb.PauseRunsResponse(results=_run_results(results))
 
@@ -142,14 +149,14 @@ class RunsApi(ServicerBase):
         self, request: rpb.ResumeRunsRequest, context: grpc.ServicerContext
     ) -> rpb.ResumeRunsResponse:
         principal = self.user(context)
-        selection = self._select(request, request.project_id)
+        selection = self._select(request, request.project_id, context)
         results = run_actions.pause_or_resume(self.ctx, principal, selection, request.project_id, pause=False)
         return rpb.ResumeRunsResponse(results=_run_results(results))
 
     @rpc
     def MoveRuns(self, request: rpb.MoveRunsRequest, context: grpc.ServicerContext) -> rpb.MoveRunsResponse:
         principal = self.user(context)
-        selection = self._select(request, request.source_project_id)
+        selection = self._select(request, request.source_project_id, context)
         results = run_actions.move(
             self.ctx,
             principal,
@@ -165,7 +172,7 @@ class RunsApi(ServicerBase):
         self, request: rpb.ArchiveRunsRequest, context: grpc.ServicerContext
     ) -> rpb.ArchiveRunsResponse:
         principal = self.user(context)
-        selection = self._select(request, request.project_id)
+        selection = self._select(request, request.project_id, context)
         results = run_actions.set_archived(self.ctx, principal, selection, request.project_id, archived=True)
         return rpb.ArchiveRunsResponse(results=_run_results(results))
 
@@ -174,7 +181,7 @@ class RunsApi(ServicerBase):
         self, request: rpb.UnarchiveRunsRequest, context: grpc.ServicerContext
     ) -> rpb.UnarchiveRunsResponse:
         principal = self.user(context)
-        selection = self._select(request, request.project_id)
+        selection = self._select(request, request.project_id, context)
         results = run_actions.set_archived(self.ctx, principal, selection, request.project_id, archived=False)
         return rpb.UnarchiveRunsResponse(results=_run_results(results))
 
@@ -184,7 +191,7 @@ class RunsApi(ServicerBase):
     ) -> rpb.DeleteRunsResponse:
         principal = self.user(context)
         project_id = convert.optional_field(request, "project_id")
-        selection = self._select(request, project_id)
+        selection = self._select(request, project_id, context)
         return rpb.DeleteRunsResponse(
             results=_run_results(run_actions.delete(self.ctx, principal, selection, project_id))
         )
@@ -214,13 +221,14 @@ class RunsApi(ServicerBase):
 
     def _bulk(self, action: str, request: rpb.BulkExperimentsRequest, context: grpc.ServicerContext) -> Any:
         principal = self.user(context)
-        ids = self._experiment_ids(action, request)
+        ids = self._experiment_ids(action, request, context)
         return _experiment_results(bulk_actions.act(self.ctx, principal, action, request.project_id, ids))
 
-    def _experiment_ids(self, action: str, request: Any) -> list[int]:
+    def _experiment_ids(self, action: str, request: Any, context: grpc.ServicerContext) -> list[int]:
         if request.HasField("filters"):
+            visible = self.readable(context, Permission.VIEW_EXPERIMENT_METADATA)
             return bulk_actions.select_by_filters(
-                self.ctx, request.project_id, _filters(request.filters), action
+                self.ctx, request.project_id, _filters(request.filters), action, visible
             )
         return bulk_actions.check_ids(list(request.experiment_ids), "experimentIds")
 
@@ -257,7 +265,7 @@ class RunsApi(ServicerBase):
         self, request: rpb.MoveExperimentsRequest, context: grpc.ServicerContext
     ) -> rpb.BulkExperimentsResponse:
         principal = self.user(context)
-        ids = self._experiment_ids("move", request)
+        ids = self._experiment_ids("move", request, context)
         results = bulk_actions.move(
             self.ctx, principal, request.project_id, ids, request.destination_project_id
         )
@@ -268,9 +276,11 @@ class RunsApi(ServicerBase):
         self, request: rpb.SearchExperimentsRequest, context: grpc.ServicerContext
     ) -> rpb.SearchExperimentsResponse:
         self.user(context)
+        visible = self.readable(context, Permission.VIEW_EXPERIMENT_METADATA)
         with self.ctx.db.read() as s:
             ids, page = runs.search_experiment_ids(
                 s,
+                visible=visible,
                 project_id=convert.optional_field(request, "project_id"),
                 filter_text=convert.optional_field(request, "filter"),
                 sort=convert.optional_field(request, "sort"),
@@ -293,6 +303,13 @@ class RunsApi(ServicerBase):
         self, request: rpb.GetProjectColumnsRequest, context: grpc.ServicerContext
     ) -> rpb.GetProjectColumnsResponse:
         self.user(context)
+        project_id = request.id
+        self.check_readable(
+            context,
+            Permission.VIEW_PROJECT,
+            f"project {project_id}",
+            lambda s: scopes.of_project_id(s, project_id),
+        )
         with self.ctx.db.read() as s:
             columns = project_columns.project_columns(
                 s, request.id, runs=request.table_type == rpb.TABLE_TYPE_RUN

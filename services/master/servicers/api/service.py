@@ -12,6 +12,7 @@ from services.master.servicers.api.cluster_message import ClusterMessageApi
 from services.master.servicers.api.continuation import ContinuationApi
 from services.master.servicers.api.experiments import ExperimentsApi
 from services.master.servicers.api.generic_tasks import GenericTasksApi
+from services.master.servicers.api.groups import GroupsApi
 from services.master.servicers.api.jobs import JobsApi
 from services.master.servicers.api.master import MasterApi
 from services.master.servicers.api.master_info import MasterInfoApi
@@ -20,6 +21,7 @@ from services.master.servicers.api.models import ModelsApi
 from services.master.servicers.api.pool_bindings import PoolBindingsApi
 from services.master.servicers.api.pool_shares import PoolSharesApi
 from services.master.servicers.api.resources import ResourcesApi
+from services.master.servicers.api.roles import RolesApi
 from services.master.servicers.api.runs import RunsApi
 from services.master.servicers.api.task_kinds import TaskKindsApi
 from services.master.servicers.api.tasks import SignalsApi, TasksApi
@@ -36,6 +38,8 @@ class CairnServicer(
     AuthApi,
     UsersApi,
     TokensApi,
+    GroupsApi,
+    RolesApi,
     MasterApi,
     MasterInfoApi,
     ClusterMessageApi,

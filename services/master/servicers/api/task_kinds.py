@@ -25,6 +25,8 @@ from sqlalchemy.orm import Session
 from cairn.api.v1 import command_pb2, common_pb2, notebook_pb2, shell_pb2, tensorboard_pb2
 from cairn.wire import python_to_struct, whole_numbers
 from services.common.principal import Principal
+from services.master.domain.identity import access
+from services.master.domain.identity.permissions import Permission
 from services.master.domain.kernel.states import TASK_ENDED, TaskKind, TaskState
 from services.master.domain.kernel.states import AllocationState as A
 from services.master.domain.reads import tasks as reads
@@ -159,6 +161,7 @@ def _launch(api: ServicerBase, routes: KindRoutes, request: Any, context: grpc.S
 
 def _list(api: ServicerBase, routes: KindRoutes, request: Any, context: grpc.ServicerContext) -> Any:
     principal = api.user(context)
+    visible = api.readable(context, Permission.VIEW_NSC)
     with api.ctx.db.read() as s:
         rows, page = reads.task_page(
             s,
@@ -169,6 +172,7 @@ def _list(api: ServicerBase, routes: KindRoutes, request: Any, context: grpc.Ser
             newest_first=request.order_by == common_pb2.ORDER_BY_DESC,
             offset=request.offset,
             limit=request.limit,
+            visible=visible,
         )
         messages = [kind_message(s, principal, routes, row) for row in rows]
     return routes.message("Get{}sResponse")(
@@ -180,6 +184,7 @@ def _get(api: ServicerBase, routes: KindRoutes, request: Any, context: grpc.Serv
     principal = api.user(context)
     with api.ctx.db.read() as s:
         row = reads.task_row(s, getattr(request, f"{routes.field}_id"), routes.kind)
+        access.check_task_readable(s, principal, row.task)
         message = kind_message(s, principal, routes, row, secrets=True)
         return routes.message("Get{}Response")(
             **{routes.field: message}, config=python_to_struct(row.task.config or {})

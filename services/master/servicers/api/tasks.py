@@ -12,6 +12,8 @@ import grpc
 from cairn.api.v1 import notebook_pb2 as npb
 from cairn.api.v1 import task_pb2
 from services.master.domain.allocations import task_services
+from services.master.domain.identity import access
+from services.master.domain.identity.permissions import Permission
 from services.master.domain.kernel.states import AllocationState as A
 from services.master.domain.kernel.states import TaskKind, TaskState
 from services.master.domain.metrics import signals
@@ -93,8 +95,10 @@ class TasksApi(ServicerBase):
         self, request: task_pb2.GetTasksRequest, context: grpc.ServicerContext
     ) -> task_pb2.GetTasksResponse:
         response = task_pb2.GetTasksResponse()
+        nsc = self.readable(context, Permission.VIEW_NSC)
+        experiments = self.readable(context, Permission.VIEW_EXPERIMENT_METADATA)
         with self.ctx.db.read() as s:
-            rows = live_allocations(s)
+            rows = live_allocations(s, nsc, experiments)
             proxy_ports = reads.trial_proxy_ports(s, (task for _, task in rows))
         for alloc, task in rows:
             summary = task_pb2.AllocationSummary(
@@ -143,9 +147,10 @@ class TasksApi(ServicerBase):
 
     @rpc
     def GetTask(self, request: npb.GetTaskRequest, context: grpc.ServicerContext) -> npb.GetTaskResponse:
-        self.user(context)
+        principal = self.user(context)
         with self.ctx.db.read() as s:
             task = reads.task(s, request.task_id)
+            access.check_task_readable(s, principal, task)
             allocations = reads.allocations_of_task(s, task.id)
             message = _task_message(task, allocations)
         return npb.GetTaskResponse(task=message)

@@ -11,6 +11,8 @@ from google.protobuf import struct_pb2
 from cairn.api.v1 import common_pb2
 from cairn.api.v1 import template_pb2 as tpb
 from services.master.domain.experiments import templates
+from services.master.domain.identity import access
+from services.master.domain.identity.permissions import Permission
 from services.master.domain.reads import templates as reads
 from services.master.servicers.api import convert
 from services.master.servicers.api.base import ServicerBase
@@ -69,6 +71,7 @@ class TemplatesApi(ServicerBase):
             descending=request.order_by == common_pb2.ORDER_BY_DESC,
             offset=request.offset,
             limit=request.limit,
+            visible=self.readable(context, Permission.VIEW_TEMPLATES),
         )
         with self.ctx.db.read() as s:
             rows, page = reads.templates(s, wanted)
@@ -80,9 +83,11 @@ class TemplatesApi(ServicerBase):
     def GetTemplate(
         self, request: tpb.GetTemplateRequest, context: grpc.ServicerContext
     ) -> tpb.GetTemplateResponse:
-        self.user(context)
+        principal = self.user(context)
         with self.ctx.db.read() as s:
             row = reads.template(s, request.template_name)
+            what = f"template: template {request.template_name!r}"
+            access.check_readable(principal, Permission.VIEW_TEMPLATES, row.workspace_id, what, s)
         return tpb.GetTemplateResponse(template=template_message(row))
 
     @rpc

@@ -12,7 +12,8 @@ from cairn.api.v1 import common_pb2, task_pb2
 from cairn.api.v1 import trial_pb2 as tpb
 from services.master.domain.experiments import experiments as experiment_lifecycle
 from services.master.domain.experiments import unmanaged
-from services.master.domain.identity import allocation_access
+from services.master.domain.identity import access
+from services.master.domain.identity.permissions import Permission
 from services.master.domain.kernel.states import TERMINAL, RunState, TaskKind
 from services.master.domain.metrics.logs import LogFields, LogFilter, follow_log_fields, read_logs
 from services.master.domain.reads import tasks as task_reads
@@ -38,10 +39,10 @@ class TrialsApi(ServicerBase):
             return convert.trial(reads.trial_row(s, trial_id))
 
     def check_trial_access(self, context: grpc.ServicerContext, trial_id: int) -> None:
-        """Trial code may only touch its own trial."""
+        """Trial code may only read its own trial; a user one they may read."""
         principal = self.caller(context)
         with self.ctx.db.read() as s:
-            allocation_access.check_trial(s, principal, trial_id)
+            access.check_trial(s, principal, trial_id, Permission.VIEW_EXPERIMENT_METADATA)
 
     @rpc
     def GetTrial(self, request: tpb.GetTrialRequest, context: grpc.ServicerContext) -> tpb.GetTrialResponse:
@@ -58,7 +59,7 @@ class TrialsApi(ServicerBase):
         with self.ctx.unit_of_work() as w:
             trial = trial_lifecycle.load(w, request.id)
             exp = experiment_lifecycle.load(w, trial.experiment_id)
-            experiment_lifecycle.check_can_modify(principal, exp)
+            experiment_lifecycle.check_can_modify(w.session, principal, exp)
             if exp.unmanaged:
                 unmanaged.kill_trial(self.ctx, w, trial, exp)
             else:
@@ -117,7 +118,7 @@ class TrialsApi(ServicerBase):
         with self.ctx.db.read() as s:
             task = task_reads.task(s, request.task_id)
             trial_id = task_reads.trial_of_task(s, task.id) if task.kind == TaskKind.TRIAL else None
-            allocation_access.check_task(s, self.caller(context), task.id)
+            access.check_task_readable(s, self.caller(context), task)
         # A trial's lines are found by trial id (as TaskLogs reads them), any other task's by task id.
         fields_stream = (
             self._log_fields(request.follow, context, trial_id=trial_id)
@@ -199,7 +200,7 @@ class TrialsApi(ServicerBase):
         with self.ctx.db.read() as s:
             task = task_reads.task(s, request.task_id)
             trial_id = task_reads.trial_of_task(s, task.id) if task.kind == TaskKind.TRIAL else None
-            allocation_access.check_task(s, self.caller(context), task.id)
+            access.check_task_readable(s, self.caller(context), task)
         # A trial's lines are read as TrialLogs reads them (by trial id), any other task's by task id.
         rows = (
             self._log_rows(request, context, trial_id=trial_id)

@@ -7,18 +7,21 @@ from typing import Any
 
 import grpc
 from google.protobuf import struct_pb2
+from sqlalchemy.orm import Session
 
 from cairn.api.v1 import common_pb2
 from cairn.api.v1 import workspace_pb2 as wpb
 from services.master.domain.deletion import workspace_deletion
 from services.master.domain.experiments import experiment_projects
 from services.master.domain.identity import agent_users
+from services.master.domain.identity.permissions import Permission
 from services.master.domain.reads import workspaces as reads
 from services.master.domain.workspaces import workspaces
 from services.master.servicers.api import convert
 from services.master.servicers.api.base import ServicerBase
 from services.master.servicers.api.templates import plain
 from services.master.servicers.errors import rpc
+from services.master.store import models
 
 WORKSPACE_SORT = {
     wpb.GetWorkspacesRequest.SORT_BY_UNSPECIFIED: "id",
@@ -104,6 +107,11 @@ def _struct_given(message: Any, field: str) -> dict[str, Any] | None:
     return result
 
 
+def _project_workspace(s: Session, project_id: int) -> int | None:
+    project = s.get(models.Project, project_id)
+    return project.workspace_id if project is not None else None
+
+
 class WorkspacesApi(ServicerBase):
     def _workspace(self, workspace_id: int) -> wpb.Workspace:
         with self.ctx.db.read() as s:
@@ -120,9 +128,14 @@ class WorkspacesApi(ServicerBase):
         self, request: wpb.GetWorkspacesRequest, context: grpc.ServicerContext
     ) -> wpb.GetWorkspacesResponse:
         self.user(context)
-        return self.cache.get("GetWorkspaces", request, lambda: self._get_workspaces(request))
+        visible = self.readable(context, Permission.VIEW_WORKSPACE)
+        return self.cache.get(
+            "GetWorkspaces", request, lambda: self._get_workspaces(request, visible), viewer=visible
+        )
 
-    def _get_workspaces(self, request: wpb.GetWorkspacesRequest) -> wpb.GetWorkspacesResponse:
+    def _get_workspaces(
+        self, request: wpb.GetWorkspacesRequest, visible: frozenset[int] | None
+    ) -> wpb.GetWorkspacesResponse:
         if request.HasField("pinned") and request.pinned:
             # Cairn keeps no pins: nothing is pinned.
             return wpb.GetWorkspacesResponse(pagination=common_pb2.Pagination(offset=request.offset))
@@ -132,6 +145,7 @@ class WorkspacesApi(ServicerBase):
             archived=request.archived if request.HasField("archived") else None,
             users=tuple(request.users),
             user_ids=tuple(request.user_ids),
+            visible=visible,
         )
         with self.ctx.db.read() as s:
             rows, page = reads.list_workspaces(
@@ -151,6 +165,9 @@ class WorkspacesApi(ServicerBase):
         self, request: wpb.GetWorkspaceRequest, context: grpc.ServicerContext
     ) -> wpb.GetWorkspaceResponse:
         self.user(context)
+        self.check_readable(
+            context, Permission.VIEW_WORKSPACE, f"workspace {request.id}", lambda s: request.id
+        )
         return self.cache.get(
             "GetWorkspace", request, lambda: wpb.GetWorkspaceResponse(workspace=self._workspace(request.id))
         )
@@ -224,10 +241,16 @@ class WorkspacesApi(ServicerBase):
         self, request: wpb.GetWorkspaceProjectsRequest, context: grpc.ServicerContext
     ) -> wpb.GetWorkspaceProjectsResponse:
         self.user(context)
-        return self.cache.get("GetWorkspaceProjects", request, lambda: self._get_projects(request))
+        visible = self.readable(context, Permission.VIEW_PROJECT)
+        return self.cache.get(
+            "GetWorkspaceProjects", request, lambda: self._get_projects(request, visible), viewer=visible
+        )
 
-    def _get_projects(self, request: wpb.GetWorkspaceProjectsRequest) -> wpb.GetWorkspaceProjectsResponse:
+    def _get_projects(
+        self, request: wpb.GetWorkspaceProjectsRequest, visible: frozenset[int] | None
+    ) -> wpb.GetWorkspaceProjectsResponse:
         f = reads.ProjectFilter(
+            visible=visible,
             workspace_id=request.id,
             name=request.name,
             archived=request.archived if request.HasField("archived") else None,
@@ -270,6 +293,12 @@ class WorkspacesApi(ServicerBase):
         self, request: wpb.GetProjectRequest, context: grpc.ServicerContext
     ) -> wpb.GetProjectResponse:
         self.user(context)
+        self.check_readable(
+            context,
+            Permission.VIEW_PROJECT,
+            f"project {request.id}",
+            lambda s: _project_workspace(s, request.id),
+        )
         return self.cache.get(
             "GetProject", request, lambda: wpb.GetProjectResponse(project=self._project(request.id))
         )

@@ -31,6 +31,7 @@ from services.master.domain.checkpoints.checkpoints import CheckpointGc
 from services.master.domain.deletion.deferred_loop import DeferredWorkRunner, master_handlers
 from services.master.domain.experiments import creation
 from services.master.domain.experiments.searcher_pump import SearcherPump
+from services.master.domain.identity import default_groups
 from services.master.domain.identity.auth import AuthService
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.context import MasterContext
@@ -359,6 +360,8 @@ class Master:
             )
             w.session.add(row)
             w.session.flush()
+            # As every new user: a member of the groups new users join (the default roles).
+            default_groups.join(w.session, row.id)
             return Principal(user_id=row.id, username=row.username)
 
     def launch(

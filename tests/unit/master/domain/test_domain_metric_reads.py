@@ -5,6 +5,7 @@ type, whatever the reports hold."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from types import SimpleNamespace
 from typing import Any
@@ -14,6 +15,7 @@ import pytest
 from sqlalchemy import select, text
 
 from cairn.api.v1 import trial_pb2 as tpb
+from services.common import interceptors
 from services.common.errors import DatabaseUnavailable
 from services.common.local_calls import RenderedJson
 from services.master.domain.metrics import intake
@@ -69,6 +71,14 @@ def _api(master: Master) -> MetricsApi:
 def _canonical(document: bytes) -> bytes:
     """JSON with keys sorted, ints and floats kept apart: equal only for the same values and types."""
     return orjson.dumps(orjson.loads(document), option=orjson.OPT_SORT_KEYS)
+
+
+@pytest.fixture(autouse=True)
+def _as_the_admin(master: Master) -> Iterator[None]:
+    """The servicer is called without the master's interceptors: the caller they would set."""
+    token = interceptors._principal.set(master.admin)
+    yield
+    interceptors._principal.reset(token)
 
 
 def _both_ways(master: Master, request: tpb.GetMetricsRequest) -> tuple[list[bytes], list[bytes]]:

@@ -88,7 +88,7 @@ def test_the_proxy_serves_the_owner_and_admins_only(master: Master) -> None:
     task_services.report_ready(master.ctx, Principal(allocation_id=alloc.id), alloc.id)
     assert address(master, someone, task_id) == address(master, master.admin, task_id)
     with pytest.raises(PermissionDenied, match="another user"):
-        address(master, Principal(user_id=someone.user_id + 100, username="x"), task_id)  # type: ignore[operator]
+        address(master, master.add_user("other"), task_id)
     with pytest.raises(NotFound, match="no task"):
         address(master, master.admin, "no-such-task")
 

@@ -336,7 +336,7 @@ def test_set_priority_moves_a_task_and_its_allocation_within_bounds(master: Mast
     for bad in (0, 100, -5):
         with pytest.raises(InvalidArgument, match=r"^priority: "):
             tasks.set_priority(master.ctx, master.admin, task_id, TaskKind.COMMAND, bad)
-    stranger = Principal(user_id=None, username="stranger", admin=False)
+    stranger = master.add_user("stranger")
     with pytest.raises(PermissionDenied):
         tasks.set_priority(master.ctx, stranger, task_id, TaskKind.COMMAND, 20)
     with pytest.raises(NotFound):  # a command is not a notebook

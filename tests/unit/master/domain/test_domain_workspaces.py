@@ -242,7 +242,7 @@ def test_owners_and_admins_change_things_and_others_are_refused(master: Master) 
     _refused(
         master,
         PermissionDenied,
-        "only its owner, its workspace's owner or an admin",
+        r"only its owner or an admin \(ClusterAdmin, or WorkspaceAdmin of workspace",
         lambda: _in_unit(master, workspaces.patch_project, someone, project, rename),
     )
     _refused(
@@ -278,7 +278,7 @@ def test_owners_and_admins_change_things_and_others_are_refused(master: Master) 
     _refused(
         master,
         PermissionDenied,
-        "only its owner or an admin",
+        "may not delete workspace .*: it takes 'delete workspace' on workspace",
         lambda: workspace_deletion.delete_workspace(master.ctx, someone, theirs),
     )
 
@@ -411,7 +411,10 @@ def test_moving_an_experiment(master: Master) -> None:
 
     move(someone, mine, target)
     assert master.experiment(mine).project_id == target
-    _refused(master, PermissionDenied, "only its owner or an admin", lambda: move(someone, admins, target))
+    # Another user's experiment takes WorkspaceAdmin there: its creator administers the workspace.
+    other = master.add_user("other")
+    _refused(master, PermissionDenied, "only its owner or an admin", lambda: move(other, admins, target))
+    move(someone, admins, target)
     move(admin, admins, 1)  # into the built-in project: it takes experiments
     assert master.experiment(admins).project_id == 1
     _refused(

@@ -1,0 +1,68 @@
+"""Which workspace an object lives in: the scope access.py decides on. An experiment lives where
+its project does; a task where it was launched (none: the Uncategorized workspace, where work
+that names no workspace goes); a model, a template, a webhook in their workspace column.
+
+Each is one indexed read of a row the caller usually holds already, in the caller's session.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from services.master.store import models
+
+UNCATEGORIZED = models.UNCATEGORIZED_WORKSPACE_ID
+
+
+def of_project(s: Session, project_id: int) -> int:
+    workspace_id = s.scalar(select(models.Project.workspace_id).where(models.Project.id == project_id))
+    return int(workspace_id) if workspace_id is not None else UNCATEGORIZED
+
+
+def of_project_id(s: Session, project_id: int) -> int | None:
+    """The workspace of the project, or None when there is no such project."""
+    found = s.scalar(select(models.Project.workspace_id).where(models.Project.id == project_id))
+    return int(found) if found is not None else None
+
+
+def of_experiment(s: Session, exp: models.Experiment) -> int:
+    return of_project(s, exp.project_id)
+
+
+def of_experiment_id(s: Session, experiment_id: int) -> int | None:
+    """The workspace of the experiment, or None when there is no such experiment."""
+    row = s.execute(
+        select(models.Project.workspace_id)
+        .join(models.Experiment, models.Experiment.project_id == models.Project.id)
+        .where(models.Experiment.id == experiment_id)
+    ).first()
+    return int(row[0]) if row is not None else None
+
+
+def of_trials(s: Session, trial_ids: list[int]) -> dict[int, int]:
+    """The workspace of each of these trials that exists (one query)."""
+    rows = s.execute(
+        select(models.Trial.id, models.Project.workspace_id)
+        .join(models.Experiment, models.Experiment.id == models.Trial.experiment_id)
+        .join(models.Project, models.Project.id == models.Experiment.project_id)
+        .where(models.Trial.id.in_(trial_ids))
+    )
+    return {int(t): int(w) for t, w in rows}
+
+
+def of_task(s: Session, task: models.Task) -> int:
+    """A trial's task lives with its experiment; another task where it was launched."""
+    if task.experiment_id is not None:
+        found = of_experiment_id(s, task.experiment_id)
+        if found is not None:
+            return found
+    return task.workspace_id if task.workspace_id is not None else UNCATEGORIZED
+
+
+def of_model(model: models.RegisteredModel) -> int:
+    return model.workspace_id
+
+
+def of_template(template: models.Template) -> int:
+    return template.workspace_id
