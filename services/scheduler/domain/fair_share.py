@@ -62,7 +62,7 @@ from services.scheduler.domain.fitting import apply_fit, find_fit
 from services.scheduler.domain.model import AllocationRequest, Preemption, ResourcePool
 from services.scheduler.domain.ordering import QueueKey
 from services.scheduler.domain.priority_pass import PassOutcome, Shape, shape_of
-from services.scheduler.domain.quotas import group_name, user_of, workspace_of
+from services.scheduler.domain.quotas import Quotas, group_name, user_of, workspace_of
 from services.scheduler.domain.reasons import PoolFacts
 
 
@@ -334,9 +334,7 @@ class _Pass:
         self.job_part = _JobPart(self.held.job, self.shares)
         self.workspaces = {g.key: g for g in self.pool.workspaces}
         self.users = {g.key: g for g in self.pool.users}
-        # The groups with a maximum.
-        self.capped_workspaces = {key: g for key, g in self.workspaces.items() if g.max_slots > 0}
-        self.capped_users = {key: g for key, g in self.users.items() if g.max_slots > 0}
+        self.quotas = Quotas(self.pool)
         # How much of each victim list's front is passed for good.
         self.fronts: dict[tuple[str, str], int] = Counter()
         # The agents holding reclaimable work, those of the oldest first (made when first needed).
@@ -355,39 +353,18 @@ class _Pass:
         return group_name(self.workspaces, ws, "workspace")
 
     def over_quota(self, ws: str, user: str, slots: int) -> str | None:
-        for capped, key, held, kind in (
-            (self.capped_workspaces, ws, self.held.workspace, "workspace"),
-            (self.capped_users, user, self.held.user, "user"),
-        ):
-            group = capped.get(key)
-            if group is not None and held[key] + slots > group.max_slots:
-                return reasons.over_quota(
-                    group_name(capped, key, kind), held[key], group.max_slots, self.pool.name
-                )
-        return None
+        return self.quotas.over_maximum_of(ws, user, slots, self.held)
 
     def enforce_maximums(self) -> None:
         """A group holding more than its maximum (an admin lowered it) gives back its youngest
         placements until it holds no more: preempted gracefully, for no request in particular."""
-        for groups, group_of, held, lists in (
-            (self.workspaces, workspace_of, self.held.workspace, self.queue.by_workspace),
-            (self.users, user_of, self.held.user, self.queue.by_user),
-        ):
-            over = {
-                key: held[key] - group.max_slots
-                for key, group in groups.items()
-                if group.max_slots > 0 and held[key] > group.max_slots
-            }
-            if not over:
-                continue
-            candidates = [c for key in over for _, _, c in lists.get(key, ())]
-            for candidate in sorted(candidates, key=lambda c: (-c.started_at_ns, c.allocation_id)):
-                key = group_of(candidate)
-                if over[key] <= 0 or candidate.allocation_id in self.preempted:
-                    continue
-                self.preempted.add(candidate.allocation_id)
-                self.outcome.preemptions.append(Preemption(candidate.allocation_id, ""))
-                over[key] -= candidate.slots_needed
+
+        def placements_of(kind: str, keys: Collection[str]) -> Iterator[AllocationRequest]:
+            lists = self.queue.by_workspace if kind == "workspace" else self.queue.by_user
+            return (c for key in keys for _, _, c in lists.get(key, ()))
+
+        for victim in self.quotas.over_maximums(self.held, self.preempted, placements_of):
+            self.outcome.preemptions.append(Preemption(victim.allocation_id, ""))
 
     def why_not(self, r: AllocationRequest) -> str:
         shape = shape_of(r)

@@ -27,7 +27,7 @@ freed belong to the request that asked for them.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -51,8 +51,8 @@ class _Held:
     """Slots held by each workspace and user during the pass."""
 
     def __init__(self, running: Iterable[AllocationRequest]) -> None:
-        self.workspace: dict[str, int] = defaultdict(int)
-        self.user: dict[str, int] = defaultdict(int)
+        self.workspace: Counter[str] = Counter()
+        self.user: Counter[str] = Counter()
         for r in running:
             self.add(r, r.slots_needed)
 
@@ -209,7 +209,7 @@ def run_priority_quota_pass(
     # What each group holds, counting what this pass places and reserves: what a maximum counts.
     held = _Held(running)
     preempted: set[str] = set()
-    maximum_victims = quotas.over_maximums(running, held, preempted)
+    maximum_victims = quotas.over_maximums(held, preempted, lambda _kind, _keys: running)
     # What each group keeps for sure: its running work less what this pass preempts (work placed
     # in the pass may yet be held back). What a guarantee protects, so it is never overestimated.
     kept = _Held(running)

@@ -13,7 +13,7 @@ written once. A fair-share pool (fair_share.py) and a priority pool (quota_pass.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -31,14 +31,20 @@ def user_of(request: AllocationRequest) -> str:
     return request.user or f"{workspace_of(request)}/-"
 
 
+class Tally(Protocol):
+    """Slots by group key; a group that holds nothing counts 0 (a Counter, or a pass's own)."""
+
+    def __getitem__(self, key: str, /) -> int: ...
+
+
 class HeldSlots(Protocol):
     """The slots each workspace and user holds in the pool during a pass (by ShareGroup key)."""
 
     @property
-    def workspace(self) -> Mapping[str, int]: ...
+    def workspace(self) -> Tally: ...
 
     @property
-    def user(self) -> Mapping[str, int]: ...
+    def user(self) -> Tally: ...
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,9 @@ class Quotas:
         self.pool_name = pool.name
         self.workspaces = {g.key: g for g in pool.workspaces}
         self.users = {g.key: g for g in pool.users}
+        # The groups with a maximum: what over_maximum_of looks in, once per request it weighs.
+        self.capped_workspaces = {key: g for key, g in self.workspaces.items() if g.max_slots > 0}
+        self.capped_users = {key: g for key, g in self.users.items() if g.max_slots > 0}
 
     @staticmethod
     def set_in(pool: ResourcePool) -> bool:
@@ -76,7 +85,7 @@ class Quotas:
 
     def _levels(
         self, request: AllocationRequest, held: HeldSlots
-    ) -> Iterator[tuple[str, str, ShareGroup | None, Mapping[str, int]]]:
+    ) -> Iterator[tuple[str, str, ShareGroup | None, Tally]]:
         """The request's workspace, then its user: (kind, key, its quota if any, holdings)."""
         ws, user = workspace_of(request), user_of(request)
         yield "workspace", ws, self.workspaces.get(ws), held.workspace
@@ -88,31 +97,49 @@ class Quotas:
     def over_maximum(self, request: AllocationRequest, held: HeldSlots) -> str | None:
         """Why `request` may not start: its workspace's or user's maximum (the first it would
         pass), in words naming the quota; None when it stays within both."""
-        for kind, key, group, holding in self._levels(request, held):
-            now = holding.get(key, 0)
-            if group is not None and group.max_slots > 0 and now + request.slots_needed > group.max_slots:
-                return reasons.over_quota(self.name(kind, key), now, group.max_slots, self.pool_name)
+        return self.over_maximum_of(workspace_of(request), user_of(request), request.slots_needed, held)
+
+    def over_maximum_of(self, ws: str, user: str, slots: int, held: HeldSlots) -> str | None:
+        """As over_maximum, for `slots` more of workspace `ws` and user `user`: a fair-share pass
+        asks so for a whole user's waiting requests of one shape at once."""
+        for capped, key, holding, kind in (
+            (self.capped_workspaces, ws, held.workspace, "workspace"),
+            (self.capped_users, user, held.user, "user"),
+        ):
+            group = capped.get(key)
+            if group is not None:
+                now = holding[key]
+                if now + slots > group.max_slots:
+                    return reasons.over_quota(
+                        group_name(capped, key, kind), now, group.max_slots, self.pool_name
+                    )
         return None
 
     def over_maximums(
-        self, running: Sequence[AllocationRequest], held: HeldSlots, preempted: set[str]
+        self,
+        held: HeldSlots,
+        preempted: set[str],
+        placements_of: Callable[[str, Collection[str]], Iterable[AllocationRequest]],
     ) -> list[AllocationRequest]:
         """What a group holding more than its maximum (an admin lowered it) gives back: its youngest
-        preemptible placements until it holds no more (workspaces first, then users). Each is
-        added to `preempted`, which holds what is already given back."""
+        preemptible placements until it holds no more (workspaces first, then users).
+        `placements_of(kind, keys)` gives the running placements of those groups (it may give
+        more: others are passed over). Each victim is added to `preempted`, which holds what is
+        already given back."""
         victims: list[AllocationRequest] = []
-        for groups, group_of, holding in (
-            (self.workspaces, workspace_of, held.workspace),
-            (self.users, user_of, held.user),
+        for kind, capped, group_of, holding in (
+            ("workspace", self.capped_workspaces, workspace_of, held.workspace),
+            ("user", self.capped_users, user_of, held.user),
         ):
             over = {
-                key: holding.get(key, 0) - group.max_slots
-                for key, group in groups.items()
-                if group.max_slots > 0 and holding.get(key, 0) > group.max_slots
+                key: holding[key] - group.max_slots
+                for key, group in capped.items()
+                if holding[key] > group.max_slots
             }
             if not over:
                 continue
-            for candidate in sorted(running, key=lambda c: (-c.started_at_ns, c.allocation_id)):
+            candidates = placements_of(kind, over.keys())
+            for candidate in sorted(candidates, key=lambda c: (-c.started_at_ns, c.allocation_id)):
                 key = group_of(candidate)
                 if over.get(key, 0) <= 0 or not candidate.preemptible or candidate.allocation_id in preempted:
                     continue
@@ -126,7 +153,7 @@ class Quotas:
         guarantee (as Kueue admits within a nominal quota): such work goes first, and may reclaim.
         Work larger than what is left waits as any other."""
         for kind, key, group, holding in self._levels(request, held):
-            now = holding.get(key, 0)
+            now = holding[key]
             if group is not None and now + request.slots_needed <= group.guaranteed_slots:
                 return Gap(kind, key, self.name(kind, key), now, group.guaranteed_slots)
         return None
@@ -146,7 +173,7 @@ class Quotas:
             if group is None or group.guaranteed_slots <= 0:
                 continue
             group_of = workspace_of if kind == "workspace" else user_of
-            now = holding.get(key, 0)
+            now = holding[key]
             after = now - sum(c.slots_needed for c in taken if group_of(c) == key)
             if group_of(for_request) == key:
                 after += for_request.slots_needed
