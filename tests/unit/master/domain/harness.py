@@ -46,6 +46,7 @@ from services.master.domain.scheduling.agent_hub import AgentHub
 from services.master.domain.scheduling.scheduling import SchedulingLoop
 from services.master.domain.task_kinds.model_definition import ContextFile
 from services.master.domain.tasks import tasks
+from services.master.domain.workspaces import workspaces
 from services.master.store import models
 from services.master.store.db import Database
 from services.scheduler.convert import (
@@ -337,7 +338,9 @@ class Master:
         self.hub.connected.add(agent_id)
         return registration
 
-    def create(self, text: str | None = None, **overrides: Any) -> int:
+    def create(self, text: str | None = None, *, project_id: int | None = None, **overrides: Any) -> int:
+        """An active experiment of `text` (else the base config with `overrides`), in `project_id`
+        (else where its config says); its first pass settled."""
         request = creation.CreateRequest(
             config_text=text or config_text(**overrides),
             files=[
@@ -345,11 +348,22 @@ class Master:
             ],
             activate=True,
             validate_only=False,
+            project_id=project_id,
         )
         created = creation.create(self.ctx, self.admin, request)
         assert created.experiment_id is not None
         self.settle()
         return created.experiment_id
+
+    def add_workspace(self, name: str) -> tuple[int, int]:
+        """A new workspace of the admin's and a project "p" in it: (workspace id, project id)."""
+        with self.ctx.unit_of_work() as w:
+            workspace = workspaces.create_workspace(
+                self.ctx, w, self.admin, name, workspaces.WorkspaceSettings()
+            )
+        with self.ctx.unit_of_work() as w:
+            project = int(workspaces.create_project(w, self.admin, workspace, "p", None, None))
+        return workspace, project
 
     def add_user(self, name: str) -> Principal:
         """A new active user (not an admin), as the principal of its calls."""
@@ -451,6 +465,15 @@ class Master:
                     .order_by(models.Trial.id)
                 )
             )
+
+    def placed(self, experiment_id: int) -> list[models.Allocation]:
+        """The experiment's trials' latest allocations that hold slots (placed, not yet ended)."""
+        placed = []
+        for trial in self.trials(experiment_id):
+            allocations = self.allocations(trial.id)
+            if allocations and allocations[-1].state in ("ASSIGNED", "PULLING", "STARTING", "RUNNING"):
+                placed.append(allocations[-1])
+        return placed
 
     def allocations(self, trial_id: int) -> list[models.Allocation]:
         with self.db.read() as s:

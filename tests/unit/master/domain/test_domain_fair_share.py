@@ -12,13 +12,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from services.master.configuration.pools import PoolSettings
-from services.master.domain.experiments import creation
 from services.master.domain.kernel.errors import InvalidArgument, NotFound, PermissionDenied
 from services.master.domain.scheduling.fair_share_inputs import decayed_slot_seconds, share_groups
-from services.master.domain.task_kinds.model_definition import ContextFile
-from services.master.domain.workspaces import pool_shares, workspaces
+from services.master.domain.workspaces import pool_shares
 from services.master.store import models
-from tests.unit.master.domain.harness import Master, config_text
+from tests.unit.master.domain.harness import Master
 
 pytestmark = pytest.mark.on_each_database
 
@@ -52,39 +50,6 @@ def cluster(master: Master) -> Iterator[Master]:
         fair.close()
 
 
-def _workspace_project(master: Master, name: str) -> tuple[int, int]:
-    with master.ctx.unit_of_work() as w:
-        workspace = workspaces.create_workspace(
-            master.ctx, w, master.admin, name, workspaces.WorkspaceSettings()
-        )
-    with master.ctx.unit_of_work() as w:
-        project = int(workspaces.create_project(w, master.admin, workspace, "p", None, None))
-    return workspace, project
-
-
-def _experiment(master: Master, project: int, **config: object) -> int:
-    request = creation.CreateRequest(
-        config_text=config_text(**config),
-        files=[ContextFile(path="train.py", type=ord("0"), content=b"print('hi')\n", mtime=0, mode=0o644)],
-        activate=True,
-        validate_only=False,
-        project_id=project,
-    )
-    created = creation.create(master.ctx, master.admin, request)
-    assert created.experiment_id is not None
-    master.settle()
-    return created.experiment_id
-
-
-def _placed(master: Master, experiment_id: int) -> list[models.Allocation]:
-    placed = []
-    for trial in master.trials(experiment_id):
-        allocations = master.allocations(trial.id)
-        if allocations and allocations[-1].state in ("ASSIGNED", "PULLING", "STARTING", "RUNNING"):
-            placed.append(allocations[-1])
-    return placed
-
-
 def _ack_and_exit(master: Master, alloc: models.Allocation) -> None:
     with master.ctx.unit_of_work() as w:
         w.session.get_one(models.Allocation, alloc.id).preempt_acked = True
@@ -93,15 +58,15 @@ def _ack_and_exit(master: Master, alloc: models.Allocation) -> None:
 
 
 def test_idle_slots_are_lent_and_taken_back_when_another_workspace_comes(cluster: Master) -> None:
-    _, team_a = _workspace_project(cluster, "A")
-    _, team_b = _workspace_project(cluster, "B")
-    searching = _experiment(cluster, team_a, **SEARCH)
-    lent = _placed(cluster, searching)
+    _, team_a = cluster.add_workspace("A")
+    _, team_b = cluster.add_workspace("B")
+    searching = cluster.create(project_id=team_a, **SEARCH)
+    lent = cluster.placed(searching)
     assert len(lent) == 2  # A alone borrows the whole pool
     for alloc in lent:
         cluster.run_containers(alloc.id)
 
-    newcomer = _experiment(cluster, team_b)
+    newcomer = cluster.create(project_id=team_b)
     (b_trial,) = cluster.trials(newcomer)
     assert cluster.live(b_trial.id).state == "PENDING"
     # B is entitled to one of the two slots: A's oldest placement is preempted, gracefully.
@@ -110,7 +75,7 @@ def test_idle_slots_are_lent_and_taken_back_when_another_workspace_comes(cluster
     _ack_and_exit(cluster, cluster.live(asked[0].trial_id))
     assert cluster.live(b_trial.id).state == "ASSIGNED"
     # A keeps its share; its preempted trial waits for a slot, saying why.
-    assert len(_placed(cluster, searching)) == 1
+    assert len(cluster.placed(searching)) == 1
     # The master keeps the scheduler's division of the pool for the API and /metrics.
     division = cluster.ctx.fair_shares.of("default")
     assert division is not None
@@ -120,10 +85,10 @@ def test_idle_slots_are_lent_and_taken_back_when_another_workspace_comes(cluster
 
 
 def test_a_quota_caps_a_workspace_even_with_idle_slots(cluster: Master) -> None:
-    team, project = _workspace_project(cluster, "Capped")
+    team, project = cluster.add_workspace("Capped")
     pool_shares.set_share(cluster.ctx, cluster.admin, team, "default", max_slots=1)
-    searching = _experiment(cluster, project, **SEARCH)
-    assert len(_placed(cluster, searching)) == 1
+    searching = cluster.create(project_id=project, **SEARCH)
+    assert len(cluster.placed(searching)) == 1
     waiting = cluster.scheduling.waiting.reasons
     assert any("workspace 'Capped' holds 1 slot of its maximum of 1" in why for why, _ in waiting.values())
     settings = pool_shares.shares_of(cluster.ctx, team)
@@ -131,7 +96,7 @@ def test_a_quota_caps_a_workspace_even_with_idle_slots(cluster: Master) -> None:
 
 
 def test_weights_and_quotas_are_refused_naming_the_field_and_set_only_by_an_admin(cluster: Master) -> None:
-    team, _ = _workspace_project(cluster, "T")
+    team, _ = cluster.add_workspace("T")
     user = cluster.add_user("alice")
     ctx = cluster.ctx
     with pytest.raises(PermissionDenied, match="only an admin"):
@@ -169,9 +134,9 @@ def test_recent_usage_decays_by_the_half_life_and_names_its_groups(cluster: Mast
     assert old == pytest.approx(recent * 2**-24)
     assert decayed_slot_seconds(1, now, now - timedelta(seconds=5), now, hour) == 0.0
 
-    team, project = _workspace_project(cluster, "Busy")
+    team, project = cluster.add_workspace("Busy")
     pool_shares.set_share(cluster.ctx, cluster.admin, team, "default", weight=3.0, guaranteed_slots=1)
-    experiment_id = _experiment(cluster, project)
+    experiment_id = cluster.create(project_id=project)
     (trial,) = cluster.trials(experiment_id)
     cluster.run_containers(cluster.live(trial.id).id)
     with cluster.db.read() as s:

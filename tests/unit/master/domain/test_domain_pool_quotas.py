@@ -12,14 +12,12 @@ from datetime import UTC, datetime
 import pytest
 
 from services.master.configuration.pools import PoolSettings
-from services.master.domain.experiments import creation
 from services.master.domain.kernel.errors import InvalidArgument, NotFound, PermissionDenied
 from services.master.domain.scheduling.fair_share_inputs import share_groups
 from services.master.domain.scheduling.scheduling_rows import pool_messages
-from services.master.domain.task_kinds.model_definition import ContextFile
-from services.master.domain.workspaces import pool_shares, workspaces
+from services.master.domain.workspaces import pool_shares
 from services.master.store import models
-from tests.unit.master.domain.harness import Master, config_text
+from tests.unit.master.domain.harness import Master
 
 pytestmark = pytest.mark.on_each_database
 
@@ -48,39 +46,6 @@ def cluster(master: Master) -> Iterator[Master]:
         priority.close()
 
 
-def _workspace_project(master: Master, name: str) -> tuple[int, int]:
-    with master.ctx.unit_of_work() as w:
-        workspace = workspaces.create_workspace(
-            master.ctx, w, master.admin, name, workspaces.WorkspaceSettings()
-        )
-    with master.ctx.unit_of_work() as w:
-        project = int(workspaces.create_project(w, master.admin, workspace, "p", None, None))
-    return workspace, project
-
-
-def _experiment(master: Master, project: int, **config: object) -> int:
-    request = creation.CreateRequest(
-        config_text=config_text(**config),
-        files=[ContextFile(path="train.py", type=ord("0"), content=b"print('hi')\n", mtime=0, mode=0o644)],
-        activate=True,
-        validate_only=False,
-        project_id=project,
-    )
-    created = creation.create(master.ctx, master.admin, request)
-    assert created.experiment_id is not None
-    master.settle()
-    return created.experiment_id
-
-
-def _placed(master: Master, experiment_id: int) -> list[models.Allocation]:
-    placed = []
-    for trial in master.trials(experiment_id):
-        allocations = master.allocations(trial.id)
-        if allocations and allocations[-1].state in ("ASSIGNED", "PULLING", "STARTING", "RUNNING"):
-            placed.append(allocations[-1])
-    return placed
-
-
 def _settings(master: Master, workspace_id: int) -> list[tuple[str, int, float, int, int, int, bool]]:
     return [
         (s.pool, s.user_id, s.weight, s.guaranteed_slots, s.max_slots, s.slots_in_use, s.fair_share)
@@ -89,10 +54,10 @@ def _settings(master: Master, workspace_id: int) -> list[tuple[str, int, float, 
 
 
 def test_a_maximum_caps_a_workspace_in_a_priority_pool_and_the_reason_names_it(cluster: Master) -> None:
-    team, project = _workspace_project(cluster, "Capped")
+    team, project = cluster.add_workspace("Capped")
     pool_shares.set_share(cluster.ctx, cluster.admin, team, "default", max_slots=1)
-    searching = _experiment(cluster, project, **SEARCH)
-    assert len(_placed(cluster, searching)) == 1  # one slot idles
+    searching = cluster.create(project_id=project, **SEARCH)
+    assert len(cluster.placed(searching)) == 1  # one slot idles
     reasons = [why for why, _ in cluster.scheduling.waiting.reasons.values()]
     assert len(reasons) == 3
     assert all(
@@ -105,20 +70,20 @@ def test_a_maximum_caps_a_workspace_in_a_priority_pool_and_the_reason_names_it(c
     # Cleared, the idle slot is taken at once.
     pool_shares.clear_share(cluster.ctx, cluster.admin, team, "default")
     cluster.settle()
-    assert len(_placed(cluster, searching)) == 2
+    assert len(cluster.placed(searching)) == 2
 
 
 def test_a_guarantee_is_reclaimed_from_another_workspace_whatever_the_priorities(cluster: Master) -> None:
-    _, team_a = _workspace_project(cluster, "A")
-    team_b, project_b = _workspace_project(cluster, "B")
-    searching = _experiment(cluster, team_a, **SEARCH, resources={"priority": 1})
-    held = _placed(cluster, searching)
+    _, team_a = cluster.add_workspace("A")
+    team_b, project_b = cluster.add_workspace("B")
+    searching = cluster.create(project_id=team_a, **SEARCH, resources={"priority": 1})
+    held = cluster.placed(searching)
     assert len(held) == 2  # A's urgent search fills the pool
     for alloc in held:
         cluster.run_containers(alloc.id)
 
     pool_shares.set_share(cluster.ctx, cluster.admin, team_b, "default", guaranteed_slots=1)
-    unimportant = _experiment(cluster, project_b, resources={"priority": 99})
+    unimportant = cluster.create(project_id=project_b, resources={"priority": 99})
     (b_trial,) = cluster.trials(unimportant)
     waiting = cluster.live(b_trial.id)
     assert waiting.state == "PENDING"
@@ -135,14 +100,14 @@ def test_a_guarantee_is_reclaimed_from_another_workspace_whatever_the_priorities
     cluster.settle()
     assert cluster.live(b_trial.id).state == "ASSIGNED"
     # A's preempted trial waits for a slot; B keeps its guaranteed one against A's priority.
-    assert len(_placed(cluster, searching)) == 1
+    assert len(cluster.placed(searching)) == 1
     cluster.settle()
-    assert cluster.live(b_trial.id).state == "ASSIGNED" and len(_placed(cluster, searching)) == 1
+    assert cluster.live(b_trial.id).state == "ASSIGNED" and len(cluster.placed(searching)) == 1
 
 
 def test_the_groups_sent_with_a_priority_pool_are_its_quotas(master: Master) -> None:
-    team, _ = _workspace_project(master, "T")
-    other, _ = _workspace_project(master, "O")
+    team, _ = master.add_workspace("T")
+    other, _ = master.add_workspace("O")
     user = master.add_user("alice")
     master.add_agent("a1", slots=2)
 
@@ -168,8 +133,8 @@ def test_the_groups_sent_with_a_priority_pool_are_its_quotas(master: Master) -> 
 
 
 def test_quotas_are_refused_naming_the_field_and_change_nothing(cluster: Master) -> None:
-    team, _ = _workspace_project(cluster, "T")
-    other, _ = _workspace_project(cluster, "O")
+    team, _ = cluster.add_workspace("T")
+    other, _ = cluster.add_workspace("O")
     user = cluster.add_user("alice")
     ctx, admin = cluster.ctx, cluster.admin
     with pytest.raises(PermissionDenied, match="only an admin"):
@@ -205,7 +170,7 @@ def test_quotas_are_refused_naming_the_field_and_change_nothing(cluster: Master)
 
 
 def test_a_guarantee_is_taken_while_the_pool_size_is_unknown_and_a_lowered_one_always(master: Master) -> None:
-    team, _ = _workspace_project(master, "T")
+    team, _ = master.add_workspace("T")
     # No agent has joined the pool yet: its size is not known, so nothing is refused.
     pool_shares.set_share(master.ctx, master.admin, team, "default", guaranteed_slots=8)
     master.add_agent("a1", slots=2)
