@@ -109,16 +109,29 @@ def one_change_pass(state: ClusterState, rounds: int, settings_move: bool = Fals
     return statistics.median(times), examined
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def cluster_arguments(description: str, rounds: int) -> argparse.ArgumentParser:
+    """The options that size the built cluster (build()), shared by the pass benches."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--agents", type=int, default=1000)
     parser.add_argument("--slots", type=int, default=8)
     parser.add_argument("--pending", type=int, default=10_000)
     parser.add_argument("--workspaces", type=int, default=10)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=rounds)
+    return parser
+
+
+def parsed(parser: argparse.ArgumentParser) -> argparse.Namespace:
+    """The arguments, the cluster's size bounded before anything is built."""
     args = parser.parse_args()
     if not (0 < args.agents <= 5000 and 0 < args.slots <= 64 and 0 <= args.pending <= 100_000):
         parser.error("--agents 1..5000, --slots 1..64, --pending 0..100000")
+    if not 0 < args.workspaces <= 1000:
+        parser.error("--workspaces 1..1000")
+    return args
+
+
+def main() -> None:
+    args = parsed(cluster_arguments(__doc__.split("\n\n")[0], rounds=5))
     equal = build(args.agents, args.slots, args.pending, args.workspaces, unequal=False)
     unequal = build(args.agents, args.slots, args.pending, args.workspaces, unequal=True)
     priority = replace(equal, pools=(replace(equal.pools[0], scheduler_type=SchedulerType.PRIORITY),))

@@ -1,0 +1,28 @@
+"""The scheduler pass benches run to the end on a small cluster (their figures are bench/README.md's;
+here only that each still runs against the code it measures: a bench that breaks unnoticed
+measures nothing)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.mark.parametrize("bench", ["fair_share_pass", "priority_quota_pass"])
+def test_a_pass_bench_runs_on_a_small_cluster(bench: str) -> None:
+    small = ["--agents", "20", "--slots", "4", "--pending", "100", "--workspaces", "4", "--rounds", "1"]
+    done = subprocess.run(
+        [sys.executable, "-m", f"bench.{bench}", *small],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "session pass after one change" in done.stdout
