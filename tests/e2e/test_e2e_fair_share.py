@@ -14,58 +14,21 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.determined_client import det_runner, determined_env, sdk_runner
-from tests.e2e.helpers import logs, trials, wait_state
+from tests.e2e.determined_client import det_runner, determined_env
+from tests.e2e.helpers import wait_state
+from tests.e2e.teams import make_teams, pool_cluster, pool_types, preempted_runs, running_trials, submit
 from tests.e2e.test_e2e_master_continue import cairn_runner
-from tests.support.cluster import TestCluster, running_cluster
+from tests.support.cluster import TestCluster
 from tests.support.polling import wait_for
-
-DET_TRIAL_DIR = Path(__file__).parent / "fixtures" / "det_trial"
 
 
 @pytest.fixture
 def fair_cluster(db_url: str | None, tmp_path: Path) -> Iterator[TestCluster]:
-    config = tmp_path / "master.yaml"
-    config.write_text(
-        "resource_pools:\n"
-        "  - pool_name: default\n"
-        "    scheduler:\n"
-        "      type: fair_share\n"
-        "      fair_share: {usage_half_life: 10m, min_run_before_reclaim: 1s}\n"
+    scheduler = (
+        "      type: fair_share\n      fair_share: {usage_half_life: 10m, min_run_before_reclaim: 1s}\n"
     )
-    with running_cluster(
-        tmp_path / "cluster", db_url, agents=2, slots=1, extra_env={"CAIRN_MASTER_CONFIG": str(config)}
-    ) as cluster:
+    with pool_cluster(tmp_path, db_url, scheduler) as cluster:
         yield cluster
-
-
-def _config(tmp_path: Path, workspace: str, name: str, trials: int, steps: int) -> Path:
-    path = tmp_path / f"{name}.yaml"
-    searcher = (
-        "{name: single, metric: x, smaller_is_better: false, max_length: {batches: 1}}"
-        if trials == 1
-        else f"{{name: random, metric: x, smaller_is_better: false, max_trials: {trials}, "
-        f"max_concurrent_trials: {trials}, max_length: {{batches: 1}}}}"
-    )
-    path.write_text(
-        f"""
-name: {name}
-workspace: {workspace}
-project: p
-entrypoint: python3 det_core_trial.py
-hyperparameters:
-  steps: {steps}
-  step_s: 0.1
-  increment_by: {{type: double, minval: 1, maxval: 2}}
-searcher: {searcher}
-max_restarts: 0
-"""
-    )
-    return path
-
-
-def _created(output: str) -> int:
-    return int(output.split("Created experiment ")[1].split(maxsplit=1)[0])
 
 
 def test_borrowed_slots_come_back_by_preemption_and_a_quota_caps_a_workspace(
@@ -73,32 +36,17 @@ def test_borrowed_slots_come_back_by_preemption_and_a_quota_caps_a_workspace(
 ) -> None:
     env = determined_env(fair_cluster, tmp_path / "home")
     admin = det_runner(env, "admin")
-    for workspace in ("Vision", "Speech"):
-        admin("workspace", "create", workspace)
-        admin("project", "create", workspace, "p")
+    make_teams(admin, "Vision", "Speech")
     api = fair_cluster.login("admin")
-    pools = sdk_runner(env, "admin")(
-        "result = [(p.name, p.schedulerType.value) for p in "
-        "bindings.get_GetResourcePools(client._determined._session).resourcePools]\n"
-    )
-    assert pools == [["default", "SCHEDULER_TYPE_FAIR_SHARE"]]
+    assert pool_types(env) == [["default", "SCHEDULER_TYPE_FAIR_SHARE"]]
 
     # Vision alone borrows both slots.
-    vision = _created(
-        admin("experiment", "create", str(_config(tmp_path, "Vision", "v", 2, 60)), str(DET_TRIAL_DIR))
-    )
+    vision = submit(admin, tmp_path, "Vision", "v", 2, 60)
 
-    def running_trials(experiment_id: int) -> int:
-        return sum(
-            1 for t in trials(api, experiment_id) if any("DET-INFO" in line for line in logs(api, t.id))
-        )
-
-    wait_for(lambda: running_trials(vision) == 2, timeout=90, what="both of Vision's trials to run")
+    wait_for(lambda: running_trials(api, vision) == 2, timeout=90, what="both of Vision's trials to run")
 
     # Speech comes: one borrowed slot is taken back; its trial runs while Vision keeps one.
-    speech = _created(
-        admin("experiment", "create", str(_config(tmp_path, "Speech", "s", 1, 5)), str(DET_TRIAL_DIR))
-    )
+    speech = submit(admin, tmp_path, "Speech", "s", 1, 5)
 
     def divided() -> bool:
         shares = json.loads(cairn("resource-pool", "shares", "default", "--json").stdout)
@@ -109,17 +57,14 @@ def test_borrowed_slots_come_back_by_preemption_and_a_quota_caps_a_workspace(
     wait_for(divided, timeout=60, what="the pool's division to name both workspaces")
     wait_state(api, speech, "COMPLETED", timeout=120)
     wait_state(api, vision, "COMPLETED", timeout=180)
-    vision_logs = [logs(api, t.id) for t in trials(api, vision)]
-    preempted = [lines for lines in vision_logs if any(line.startswith("DET-PREEMPTED") for line in lines)]
+    preempted = preempted_runs(api, vision)
     assert len(preempted) == 1  # exactly one borrowed slot came back
     assert any(line.startswith("DET-RESUMED") for line in preempted[0])  # and resumed from its checkpoint
 
     # A quota: Vision may hold one slot, even with the other idle; the job list names the quota.
     set_quota = cairn("workspace", "set-quota", "Vision", "--pool", "default", "--max", "1")
     assert set_quota.returncode == 0, set_quota.stderr
-    capped = _created(
-        admin("experiment", "create", str(_config(tmp_path, "Vision", "v2", 2, 40)), str(DET_TRIAL_DIR))
-    )
+    capped = submit(admin, tmp_path, "Vision", "v2", 2, 40)
 
     def quota_named() -> bool:
         listed = json.loads(cairn("job", "list", "-p", "default", "--json").stdout)["jobs"]

@@ -17,57 +17,22 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.e2e.determined_client import det_runner, determined_env, sdk_runner
-from tests.e2e.helpers import logs, trials, wait_state
-from tests.e2e.test_e2e_fair_share import DET_TRIAL_DIR, _created
+from tests.e2e.determined_client import det_runner, determined_env
+from tests.e2e.helpers import wait_state
+from tests.e2e.teams import make_teams, pool_cluster, pool_types, preempted_runs, running_trials, submit
 from tests.e2e.test_e2e_master_continue import cairn_runner
 from tests.e2e.test_e2e_rest import TIMEOUT, base_url, rest_login
-from tests.support.cluster import TestCluster, running_cluster
+from tests.support.cluster import TestCluster
 from tests.support.polling import wait_for
 
 
 @pytest.fixture
 def priority_cluster(db_url: str | None, tmp_path: Path) -> Iterator[TestCluster]:
-    config = tmp_path / "master.yaml"
     # The minimum run before a guarantee reclaims is the pool's `min_run_before_reclaim` (10 s
     # unless set), as in a fair-share pool.
-    config.write_text(
-        "resource_pools:\n"
-        "  - pool_name: default\n"
-        "    scheduler:\n"
-        "      type: priority\n"
-        "      fair_share: {min_run_before_reclaim: 2s}\n"
-    )
-    with running_cluster(
-        tmp_path / "cluster", db_url, agents=2, slots=1, extra_env={"CAIRN_MASTER_CONFIG": str(config)}
-    ) as cluster:
+    scheduler = "      type: priority\n      fair_share: {min_run_before_reclaim: 2s}\n"
+    with pool_cluster(tmp_path, db_url, scheduler) as cluster:
         yield cluster
-
-
-def _config(tmp_path: Path, workspace: str, name: str, trials: int, steps: int, priority: int) -> Path:
-    path = tmp_path / f"{name}.yaml"
-    searcher = (
-        "{name: single, metric: x, smaller_is_better: false, max_length: {batches: 1}}"
-        if trials == 1
-        else f"{{name: random, metric: x, smaller_is_better: false, max_trials: {trials}, "
-        f"max_concurrent_trials: {trials}, max_length: {{batches: 1}}}}"
-    )
-    path.write_text(
-        f"""
-name: {name}
-workspace: {workspace}
-project: p
-entrypoint: python3 det_core_trial.py
-hyperparameters:
-  steps: {steps}
-  step_s: 0.1
-  increment_by: {{type: double, minval: 1, maxval: 2}}
-searcher: {searcher}
-resources: {{priority: {priority}}}
-max_restarts: 0
-"""
-    )
-    return path
 
 
 def test_a_guarantee_is_reclaimed_and_a_maximum_holds_in_a_priority_pool(
@@ -75,50 +40,32 @@ def test_a_guarantee_is_reclaimed_and_a_maximum_holds_in_a_priority_pool(
 ) -> None:
     env = determined_env(priority_cluster, tmp_path / "home")
     admin = det_runner(env, "admin")
-    for workspace in ("Vision", "Speech"):
-        admin("workspace", "create", workspace)
-        admin("project", "create", workspace, "p")
+    make_teams(admin, "Vision", "Speech")
     api = priority_cluster.login("admin")
     cairn = cairn_runner(priority_cluster, tmp_path / "cairn-home", "admin")
-    pools = sdk_runner(env, "admin")(
-        "result = [(p.name, p.schedulerType.value) for p in "
-        "bindings.get_GetResourcePools(client._determined._session).resourcePools]\n"
-    )
-    assert pools == [["default", "SCHEDULER_TYPE_PRIORITY"]]
+    assert pool_types(env) == [["default", "SCHEDULER_TYPE_PRIORITY"]]
 
     # Speech is guaranteed one of the two slots (no FailedPrecondition in a priority pool now).
     guaranteed = cairn("workspace", "set-quota", "Speech", "--pool", "default", "--guaranteed", "1")
     assert guaranteed.returncode == 0, guaranteed.stderr
 
     # Vision's urgent search takes both idle slots.
-    vision = _created(
-        admin("experiment", "create", str(_config(tmp_path, "Vision", "v", 2, 150, 1)), str(DET_TRIAL_DIR))
-    )
+    vision = submit(admin, tmp_path, "Vision", "v", 2, 150, priority=1)
 
-    def running_trials(experiment_id: int) -> int:
-        return sum(
-            1 for t in trials(api, experiment_id) if any("DET-INFO" in line for line in logs(api, t.id))
-        )
-
-    wait_for(lambda: running_trials(vision) == 2, timeout=90, what="both of Vision's trials to run")
+    wait_for(lambda: running_trials(api, vision) == 2, timeout=90, what="both of Vision's trials to run")
 
     # Speech's least important experiment comes: its guaranteed slot is taken back from Vision.
-    speech = _created(
-        admin("experiment", "create", str(_config(tmp_path, "Speech", "s", 1, 5, 99)), str(DET_TRIAL_DIR))
-    )
+    speech = submit(admin, tmp_path, "Speech", "s", 1, 5, priority=99)
     wait_state(api, speech, "COMPLETED", timeout=120)
     wait_state(api, vision, "COMPLETED", timeout=180)
-    vision_logs = [logs(api, t.id) for t in trials(api, vision)]
-    preempted = [lines for lines in vision_logs if any(line.startswith("DET-PREEMPTED") for line in lines)]
+    preempted = preempted_runs(api, vision)
     assert len(preempted) == 1  # exactly the guaranteed slot came back
     assert any(line.startswith("DET-RESUMED") for line in preempted[0])  # and resumed from its checkpoint
 
     # A maximum: Vision may hold one slot, even with the other idle; the job list names the quota.
     capped_quota = cairn("workspace", "set-quota", "Vision", "--pool", "default", "--max", "1")
     assert capped_quota.returncode == 0, capped_quota.stderr
-    capped = _created(
-        admin("experiment", "create", str(_config(tmp_path, "Vision", "v2", 2, 400, 1)), str(DET_TRIAL_DIR))
-    )
+    capped = submit(admin, tmp_path, "Vision", "v2", 2, 400, priority=1)
 
     def quota_named() -> bool:
         listed = json.loads(cairn("job", "list", "-p", "default", "--json").stdout)["jobs"]

@@ -8,6 +8,7 @@ from services.master.domain.kernel.telemetry import Histogram
 from services.master.domain.reads.cluster import cluster_counts, queue_counts
 from services.master.domain.reads.deferred_work import owed_work
 from services.master.domain.reads.provisioning import provisioning_counts
+from services.master.domain.workspaces.pool_shares import quota_use
 
 
 def _escaped(value: str) -> str:
@@ -48,6 +49,7 @@ def render(ctx: MasterContext) -> str:
         queue = queue_counts(s, now)
         owed = owed_work(s)
         provisioned = provisioning_counts(s, now)
+        quotas = quota_use(s)
     telemetry = ctx.telemetry
     _histogram(
         lines,
@@ -93,6 +95,41 @@ def render(ctx: MasterContext) -> str:
                 )
                 for d in divisions
                 for g in d.workspaces
+            ],
+        )
+    # Quotas of every kind of pool (priority pools too), each set one with its group's use.
+    for name, field, help_text in (
+        (
+            "cairn_quota_guaranteed_slots",
+            "guaranteed_slots",
+            "Slots a quota guarantees, by pool, workspace and user.",
+        ),
+        (
+            "cairn_quota_max_slots",
+            "max_slots",
+            "A quota's maximum slots (0: none), by pool, workspace and user.",
+        ),
+        (
+            "cairn_quota_slots_in_use",
+            "slots_in_use",
+            "Slots a group with a quota holds now, by pool, workspace and user.",
+        ),
+    ):
+        _gauge(
+            lines,
+            name,
+            help_text,
+            [
+                (
+                    {
+                        "pool": q.pool,
+                        "workspace_id": str(q.workspace_id),
+                        "workspace": q.workspace,
+                        "user": q.username,
+                    },
+                    getattr(q, field),
+                )
+                for q in quotas
             ],
         )
     _gauge(

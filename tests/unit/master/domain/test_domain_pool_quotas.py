@@ -16,6 +16,7 @@ from services.master.domain.kernel.errors import InvalidArgument, NotFound, Perm
 from services.master.domain.scheduling.fair_share_inputs import share_groups
 from services.master.domain.scheduling.scheduling_rows import pool_messages
 from services.master.domain.workspaces import pool_shares
+from services.master.gateway import prometheus
 from services.master.store import models
 from tests.unit.master.domain.harness import Master
 
@@ -67,10 +68,17 @@ def test_a_maximum_caps_a_workspace_in_a_priority_pool_and_the_reason_names_it(c
     )
     # Its members see the usage against the quota; a priority pool has no weight to show.
     assert _settings(cluster, team) == [("default", 0, 1.0, 0, 1, 1, False)]
-    # Cleared, the idle slot is taken at once.
+    # So does /metrics, for every kind of pool.
+    labels = f'{{pool="default",user="",workspace="Capped",workspace_id="{team}"}}'
+    scraped = prometheus.render(cluster.ctx).splitlines()
+    assert f"cairn_quota_max_slots{labels} 1" in scraped
+    assert f"cairn_quota_slots_in_use{labels} 1" in scraped
+    assert f"cairn_quota_guaranteed_slots{labels} 0" in scraped
+    # Cleared, the idle slot is taken at once, and the quota is gone from /metrics.
     pool_shares.clear_share(cluster.ctx, cluster.admin, team, "default")
     cluster.settle()
     assert len(cluster.placed(searching)) == 2
+    assert "cairn_quota_max_slots{" not in prometheus.render(cluster.ctx)
 
 
 def test_a_guarantee_is_reclaimed_from_another_workspace_whatever_the_priorities(cluster: Master) -> None:
