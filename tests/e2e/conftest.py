@@ -35,6 +35,14 @@ def cluster(db_url: str | None, tmp_path: Path, request: pytest.FixtureRequest) 
 
 
 @pytest.fixture
+def one_slot_sqlite_cluster(tmp_path: Path) -> Iterator[TestCluster]:
+    """One agent with one slot, on SQLite alone: for tests whose subject depends on no database
+    (the WebUI's pages in the browser)."""
+    with running_cluster(tmp_path / "cluster", None, agents=1, slots=1) as c:
+        yield c
+
+
+@pytest.fixture
 def det_env(cluster: TestCluster, tmp_path: Path) -> dict[str, str]:
     """The environment the stock client runs in against `cluster` (its master, its own home)."""
     return determined_env(cluster, tmp_path / "home")

@@ -76,27 +76,31 @@ def _run_npm_build() -> None:
     assert (WEBUI / "dist" / "index.html").is_file(), "npm run build made no webui/dist/index.html"
 
 
-@pytest.fixture(scope="session")
-def playwright_api() -> Any:
-    return pytest.importorskip(
+def _webui_ready() -> Any:
+    """Playwright's sync API once the browser side is there and the WebUI built; skips the test,
+    saying what is missing, where it is not."""
+    playwright_api = pytest.importorskip(
         "playwright.sync_api", reason="the `playwright` package is not installed: WebUI tests NOT RUN"
     )
-
-
-def expect(locator: Any) -> Any:
-    from playwright.sync_api import expect as playwright_expect
-
-    return playwright_expect(locator)
-
-
-@pytest.fixture(scope="session")
-def webui_built(playwright_api: Any) -> None:
     if os.environ.get("CAIRN_TEST_BROWSER") == "skip":
         pytest.skip("CAIRN_TEST_BROWSER=skip: WebUI browser tests NOT RUN")
     if not CHROMIUM.exists():
         pytest.skip("/usr/bin/chromium is missing (run scripts/ensure_chromium.sh): WebUI tests NOT RUN")
     _build_webui()
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    return playwright_api
+
+
+@pytest.fixture(scope="session")
+def playwright_api() -> Any:
+    """`_webui_ready` as a fixture: asked before the cluster, so a missing browser starts none."""
+    return _webui_ready()
+
+
+def expect(locator: Any) -> Any:
+    from playwright.sync_api import expect as playwright_expect
+
+    return playwright_expect(locator)
 
 
 @dataclass
@@ -121,10 +125,14 @@ class Browser:
 
 
 @pytest.fixture
-def browser(
-    playwright_api: Any, webui_built: None, cluster: TestCluster, tmp_path: Path
-) -> Iterator[Browser]:
+def browser(playwright_api: Any, cluster: TestCluster, tmp_path: Path) -> Iterator[Browser]:
     yield from _open_browser(playwright_api, cluster, tmp_path)
+
+
+def browser_on(cluster: TestCluster, tmp_path: Path) -> Iterator[Browser]:
+    """Chromium on `cluster`'s WebUI, for the `ui` fixture of each other WebUI test module (on a
+    cluster of its own): skips as the fixtures here do, once that cluster is up."""
+    yield from _open_browser(_webui_ready(), cluster, tmp_path)
 
 
 def _open_browser(playwright_api: Any, cluster: TestCluster, tmp_path: Path) -> Iterator[Browser]:
@@ -150,12 +158,15 @@ def _open_browser(playwright_api: Any, cluster: TestCluster, tmp_path: Path) -> 
             context.close()
 
 
-def _log_in(b: Browser) -> None:
+def _log_in(b: Browser, username: str = "determined") -> None:
+    """Signs in on the login page the app has sent the browser to (empty password), and waits
+    until it has left it."""
     page = b.page
     page.wait_for_url(re.compile(r"/login"))
-    page.get_by_label("Username").fill("determined")
+    page.get_by_label("Username").fill(username)
     page.get_by_label("Password").fill("")
     page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(re.compile(r"^(?!.*/login)"))
 
 
 def _state_badge(b: Browser) -> Any:
@@ -539,7 +550,7 @@ DIST_TRIAL = Path(__file__).parent / "fixtures" / "dist_trial"
 
 @pytest.fixture
 def browser_on_two_agents(
-    playwright_api: Any, webui_built: None, db_url: str | None, tmp_path: Path
+    playwright_api: Any, db_url: str | None, tmp_path: Path
 ) -> Iterator[tuple[TestCluster, Browser]]:
     with running_cluster(tmp_path / "cluster2", db_url, agents=2, slots=1) as two:
         for b in _open_browser(playwright_api, two, tmp_path):

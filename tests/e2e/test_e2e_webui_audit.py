@@ -16,49 +16,26 @@ import pytest
 
 from cairn.api.v1 import auth_pb2
 
-# The browser fixtures and helpers of the WebUI's own e2e tests: one way to start Chromium.
-from tests.e2e.test_e2e_webui import (  # noqa: F401 (playwright_api and webui_built are fixtures)
-    SCREENSHOTS,
-    Browser,
-    _open_browser,
-    expect,
-    playwright_api,
-    webui_built,
-)
-from tests.support.cluster import TestCluster, running_cluster
+# The browser helpers of the WebUI's own e2e tests: one way to start Chromium.
+from tests.e2e.test_e2e_webui import SCREENSHOTS, Browser, _log_in, browser_on, expect
+from tests.support.cluster import TestCluster
 
 pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture
-def one_slot_cluster(tmp_path: Path) -> Iterator[TestCluster]:
-    with running_cluster(tmp_path / "cluster", None, agents=1, slots=1) as cluster:
-        yield cluster
-
-
-@pytest.fixture
-def ui(request: pytest.FixtureRequest, one_slot_cluster: TestCluster, tmp_path: Path) -> Iterator[Browser]:
-    playwright = request.getfixturevalue("playwright_api")
-    request.getfixturevalue("webui_built")
-    yield from _open_browser(playwright, one_slot_cluster, tmp_path)
-
-
-def _log_in_as(b: Browser, username: str) -> None:
-    page = b.page
-    page.wait_for_url(re.compile(r"/login"))
-    page.get_by_label("Username").fill(username)
-    page.get_by_label("Password").fill("")
-    page.get_by_role("button", name="Sign in").click()
+def ui(one_slot_sqlite_cluster: TestCluster, tmp_path: Path) -> Iterator[Browser]:
+    yield from browser_on(one_slot_sqlite_cluster, tmp_path)
 
 
 def test_admins_read_and_filter_the_trail_others_are_refused(
-    one_slot_cluster: TestCluster, ui: Browser
+    one_slot_sqlite_cluster: TestCluster, ui: Browser
 ) -> None:
-    admin = one_slot_cluster.login("admin")
+    admin = one_slot_sqlite_cluster.login("admin")
     admin.PostUser(
         auth_pb2.PostUserRequest(user=auth_pb2.User(username="auditee", active=True), password="Pw-Audited1")
     )
-    user = one_slot_cluster.login("determined")
+    user = one_slot_sqlite_cluster.login("determined")
     with pytest.raises(grpc.RpcError):
         user.PostUser(
             auth_pb2.PostUserRequest(
@@ -68,7 +45,7 @@ def test_admins_read_and_filter_the_trail_others_are_refused(
 
     b, page = ui, ui.page
     b.goto("/audit")
-    _log_in_as(b, "admin")
+    _log_in(b, "admin")
     page.wait_for_url(re.compile(r"/audit"))
     expect(page.get_by_role("heading", name="Audit trail")).to_be_visible()
     rows = page.locator("tbody tr[data-method]")
@@ -104,7 +81,7 @@ def test_admins_read_and_filter_the_trail_others_are_refused(
     # Someone who is not an admin: no link, and the page says why.
     page.get_by_role("button", name="Log out").click()
     page.wait_for_url(re.compile(r"/login"))
-    _log_in_as(b, "determined")
+    _log_in(b, "determined")
     page.wait_for_url(re.compile(r"/experiments"))
     expect(page.get_by_role("navigation", name="Main").get_by_role("link", name="Audit")).to_have_count(0)
     b.goto("/audit")

@@ -21,16 +21,8 @@ from cairn.api.v1 import resourcepool_pb2
 from cairn.localcluster.plan import Provisioning
 from tests.e2e.helpers import config, create, wait_state
 
-# The browser fixtures and helpers of the WebUI's own e2e tests: one way to start Chromium.
-from tests.e2e.test_e2e_webui import (  # noqa: F401 (playwright_api and webui_built are fixtures)
-    SCREENSHOTS,
-    Browser,
-    _log_in,
-    _open_browser,
-    expect,
-    playwright_api,
-    webui_built,
-)
+# The browser helpers of the WebUI's own e2e tests: one way to start Chromium.
+from tests.e2e.test_e2e_webui import SCREENSHOTS, Browser, _log_in, browser_on, expect
 from tests.support.cluster import AuthedStub, TestCluster, running_cluster
 from tests.support.polling import wait_for
 
@@ -56,11 +48,8 @@ def provisioned_cluster(tmp_path: Path) -> Iterator[TestCluster]:
 
 
 @pytest.fixture
-def ui(request: pytest.FixtureRequest, provisioned_cluster: TestCluster, tmp_path: Path) -> Iterator[Browser]:
-    # The imported fixtures by name (as parameters they would shadow the imports).
-    playwright = request.getfixturevalue("playwright_api")
-    request.getfixturevalue("webui_built")
-    yield from _open_browser(playwright, provisioned_cluster, tmp_path)
+def ui(provisioned_cluster: TestCluster, tmp_path: Path) -> Iterator[Browser]:
+    yield from browser_on(provisioned_cluster, tmp_path)
 
 
 def pool_instances(api: AuthedStub) -> list[resourcepool_pb2.ProvisionedInstance]:

@@ -13,40 +13,23 @@ import pytest
 
 from cairn.api.v1 import master_pb2
 
-# The browser fixtures and helpers of the WebUI's own e2e tests: one way to start Chromium.
-from tests.e2e.test_e2e_webui import (  # noqa: F401 (playwright_api and webui_built are fixtures)
-    SCREENSHOTS,
-    Browser,
-    _log_in,
-    _open_browser,
-    expect,
-    playwright_api,
-    webui_built,
-)
-from tests.support.cluster import TestCluster, running_cluster
+# The browser helpers of the WebUI's own e2e tests: one way to start Chromium.
+from tests.e2e.test_e2e_webui import SCREENSHOTS, Browser, _log_in, browser_on, expect
+from tests.support.cluster import TestCluster
 
 pytestmark = pytest.mark.timeout(300)
 MESSAGE = "Maintenance at 18:00 UTC <b>not bold</b>"
 
 
 @pytest.fixture
-def one_slot_cluster(tmp_path: Path) -> Iterator[TestCluster]:
-    with running_cluster(tmp_path / "cluster", None, agents=1, slots=1) as cluster:
-        yield cluster
-
-
-@pytest.fixture
-def ui(request: pytest.FixtureRequest, one_slot_cluster: TestCluster, tmp_path: Path) -> Iterator[Browser]:
-    # The imported fixtures by name (as parameters they would shadow the imports).
-    playwright = request.getfixturevalue("playwright_api")
-    request.getfixturevalue("webui_built")
-    yield from _open_browser(playwright, one_slot_cluster, tmp_path)
+def ui(one_slot_sqlite_cluster: TestCluster, tmp_path: Path) -> Iterator[Browser]:
+    yield from browser_on(one_slot_sqlite_cluster, tmp_path)
 
 
 def test_the_cluster_message_shows_as_a_banner_until_cleared(
-    one_slot_cluster: TestCluster, ui: Browser
+    one_slot_sqlite_cluster: TestCluster, ui: Browser
 ) -> None:
-    admin = one_slot_cluster.login("admin")
+    admin = one_slot_sqlite_cluster.login("admin")
     admin.SetClusterMessage(master_pb2.SetClusterMessageRequest(message=MESSAGE))
     b, page = ui, ui.page
     b.goto("/experiments")

@@ -25,14 +25,8 @@ from cairn.api.v1 import experiment_pb2, job_pb2, workspace_pb2
 from cairn.api.v1 import resourcepool_pb2 as rpb
 from tests.e2e.helpers import config, create, wait_state
 
-# The browser fixtures and helpers of the WebUI's own e2e tests: one way to start Chromium.
-from tests.e2e.test_e2e_webui import (  # noqa: F401 (playwright_api and webui_built are fixtures)
-    Browser,
-    _open_browser,
-    expect,
-    playwright_api,
-    webui_built,
-)
+# The browser helpers of the WebUI's own e2e tests: one way to start Chromium.
+from tests.e2e.test_e2e_webui import Browser, _log_in, browser_on, expect
 from tests.support.cluster import AuthedStub, TestCluster, running_cluster
 from tests.support.polling import wait_for
 
@@ -63,20 +57,8 @@ def fair_cluster(db_url: str | None, tmp_path: Path) -> Iterator[TestCluster]:
 
 
 @pytest.fixture
-def ui(request: pytest.FixtureRequest, fair_cluster: TestCluster, tmp_path: Path) -> Iterator[Browser]:
-    # The imported fixtures by name (as parameters they would shadow the imports).
-    playwright = request.getfixturevalue("playwright_api")
-    request.getfixturevalue("webui_built")
-    yield from _open_browser(playwright, fair_cluster, tmp_path)
-
-
-def _log_in_as(b: Browser, username: str) -> None:
-    page = b.page
-    page.wait_for_url(re.compile(r"/login"))
-    page.get_by_label("Username").fill(username)
-    page.get_by_label("Password").fill("")
-    page.get_by_role("button", name="Sign in").click()
-    page.wait_for_url(re.compile(r"^(?!.*/login)"))
+def ui(fair_cluster: TestCluster, tmp_path: Path) -> Iterator[Browser]:
+    yield from browser_on(fair_cluster, tmp_path)
 
 
 def _workspace(api: AuthedStub, name: str) -> int:
@@ -131,7 +113,7 @@ def test_shares_queue_bindings_and_quotas_in_the_webui(fair_cluster: TestCluster
 
     # The cluster page: the pool's scheduler, and its division between the two workspaces.
     b.goto("/cluster")
-    _log_in_as(b, "admin")
+    _log_in(b, "admin")
     page.wait_for_url(re.compile(r"/cluster"))
     card = page.locator("section[data-pool-card='default']")
     expect(card.locator("[data-field='scheduler']")).to_have_text("fair share")
@@ -234,7 +216,7 @@ def test_shares_queue_bindings_and_quotas_in_the_webui(fair_cluster: TestCluster
     page.get_by_role("button", name="Log out").click()
     page.wait_for_url(re.compile(r"/login"))
     b.goto(f"/workspaces/{vision}")
-    _log_in_as(b, "determined")
+    _log_in(b, "determined")
     expect(page.get_by_text("Only an admin can change them.")).to_be_visible()
     form = _edit_quota(page, "5", "0", "0")
     expect(form.get_by_role("alert")).to_contain_text("only an admin may set weights and quotas")

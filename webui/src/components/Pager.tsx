@@ -1,3 +1,15 @@
+import { setQuery } from "../router";
+
+/** The offset of a page's first row as the address keeps it (`offset=`); 0 when absent or bad. */
+export function queryOffset(query: URLSearchParams): number {
+  return Math.max(0, Number(query.get("offset") ?? 0) || 0);
+}
+
+/** Goes to the page whose first row is at `offset`, kept in the address. */
+export function setQueryOffset(offset: number): void {
+  setQuery({ offset: offset ? String(offset) : null });
+}
+
 export function Pager(props: {
   offset: number;
   limit: number;

@@ -5,7 +5,9 @@
 import { useEffect, useState } from "preact/hooks";
 import { getAuditEvents } from "../api/endpoints";
 import type { AuditEvent } from "../api/types";
+import { DataTable } from "../components/DataTable";
 import { ErrorNote } from "../components/ErrorNote";
+import { FilterSelect } from "../components/Filters";
 import { formatTime, num, printable } from "../format";
 import { usePoll } from "../hooks";
 import { setQuery, useLocation } from "../router";
@@ -101,16 +103,13 @@ export function AuditPage(props: { admin: boolean }) {
         <label>
           Method <input type="text" name="method" value={draft.method} onInput={field("method")} size={14} placeholder="Kill" />
         </label>
-        <label>
-          Outcome{" "}
-          <select name="outcome" value={draft.outcome} onChange={field("outcome")}>
-            {OUTCOMES.map((o) => (
-              <option key={o.value} value={o.value}>
-                {o.label}
-              </option>
-            ))}
-          </select>
-        </label>
+        <FilterSelect
+          label="Outcome"
+          name="outcome"
+          value={draft.outcome}
+          choices={OUTCOMES}
+          onChange={(outcome) => setDraft({ ...draft, outcome })}
+        />
         <label>
           Target{" "}
           <input
@@ -132,32 +131,17 @@ export function AuditPage(props: { admin: boolean }) {
         ) : null}
       </form>
       <ErrorNote error={error} what="the audit trail" />
-      <div class="table-wrap">
-        <table class="table" aria-describedby="audit-title">
-          <thead>
-            <tr>
-              <th scope="col">Time</th>
-              <th scope="col">Who</th>
-              <th scope="col">Action</th>
-              <th scope="col">Targets</th>
-              <th scope="col">Outcome</th>
-              <th scope="col">From</th>
-            </tr>
-          </thead>
-          <tbody>
-            {events.map((event) => (
-              <AuditRow key={event.id} event={event} />
-            ))}
-            {data && events.length === 0 ? (
-              <tr>
-                <td colSpan={6} class="empty">
-                  {filtered ? "No recorded calls match the filters." : "Nothing recorded yet."}
-                </td>
-              </tr>
-            ) : null}
-          </tbody>
-        </table>
-      </div>
+      <DataTable
+        columns={["Time", "Who", "Action", "Targets", "Outcome", "From"]}
+        describedBy="audit-title"
+        empty={
+          data && events.length === 0 ? (filtered ? "No recorded calls match the filters." : "Nothing recorded yet.") : null
+        }
+      >
+        {events.map((event) => (
+          <AuditRow key={event.id} event={event} />
+        ))}
+      </DataTable>
       <nav class="pager" aria-label="Audit pages">
         <button type="button" disabled={!before} onClick={() => setQuery({ before: null })}>
           ‹ Newest

@@ -4,6 +4,7 @@
 
 import { useEffect, useState } from "preact/hooks";
 import { getAgents, getResourcePools, getWorkspaces } from "../api/endpoints";
+import { DataTable } from "../components/DataTable";
 import { ErrorNote } from "../components/ErrorNote";
 import { PoolCard } from "../components/PoolCard";
 import { ProvisionerPanel } from "../components/ProvisionerPanel";
@@ -41,84 +42,57 @@ export function ClusterPage(props: { admin: boolean }) {
       {agentsPoll.data && agents.length === 0 ? <p class="empty">No agent has registered yet.</p> : null}
       <SlotMap agents={agents} />
       <h2>Agents</h2>
-      <div class="table-wrap">
-        <table class="table">
-          <caption class="visually-hidden">Agents</caption>
-          <thead>
-            <tr>
-              <th scope="col">ID</th>
-              <th scope="col">Connected</th>
-              <th scope="col">Scheduling</th>
-              <th scope="col">Resource pool</th>
-              <th scope="col">Slots</th>
-              <th scope="col">Addresses</th>
-              <th scope="col">Last heartbeat</th>
-            </tr>
-          </thead>
-          <tbody>
-            {agents.map((a) => (
-              <tr key={a.id} data-agent-id={a.id}>
-                <td>
-                  {a.id}
-                  {a.hostname && a.hostname !== a.id ? <span class="muted"> ({a.hostname})</span> : null}
-                </td>
-                <td>
-                  <span class={`badge badge-${a.connected ? "completed" : "error"}`}>{a.connected ? "Connected" : "Disconnected"}</span>
-                </td>
-                <td>{a.enabled ? (a.draining ? "Draining" : "Enabled") : "Disabled"}</td>
-                <td>{(a.resourcePools ?? []).join(", ")}</td>
-                <td class="num">{Object.keys(a.slots ?? {}).length}</td>
-                <td>{(a.addresses ?? []).join(", ") || "–"}</td>
-                <td>{formatTime(a.lastHeartbeat)}</td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      </div>
+      <DataTable
+        columns={["ID", "Connected", "Scheduling", "Resource pool", "Slots", "Addresses", "Last heartbeat"]}
+        caption="Agents"
+      >
+        {agents.map((a) => (
+          <tr key={a.id} data-agent-id={a.id}>
+            <td>
+              {a.id}
+              {a.hostname && a.hostname !== a.id ? <span class="muted"> ({a.hostname})</span> : null}
+            </td>
+            <td>
+              <span class={`badge badge-${a.connected ? "completed" : "error"}`}>{a.connected ? "Connected" : "Disconnected"}</span>
+            </td>
+            <td>{a.enabled ? (a.draining ? "Draining" : "Enabled") : "Disabled"}</td>
+            <td>{(a.resourcePools ?? []).join(", ")}</td>
+            <td class="num">{Object.keys(a.slots ?? {}).length}</td>
+            <td>{(a.addresses ?? []).join(", ") || "–"}</td>
+            <td>{formatTime(a.lastHeartbeat)}</td>
+          </tr>
+        ))}
+      </DataTable>
       <h2>Resource pools</h2>
       <ErrorNote error={poolsPoll.error} what="resource pools" />
-      <div class="table-wrap">
-        <table class="table">
-          <caption class="visually-hidden">Resource pools</caption>
-          <thead>
-            <tr>
-              <th scope="col">Name</th>
-              <th scope="col">Type</th>
-              <th scope="col">Agents</th>
-              <th scope="col">Slots used</th>
-              <th scope="col">Slot type</th>
-              <th scope="col">Scheduler</th>
-              <th scope="col">Queued</th>
-              <th scope="col">Default</th>
-            </tr>
-          </thead>
-          <tbody>
-            {pools.map((p) => (
-              <tr key={p.name} data-pool={p.name}>
-                <td>
-                  {printable(p.name)}
-                  {p.description ? <span class="muted"> — {printable(p.description)}</span> : null}
-                </td>
-                <td>
-                  {p.type.replace(/^(RESOURCE_POOL_)?TYPE_/, "").toLowerCase()}
-                  {p.provisioner ? <span class="muted"> · provider {printable(p.provisioner.provider)}</span> : null}
-                </td>
-                <td class="num">{p.numAgents}</td>
-                <td class="num">
-                  {p.slotsUsed} / {p.slotsAvailable}
-                </td>
-                <td>{p.slotType.replace(/^TYPE_/, "")}</td>
-                <td>
-                  {p.schedulerType.replace(/^SCHEDULER_TYPE_/, "").toLowerCase().replace("_", " ")}
-                  {p.preemptionEnabled ? <span class="muted"> · preemptive</span> : null}
-                </td>
-                <td class="num">{p.stats?.queuedCount ?? 0}</td>
-                <td>{[p.defaultComputePool ? "compute" : "", p.defaultAuxPool ? "aux" : ""].filter(Boolean).join(", ") || "–"}</td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      </div>
+      <DataTable
+        columns={["Name", "Type", "Agents", "Slots used", "Slot type", "Scheduler", "Queued", "Default"]}
+        caption="Resource pools"
+      >
+        {pools.map((p) => (
+          <tr key={p.name} data-pool={p.name}>
+            <td>
+              {printable(p.name)}
+              {p.description ? <span class="muted"> — {printable(p.description)}</span> : null}
+            </td>
+            <td>
+              {p.type.replace(/^(RESOURCE_POOL_)?TYPE_/, "").toLowerCase()}
+              {p.provisioner ? <span class="muted"> · provider {printable(p.provisioner.provider)}</span> : null}
+            </td>
+            <td class="num">{p.numAgents}</td>
+            <td class="num">
+              {p.slotsUsed} / {p.slotsAvailable}
+            </td>
+            <td>{p.slotType.replace(/^TYPE_/, "")}</td>
+            <td>
+              {p.schedulerType.replace(/^SCHEDULER_TYPE_/, "").toLowerCase().replace("_", " ")}
+              {p.preemptionEnabled ? <span class="muted"> · preemptive</span> : null}
+            </td>
+            <td class="num">{p.stats?.queuedCount ?? 0}</td>
+            <td>{[p.defaultComputePool ? "compute" : "", p.defaultAuxPool ? "aux" : ""].filter(Boolean).join(", ") || "–"}</td>
+          </tr>
+        ))}
+      </DataTable>
       <h2>Sharing</h2>
       <ErrorNote error={workspacesPoll.error} what="workspaces" />
       <div class="pool-cards">

@@ -3,9 +3,11 @@
 
 import { getExperiments, getWorkspaceProjects, getWorkspaces } from "../api/endpoints";
 import type { Experiment, Project } from "../api/types";
+import { DataTable } from "../components/DataTable";
 import { ErrorNote } from "../components/ErrorNote";
+import { ArchivedToggle, type Choice, FilterSelect, chosen, setFilter, showsArchived } from "../components/Filters";
 import { Link } from "../components/Link";
-import { Pager } from "../components/Pager";
+import { Pager, queryOffset, setQueryOffset } from "../components/Pager";
 import { ProgressBar } from "../components/ProgressBar";
 import { type Sort, SortHeader } from "../components/SortHeader";
 import { StateBadge } from "../components/StateBadge";
@@ -55,11 +57,27 @@ async function allProjects(signal: AbortSignal): Promise<Project[]> {
 export function ExperimentsPage() {
   const { query } = useLocation();
   const sort: Sort = { key: query.get("sort") ?? "id", desc: query.get("order") !== "asc" };
-  const offset = Math.max(0, Number(query.get("offset") ?? 0) || 0);
-  const stateFilter = STATE_FILTERS.find((f) => f.value === (query.get("state") ?? "")) ?? STATE_FILTERS[0];
-  const archived = query.get("archived") === "1";
+  const offset = queryOffset(query);
+  const stateFilter = chosen(STATE_FILTERS, query.get("state"));
+  const archived = showsArchived(query);
   const projectId = Number(query.get("project") ?? 0) || undefined;
   const projects = usePoll(allProjects, 60000, []);
+  const projectChoices: Choice[] = [
+    { value: "", label: "All projects" },
+    ...(projects.data ?? []).map((p) => ({
+      value: String(p.id),
+      label: (
+        <>
+          {p.workspaceName ? `${printable(p.workspaceName)} › ` : ""}
+          {printable(p.name)}
+        </>
+      ),
+    })),
+    // One the address names that is not (or not yet) listed.
+    ...(projectId && !(projects.data ?? []).some((p) => p.id === projectId)
+      ? [{ value: String(projectId), label: <>project {projectId}</> }]
+      : []),
+  ];
 
   const { data, error } = usePoll(
     (signal) =>
@@ -88,97 +106,67 @@ export function ExperimentsPage() {
       <div class="page-head">
         <h1 id="experiments-title">Experiments</h1>
         <div class="filters">
-          <label>
-            Project{" "}
-            <select
-              value={projectId ? String(projectId) : ""}
-              onChange={(e) => setQuery({ project: (e.target as HTMLSelectElement).value, offset: null })}
-            >
-              <option value="">All projects</option>
-              {(projects.data ?? []).map((p) => (
-                <option key={p.id} value={String(p.id)}>
-                  {p.workspaceName ? `${printable(p.workspaceName)} › ` : ""}
-                  {printable(p.name)}
-                </option>
-              ))}
-              {projectId && !(projects.data ?? []).some((p) => p.id === projectId) ? (
-                <option value={String(projectId)}>project {projectId}</option>
-              ) : null}
-            </select>
-          </label>
-          <label>
-            State{" "}
-            <select
-              value={stateFilter.value}
-              onChange={(e) => setQuery({ state: (e.target as HTMLSelectElement).value, offset: null })}
-            >
-              {STATE_FILTERS.map((f) => (
-                <option key={f.value} value={f.value}>
-                  {f.label}
-                </option>
-              ))}
-            </select>
-          </label>
-          <label class="checkbox">
-            <input
-              type="checkbox"
-              checked={archived}
-              onChange={(e) => setQuery({ archived: (e.target as HTMLInputElement).checked ? "1" : null, offset: null })}
-            />{" "}
-            Show archived
-          </label>
+          <FilterSelect
+            label="Project"
+            value={projectId ? String(projectId) : ""}
+            choices={projectChoices}
+            onChange={(value) => setFilter("project", value)}
+          />
+          <FilterSelect
+            label="State"
+            value={stateFilter.value}
+            choices={STATE_FILTERS}
+            onChange={(value) => setFilter("state", value)}
+          />
+          <ArchivedToggle archived={archived} />
         </div>
       </div>
       <ErrorNote error={error} what="experiments" />
-      <div class="table-wrap">
-        <table class="table" aria-describedby="experiments-title">
-          <thead>
-            <tr>
-              {(
-                [
-                  ["id", "ID"],
-                  ["name", "Name"],
-                  ["state", "State"],
-                  ["progress", "Progress"],
-                  ["trials", "Trials"],
-                  ["metric", "Best metric"],
-                  ["user", "User"],
-                  ["start", "Started"],
-                ] as const
-              ).map(([key, label]) => (
-                <SortHeader
-                  key={key}
-                  sortKey={key}
-                  sort={sort}
-                  onSort={(s) => setQuery({ sort: s.key, order: s.desc ? null : "asc", offset: null })}
-                >
-                  {label}
-                </SortHeader>
-              ))}
-              <th scope="col">Duration</th>
-            </tr>
-          </thead>
-          <tbody>
-            {experiments.map((e) => (
-              <ExperimentRow key={e.id} experiment={e} />
-            ))}
-            {data && experiments.length === 0 ? (
-              <tr>
-                <td colSpan={9} class="empty">
-                  No experiments{stateFilter.value ? ` in state “${stateFilter.label}”` : ""}. Create one with{" "}
-                  <code>cairn experiment create config.yaml .</code>
-                </td>
-              </tr>
-            ) : null}
-          </tbody>
-        </table>
-      </div>
+      <DataTable
+        columns={[
+          ...(
+            [
+              ["id", "ID"],
+              ["name", "Name"],
+              ["state", "State"],
+              ["progress", "Progress"],
+              ["trials", "Trials"],
+              ["metric", "Best metric"],
+              ["user", "User"],
+              ["start", "Started"],
+            ] as const
+          ).map(([key, label]) => (
+            <SortHeader
+              key={key}
+              sortKey={key}
+              sort={sort}
+              onSort={(s) => setQuery({ sort: s.key, order: s.desc ? null : "asc", offset: null })}
+            >
+              {label}
+            </SortHeader>
+          )),
+          "Duration",
+        ]}
+        describedBy="experiments-title"
+        empty={
+          data && experiments.length === 0 ? (
+            <>
+              No experiments{stateFilter.value ? ` in state “${stateFilter.label}”` : ""}. Create one with{" "}
+              <code>cairn experiment create config.yaml .</code>
+            </>
+          ) : null
+        }
+      >
+        {experiments.map((e) => (
+          <ExperimentRow key={e.id} experiment={e} />
+        ))}
+      </DataTable>
       <Pager
         label="Experiment pages"
         offset={offset}
         limit={PAGE_SIZE}
         total={total}
-        onChange={(next) => setQuery({ offset: next ? String(next) : null })}
+        onChange={setQueryOffset}
       />
     </section>
   );

@@ -1,6 +1,7 @@
 // One registered model: what it is, and its versions, each a checkpoint of some trial.
 
 import { getModelVersions } from "../api/endpoints";
+import { DataTable } from "../components/DataTable";
 import { ErrorNote } from "../components/ErrorNote";
 import { Link } from "../components/Link";
 import { formatBytes, formatTime, printable, totalSize } from "../format";
@@ -40,47 +41,30 @@ export function ModelPage(props: { name: string }) {
           </div>
         </dl>
       ) : null}
-      <div class="table-wrap">
-        <table class="table">
-          <caption class="visually-hidden">Versions of model {printable(props.name)}</caption>
-          <thead>
-            <tr>
-              <th scope="col">Version</th>
-              <th scope="col">Name</th>
-              <th scope="col">Checkpoint</th>
-              <th scope="col">Trial</th>
-              <th scope="col">Batches</th>
-              <th scope="col">Size</th>
-              <th scope="col">Registered</th>
+      <DataTable
+        columns={["Version", "Name", "Checkpoint", "Trial", "Batches", "Size", "Registered"]}
+        caption={<>Versions of model {printable(props.name)}</>}
+        empty={
+          data && versions.length === 0 ? "No versions yet: register a checkpoint from an experiment's Checkpoints tab." : null
+        }
+      >
+        {versions.map((v) => {
+          const trialId = v.checkpoint.training?.trialId;
+          return (
+            <tr key={v.id} data-version={v.version}>
+              <td class="num">{v.version}</td>
+              <td>{printable(v.name) || <span class="muted">–</span>}</td>
+              <td>
+                <code title={v.checkpoint.uuid}>{v.checkpoint.uuid.slice(0, 8)}</code>
+              </td>
+              <td class="num">{trialId ? <Link href={`/trials/${trialId}`}>{trialId}</Link> : "–"}</td>
+              <td class="num">{String(v.checkpoint.metadata?.steps_completed ?? "–")}</td>
+              <td class="num">{formatBytes(totalSize(v.checkpoint.resources))}</td>
+              <td>{formatTime(v.creationTime)}</td>
             </tr>
-          </thead>
-          <tbody>
-            {versions.map((v) => {
-              const trialId = v.checkpoint.training?.trialId;
-              return (
-                <tr key={v.id} data-version={v.version}>
-                  <td class="num">{v.version}</td>
-                  <td>{printable(v.name) || <span class="muted">–</span>}</td>
-                  <td>
-                    <code title={v.checkpoint.uuid}>{v.checkpoint.uuid.slice(0, 8)}</code>
-                  </td>
-                  <td class="num">{trialId ? <Link href={`/trials/${trialId}`}>{trialId}</Link> : "–"}</td>
-                  <td class="num">{String(v.checkpoint.metadata?.steps_completed ?? "–")}</td>
-                  <td class="num">{formatBytes(totalSize(v.checkpoint.resources))}</td>
-                  <td>{formatTime(v.creationTime)}</td>
-                </tr>
-              );
-            })}
-            {data && versions.length === 0 ? (
-              <tr>
-                <td colSpan={7} class="empty">
-                  No versions yet: register a checkpoint from an experiment's Checkpoints tab.
-                </td>
-              </tr>
-            ) : null}
-          </tbody>
-        </table>
-      </div>
+          );
+        })}
+      </DataTable>
     </section>
   );
 }

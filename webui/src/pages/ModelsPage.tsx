@@ -5,20 +5,22 @@
 import { useState } from "preact/hooks";
 import { createModel, getModels } from "../api/endpoints";
 import type { Model } from "../api/types";
+import { DataTable } from "../components/DataTable";
 import { ErrorNote } from "../components/ErrorNote";
+import { ArchivedToggle, showsArchived } from "../components/Filters";
 import { Link } from "../components/Link";
-import { Pager } from "../components/Pager";
+import { Pager, queryOffset, setQueryOffset } from "../components/Pager";
 import { TextDialog } from "../components/TextDialog";
 import { formatTime, printable } from "../format";
 import { usePoll } from "../hooks";
-import { navigate, setQuery, useLocation } from "../router";
+import { navigate, useLocation } from "../router";
 
 const PAGE_SIZE = 25;
 
 export function ModelsPage() {
   const { query } = useLocation();
-  const offset = Math.max(0, Number(query.get("offset") ?? 0) || 0);
-  const archived = query.get("archived") === "1";
+  const offset = queryOffset(query);
+  const archived = showsArchived(query);
   const [creating, setCreating] = useState(false);
   const { data, error } = usePoll(
     (signal) =>
@@ -42,52 +44,34 @@ export function ModelsPage() {
       <div class="page-head">
         <h1 id="models-title">Model registry</h1>
         <div class="filters">
-          <label class="checkbox">
-            <input
-              type="checkbox"
-              checked={archived}
-              onChange={(e) => setQuery({ archived: (e.target as HTMLInputElement).checked ? "1" : null, offset: null })}
-            />{" "}
-            Show archived
-          </label>
+          <ArchivedToggle archived={archived} />
           <button type="button" class="primary" onClick={() => setCreating(true)}>
             New model
           </button>
         </div>
       </div>
       <ErrorNote error={error} what="models" />
-      <div class="table-wrap">
-        <table class="table" aria-describedby="models-title">
-          <thead>
-            <tr>
-              <th scope="col">Name</th>
-              <th scope="col">Description</th>
-              <th scope="col">Versions</th>
-              <th scope="col">Labels</th>
-              <th scope="col">User</th>
-              <th scope="col">Last updated</th>
-            </tr>
-          </thead>
-          <tbody>
-            {models.map((m) => (
-              <ModelRow key={m.id} model={m} />
-            ))}
-            {data && models.length === 0 ? (
-              <tr>
-                <td colSpan={6} class="empty">
-                  No models yet. Create one here or with <code>det model create NAME</code>.
-                </td>
-              </tr>
-            ) : null}
-          </tbody>
-        </table>
-      </div>
+      <DataTable
+        columns={["Name", "Description", "Versions", "Labels", "User", "Last updated"]}
+        describedBy="models-title"
+        empty={
+          data && models.length === 0 ? (
+            <>
+              No models yet. Create one here or with <code>det model create NAME</code>.
+            </>
+          ) : null
+        }
+      >
+        {models.map((m) => (
+          <ModelRow key={m.id} model={m} />
+        ))}
+      </DataTable>
       <Pager
         label="Model pages"
         offset={offset}
         limit={PAGE_SIZE}
         total={data?.pagination?.total ?? models.length}
-        onChange={(next) => setQuery({ offset: next ? String(next) : null })}
+        onChange={setQueryOffset}
       />
       <TextDialog
         open={creating}

@@ -7,17 +7,24 @@ import { useState } from "preact/hooks";
 import { killTask } from "../api/endpoints";
 import type { TaskKind } from "../api/endpoints";
 import { ConfirmDialog } from "../components/ConfirmDialog";
+import { DataTable } from "../components/DataTable";
 import { ErrorNote } from "../components/ErrorNote";
+import { type Choice, FilterSelect, chosen, setFilter } from "../components/Filters";
 import { NotebookLaunchDialog, taskOpenPath } from "../components/NotebookLaunchDialog";
-import { Pager } from "../components/Pager";
+import { Pager, queryOffset, setQueryOffset } from "../components/Pager";
 import { StateBadge } from "../components/StateBadge";
 import { formatTime, printable } from "../format";
 import { usePoll } from "../hooks";
-import { setQuery, useLocation } from "../router";
+import { useLocation } from "../router";
 import { KIND_LABELS, SERVING_KINDS, type TaskRow, hasEnded, loadTaskRows } from "./tasks/taskRows";
 
 const PAGE_SIZE = 25;
 const POLL_MS = 3000;
+
+const KIND_FILTERS: Choice[] = [
+  { value: "", label: "All kinds" },
+  ...(Object.keys(KIND_LABELS) as TaskKind[]).map((k) => ({ value: k, label: KIND_LABELS[k] })),
+];
 
 const STATE_FILTERS = [
   { value: "", label: "All states", keep: (_: TaskRow) => true },
@@ -28,8 +35,8 @@ const STATE_FILTERS = [
 export function TasksPage() {
   const { query } = useLocation();
   const kind = (query.get("kind") ?? "") as TaskKind | "";
-  const stateFilter = STATE_FILTERS.find((f) => f.value === (query.get("state") ?? "")) ?? STATE_FILTERS[0];
-  const offset = Math.max(0, Number(query.get("offset") ?? 0) || 0);
+  const stateFilter = chosen(STATE_FILTERS, query.get("state"));
+  const offset = queryOffset(query);
   const { data, error, refresh } = usePoll(loadTaskRows, POLL_MS, []);
   const [launching, setLaunching] = useState(false);
   const [killing, setKilling] = useState<TaskRow | null>(null);
@@ -54,30 +61,13 @@ export function TasksPage() {
       <div class="page-head">
         <h1 id="tasks-title">Tasks</h1>
         <div class="filters">
-          <label>
-            Kind{" "}
-            <select value={kind} onChange={(e) => setQuery({ kind: (e.target as HTMLSelectElement).value, offset: null })}>
-              <option value="">All kinds</option>
-              {(Object.keys(KIND_LABELS) as TaskKind[]).map((k) => (
-                <option key={k} value={k}>
-                  {KIND_LABELS[k]}
-                </option>
-              ))}
-            </select>
-          </label>
-          <label>
-            State{" "}
-            <select
-              value={stateFilter.value}
-              onChange={(e) => setQuery({ state: (e.target as HTMLSelectElement).value, offset: null })}
-            >
-              {STATE_FILTERS.map((f) => (
-                <option key={f.value} value={f.value}>
-                  {f.label}
-                </option>
-              ))}
-            </select>
-          </label>
+          <FilterSelect label="Kind" value={kind} choices={KIND_FILTERS} onChange={(value) => setFilter("kind", value)} />
+          <FilterSelect
+            label="State"
+            value={stateFilter.value}
+            choices={STATE_FILTERS}
+            onChange={(value) => setFilter("state", value)}
+          />
           <button type="button" class="primary" onClick={() => setLaunching(true)}>
             Launch JupyterLab
           </button>
@@ -94,41 +84,28 @@ export function TasksPage() {
           {actionError}
         </p>
       ) : null}
-      <div class="table-wrap">
-        <table class="table" aria-describedby="tasks-title">
-          <thead>
-            <tr>
-              <th scope="col">Kind</th>
-              <th scope="col">Name</th>
-              <th scope="col">State</th>
-              <th scope="col">Owner</th>
-              <th scope="col">Slots</th>
-              <th scope="col">Resource pool</th>
-              <th scope="col">Started</th>
-              <th scope="col">Actions</th>
-            </tr>
-          </thead>
-          <tbody>
-            {page.map((row) => (
-              <TaskTableRow key={row.id} row={row} onKill={() => setKilling(row)} />
-            ))}
-            {data && shown.length === 0 ? (
-              <tr>
-                <td colSpan={8} class="empty">
-                  No tasks{kind || stateFilter.value ? " match the filters" : ""}. Launch a notebook here, or run{" "}
-                  <code>det cmd run 'echo hello'</code>.
-                </td>
-              </tr>
-            ) : null}
-          </tbody>
-        </table>
-      </div>
+      <DataTable
+        columns={["Kind", "Name", "State", "Owner", "Slots", "Resource pool", "Started", "Actions"]}
+        describedBy="tasks-title"
+        empty={
+          data && shown.length === 0 ? (
+            <>
+              No tasks{kind || stateFilter.value ? " match the filters" : ""}. Launch a notebook here, or run{" "}
+              <code>det cmd run 'echo hello'</code>.
+            </>
+          ) : null
+        }
+      >
+        {page.map((row) => (
+          <TaskTableRow key={row.id} row={row} onKill={() => setKilling(row)} />
+        ))}
+      </DataTable>
       <Pager
         label="Task pages"
         offset={offset}
         limit={PAGE_SIZE}
         total={shown.length}
-        onChange={(next) => setQuery({ offset: next ? String(next) : null })}
+        onChange={setQueryOffset}
       />
       <ConfirmDialog
         open={killing !== null}

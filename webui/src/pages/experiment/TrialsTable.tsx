@@ -2,6 +2,7 @@
 
 import { useMemo, useState } from "preact/hooks";
 import type { Experiment, Trial } from "../../api/types";
+import { DataTable } from "../../components/DataTable";
 import { ErrorNote } from "../../components/ErrorNote";
 import { Link } from "../../components/Link";
 import { Pager } from "../../components/Pager";
@@ -40,61 +41,43 @@ export function TrialsTable(props: { experiment: Experiment; trials: Trial[]; er
     });
   }, [props.trials, sort]);
   const page = sorted.slice(offset, offset + PAGE_SIZE);
+  const header = (c: (typeof COLUMNS)[number]) => (
+    <SortHeader key={c.key} sortKey={c.key} sort={sort} onSort={setSort}>
+      {c.label}
+    </SortHeader>
+  );
 
   return (
     <div>
       <ErrorNote error={props.error} what="trials" />
-      <div class="table-wrap">
-        <table class="table">
-          <caption class="visually-hidden">Trials of experiment {props.experiment.id}</caption>
-          <thead>
-            <tr>
-              {COLUMNS.slice(0, 2).map((c) => (
-                <SortHeader key={c.key} sortKey={c.key} sort={sort} onSort={setSort}>
-                  {c.label}
-                </SortHeader>
-              ))}
-              <th scope="col">Hyperparameters</th>
-              {COLUMNS.slice(2).map((c) => (
-                <SortHeader key={c.key} sortKey={c.key} sort={sort} onSort={setSort}>
-                  {c.label}
-                </SortHeader>
-              ))}
-            </tr>
-          </thead>
-          <tbody>
-            {page.map((t) => (
-              <tr key={t.id} data-trial-id={t.id}>
-                <td class="num">
-                  <Link href={`/trials/${t.id}`}>{t.id}</Link>
-                </td>
-                <td>
-                  <StateBadge state={t.state} />
-                </td>
-                <td class="hparams">
-                  {Object.entries(flattenHparams(t.hparams))
-                    .map(([k, v]) => `${k}=${formatValue(v)}`)
-                    .join(", ")}
-                </td>
-                <td class="num">{t.restarts}</td>
-                <td class="num">{t.totalBatchesProcessed}</td>
-                <td class="num">{formatMetric(num(t.searcherMetricValue))}</td>
-                <td class="num">
-                  {t.checkpointCount} <span class="muted">({formatBytes(t.totalCheckpointSize)})</span>
-                </td>
-                <td class="num">{formatDuration(durationBetween(t.startTime, t.endTime))}</td>
-              </tr>
-            ))}
-            {props.trials.length === 0 ? (
-              <tr>
-                <td colSpan={8} class="empty">
-                  No trials yet.
-                </td>
-              </tr>
-            ) : null}
-          </tbody>
-        </table>
-      </div>
+      <DataTable
+        columns={[...COLUMNS.slice(0, 2).map(header), "Hyperparameters", ...COLUMNS.slice(2).map(header)]}
+        caption={<>Trials of experiment {props.experiment.id}</>}
+        empty={props.trials.length === 0 ? "No trials yet." : null}
+      >
+        {page.map((t) => (
+          <tr key={t.id} data-trial-id={t.id}>
+            <td class="num">
+              <Link href={`/trials/${t.id}`}>{t.id}</Link>
+            </td>
+            <td>
+              <StateBadge state={t.state} />
+            </td>
+            <td class="hparams">
+              {Object.entries(flattenHparams(t.hparams))
+                .map(([k, v]) => `${k}=${formatValue(v)}`)
+                .join(", ")}
+            </td>
+            <td class="num">{t.restarts}</td>
+            <td class="num">{t.totalBatchesProcessed}</td>
+            <td class="num">{formatMetric(num(t.searcherMetricValue))}</td>
+            <td class="num">
+              {t.checkpointCount} <span class="muted">({formatBytes(t.totalCheckpointSize)})</span>
+            </td>
+            <td class="num">{formatDuration(durationBetween(t.startTime, t.endTime))}</td>
+          </tr>
+        ))}
+      </DataTable>
       <Pager label="Trial pages" offset={offset} limit={PAGE_SIZE} total={sorted.length} onChange={setOffset} />
     </div>
   );
