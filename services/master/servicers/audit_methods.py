@@ -20,7 +20,9 @@ it is refused) is recorded like anyone's, its actor being its allocation.
 
 Targets: the objects a request names, read from its fields by name: `id`, and every field named
 `..._id(s)`, `..._uuid(s)`, `..._name(s)`, `..._num`, `username`, `name`, `resource_pool`, at the
-top of the request and one message below it (PatchExperimentRequest.experiment.id is
+top of the request and one message below it, and in a list of messages at its top down to two
+levels below each (AssignRolesRequest: each assignment's user_id or group_id, role_id and
+scope_workspace_id; at most MAX_REPEATED of a list) (PatchExperimentRequest.experiment.id is
 `experiment_id`, the agent's hello.agent_id `agent_id`); a plain `id` is named after the collection
 its route puts it in (POST /api/v1/experiments/{id}/kill: `experiment_id`). A successful call's
 answer adds the ids of the objects it holds (CreateExperimentResponse.experiment.id:
@@ -61,6 +63,11 @@ READS_BY_POST = frozenset(
         "SearchRuns",  # Determined's run search (POST /api/v1/runs, a filter in the body)
         "SearchExperiments",  # the same for experiments (POST /api/v1/experiments-search)
         "PreviewHPSearch",  # what a config's search would create, created nowhere
+        # Determined's searches of groups and roles (POST /api/v1/groups/search, /roles/search...).
+        "GetGroups",
+        "ListRoles",
+        "SearchRolesAssignableToScope",
+        "GetRolesByID",
     }
 )
 
@@ -182,7 +189,21 @@ def _nested(field: FieldDescriptor, readers: list[Reader]) -> Reader:
     return nested
 
 
-def _readers(descriptor: Descriptor, parent: str = "", id_key: str = "id") -> list[Reader]:
+def _repeated_nested(field: FieldDescriptor, readers: list[Reader]) -> Reader:
+    name = field.name
+
+    def repeated_nested(message: Message, found: list[tuple[str, str]]) -> None:
+        for inner in getattr(message, name)[:MAX_REPEATED]:
+            for read in readers:
+                read(inner, found)
+
+    return repeated_nested
+
+
+def _readers(descriptor: Descriptor, parent: str = "", id_key: str = "id", below: int = 0) -> list[Reader]:
+    """The readers of a message's targets: its own fields, one message below the request, and in
+    a list of messages at the top (AssignRolesRequest's user_role_assignments) `below` levels
+    further down (each one's role_assignment.role.role_id)."""
     readers: list[Reader] = []
     for field in descriptor.fields:
         if _is_target(field):
@@ -194,15 +215,18 @@ def _readers(descriptor: Descriptor, parent: str = "", id_key: str = "id") -> li
                 key = field.name
             readers.append(_reader(key, field))
         elif (
-            not parent
-            and field.message_type is not None
-            and not field.is_repeated
+            field.message_type is not None
             and not field.message_type.full_name.startswith("google.")
             and not any(word in field.name for word in _NEVER)
         ):
-            inner = _readers(field.message_type, parent=field.name)
-            if inner:
-                readers.append(_nested(field, inner))
+            if not parent and field.is_repeated:
+                inner = _readers(field.message_type, parent=field.name, below=2)
+                if inner:
+                    readers.append(_repeated_nested(field, inner))
+            elif not field.is_repeated and (not parent or below > 0):
+                inner = _readers(field.message_type, parent=field.name, below=max(below - 1, 0))
+                if inner:
+                    readers.append(_nested(field, inner))
     return readers
 
 

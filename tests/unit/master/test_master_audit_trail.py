@@ -18,7 +18,7 @@ import pytest
 from google.protobuf.descriptor import Descriptor
 from google.protobuf.message import Message
 
-from cairn.api.v1 import api_pb2, api_pb2_grpc, auth_pb2, experiment_pb2, run_pb2, trial_pb2
+from cairn.api.v1 import api_pb2, api_pb2_grpc, auth_pb2, experiment_pb2, rbac_pb2, run_pb2, trial_pb2
 from services.common.interceptors import AuthInterceptor
 from services.common.local_calls import LocalCallError, LocalCalls
 from services.common.server import ServiceServer, start_server
@@ -120,6 +120,16 @@ def test_targets_name_objects_and_never_a_secret() -> None:
     )
     assert many[:3] == (("experiment_ids", "1"), ("experiment_ids", "2"), ("experiment_ids", "3"))
     assert ("experiment_ids", "…+4") in many and len(many) <= 16
+    # A role given: to whom, which role, where (each assignment of the list).
+    assignment = rbac_pb2.RoleAssignment(role=rbac_pb2.Role(role_id=5), scope_workspace_id=2)
+    assigned = TABLE[API + "AssignRoles"].targets.of(
+        rbac_pb2.AssignRolesRequest(
+            user_role_assignments=[rbac_pb2.UserRoleAssignment(user_id=3, role_assignment=assignment)]
+        )
+    )
+    assert assigned == (("user_id", "3"), ("role_id", "5"), ("scope_workspace_id", "2"))
+    # Determined's searches of groups and roles are POSTs that change nothing.
+    assert TABLE[API + "GetGroups"].kind is Kind.READ and TABLE[API + "ListRoles"].kind is Kind.READ
 
 
 def _services() -> list[Any]:
