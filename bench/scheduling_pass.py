@@ -12,7 +12,10 @@ place what fits. Then two measurements:
   unit of work, as the agent stream delivers it) and one pass follows: p50/p95/max of its
   decision (the changes read, sent, decided on) and of the whole pass (with assigning the trials
   it starts), over a scheduler session (what the master uses) and over the whole-state call, on
-  the same cluster.
+  the same cluster;
+- a pass after a switch: the same turnover, but before each pass the scheduler forgets its
+  sessions, as a restarted scheduler (or another replica behind the same Service) would: the pass
+  is answered "not applied", and the master sends the whole cluster as a new session's snapshot.
 
     .venv/bin/python -m bench.scheduling_pass [--trials 10000] [--agents 1000] [--slots 8]
         [--rounds 50] [--ending 4]
@@ -49,8 +52,11 @@ def _end_some(master: Master, count: int) -> None:
             containers.on_container_state(master.ctx, w, change)
 
 
-def _turnover(master: Master, rounds: int, ending: int) -> tuple[list[float], list[float]]:
-    """Whole passes, and their decisions alone (the pass less assigning what it starts)."""
+def _turnover(
+    master: Master, rounds: int, ending: int, switch: bool = False
+) -> tuple[list[float], list[float]]:
+    """Whole passes, and their decisions alone (the pass less assigning what it starts); with
+    `switch`, each after the scheduler lost its sessions."""
     loop = master.scheduling
     applying: list[float] = []
     real_apply = loop._apply
@@ -64,6 +70,8 @@ def _turnover(master: Master, rounds: int, ending: int) -> tuple[list[float], li
     passes, decisions = [], []
     for _ in range(rounds):
         _end_some(master, ending)
+        if switch:
+            master.ctx.scheduler.restart()  # type: ignore[attr-defined]
         applying.clear()
         started = time.perf_counter()
         loop.run_pass()
@@ -122,10 +130,11 @@ def main() -> None:
             f"one whole-state pass: build {statistics.median(build) * 1000:.0f} ms, "
             f"decide {statistics.median(decide) * 1000:.0f} ms, request {request.ByteSize() / 1e6:.2f} MB"
         )
-        for name, rounds in (("session", args.rounds), ("whole-state", max(3, args.rounds // 10))):
+        few = max(3, args.rounds // 10)
+        for name, rounds in (("session", args.rounds), ("after a switch", few), ("whole-state", few)):
             if name == "whole-state":
                 master.scheduling.view = None
-            passes, decisions = _turnover(master, rounds, args.ending)
+            passes, decisions = _turnover(master, rounds, args.ending, switch=name == "after a switch")
             print(
                 f"{name} passes, {args.ending} trials ending before each: decision {_summary(decisions)}; "
                 f"with starting the trials {_summary(passes)}"

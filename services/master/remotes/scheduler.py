@@ -1,4 +1,10 @@
-"""Client of the SchedulerService."""
+"""Client of the SchedulerService.
+
+One scheduler serves a master: it keeps the master's session between passes (ScheduleChanges), so
+its address names one process (one replica behind a Kubernetes Service, deploy/k8s/base). The one
+channel keeps one connection to it. Should a call reach a scheduler without the session (it
+restarted, or a second replica answered), the answer says "not applied" and the next request is the
+whole cluster's snapshot (scheduling.py), never a wrong decision: a switch costs one snapshot pass."""
 
 from __future__ import annotations
 

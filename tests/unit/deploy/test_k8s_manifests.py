@@ -319,3 +319,16 @@ def test_the_envoy_component_adds_a_valid_proxy_running_deploy_envoys_config(tmp
         if o["kind"] == "Service" and o["metadata"]["name"] == upstream["socket_address"]["address"]
     )
     assert upstream["socket_address"]["port_value"] in [p["port"] for p in master_service["spec"]["ports"]]
+
+
+def test_the_scheduler_is_one_replica_that_surges_on_a_rollout(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    """It keeps each master's session between passes (services/master/remotes/scheduler.py): a
+    second replica behind the Service would cost a whole-cluster pass at each switch."""
+    for name, objects in rendered.items():
+        (scheduler,) = [
+            o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "cairn-scheduler"
+        ]
+        assert scheduler["spec"]["replicas"] == 1, name
+        assert scheduler["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}, name
