@@ -417,6 +417,8 @@ class Master:
             self.webhooks.close()
         if self.audit is not None:
             self.audit.close()  # after the servers stopped: the last calls' records are stored too
+        if self.oidc is not None:
+            self.oidc.close()
         self.scheduling.close()
         self.searchers.shutdown()
         self.scheduler.shutdown()

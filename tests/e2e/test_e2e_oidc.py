@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -300,10 +301,29 @@ def test_without_auto_provisioning_an_unknown_user_is_refused(tmp_path: Path) ->
         _refused(refused, 403, "auto_provision_users")
         assert _users(admin, sso.base) == before
         # An admin makes the remote user ahead of its first login: then it signs in.
-        made = admin.post(
-            f"{sso.base}/api/v1/users",
-            json={"user": {"username": ALICE, "remote": True, "active": True}},
-            timeout=TIMEOUT,
-        )
-        assert made.status_code == 200, made.text
+        det_admin = det_runner(determined_env(sso.cluster, tmp_path / "home"), "admin")
+        det_admin("user", "create", "--remote", ALICE)
+        remote = [u for u in _users(admin, sso.base) if u["username"] == ALICE]
+        assert len(remote) == 1 and remote[0]["remote"] is True
         assert _login(sso, requests.Session(), "alice").status_code == 302
+
+
+def test_the_webui_login_page_signs_in_through_the_provider(sso: SsoCluster, tmp_path: Path) -> None:
+    """Chromium on the WebUI: the login page offers the provider; its button goes through the
+    provider's login and consent pages and back, signed in as the provider's user."""
+    from tests.e2e.test_e2e_webui import browser_on, expect
+
+    for b in browser_on(sso.cluster, tmp_path):
+        page = b.page
+        b.goto("/experiments")
+        page.wait_for_url(re.compile(r"/login"))
+        page.get_by_role("link", name="Sign in with TestIdP").click()
+        page.wait_for_url(re.compile(re.escape(sso.provider.issuer)))
+        page.locator("input[name=login]").fill("alice")
+        page.locator("input[name=password]").fill("any")
+        page.locator("button[type=submit]").click()
+        page.locator("button[type=submit]").click()  # the consent page: Continue
+        page.wait_for_url(re.compile(re.escape(sso.base) + r"/experiments"))
+        expect(page.get_by_label("Signed in as")).to_have_text("Alice Liddell")
+        b.shot("sso-signed-in")
+        assert not b.page_errors, b.page_errors

@@ -125,6 +125,8 @@ class UserInfo:
     last_auth_at: str
     # The Linux account the user's tasks run as; None: the cluster's task user.
     agent_user_group: AgentUserGroup | None = None
+    # Signs in through single sign-on only (sso_users.py).
+    remote: bool = False
 
 
 def user_info(user: models.User) -> UserInfo:
@@ -137,6 +139,7 @@ def user_info(user: models.User) -> UserInfo:
         modified_at=user.modified_at.isoformat(),
         last_auth_at=user.last_auth_at.isoformat() if user.last_auth_at else "",
         agent_user_group=agent_users.of_row(user),
+        remote=bool(user.remote),
     )
 
 
