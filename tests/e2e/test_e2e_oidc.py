@@ -239,6 +239,10 @@ def test_bad_callbacks_are_refused_and_create_nothing(sso: SsoCluster) -> None:
         400,
         "access_denied",
     )
+    # Hostile queries: too many fields, too long.
+    crowded = "&".join(f"f{i}=x" for i in range(100))
+    _refused(browser.get(f"{sso.callback}?{crowded}", allow_redirects=False, timeout=TIMEOUT), 400, "fields")
+    _refused(browser.get(f"{sso.base}/oidc/sso?redirect={'x' * 9000}", timeout=TIMEOUT), 414, "over 8192")
     assert _users(admin, sso.base) == after_bob
 
 

@@ -43,6 +43,7 @@ BROWSER_COOKIE = "cairn_oidc"
 CLI_REDIRECT = "http://localhost:49176/"
 AUDIT_METHOD = "OidcLogin"
 MAX_QUERY = 8192
+MAX_QUERY_FIELDS = 32
 
 Record = Callable[[AuditRecord], None]
 # A refusal's outcome in the audit trail, named as the gRPC calls' are.
@@ -58,7 +59,11 @@ def _query(req: HttpRequest) -> dict[str, str]:
     raw = req.path.partition("?")[2]
     if len(raw) > MAX_QUERY:
         raise OidcError(HTTPStatus.REQUEST_URI_TOO_LONG, f"the query is over {MAX_QUERY} characters")
-    return {k: v[0] for k, v in parse_qs(raw, max_num_fields=32).items()}
+    try:
+        fields = parse_qs(raw, max_num_fields=MAX_QUERY_FIELDS)
+    except ValueError:
+        raise OidcError(HTTPStatus.BAD_REQUEST, f"the query has over {MAX_QUERY_FIELDS} fields") from None
+    return {k: v[0] for k, v in fields.items()}
 
 
 def _browser_cookie(req: HttpRequest) -> str | None:
