@@ -18,9 +18,9 @@ TASK_PYTHON := $(shell scripts/task_python.sh $(PYTHON))
 # Changes when TASK_PYTHON does, so that an existing task environment is moved onto it.
 TASK_BASE := $(TASK_VENV)/.base-python
 
-.PHONY: FORCE install proto test lint format demo clean postgres bench-install webui chromium envoy docker task-image images
+.PHONY: FORCE install proto test lint format demo clean postgres bench-install webui chromium envoy docker task-image images oidc-provider
 
-install: $(STAMP) proto webui $(TASK_STAMP)
+install: $(STAMP) proto webui $(TASK_STAMP) oidc-provider
 
 # The services, the CLI and the tools: no PyTorch here (trials get it from the task environment).
 $(STAMP): pyproject.toml clients/python/pyproject.toml constraints.txt
@@ -53,6 +53,17 @@ webui/dist/index.html: $(WEBUI_SOURCES)
 		cd webui && npm ci --no-audit --no-fund && npm run build; \
 	else \
 		echo "make: npm not found: the WebUI is not built (the master's / says how to build it)" >&2; \
+	fi
+
+# The OpenID provider single sign-on's tests start on loopback (tests/support/oidc.py): panva's
+# oidc-provider from npm, as the lock file pins it.
+OIDC_PROVIDER := tests/support/oidc_provider
+oidc-provider: $(OIDC_PROVIDER)/node_modules/.installed
+$(OIDC_PROVIDER)/node_modules/.installed: $(OIDC_PROVIDER)/package.json $(OIDC_PROVIDER)/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+		cd $(OIDC_PROVIDER) && npm ci --no-audit --no-fund && touch node_modules/.installed; \
+	else \
+		echo "make: npm not found: single sign-on's tests cannot start their OpenID provider" >&2; \
 	fi
 
 # The descriptor set Envoy's gRPC-JSON transcoder reads (deploy/envoy/README.md).
@@ -115,6 +126,6 @@ demo: $(STAMP) proto webui $(TASK_STAMP)
 	scripts/demo.sh
 
 clean:
-	rm -rf $(VENV) $(TASK_VENV) .venv-det .pytest_cache .mypy_cache .ruff_cache test-artifacts webui/dist webui/node_modules
+	rm -rf $(VENV) $(TASK_VENV) .venv-det .pytest_cache .mypy_cache .ruff_cache test-artifacts webui/dist webui/node_modules $(OIDC_PROVIDER)/node_modules
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
 	rm -rf clients/python/cairn/{api,agent,scheduler,searcher,checkpoint,gen}

@@ -59,6 +59,8 @@ from services.master.domain.workspaces import workspaces
 from services.master.gateway.http_limits import HttpLimits
 from services.master.gateway.internal_service import GatewayServicer, register_gateway_service
 from services.master.gateway.master_routes import ContextHealth, health_routes, info_route, master_info
+from services.master.gateway.oidc_flow import OidcClient
+from services.master.gateway.oidc_routes import oidc_routes
 from services.master.gateway.proxy_targets import LocalTargets
 from services.master.gateway.public_server import (
     PublicHttpServer,
@@ -121,6 +123,8 @@ class Master:
         self.provisioning: BackgroundLoop | None = None
         # The audit trail's writer and its pruning loop (domain/audit/).
         self.audit: AuditRecorder | None = None
+        # Single sign-on's client (gateway/oidc_flow.py), with the config file's oidc block.
+        self.oidc: OidcClient | None = None
         self.audit_retention: BackgroundLoop | None = None
         # Determined's streaming updates: rows are numbered always, streamed with the switch on.
         self.stream_publisher = Publisher()
@@ -303,6 +307,9 @@ class Master:
                 local=LocalCalls(register, with_request_checks(interceptors)),
             )
         )
+        if settings.oidc is not None:
+            self.oidc = OidcClient(settings.oidc)
+            self.http.routes.extend(oidc_routes(self.oidc, ctx, self.auth, self.audit.record))
         self.http.routes.extend(webui_routes())  # last: it answers every other GET
         # Each process of the port holds its share of a task's tunnels.
         tunnels_per_task = max(1, MAX_TUNNELS_PER_TASK // settings.http_processes)
@@ -410,6 +417,8 @@ class Master:
             self.webhooks.close()
         if self.audit is not None:
             self.audit.close()  # after the servers stopped: the last calls' records are stored too
+        if self.oidc is not None:
+            self.oidc.close()
         self.scheduling.close()
         self.searchers.shutdown()
         self.scheduler.shutdown()

@@ -71,6 +71,9 @@ class TestCluster:
     task_env: Path | None = None
     # `cluster up --provision`: the master starts and retires the agents (then `agents` is 0).
     provision: Provisioning | None = None
+    # The master's HTTP port; 0: any free one (a test that must name it beforehand, as single
+    # sign-on's callback URL, picks one).
+    http_port: int = 0
     record: ClusterRecord | None = None
     _channel: grpc.Channel | None = None
 
@@ -83,7 +86,7 @@ class TestCluster:
             slots_per_agent=self.slots,
             db_url=self.db_url,
             master_port=0,
-            http_port=0,
+            http_port=self.http_port,
             timeout_s=90,
             python=sys.executable,
             extra_env={**TEST_ENV, **self.extra_env},
@@ -197,6 +200,7 @@ def running_cluster(
     tls: bool = False,
     task_env: Path | None = None,
     provision: Provisioning | None = None,
+    http_port: int = 0,
 ) -> Iterator[TestCluster]:
     cluster = TestCluster(
         state_dir,
@@ -210,6 +214,7 @@ def running_cluster(
         tls=tls,
         task_env=task_env,
         provision=provision,
+        http_port=http_port,
     )
     cluster.start()
     try:

@@ -10,6 +10,7 @@ master.yaml that shapes the cluster, its resource pools, read once at start.
     default_compute_resource_pool: default
     default_aux_resource_pool: default
     feature_switches: [streaming_updates]
+    oidc: {enabled: true, idp_sso_url: ..., client_id: ...}   # single sign-on (oidc.py)
 
 Every key is checked; a wrong one stops the master with its path named, rather than a cluster that
 silently runs with a default. Determined keys that do not apply to Cairn's scheduler are accepted
@@ -28,6 +29,7 @@ import yaml
 from services.common.errors import InvalidArgument
 from services.master.configuration.durations import parse_duration
 from services.master.configuration.feature_switches import parse_feature_switches
+from services.master.configuration.oidc import OidcSettings, parse_oidc
 from services.master.configuration.pools import PoolSettings
 from services.master.configuration.provider import parse_provider
 
@@ -62,6 +64,8 @@ class MasterConfigFile:
     feature_switches: tuple[str, ...] = ()
     # Cairn: how agents authenticate (`agent_auth: credentials|cluster_token`); None: not set here.
     agent_auth: str | None = None
+    # Determined's `oidc:` block (oidc.py): single sign-on; None: off.
+    oidc: OidcSettings | None = None
 
 
 def _scheduler(block: Any, where: str) -> dict[str, Any]:
@@ -168,6 +172,7 @@ def parse_master_config(data: Any) -> MasterConfigFile:
         webhook_base_url=webhooks["base_url"],
         feature_switches=parse_feature_switches(data.get("feature_switches")),
         agent_auth=_agent_auth(data.get("agent_auth")),
+        oidc=parse_oidc(data.get("oidc")),
     )
 
 

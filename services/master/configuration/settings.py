@@ -12,6 +12,7 @@ from services.common.args import add_common_flags
 from services.common.cluster_token import ClusterTokenError, read_token_file
 from services.master.configuration.config_file import AGENT_AUTH_MODES, ConfigFileError, load_master_config
 from services.master.configuration.lease import LeaseTiming
+from services.master.configuration.oidc import OidcSettings
 from services.master.configuration.pools import PoolSettings
 
 DEFAULT_GRPC_PORT = 8090
@@ -138,6 +139,9 @@ class Settings:
     # The audit trail (domain/audit/): rows older than this many days, and rows past the newest
     # this many, are pruned; 0 keeps the trail without that bound.
     audit_retention_days: float = 90.0
+    # Single sign-on with OpenID Connect (the config file's `oidc:` block, configuration/oidc.py);
+    # None: off.
+    oidc: OidcSettings | None = None
     audit_max_rows: int = 1_000_000
 
     @property
@@ -281,7 +285,12 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
             "default_pool": config_file.default_compute_pool or config_file.pools[0].name,
             "default_aux_pool": config_file.default_aux_pool,
             "feature_switches": config_file.feature_switches,
+            "oidc": config_file.oidc,
         }
+        if config_file.oidc is not None and args.http_processes > 1:
+            # A login's pending state and its session are the master's process's alone (the
+            # worker processes hold no domain state): one process serves single sign-on.
+            parser.error("oidc: single sign-on is served with --http-processes 1 only")
         # A flag or an environment variable wins over the file.
         agent_auth = agent_auth or config_file.agent_auth
         webhooks = {

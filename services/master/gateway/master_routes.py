@@ -10,6 +10,7 @@ from http import HTTPStatus
 from typing import Any, Protocol
 
 from cairn import DETERMINED_API_VERSION, __version__
+from services.master.configuration.oidc import sso_providers
 from services.master.domain.kernel.context import MasterContext
 from services.master.gateway import prometheus
 from services.master.gateway.http_answers import PlainRoute, Response
@@ -59,6 +60,9 @@ def master_info(ctx: MasterContext) -> dict[str, Any]:
         # As GetMaster says: roles decide every call (domain/identity/access.py).
         "rbacEnabled": True,
         "product": "cairn",
+        # Single sign-on (the config file's oidc block), as Determined lists it: `det auth sso`
+        # and the WebUI's login page read it.
+        "sso_providers": sso_providers(ctx.settings.oidc),
     }
 
 

@@ -101,6 +101,8 @@ class User(Base):
     created_at: Mapped[datetime]
     modified_at: Mapped[datetime]
     last_auth_at: Mapped[datetime | None]
+    # Signs in through single sign-on only (domain/identity/sso_users.py): no password.
+    remote: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     # The Linux account the user's tasks run as (Determined's agent_user_group): all four set or all
     # NULL (NULL: the cluster's task user). domain/identity/agent_users.py checks and resolves them.
     agent_uid: Mapped[int | None] = mapped_column(Integer)

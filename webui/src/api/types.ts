@@ -391,12 +391,22 @@ export interface ClusterMessage {
   createdTime?: string | null;
 }
 
+/** A single sign-on provider the master offers (Determined's v1SSOProvider). */
+export interface SsoProvider {
+  name: string;
+  /** Where a browser starts a login (the master's /oidc/sso). */
+  ssoUrl: string;
+  type: string;
+  alwaysRedirect?: boolean;
+}
+
 /** GetMaster, the fields the WebUI reads. */
 export interface MasterInfo {
   version: string;
   clusterName: string;
   featureSwitches?: string[];
   clusterMessage?: ClusterMessage | null;
+  ssoProviders?: SsoProvider[];
 }
 
 // ---- how teams share the cluster (Cairn's fair share, quotas and pool bindings) ----

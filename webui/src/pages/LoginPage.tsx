@@ -1,8 +1,8 @@
-import { useState } from "preact/hooks";
-import { login } from "../api/endpoints";
+import { useEffect, useState } from "preact/hooks";
+import { getMaster, login } from "../api/endpoints";
 import { setToken } from "../api/http";
 import { saltAndHash } from "../api/password";
-import type { User } from "../api/types";
+import type { SsoProvider, User } from "../api/types";
 import { navigate, useLocation } from "../router";
 
 /** Only same-site paths are followed after login, never another origin. */
@@ -19,6 +19,29 @@ export function LoginPage(props: { onLogin: (user: User) => void }) {
   const [password, setPassword] = useState("");
   const [busy, setBusy] = useState(false);
   const [error, setError] = useState("");
+  const [providers, setProviders] = useState<SsoProvider[]>([]);
+
+  // Single sign-on: the master's provider (its /oidc/sso starts the login and comes back here
+  // with the session in the `auth` cookie, the cookie a password login sets too).
+  const ssoHref = (provider: SsoProvider) =>
+    `${provider.ssoUrl}?redirect=${encodeURIComponent(safeRedirect(query.get("redirect")))}`;
+  const startSso = (provider: SsoProvider) => {
+    setToken(null); // a stored older token would win over the new session's cookie
+    window.location.assign(ssoHref(provider));
+  };
+
+  useEffect(() => {
+    const controller = new AbortController();
+    getMaster(controller.signal)
+      .then((info) => {
+        const offered = info.ssoProviders ?? [];
+        setProviders(offered);
+        const always = offered.find((p) => p.alwaysRedirect);
+        if (always) startSso(always);
+      })
+      .catch(() => setProviders([]));
+    return () => controller.abort();
+  }, []);
 
   const submit = async (event: Event) => {
     event.preventDefault();
@@ -66,6 +89,19 @@ export function LoginPage(props: { onLogin: (user: User) => void }) {
         <button type="submit" class="primary" disabled={busy}>
           {busy ? "Signing in…" : "Sign in"}
         </button>
+        {providers.map((provider) => (
+          <a
+            key={provider.name}
+            class="button sso"
+            href={ssoHref(provider)}
+            onClick={(e) => {
+              e.preventDefault();
+              startSso(provider);
+            }}
+          >
+            Sign in with {provider.name}
+          </a>
+        ))}
         <p class="hint">A new cluster has the users “determined” and “admin” with empty passwords.</p>
       </form>
     </main>

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from sqlalchemy import bindparam, delete, select
+from sqlalchemy.orm import Session
 
 from cairn.client.password import salt_and_hash
 from services.common.principal import Principal
@@ -124,6 +125,8 @@ class UserInfo:
     last_auth_at: str
     # The Linux account the user's tasks run as; None: the cluster's task user.
     agent_user_group: AgentUserGroup | None = None
+    # Signs in through single sign-on only (sso_users.py).
+    remote: bool = False
 
 
 def user_info(user: models.User) -> UserInfo:
@@ -136,6 +139,7 @@ def user_info(user: models.User) -> UserInfo:
         modified_at=user.modified_at.isoformat(),
         last_auth_at=user.last_auth_at.isoformat() if user.last_auth_at else "",
         agent_user_group=agent_users.of_row(user),
+        remote=bool(user.remote),
     )
 
 
@@ -209,26 +213,31 @@ class AuthService:
             if not user.active:
                 raise PermissionDenied("user is not active")
             self._limiter.succeeded(username)
-            token = new_token()
-            now = utcnow()
-            s.add(
-                models.UserSession(
-                    user_id=user.id,
-                    token_hash=hash_token(token),
-                    created_at=now,
-                    expires_at=now + self._ttl,
-                    token_type=SESSION,
-                )
+            return self.open_session(s, user), user_info(user)
+
+    def open_session(self, s: Session, user: models.User) -> str:
+        """A new login session for `user`, in the caller's transaction (a password login, single
+        sign-on: sso_users.py); its token, returned once."""
+        token = new_token()
+        now = utcnow()
+        s.add(
+            models.UserSession(
+                user_id=user.id,
+                token_hash=hash_token(token),
+                created_at=now,
+                expires_at=now + self._ttl,
+                token_type=SESSION,
             )
-            user.last_auth_at = now
-            # Expired sessions are pruned here, where they would otherwise only grow. (Access tokens
-            # stay: their owners list them, expired ones too.)
-            s.execute(
-                delete(models.UserSession).where(
-                    models.UserSession.expires_at < now, models.UserSession.token_type == SESSION
-                )
+        )
+        user.last_auth_at = now
+        # Expired sessions are pruned here, where they would otherwise only grow. (Access tokens
+        # stay: their owners list them, expired ones too.)
+        s.execute(
+            delete(models.UserSession).where(
+                models.UserSession.expires_at < now, models.UserSession.token_type == SESSION
             )
-            return token, user_info(user)
+        )
+        return token
 
     def logout(self, token: str) -> None:
         """End a login's session. An access token is not ended by a client that logs out with it

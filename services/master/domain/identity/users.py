@@ -115,6 +115,12 @@ def _check_username(username: str, field: str, *, current: str = "", admin: bool
     return clean
 
 
+def check_sso_username(username: str) -> str:
+    """A username taken from a provider's claim (sso_users.py), under the rules every username
+    keeps; "admin" and "determined" are never a remote user's."""
+    return _check_username(username[: MAX_USERNAME + 1], "the provider's username claim")
+
+
 def _check_display_name(display_name: str, field: str) -> str:
     if len(display_name) > MAX_DISPLAY_NAME:
         raise InvalidArgument(f"{field}: at most {MAX_DISPLAY_NAME} characters, not {len(display_name)}")
@@ -132,7 +138,10 @@ def _password_hash(password: str, is_hashed: bool, field: str) -> str:
 
 def _refuse_remote(remote: bool | None, field: str) -> None:
     if remote:
-        raise InvalidArgument(f"{field}: remote users need an external identity provider; Cairn has none")
+        raise InvalidArgument(
+            f"{field}: remote users sign in through single sign-on, which this master does not have "
+            "(the config file's oidc block)"
+        )
 
 
 def create(
@@ -143,7 +152,10 @@ def create(
     is_hashed: bool,
     *,
     allow_root_agent_user: bool = False,
+    allow_remote: bool = False,
 ) -> UserInfo:
+    """`allow_remote`: the master has single sign-on, so a remote user (no password, signs in
+    through the provider: sso_users.py) may be created ahead of its first login."""
     _require_admin(principal, "create users")
     # As Determined: a new user is its own "current" name, so only "determined" itself passes the
     # reserved-name check (and then meets the existing default admin).
@@ -156,8 +168,12 @@ def create(
         else None
     )
     display_name = _check_display_name(user.display_name or "", "user.displayName")
-    _refuse_remote(user.remote, "user.remote")
-    password_hash = _password_hash(password, is_hashed, "password")
+    remote = bool(user.remote)
+    if remote and not allow_remote:
+        _refuse_remote(remote, "user.remote")
+    if remote and password and salted_password(password, is_hashed) != EMPTY_PASSWORD:
+        raise InvalidArgument("password: a remote user has none (it signs in through single sign-on)")
+    password_hash = "" if remote else _password_hash(password, is_hashed, "password")
     now = utcnow()
     try:
         with db.transaction() as s:
@@ -171,6 +187,7 @@ def create(
                 display_name=display_name,
                 created_at=now,
                 modified_at=now,
+                remote=remote,
             )
             agent_users.store(row, link)
             s.add(row)

@@ -32,6 +32,7 @@ SHOWN_SETTINGS = frozenset(
         "webhook_base_url",
         "agent_auth",
         "agent_enrolment_secret",
+        "oidc",
         "host",
         "grpc_port",
         "http_port",
@@ -190,6 +191,8 @@ def effective_config(ctx: MasterContext) -> dict[str, Any]:
             "signing_key": HIDDEN,
             "base_url": settings.webhook_base_url,
         },
+        # Determined's oidc block (configuration/oidc.py); the client secret hidden.
+        "oidc": _oidc(settings),
         # Failed logins before a user or a client address is paused (domain/identity/login_limiter.py).
         "login_limits": {
             "failures_per_user": settings.login_failures_per_user,
@@ -251,3 +254,23 @@ def effective_config(ctx: MasterContext) -> dict[str, Any]:
     }
     redacted: dict[str, Any] = redact(config)
     return redacted
+
+
+def _oidc(settings: Settings) -> dict[str, Any]:
+    oidc = settings.oidc
+    if oidc is None:
+        return {"enabled": False}
+    return {
+        "enabled": True,
+        "provider": oidc.provider,
+        "idp_sso_url": oidc.issuer,
+        "idp_recipient_url": oidc.master_url,
+        "client_id": oidc.client_id,
+        "client_secret": HIDDEN if oidc.client_secret else "",
+        "authentication_claim": oidc.authentication_claim,
+        "auto_provision_users": oidc.auto_provision_users,
+        "groups_claim_name": oidc.groups_claim_name,
+        "display_name_attribute_name": oidc.display_name_claim,
+        "always_redirect": oidc.always_redirect,
+        "exclude_groups_scope": oidc.exclude_groups_scope,
+    }

@@ -93,6 +93,7 @@ def user(info: UserInfo) -> auth_pb2.User:
         modified_at=info.modified_at,
         last_auth_at=info.last_auth_at,
         agent_user_group=agent_user_group(info.agent_user_group),
+        remote=info.remote,
     )
 
 

@@ -7,6 +7,7 @@ import grpc
 from cairn import DETERMINED_API_VERSION
 from cairn.api.v1 import master_pb2
 from services.common.logging import get_logger
+from services.master.configuration.oidc import sso_providers
 from services.master.domain.kernel.errors import DatabaseUnavailable
 from services.master.domain.operations import cluster_message
 from services.master.servicers.api.base import ServicerBase
@@ -48,4 +49,5 @@ class MasterApi(ServicerBase):
             grpc_port=settings.grpc_port,
             http_port=settings.http_port,
             database=self.deps.database,
+            sso_providers=[master_pb2.SSOProvider(**p) for p in sso_providers(settings.oidc)],
         )

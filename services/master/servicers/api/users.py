@@ -94,6 +94,7 @@ class UsersApi(ServicerBase):
             request.password,
             request.is_hashed,
             allow_root_agent_user=self.ctx.settings.allow_root_agent_user,
+            allow_remote=self.ctx.settings.oidc is not None,
         )
         return auth_pb2.PostUserResponse(user=convert.user(info))
 
