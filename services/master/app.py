@@ -239,7 +239,9 @@ class Master:
         # Determined's streaming updates, with the switch on: served here, and relayed here from the
         # port's worker processes (stream_relay.py).
         streaming = STREAMING_UPDATES in settings.feature_switches
-        stream_sessions = local_sessions(self.db, self.stream_publisher, authenticate_user)
+        stream_sessions = local_sessions(
+            self.db, self.stream_publisher, authenticate_user, self.grants.attach
+        )
         relayed_streams = StreamConversations(stream_sessions) if streaming else None
         gateway_service = GatewayServicer(proxy_targets, health, relayed_streams)
         # Opens the internal gateway service to this boot's worker processes alone (their stdin).

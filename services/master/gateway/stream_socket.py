@@ -205,14 +205,18 @@ async def _close(send: Send, code: int, reason: str) -> None:
 
 
 def local_sessions(
-    db: Database, publisher: Publisher, authenticate: Callable[[str], Principal]
+    db: Database,
+    publisher: Publisher,
+    authenticate: Callable[[str], Principal],
+    current: Callable[[Principal], Principal] | None = None,
 ) -> OpenSession:
-    """Sessions opened in the master's process: the caller's user session, then a subscriber."""
+    """Sessions opened in the master's process: the caller's user session, then a subscriber that
+    decides each row by the caller's grants as they are then (`current`: StreamSession's)."""
 
     def open_session(token: str | None, wake: Callable[[], None]) -> StreamSession:
         if token is None:
             raise Unauthenticated("no credentials: log in (a Bearer token or the auth cookie)")
         principal = authenticate(token)
-        return StreamSession(db, publisher, principal, wake)
+        return StreamSession(db, publisher, principal, wake, current)
 
     return open_session

@@ -31,13 +31,25 @@ class StreamSession:
     called from any thread when something is owed."""
 
     def __init__(
-        self, db: Database, publisher: Publisher, principal: Principal, wake: Callable[[], None]
+        self,
+        db: Database,
+        publisher: Publisher,
+        principal: Principal,
+        wake: Callable[[], None],
+        current: Callable[[Principal], Principal] | None = None,
     ) -> None:
+        """`current`: the principal with its grants as they are now (GrantCache.attach: a
+        dictionary lookup while no role, group or workspace changed), asked at each row, so a role
+        taken away applies to a stream already open; without it, its grants as they are now,
+        for the whole connection."""
         self._db = db
         self._publisher = publisher
-        # Its grants once, for every row the stream decides on (identity/grants.py).
-        with db.read() as s:
-            self._principal = access.resolved(principal, s)
+        if current is None:
+            with db.read() as s:
+                resolved = access.resolved(principal, s)
+            current = lambda _: resolved  # noqa: E731
+        self._principal = principal
+        self._current = current
         self.subscriber = Subscriber(self.may_read, wake)
         # (kind name, id) -> the seq of the row the last sync sent; until every older queued
         # change has passed (see pending).
@@ -46,7 +58,7 @@ class StreamSession:
         publisher.add(self.subscriber)  # TooManySubscribers
 
     def may_read(self, workspace_id: int) -> bool:
-        return access.may(self._principal, Permission.VIEW_PROJECT, workspace_id)
+        return access.may(self._current(self._principal), Permission.VIEW_PROJECT, workspace_id)
 
     def close(self) -> None:
         self._publisher.remove(self.subscriber)

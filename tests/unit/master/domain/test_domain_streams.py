@@ -19,6 +19,9 @@ from sqlalchemy import select, update
 from services.common.principal import Principal
 from services.master.domain.checkpoints import model_registry
 from services.master.domain.deletion import workspace_deletion
+from services.master.domain.identity import groups, role_assignments, roles
+from services.master.domain.identity.grants import GrantCache
+from services.master.domain.identity.role_assignments import Assignment, Requested
 from services.master.domain.kernel.errors import InvalidArgument
 from services.master.domain.streams import keysets
 from services.master.domain.streams.changes import StreamChanges
@@ -303,6 +306,27 @@ def test_a_sync_sends_what_the_client_lacks_and_names_what_it_knows_that_is_gone
     finally:
         session.close()
     assert publisher.count() == 0
+
+
+def test_a_role_taken_away_applies_to_a_stream_already_open(master: Master, publisher: Publisher) -> None:
+    ctx, admin = master.ctx, master.admin
+    (everyone,) = groups.listing(master.db, groups.GroupQuery(name="everyone"))[0]
+    groups.delete_group(ctx, admin, everyone.id)  # no default roles: the viewer's is its only one
+    vision = _workspace(master, "vision")
+    viewer = master.add_user("viewer")
+    viewing = Requested(Assignment(roles.VIEWER.id, user_id=viewer.user_id, workspace_id=vision), "a")
+    role_assignments.assign(ctx, admin, [viewing])
+    cache = GrantCache(master.db, lambda: ctx.access_version)
+    session = StreamSession(master.db, publisher, viewer, lambda: None, cache.attach)
+    try:
+        _pages(session, _startup("1", {}, projects={"workspace_ids": [vision]}))
+        _project(master, vision, "seen")
+        assert [json.loads(t)["project"]["name"] for t in session.pending()] == ["seen"]
+        role_assignments.remove(ctx, admin, [viewing])
+        _project(master, vision, "hidden")
+        assert session.pending() == []
+    finally:
+        session.close()
 
 
 def test_a_client_that_falls_behind_is_dropped_and_its_queue_stays_bounded(
