@@ -16,8 +16,8 @@ UNCATEGORIZED = models.UNCATEGORIZED_WORKSPACE_ID
 
 
 def of_project(s: Session, project_id: int) -> int:
-    workspace_id = s.scalar(select(models.Project.workspace_id).where(models.Project.id == project_id))
-    return int(workspace_id) if workspace_id is not None else UNCATEGORIZED
+    found = of_project_id(s, project_id)
+    return found if found is not None else UNCATEGORIZED
 
 
 def of_project_id(s: Session, project_id: int) -> int | None:
@@ -52,11 +52,10 @@ def of_trials(s: Session, trial_ids: list[int]) -> dict[int, int]:
 
 
 def of_task(s: Session, task: models.Task) -> int:
-    """A trial's task lives with its experiment; another task where it was launched."""
-    if task.experiment_id is not None:
-        found = of_experiment_id(s, task.experiment_id)
-        if found is not None:
-            return found
+    """Where the task lives: a trial's task with its experiment (the column is set when the trial
+    is created and moved with its experiment: experiment_projects.py), another where it was
+    launched; the task listings filter by the same column (reads/visibility.py)."""
+    del s  # the row says it
     return task.workspace_id if task.workspace_id is not None else UNCATEGORIZED
 
 

@@ -79,14 +79,3 @@ def in_column(q: Any, column: Any, workspaces: Workspaces) -> Any:
     if workspaces is None:
         return q
     return q.where(column.in_(list(workspaces))) if workspaces else q.where(false())
-
-
-def task_or_trial_clause(workspaces: Collection[int]) -> ColumnElement[bool]:
-    """A task launched in `workspaces`, or a trial's task whose experiment is there."""
-    return or_(
-        task_clause(workspaces),
-        and_(
-            models.Task.experiment_id.is_not(None),
-            models.Task.experiment_id.in_(experiment_ids_in(workspaces)),
-        ),
-    )

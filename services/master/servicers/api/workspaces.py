@@ -7,13 +7,12 @@ from typing import Any
 
 import grpc
 from google.protobuf import struct_pb2
-from sqlalchemy.orm import Session
 
 from cairn.api.v1 import common_pb2
 from cairn.api.v1 import workspace_pb2 as wpb
 from services.master.domain.deletion import workspace_deletion
 from services.master.domain.experiments import experiment_projects
-from services.master.domain.identity import agent_users
+from services.master.domain.identity import agent_users, scopes
 from services.master.domain.identity.permissions import Permission
 from services.master.domain.reads import workspaces as reads
 from services.master.domain.workspaces import workspaces
@@ -21,7 +20,6 @@ from services.master.servicers.api import convert
 from services.master.servicers.api.base import ServicerBase
 from services.master.servicers.api.templates import plain
 from services.master.servicers.errors import rpc
-from services.master.store import models
 
 WORKSPACE_SORT = {
     wpb.GetWorkspacesRequest.SORT_BY_UNSPECIFIED: "id",
@@ -105,11 +103,6 @@ def _struct_given(message: Any, field: str) -> dict[str, Any] | None:
     value.struct_value.CopyFrom(getattr(message, field))
     result: dict[str, Any] = plain(value)
     return result
-
-
-def _project_workspace(s: Session, project_id: int) -> int | None:
-    project = s.get(models.Project, project_id)
-    return project.workspace_id if project is not None else None
 
 
 class WorkspacesApi(ServicerBase):
@@ -297,7 +290,7 @@ class WorkspacesApi(ServicerBase):
             context,
             Permission.VIEW_PROJECT,
             f"project {request.id}",
-            lambda s: _project_workspace(s, request.id),
+            lambda s: scopes.of_project_id(s, request.id),
         )
         return self.cache.get(
             "GetProject", request, lambda: wpb.GetProjectResponse(project=self._project(request.id))
