@@ -21,6 +21,7 @@ from services.master.domain.identity.auth import ACCESS, AuthService, hash_token
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.context import MasterContext
 from services.master.domain.kernel.errors import FailedPrecondition, InvalidArgument, NotFound
+from services.master.domain.kernel.go_duration import go_duration_seconds
 from services.master.domain.kernel.paging import Page, page_of
 from services.master.store import models
 
@@ -30,9 +31,6 @@ NO_END = datetime(9999, 1, 1, tzinfo=UTC)
 MAX_DESCRIPTION = 255
 # A lifespan is a short text ("720h", "1h30m"); anything longer is not one.
 MAX_LIFESPAN_TEXT = 64
-# Go's duration units (time.ParseDuration), in seconds.
-_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
 # Control characters (tabs, line breaks) would break the tables descriptions are printed in.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -93,12 +91,16 @@ def parse_lifespan(text: str | None, limits: LifespanLimits) -> timedelta | None
                 f"lifespan: a token without an end is not allowed here; at most {limits.max_days} days"
             )
         return None
-    if len(text) > MAX_LIFESPAN_TEXT or not text or _PART.sub("", text) != "":
-        raise InvalidArgument(
-            f"lifespan: {text[:MAX_LIFESPAN_TEXT]!r} is not a duration; write it as Go does "
-            '("720h", "1h30m"), or "-1" for no end'
-        )
-    seconds = sum(float(number) * _UNITS[unit] for number, unit in _PART.findall(text))
+    not_one = InvalidArgument(
+        f"lifespan: {text[:MAX_LIFESPAN_TEXT]!r} is not a duration; write it as Go does "
+        '("720h", "1h30m"), or "-1" for no end'
+    )
+    if len(text) > MAX_LIFESPAN_TEXT or text[:1] in "+-":  # no sign: a lifespan runs forward
+        raise not_one
+    try:
+        seconds = go_duration_seconds(text)
+    except ValueError:
+        raise not_one from None
     longest_days = limits.max_days if limits.max_days != -1 else None
     if seconds < 1:
         raise InvalidArgument(f"lifespan: {text!r} is shorter than a second")

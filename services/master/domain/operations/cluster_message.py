@@ -16,7 +16,7 @@ from services.master.domain.identity.permissions import Permission
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.context import MasterContext
 from services.master.domain.kernel.errors import InvalidArgument
-from services.master.domain.operations.go_duration import parse_go_duration
+from services.master.domain.kernel.go_duration import parse_go_duration
 from services.master.domain.reads import cluster_message as reads
 from services.master.store import models
 

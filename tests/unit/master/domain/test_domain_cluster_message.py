@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from services.master.domain.kernel.errors import InvalidArgument, PermissionDenied
+from services.master.domain.kernel.go_duration import parse_go_duration
 from services.master.domain.operations import cluster_message as cm
-from services.master.domain.operations.go_duration import parse_go_duration
 from tests.unit.master.domain.harness import Master
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)

@@ -1,5 +1,6 @@
-"""Go's duration strings ("90m", "1h30m", "1.5h", "300ms"), the form Determined's cluster-message
-`--duration` takes (its master parses them with time.ParseDuration)."""
+"""Go's duration strings ("90m", "1h30m", "1.5h", "300ms"), the form Determined's clients send
+durations in (its master parses them with time.ParseDuration): a cluster message's `--duration`,
+an access token's lifespan."""
 
 from __future__ import annotations
 
@@ -22,6 +23,16 @@ _PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
 
 def parse_go_duration(text: str) -> timedelta:
     """The duration `text` names; ValueError (saying why) otherwise."""
+    seconds = go_duration_seconds(text)
+    try:
+        return timedelta(seconds=seconds)
+    except OverflowError:
+        raise ValueError(f"{text!r} is too long a duration") from None
+
+
+def go_duration_seconds(text: str) -> float:
+    """The seconds `text` names, however many (no date or timedelta bounds them yet: a caller
+    that has its own bounds checks them first); ValueError (saying why) when it is not a duration."""
     if len(text) > MAX_DURATION_CHARS:
         raise ValueError(f"at most {MAX_DURATION_CHARS} characters")
     body = text
@@ -30,7 +41,7 @@ def parse_go_duration(text: str) -> timedelta:
         sign = -1.0 if body[0] == "-" else 1.0
         body = body[1:]
     if body == "0":
-        return timedelta(0)
+        return 0.0
     if not body:
         raise ValueError(f"{text!r} is not a duration such as 90m, 24h or 1h30m")
     seconds = 0.0
@@ -42,7 +53,4 @@ def parse_go_duration(text: str) -> timedelta:
         position = match.end()
     if position != len(body):
         raise ValueError(f"{text!r} is not a duration such as 90m, 24h or 1h30m (units: ns, us, ms, s, m, h)")
-    try:
-        return timedelta(seconds=sign * seconds)
-    except OverflowError:
-        raise ValueError(f"{text!r} is too long a duration") from None
+    return sign * seconds
