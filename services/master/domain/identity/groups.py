@@ -123,6 +123,31 @@ def get(db: Database, group_id: int) -> GroupInfo:
         return _info(s, _load(s, group_id))
 
 
+def get_many(db: Database, group_ids: list[int]) -> list[GroupInfo]:
+    """The groups of these ids that exist, each with its members, in the ids' order: one session
+    and two queries, whatever their number (a workspace's member groups)."""
+    if not group_ids:
+        return []
+    with db.read() as s:
+        found = {
+            g.id: g for g in s.scalars(select(models.UserGroup).where(models.UserGroup.id.in_(group_ids)))
+        }
+        members: dict[int, list[models.User]] = {g: [] for g in found}
+        rows = s.execute(
+            select(models.UserGroupMember.group_id, models.User)
+            .join(models.User, models.User.id == models.UserGroupMember.user_id)
+            .where(models.UserGroupMember.group_id.in_(list(found)))
+            .order_by(models.User.id)
+        )
+        for group_id, user in rows:
+            members[group_id].append(user)
+        return [
+            GroupInfo(g, found[g].name, tuple(user_info(u) for u in members[g]))
+            for g in group_ids
+            if g in found
+        ]
+
+
 def listing(db: Database, query: GroupQuery) -> tuple[list[GroupRow], Page]:
     members = (
         select(models.UserGroupMember.group_id, func.count().label("n"))

@@ -177,7 +177,7 @@ class RolesApi(ServicerBase):
             self.ctx.db, self.user(context), request.workspace_id, request.name
         )
         return rbac_pb2.GetGroupsAndUsersAssignedToWorkspaceResponse(
-            groups=[group_details(groups.get(self.ctx.db, g)) for g in members.group_ids],
+            groups=[group_details(g) for g in groups.get_many(self.ctx.db, list(members.group_ids))],
             users_assigned_directly=[convert.user(u) for u in users.get_many(self.ctx.db, members.user_ids)],
             assignments=with_assignments(members.assignments),
         )

@@ -33,6 +33,15 @@ def test_an_admin_creates_renames_fills_and_deletes_a_group(master: Master) -> N
     assert names(master, user_id=bob.user_id) == [("everyone", 4), ("Team-A", 1)]
     assert names(master, user_id=alice.user_id) == [("everyone", 4)]
 
+    # Many at once, in the order asked, each with its members; an id of no group is passed over.
+    other = groups.create(master.ctx, master.admin, "other", [alice.user_id, bob.user_id])
+    many = groups.get_many(master.db, [other.id, created.id + 1000, created.id])
+    assert [(g.name, [u.username for u in g.members]) for g in many] == [
+        ("other", ["alice", "bob"]),
+        ("Team-A", ["bob"]),
+    ]
+    assert many[1] == groups.get(master.db, created.id)
+
     groups.delete_group(master.ctx, master.admin, created.id)
     with pytest.raises(NotFound, match="groupId: no group"):
         groups.get(master.db, created.id)
