@@ -105,19 +105,24 @@ def _check_may_assign(s: Session, principal: Principal, requested: list[Requeste
             access.check(principal, Permission.ASSIGN_ROLES, a.workspace_id, what, s)
 
 
-def _matching(a: Assignment) -> list[ColumnElement[bool]]:
-    """WHERE clauses selecting the stored rows of this assignment."""
+def _stored(s: Session, wanted: list[Requested]) -> dict[Assignment, list[int]]:
+    """The stored rows (their ids) of the assignments asked about: one query over their holders'
+    rows, matched here, however many are asked (up to MAX_ASSIGNMENTS_PER_REQUEST)."""
     t = models.RoleAssignment
-    return [
-        t.role_id == a.role_id,
-        t.user_id.is_(None) if a.user_id is None else t.user_id == a.user_id,
-        t.group_id.is_(None) if a.group_id is None else t.group_id == a.group_id,
-        t.workspace_id.is_(None) if a.workspace_id is None else t.workspace_id == a.workspace_id,
-    ]
-
-
-def _held(s: Session, a: Assignment) -> bool:
-    return s.scalar(select(models.RoleAssignment.id).where(*_matching(a)).limit(1)) is not None
+    user_ids = {r.assignment.user_id for r in wanted if r.assignment.user_id is not None}
+    group_ids = {r.assignment.group_id for r in wanted if r.assignment.group_id is not None}
+    asked = {r.assignment for r in wanted}
+    found: dict[Assignment, list[int]] = {}
+    rows = s.execute(
+        select(t.id, t.role_id, t.user_id, t.group_id, t.workspace_id).where(
+            or_(t.user_id.in_(user_ids), t.group_id.in_(group_ids))
+        )
+    )
+    for row_id, role_id, user_id, group_id, workspace_id in rows:
+        key = Assignment(role_id, user_id, group_id, workspace_id)
+        if key in asked:
+            found.setdefault(key, []).append(row_id)
+    return found
 
 
 def assign(ctx: MasterContext, principal: Principal, requested: list[Requested]) -> None:
@@ -127,8 +132,9 @@ def assign(ctx: MasterContext, principal: Principal, requested: list[Requested])
         s = w.session
         _check_may_assign(s, principal, distinct, "assign")
         _check_exists(s, distinct)
+        held = _stored(s, distinct)
         for r in distinct:
-            if _held(s, r.assignment):
+            if r.assignment in held:
                 a = r.assignment
                 raise AlreadyExists(
                     f"{r.field}: {_holder(a)} holds role {a.role_id} on {_scope(a.workspace_id)} already"
@@ -153,14 +159,15 @@ def remove(ctx: MasterContext, principal: Principal, requested: list[Requested])
     with ctx.unit_of_work() as w:
         s = w.session
         _check_may_assign(s, principal, distinct, "remove")
+        held = _stored(s, distinct)
         for r in distinct:
-            if not _held(s, r.assignment):
+            if r.assignment not in held:
                 a = r.assignment
                 raise NotFound(
                     f"{r.field}: {_holder(a)} does not hold role {a.role_id} on {_scope(a.workspace_id)}"
                 )
-        for r in distinct:
-            s.execute(delete(models.RoleAssignment).where(*_matching(r.assignment)))
+        row_ids = [row_id for ids in held.values() for row_id in ids]
+        s.execute(delete(models.RoleAssignment).where(models.RoleAssignment.id.in_(row_ids)))
         w.later(ctx.access_changed)
 
 
