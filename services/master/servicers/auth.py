@@ -87,18 +87,18 @@ def master_authenticator(
     cluster_token: str | None,
     gateway_key: str,
     agents: AgentAuthenticate | None = None,
-    grants: GrantCache | None = None,
+    *,
+    grants: GrantCache,
 ) -> Authenticate:
     """`agents`: who is calling the agent service (agent_auth.py); None takes the cluster token
     (or nothing, without one) from any agent, as before agents had credentials of their own.
-    `grants`: where a user's grants are kept between calls; None computes them per decision."""
+    `grants`: each user's grants, attached to their call's principal before the access gate."""
 
     def authenticate(method: str, metadata: Metadata) -> Principal:
         principal = _authenticate(method, metadata)
         if not method.startswith(API):
             return principal
-        if grants is not None:
-            principal = grants.attach(principal)
+        principal = grants.attach(principal)
         try:
             access.check_call(principal, method.removeprefix(API))
         except PermissionDenied as exc:

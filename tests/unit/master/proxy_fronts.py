@@ -37,7 +37,10 @@ def gateway_service(master: Master, targets: LocalTargets, key: str) -> Iterator
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=8),
         interceptors=[
-            AuthInterceptor(master_authenticator(AuthService(master.db, 3600), None, key), PUBLIC_METHODS)
+            AuthInterceptor(
+                master_authenticator(AuthService(master.db, 3600), None, key, grants=master.grant_cache()),
+                PUBLIC_METHODS,
+            )
         ],
     )
     register_gateway_service(server, GatewayServicer(targets, ContextHealth(master.ctx)))

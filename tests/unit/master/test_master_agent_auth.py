@@ -34,7 +34,11 @@ TOKEN = "the-cluster-token"
 @contextlib.contextmanager
 def _agent_service(master: Master, mode: str) -> Iterator[grpc.Channel]:
     authenticate = master_authenticator(
-        AuthService(master.db, 3600), TOKEN, "gateway-key", agent_authenticator(master.db, mode, TOKEN)
+        AuthService(master.db, 3600),
+        TOKEN,
+        "gateway-key",
+        agent_authenticator(master.db, mode, TOKEN),
+        grants=master.grant_cache(),
     )
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=16),
@@ -170,7 +174,9 @@ def test_a_revocation_ends_the_live_stream_naming_it(master: Master) -> None:
 
 
 def test_the_cluster_token_opens_join_tokens_alone_on_the_public_api(master: Master) -> None:
-    authenticate = master_authenticator(AuthService(master.db, 3600), TOKEN, "gateway-key")
+    authenticate = master_authenticator(
+        AuthService(master.db, 3600), TOKEN, "gateway-key", grants=master.grant_cache()
+    )
     given = [(CLUSTER_TOKEN_KEY, TOKEN)]
     principal = authenticate("/cairn.api.v1.Cairn/CreateAgentJoinToken", given)
     assert principal.internal and principal.user_id is None

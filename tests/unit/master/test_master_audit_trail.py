@@ -179,7 +179,9 @@ def audited(master: Master) -> Iterator[Audited]:
 
     interceptors = [
         AuditInterceptor(records.append, GATEWAY_KEY),
-        AuthInterceptor(master_authenticator(auth, None, GATEWAY_KEY), PUBLIC_METHODS),
+        AuthInterceptor(
+            master_authenticator(auth, None, GATEWAY_KEY, grants=master.grant_cache()), PUBLIC_METHODS
+        ),
     ]
     # One thread: each call runs where the one before ran, so a leaked principal would show.
     server = start_server(

@@ -80,7 +80,10 @@ def _internal_service(master: Master, streams: StreamConversations | None, key: 
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=16),
         interceptors=[
-            AuthInterceptor(master_authenticator(AuthService(master.db, 3600), None, key), PUBLIC_METHODS)
+            AuthInterceptor(
+                master_authenticator(AuthService(master.db, 3600), None, key, grants=master.grant_cache()),
+                PUBLIC_METHODS,
+            )
         ],
     )
     targets = LocalTargets(master.ctx, lambda token: Principal())

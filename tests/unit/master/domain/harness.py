@@ -33,6 +33,7 @@ from services.master.domain.experiments import creation
 from services.master.domain.experiments.searcher_pump import SearcherPump
 from services.master.domain.identity import default_groups
 from services.master.domain.identity.auth import AuthService
+from services.master.domain.identity.grants import GrantCache
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.context import MasterContext
 from services.master.domain.kernel.deferred_work import Backoff
@@ -289,6 +290,10 @@ class Master:
         self.gc = CheckpointGc(self.ctx, self.checkpoints)
         self.ctx.experiment_delete_hooks.append(self.gc.delete_experiment_files)
         self.deferred = DeferredWorkRunner(self.ctx, master_handlers(self.ctx, self.gc), Backoff())
+
+    def grant_cache(self) -> GrantCache:
+        """Users' grants kept between calls as the master keeps them (app.py), for its edges."""
+        return GrantCache(self.db, lambda: self.ctx.access_version)
 
     def run_deferred(self) -> int:
         """One step of the deferred-work loop: runs what is due; how many items ran."""
