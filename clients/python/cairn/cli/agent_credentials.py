@@ -4,28 +4,21 @@ credentials` and `cairn agent revoke ID`: how agents join and how one is shut ou
 
 from __future__ import annotations
 
-import re
-
 import click
 
 from cairn.api.v1 import agent_enrolment_pb2 as epb
+from cairn.cli.durations import seconds_of
 from cairn.cli.groups import AliasedGroup
 from cairn.cli.output import build_table, key_value_table, print_json, print_renderable, timestamp_text
 from cairn.cli.state import CliState, json_option, pass_state
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_DURATION = re.compile(r"(\d+)([smhd])")
-
 
 def parse_expiry(text: str) -> int:
     """Seconds of "90m", "24h", "7d", "1h30m" or a plain number of seconds."""
-    text = text.strip()
-    if text.isdigit():
-        return int(text)
-    parts = _DURATION.findall(text)
-    if not parts or "".join(n + u for n, u in parts) != text:
-        raise click.BadParameter(f"{text!r} is not a duration (write it like 30m, 24h or 7d)")
-    return sum(int(n) * _UNITS[u] for n, u in parts)
+    seconds = seconds_of(text, bare_seconds=True)
+    if seconds is None:
+        raise click.BadParameter(f"{text.strip()[:64]!r} is not a duration (write it like 30m, 24h or 7d)")
+    return int(seconds)
 
 
 @click.group(name="join-token", cls=AliasedGroup, aliases={"ls": "list"})

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime, timedelta
 
 import click
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from cairn.api.v1 import audit_pb2
+from cairn.cli.durations import seconds_of
 from cairn.cli.groups import AliasedGroup
 from cairn.cli.output import build_table, print_json, print_renderable, timestamp_text
 from cairn.cli.state import CliState, json_option, pass_state
@@ -17,17 +17,14 @@ from cairn.cli.state import CliState, json_option, pass_state
 PAGE = 1000
 MAX_LIMIT = 100_000
 COLUMNS = ("ID", "Time", "Who", "Method", "Targets", "Outcome", "From")
-_AGE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
-_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
 
 def parse_moment(text: str, now: datetime | None = None) -> datetime:
     """A time as given: an age back from now ("30m", "2h", "7d") or an ISO 8601 date or time
     ("2026-12-01", "2026-12-01T12:00:00Z"; without a zone, this machine's)."""
-    age = _AGE.fullmatch(text.strip())
+    age = seconds_of(text)
     if age is not None:
-        amount, unit = float(age.group(1)), age.group(2)
-        return (now or datetime.now(UTC)) - timedelta(**{_UNITS[unit]: amount})
+        return (now or datetime.now(UTC)) - timedelta(seconds=age)
     try:
         moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
