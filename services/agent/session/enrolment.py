@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ import grpc
 
 from cairn.agent.v1 import agent_pb2 as apb
 from cairn.agent.v1 import agent_pb2_grpc
+from cairn.client.token_store import write_private_file
 from cairn.metadata_keys import AGENT_CREDENTIAL_KEY, CLUSTER_TOKEN_KEY
 from cairn.wire import channel_with
 from services.common.logging import get_logger
@@ -85,18 +85,10 @@ class CredentialStore:
         return StoredCredential(str(data["credential"]), str(data.get("join_token_sha256") or ""))
 
     def save(self, agent_id: str, credential: str, join_token_sha256: str = "") -> None:
-        tmp = self.path.with_name(f".{CREDENTIAL_FILE}.{os.getpid()}.tmp")
-        tmp.unlink(missing_ok=True)
-        # Created 0600 (not chmod'ed after): the credential is never readable by anyone else.
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            json.dump(
-                {"agent_id": agent_id, "credential": credential, "join_token_sha256": join_token_sha256},
-                handle,
-            )
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, self.path)
+        # Written as the CLI writes its logins: a temporary file created 0600 (never readable by
+        # anyone else), synced, then renamed over the old one.
+        record = {"agent_id": agent_id, "credential": credential, "join_token_sha256": join_token_sha256}
+        write_private_file(self.path, json.dumps(record))
 
     def forget(self) -> None:
         self.path.unlink(missing_ok=True)
