@@ -1,7 +1,8 @@
 """The audit trail's page in Chromium (Playwright, as test_e2e_webui.py drives it): an admin sees
 the changes made on the cluster, newest first, with who, what, targets, outcome and where from,
 the browser's own login among them; filters by user and outcome narrow it (and stay in the
-address); a user who is not an admin has no link to it and is told why when opening it. SQLite and
+address); a user who is not an admin has no link to it and is told why when opening it, until a
+role gives them what an admin holds (ClusterAdmin by assignment, the admin flag off). SQLite and
 the process runtime only: the browser side depends on neither.
 """
 
@@ -14,7 +15,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from cairn.api.v1 import auth_pb2
+from cairn.api.v1 import auth_pb2, rbac_pb2
 
 # The browser helpers of the WebUI's own e2e tests: one way to start Chromium.
 from tests.e2e.test_e2e_webui import SCREENSHOTS, Browser, _log_in, browser_on, expect
@@ -87,5 +88,25 @@ def test_admins_read_and_filter_the_trail_others_are_refused(
     b.goto("/audit")
     expect(page.get_by_role("alert")).to_contain_text("only an admin may read the audit trail")
     expect(rows).to_have_count(0)
+
+    # Given ClusterAdmin by a role (the admin flag still off), the link and the trail are theirs.
+    (me,) = [u for u in admin.GetUsers(auth_pb2.GetUsersRequest()).users if u.username == "determined"]
+    admin.AssignRoles(
+        rbac_pb2.AssignRolesRequest(
+            user_role_assignments=[
+                rbac_pb2.UserRoleAssignment(
+                    user_id=me.id,
+                    role_assignment=rbac_pb2.RoleAssignment(
+                        role=rbac_pb2.Role(role_id=1), scope_cluster=True
+                    ),
+                )
+            ]
+        )
+    )
+    b.goto("/experiments")
+    audit_link = page.get_by_role("navigation", name="Main").get_by_role("link", name="Audit")
+    expect(audit_link).to_have_count(1)
+    audit_link.click()
+    expect(page.locator('tbody tr[data-method="AssignRoles"]')).to_have_count(1)
     b.check_clean()
     assert (SCREENSHOTS / "audit-trail.png").is_file()

@@ -1,7 +1,7 @@
 // The shell: who is logged in, the navigation, and which page the path names.
 
 import { useEffect, useState } from "preact/hooks";
-import { getMe, logout } from "./api/endpoints";
+import { clusterPermissions, getMe, getPermissionsSummary, logout } from "./api/endpoints";
 import { setToken, setUnauthorizedHandler } from "./api/http";
 import type { User } from "./api/types";
 import { ClusterMessageBanner } from "./components/ClusterMessageBanner";
@@ -34,6 +34,8 @@ setUnauthorizedHandler(() => {
 export function App() {
   const { path } = useLocation();
   const [user, setUser] = useState<User | null | undefined>(undefined);
+  // What the user may do cluster-wide, by the roles they hold (an admin: everything).
+  const [held, setHeld] = useState<Set<string>>(new Set());
 
   useEffect(() => {
     if (path.startsWith("/login") || user) return;
@@ -43,6 +45,16 @@ export function App() {
       .catch(() => setUser(null));
     return () => controller.abort();
   }, [path, user]);
+
+  useEffect(() => {
+    if (!user) return;
+    const controller = new AbortController();
+    getPermissionsSummary(controller.signal)
+      .then((summary) => setHeld(clusterPermissions(summary)))
+      .catch(() => setHeld(new Set()));
+    return () => controller.abort();
+  }, [user]);
+  const may = (permission: string) => user?.admin === true || held.has(`PERMISSION_TYPE_${permission}`);
 
   if (path.startsWith("/login")) {
     return <LoginPage onLogin={(u) => setUser(u)} />;
@@ -81,7 +93,7 @@ export function App() {
           <Link href="/cluster" class={path.startsWith("/cluster") || path.startsWith("/workspaces") ? "active" : ""}>
             Cluster
           </Link>
-          {user?.admin ? (
+          {may("VIEW_MASTER_LOGS") ? (
             <Link href="/audit" class={path.startsWith("/audit") ? "active" : ""}>
               Audit
             </Link>
@@ -96,7 +108,7 @@ export function App() {
       </header>
       <ClusterMessageBanner />
       <main>
-        <Page path={path} admin={user?.admin === true} />
+        <Page path={path} may={may} />
       </main>
     </div>
   );
@@ -107,8 +119,8 @@ function Redirect(props: { to: string }) {
   return null;
 }
 
-function Page(props: { path: string; admin: boolean }) {
-  const { path, admin } = props;
+function Page(props: { path: string; may: (permission: string) => boolean }) {
+  const { path, may } = props;
   if (path === "/" || path === "") return <Redirect to="/experiments" />;
   if (match("/experiments", path)) return <ExperimentsPage />;
   const experiment = match("/experiments/:id", path);
@@ -121,11 +133,11 @@ function Page(props: { path: string; admin: boolean }) {
   if (match("/tasks", path)) return <TasksPage />;
   const opening = match("/tasks/:id/open", path);
   if (opening) return <TaskOpenPage key={opening.id} taskId={opening.id} />;
-  if (match("/cluster", path)) return <ClusterPage admin={admin} />;
+  if (match("/cluster", path)) return <ClusterPage admin={may("MODIFY_RP_WORKSPACE_BINDINGS")} />;
   if (match("/queue", path)) return <QueuePage />;
-  if (match("/audit", path)) return <AuditPage admin={admin} />;
+  if (match("/audit", path)) return <AuditPage admin={may("VIEW_MASTER_LOGS")} />;
   const workspace = match("/workspaces/:id", path);
-  if (workspace) return <WorkspacePage key={workspace.id} id={Number(workspace.id)} admin={admin} />;
+  if (workspace) return <WorkspacePage key={workspace.id} id={Number(workspace.id)} admin={may("SET_RESOURCE_QUOTAS")} />;
   return (
     <section>
       <h1>Not found</h1>

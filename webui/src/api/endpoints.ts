@@ -46,6 +46,26 @@ export const getMaster = (signal?: AbortSignal) => get<MasterInfo>("/api/v1/mast
 
 export const getMe = (signal?: AbortSignal) => get<{ user: User }>("/api/v1/me", undefined, signal);
 
+// The roles the caller holds and where (Determined's GetPermissionsSummary): what the views that
+// only some may use ask, so the WebUI shows what the master would allow (it decides anyway).
+export interface PermissionsSummary {
+  roles?: { roleId: number; permissions?: { id: string }[] }[];
+  assignments?: { roleId: number; scopeCluster?: boolean; scopeWorkspaceIds?: number[] }[];
+}
+export const getPermissionsSummary = (signal?: AbortSignal) =>
+  get<PermissionsSummary>("/api/v1/permissions/summary", undefined, signal);
+
+/** The permissions (Determined's names, "PERMISSION_TYPE_...") held cluster-wide. */
+export function clusterPermissions(summary: PermissionsSummary): Set<string> {
+  const byRole = new Map((summary.roles ?? []).map((r) => [r.roleId, r.permissions ?? []]));
+  const held = new Set<string>();
+  for (const a of summary.assignments ?? []) {
+    if (!a.scopeCluster) continue;
+    for (const p of byRole.get(a.roleId) ?? []) held.add(p.id);
+  }
+  return held;
+}
+
 export interface ExperimentsQuery {
   sortBy: string;
   orderBy: "ORDER_BY_ASC" | "ORDER_BY_DESC";

@@ -72,8 +72,9 @@ export function AuditPage(props: { admin: boolean }) {
         },
         signal,
       ),
-    before ? 0 : POLL_MS,
-    [key],
+    // Read once (to say why not) where the caller may not read it; polled where they may.
+    before || !props.admin ? 0 : POLL_MS,
+    [key, props.admin],
   );
   const events = data?.events ?? [];
   const older = data?.nextBeforeId && data.nextBeforeId !== "0" ? data.nextBeforeId : "";
