@@ -1,4 +1,15 @@
-"""End-to-end fixtures: every test runs on SQLite and on PostgreSQL, against a real cluster."""
+"""End-to-end fixtures: every test runs against a real cluster, on one database or on each.
+
+An end-to-end test runs on PostgreSQL, the database a shared cluster runs on (the Kubernetes
+deployment, a standby master), or on SQLite where PostgreSQL is left out (CAIRN_TEST_POSTGRES=skip).
+What the two databases answer differently (SQL dialects, ids and sequences, locks, JSON, paging,
+migrations, metric intake) is the domain tests' subject, on each database
+(tests/unit/master/domain/conftest.py); running every end-to-end test on both doubled the suite's
+longest part for what those already check. The tests whose subject is the database's part in the
+whole system, or the embedded SQLite a new user's local cluster starts on, are marked
+`on_each_database` (a test, or its module's `pytestmark`) and run on both: a master recovering its
+state after a restart or a handover, the CLI's walkthrough, the stock client's core flows.
+"""
 
 from __future__ import annotations
 
@@ -13,15 +24,26 @@ import pytest
 from services.agent.runtime import private_mounts
 from tests.e2e.determined_client import det_runner, determined_env, sdk_runner
 from tests.support.cluster import AuthedStub, TestCluster, running_cluster
-from tests.support.databases import BACKENDS, fresh_database
+from tests.support.databases import BACKENDS, fresh_database, postgres_skipped
 from tests.support.docker_env import task_image  # noqa: F401 (the Docker tests' fixture)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
+# The one database an end-to-end test runs on unless it is marked `on_each_database`.
+E2E_DATABASE = "sqlite" if postgres_skipped() else "postgres"
 
-@pytest.fixture(params=BACKENDS)
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str | None]:
-    with fresh_database(request.param, tmp_path) as url:
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # The backend is a parameter of every test that gets a database, so its id names the database
+    # either way (`-k sqlite`, `-k postgres` select by it).
+    if "db_url" in metafunc.fixturenames:
+        each = bool(metafunc.definition.get_closest_marker("on_each_database"))
+        metafunc.parametrize("backend", BACKENDS if each else (E2E_DATABASE,), scope="function")
+
+
+@pytest.fixture
+def db_url(backend: str, tmp_path: Path) -> Iterator[str | None]:
+    with fresh_database(backend, tmp_path) as url:
         yield url
 
 

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.e2e.helpers import TRIAL_DIR, config
@@ -29,6 +30,8 @@ def run(
     return result
 
 
+# A new user's walkthrough: the local cluster's embedded SQLite and a PostgreSQL given by --db-url.
+@pytest.mark.on_each_database
 def test_cluster_walkthrough_with_the_cli(tmp_path: Path, db_url: str | None) -> None:
     state_dir = tmp_path / "state"
     env = {

@@ -43,6 +43,8 @@ max_restarts: 0
     return path
 
 
+# The stock client's core flows on the local cluster's SQLite default as on PostgreSQL.
+@pytest.mark.on_each_database
 def test_det_cli_and_a_determined_core_api_trial(cluster: TestCluster, det, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     info = det("master", "info", "--json")
     assert json.loads(info)["clusterId"]
@@ -97,6 +99,8 @@ def logs_of_checkpoints(det, trial_id: int) -> list[str]:  # type: ignore[no-unt
     ]
 
 
+# The stock client's core flows on the local cluster's SQLite default as on PostgreSQL.
+@pytest.mark.on_each_database
 def test_det_pause_activate_kill_and_follow_logs(cluster: TestCluster, det, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     det("experiment", "create", str(det_config(tmp_path, steps=300, step_s=0.1)), str(DET_TRIAL_DIR))
     api = cluster.login()

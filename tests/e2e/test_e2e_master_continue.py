@@ -32,6 +32,9 @@ HIDDEN = "********"
 # not ask for it, and a server that checks passwords has its own in its URL already.
 PG_PASSWORD = "e2e-Secret-pw"
 
+# The master's config as it shows its database, and a trial continued from its stored state.
+pytestmark = pytest.mark.on_each_database
+
 
 @pytest.fixture
 def db_url(db_url: str | None) -> str | None:

@@ -6,10 +6,15 @@ from __future__ import annotations
 import signal
 from collections import Counter
 
+import pytest
+
 from cairn.api.v1 import agent_pb2
 from tests.e2e.helpers import config, create, ledger, logs, stored_metrics, trials, wait_state
 from tests.support.cluster import TestCluster
 from tests.support.polling import wait_for
+
+# A master and an agent killed and restarted: the master's state comes back from its database.
+pytestmark = pytest.mark.on_each_database
 
 
 def test_master_kill_9_keeps_the_running_trial_and_every_metric(cluster: TestCluster) -> None:
