@@ -56,11 +56,12 @@ def test_admins_read_and_filter_the_trail_others_are_refused(
     expect(created.locator(".badge")).to_have_text("OK")
     expect(created).to_contain_text("POST /api/v1/users")
     expect(created).to_contain_text("(grpc)")
+    # The refused call and the browser's own login (through REST, from the browser's address) are
+    # stored within a second of them, off the calls' path, and shown at the page's next refresh
+    # (every 10 s): the page may have been read before.
     denied = page.locator('tbody tr[data-method="PostUser"]', has_text="username=sneaky")
-    expect(denied.locator(".badge")).to_have_text("PERMISSION_DENIED")
+    expect(denied.locator(".badge")).to_have_text("PERMISSION_DENIED", timeout=20_000)
     expect(denied).to_contain_text("determined")
-    # The browser's own login, through REST, from the browser's address: stored within a second
-    # of it, shown at the page's next refresh.
     browser_login = page.locator('tbody tr[data-method="Login"]', has_text="127.0.0.1 (rest)").first
     expect(browser_login).to_be_visible(timeout=20_000)
     b.shot("audit-trail")
