@@ -124,9 +124,12 @@ def _postgres_template(admin: Any) -> str:
 # PostgreSQL: a CREATE DATABASE ... TEMPLATE and its DROP cost the server ~0.1 s a test, most of a
 # domain test's time there. So each test process keeps scratch databases, cloned from its template
 # once, and a test's scratch database is put back as the template left it when the test is done:
-# the test's connections ended, every table's rows deleted (children first), the template's own
-# rows (the built-in workspace, project and accounts) copied back, and every sequence set back, so
-# ids start where a new database's do. A few milliseconds instead of a new database.
+# the test's connections ended, the rows of every table that has any deleted (children first), the
+# template's own rows (the built-in workspace, project and accounts) copied back, and every
+# sequence set back, so ids start where a new database's do. All of it in one transaction without
+# waiting for its commit to reach the disk (a test database need not survive a crash), over a
+# connection the test process keeps to each scratch database: about 3 ms, where a new database
+# took 100 and a reset statement by statement, each its own commit, took 25.
 _SCRATCH_PREFIX = "cairn_scratch_"
 _free_scratch: list[str] = []
 
@@ -139,8 +142,28 @@ class _Pristine:
     rows: dict[str, bytes]  # COPY text of the tables that have rows
     sequences: list[tuple[str, int, bool]]  # (name, last_value, is_called)
 
+    def nonempty_query(self) -> sql.Composable:
+        """The tables that hold rows, in one statement (an empty table costs it a page read)."""
+        return sql.SQL(" UNION ALL ").join(
+            sql.SQL("SELECT {} WHERE EXISTS (SELECT 1 FROM {})").format(sql.Literal(t), sql.Identifier(t))
+            for t in self.tables
+        )
+
+    def setval_query(self) -> sql.Composable | None:
+        """Every sequence set back, in one statement."""
+        if not self.sequences:
+            return None
+        return sql.SQL("SELECT {}").format(
+            sql.SQL(", ").join(
+                sql.SQL("setval({}, {}, {})").format(sql.Literal(n), sql.Literal(v), sql.Literal(called))
+                for n, v, called in self.sequences
+            )
+        )
+
 
 _pristine: list[_Pristine] = []
+# The connection this process resets each scratch database over, by name: kept between tests.
+_reset_connections: dict[str, Any] = {}
 
 
 @contextmanager
@@ -237,35 +260,63 @@ def _children_first(parents: dict[str, set[str]]) -> list[str]:
 
 
 def _reset_scratch(name: str) -> None:
+    """Puts `name` back as the template left it; once more over a new connection where the kept one
+    was lost (a test may end every connection to its database)."""
+    try:
+        _reset_over(_reset_connection(name), name)
+    except (psycopg2.OperationalError, psycopg2.InterfaceError):
+        _forget_reset_connection(name)
+        _reset_over(_reset_connection(name), name)
+
+
+def _reset_connection(name: str) -> Any:
+    connection = _reset_connections.get(name)
+    if connection is None or connection.closed:
+        connection = _reset_connections[name] = _connect(name)
+    return connection
+
+
+def _forget_reset_connection(name: str) -> None:
+    connection = _reset_connections.pop(name, None)
+    if connection is not None:
+        with contextlib.suppress(psycopg2.Error):
+            connection.close()
+
+
+def _reset_over(connection: Any, name: str) -> None:
     pristine = _pristine[0]
-    admin = _admin_connection()
-    try:
-        with admin.cursor() as cursor:
-            # What the test left connected (a master's pools, a thread's session) must not hold a
-            # lock the reset waits for, nor see the next test's rows.
-            cursor.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,)
-            )
-    finally:
-        admin.close()
-    connection = _connect(name)
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                sql.SQL("; ").join(
-                    sql.SQL("DELETE FROM {}").format(sql.Identifier(table)) for table in pristine.tables
+    with connection.cursor() as cursor:
+        # What the test left connected (a master's pools, a thread's session) must not hold a lock
+        # the reset waits for, nor see the next test's rows.
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = %s AND pid <> pg_backend_pid()",
+            (name,),
+        )
+        cursor.execute("BEGIN")
+        try:
+            cursor.execute("SET LOCAL synchronous_commit = off")
+            cursor.execute(pristine.nonempty_query())
+            holding = {row[0] for row in cursor.fetchall()}
+            filled = [table for table in pristine.tables if table in holding]
+            if filled:
+                cursor.execute(
+                    sql.SQL("; ").join(sql.SQL("DELETE FROM {}").format(sql.Identifier(t)) for t in filled)
                 )
-            )
             for table in reversed(pristine.tables):  # parents first
                 if table in pristine.rows:
                     cursor.copy_expert(
                         sql.SQL("COPY {} FROM STDIN").format(sql.Identifier(table)),
                         io.BytesIO(pristine.rows[table]),
                     )
-            for sequence, value, called in pristine.sequences:
-                cursor.execute("SELECT setval(%s, %s, %s)", (sequence, value, called))
-    finally:
-        connection.close()
+            setvals = pristine.setval_query()
+            if setvals is not None:
+                cursor.execute(setvals)
+            cursor.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(psycopg2.Error):
+                cursor.execute("ROLLBACK")
+            raise
 
 
 def _migrate(url: str) -> None:
@@ -283,6 +334,7 @@ def _migrate(url: str) -> None:
 
 
 def _drop_database(name: str) -> None:
+    _forget_reset_connection(name)
     with contextlib.suppress(psycopg2.Error):
         admin = _admin_connection()
         try:

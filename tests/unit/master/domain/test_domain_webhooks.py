@@ -265,9 +265,13 @@ def test_which_webhooks_hear_which_experiments(master: Master, tmp_path: Path, r
 
     def heard(config: dict[str, Any] | None) -> list[str]:
         facts_ws = 1
+        # A session left open here held its connection past the test, into the next one's copy
+        # of the template over the same file (SQLite: "disk I/O error" there).
+        with master.db.read() as s:
+            rows = registry.rows(s)
         return sorted(
             row.url.rsplit("/", 1)[1]
-            for row in registry.rows(master.db.read().__enter__())
+            for row in rows
             if triggers.hears(row, triggers.webhooks_config(config), facts_ws, is_experiment=True)
         )
 
