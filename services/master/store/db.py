@@ -107,6 +107,20 @@ def _ping(dbapi_connection: Any) -> None:
         cursor.close()
 
 
+def _keep_what_a_transaction_loads(sessions: sessionmaker[Session]) -> None:
+    """A transaction's session holds every object it loaded or stored until it ends (SQLAlchemy's
+    "strong reference" recipe). Its identity map holds them only weakly: an object the code let go
+    of, unchanged, was dropped, and the next get() of it in the same transaction read it again,
+    flushing every pending change first. Ending a trial loaded its experiment three times so; a
+    unit of work is short and its objects few, so keeping them costs nothing that lasts."""
+
+    def keep(session: Session, instance: object) -> None:
+        session.info.setdefault("kept", []).append(instance)
+
+    for moment in ("loaded_as_persistent", "pending_to_persistent", "detached_to_persistent"):
+        event.listen(sessions, moment, keep)
+
+
 class Database:
     """The master's database: an engine, a session factory and transactions."""
 
@@ -123,6 +137,7 @@ class Database:
             self.engine = create_engine(self.url, pool_size=16, max_overflow=16)
             _ping_idle_connections(self.engine)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        _keep_what_a_transaction_loads(self._sessions)
         # Reads on PostgreSQL run without a transaction: under READ COMMITTED every statement takes
         # its own snapshot whether or not a transaction wraps it, so BEGIN and ROLLBACK (a round
         # trip each, on every read) bought nothing. They get a pool of their own, set to autocommit

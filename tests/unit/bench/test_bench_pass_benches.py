@@ -26,3 +26,19 @@ def test_a_pass_bench_runs_on_a_small_cluster(bench: str) -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "session pass after one change" in done.stdout
+
+
+def test_the_trial_phases_bench_runs_on_a_small_cluster() -> None:
+    small = ["--agents", "4", "--slots", "2", "--trials", "40", "--rounds", "2", "--ending", "4"]
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.trial_phases", *small],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = done.stdout.strip().splitlines()[-1]
+    assert summary.startswith("trial_phases: place "), summary
+    assert "nan" not in summary, summary

@@ -51,11 +51,12 @@ def on_container_state(ctx: MasterContext, w: Work, message: apb.ContainerStateC
         return
     if message.seq and message.seq <= container.acked_seq:
         return  # resent after a reconnect; already applied
+    # Read before anything changes: a read after a change flushes it first (a round trip more).
+    alloc = w.session.get_one(models.Allocation, container.allocation_id)
     container.acked_seq = max(container.acked_seq, message.seq)
     state = CONTAINER_STATE_NAMES.get(message.state)
     if state is None:
         return
-    alloc = w.session.get_one(models.Allocation, container.allocation_id)
     if state == A.TERMINATED:
         container_terminated(
             ctx,
@@ -90,7 +91,12 @@ def container_terminated(
         alloc.exit_code = exit_code
     if failure and alloc.failure_type in ("", "killed"):
         alloc.failure_type = failure
-    others = [c for c in containers_of(w, alloc) if c.id != container.id and c.state != A.TERMINATED]
+    # The allocation's containers were all stored when it started, so the read needs no flush of
+    # what changed above to find them (it finds them by allocation, which never changes; the
+    # objects it hands back are the session's, with those changes).
+    with w.session.no_autoflush:
+        siblings = containers_of(w, alloc)
+    others = [c for c in siblings if c.id != container.id and c.state != A.TERMINATED]
     if failed and not alloc.kill_requested and alloc.failed_rank is None:
         crash(ctx, w, alloc, container, reason, others)
     elif reason and not alloc.exit_reason:

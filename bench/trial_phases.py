@@ -1,0 +1,205 @@
+"""What one trial costs the master's CPU, phase by phase (issue 45, "starts and ends cheap"), in
+process: the master's domain driven by hand (the domain tests' harness: a real database, the real
+scheduler's and searcher's code behind their ports, agents registered as the agent stream registers
+them, no processes), so the figures are the master's own work, without sockets or other services.
+
+A grid of --trials one-slot trials (max_length 1) on --agents agents of --slots slots fills the
+cluster; then, --rounds times, --ending running trials go through their last phases and the next
+pass places as many new ones. Each phase is timed in this process's CPU time and divided by the
+trials it handled:
+
+- place: the scheduling pass less starting what it placed (the changes read, sent, decided on);
+- start: starting the placed trials (allocation states, container rows, task specs, start
+  commands to the agents), as the pass does it;
+- running: each trial's container reports RUNNING, each in its own unit of work, as the agent
+  stream delivers it;
+- report: each trial reports its one validation metric (the intake of one batch);
+- end: each container reports TERMINATED with exit code 0 (its own unit of work: the allocation
+  ends, the trial's searcher event is queued);
+- searcher: the pump delivers the ended trials' events to the searcher and applies its answers
+  (the trials complete, the grid's next ones are asked for).
+
+    .venv/bin/python -m bench.trial_phases [--agents 100] [--slots 8] [--trials 4000]
+        [--rounds 20] [--ending 40] [--db-url postgresql:///NAME]
+
+The last line is one summary: `trial_phases: place P ms, start S ms, running R ms, report M ms,
+end E ms, searcher Q ms, total T ms a trial`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from sqlalchemy import select
+
+from cairn.agent.v1 import agent_pb2 as apb
+from services.common.logging import configure_logging
+from services.master.domain.allocations import containers
+from services.master.domain.metrics import intake
+from services.master.domain.metrics.reports import Report
+from services.master.store import models
+from tests.unit.master.domain.harness import Master, config_text
+
+PHASES = ("place", "start", "running", "report", "end", "searcher")
+
+
+def _cpu(fn: Callable[[], object]) -> float:
+    started = time.process_time()
+    fn()
+    return time.process_time() - started
+
+
+def _state_change(
+    master: Master, container_id: str, state: apb.ContainerState.ValueType, exit_code: int | None = None
+) -> None:
+    change = apb.ContainerStateChanged(container_id=container_id, state=state)
+    if exit_code is not None:
+        change.exit_code = exit_code
+    with master.ctx.unit_of_work() as w:
+        containers.on_container_state(master.ctx, w, change)
+
+
+def _assigned(master: Master) -> list[str]:
+    with master.db.read() as s:
+        return list(s.scalars(select(models.Container.id).where(models.Container.state == "ASSIGNED")))
+
+
+def _running(master: Master, count: int) -> list[tuple[str, int]]:
+    """(container, trial) of `count` running trials."""
+    with master.db.read() as s:
+        rows = s.execute(
+            select(models.Container.id, models.Allocation.trial_id)
+            .join(models.Allocation, models.Allocation.id == models.Container.allocation_id)
+            .where(models.Container.state == "RUNNING")
+            .order_by(models.Container.id)
+            .limit(count)
+        )
+        return [(c, t) for c, t in rows if t is not None]
+
+
+class _TimedPass:
+    """The scheduling pass split in two: its decision, and starting what it placed (`_apply`)."""
+
+    def __init__(self, master: Master) -> None:
+        self.loop = master.scheduling
+        self.applying = 0.0
+        real_apply = self.loop._apply
+
+        def timed_apply(decision: object) -> None:
+            started = time.process_time()
+            real_apply(decision)  # type: ignore[arg-type]
+            self.applying += time.process_time() - started
+
+        self.loop._apply = timed_apply  # type: ignore[method-assign]
+
+    def run(self) -> tuple[float, float]:
+        """(decision, start) CPU seconds of one pass."""
+        self.applying = 0.0
+        whole = _cpu(self.loop.run_pass)
+        return whole - self.applying, self.applying
+
+
+def _round(master: Master, timed: _TimedPass, ending_count: int) -> dict[str, float] | None:
+    """One round: `ending_count` running trials report, end and are heard by the searcher; a pass
+    places as many new ones, which report RUNNING. CPU milliseconds a trial, by phase (None: no
+    trial was left to end or to start)."""
+    ending = _running(master, ending_count)
+    if not ending:
+        return None
+
+    def report_each() -> None:
+        for _, trial in ending:
+            batch = [Report("validation", 1, {"loss": 0.5}, seq=1)]
+            intake.report(master.ctx, master.admin, trial, 1, batch)
+
+    def end_each() -> None:
+        for container_id, _ in ending:
+            _state_change(master, container_id, apb.CONTAINER_STATE_TERMINATED, exit_code=0)
+
+    report = _cpu(report_each)
+    end = _cpu(end_each)
+    searcher = _cpu(master.pump.deliver_all)
+    place, start = timed.run()
+    started = _assigned(master)
+    if not started:
+        return None
+
+    def running_each() -> None:
+        for container_id in started:
+            _state_change(master, container_id, apb.CONTAINER_STATE_RUNNING)
+
+    running = _cpu(running_each)
+    n, m = len(ending), len(started)
+    return {
+        "place": place / m * 1000.0,
+        "start": start / m * 1000.0,
+        "running": running / m * 1000.0,
+        "report": report / n * 1000.0,
+        "end": end / n * 1000.0,
+        "searcher": searcher / n * 1000.0,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--agents", type=int, default=100)
+    parser.add_argument("--slots", type=int, default=8)
+    parser.add_argument("--trials", type=int, default=4000)
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--ending", type=int, default=40)
+    parser.add_argument("--db-url", default=None, help="a database (default: SQLite in a temporary folder)")
+    args = parser.parse_args()
+    configure_logging("bench", level="WARNING")
+    per_trial: dict[str, list[float]] = {phase: [] for phase in PHASES}
+    with tempfile.TemporaryDirectory() as tmp:
+        master = Master(Path(tmp) / "master", db_url=args.db_url)
+        if master.scheduling.view is not None:
+            # The tests' comparison with a whole read of the database: not the master's work.
+            master.scheduling.view.check = False
+        for i in range(args.agents):
+            master.add_agent(f"agent-{i}", slots=args.slots)
+        master.create(
+            config_text(
+                searcher={"name": "grid", "metric": "loss", "max_length": 1, "max_concurrent_trials": 0},
+                hyperparameters={
+                    "x": {"type": "int", "minval": 0, "maxval": args.trials - 1, "count": args.trials}
+                },
+            )
+        )
+        for container_id in _assigned(master):
+            _state_change(master, container_id, apb.CONTAINER_STATE_RUNNING)
+        timed = _TimedPass(master)
+        for _ in range(args.rounds):
+            measured = _round(master, timed, args.ending)
+            if measured is None:
+                break
+            for phase, ms in measured.items():
+                per_trial[phase].append(ms)
+        master.close()
+    medians = {phase: statistics.median(v) if v else float("nan") for phase, v in per_trial.items()}
+    rounds = len(per_trial["place"])
+    print(
+        f"{args.agents} agents x {args.slots} slots, {args.trials} trials, {rounds} rounds of {args.ending} "
+        f"ending ({'SQLite' if args.db_url is None else args.db_url.split(':', 1)[0]}); "
+        "CPU ms a trial, median of the rounds (p90):"
+    )
+    for phase in PHASES:
+        values = sorted(per_trial[phase])
+        p90 = values[min(len(values) - 1, round(0.9 * (len(values) - 1)))] if values else float("nan")
+        print(f"  {phase:9s} {medians[phase]:6.2f} ({p90:.2f})")
+    print(
+        "trial_phases: "
+        + ", ".join(f"{phase} {medians[phase]:.2f} ms" for phase in PHASES)
+        + f", total {sum(medians.values()):.2f} ms a trial"
+    )
+
+
+if __name__ == "__main__":
+    main()
