@@ -13,7 +13,8 @@ trials it handled:
   commands to the agents), as the pass does it;
 - running: each trial's container reports RUNNING, each in its own unit of work, as the agent
   stream delivers it;
-- report: each trial reports its one validation metric (the intake of one batch);
+- report: each trial's code reports its one validation metric (the intake of one batch, with
+  the allocation's token);
 - end: each container reports TERMINATED with exit code 0 (its own unit of work: the allocation
   ends, the trial's searcher event is queued);
 - searcher: the pump delivers the ended trials' events to the searcher and applies its answers
@@ -39,6 +40,7 @@ from sqlalchemy import select
 
 from cairn.agent.v1 import agent_pb2 as apb
 from services.common.logging import configure_logging
+from services.common.principal import Principal
 from services.master.domain.allocations import containers
 from services.master.domain.metrics import intake
 from services.master.domain.metrics.reports import Report
@@ -69,17 +71,17 @@ def _assigned(master: Master) -> list[str]:
         return list(s.scalars(select(models.Container.id).where(models.Container.state == "ASSIGNED")))
 
 
-def _running(master: Master, count: int) -> list[tuple[str, int]]:
-    """(container, trial) of `count` running trials."""
+def _running(master: Master, count: int) -> list[tuple[str, int, str]]:
+    """(container, trial, allocation) of `count` running trials."""
     with master.db.read() as s:
         rows = s.execute(
-            select(models.Container.id, models.Allocation.trial_id)
+            select(models.Container.id, models.Allocation.trial_id, models.Allocation.id)
             .join(models.Allocation, models.Allocation.id == models.Container.allocation_id)
             .where(models.Container.state == "RUNNING")
             .order_by(models.Container.id)
             .limit(count)
         )
-        return [(c, t) for c, t in rows if t is not None]
+        return [(c, t, a) for c, t, a in rows if t is not None]
 
 
 class _TimedPass:
@@ -113,12 +115,13 @@ def _round(master: Master, timed: _TimedPass, ending_count: int) -> dict[str, fl
         return None
 
     def report_each() -> None:
-        for _, trial in ending:
+        for _, trial, allocation_id in ending:
+            # As the trial's own code reports: with its allocation's token.
             batch = [Report("validation", 1, {"loss": 0.5}, seq=1)]
-            intake.report(master.ctx, master.admin, trial, 1, batch)
+            intake.report(master.ctx, Principal(allocation_id=allocation_id), trial, 1, batch)
 
     def end_each() -> None:
-        for container_id, _ in ending:
+        for container_id, _, _ in ending:
             _state_change(master, container_id, apb.CONTAINER_STATE_TERMINATED, exit_code=0)
 
     report = _cpu(report_each)

@@ -105,10 +105,15 @@ def assign(
     alloc.port_offset = port_offsets.take()
     spec = _spec_for(ctx, w, alloc, token)
     agent_ids = [str(p["agent_id"]) for p in placements]
-    addresses = {
-        agent.id: agent_address(agent.addresses)
-        for agent in w.session.scalars(select(models.Agent).where(models.Agent.id.in_(agent_ids)))
-    }
+    # The agents' addresses need none of this unit's changes (it changes no agent): read without
+    # flushing them, so the allocation's changes go out with the others' in one batch at the end.
+    with w.session.no_autoflush:
+        addresses = {
+            agent_id: agent_address(agent_addresses)
+            for agent_id, agent_addresses in w.session.execute(
+                select(models.Agent.id, models.Agent.addresses).where(models.Agent.id.in_(agent_ids))
+            )
+        }
     slot_lists = [[str(s) for s in p["slot_ids"]] for p in placements]  # type: ignore[attr-defined]
     container_addrs = [addresses.get(a, "") for a in agent_ids]
     slot_counts = [len(slots) for slots in slot_lists]

@@ -465,8 +465,18 @@ class SchedulingLoop:
                 releasing[container_id] = (agent_id, {str(s) for s in slot_ids})
         connected = ctx.hub.connected_ids()
         closed_agents, closed_slots = _closed_to_new_work(w, named)
+        # Every allocation the decision names, in one read before anything changes (one read each
+        # in the loop flushed the last one's changes first: a round trip more per start).
+        allocs = {
+            alloc.id: alloc
+            for alloc in w.session.scalars(
+                select(models.Allocation).where(
+                    models.Allocation.id.in_([a.allocation_id for a in assignments])
+                )
+            )
+        }
         for assignment in assignments:
-            alloc = w.session.get(models.Allocation, assignment.allocation_id)
+            alloc = allocs.get(assignment.allocation_id)
             if alloc is None or alloc.state != A.PENDING:
                 continue
             wanted = {(p.agent_id, s) for p in assignment.placements for s in p.slot_ids}
