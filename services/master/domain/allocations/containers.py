@@ -4,6 +4,8 @@ first rank to fail stops the others, and containers an agent refused or lost end
 
 from __future__ import annotations
 
+from sqlalchemy import select
+
 from cairn.agent.v1 import agent_pb2 as apb
 from services.common.logging import get_logger
 from services.master.domain.allocations.allocations import containers_of, finish, transition
@@ -45,14 +47,19 @@ def _move_container(container: models.Container, target: A) -> bool:
 
 
 def on_container_state(ctx: MasterContext, w: Work, message: apb.ContainerStateChanged) -> None:
-    container = w.session.get(models.Container, message.container_id)
-    if container is None:
+    # The container with its allocation, in one read before anything changes (a read after a
+    # change flushes it first: a round trip more).
+    found = w.session.execute(
+        select(models.Container, models.Allocation)
+        .join(models.Allocation, models.Allocation.id == models.Container.allocation_id)
+        .where(models.Container.id == message.container_id)
+    ).first()
+    if found is None:
         log.warning("state change for unknown container", container_id=message.container_id)
         return
+    container, alloc = found
     if message.seq and message.seq <= container.acked_seq:
         return  # resent after a reconnect; already applied
-    # Read before anything changes: a read after a change flushes it first (a round trip more).
-    alloc = w.session.get_one(models.Allocation, container.allocation_id)
     container.acked_seq = max(container.acked_seq, message.seq)
     state = CONTAINER_STATE_NAMES.get(message.state)
     if state is None:

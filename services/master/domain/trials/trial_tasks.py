@@ -4,6 +4,8 @@ records it, so that every kind of task is listed and read the same way."""
 
 from __future__ import annotations
 
+from sqlalchemy import ColumnElement, String, cast
+
 from services.master.domain.kernel.context import MasterContext, Work
 from services.master.domain.kernel.states import TASK_ENDED, RunState, TaskKind, TaskState
 from services.master.domain.kernel.task_ids import trial_task_id
@@ -50,6 +52,11 @@ def record_many(w: Work, exp: models.Experiment, trials: list[models.Trial]) -> 
     ]
     w.session.add_all(tasks)
     return tasks
+
+
+def task_id_column() -> ColumnElement[str]:
+    """A trial row's task id in SQL, as trial_task_id spells it (to read a trial with its task)."""
+    return cast(models.Trial.experiment_id, String) + "." + models.Trial.request_id
 
 
 def follow(

@@ -134,8 +134,16 @@ def on_allocation_exit(
     ctx: MasterContext, w: Work, alloc: models.Allocation, outcome: allocations.Outcome
 ) -> None:
     """An allocation of the trial ended (registered as an allocation-exit hook by wiring.py)."""
-    trial = w.session.get_one(models.Trial, alloc.trial_id)
-    exp = w.session.get_one(models.Experiment, trial.experiment_id)
+    # One read for the trial, its experiment and its task (which trial_tasks.follow then finds in
+    # the session when the trial ends), without flushing the allocation's end first: rows read by
+    # key that this unit did not create need none of its changes.
+    with w.session.no_autoflush:
+        trial, exp, _ = w.session.execute(
+            select(models.Trial, models.Experiment, models.Task)
+            .join(models.Experiment, models.Experiment.id == models.Trial.experiment_id)
+            .outerjoin(models.Task, models.Task.id == trial_tasks.task_id_column())
+            .where(models.Trial.id == alloc.trial_id)
+        ).one()
     state = RunState(trial.state)
     Outcome = allocations.Outcome
     if is_stopping(state):
