@@ -10,7 +10,6 @@ import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from cairn.tls import MASTER_CERT_ENV, TlsConfigError, read_ca_bundle
 from services.agent.containers.manager import HANDOVER_WAIT_SECONDS
@@ -20,7 +19,7 @@ from services.agent.runtime.docker_spec import default_task_image
 from services.agent.slots import SlotType
 from services.agent.task_user import is_inside
 from services.common.args import add_common_flags
-from services.common.cluster_token import ClusterTokenError, read_token_file
+from services.common.cluster_token import add_secret_file_flag
 
 DEFAULT_MASTER = "127.0.0.1:8090"
 JOIN_TOKEN_ENV = "CAIRN_AGENT_JOIN_TOKEN"
@@ -192,52 +191,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="connect to the master over TLS, verifying it with the CA certificates in FILE; tasks "
         f"get them too (env {MASTER_CERT_ENV}; default plaintext)",
     )
-    _add_secret_flag(
+    add_secret_file_flag(
         parser,
         "--join-token-file",
         "join_token",
         JOIN_TOKEN_ENV,
         "a one-time join token to enrol with (an admin makes one: `cairn agent join-token create`), "
         "used when the work dir holds no credential of this agent yet",
+        os.environ,
     )
-    _add_secret_flag(
+    add_secret_file_flag(
         parser,
         "--enrolment-secret-file",
         "enrolment_secret",
         ENROLMENT_SECRET_ENV,
         "the cluster's enrolment secret to enrol with (`cairn agent enrolment-secret rotate`), used "
         "when the work dir holds no credential of this agent yet",
+        os.environ,
     )
     return parser
-
-
-def _add_secret_flag(parser: argparse.ArgumentParser, flag: str, dest: str, env: str, what: str) -> None:
-    """FLAG FILE (an owner-only file), else $ENV_FILE, else the secret itself in $ENV; never the
-    secret on the command line (every user can read a process's argv)."""
-    try:
-        default = os.environ.get(env) or None
-        if os.environ.get(f"{env}_FILE"):
-            default = read_token_file(os.environ[f"{env}_FILE"], f"{env}_FILE")
-    except ClusterTokenError as exc:
-        parser.error(str(exc))
-
-    class _FromFile(argparse.Action):
-        def __call__(
-            self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, _: Any = None
-        ) -> None:
-            try:
-                setattr(namespace, self.dest, read_token_file(str(values), flag))
-            except ClusterTokenError as exc:
-                parser.error(str(exc))
-
-    parser.add_argument(
-        flag,
-        dest=dest,
-        metavar="FILE",
-        default=default,
-        action=_FromFile,
-        help=f"{what}; FILE mode 0600 (env {env}_FILE, or the value itself in {env})",
-    )
 
 
 def parse_settings(argv: Sequence[str] | None = None) -> AgentSettings:

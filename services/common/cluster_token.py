@@ -58,22 +58,54 @@ def read_token_file(path: str | os.PathLike[str], what: str = "--cluster-token-f
     return token
 
 
+def secret_from_environment(environ: Mapping[str, str], env_name: str) -> str | None:
+    """The secret in the file $<env_name>_FILE names (an owner-only file), else $<env_name>
+    itself; None without either."""
+    path = environ.get(f"{env_name}_FILE")
+    if path:
+        return read_token_file(path, f"{env_name}_FILE")
+    return environ.get(env_name) or None
+
+
 def token_from_environment(environ: Mapping[str, str]) -> str | None:
     """The token $CAIRN_CLUSTER_TOKEN_FILE or $CAIRN_CLUSTER_TOKEN gives; None without either."""
-    path = environ.get(TOKEN_FILE_ENV)
-    if path:
-        return read_token_file(path, TOKEN_FILE_ENV)
-    return environ.get(TOKEN_ENV) or None
+    return secret_from_environment(environ, TOKEN_ENV)
 
 
-class _TokenFileAction(argparse.Action):
-    def __call__(
-        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, _: Any = None
-    ) -> None:
-        try:
-            setattr(namespace, self.dest, read_token_file(str(values)))
-        except ClusterTokenError as exc:
-            parser.error(str(exc))
+def add_secret_file_flag(
+    parser: argparse.ArgumentParser,
+    flag: str,
+    dest: str,
+    env_name: str,
+    what: str,
+    environ: Mapping[str, str],
+) -> None:
+    """`flag FILE` (an owner-only file, read_token_file's rules) into `dest`, defaulting to the
+    secret in $<env_name>_FILE, else $<env_name>; never the secret itself on the command line
+    (every user on the machine can read a process's argv). A bad file, named by the flag or the
+    environment, is a usage error naming it."""
+    try:
+        default = secret_from_environment(environ, env_name)
+    except ClusterTokenError as exc:
+        parser.error(str(exc))
+
+    class _FromFile(argparse.Action):
+        def __call__(
+            self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, _: Any = None
+        ) -> None:
+            try:
+                setattr(namespace, self.dest, read_token_file(str(values), flag))
+            except ClusterTokenError as exc:
+                parser.error(str(exc))
+
+    parser.add_argument(
+        flag,
+        dest=dest,
+        metavar="FILE",
+        default=default,
+        action=_FromFile,
+        help=f"{what}; FILE mode 0600 (env {env_name}_FILE, or the value itself in {env_name})",
+    )
 
 
 class _RefuseTokenValue(argparse.Action):
@@ -89,17 +121,12 @@ class _RefuseTokenValue(argparse.Action):
 def add_cluster_token_flags(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
     """--cluster-token-file FILE into args.cluster_token, defaulting to the environment's token.
     A bad $CAIRN_CLUSTER_TOKEN_FILE is a usage error at startup, like a bad flag."""
-    try:
-        default = token_from_environment(environ)
-    except ClusterTokenError as exc:
-        parser.error(str(exc))
-    parser.add_argument(
+    add_secret_file_flag(
+        parser,
         "--cluster-token-file",
-        dest="cluster_token",
-        metavar="FILE",
-        default=default,
-        action=_TokenFileAction,
-        help=f"file holding the shared secret between Cairn processes, mode 0600 (env {TOKEN_FILE_ENV}, "
-        f"or the token itself in {TOKEN_ENV})",
+        "cluster_token",
+        TOKEN_ENV,
+        "file holding the shared secret between Cairn processes",
+        environ,
     )
     parser.add_argument("--cluster-token", nargs="?", action=_RefuseTokenValue, help=argparse.SUPPRESS)

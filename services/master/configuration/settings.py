@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from services.common.args import add_common_flags
-from services.common.cluster_token import ClusterTokenError, read_token_file
+from services.common.cluster_token import add_secret_file_flag
 from services.master.configuration.config_file import AGENT_AUTH_MODES, ConfigFileError, load_master_config
 from services.master.configuration.lease import LeaseTiming
 from services.master.configuration.oidc import OidcSettings
@@ -543,33 +543,15 @@ def add_agent_auth_flags(parser: argparse.ArgumentParser) -> None:
         "token or the enrolment secret (the default); cluster_token: compatibility mode, agents that "
         "present only the cluster token are taken too (env CAIRN_AGENT_AUTH; config file agent_auth)",
     )
-    try:
-        secret = env(AGENT_ENROLMENT_SECRET_ENV) or None
-        secret_file = env(f"{AGENT_ENROLMENT_SECRET_ENV}_FILE")
-        if secret_file:
-            secret = read_token_file(secret_file, f"{AGENT_ENROLMENT_SECRET_ENV}_FILE")
-    except ClusterTokenError as exc:
-        parser.error(str(exc))
-    parser.add_argument(
+    add_secret_file_flag(
+        parser,
         "--agent-enrolment-secret-file",
-        dest="agent_enrolment_secret",
-        metavar="FILE",
-        default=secret,
-        action=_SecretFileAction,
-        help="file (mode 0600) holding the agent enrolment secret this cluster starts with, where it has "
-        "none yet; afterwards `cairn agent enrolment-secret rotate` changes it (env "
-        f"{AGENT_ENROLMENT_SECRET_ENV}_FILE, or the secret itself in {AGENT_ENROLMENT_SECRET_ENV})",
+        "agent_enrolment_secret",
+        AGENT_ENROLMENT_SECRET_ENV,
+        "file holding the agent enrolment secret this cluster starts with, where it has none yet; "
+        "afterwards `cairn agent enrolment-secret rotate` changes it",
+        os.environ,
     )
-
-
-class _SecretFileAction(argparse.Action):
-    def __call__(
-        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, _: Any = None
-    ) -> None:
-        try:
-            setattr(namespace, self.dest, read_token_file(str(values), "--agent-enrolment-secret-file"))
-        except ClusterTokenError as exc:
-            parser.error(str(exc))
 
 
 # A century of days, and a billion rows: past these a bound is no bound (0 says so plainly).
