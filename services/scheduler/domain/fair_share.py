@@ -61,6 +61,7 @@ from services.scheduler.domain.fair_queue import (
 from services.scheduler.domain.fitting import apply_fit, find_fit
 from services.scheduler.domain.model import AllocationRequest, Preemption, ResourcePool
 from services.scheduler.domain.ordering import QueueKey
+from services.scheduler.domain.pass_fits import fits_when_idle, start_where_it_fits
 from services.scheduler.domain.priority_pass import PassOutcome, Shape, shape_of
 from services.scheduler.domain.quotas import Quotas, group_name, user_of, workspace_of
 from services.scheduler.domain.reasons import PoolFacts
@@ -371,11 +372,7 @@ class _Pass:
         known = self.reasons_by_shape.get(shape)
         if known is not None and known[0] == self.version:
             return known[1]
-        if shape not in self.fits_idle:
-            if self.idle is None:
-                self.idle = self.capacity.emptied()
-            self.fits_idle[shape] = find_fit(r, self.idle, self.pool.fitting_policy) is not None
-        reason = reasons.cannot_fit(r, self.facts, self.capacity, self.fits_idle[shape])
+        reason = reasons.cannot_fit(r, self.facts, self.capacity, fits_when_idle(self, r))
         self.reasons_by_shape[shape] = (self.version, reason)
         return reason
 
@@ -406,23 +403,8 @@ class _Pass:
         return True
 
     def start(self, r: AllocationRequest) -> bool:
-        """Start `r` where it fits now; whether it did. While the working state is unchanged
-        (`version`), a shape that found no place finds none again: not looked for twice."""
-        shape = shape_of(r)
-        if self.no_place.get(shape) == self.version:
-            return False
-        fit = find_fit(r, self.capacity, self.pool.fitting_policy)
-        if fit is None:
-            self.no_place[shape] = self.version
-            return False
-        apply_fit(self.capacity, fit, r.allocation_id)
-        self.version += 1
-        self.held.add(r, r.slots_needed)
-        if self.first_preemptor is not None:
-            self.outcome.waiting[r.allocation_id] = reasons.held_for_preemption(self.first_preemptor)
-        else:
-            self.outcome.started.append((r, fit))
-        return True
+        """Start `r` where it fits now; whether it did (pass_fits.py)."""
+        return start_where_it_fits(self, r)
 
     # -- reclaiming ----------------------------------------------------------------------------
 

@@ -36,6 +36,7 @@ from services.scheduler.domain.capacity import PoolCapacity
 from services.scheduler.domain.fitting import apply_fit, find_fit
 from services.scheduler.domain.model import AllocationRequest, Preemption, ResourcePool
 from services.scheduler.domain.ordering import effective_priority, queue_key
+from services.scheduler.domain.pass_fits import fits_when_idle, start_where_it_fits
 from services.scheduler.domain.priority_pass import (
     PassOutcome,
     Shape,
@@ -112,28 +113,10 @@ class _Guaranteed:
     no_reclaim: dict[tuple[Shape, str, str], int] = field(default_factory=dict)
 
     def fits_when_idle(self, r: AllocationRequest) -> bool:
-        shape = shape_of(r)
-        if shape not in self.fits_idle:
-            if self.idle is None:
-                self.idle = self.capacity.emptied()
-            self.fits_idle[shape] = find_fit(r, self.idle, self.pool.fitting_policy) is not None
-        return self.fits_idle[shape]
+        return fits_when_idle(self, r)
 
     def start(self, r: AllocationRequest) -> bool:
-        if self.no_place.get(shape_of(r)) == self.version:
-            return False
-        fit = find_fit(r, self.capacity, self.pool.fitting_policy)
-        if fit is None:
-            self.no_place[shape_of(r)] = self.version
-            return False
-        apply_fit(self.capacity, fit, r.allocation_id)
-        self.version += 1
-        self.held.add(r, r.slots_needed)
-        if self.first_preemptor is not None:
-            self.outcome.waiting[r.allocation_id] = reasons.held_for_preemption(self.first_preemptor)
-        else:
-            self.outcome.started.append((r, fit))
-        return True
+        return start_where_it_fits(self, r)
 
     def _released(self, victims: Iterable[AllocationRequest]) -> PoolCapacity:
         trial = self.capacity.copy()
