@@ -230,7 +230,8 @@ def listed(s: Session, principal: Principal) -> list[WebhookRow]:
     """The global webhooks, and those of the workspaces whose webhooks the caller may manage."""
     every = rows(s)
     principal = access.resolved(principal, s)  # its grants computed once, not per row
-    owners: dict[int, int | None] = dict(s.execute(select(models.Workspace.id, models.Workspace.user_id)).all())
+    owner_rows = s.execute(select(models.Workspace.id, models.Workspace.user_id)).all()
+    owners: dict[int, int | None] = dict(owner_rows)
     return [
         row
         for row in every
