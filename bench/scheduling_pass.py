@@ -31,12 +31,13 @@ from pathlib import Path
 
 from sqlalchemy import select
 
+from bench.grid_cluster import grid_cluster
 from cairn.agent.v1 import agent_pb2 as apb
 from services.common.logging import configure_logging
 from services.master.domain.allocations import containers
 from services.master.domain.scheduling import scheduling
 from services.master.store import models
-from tests.unit.master.domain.harness import Master, config_text
+from tests.unit.master.domain.harness import Master
 
 
 def _end_some(master: Master, count: int) -> None:
@@ -102,18 +103,7 @@ def main() -> None:
     args = parser.parse_args()
     configure_logging("bench", level="WARNING")
     with tempfile.TemporaryDirectory() as tmp:
-        master = Master(Path(tmp) / "master")
-        master.scheduling.view and setattr(master.scheduling.view, "check", False)
-        for i in range(args.agents):
-            master.add_agent(f"agent-{i}", slots=args.slots)
-        master.create(
-            config_text(
-                searcher={"name": "grid", "metric": "loss", "max_length": 1, "max_concurrent_trials": 0},
-                hyperparameters={
-                    "x": {"type": "int", "minval": 0, "maxval": args.trials - 1, "count": args.trials}
-                },
-            )
-        )
+        master = grid_cluster(Path(tmp) / "master", args.agents, args.slots, args.trials)
         master.settle()
         build: list[float] = []
         decide: list[float] = []

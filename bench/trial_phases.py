@@ -38,6 +38,7 @@ from pathlib import Path
 
 from sqlalchemy import select
 
+from bench.grid_cluster import grid_cluster
 from cairn.agent.v1 import agent_pb2 as apb
 from services.common.logging import configure_logging
 from services.common.principal import Principal
@@ -45,7 +46,7 @@ from services.master.domain.allocations import containers
 from services.master.domain.metrics import intake
 from services.master.domain.metrics.reports import Report
 from services.master.store import models
-from tests.unit.master.domain.harness import Master, config_text
+from tests.unit.master.domain.harness import Master
 
 PHASES = ("place", "start", "running", "report", "end", "searcher")
 
@@ -162,20 +163,7 @@ def main() -> None:
     configure_logging("bench", level="WARNING")
     per_trial: dict[str, list[float]] = {phase: [] for phase in PHASES}
     with tempfile.TemporaryDirectory() as tmp:
-        master = Master(Path(tmp) / "master", db_url=args.db_url)
-        if master.scheduling.view is not None:
-            # The tests' comparison with a whole read of the database: not the master's work.
-            master.scheduling.view.check = False
-        for i in range(args.agents):
-            master.add_agent(f"agent-{i}", slots=args.slots)
-        master.create(
-            config_text(
-                searcher={"name": "grid", "metric": "loss", "max_length": 1, "max_concurrent_trials": 0},
-                hyperparameters={
-                    "x": {"type": "int", "minval": 0, "maxval": args.trials - 1, "count": args.trials}
-                },
-            )
-        )
+        master = grid_cluster(Path(tmp) / "master", args.agents, args.slots, args.trials, args.db_url)
         for container_id in _assigned(master):
             _state_change(master, container_id, apb.CONTAINER_STATE_RUNNING)
         timed = _TimedPass(master)

@@ -13,11 +13,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[3]
 
 
-@pytest.mark.parametrize("bench", ["fair_share_pass", "priority_quota_pass"])
-def test_a_pass_bench_runs_on_a_small_cluster(bench: str) -> None:
-    small = ["--agents", "20", "--slots", "4", "--pending", "100", "--workspaces", "4", "--rounds", "1"]
+def _run_bench(bench: str, *arguments: str) -> str:
+    """The bench's output, once it ran to the end."""
     done = subprocess.run(
-        [sys.executable, "-m", f"bench.{bench}", *small],
+        [sys.executable, "-m", f"bench.{bench}", *arguments],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -25,20 +24,17 @@ def test_a_pass_bench_runs_on_a_small_cluster(bench: str) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "session pass after one change" in done.stdout
+    return done.stdout
+
+
+@pytest.mark.parametrize("bench", ["fair_share_pass", "priority_quota_pass"])
+def test_a_pass_bench_runs_on_a_small_cluster(bench: str) -> None:
+    small = ["--agents", "20", "--slots", "4", "--pending", "100", "--workspaces", "4", "--rounds", "1"]
+    assert "session pass after one change" in _run_bench(bench, *small)
 
 
 def test_the_trial_phases_bench_runs_on_a_small_cluster() -> None:
     small = ["--agents", "4", "--slots", "2", "--trials", "40", "--rounds", "2", "--ending", "4"]
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.trial_phases", *small],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    summary = done.stdout.strip().splitlines()[-1]
+    summary = _run_bench("trial_phases", *small).strip().splitlines()[-1]
     assert summary.startswith("trial_phases: place "), summary
     assert "nan" not in summary, summary
