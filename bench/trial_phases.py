@@ -11,17 +11,17 @@ trials it handled:
 - place: the scheduling pass less starting what it placed (the changes read, sent, decided on);
 - start: starting the placed trials (allocation states, container rows, task specs, start
   commands to the agents), as the pass does it;
-- running: each trial's container reports RUNNING, each in its own unit of work, as the agent
-  stream delivers it;
+- running: each trial's container reports RUNNING, as --senders agent streams deliver it at once
+  (one: each change its own unit of work; more: their changes share units, as the stream's do);
 - report: each trial's code reports its one validation metric (the intake of one batch, with
   the allocation's token);
-- end: each container reports TERMINATED with exit code 0 (its own unit of work: the allocation
+- end: each container reports TERMINATED with exit code 0, delivered likewise (the allocation
   ends, the trial's searcher event is queued);
 - searcher: the pump delivers the ended trials' events to the searcher and applies its answers
   (the trials complete, the grid's next ones are asked for).
 
     .venv/bin/python -m bench.trial_phases [--agents 100] [--slots 8] [--trials 4000]
-        [--rounds 20] [--ending 40] [--db-url postgresql:///NAME]
+        [--rounds 20] [--ending 40] [--senders 1] [--db-url postgresql:///NAME]
 
 The last line is one summary: `trial_phases: place P ms, start S ms, running R ms, report M ms,
 end E ms, searcher Q ms, total T ms a trial`.
@@ -34,6 +34,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from sqlalchemy import select
@@ -42,7 +43,9 @@ from bench.grid_cluster import grid_cluster
 from cairn.agent.v1 import agent_pb2 as apb
 from services.common.logging import configure_logging
 from services.common.principal import Principal
+from services.master.domain import wiring
 from services.master.domain.allocations import containers
+from services.master.domain.kernel.batched_units import BatchedUnits
 from services.master.domain.metrics import intake
 from services.master.domain.metrics.reports import Report
 from services.master.store import models
@@ -65,6 +68,39 @@ def _state_change(
         change.exit_code = exit_code
     with master.ctx.unit_of_work() as w:
         containers.on_container_state(master.ctx, w, change)
+
+
+class _Senders:
+    """State changes as `count` agents' streams deliver them: each sender a thread that applies its
+    changes one after another through the stream's shared units of work (BatchedUnits), all
+    senders at once. One sender is one unit of work a change."""
+
+    def __init__(self, master: Master, count: int) -> None:
+        self.master = master
+        self.count = count
+        self.units = BatchedUnits(master.ctx, prepare=wiring.preload_agent_reports)
+        self.pool = ThreadPoolExecutor(count) if count > 1 else None
+
+    def deliver(self, state: apb.ContainerState.ValueType, container_ids: list[str]) -> None:
+        exit_code = 0 if state == apb.CONTAINER_STATE_TERMINATED else None
+        if self.pool is None:
+            for container_id in container_ids:
+                _state_change(self.master, container_id, state, exit_code)
+            return
+
+        def send(mine: list[str]) -> None:
+            for container_id in mine:
+                change = apb.ContainerStateChanged(container_id=container_id, state=state)
+                if exit_code is not None:
+                    change.exit_code = exit_code
+                self.units.run(
+                    lambda w, change=change: containers.on_container_state(self.master.ctx, w, change),
+                    key=containers.ReportKey(container_id, ends=exit_code is not None),
+                )
+
+        shares = [container_ids[i :: self.count] for i in range(self.count)]
+        for done in [self.pool.submit(send, share) for share in shares if share]:
+            done.result()
 
 
 def _assigned(master: Master) -> list[str]:
@@ -107,7 +143,9 @@ class _TimedPass:
         return whole - self.applying, self.applying
 
 
-def _round(master: Master, timed: _TimedPass, ending_count: int) -> dict[str, float] | None:
+def _round(
+    master: Master, timed: _TimedPass, senders: _Senders, ending_count: int
+) -> dict[str, float] | None:
     """One round: `ending_count` running trials report, end and are heard by the searcher; a pass
     places as many new ones, which report RUNNING. CPU milliseconds a trial, by phase (None: no
     trial was left to end or to start)."""
@@ -122,8 +160,7 @@ def _round(master: Master, timed: _TimedPass, ending_count: int) -> dict[str, fl
             intake.report(master.ctx, Principal(allocation_id=allocation_id), trial, 1, batch)
 
     def end_each() -> None:
-        for container_id, _, _ in ending:
-            _state_change(master, container_id, apb.CONTAINER_STATE_TERMINATED, exit_code=0)
+        senders.deliver(apb.CONTAINER_STATE_TERMINATED, [container_id for container_id, _, _ in ending])
 
     report = _cpu(report_each)
     end = _cpu(end_each)
@@ -134,8 +171,7 @@ def _round(master: Master, timed: _TimedPass, ending_count: int) -> dict[str, fl
         return None
 
     def running_each() -> None:
-        for container_id in started:
-            _state_change(master, container_id, apb.CONTAINER_STATE_RUNNING)
+        senders.deliver(apb.CONTAINER_STATE_RUNNING, started)
 
     running = _cpu(running_each)
     n, m = len(ending), len(started)
@@ -158,6 +194,13 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=4000)
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--ending", type=int, default=40)
+    parser.add_argument(
+        "--senders",
+        type=int,
+        default=1,
+        help="agents' streams delivering the running and end phases' state changes at once, through "
+        "the stream's shared units of work (1: one unit of work a change)",
+    )
     parser.add_argument("--db-url", default=None, help="a database (default: SQLite in a temporary folder)")
     args = parser.parse_args()
     configure_logging("bench", level="WARNING")
@@ -167,18 +210,22 @@ def main() -> None:
         for container_id in _assigned(master):
             _state_change(master, container_id, apb.CONTAINER_STATE_RUNNING)
         timed = _TimedPass(master)
+        senders = _Senders(master, args.senders)
         for _ in range(args.rounds):
-            measured = _round(master, timed, args.ending)
+            measured = _round(master, timed, senders, args.ending)
             if measured is None:
                 break
             for phase, ms in measured.items():
                 per_trial[phase].append(ms)
+        if senders.pool is not None:
+            senders.pool.shutdown()
         master.close()
     medians = {phase: statistics.median(v) if v else float("nan") for phase, v in per_trial.items()}
     rounds = len(per_trial["place"])
     print(
         f"{args.agents} agents x {args.slots} slots, {args.trials} trials, {rounds} rounds of {args.ending} "
-        f"ending ({'SQLite' if args.db_url is None else args.db_url.split(':', 1)[0]}); "
+        f"ending ({'SQLite' if args.db_url is None else args.db_url.split(':', 1)[0]}), "
+        f"{args.senders} sender(s); "
         "CPU ms a trial, median of the rounds (p90):"
     )
     for phase in PHASES:

@@ -7,6 +7,11 @@ slot beside the ordinary calls' (app.py); an agent past the last slot is refused
 RESOURCE_EXHAUSTED (it retries with backoff) instead of waiting for a thread with every call behind
 it.
 
+What an agent reports of its containers (state changes, refused starts) is applied in units of work
+shared with the other agents' reports of the same moment (kernel/batched_units.py): one transaction
+for a burst from many agents, each agent's messages still applied in its order and acknowledged only
+once stored.
+
 Who the agent is was established by the interceptor (agent_auth.py); here every hello and every
 context download is checked against it: an agent known by its credential speaks only as the id the
 credential was issued to, and downloads only the model definitions of its own allocations. A stream
@@ -30,8 +35,10 @@ from services.common.interceptors import current_principal
 from services.common.logging import get_logger
 from services.common.principal import Principal
 from services.common.status import abort_with
+from services.master.domain import wiring
 from services.master.domain.allocations import containers
 from services.master.domain.identity import agent_credentials
+from services.master.domain.kernel.batched_units import BatchedUnits
 from services.master.domain.kernel.context import MasterContext
 from services.master.domain.kernel.errors import DatabaseUnavailable, DomainError
 from services.master.domain.kernel.outage import ride_out
@@ -54,6 +61,8 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
         self.logs = logs
         self.max_agents = max_agents
         self._agent_slots = threading.BoundedSemaphore(max_agents)
+        # The agents' state changes and refused starts, applied in shared transactions.
+        self._units = BatchedUnits(ctx, prepare=wiring.preload_agent_reports)
 
     def Enrol(self, request: apb.EnrolRequest, context: grpc.ServicerContext) -> apb.EnrolResponse:
         means = request.WhichOneof("means")
@@ -255,12 +264,20 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
             still_here()
 
     def _container_state(self, change: apb.ContainerStateChanged) -> None:
-        with self.ctx.unit_of_work() as w:
-            containers.on_container_state(self.ctx, w, change)
+        self._units.run(
+            lambda w: containers.on_container_state(self.ctx, w, change),
+            key=containers.ReportKey(
+                change.container_id, ends=change.state == apb.CONTAINER_STATE_TERMINATED
+            ),
+        )
 
     def _start_refused(self, container_id: str, error: str, agent_stopping: bool) -> None:
-        with self.ctx.unit_of_work() as w:
-            containers.start_refused(self.ctx, w, container_id, error, agent_stopping=agent_stopping)
+        self._units.run(
+            lambda w: containers.start_refused(
+                self.ctx, w, container_id, error, agent_stopping=agent_stopping
+            ),
+            key=containers.ReportKey(container_id, ends=True),
+        )
 
     def FetchTaskContext(
         self, request: apb.FetchTaskContextRequest, context: grpc.ServicerContext

@@ -4,6 +4,10 @@ first rank to fail stops the others, and containers an agent refused or lost end
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
 from sqlalchemy import select
 
 from cairn.agent.v1 import agent_pb2 as apb
@@ -46,14 +50,79 @@ def _move_container(container: models.Container, target: A) -> bool:
     return True
 
 
-def on_container_state(ctx: MasterContext, w: Work, message: apb.ContainerStateChanged) -> None:
+@dataclass(frozen=True)
+class _Preloaded:
+    """What `preload` read for a batch of reports: each container with its allocation, and each
+    allocation's containers by rank."""
+
+    containers: dict[str, tuple[models.Container, models.Allocation]]
+    of_allocation: dict[str, list[models.Container]]
+
+
+_PRELOADED = "allocations.containers.preloaded"
+
+
+class ReportKey(NamedTuple):
+    """What a batch's preparation needs to know of one report from an agent: its container, and
+    whether the report ends it (an exit, a refused start: its allocation may end with it)."""
+
+    container_id: str
+    ends: bool
+
+
+def preload(w: Work, keys: Sequence[Hashable]) -> list[models.Allocation]:
+    """Before a batch of agents' reports is applied in one unit of work (the agent stream's shared
+    units): the containers they name (ReportKeys), every other container of their allocations and
+    the allocations, in one read, instead of a read for each report and another for each end. The
+    allocations that a report may end, for the caller to read what their ends need."""
+    reports = [key for key in keys if isinstance(key, ReportKey)]
+    named = select(models.Container.allocation_id).where(
+        models.Container.id.in_([r.container_id for r in reports])
+    )
+    rows = w.session.execute(
+        select(models.Container, models.Allocation)
+        .join(models.Allocation, models.Allocation.id == models.Container.allocation_id)
+        .where(models.Container.allocation_id.in_(named))
+        .order_by(models.Container.allocation_id, models.Container.rank)
+    ).all()
+    found = _Preloaded({}, {})
+    for container, alloc in rows:
+        found.containers[container.id] = (container, alloc)
+        found.of_allocation.setdefault(alloc.id, []).append(container)
+    w.memo[_PRELOADED] = found
+    ending = {r.container_id for r in reports if r.ends}
+    return list(
+        {found.containers[c][1].id: found.containers[c][1] for c in ending if c in found.containers}.values()
+    )
+
+
+def _container_with_allocation(
+    w: Work, container_id: str
+) -> tuple[models.Container, models.Allocation] | None:
+    preloaded = w.memo.get(_PRELOADED)
+    if isinstance(preloaded, _Preloaded) and container_id in preloaded.containers:
+        return preloaded.containers[container_id]
     # The container with its allocation, in one read before anything changes (a read after a
     # change flushes it first: a round trip more).
     found = w.session.execute(
         select(models.Container, models.Allocation)
         .join(models.Allocation, models.Allocation.id == models.Container.allocation_id)
-        .where(models.Container.id == message.container_id)
+        .where(models.Container.id == container_id)
     ).first()
+    return None if found is None else (found[0], found[1])
+
+
+def _siblings(w: Work, alloc: models.Allocation) -> list[models.Container]:
+    """The allocation's containers (all stored when it started, so a read made earlier in the unit
+    still holds them all)."""
+    preloaded = w.memo.get(_PRELOADED)
+    if isinstance(preloaded, _Preloaded) and alloc.id in preloaded.of_allocation:
+        return preloaded.of_allocation[alloc.id]
+    return containers_of(w, alloc)
+
+
+def on_container_state(ctx: MasterContext, w: Work, message: apb.ContainerStateChanged) -> None:
+    found = _container_with_allocation(w, message.container_id)
     if found is None:
         log.warning("state change for unknown container", container_id=message.container_id)
         return
@@ -102,7 +171,7 @@ def container_terminated(
     # what changed above to find them (it finds them by allocation, which never changes; the
     # objects it hands back are the session's, with those changes).
     with w.session.no_autoflush:
-        siblings = containers_of(w, alloc)
+        siblings = _siblings(w, alloc)
     others = [c for c in siblings if c.id != container.id and c.state != A.TERMINATED]
     if failed and not alloc.kill_requested and alloc.failed_rank is None:
         crash(ctx, w, alloc, container, reason, others)

@@ -44,6 +44,9 @@ class Work:
     at_end: list[Callable[[], None]] = field(default_factory=list)
     # Checks owed before the commit, once per key however often they are owed (settle()).
     before_commit: dict[object, Callable[[], None]] = field(default_factory=dict)
+    # What was read up front for the whole unit, by its reader's key (a batch of agents' reports
+    # reads all their containers in one statement: allocations/containers.preload).
+    memo: dict[object, object] = field(default_factory=dict)
 
     def later(self, effect: Callable[[], None]) -> None:
         self.after_commit.append(effect)
