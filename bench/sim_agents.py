@@ -22,7 +22,14 @@ master places the next pending one. Reported:
   wall time (`cairn_scheduling_pass_seconds`) and in the scheduling thread's CPU time
   (`cairn_scheduling_pass_cpu_seconds`: the difference is waiting for the GIL and locks), and of
   starting what each placed (`cairn_scheduling_start_seconds`); trials ended per second; the
-  master's and scheduler's CPU seconds (/proc/<pid>/stat).
+  master's and scheduler's CPU seconds (/proc/<pid>/stat);
+- idle: the master's CPU, as a share of one core, over --idle-seconds with every agent connected
+  and nothing to run (streams and heartbeats alone);
+- starts a second over the window, and the p99 from an allocation's request to its RUNNING over
+  the first fill (the master's rows: every one of them requested and placed while slots were free).
+
+The last line is one summary: `sim_agents: starts/s S, first N placed T s, p99 request-to-running
+R s, passes p95 P ms, idle master CPU C %`.
 
     .venv/bin/python -m bench.sim_agents [--agents 1000] [--slots 8] [--trials 10000] [--seconds 60]
         [--trial-seconds 2] [--backend sqlite|postgres]
@@ -45,11 +52,13 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import grpc
 import grpc.aio
 from google.protobuf.timestamp_pb2 import Timestamp
+from sqlalchemy import create_engine, text
 
 from bench.cairn_cluster import Api, cairn_cluster
 from bench.metric_intake import scratch_postgres
@@ -353,6 +362,7 @@ def cpu_seconds(pid: int) -> float:
 class Snapshot:
     at: float
     histograms: dict[str, Buckets]
+    started: int
     ended: int
     cpu: dict[str, float]
 
@@ -399,7 +409,7 @@ async def snapshot(http_url: str, tally: Tally, pids: dict[str, int]) -> Snapsho
     cpu = {name: cpu_seconds(pid) for name, pid in pids.items()}
     cpu["bench"] = time.process_time()
     histograms = {name: histogram_buckets(text, metric) for name, metric in PASS_METRICS.items()}
-    return Snapshot(time.perf_counter(), histograms, tally.ended, cpu)
+    return Snapshot(time.perf_counter(), histograms, tally.started, tally.ended, cpu)
 
 
 async def turnover(args: argparse.Namespace, api: Api, record: ClusterRecord) -> dict[str, float]:
@@ -428,6 +438,11 @@ async def turnover(args: argparse.Namespace, api: Api, record: ClusterRecord) ->
             tally,
         )
         print(f"{args.agents} agents connected in {connected:.2f} s", flush=True)
+        # The connected cluster with nothing to run: what its streams and heartbeats alone cost.
+        idle_from = (time.perf_counter(), cpu_seconds(pids["master"]))
+        await asyncio.sleep(args.idle_seconds)
+        idle_master = (cpu_seconds(pids["master"]) - idle_from[1]) / (time.perf_counter() - idle_from[0])
+        print(f"idle, {args.agents} agents connected: the master at {idle_master:.1%} of a core", flush=True)
         config = CONFIG.format(trials=args.trials, top=args.trials - 1)
         started = time.perf_counter()
         experiment_id = await asyncio.to_thread(api.create, config, MODEL_DIR)
@@ -451,6 +466,9 @@ async def turnover(args: argparse.Namespace, api: Api, record: ClusterRecord) ->
         "full_s": full,
         "window_s": window,
         "ended_per_s": (after.ended - before.ended) / window,
+        "started_per_s": (after.started - before.started) / window,
+        "idle_master_cpu": idle_master,
+        "capacity": capacity,
         "peak_running": tally.peak_running,
     }
     for name in PASS_METRICS:
@@ -475,6 +493,34 @@ def database(backend: str) -> Iterator[str | None]:
         raise SystemExit(f"--backend: no backend {backend!r} (sqlite, postgres)")
 
 
+def request_to_running_p99(db_url: str, first: int) -> float:
+    """The p99 of request-to-RUNNING seconds over the first `first` allocations to run: those of
+    the first fill, every one requested and placed while slots were free (the later ones waited
+    for slots in the queue by design), from the master's own rows."""
+    engine = create_engine(db_url)
+    try:
+        with engine.connect() as connection:
+            rows = connection.execute(
+                text(
+                    "SELECT requested_at, start_time FROM allocations WHERE start_time IS NOT NULL "
+                    "ORDER BY start_time LIMIT :first"
+                ),
+                {"first": first},
+            ).all()
+    finally:
+        engine.dispose()
+    waits = sorted(_seconds(started) - _seconds(requested) for requested, started in rows)
+    if not waits:
+        return float("nan")
+    return waits[min(len(waits) - 1, round(0.99 * (len(waits) - 1)))]
+
+
+def _seconds(stamp: datetime | str) -> float:
+    # SQLite hands the stored text back through a plain connection.
+    moment = stamp if isinstance(stamp, datetime) else datetime.fromisoformat(stamp)
+    return moment.replace(tzinfo=UTC).timestamp() if moment.tzinfo is None else moment.timestamp()
+
+
 def run(args: argparse.Namespace) -> dict[str, float]:
     with (
         database(args.backend) as db_url,
@@ -485,7 +531,11 @@ def run(args: argparse.Namespace) -> dict[str, float]:
         record = load_record(paths.record_file)
         assert record is not None, "the local cluster keeps no record"
         try:
-            return asyncio.run(turnover(args, api, record))
+            figures = asyncio.run(turnover(args, api, record))
+            figures["request_to_running_p99_s"] = request_to_running_p99(
+                db_url or f"sqlite:///{next(Path(tmp).rglob('cairn.db'))}", int(figures["capacity"])
+            )
+            return figures
         except Exception:
             if args.keep_logs:
                 shutil.copytree(paths.logs_dir, args.keep_logs, dirs_exist_ok=True)
@@ -504,6 +554,12 @@ def main() -> None:
         "--seconds", type=float, default=60.0, help="the turnover window, once the cluster is full"
     )
     parser.add_argument("--trial-seconds", type=float, default=2.0)
+    parser.add_argument(
+        "--idle-seconds",
+        type=float,
+        default=10.0,
+        help="how long the connected cluster is watched idle before the experiment",
+    )
     parser.add_argument("--backend", default="sqlite", choices=("sqlite", "postgres"))
     parser.add_argument(
         "--keep-logs", type=Path, help="a folder to copy the cluster's logs to if the run fails"
@@ -524,6 +580,13 @@ def main() -> None:
         + ", ".join(
             f"{k.removesuffix('_cpu_s')} {v:.1f}" for k, v in figures.items() if k.endswith("_cpu_s")
         ),
+        flush=True,
+    )
+    idle_cpu = figures["idle_master_cpu"] * 100
+    print(
+        f"sim_agents: starts/s {figures['started_per_s']:.0f}, first {figures['capacity']:.0f} placed "
+        f"{figures['full_s']:.1f} s, p99 request-to-running {figures['request_to_running_p99_s']:.2f} s, "
+        f"passes p95 {figures['pass_p95_ms']:.0f} ms, idle master CPU {idle_cpu:.1f} %",
         flush=True,
     )
 
