@@ -475,6 +475,7 @@ class SchedulingLoop:
                 )
             )
         }
+        placement.preload(w, allocs.values(), named)
         for assignment in assignments:
             alloc = allocs.get(assignment.allocation_id)
             if alloc is None or alloc.state != A.PENDING:
