@@ -58,7 +58,7 @@ from pathlib import Path
 import grpc
 import grpc.aio
 from google.protobuf.timestamp_pb2 import Timestamp
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 
 from bench.cairn_cluster import Api, cairn_cluster
 from bench.metric_intake import scratch_postgres
@@ -70,6 +70,7 @@ from cairn.localcluster.paths import ClusterPaths
 from cairn.localcluster.record import ClusterRecord, load_record
 from cairn.metadata_keys import AGENT_CREDENTIAL_KEY, CLUSTER_TOKEN_KEY
 from cairn.wire import CHANNEL_OPTIONS
+from services.master.store.db import Database
 
 HERE = Path(__file__).parent
 MODEL_DIR = HERE / "trials" / "sleep_trial"
@@ -497,9 +498,9 @@ def request_to_running_p99(db_url: str, first: int) -> float:
     """The p99 of request-to-RUNNING seconds over the first `first` allocations to run: those of
     the first fill, every one requested and placed while slots were free (the later ones waited
     for slots in the queue by design), from the master's own rows."""
-    engine = create_engine(db_url)
+    database = Database(db_url)  # the master's own URL handling
     try:
-        with engine.connect() as connection:
+        with database.engine.connect() as connection:
             rows = connection.execute(
                 text(
                     "SELECT requested_at, start_time FROM allocations WHERE start_time IS NOT NULL "
@@ -508,7 +509,7 @@ def request_to_running_p99(db_url: str, first: int) -> float:
                 {"first": first},
             ).all()
     finally:
-        engine.dispose()
+        database.dispose()
     waits = sorted(_seconds(started) - _seconds(requested) for requested, started in rows)
     if not waits:
         return float("nan")
