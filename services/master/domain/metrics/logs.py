@@ -6,8 +6,8 @@ from __future__ import annotations
 import contextlib
 import threading
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from cairn.agent.v1 import agent_pb2 as apb
 from services.common.logging import get_logger
 from services.master.domain.kernel.context import MasterContext, StripedLocks
+from services.master.domain.kernel.group_commit import GroupCommit
 from services.master.domain.kernel.topics import task_logs_topic, trial_logs_topic
 from services.master.domain.trials import log_policies
 from services.master.domain.webhooks.triggers import LogLine, TaskLogMatcher
@@ -26,6 +27,9 @@ from services.master.store import models
 from services.master.store.text_search import substring_position
 
 log = get_logger(__name__)
+
+# Agents' batches in one transaction at most: a batch holds up to a few thousand lines.
+MAX_BATCHES = 32
 
 LEVELS = ("TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
@@ -53,6 +57,8 @@ class LogStore:
         self._webhook_patterns = TaskLogMatcher()
         # Experiments' log policies: a trial's match is recorded in the lines' own transaction.
         self._log_policies = log_policies.TrialPolicies()
+        # Agents' batches shipped at the same moment, stored together (store()).
+        self._commits: GroupCommit[_Shipped, dict[str, int]] = GroupCommit(self._write, MAX_BATCHES)
 
     def _owner(self, container_id: str) -> _Owner | None:
         with self._lock:
@@ -75,19 +81,25 @@ class LogStore:
         return owner
 
     def store(self, agent_id: str, batch: apb.LogBatch) -> dict[str, int]:
-        """Store a batch; returns the highest stored seq per container (to acknowledge)."""
-        rows: list[dict[str, object]] = []
-        highest: dict[str, int] = {}
-        owners: set[_Owner] = set()
+        """Store a batch; returns the highest stored seq per container (to acknowledge). Batches
+        that agents' streams ship at the same moment are stored in one transaction (a group
+        commit: kernel/group_commit.py), each still acknowledged only once stored."""
+        shipped = self._rows(agent_id, batch)
+        if not shipped.rows:
+            return shipped.highest
+        return self._commits.run(shipped)
+
+    def _rows(self, agent_id: str, batch: apb.LogBatch) -> _Shipped:
+        shipped = _Shipped(agent_id)
         for entry in batch.entries:
             owner = self._owner(entry.container_id)
             if owner is None:
                 log.warning("log line for unknown container", container_id=entry.container_id)
                 continue
-            owners.add(owner)
-            highest[entry.container_id] = max(highest.get(entry.container_id, 0), entry.seq)
+            shipped.owners.add(owner)
+            shipped.highest[entry.container_id] = max(shipped.highest.get(entry.container_id, 0), entry.seq)
             timestamp = entry.timestamp.ToDatetime(UTC) if entry.HasField("timestamp") else datetime.now(UTC)
-            rows.append(
+            shipped.rows.append(
                 {
                     "task_id": owner.task_id,
                     "trial_id": owner.trial_id,
@@ -104,8 +116,17 @@ class LogStore:
                     "message": entry.message.replace("\x00", "\ufffd"),
                 }
             )
-        if not rows:
-            return highest
+        return shipped
+
+    def _write(self, batches: Sequence[_Shipped]) -> list[dict[str, int]]:
+        """One transaction for the batches of one group commit: their lines, the webhook and log
+        policy matches they owe, and each container's acknowledged seq."""
+        rows = [row for shipped in batches for row in shipped.rows]
+        owners = {owner for shipped in batches for owner in shipped.owners}
+        highest: dict[str, int] = {}
+        for shipped in batches:
+            for container_id, seq in shipped.highest.items():
+                highest[container_id] = max(highest.get(container_id, 0), seq)
         with contextlib.ExitStack() as in_order:
             if self._key_locks is not None:
                 locks = {self._key_locks.of(_topic(o.trial_id, o.task_id)) for o in owners}
@@ -120,20 +141,31 @@ class LogStore:
                     s,
                     self._log_policies,
                     (
-                        log_policies.Line(int(row["trial_id"]), agent_id, str(row["message"]))  # type: ignore[call-overload]
+                        log_policies.Line(int(row["trial_id"]), str(row["agent_id"]), str(row["message"]))  # type: ignore[call-overload]
                         for row in rows
                         if row["trial_id"] is not None
                     ),
                 )
-                for container_id, seq in highest.items():
-                    container = s.get(models.Container, container_id)
-                    if container is not None and seq > container.acked_seq:
-                        container.acked_seq = seq
+                # The batches' containers in one read, not one each.
+                for container in s.scalars(
+                    select(models.Container).where(models.Container.id.in_(list(highest)))
+                ):
+                    container.acked_seq = max(container.acked_seq, highest[container.id])
         for owner in owners:
             self._ctx.topics.publish(_topic(owner.trial_id, owner.task_id))
         if owed_posts:
             self._ctx.webhook_wakeup.set()
-        return highest
+        return [shipped.highest for shipped in batches]
+
+
+@dataclass
+class _Shipped:
+    """One agent's batch of lines, made rows, waiting for its group commit."""
+
+    agent_id: str
+    rows: list[dict[str, object]] = field(default_factory=list)
+    highest: dict[str, int] = field(default_factory=dict)
+    owners: set[_Owner] = field(default_factory=set)
 
 
 def _lines(rows: list[dict[str, object]]) -> list[LogLine]:

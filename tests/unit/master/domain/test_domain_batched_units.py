@@ -5,7 +5,7 @@ reaches every caller of its batch, and one thread's units keep its order."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -37,7 +37,7 @@ def _grid(master: Master, trials: int) -> tuple[int, list[str]]:
 Call = Callable[[Work], object]
 
 
-def _all_at_once(master: Master, units: BatchedUnits, calls: list[Call | _Change]) -> list[object]:
+def _all_at_once(master: Master, units: BatchedUnits, calls: Sequence[Call | _Change]) -> list[object]:
     """Each call run through `units` from a thread of its own, all queued while the master's lock
     is held so that they share batches; each call's outcome (its result, or what it raised)."""
 
@@ -55,7 +55,7 @@ def _all_at_once(master: Master, units: BatchedUnits, calls: list[Call | _Change
             futures = [pool.submit(run, call) for call in calls]
             # The leader took its batch (and stopped at the lock); every other thread is queued.
             for _ in range(500):
-                if units.stats.batches > batches_before and len(units._queue) >= len(calls) - 1:
+                if units.stats.batches > batches_before and units.queued >= len(calls) - 1:
                     break
                 threading.Event().wait(0.01)
         return [f.result(timeout=60) for f in futures]
@@ -94,7 +94,7 @@ def test_a_burst_of_state_changes_shares_transactions_and_ends_as_each_alone_wou
         == [None] * 8
     )
     # The leader's own unit, then the seven queued behind it in one transaction.
-    assert (units.stats.units, units.stats.batches, units.stats.split) == (8, 2, 0)
+    assert (units.stats.items, units.stats.batches, units.stats.split) == (8, 2, 0)
     assert {_container(master, c).state for c in ids} == {"RUNNING"}
     # Resent after a reconnect (the same seq) and ended, in one burst: each applied once.
     resent = [_Change(master.ctx, c, apb.CONTAINER_STATE_RUNNING, 1) for c in ids]
@@ -150,8 +150,11 @@ def test_each_thread_keeps_its_order_and_the_lead_passes_on_when_a_batch_is_full
     seen: dict[int, list[int]] = {}
 
     def sender(thread: int) -> None:
+        def take(step: int) -> Callable[[Work], None]:
+            return lambda _w: seen.setdefault(thread, []).append(step)
+
         for step in range(20):
-            units.run(lambda w, step=step: seen.setdefault(thread, []).append(step))
+            units.run(take(step))
 
     workers = [threading.Thread(target=sender, args=(t,)) for t in range(6)]
     for worker in workers:
@@ -160,5 +163,5 @@ def test_each_thread_keeps_its_order_and_the_lead_passes_on_when_a_batch_is_full
         worker.join(timeout=60)
     assert not any(worker.is_alive() for worker in workers)
     assert seen == {t: list(range(20)) for t in range(6)}
-    assert units.stats.units == 120
-    assert not units._leading and not units._queue
+    assert units.stats.items == 120
+    assert units.idle
