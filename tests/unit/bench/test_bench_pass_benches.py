@@ -34,7 +34,20 @@ def test_a_pass_bench_runs_on_a_small_cluster(bench: str) -> None:
 
 
 def test_the_trial_phases_bench_runs_on_a_small_cluster() -> None:
-    small = ["--agents", "4", "--slots", "2", "--trials", "40", "--rounds", "2", "--ending", "4", "--senders", "4"]
+    small = [
+        "--agents",
+        "4",
+        "--slots",
+        "2",
+        "--trials",
+        "40",
+        "--rounds",
+        "2",
+        "--ending",
+        "4",
+        "--senders",
+        "4",
+    ]
     summary = _run_bench("trial_phases", *small).strip().splitlines()[-1]
     assert summary.startswith("trial_phases: place "), summary
     assert "nan" not in summary, summary
