@@ -86,17 +86,18 @@ def _usage(s: Session, pool: PoolSettings, now: datetime) -> tuple[dict[str, flo
     return by_workspace, by_user
 
 
-def _name_groups(s: Session, workspaces: dict[str, pb.ShareGroup], users: dict[str, pb.ShareGroup]) -> None:
-    """Names for waiting reasons: "workspace 'vision'", "user 'alice' in workspace 'vision'"."""
-    user_pairs = [tuple(int(part) for part in key.split("/")) for key in users]
-    workspace_ids = {int(key) for key in workspaces} | {w for w, _ in user_pairs}
+def _name_groups(s: Session, workspaces: list[pb.ShareGroup], users: list[pb.ShareGroup]) -> None:
+    """Names for waiting reasons: "workspace 'vision'", "user 'alice' in workspace 'vision'", for
+    the groups of every pool at once (two reads for the pass, not two for each pool)."""
+    user_pairs = [tuple(int(part) for part in group.key.split("/")) for group in users]
+    workspace_ids = {int(group.key) for group in workspaces} | {w for w, _ in user_pairs}
     user_ids = {u for _, u in user_pairs}
     w, u = models.Workspace, models.User
     workspace_names = dict(s.execute(select(w.id, w.name).where(w.id.in_(workspace_ids))).all())
     usernames = dict(s.execute(select(u.id, u.username).where(u.id.in_(user_ids))).all())
-    for key, group in workspaces.items():
-        group.name = f"workspace '{workspace_names.get(int(key), key)}'"
-    for (workspace_id, user_id), group in zip(user_pairs, users.values(), strict=True):
+    for group in workspaces:
+        group.name = f"workspace '{workspace_names.get(int(group.key), group.key)}'"
+    for (workspace_id, user_id), group in zip(user_pairs, users, strict=True):
         group.name = (
             f"user '{usernames.get(user_id, user_id)}' in workspace "
             f"'{workspace_names.get(workspace_id, workspace_id)}'"
@@ -146,10 +147,15 @@ def share_groups(
             )
         if not (workspaces or users):
             continue
-        _name_groups(s, workspaces, users)
         groups[pool.name] = (
             [workspaces[k] for k in sorted(workspaces)],
             [users[k] for k in sorted(users)],
+        )
+    if groups:
+        _name_groups(
+            s,
+            [group for workspaces, _ in groups.values() for group in workspaces],
+            [group for _, users in groups.values() for group in users],
         )
     return groups
 
