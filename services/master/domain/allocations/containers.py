@@ -90,10 +90,12 @@ def preload(w: Work, keys: Sequence[Hashable]) -> list[models.Allocation]:
         found.containers[container.id] = (container, alloc)
         found.of_allocation.setdefault(alloc.id, []).append(container)
     w.memo[_PRELOADED] = found
-    ending = {r.container_id for r in reports if r.ends}
-    return list(
-        {found.containers[c][1].id: found.containers[c][1] for c in ending if c in found.containers}.values()
-    )
+    ending: dict[str, models.Allocation] = {}
+    for report in reports:
+        if report.ends and report.container_id in found.containers:
+            alloc = found.containers[report.container_id][1]
+            ending[alloc.id] = alloc
+    return list(ending.values())
 
 
 def _container_with_allocation(

@@ -7,12 +7,13 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from sqlalchemy import event, func, select
+from sqlalchemy import func, select
 
 from cairn.agent.v1 import agent_pb2 as apb
 from services.master.domain.metrics.logs import LogStore
 from services.master.store import models
 from tests.unit.master.domain.harness import Master
+from tests.unit.master.domain.held_insert import held_insert
 
 
 def _batch(container: str, seqs: range) -> apb.LogBatch:
@@ -35,21 +36,8 @@ def test_batches_shipped_at_once_share_a_transaction_and_are_each_acknowledged(
     ]
     store = LogStore(master.ctx)
 
-    first_inside, first_may_commit = threading.Event(), threading.Event()
-    first_thread: list[threading.Thread] = []
-
-    def hold_the_first(conn: object, cursor: object, statement: str, *_: object) -> None:
-        if threading.current_thread() in first_thread and statement.lstrip().upper().startswith("INSERT"):
-            first_inside.set()
-            first_may_commit.wait(10)
-
-    engine = master.ctx.db.engine
-    event.listen(engine, "after_cursor_execute", hold_the_first)
-    try:
-        first = threading.Thread(target=lambda: store.store("a1", _batch(containers[0], range(1, 4))))
-        first_thread.append(first)
-        first.start()
-        assert first_inside.wait(10)
+    with held_insert(master.ctx.db.engine) as hold:
+        first = hold.start(lambda: store.store("a1", _batch(containers[0], range(1, 4))))
         with ThreadPoolExecutor(5) as pool:
             # Five more agents ship while the first batch is being stored; one resends line 1.
             futures = [
@@ -59,13 +47,10 @@ def test_batches_shipped_at_once_share_a_transaction_and_are_each_acknowledged(
                 if store._commits.queued == 5:
                     break
                 threading.Event().wait(0.01)
-            first_may_commit.set()
+            hold.release()
             first.join(10)
             acked = [f.result(timeout=10) for f in futures]
         resent = store.store("a1", _batch(containers[1], range(1, 2)))
-    finally:
-        first_may_commit.set()
-        event.remove(engine, "after_cursor_execute", hold_the_first)
     assert acked == [{containers[n]: 1 + n} for n in range(1, 6)]
     assert resent == {containers[1]: 1}
     # The first batch alone, the five queued behind it together, then the resend.

@@ -9,12 +9,11 @@ from __future__ import annotations
 import threading
 import time
 
-from sqlalchemy import event
-
 from cairn.agent.v1 import agent_pb2 as apb
 from services.master.domain.kernel.topics import trial_logs_topic
 from services.master.domain.metrics.logs import LogFilter, LogStore, read_logs
 from tests.unit.master.domain.harness import Master
+from tests.unit.master.domain.held_insert import held_insert
 
 
 def _batch(container: str, seqs: range) -> apb.LogBatch:
@@ -39,32 +38,15 @@ def test_lines_stored_at_once_are_all_followed_whichever_commits_first(
     following = threading.Thread(target=lambda: followed.extend(r.message for r in follower), daemon=True)
     following.start()
 
-    first_inside, first_may_commit = threading.Event(), threading.Event()
-    first_thread: list[threading.Thread] = []
-
-    def hold_the_first(conn: object, cursor: object, statement: str, *_: object) -> None:
-        """The first store stops after its INSERT, its ids taken, its transaction open."""
-        if threading.current_thread() in first_thread and statement.lstrip().upper().startswith("INSERT"):
-            first_inside.set()
-            first_may_commit.wait(10)
-
-    engine = master.ctx.db.engine
-    event.listen(engine, "after_cursor_execute", hold_the_first)
-    try:
-        first = threading.Thread(target=lambda: store.store("a1", _batch(container, range(1, 6))))
-        first_thread.append(first)
-        first.start()
-        assert first_inside.wait(10)
+    with held_insert(master.ctx.db.engine) as hold:
+        first = hold.start(lambda: store.store("a1", _batch(container, range(1, 6))))
         second = threading.Thread(target=lambda: store.store("a2", _batch(container, range(6, 11))))
         second.start()
         second.join(0.5)  # it waits for the first (it would have committed by now)
         time.sleep(0.3)  # the follower reads whatever is committed
-        first_may_commit.set()
+        hold.release()
         first.join(10)
         second.join(10)
-    finally:
-        first_may_commit.set()
-        event.remove(engine, "after_cursor_execute", hold_the_first)
     time.sleep(0.3)
     ended.set()
     master.ctx.topics.publish(trial_logs_topic(trial.id))
