@@ -78,13 +78,15 @@ def expanded_config(
     place: experiment_projects.Placement | None = None,
     *,
     unmanaged: bool = False,
+    parsed: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The config in `text`, merged over `template`'s config when given, with every default; the
     workspace of `place` may replace the master's default storage and pool. The parsed config is
     bounded (depth, size, numbers JSON can carry) before it is merged or expanded, and the result
-    again, so it can be stored and answered as it is."""
+    again, so it can be stored and answered as it is. `parsed`: `text` parsed already (it is not
+    changed), so the caller that read its keys first does not parse it twice."""
     try:
-        raw = parse_config_text(text)
+        raw = parsed if parsed is not None else parse_config_text(text)
         check_json_value(raw)
         if template is not None:
             raw = merge_template(raw, template)
@@ -173,11 +175,12 @@ def create(ctx: MasterContext, principal: Principal, request: CreateRequest) -> 
     if principal.user_id is None:
         raise InvalidArgument("only a user can create experiments")
     template = None if request.template is None else templates.config_for_experiment(ctx, request.template)
-    place = experiment_projects.placement(ctx, request.project_id, request.config_text, template)
+    parsed = experiment_projects.parsed_or_none(request.config_text)
+    place = experiment_projects.placement(ctx, request.project_id, parsed, template)
     with ctx.db.read() as s:
         project = s.get_one(models.Project, place.project_id)
         experiment_projects.check_may_create_in(s, principal, project, "project_id")
-    config = expanded_config(ctx, request.config_text, template, place)
+    config = expanded_config(ctx, request.config_text, template, place, parsed=parsed)
     check_experiment_limits(config, ctx.settings.max_trials_per_experiment)
     check_config_policy(ctx.settings, principal, config)
     pool = check_pool(ctx, config, place)

@@ -60,26 +60,34 @@ def _check_takes_experiments(project: models.Project, workspace: models.Workspac
         )
 
 
-def _config_keys(config_text: str, template: Mapping[str, Any] | None) -> tuple[str, str]:
+def _config_keys(config: Mapping[str, Any] | None, template: Mapping[str, Any] | None) -> tuple[str, str]:
     """The `workspace` and `project` keys of the config merged over its template ("" where absent;
-    the config's own keys win). A config that does not parse names neither: creating the
+    the config's own keys win). A config that does not parse (None) names neither: creating the
     experiment reports what is wrong with it."""
-    try:
-        raw = parse_config_text(config_text)
-    except ConfigError:
-        raw = {}
-    merged = {**(template or {}), **(raw if isinstance(raw, dict) else {})}
+    merged = {**(template or {}), **(config or {})}
     workspace, project = merged.get("workspace"), merged.get("project")
     return (workspace if isinstance(workspace, str) else ""), (project if isinstance(project, str) else "")
 
 
+def parsed_or_none(config_text: str) -> dict[str, Any] | None:
+    """The config mapping `config_text` holds, None when it does not parse (its creation says why)."""
+    try:
+        return parse_config_text(config_text)
+    except ConfigError:
+        return None
+
+
 def placement(
-    ctx: MasterContext, project_id: int, config_text: str, template: Mapping[str, Any] | None = None
+    ctx: MasterContext,
+    project_id: int,
+    config: Mapping[str, Any] | None,
+    template: Mapping[str, Any] | None = None,
 ) -> Placement:
     """The project a new experiment goes to, as Determined decides it: the request's project id,
-    else the project the config's `workspace` and `project` keys name (both or neither), else the
-    "Uncategorized" project. It must take new experiments."""
-    workspace_name, project_name = _config_keys(config_text, template)
+    else the project the keys `workspace` and `project` of `config` (the parsed config, None where
+    it does not parse: parsed_or_none) name (both or neither), else the "Uncategorized" project. It
+    must take new experiments."""
+    workspace_name, project_name = _config_keys(config, template)
     with ctx.db.read() as s:
         if project_id:
             field = "project_id"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import Select, delete, func, literal, select, union_all
 
 from cairn.searcher.v1 import searcher_pb2 as spb
 from services.common.logging import get_logger
@@ -34,6 +34,25 @@ MAX_RESTORES_PER_EVENT = 3
 MAX_EVENTS_PER_CALL = 1000
 
 
+def _owed() -> Select[tuple[int]]:
+    """The experiments owed a delivery, in one statement (the pump asks every IDLE_POLL_S): those
+    with a stored answer to finish first (their events follow it), then those with events, oldest
+    first."""
+    answers = select(
+        models.SearcherAnswer.experiment_id.label("experiment_id"),
+        literal(0).label("kind"),
+        func.min(models.SearcherAnswer.id).label("first"),
+    ).group_by(models.SearcherAnswer.experiment_id)
+    events = select(
+        models.SearcherEvent.experiment_id, literal(1), func.min(models.SearcherEvent.id)
+    ).group_by(models.SearcherEvent.experiment_id)
+    owed = union_all(answers, events).subquery()
+    return select(owed.c.experiment_id).order_by(owed.c.kind, owed.c.first)
+
+
+_OWED = _owed()
+
+
 class SearcherPump:
     def __init__(self, ctx: MasterContext) -> None:
         self._ctx = ctx
@@ -51,24 +70,7 @@ class SearcherPump:
     def deliver_all(self) -> int:
         """Deliver what every experiment owes its searcher; how many experiments were served."""
         with self._ctx.db.read() as s:
-            # Those with a stored answer to finish first (their events follow it), then those with
-            # events, oldest first.
-            experiment_ids = list(
-                dict.fromkeys(
-                    [
-                        *s.scalars(
-                            select(models.SearcherAnswer.experiment_id)
-                            .group_by(models.SearcherAnswer.experiment_id)
-                            .order_by(func.min(models.SearcherAnswer.id))
-                        ),
-                        *s.scalars(
-                            select(models.SearcherEvent.experiment_id)
-                            .group_by(models.SearcherEvent.experiment_id)
-                            .order_by(func.min(models.SearcherEvent.id))
-                        ),
-                    ]
-                )
-            )
+            experiment_ids = list(dict.fromkeys(s.scalars(_OWED)))
         now = time.monotonic()
         served = 0
         for experiment_id in experiment_ids:

@@ -87,11 +87,12 @@ def create_experiment(
         raise InvalidArgument("only a user can create experiments")
     if external_id is not None:
         _check_external_id(external_id, "external_experiment_id", MAX_EXTERNAL_EXPERIMENT_ID)
-    place = experiment_projects.placement(ctx, project_id, config_text)
+    parsed = experiment_projects.parsed_or_none(config_text)
+    place = experiment_projects.placement(ctx, project_id, parsed)
     with ctx.db.read() as s:
         project = s.get_one(models.Project, place.project_id)
         experiment_projects.check_may_create_in(s, principal, project, "project_id")
-    config = expanded_config(ctx, config_text, None, place, unmanaged=True)
+    config = expanded_config(ctx, config_text, None, place, unmanaged=True, parsed=parsed)
     check_experiment_limits(config, ctx.settings.max_trials_per_experiment)
     check_config_policy(ctx.settings, principal, config)
     pool = check_pool(ctx, config, place)

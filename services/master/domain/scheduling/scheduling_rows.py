@@ -200,14 +200,22 @@ def agent_messages(
 ) -> list[pb.Agent]:
     """The agents (all, or `agent_ids`) as the scheduler takes them; with `slot_owner`, each slot
     names the allocation placed on it."""
-    agents_query = select(models.Agent).order_by(models.Agent.id)
-    slots_query = select(models.AgentSlot).order_by(models.AgentSlot.agent_id)
+    # Columns, not objects: a snapshot at a thousand agents reads eight thousand slots.
+    agents_query = select(
+        models.Agent.id, models.Agent.resource_pool, models.Agent.enabled, models.Agent.draining
+    ).order_by(models.Agent.id)
+    slots_query = select(
+        models.AgentSlot.agent_id,
+        models.AgentSlot.slot_id,
+        models.AgentSlot.enabled,
+        models.AgentSlot.draining,
+    ).order_by(models.AgentSlot.agent_id)
     if agent_ids is not None:
         agents_query = agents_query.where(models.Agent.id.in_(list(agent_ids)))
         slots_query = slots_query.where(models.AgentSlot.agent_id.in_(list(agent_ids)))
-    agents = list(s.scalars(agents_query))
-    by_agent: dict[str, list[models.AgentSlot]] = {}
-    for slot in s.scalars(slots_query):
+    agents = list(s.execute(agents_query))
+    by_agent: dict[str, list[Any]] = {}
+    for slot in s.execute(slots_query):
         by_agent.setdefault(slot.agent_id, []).append(slot)
     owners = slot_owner or {}
     # Connected and not shutting down: an agent that is away, or stopping, keeps its running work
