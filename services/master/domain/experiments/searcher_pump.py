@@ -34,7 +34,7 @@ MAX_RESTORES_PER_EVENT = 3
 MAX_EVENTS_PER_CALL = 1000
 
 
-def _owed() -> Select[tuple[int]]:
+def _owed() -> Select[int]:
     """The experiments owed a delivery, in one statement (the pump asks every IDLE_POLL_S): those
     with a stored answer to finish first (their events follow it), then those with events, oldest
     first."""
