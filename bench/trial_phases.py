@@ -228,6 +228,9 @@ def main() -> None:
         f"{args.senders} sender(s); "
         "CPU ms a trial, median of the rounds (p90):"
     )
+    if senders.pool is not None:
+        stats = senders.units.stats
+        print(f"  {stats.items} reports applied in {stats.batches} units of work ({stats.split} split)")
     for phase in PHASES:
         values = sorted(per_trial[phase])
         p90 = values[min(len(values) - 1, round(0.9 * (len(values) - 1)))] if values else float("nan")
