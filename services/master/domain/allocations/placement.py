@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from sqlalchemy import func, select
 
@@ -22,7 +22,7 @@ from services.master.domain.allocations.rendezvous import (
     rendezvous_for,
 )
 from services.master.domain.allocations.task_services import service_environment, service_mounts
-from services.master.domain.allocations.task_spec import build_task_spec
+from services.master.domain.allocations.task_spec import ExperimentParts, build_task_spec, experiment_parts
 from services.master.domain.identity import agent_users
 from services.master.domain.identity.auth import hash_token, new_token
 from services.master.domain.kernel.context import MasterContext, Work
@@ -65,6 +65,7 @@ class _Preloaded:
 
 
 _PRELOADED = "allocations.placement.preloaded"
+_EXPERIMENT_PARTS = "allocations.placement.experiment_parts"
 
 
 def _preloaded(w: Work) -> _Preloaded:
@@ -118,7 +119,12 @@ def _spec_for(ctx: MasterContext, w: Work, alloc: models.Allocation, token: str)
         found = _TrialSpecRows(*row)
     trial, exp, owner, workspace, digest = found
     alloc.searcher_target = trial.searcher_target
-    spec = build_task_spec(ctx.settings, exp, trial, alloc, token, owner.username)
+    # What the spec takes from the experiment's config alone, once for its trials of this unit.
+    parts_by_experiment = cast(dict[int, ExperimentParts], w.memo.setdefault(_EXPERIMENT_PARTS, {}))
+    parts = parts_by_experiment.get(exp.id)
+    if parts is None:
+        parts = parts_by_experiment[exp.id] = experiment_parts(exp.config)
+    spec = build_task_spec(ctx.settings, exp, trial, alloc, token, owner.username, parts)
     spec.context_digest = digest or ""
     workspace_link = agent_users.of_row(workspace) if workspace is not None else None
     run_as = _run_as(agent_users.for_task(agent_users.of_row(owner), workspace_link))

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shlex
+from dataclasses import dataclass
 from typing import Any
 
 import cairn.task_environment as tenv
@@ -41,6 +42,45 @@ def entrypoint_of(config: dict[str, Any]) -> tuple[list[str], bool]:
     return view.entrypoint, view.entrypoint_is_shell
 
 
+@dataclass(frozen=True)
+class ExperimentParts:
+    """What every trial's spec takes from its experiment's config alone: worked out once for the
+    trials of an experiment that start together (a pass starts dozens), not once for each (the
+    config's JSON twice, its view twice and its container part were a fifth of a start)."""
+
+    command: list[str]
+    shell: bool
+    environment: dict[str, str]
+    config_json: str
+    determined_config_json: str
+    image: str
+    mounts: tuple[tuple[str, str], ...]
+    container_config: str
+    description_command: str
+
+
+def experiment_parts(config: dict[str, Any]) -> ExperimentParts:
+    view = config_view(config)
+    command, shell = entrypoint_of(config)
+    config_json = json.dumps(config)
+    determined = determined_view(config)
+    storage = view.checkpoint_storage
+    mounts: tuple[tuple[str, str], ...] = ()
+    if storage.get("type") == "shared_fs" and storage.get("host_path"):
+        mounts = ((str(storage["host_path"]), str(storage["host_path"])),)
+    return ExperimentParts(
+        command=command,
+        shell=shell,
+        environment=dict(view.environment_variables),
+        config_json=config_json,
+        determined_config_json=config_json if determined is config else json.dumps(determined),
+        image=view.image or "",
+        mounts=mounts,
+        container_config=container_config(config),
+        description_command=shlex.join(command) if not shell else command[0],
+    )
+
+
 def build_task_spec(
     settings: Settings,
     exp: models.Experiment,
@@ -48,9 +88,12 @@ def build_task_spec(
     alloc: models.Allocation,
     allocation_token: str,
     owner_username: str,
+    parts: ExperimentParts | None = None,
 ) -> apb.TaskSpec:
-    view = config_view(exp.config)
-    command, shell = entrypoint_of(exp.config)
+    """`parts`: experiment_parts of the experiment's config, when the caller keeps them for the
+    experiment's other trials."""
+    if parts is None:
+        parts = experiment_parts(exp.config)
     task_id = trial_task_id(exp.id, trial.request_id)
     # (Cairn's name, Determined's name, value): the same fact under both names.
     facts = [
@@ -62,16 +105,15 @@ def build_task_spec(
         (tenv.TRIAL_RUN_ID, "DET_TRIAL_RUN_ID", str(trial.run_id)),
         (tenv.TRIAL_SEED, "DET_TRIAL_SEED", str(trial.seed)),
         (tenv.HPARAMS, "DET_HPARAMS", json.dumps(trial.hparams)),
-        (tenv.EXPERIMENT_CONFIG, "DET_EXPERIMENT_CONFIG", json.dumps(exp.config)),
         (tenv.STEPS_COMPLETED, "DET_STEPS_COMPLETED", str(trial.total_batches)),
         (tenv.USER, "DET_USER", owner_username),
     ]
-    env: dict[str, str] = {}
-    env.update(view.environment_variables)
+    env: dict[str, str] = dict(parts.environment)
     for cairn_name, determined_name, value in facts:
         env[cairn_name] = value
         env[determined_name] = value
-    env["DET_EXPERIMENT_CONFIG"] = json.dumps(determined_view(exp.config))
+    env[tenv.EXPERIMENT_CONFIG] = parts.config_json
+    env["DET_EXPERIMENT_CONFIG"] = parts.determined_config_json
     env[tenv.ALLOCATION_TOKEN] = allocation_token
     env["DET_SESSION_TOKEN"] = allocation_token
     env[tenv.SEARCHER_TARGET] = str(trial.searcher_target)
@@ -82,25 +124,17 @@ def build_task_spec(
         env[tenv.LATEST_CHECKPOINT] = start_from
         env["DET_LATEST_CHECKPOINT"] = start_from
     env["PYTHONUNBUFFERED"] = "1"
-    mounts = []
-    storage = view.checkpoint_storage
-    if storage.get("type") == "shared_fs" and storage.get("host_path"):
-        mounts.append(
-            apb.Mount(host_path=str(storage["host_path"]), container_path=str(storage["host_path"]))
-        )
     return apb.TaskSpec(
-        entrypoint=command,
-        shell=shell,
+        entrypoint=parts.command,
+        shell=parts.shell,
         environment=env,
         runtime="process",
-        image=view.image or "",
+        image=parts.image,
         kill_grace_seconds=settings.kill_grace_s,
         has_context=True,
-        mounts=mounts,
-        description=f"exp-{exp.id}-trial-{trial.id}: {shlex.join(command) if not shell else command[0]}"[
-            :200
-        ],
-        container_config=container_config(exp.config),
+        mounts=[apb.Mount(host_path=host, container_path=inside) for host, inside in parts.mounts],
+        description=f"exp-{exp.id}-trial-{trial.id}: {parts.description_command}"[:200],
+        container_config=parts.container_config,
     )
 
 
