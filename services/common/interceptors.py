@@ -1,15 +1,19 @@
 """Server interceptors that check credentials before a handler runs.
 
 Each wraps the method handler so the check runs in the handler's own thread, before the handler,
-and the principal it finds is visible to the handler through `current_principal()`.
+and the principal it finds is visible to the handler through `current_principal()`. A coroutine
+handler (a stream on the asyncio server, server.py) is wrapped by a coroutine: the principal is set
+in its task.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import hmac
-from collections.abc import Callable, Iterator
-from typing import Any
+import inspect
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any, cast
 
 import grpc
 
@@ -93,6 +97,24 @@ def _wrap(handler: grpc.RpcMethodHandler, check: Callable[[grpc.ServicerContext]
         )
     inner_ss = handler.stream_stream
     assert inner_ss is not None, "a method handler has exactly one behaviour"
+    if inspect.isasyncgenfunction(inner_ss):
+        inner_async = cast(Callable[..., AsyncIterator[Any]], inner_ss)
+
+        async def stream_stream_async(requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
+            # A coroutine handler on the asyncio server (an agent's stream): the check may read the
+            # database, so it runs in a thread, not on the loop every stream shares. The principal
+            # is set in this call's task, where the handler runs.
+            try:
+                principal = await asyncio.get_running_loop().run_in_executor(None, check, context)
+            except AuthError as exc:
+                await context.abort(exc.code, str(exc))
+            _principal.set(principal)
+            async for answer in inner_async(requests, context):
+                yield answer
+
+        return grpc.stream_stream_rpc_method_handler(
+            stream_stream_async, handler.request_deserializer, handler.response_serializer
+        )
 
     def stream_stream(requests: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
         run_check(context)

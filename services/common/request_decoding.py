@@ -16,7 +16,8 @@ gateway then answers with what it found wrong.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import inspect
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -129,11 +130,46 @@ def _unary_request(behaviour: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
+class _Refused(Exception):
+    """An undecodable message in a coroutine handler's request stream."""
+
+
 def _stream_request(behaviour: Callable[..., Any]) -> Callable[..., Any]:
+    if inspect.isasyncgenfunction(behaviour):
+        return _async_stream_request(behaviour)
+
     def run(requests: Iterator[Any], context: grpc.ServicerContext) -> Any:
         if refused_by_gateway(context):
             _refuse(context, Undecodable(REFUSED_BY_GATEWAY))
         return behaviour(_checked_iterator(requests, context), context)
+
+    return run
+
+
+def _async_stream_request(behaviour: Callable[..., AsyncIterator[Any]]) -> Callable[..., Any]:
+    """The same for a coroutine handler (an agent's stream on the asyncio server): its requests may
+    be read by another task than the handler's, so an undecodable one ends the reading with
+    _Refused, and the call is refused from the handler's own task once its answers stop."""
+
+    async def run(requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
+        if refused_by_gateway(context):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, REFUSED_BY_GATEWAY)
+        refused: list[str] = []
+
+        async def checked() -> AsyncIterator[Any]:
+            async for request in requests:
+                if isinstance(request, Undecodable):
+                    refused.append(request.reason)
+                    raise _Refused(request.reason)
+                yield request
+
+        try:
+            async for answer in behaviour(checked(), context):
+                yield answer
+        except _Refused:
+            pass
+        if refused:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, refused[0])
 
     return run
 

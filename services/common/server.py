@@ -1,17 +1,26 @@
 """Bootstrap for a Cairn gRPC service: thread-pool server, health checking, reflection, a ready
-file for supervisors, and a clean stop on SIGTERM/SIGINT."""
+file for supervisors, and a clean stop on SIGTERM/SIGINT.
+
+A service whose clients hold long streams (the master: one per agent) runs an asyncio server
+instead (`asyncio_server`): a coroutine handler (an agent's stream) costs no thread while it waits,
+and every other handler is the same synchronous code as before, run in the server's thread pool
+with the context it expects (sync_handlers.py). Its event loop has a thread of its own, so the
+service's main thread and the rest of the process stay synchronous. The interceptors are the same
+synchronous ones, adapted (_OnAsyncioServer); a coroutine handler they wrap stays a coroutine
+(interceptors.py says how)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -20,6 +29,7 @@ from grpc_reflection.v1alpha import reflection
 from services.common.channels import MAX_MESSAGE_BYTES
 from services.common.logging import get_logger
 from services.common.request_decoding import RequestDecodingInterceptor
+from services.common.sync_handlers import SyncHandlersAsCoroutines
 from services.common.tls import ServerTls
 
 log = get_logger(__name__)
@@ -38,17 +48,43 @@ SERVER_OPTIONS: list[tuple[str, Any]] = [
 ]
 
 
+T = TypeVar("T")
+
+
+class EventLoopThread:
+    """An asyncio event loop running in a daemon thread of its own, for a synchronous process."""
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name=f"{name}-asyncio", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def call(self, coroutine: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run `coroutine` on the loop and wait for its result here."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=5.0)
+
+
 @dataclass
 class ServiceServer:
     """A started gRPC server and what is needed to stop it."""
 
     name: str
-    server: grpc.Server
+    server: grpc.Server | grpc.aio.Server
     port: int
     health: health.HealthServicer
     # A plaintext port on 127.0.0.1 beside a TLS port (start_server's loopback_plaintext).
     loopback_port: int | None = None
     on_stop: list[Callable[[], None]] = field(default_factory=list)
+    # The asyncio server's loop (start_server's asyncio_server); None for a thread-pool server.
+    loop_thread: EventLoopThread | None = None
 
     def stop(self, grace: float = 5.0) -> None:
         log.info("stopping", grace_seconds=grace)
@@ -58,8 +94,30 @@ class ServiceServer:
                 hook()
             except Exception:
                 log.exception("stop hook failed")
-        self.server.stop(grace).wait()
+        if isinstance(self.server, grpc.aio.Server):
+            assert self.loop_thread is not None
+            self.loop_thread.call(self.server.stop(grace), timeout=grace + 10.0)
+            self.loop_thread.stop()
+        else:
+            self.server.stop(grace).wait()
         log.info("stopped")
+
+
+class _OnAsyncioServer(grpc.aio.ServerInterceptor):
+    """A synchronous interceptor on an asyncio server. Cairn's interceptors only wrap the handler
+    they are given (their checks run inside it, in the handler's own thread or task), so the
+    handler is resolved first and handed to the synchronous one as its continuation's answer."""
+
+    def __init__(self, inner: grpc.ServerInterceptor) -> None:
+        self._inner = inner
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        handler = await continuation(handler_call_details)
+        return self._inner.intercept_service(lambda _details: handler, handler_call_details)
 
 
 def with_request_checks(interceptors: Sequence[grpc.ServerInterceptor]) -> list[grpc.ServerInterceptor]:
@@ -71,7 +129,7 @@ def with_request_checks(interceptors: Sequence[grpc.ServerInterceptor]) -> list[
 
 def start_server(
     name: str,
-    register: Callable[[grpc.Server], Sequence[str]],
+    register: Callable[[Any], Sequence[str]],
     *,
     host: str,
     port: int,
@@ -79,6 +137,7 @@ def start_server(
     max_workers: int = 64,
     tls: ServerTls | None = None,
     loopback_plaintext: bool = False,
+    asyncio_server: bool = False,
 ) -> ServiceServer:
     """Start a server with the services `register` adds (it returns their full names).
 
@@ -86,12 +145,49 @@ def start_server(
     TLS; without, only plaintext. `loopback_plaintext` adds a plaintext port on 127.0.0.1 (for the
     master's HTTP gateway, which dials back into its own server as grpc-gateway does: callers are
     still authenticated by their tokens, and loopback is where plaintext is allowed anyway).
+    `asyncio_server`: an asyncio server (the module's docstring), its synchronous handlers run in a
+    pool of `max_workers` threads.
     """
-    server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=f"{name}-rpc"),
-        interceptors=with_request_checks(interceptors),
-        options=SERVER_OPTIONS,
-    )
+    pool = futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=f"{name}-rpc")
+    if not asyncio_server:
+        server = grpc.server(pool, interceptors=with_request_checks(interceptors), options=SERVER_OPTIONS)
+        return _serve(name, server, register, host, port, tls, loopback_plaintext, None)
+    loop_thread = EventLoopThread(name)
+
+    async def serve() -> ServiceServer:
+        # Made on its loop: the server binds to the loop it is made in.
+        server = grpc.aio.server(
+            # First (outermost): each synchronous handler, as the interceptors after it wrap it,
+            # runs in `pool` with the context a synchronous handler expects (sync_handlers.py).
+            interceptors=[
+                SyncHandlersAsCoroutines(pool),
+                *(_OnAsyncioServer(i) for i in with_request_checks(interceptors)),
+            ],
+            options=SERVER_OPTIONS,
+        )
+        started = _serve(name, server, register, host, port, tls, loopback_plaintext, loop_thread)
+        await server.start()
+        return started
+
+    try:
+        return loop_thread.call(serve())
+    except BaseException:
+        loop_thread.stop()
+        raise
+
+
+def _serve(
+    name: str,
+    server: grpc.Server | grpc.aio.Server,
+    register: Callable[[Any], Sequence[str]],
+    host: str,
+    port: int,
+    tls: ServerTls | None,
+    loopback_plaintext: bool,
+    loop_thread: EventLoopThread | None,
+) -> ServiceServer:
+    """Register the services, health and reflection on `server` and bind its ports; a thread-pool
+    server is started here, an asyncio one by its caller (on its loop)."""
     service_names = list(register(server))
     health_servicer = health.HealthServicer(experimental_non_blocking=True)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -108,9 +204,25 @@ def start_server(
     if bound == 0:
         raise OSError(f"{name}: cannot bind {host}:{port}")
     loopback = server.add_insecure_port("127.0.0.1:0") if loopback_plaintext else None
-    server.start()
-    log.info("serving", host=host, port=bound, services=service_names, tls=tls is not None)
-    return ServiceServer(name=name, server=server, port=bound, health=health_servicer, loopback_port=loopback)
+    if loop_thread is None:
+        assert isinstance(server, grpc.Server)
+        server.start()
+    log.info(
+        "serving",
+        host=host,
+        port=bound,
+        services=service_names,
+        tls=tls is not None,
+        asyncio=loop_thread is not None,
+    )
+    return ServiceServer(
+        name=name,
+        server=server,
+        port=bound,
+        health=health_servicer,
+        loopback_port=loopback,
+        loop_thread=loop_thread,
+    )
 
 
 def write_ready_file(path: str | None, **fields: int | str) -> None:

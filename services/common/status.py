@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import grpc
 
@@ -41,6 +41,13 @@ def abort_with(context: grpc.ServicerContext, exc: BaseException) -> None:
         # The change may have been stored: clients must not send a non-idempotent call again.
         context.set_trailing_metadata(((COMMIT_UNKNOWN_KEY, "1"),))
     context.abort(status_of(exc), str(exc) or type(exc).__name__)
+
+
+async def abort_with_async(context: grpc.aio.ServicerContext, exc: BaseException) -> NoReturn:
+    """abort_with for a coroutine handler (the asyncio server's)."""
+    if getattr(exc, "commit_unknown", False):
+        context.set_trailing_metadata(((COMMIT_UNKNOWN_KEY, "1"),))
+    await context.abort(status_of(exc), str(exc) or type(exc).__name__)
 
 
 def handlers(

@@ -277,11 +277,12 @@ class Master:
             host=settings.host,
             port=settings.grpc_port,
             interceptors=interceptors,
-            # Followers and agents' streams never take the ordinary calls' threads: they have their
-            # own, and so do calls waiting for signals (thread_slots.py, agent_stream.py).
+            # Agents' streams are coroutines on the asyncio server and take no thread of it
+            # (agent_stream.py). Followers never take the ordinary calls' threads: they have their
+            # own, and so do calls waiting for signals (thread_slots.py).
+            asyncio_server=True,
             max_workers=settings.rpc_workers
             + deps.follow_slots.limit
-            + settings.max_agents
             + deps.signal_wait_slots.limit
             + deps.verdict_wait_slots.limit
             + (relayed_streams.limit if relayed_streams is not None else 0),

@@ -1,11 +1,12 @@
 """AgentService: the bidirectional stream each agent holds with the master, and task contexts.
 
-Per agent stream, one reader thread applies what the agent sends, in order; the RPC's own thread
-sends what the master queues for the agent (Welcome first, then any backlog, then new commands).
-That thread is held for as long as the agent is connected, so the server's pool has one per agent
-slot beside the ordinary calls' (app.py); an agent past the last slot is refused at once with
-RESOURCE_EXHAUSTED (it retries with backoff) instead of waiting for a thread with every call behind
-it.
+An agent's stream is a coroutine on the master's asyncio server (services/common/server.py), not a
+thread: a thousand connected agents are a thousand idle tasks on one loop, and a heartbeat is a
+timestamp set there. Per stream, a reader task applies what the agent sends, in order, each message
+in a small shared thread pool (the database work); the handler's own task sends what the master
+queues for the agent (Welcome first, then any backlog, then new commands), woken by the queue
+(agent_hub.AgentLink.put). An agent past --max-agents is refused at once with RESOURCE_EXHAUSTED
+(it retries with backoff).
 
 What an agent reports of its containers (state changes, refused starts) is applied in units of work
 shared with the other agents' reports of the same moment (kernel/batched_units.py): one transaction
@@ -20,12 +21,15 @@ the master shuts out (agent_hub.refuse: a revocation) ends with PERMISSION_DENIE
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 
 import grpc
 
@@ -34,7 +38,7 @@ from cairn.agent.v1 import agent_pb2_grpc
 from services.common.interceptors import current_principal
 from services.common.logging import get_logger
 from services.common.principal import Principal
-from services.common.status import abort_with
+from services.common.status import abort_with, abort_with_async
 from services.master.domain import wiring
 from services.master.domain.allocations import containers
 from services.master.domain.identity import agent_credentials
@@ -53,6 +57,8 @@ log = get_logger(__name__)
 CONTEXT_CHUNK = 1024 * 1024
 # The shortest sleep of a stream's sender between looks at whether its agent went silent.
 SEND_RECHECK_S = 0.5
+# Threads applying the streams' messages: a batch of units' worth (kernel/batched_units.py).
+APPLY_THREADS = 64
 
 T = TypeVar("T")
 
@@ -65,6 +71,9 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
         self._agent_slots = threading.BoundedSemaphore(max_agents)
         # The agents' state changes and refused starts, applied in shared transactions.
         self._units = BatchedUnits(ctx, prepare=wiring.preload_agent_reports)
+        # Where the streams' database work runs: as many threads as a batch of units takes, so
+        # that a burst from many agents fills a batch, and no more however many agents there are.
+        self._threads = ThreadPoolExecutor(max_workers=APPLY_THREADS, thread_name_prefix="agent-apply")
 
     def Enrol(self, request: apb.EnrolRequest, context: grpc.ServicerContext) -> apb.EnrolResponse:
         means = request.WhichOneof("means")
@@ -87,59 +96,74 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
         log.info("agent enrolled", agent_id=enrolment.agent_id, replaced=enrolment.replaced, means=means)
         return apb.EnrolResponse(agent_id=enrolment.agent_id, credential=enrolment.credential)
 
-    def Connect(
-        self, request_iterator: Iterator[apb.AgentMessage], context: grpc.ServicerContext
-    ) -> Iterator[apb.MasterMessage]:
+    async def Connect(
+        self, request_iterator: AsyncIterator[apb.AgentMessage], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[apb.MasterMessage]:
         if not self._agent_slots.acquire(blocking=False):
-            context.abort(
+            await context.abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"this master already serves {self.max_agents} agents (its --max-agents): retry later",
             )
         try:
-            yield from self._session(request_iterator, context)
+            async for message in self._session(request_iterator, context):
+                yield message
         finally:
             self._agent_slots.release()
 
-    def _session(
-        self, request_iterator: Iterator[apb.AgentMessage], context: grpc.ServicerContext
-    ) -> Iterator[apb.MasterMessage]:
+    async def _blocking(self, fn: Callable[[], T]) -> T:
+        """`fn` (database work) in the stream's thread pool, not on the loop every stream shares."""
+        return await asyncio.get_running_loop().run_in_executor(self._threads, fn)
+
+    async def _session(
+        self, request_iterator: AsyncIterator[apb.AgentMessage], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[apb.MasterMessage]:
+        messages = aiter(request_iterator)
         try:
-            first = next(request_iterator)
-        except StopIteration:
+            first = await anext(messages)
+        except StopAsyncIteration:
             return
         if first.WhichOneof("msg") != "hello":
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first message on the stream must be a hello")
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, "the first message on the stream must be a hello"
+            )
         hello = first.hello
         principal = current_principal()
         try:
-            self._check_speaks_as(principal, hello.agent_id)
+            await self._blocking(partial(self._check_speaks_as, principal, hello.agent_id))
         except DomainError as exc:
-            abort_with(context, exc)
+            await abort_with_async(context, exc)
         try:
             # Registering again is harmless (the agent's hello is applied as a whole).
-            registration = ride_out(
-                lambda: agent_registry.register(self.ctx, hello),
-                what="registering an agent",
-                idempotent=True,
-                stopping=self.ctx.stopping,
+            registration = await self._blocking(
+                lambda: ride_out(
+                    lambda: agent_registry.register(self.ctx, hello),
+                    what="registering an agent",
+                    idempotent=True,
+                    stopping=self.ctx.stopping,
+                )
             )
         except DomainError as exc:
-            abort_with(context, exc)
+            await abort_with_async(context, exc)
         agent_id = hello.agent_id
         link = self.ctx.hub.attach(agent_id)
-        context.add_callback(link.close)  # the RPC ended (the agent hung up): wake the sender
+        loop = asyncio.get_running_loop()
+        ready = asyncio.Event()
+
+        def wake() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: the master has stopped
+                loop.call_soon_threadsafe(ready.set)
+
+        link.wake = wake
+        # The agent hung up: wake the sender. (The stubs type the callback oddly.)
+        context.add_done_callback(cast(Any, lambda _call: link.close()))
+        reader: asyncio.Task[None] | None = None
         try:
-            # Again, now that the stream is attached: a revocation that committed between the first
-            # check and the attach found no stream to close, and is caught here.
-            self._check_speaks_as(principal, agent_id)
-        except DomainError as exc:
-            if self.ctx.hub.detach(link):
-                self._mark_disconnected(agent_id)
-            abort_with(context, exc)
-        reader = threading.Thread(
-            target=self._read, args=(link, request_iterator), name=f"agent-{agent_id}-reader", daemon=True
-        )
-        try:
+            try:
+                # Again, now that the stream is attached: a revocation that committed between the
+                # first check and the attach found no stream to close, and is caught here.
+                await self._blocking(partial(self._check_speaks_as, principal, agent_id))
+            except DomainError as exc:
+                await abort_with_async(context, exc)
             yield apb.MasterMessage(
                 welcome=apb.Welcome(
                     master_id=self.ctx.master_id,
@@ -150,14 +174,19 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
                     master_http_port=self.ctx.settings.http_port,
                 )
             )
-            yield from self.ctx.hub.take_backlog(agent_id)
-            reader.start()
-            yield from self._send(link, context)
+            for message in self.ctx.hub.take_backlog(agent_id):
+                yield message
+            reader = asyncio.create_task(self._read(link, messages), name=f"agent-{agent_id}-reader")
+            async for message in self._send(link, ready):
+                yield message
             if link.refusal is not None:
-                context.abort(grpc.StatusCode.PERMISSION_DENIED, link.refusal)
+                await context.abort(grpc.StatusCode.PERMISSION_DENIED, link.refusal)
         finally:
+            if reader is not None:
+                reader.cancel()
             if self.ctx.hub.detach(link):
-                self._mark_disconnected(agent_id)
+                # Not awaited: the stream is over, and the row is only a display flag.
+                loop.run_in_executor(self._threads, self._mark_disconnected, agent_id)
 
     def _check_speaks_as(self, principal: Principal | None, agent_id: str) -> None:
         if principal is None:
@@ -177,47 +206,56 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
             # hub's links, not by this row.
             log.warning("could not record an agent's disconnection", agent_id=agent_id, error=str(exc))
 
-    def _send(self, link: AgentLink, context: grpc.ServicerContext) -> Iterator[apb.MasterMessage]:
-        """What the master queues for the agent, until the stream closes. The thread sleeps until a
-        message comes or the agent would count as silent, not on a short poll: at a thousand
-        agents, two wake-ups a second each were 2,000 thread switches a second on an idle master.
-        Everything that ends a stream wakes it (link.close: the reader's end, a replaced or refused
-        stream, the master's stop; the RPC's own end through its callback)."""
+    async def _send(self, link: AgentLink, ready: asyncio.Event) -> AsyncIterator[apb.MasterMessage]:
+        """What the master queues for the agent, until the stream closes. The sender sleeps until
+        a message comes (link.put wakes it) or the agent would count as silent. Everything that
+        ends a stream wakes it (link.close: the reader's end, a replaced or refused stream, the
+        master's stop; the RPC's own end through its callback)."""
         timeout = self.ctx.settings.agent_heartbeat_timeout_s
-        while not link.closed.is_set() and context.is_active() and not self.ctx.stopping.is_set():
+        while not link.closed.is_set() and not self.ctx.stopping.is_set():
             silent_for = time.monotonic() - link.last_heard
             if silent_for > timeout and not link.applying:
                 log.warning("agent silent for too long; closing its stream", agent_id=link.agent_id)
                 return
             try:
-                # Past the deadline while a message is applied: look again shortly.
-                message = link.outbox.get(timeout=max(SEND_RECHECK_S, timeout - silent_for))
+                message = link.outbox.get_nowait()
             except queue.Empty:
+                ready.clear()
+                if not link.outbox.empty():
+                    continue  # put between the look and the clear: its wake-up may be lost
+                # Past the deadline while a message is applied: look again shortly.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(ready.wait(), timeout=max(SEND_RECHECK_S, timeout - silent_for))
                 continue
             if message is None:
                 return
             yield message
 
-    def _read(self, link: AgentLink, messages: Iterator[apb.AgentMessage]) -> None:
+    async def _read(self, link: AgentLink, messages: AsyncIterator[apb.AgentMessage]) -> None:
+        """Apply what the agent sends, one message at a time and in order. A heartbeat is a
+        timestamp on the loop; everything else is applied in the stream's thread pool, where the
+        units of many agents' readers are committed together (kernel/batched_units.py)."""
         agent_id = link.agent_id
         try:
-            for message in messages:
+            async for message in messages:
                 link.last_heard = time.monotonic()
                 kind = message.WhichOneof("msg")
                 if kind == "heartbeat":
                     continue
                 if kind == "container_state":
                     change = message.container_state
-                    self._apply(link, "a container state change", partial(self._container_state, change))
+                    await self._apply(
+                        link, "a container state change", partial(self._container_state, change)
+                    )
                     if change.seq:
                         # Stored: the agent may forget it (and retire a finished container).
                         ack = apb.LogAck(acked_seq={change.container_id: change.seq})
-                        link.outbox.put(apb.MasterMessage(log_ack=ack))
+                        link.put(apb.MasterMessage(log_ack=ack))
                 elif kind == "log_batch":
                     batch = message.log_batch
-                    acked = self._apply(link, "a log batch", partial(self.logs.store, agent_id, batch))
+                    acked = await self._apply(link, "a log batch", partial(self.logs.store, agent_id, batch))
                     if acked:
-                        link.outbox.put(apb.MasterMessage(log_ack=apb.LogAck(acked_seq=acked)))
+                        link.put(apb.MasterMessage(log_ack=apb.LogAck(acked_seq=acked)))
                 elif kind == "ack":
                     started = self.ctx.hub.acknowledged(message.ack.command_id)
                     if not message.ack.ok:
@@ -228,14 +266,14 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
                             self.ctx.hub.mark_stopping(agent_id)
                         if started is not None:
                             error = message.ack.error
-                            self._apply(
+                            await self._apply(
                                 link,
                                 "a refused start",
                                 partial(self._start_refused, started, error, stopping),
                             )
                 elif kind == "slot_report":
                     report = message.slot_report
-                    self._apply(
+                    await self._apply(
                         link,
                         "a slot report",
                         partial(agent_registry.update_slots, self.ctx, agent_id, report),
@@ -243,8 +281,8 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
                 elif kind == "hello":
                     log.warning("second hello on one stream; closing it", agent_id=agent_id)
                     break
-        except grpc.RpcError:
-            pass  # the agent went away; the stream's end says the rest
+        except (grpc.RpcError, asyncio.CancelledError):
+            pass  # the agent went away, or the stream ended first; the stream's end says the rest
         except DatabaseUnavailable as exc:
             # The outage outlasted the ride-out. Closing the stream loses nothing: the agent keeps
             # what the master has not acknowledged and sends it again when it reconnects.
@@ -254,7 +292,7 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
         finally:
             link.close()
 
-    def _apply(self, link: AgentLink, what: str, apply: Callable[[], T]) -> T:
+    async def _apply(self, link: AgentLink, what: str, apply: Callable[[], T]) -> T:
         """Apply one message from an agent, riding out a database outage. Applying a message twice
         applies it once (state changes and log lines carry per-container sequence numbers), so
         even a commit in doubt is tried again. While it applies, and while it waits out an outage,
@@ -268,7 +306,11 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
         # the agents, heard all along, were cut off (bench/sim_agents.py).
         link.applying = True
         try:
-            return ride_out(apply, what=what, idempotent=True, stopping=self.ctx.stopping, waiting=still_here)
+            return await self._blocking(
+                lambda: ride_out(
+                    apply, what=what, idempotent=True, stopping=self.ctx.stopping, waiting=still_here
+                )
+            )
         finally:
             link.applying = False
             still_here()

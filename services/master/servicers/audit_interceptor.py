@@ -22,11 +22,13 @@ or when they end before one does.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import hmac
+import inspect
 import time
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from typing import Any, cast
 
 import grpc
 
@@ -80,7 +82,8 @@ def _status(context: grpc.ServicerContext, exc: BaseException | None) -> tuple[s
         code = read_code() if callable(read_code) else None
         read_details = getattr(context, "details", None)
         details = read_details() if callable(read_details) else ""
-        if code is None and exc is not None and not isinstance(exc, GeneratorExit):
+        went_away = isinstance(exc, (GeneratorExit, asyncio.CancelledError))
+        if code is None and exc is not None and not went_away:
             code, details = grpc.StatusCode.UNKNOWN, details or f"{type(exc).__name__}: {exc}"
     if code is None or code == grpc.StatusCode.OK:
         return events.OK, ""
@@ -92,9 +95,11 @@ def _status(context: grpc.ServicerContext, exc: BaseException | None) -> tuple[s
 class _Call:
     """One audited call: what is known of it, and its record once it is over."""
 
-    __slots__ = ("at", "done", "entry", "interceptor", "metadata", "request", "run", "started")
+    __slots__ = ("at", "done", "entry", "in_task", "interceptor", "metadata", "request", "run", "started")
 
-    def __init__(self, interceptor: AuditInterceptor, entry: MethodEntry, metadata: Metadata) -> None:
+    def __init__(
+        self, interceptor: AuditInterceptor, entry: MethodEntry, metadata: Metadata, *, in_task: bool = False
+    ) -> None:
         self.interceptor = interceptor
         self.entry = entry
         self.metadata = metadata
@@ -104,8 +109,13 @@ class _Call:
         self.done = False
         # The call runs in a context of its own, so that who called (set by the authentication
         # interceptor inside) can be read afterwards, and a thread's last call is never taken for it.
+        # A coroutine handler's (`in_task`) is its task's: one per call on the asyncio server.
+        self.in_task = in_task
         self.run = contextvars.copy_context()
         self.run.run(clear_principal)
+
+    def principal(self) -> Principal | None:
+        return current_principal() if self.in_task else self.run.run(current_principal)
 
     def finish(self, context: grpc.ServicerContext, reply: Any, exc: BaseException | None) -> None:
         if self.done:
@@ -161,7 +171,7 @@ class AuditInterceptor(grpc.ServerInterceptor):
         self, call: _Call, context: grpc.ServicerContext, reply: Any, exc: BaseException | None
     ) -> None:
         outcome, error = _status(context, exc)
-        actor, user_id, username, allocation_id = _who(call.run.run(current_principal), call.request, reply)
+        actor, user_id, username, allocation_id = _who(call.principal(), call.request, reply)
         address, transport = self.origin(context, call.metadata)
         entry = call.entry
         self._record(
@@ -235,6 +245,19 @@ class AuditInterceptor(grpc.ServerInterceptor):
             )
         inner_ss = handler.stream_stream
         assert inner_ss is not None, "a method handler has exactly one behaviour"
+        if inspect.isasyncgenfunction(inner_ss):
+            inner_async = cast(Callable[..., AsyncIterator[Any]], inner_ss)
+
+            async def stream_stream_async(requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
+                call = _Call(self, entry, metadata, in_task=True)
+                async for answer in _answers_in_task(
+                    call, inner_async(_first_kept_in_task(call, requests), context), context
+                ):
+                    yield answer
+
+            return grpc.stream_stream_rpc_method_handler(
+                stream_stream_async, handler.request_deserializer, handler.response_serializer
+            )
 
         def stream_stream(requests: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
             call = _Call(self, entry, metadata)
@@ -275,4 +298,25 @@ def _answers(call: _Call, start: Callable[[], Any], context: grpc.ServicerContex
         close = getattr(answers, "close", None)
         if close is not None:
             call.run.run(close)
+    call.finish(context, None, None)
+
+
+async def _first_kept_in_task(call: _Call, requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    """_first_kept for a coroutine handler's request stream."""
+    async for message in requests:
+        if call.request is None:
+            call.request = message
+        yield message
+
+
+async def _answers_in_task(call: _Call, answers: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
+    """_answers for a coroutine handler (an agent's stream on the asyncio server): its answers are
+    made in its own task, whose context is the call's."""
+    try:
+        async for answer in answers:
+            call.finish(context, None, None)
+            yield answer
+    except BaseException as exc:
+        call.finish(context, None, exc)
+        raise
     call.finish(context, None, None)

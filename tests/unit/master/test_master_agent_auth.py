@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import queue
 from collections.abc import Iterator
-from concurrent import futures
+from typing import Any
 
 import grpc
 import pytest
@@ -19,6 +19,7 @@ from cairn.agent.v1 import agent_pb2 as apb
 from cairn.agent.v1 import agent_pb2_grpc
 from cairn.metadata_keys import AGENT_CREDENTIAL_KEY, CLUSTER_TOKEN_KEY
 from services.common.interceptors import AuthError, AuthInterceptor
+from services.common.server import start_server
 from services.master.domain.identity import agent_credentials
 from services.master.domain.identity.auth import AuthService
 from services.master.domain.metrics.logs import LogStore
@@ -40,21 +41,29 @@ def _agent_service(master: Master, mode: str) -> Iterator[grpc.Channel]:
         agent_authenticator(master.db, mode, TOKEN),
         grants=master.grant_cache(),
     )
-    server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=16),
+
+    def register(server: Any) -> list[str]:
+        agent_pb2_grpc.add_AgentServiceServicer_to_server(
+            AgentStreamServicer(master.ctx, LogStore(master.ctx), max_agents=8), server
+        )
+        return []
+
+    # The master's own kind of server: its agents' streams are coroutines (services/common/server.py).
+    server = start_server(
+        "agents",
+        register,
+        host="127.0.0.1",
+        port=0,
         interceptors=[AuthInterceptor(authenticate, PUBLIC_METHODS)],
+        max_workers=16,
+        asyncio_server=True,
     )
-    agent_pb2_grpc.add_AgentServiceServicer_to_server(
-        AgentStreamServicer(master.ctx, LogStore(master.ctx), max_agents=8), server
-    )
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    channel = grpc.insecure_channel(f"127.0.0.1:{server.port}")
     try:
         yield channel
     finally:
         channel.close()
-        server.stop(grace=None)
+        server.stop(grace=0.5)
 
 
 class _Stream:

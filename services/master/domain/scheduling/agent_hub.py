@@ -10,6 +10,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cairn.agent.v1 import agent_pb2 as apb
@@ -35,11 +36,19 @@ class AgentLink:
     # Why the master shut this agent out (revoked, or its credential replaced): the stream ends
     # with PERMISSION_DENIED saying so, instead of ending quietly for the agent to reconnect.
     refusal: str | None = None
+    # Called after each put, from whatever thread put: the stream's sender is a coroutine on the
+    # server's event loop (agent_stream.py) and sleeps until told, not on the queue.
+    wake: Callable[[], None] | None = None
+
+    def put(self, message: apb.MasterMessage | None) -> None:
+        self.outbox.put(message)
+        if self.wake is not None:
+            self.wake()
 
     def close(self) -> None:
         if not self.closed.is_set():
             self.closed.set()
-            self.outbox.put(None)  # wakes the sender so the stream ends
+            self.put(None)  # wakes the sender so the stream ends
 
 
 class AgentHub:
@@ -99,7 +108,7 @@ class AgentHub:
                 if len(backlog) > MAX_BACKLOG:
                     del backlog[0]
                 return
-        link.outbox.put(message)
+        link.put(message)
 
     def acknowledged(self, command_id: str) -> str | None:
         """The agent acknowledged a command: the container it started, when it was a start."""
