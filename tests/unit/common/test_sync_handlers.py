@@ -86,7 +86,7 @@ def test_the_principal_and_an_abort_reach_as_on_the_thread_pool_server(
     served: tuple[_Handlers, grpc.Channel],
 ) -> None:
     _, channel = served
-    unary = channel.unary_unary("/t.T/Unary")
+    unary: Any = channel.unary_unary("/t.T/Unary")
     assert unary(b"x", timeout=10) == b"alice"
     with pytest.raises(grpc.RpcError) as refused:
         unary(b"bad", timeout=10)
@@ -96,7 +96,8 @@ def test_the_principal_and_an_abort_reach_as_on_the_thread_pool_server(
 
 def test_a_synchronous_handler_reads_its_request_stream(served: tuple[_Handlers, grpc.Channel]) -> None:
     _, channel = served
-    answers = channel.stream_stream("/t.T/Echo")(iter([b"a", b"b", b"c"]), timeout=10)
+    echo: Any = channel.stream_stream("/t.T/Echo")
+    answers = echo(iter([b"a", b"b", b"c"]), timeout=10)
     assert list(answers) == [b"a!", b"b!", b"c!"]
 
 
@@ -104,7 +105,8 @@ def test_a_follower_whose_client_left_returns_and_its_callbacks_run(
     served: tuple[_Handlers, grpc.Channel],
 ) -> None:
     handlers, channel = served
-    call = channel.unary_stream("/t.T/Follow")(b"", timeout=30)
+    follow: Any = channel.unary_stream("/t.T/Follow")
+    call = follow(b"", timeout=30)
     for count, _answer in enumerate(call, start=1):
         if count == 3:
             call.cancel()
