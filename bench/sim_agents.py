@@ -24,7 +24,7 @@ master places the next pending one. Reported:
   starting what each placed (`cairn_scheduling_start_seconds`); trials ended per second; the
   master's and scheduler's CPU seconds (/proc/<pid>/stat);
 - idle: the master's CPU, as a share of one core, over --idle-seconds with every agent connected
-  and nothing to run (streams and heartbeats alone);
+  and nothing to run (streams and heartbeats alone), from IDLE_SETTLE_S after the last Welcome;
 - starts a second over the window, and the p99 from an allocation's request to its RUNNING over
   the first fill (the master's rows: every one of them requested and placed while slots were free).
 
@@ -102,6 +102,8 @@ PASS_METRICS = {
 # Agents dialling at once while the cluster comes up: all of them at once would measure the
 # listen backlog more than the master.
 DIAL_CONCURRENCY = 100
+# Seconds between the last Welcome and the idle window: the passes the registrations woke end.
+IDLE_SETTLE_S = 5.0
 # A trial's end: the jitter (a fraction of --trial-seconds) keeps ends from arriving in waves.
 JITTER = 0.2
 SIGTERM_EXIT, SIGKILL_EXIT = 143, 137
@@ -439,7 +441,9 @@ async def turnover(args: argparse.Namespace, api: Api, record: ClusterRecord) ->
             tally,
         )
         print(f"{args.agents} agents connected in {connected:.2f} s", flush=True)
-        # The connected cluster with nothing to run: what its streams and heartbeats alone cost.
+        # The connected cluster with nothing to run: what its streams and heartbeats alone cost,
+        # once the last registrations' scheduling passes are over.
+        await asyncio.sleep(IDLE_SETTLE_S)
         idle_from = (time.perf_counter(), cpu_seconds(pids["master"]))
         await asyncio.sleep(args.idle_seconds)
         idle_master = (cpu_seconds(pids["master"]) - idle_from[1]) / (time.perf_counter() - idle_from[0])

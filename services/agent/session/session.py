@@ -4,7 +4,7 @@ with backoff for as long as it takes (or --reconnect-timeout).
 Per stream: Hello first; nothing else goes out until the Welcome has been applied (it says what
 the master already stored, which decides what is resent). Then, from the request iterator that
 gRPC drains on its own thread: command acknowledgements, the outbox's state changes and log
-batches in seq order per container, and a heartbeat every heartbeat_interval_ms. This thread reads
+batches in seq order per container, and a heartbeat after heartbeat_interval_ms of silence. This thread reads
 the master's messages and hands the commands to the container manager.
 """
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +35,8 @@ from services.common.logging import get_logger
 log = get_logger(__name__)
 
 DEFAULT_HEARTBEAT_SECONDS = 5.0
+# System-metric batches waiting for the sender: a few intervals' worth; older ones are dropped.
+MAX_QUEUED_REPORTS = 8
 # Errors before the Welcome that retrying will not fix: the agent exits with the master's reason.
 REFUSALS = frozenset(
     {
@@ -119,6 +122,15 @@ class MasterSession:
         self._welcomed_before = False
         # Set while a stream is up and welcomed.
         self.connected = threading.Event()
+        # Fire-and-forget reports (system metrics) for the stream's sender; none kept while away.
+        self._reports: deque[apb.AgentMessage] = deque(maxlen=MAX_QUEUED_REPORTS)
+
+    def send_report(self, message: apb.AgentMessage) -> None:
+        """Send `message` on the stream if one is up; otherwise it is dropped (a gap in a series
+        is better than an old burst when the master comes back)."""
+        if self.connected.is_set():
+            self._reports.append(message)
+            self._outbox.ready.set()
 
     # -- lifecycle -------------------------------------------------------------------------------
     def run(self) -> None:
@@ -260,6 +272,7 @@ class MasterSession:
             stream.closed.set()
             self._outbox.ready.set()
             self.connected.clear()
+            self._reports.clear()
             if stream.call is not None:
                 stream.call.cancel()
             self._stream = None
@@ -275,16 +288,25 @@ class MasterSession:
         ready = self._outbox.ready
         while not stream.closed.is_set():
             ready.clear()
+            sent = False
             while True:
                 try:
                     yield stream.acks.get_nowait()
                 except queue.Empty:
                     break
+                sent = True
+            while self._reports:
+                yield self._reports.popleft()
+                sent = True
             deliveries = self._outbox.take(stream.epoch)
             for delivery in deliveries:
                 yield convert.delivery_message(delivery)
             now = time.monotonic()
-            if now >= next_heartbeat:
+            if sent or deliveries:
+                # Whatever the agent sends tells the master it is alive: a heartbeat is owed only
+                # after an interval of silence (a busy agent's stream carries none).
+                next_heartbeat = now + stream.heartbeat_seconds
+            elif now >= next_heartbeat:
                 heartbeat_seq += 1
                 yield apb.AgentMessage(
                     heartbeat=apb.Heartbeat(seq=heartbeat_seq, sent_at=convert.timestamp(time.time()))

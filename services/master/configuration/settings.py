@@ -107,7 +107,11 @@ class Settings:
     # http_processes - 1 workers on the same socket. 1 on a small machine: see bench/README.md's
     # "REST served by several processes" for when more pay.
     http_processes: int = 1
-    agent_heartbeat_interval_ms: int = 2_000
+    # How often an agent that has sent nothing else says it is alive. Its every message counts as
+    # one, so this is the rate of an idle agent's messages: at 1,000 agents, 2 s cost the idle
+    # master a few points of a core more than 5 s (bench/README.md, "Simulated agents"); three
+    # intervals still fit in the timeout below.
+    agent_heartbeat_interval_ms: int = 5_000
     # An agent silent for this long is treated as disconnected.
     agent_heartbeat_timeout_s: float = 15.0
     # How long a disconnected agent's containers are kept before they count as lost.
@@ -143,6 +147,9 @@ class Settings:
     # None: off.
     oidc: OidcSettings | None = None
     audit_max_rows: int = 1_000_000
+    # Tasks' system metrics (domain/metrics/system_metrics.py) are kept at full resolution this
+    # many hours, then thinned to one sample per container every five minutes.
+    system_metrics_full_hours: float = 24.0
 
     @property
     def database_url(self) -> str:
@@ -342,6 +349,7 @@ def parse_settings(argv: list[str] | None = None) -> Settings:
         agent_enrolment_secret=args.agent_enrolment_secret or "",
         audit_retention_days=args.audit_retention_days,
         audit_max_rows=args.audit_max_rows,
+        system_metrics_full_hours=args.system_metrics_full_hours,
         **pools,
         **webhooks,
     )
@@ -557,6 +565,9 @@ def add_agent_auth_flags(parser: argparse.ArgumentParser) -> None:
 # A century of days, and a billion rows: past these a bound is no bound (0 says so plainly).
 MAX_AUDIT_RETENTION_DAYS = 36_500
 MAX_AUDIT_ROWS = 1_000_000_000
+# An hour at least (a live chart's window), a year at most (thinning is what bounds the table).
+MIN_SYSTEM_METRICS_FULL_HOURS = 1.0
+MAX_SYSTEM_METRICS_FULL_HOURS = 24.0 * 366
 
 
 def add_audit_flags(parser: argparse.ArgumentParser) -> None:
@@ -573,9 +584,21 @@ def add_audit_flags(parser: argparse.ArgumentParser) -> None:
         default=int(env("CAIRN_AUDIT_MAX_ROWS", str(Settings.audit_max_rows))),
         help="records the audit trail keeps at most, the newest (env CAIRN_AUDIT_MAX_ROWS; 0: no bound)",
     )
+    parser.add_argument(
+        "--system-metrics-full-hours",
+        type=float,
+        default=env("CAIRN_SYSTEM_METRICS_FULL_HOURS", str(Settings.system_metrics_full_hours)),
+        help="hours tasks' system metrics are kept as sampled, before they are thinned to one sample "
+        "per container every five minutes (env CAIRN_SYSTEM_METRICS_FULL_HOURS)",
+    )
 
 
 def check_audit_flags(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    if not MIN_SYSTEM_METRICS_FULL_HOURS <= args.system_metrics_full_hours <= MAX_SYSTEM_METRICS_FULL_HOURS:
+        parser.error(
+            f"--system-metrics-full-hours: must be between {MIN_SYSTEM_METRICS_FULL_HOURS:g} and "
+            f"{MAX_SYSTEM_METRICS_FULL_HOURS:g}, not {args.system_metrics_full_hours:g}"
+        )
     if not 0 <= args.audit_retention_days <= MAX_AUDIT_RETENTION_DAYS:
         parser.error(
             f"--audit-retention-days: must be between 0 (no bound) and {MAX_AUDIT_RETENTION_DAYS}, "

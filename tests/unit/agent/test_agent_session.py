@@ -13,7 +13,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from cairn.agent.v1 import agent_pb2 as apb
 from services.common.metadata import CLUSTER_TOKEN_KEY
 from tests.unit.agent.agent_master_double import MasterServer, MasterStore, wait_until
-from tests.unit.agent.agent_processes import AgentProcess
+from tests.unit.agent.agent_processes import AgentProcess, python_command, wait_terminated
 
 
 def token_file(folder: Path) -> Path:
@@ -100,6 +100,28 @@ def test_heartbeats_follow_the_welcome_interval(
     gaps = [b - a for a, b in itertools.pairwise(times)]
     # Welcome says 200 ms.
     assert all(0.1 < gap < 1.0 for gap in gaps), gaps
+
+
+# Prints a line every 20 ms for about 1.5 s: the agent's stream is never quiet for 200 ms.
+CHATTY = "import sys, time\nfor i in range(75):\n    print(i, flush=True)\n    time.sleep(0.02)\n"
+
+
+def test_a_busy_stream_carries_no_heartbeats(
+    store: MasterStore, master: MasterServer, launch_agent: Callable[..., AgentProcess]
+) -> None:
+    """Every message tells the master the agent is alive: a heartbeat is owed only after an
+    interval (200 ms here) with nothing else sent."""
+    launch_agent(master.address)
+    stream = master.double.wait_connected()
+    master.double.start("chatty", python_command(CHATTY))
+    wait_terminated(store, "chatty")
+    kinds = [m.WhichOneof("msg") for m in list(stream.messages)]
+    batches = [i for i, m in enumerate(stream.messages) if m.WhichOneof("msg") == "log_batch"]
+    assert len(batches) >= 5, kinds
+    # Between its first and last batch of lines (about 1.5 s, worth seven heartbeats when they
+    # came on a timer) the stream carried the lines, not heartbeats.
+    during = kinds[batches[0] : batches[-1]]
+    assert during.count("heartbeat") <= 1, during
 
 
 def test_shutdown_from_the_master_exits_non_zero_with_the_reason(

@@ -85,6 +85,7 @@ SHOWN_SETTINGS = frozenset(
         "feature_switches",
         "audit_retention_days",
         "audit_max_rows",
+        "system_metrics_full_hours",
     }
 )
 
@@ -215,6 +216,8 @@ def effective_config(ctx: MasterContext) -> dict[str, Any]:
             "retention_days": settings.audit_retention_days,
             "max_rows": settings.audit_max_rows,
         },
+        # Tasks' system metrics: hours kept as sampled, then thinned (domain/metrics/system_metrics.py).
+        "system_metrics": {"full_resolution_hours": settings.system_metrics_full_hours},
         "limits": {
             "max_model_definition_bytes": settings.max_model_definition_bytes,
             "max_trials_per_experiment": settings.max_trials_per_experiment,
