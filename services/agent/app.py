@@ -27,7 +27,10 @@ from services.agent.session.context_download import ContextDownloader
 from services.agent.session.enrolment import AgentAuth, CredentialStore
 from services.agent.session.session import AgentIdentity, MasterSession
 from services.agent.settings import AgentSettings
-from services.agent.slots import SlotDiscoveryError, SlotInfo, discover_slots
+from services.agent.slots import DeviceKind, SlotDiscoveryError, SlotInfo, discover_slots
+from services.agent.system_metrics.collector import SystemMetricsCollector, Target
+from services.agent.system_metrics.gpus import GpuReadings
+from services.agent.system_metrics.proc import Selector
 from services.agent.task_user import TaskDirs, TaskUserError, isolation_warning, resolve_task_user
 from services.agent.work_dir import WorkDir, WorkDirBusyError
 from services.common.logging import get_logger
@@ -194,6 +197,7 @@ class Agent:
             auth=auth,
             on_shut_out=self._shut_out,
         )
+        collector = self._system_metrics(manager, runtime, slots, session)
         monitor_stop = threading.Event()
         monitor = threading.Thread(
             target=self._monitor, args=(manager, monitor_stop), name="monitor", daemon=True
@@ -215,6 +219,8 @@ class Agent:
                 self._kill_containers(manager, session)
             session.stop(thread=session_thread)
         finally:
+            if collector is not None:
+                collector.stop()
             monitor_stop.set()
             monitor.join(5)
             runtime.close()
@@ -238,6 +244,42 @@ class Agent:
             slots=slots,
             defaults=DockerDefaults(image=s.default_image, cpus_per_slot=s.cpus_per_slot),
         )
+
+    def _system_metrics(
+        self,
+        manager: ContainerManager,
+        runtime: ProcessRuntime,
+        slots: list[SlotInfo],
+        session: MasterSession,
+    ) -> SystemMetricsCollector | None:
+        """The collector of every container's system metrics, started; None when turned off."""
+        interval = self.settings.system_metrics_interval_s
+        if interval <= 0:
+            log.info("system metrics not collected (--system-metrics-interval 0)")
+            return None
+        gpu_uuids = {s.id: s.uuid for s in slots if s.kind == DeviceKind.CUDA}
+        # How each running container's processes are found, asked of the runtime once per container.
+        selectors: dict[str, Selector | None] = {}
+
+        def targets() -> list[Target]:
+            running = manager.running()
+            for gone in set(selectors) - {record.container_id for record, _ in running}:
+                del selectors[gone]
+            found = []
+            for record, paths in running:
+                selector = selectors.get(record.container_id)
+                if selector is None:
+                    selector = selectors[record.container_id] = runtime.processes_of(record, paths)
+                if selector is not None:
+                    uuids = tuple(gpu_uuids[s] for s in record.slot_ids if s in gpu_uuids)
+                    found.append(Target(record.container_id, selector, uuids))
+            return found
+
+        collector = SystemMetricsCollector(
+            interval_s=interval, targets=targets, send=session.send_report, gpus=GpuReadings(slots)
+        )
+        collector.start()
+        return collector
 
     def _on_welcome(self) -> None:
         if not self._ready_written and self._server is not None:

@@ -17,6 +17,9 @@ from services.agent.containers.python_envs import PythonEnv, PythonEnvError, Pyt
 from services.agent.containers.task_env import split_host_port
 from services.agent.runtime.docker_spec import default_task_image
 from services.agent.slots import SlotType
+from services.agent.system_metrics.collector import DEFAULT_INTERVAL_S as SYSTEM_METRICS_INTERVAL_S
+from services.agent.system_metrics.collector import MAX_INTERVAL_S as MAX_SYSTEM_METRICS_INTERVAL_S
+from services.agent.system_metrics.collector import MIN_INTERVAL_S as MIN_SYSTEM_METRICS_INTERVAL_S
 from services.agent.task_user import is_inside
 from services.common.args import add_common_flags
 from services.common.cluster_token import add_secret_file_flag
@@ -64,6 +67,8 @@ class AgentSettings:
     warm_starts: bool = True
     # How long a start handed over early waits for the slot's exiting container (manager.py).
     handover_wait_s: float = HANDOVER_WAIT_SECONDS
+    # Seconds between two samples of every container's system metrics (system_metrics/); 0: off.
+    system_metrics_interval_s: float = SYSTEM_METRICS_INTERVAL_S
     # To enrol with (session/enrolment.py), when the work dir holds no credential yet: a one-time
     # join token, or the cluster's enrolment secret.
     join_token: str | None = None
@@ -112,6 +117,15 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="process runtime: keep no standby interpreters (each holds its experiment's "
         "preload_modules in memory); every container starts cold",
+    )
+    parser.add_argument(
+        "--system-metrics-interval",
+        type=float,
+        default=os.environ.get("CAIRN_AGENT_SYSTEM_METRICS_INTERVAL", str(SYSTEM_METRICS_INTERVAL_S)),
+        metavar="SECONDS",
+        help="how often every container's CPU, memory, disk, network and GPU use is sampled and "
+        f"sent to the master (default {SYSTEM_METRICS_INTERVAL_S:g}; 0: not collected; env "
+        "CAIRN_AGENT_SYSTEM_METRICS_INTERVAL)",
     )
     parser.add_argument(
         "--handover-wait",
@@ -247,6 +261,14 @@ def parse_settings(argv: Sequence[str] | None = None) -> AgentSettings:
     task_root = None
     if not math.isfinite(args.handover_wait) or args.handover_wait < 0:
         parser.error("--handover-wait: must be a number of seconds, 0 or more")
+    interval = args.system_metrics_interval
+    if not math.isfinite(interval) or not (
+        interval == 0 or MIN_SYSTEM_METRICS_INTERVAL_S <= interval <= MAX_SYSTEM_METRICS_INTERVAL_S
+    ):
+        parser.error(
+            f"--system-metrics-interval: must be 0 (off) or {MIN_SYSTEM_METRICS_INTERVAL_S:g} to "
+            f"{MAX_SYSTEM_METRICS_INTERVAL_S:g} seconds"
+        )
     if args.task_user:
         if args.runtime != "process":
             parser.error("--task-user: only for --runtime process (docker isolates tasks by container)")
@@ -284,6 +306,7 @@ def parse_settings(argv: Sequence[str] | None = None) -> AgentSettings:
         master_ca_pem=_master_ca(args.master_cert, parser),
         warm_starts=not args.no_warm_starts,
         handover_wait_s=args.handover_wait,
+        system_metrics_interval_s=args.system_metrics_interval,
         join_token=args.join_token,
         enrolment_secret=args.enrolment_secret,
     )

@@ -40,6 +40,7 @@ from services.master.domain.identity.login_limiter import LoginLimiter, LoginLim
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.context import MasterContext
 from services.master.domain.kernel.loops import BackgroundLoop
+from services.master.domain.metrics import system_metrics
 from services.master.domain.metrics.logs import LogStore
 from services.master.domain.metrics.samples import SampleCache
 from services.master.domain.operations.master_log import MasterLogRing
@@ -126,6 +127,7 @@ class Master:
         # Single sign-on's client (gateway/oidc_flow.py), with the config file's oidc block.
         self.oidc: OidcClient | None = None
         self.audit_retention: BackgroundLoop | None = None
+        self.system_metrics_thinning: BackgroundLoop | None = None
         # Determined's streaming updates: rows are numbered always, streamed with the switch on.
         self.stream_publisher = Publisher()
         self.stream_changes: StreamChanges | None = None
@@ -343,6 +345,7 @@ class Master:
             )
         self.audit.start()
         self.audit_retention = audit_retention.start(ctx)
+        self.system_metrics_thinning = system_metrics.start_thinning(ctx)
         self.scheduling.start()
         self.pump.start()
         self.liveness.start()
@@ -413,6 +416,7 @@ class Master:
             self.provisioning,
             self.webhook_sender,
             self.audit_retention,
+            self.system_metrics_thinning,
         ):
             if loop is not None:
                 loop.join(timeout=5.0)

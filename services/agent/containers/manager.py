@@ -484,6 +484,15 @@ class ContainerManager:
         with self._lock:
             return {c.id for c in self._containers.values() if c.record.state != ContainerState.TERMINATED}
 
+    def running(self) -> list[tuple[ContainerRecord, ContainerPaths]]:
+        """The containers whose command runs now (RUNNING, not ended): what system metrics sample."""
+        with self._lock:
+            return [
+                (c.record, c.paths)
+                for c in self._containers.values()
+                if c.record.state == ContainerState.RUNNING and c.exit is None
+            ]
+
     def all_terminated(self) -> bool:
         with self._lock:
             return all(c.record.state == ContainerState.TERMINATED for c in self._containers.values())

@@ -255,6 +255,14 @@ class DockerEngine:
             finished_at=time.time(),
         )
 
+    def first_pid(self, container_id: str) -> int | None:
+        """The host pid of the container's first process; None when it does not run."""
+        try:
+            pid = int(self._api.inspect_container(container_id)["State"].get("Pid") or 0)
+        except docker.errors.NotFound:
+            return None
+        return pid or None
+
     def is_running(self, container_id: str) -> bool:
         state = self._api.inspect_container(container_id)["State"]
         return bool(state.get("Running")) or str(state.get("Status")) in ("created", "restarting")

@@ -18,10 +18,11 @@ What only the docker runtime does here:
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cairn.agent_files import (
     DOCKER_LABEL_AGENT_ID,
@@ -45,7 +46,11 @@ from services.agent.runtime.process_runtime import ContainerSetupError, Note, Pr
 from services.agent.runtime.protocol import ContainerPaths, LaunchSpec
 from services.agent.runtime.standbys import Standby
 from services.agent.slots import DeviceKind, SlotInfo
+from services.agent.system_metrics.proc import Selector, pid_namespace_of
 from services.common.logging import get_logger
+
+if TYPE_CHECKING:
+    from services.agent.containers.record import ContainerRecord
 
 log = get_logger(__name__)
 
@@ -182,6 +187,16 @@ class DockerRuntime(ProcessRuntime):
         docker_id = self._find(paths)
         if docker_id is not None:
             self._engine.remove(docker_id)
+
+    def processes_of(self, record: ContainerRecord, paths: ContainerPaths) -> Selector | None:
+        """The Docker container's PID namespace, by its first process; None when it has none yet,
+        or shares the agent's (its processes could not be told apart from the machine's)."""
+        docker_id = self._find(paths)
+        pid = self._engine.first_pid(docker_id) if docker_id is not None else None
+        namespace = pid_namespace_of(pid) if pid else None
+        if namespace is None or namespace == pid_namespace_of(os.getpid()):
+            return None
+        return Selector("pidns", namespace)
 
     def _find(self, paths: ContainerPaths) -> str | None:
         found = self._engine.find(

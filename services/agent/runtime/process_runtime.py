@@ -33,8 +33,10 @@ from services.agent.runtime.warm_starts import (
     warm_key,
 )
 from services.agent.runtime.zygotes import ZygotePool
+from services.agent.system_metrics.proc import Selector
 
 if TYPE_CHECKING:
+    from services.agent.containers.record import ContainerRecord
     from services.agent.requests import StartRequest
 
 # Writes a line about the container into its log: (message, level).
@@ -97,6 +99,11 @@ class ProcessRuntime:
             if standby_dir is not None
             else None
         )
+
+    def processes_of(self, record: ContainerRecord, paths: ContainerPaths) -> Selector | None:
+        """How system metrics find a running container's processes: its command's process group
+        (None until the shim has said which)."""
+        return Selector("pgid", record.command_pgid) if record.command_pgid else None
 
     def before_start(self, request: StartRequest, note: Note, pulling: Callable[[], None]) -> None:
         """What must happen before a container starts (the docker runtime pulls its image): for the

@@ -44,9 +44,10 @@ from services.master.domain.allocations import containers
 from services.master.domain.identity import agent_credentials
 from services.master.domain.kernel.batched_units import BatchedUnits
 from services.master.domain.kernel.context import MasterContext
-from services.master.domain.kernel.errors import DatabaseUnavailable, DomainError
+from services.master.domain.kernel.errors import DatabaseUnavailable, DomainError, InvalidArgument
 from services.master.domain.kernel.outage import ride_out
 from services.master.domain.metrics.logs import LogStore
+from services.master.domain.metrics.system_metrics import SystemMetricsStore
 from services.master.domain.reads.agents import allocation_runs_on
 from services.master.domain.reads.tasks import task_context_archive
 from services.master.domain.scheduling import agents as agent_registry
@@ -74,6 +75,8 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
         # Where the streams' database work runs: as many threads as a batch of units takes, so
         # that a burst from many agents fills a batch, and no more however many agents there are.
         self._threads = ThreadPoolExecutor(max_workers=APPLY_THREADS, thread_name_prefix="agent-apply")
+        # The containers' system metrics the agents sample (issue 46).
+        self._system_metrics = SystemMetricsStore(ctx)
 
     def Enrol(self, request: apb.EnrolRequest, context: grpc.ServicerContext) -> apb.EnrolResponse:
         means = request.WhichOneof("means")
@@ -278,6 +281,10 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
                         "a slot report",
                         partial(agent_registry.update_slots, self.ctx, agent_id, report),
                     )
+                elif kind == "system_metrics":
+                    await self._blocking(
+                        partial(self._system_metrics_batch, agent_id, message.system_metrics)
+                    )
                 elif kind == "hello":
                     log.warning("second hello on one stream; closing it", agent_id=agent_id)
                     break
@@ -314,6 +321,18 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
         finally:
             link.applying = False
             still_here()
+
+    def _system_metrics_batch(self, agent_id: str, batch: apb.SystemMetrics) -> None:
+        """Store a batch of system metrics. A refused batch, or one the database cannot take now,
+        is dropped with a warning and the stream goes on: the series gets a gap, nothing else."""
+        try:
+            self._system_metrics.store(agent_id, batch)
+        except InvalidArgument as exc:
+            log.warning("system metrics batch refused", agent_id=agent_id, error=str(exc))
+        except DatabaseUnavailable as exc:
+            log.warning(
+                "system metrics batch dropped: the database is away", agent_id=agent_id, error=str(exc)
+            )
 
     def _container_state(self, change: apb.ContainerStateChanged) -> None:
         self._units.run(

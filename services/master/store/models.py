@@ -522,6 +522,37 @@ class AgentSlot(Base):
 Index("ix_allocations_trial_state", Allocation.trial_id, Allocation.state)
 
 
+class TaskSystemMetric(Base):
+    """One container's system metrics over one sampling interval, as its agent measured them
+    (domain/metrics/system_metrics.py). `gpus`: [[uuid, util %, memory used bytes, watts], ...].
+    Rows older than the retention window are thinned to one per container and period (`thinned`
+    marks the survivors, which stand for their period)."""
+
+    __tablename__ = "task_system_metrics"
+    __table_args__ = (
+        Index("ix_task_system_metrics_task_id_at", "task_id", "at"),
+        Index("ix_task_system_metrics_trial_id_at", "trial_id", "at"),
+        Index("ix_task_system_metrics_at", "at"),
+        NEVER_REUSED,
+    )
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    task_id: Mapped[str] = mapped_column(String(128))
+    trial_id: Mapped[int | None] = mapped_column(Integer)
+    allocation_id: Mapped[str] = mapped_column(String(128))
+    container_id: Mapped[str] = mapped_column(String(160))
+    agent_id: Mapped[str] = mapped_column(String(255))
+    at: Mapped[datetime]
+    cpu_util: Mapped[float] = mapped_column(Float)
+    memory_bytes: Mapped[int] = mapped_column(BigInteger)
+    disk_read_bytes_per_s: Mapped[float | None] = mapped_column(Float)
+    disk_write_bytes_per_s: Mapped[float | None] = mapped_column(Float)
+    net_recv_bytes_per_s: Mapped[float | None] = mapped_column(Float)
+    net_sent_bytes_per_s: Mapped[float | None] = mapped_column(Float)
+    processes: Mapped[int] = mapped_column(Integer)
+    gpus: Mapped[list[Any]] = mapped_column(JSON)
+    thinned: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+
+
 class TaskLog(Base):
     """One line of a task's output. (container_id, seq) makes a resent line a no-op."""
 

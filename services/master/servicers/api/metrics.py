@@ -17,7 +17,7 @@ from services.common.local_calls import RenderedJson, accepts_rendered_json
 from services.master.domain.identity import allocation_access
 from services.master.domain.kernel.errors import InvalidArgument
 from services.master.domain.kernel.paging import page_of
-from services.master.domain.metrics import compare, intake, progress, signals
+from services.master.domain.metrics import compare, intake, progress, signals, system_metrics
 from services.master.domain.metrics.downsample import downsample
 from services.master.domain.metrics.reports import Report
 from services.master.domain.reads import metrics as reads
@@ -68,10 +68,12 @@ class MetricsApi(ServicerBase):
 
     def _report(self, context: grpc.ServicerContext, m: tpb.TrialMetrics, group: str, field: str) -> None:
         """One report of `group` (`field`: where the request carries it, for errors)."""
-        if not m.HasField("steps_completed"):
+        if not m.HasField("steps_completed") and group not in system_metrics.PROFILER_GROUPS:
             raise InvalidArgument(f"{field}.steps_completed: required")
         report = Report(
             group=group,
+            # Determined's profiler (core.profiler.on()) reports its samples without a step: they
+            # belong to no step, and are stored at 0 as the searcher's groups never are.
             steps_completed=m.steps_completed,
             metrics=struct_to_python(m.metrics.avg_metrics),
             report_time=m.report_time.ToDatetime(UTC) if m.HasField("report_time") else None,

@@ -23,6 +23,7 @@ from services.master.servicers.api.pool_shares import PoolSharesApi
 from services.master.servicers.api.resources import ResourcesApi
 from services.master.servicers.api.roles import RolesApi
 from services.master.servicers.api.runs import RunsApi
+from services.master.servicers.api.system_metrics import SystemMetricsApi
 from services.master.servicers.api.task_kinds import TaskKindsApi
 from services.master.servicers.api.tasks import SignalsApi, TasksApi
 from services.master.servicers.api.templates import TemplatesApi
@@ -45,6 +46,7 @@ class CairnServicer(
     ClusterMessageApi,
     ExperimentsApi,
     ContinuationApi,
+    SystemMetricsApi,
     TrialsApi,
     RunsApi,
     UnmanagedApi,
