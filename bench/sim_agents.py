@@ -118,6 +118,8 @@ class Tally:
     ended: int = 0
     # The most trials running at once.
     peak_running: int = 0
+    # System-metric samples sent (--system-metrics-interval).
+    samples_sent: int = 0
 
 
 def now_timestamp() -> Timestamp:
@@ -130,7 +132,14 @@ class SimAgent:
     """One simulated agent: its own channel and Connect stream, and a fake process runtime."""
 
     def __init__(
-        self, agent_id: str, slots: int, address: str, token: str, trial_seconds: float, tally: Tally
+        self,
+        agent_id: str,
+        slots: int,
+        address: str,
+        token: str,
+        trial_seconds: float,
+        tally: Tally,
+        system_metrics_s: float = 0.0,
     ):
         self.agent_id = agent_id
         self.slots = slots
@@ -138,6 +147,7 @@ class SimAgent:
         self.token = token
         self.trial_seconds = trial_seconds
         self.tally = tally
+        self.system_metrics_s = system_metrics_s
         self.welcomed = asyncio.Event()
         # One writer per stream (grpc.aio allows no concurrent writes): everything goes through it.
         self.outgoing: asyncio.Queue[apb.AgentMessage] = asyncio.Queue()
@@ -195,6 +205,8 @@ class SimAgent:
                 asyncio.create_task(self.write_loop(call)),
                 asyncio.create_task(self.heartbeat_loop(heartbeat_s)),
             ]
+            if self.system_metrics_s > 0:
+                tasks.append(asyncio.create_task(self.system_metrics_loop(self.system_metrics_s)))
             try:
                 await self.read_loop(call)
             finally:
@@ -216,6 +228,32 @@ class SimAgent:
             self.outgoing.put_nowait(
                 apb.AgentMessage(heartbeat=apb.Heartbeat(seq=seq, sent_at=now_timestamp()))
             )
+
+    async def system_metrics_loop(self, interval_s: float) -> None:
+        """As the agent's collector does: every interval, one batch with a sample of each running
+        container (the agents' intervals start at random offsets, as real agents' do)."""
+        await asyncio.sleep(random.uniform(0, interval_s))
+        while True:
+            running = list(self.timers)
+            if running:
+                stamp = now_timestamp()
+                samples = [
+                    apb.SystemSample(
+                        container_id=container_id,
+                        time=stamp,
+                        cpu_util=random.uniform(50, 100),
+                        memory_bytes=random.randint(100, 400) << 20,
+                        disk_read_bytes_per_s=0.0,
+                        disk_write_bytes_per_s=4096.0,
+                        net_recv_bytes_per_s=1024.0,
+                        net_sent_bytes_per_s=1024.0,
+                        processes=2,
+                    )
+                    for container_id in running
+                ]
+                self.outgoing.put_nowait(apb.AgentMessage(system_metrics=apb.SystemMetrics(samples=samples)))
+                self.tally.samples_sent += len(samples)
+            await asyncio.sleep(interval_s)
 
     async def read_loop(self, call: grpc.aio.StreamStreamCall) -> None:
         while True:
@@ -427,6 +465,7 @@ async def turnover(args: argparse.Namespace, api: Api, record: ClusterRecord) ->
             record.cluster_token,
             args.trial_seconds,
             tally,
+            system_metrics_s=args.system_metrics_interval,
         )
         for i in range(args.agents)
     ]
@@ -456,6 +495,7 @@ async def turnover(args: argparse.Namespace, api: Api, record: ClusterRecord) ->
         full = time.perf_counter() - started
         print(f"the first {capacity} trials placed {full:.2f} s after the experiment's creation", flush=True)
         before = await snapshot(record.master_http_url, tally, pids)
+        samples_before = tally.samples_sent
         window_end = before.at + args.seconds
         while time.perf_counter() < window_end and tally.ended < args.trials:
             await asyncio.sleep(min(1.0, max(0.0, window_end - time.perf_counter())))
@@ -475,6 +515,7 @@ async def turnover(args: argparse.Namespace, api: Api, record: ClusterRecord) ->
         "idle_master_cpu": idle_master,
         "capacity": capacity,
         "peak_running": tally.peak_running,
+        "samples_per_s": (tally.samples_sent - samples_before) / window,
     }
     for name in PASS_METRICS:
         seen = after.histograms[name].minus(before.histograms[name])
@@ -496,6 +537,16 @@ def database(backend: str) -> Iterator[str | None]:
         yield None  # the master's own, in the temporary state directory
     else:
         raise SystemExit(f"--backend: no backend {backend!r} (sqlite, postgres)")
+
+
+def stored_samples(db_url: str) -> int:
+    """System-metric samples the master stored, from its own table."""
+    database = Database(db_url)
+    try:
+        with database.engine.connect() as connection:
+            return int(connection.execute(text("SELECT count(*) FROM task_system_metrics")).scalar() or 0)
+    finally:
+        database.dispose()
 
 
 def request_to_running_p99(db_url: str, first: int) -> float:
@@ -537,9 +588,9 @@ def run(args: argparse.Namespace) -> dict[str, float]:
         assert record is not None, "the local cluster keeps no record"
         try:
             figures = asyncio.run(turnover(args, api, record))
-            figures["request_to_running_p99_s"] = request_to_running_p99(
-                db_url or f"sqlite:///{next(Path(tmp).rglob('cairn.db'))}", int(figures["capacity"])
-            )
+            own_url = db_url or f"sqlite:///{next(Path(tmp).rglob('cairn.db'))}"
+            figures["request_to_running_p99_s"] = request_to_running_p99(own_url, int(figures["capacity"]))
+            figures["samples_stored"] = stored_samples(own_url)
             return figures
         except Exception:
             if args.keep_logs:
@@ -567,6 +618,13 @@ def main() -> None:
     )
     parser.add_argument("--backend", default="sqlite", choices=("sqlite", "postgres"))
     parser.add_argument(
+        "--system-metrics-interval",
+        type=float,
+        default=0.0,
+        help="seconds between each agent's batches of system-metric samples, one per running "
+        "container, as the agent's collector sends them (0: none)",
+    )
+    parser.add_argument(
         "--keep-logs", type=Path, help="a folder to copy the cluster's logs to if the run fails"
     )
     args = parser.parse_args()
@@ -574,6 +632,8 @@ def main() -> None:
     print(
         f"{args.backend}, {args.agents} agents x {args.slots} slots, {args.trials} trials of "
         f"{args.trial_seconds:g} s: over {figures['window_s']:.1f} s, {figures['pass_count']:.0f} passes; "
+        f"{figures['samples_per_s']:.0f} system-metric samples/s sent ({figures['samples_stored']:.0f} "
+        "stored in all); "
         + "; ".join(
             f"{label} p50 {figures[f'{name}_p50_ms']:.1f} ms, p95 {figures[f'{name}_p95_ms']:.1f} ms, "
             f"mean {figures[f'{name}_mean_ms']:.1f} ms"

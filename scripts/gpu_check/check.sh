@@ -2,7 +2,8 @@
 # The GPU check, run on a machine with an NVIDIA GPU, PyTorch and Python 3.12 (README.md beside):
 # NVML slot discovery, a local cluster whose agent offers the GPU as a slot, a one-GPU trial that
 # must see exactly its slot's GPU (index and uuid) and run a one-rank NCCL all-reduce, and the DDP
-# example (examples/digits-distributed) on one GPU slot with NCCL, both to COMPLETED.
+# example (examples/digits-distributed) on one GPU slot with NCCL, both to COMPLETED, and that
+# trial's GPU utilisation above zero in the system metrics the agent sampled.
 set -x
 cd "$(dirname "$0")/../.."
 exec > >(tee "${OUT:-/tmp}/check.log") 2>&1
@@ -20,7 +21,8 @@ printf '%s\n%s\n' "$PWD/clients/python" "$PWD" > "$SP/02-cairn.pth"
 PY=$T/bin/python3
 $PY -c "import grpc, google.protobuf, torch, sklearn, cairn, services.master.app; print('imports ok', torch.__version__)" || exit 1
 $PY -c "from services.agent.slots import discover_slots, SlotType; [print('SLOT', s) for s in discover_slots('probe', SlotType.GPU, None)]" || exit 1
-export CAIRN_STATE_DIR=/tmp/cairn-gpu-state CAIRN_MASTER=127.0.0.1:8090
+# The agent samples its containers every 2 s: the DDP trial's GPU series (system_metrics.py).
+export CAIRN_STATE_DIR=/tmp/cairn-gpu-state CAIRN_MASTER=127.0.0.1:8090 CAIRN_AGENT_SYSTEM_METRICS_INTERVAL=2
 C="$PY -m cairn.cli.main"
 timeout 180 $C cluster up --task-env $T --task-user '' --timeout 150 || { tail -50 $CAIRN_STATE_DIR/logs/*; exit 1; }
 printf '\n' | $C user login determined --password-stdin
@@ -32,5 +34,6 @@ timeout 300 $C experiment create /tmp/ddp-1gpu.yaml examples/digits-distributed 
 $C experiment list
 $C trial logs 1 | grep PROBE
 $C trial logs 2 | grep -E "torch_distributed|rank=0"
+$PY scripts/gpu_check/system_metrics.py http://127.0.0.1:8080 2
 $C cluster down
 cp -r $CAIRN_STATE_DIR/logs "${OUT:-/tmp}/" 2>/dev/null

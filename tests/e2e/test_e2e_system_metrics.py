@@ -1,7 +1,8 @@
 """System metrics for every task (issue 46), on a real cluster of one agent and one slot whose agent
 samples every second: a trial's through Determined's profiler API with the stock SDK (the agent's
 samples beside those its code reported with core.profiler.on()), a command's through Cairn's task
-series; both stop when their task ends."""
+series; both stop when their task ends. Under the Docker runtime a command's container is found by
+its PID namespace and sampled the same way."""
 
 from __future__ import annotations
 
@@ -128,3 +129,29 @@ def test_a_commands_series_stop_when_it_ends(cluster: TestCluster, tmp_path: Pat
         api.GetTaskSystemMetrics(
             task_pb2.GetTaskSystemMetricsRequest(task_id=command["id"], limit=-1), timeout=30
         )
+
+
+@pytest.fixture
+def docker_cluster(task_image: str, tmp_path: Path) -> Iterator[TestCluster]:
+    with running_cluster(
+        tmp_path / "cluster",
+        None,
+        runtime="docker",
+        default_image=task_image,
+        extra_env={"CAIRN_AGENT_SYSTEM_METRICS_INTERVAL": "1"},
+    ) as c:
+        yield c
+
+
+@pytest.mark.timeout(600)
+def test_a_docker_containers_processes_are_sampled(docker_cluster: TestCluster, tmp_path: Path) -> None:
+    det = det_runner(determined_env(docker_cluster, tmp_path / "home"))
+    det("cmd", "run", SPIN)
+    (command,) = json.loads(det("cmd", "list", "--json"))
+    reply = docker_cluster.login().GetTaskSystemMetrics(
+        task_pb2.GetTaskSystemMetricsRequest(task_id=command["id"]), timeout=30
+    )
+    by_name = {s.name: s for s in reply.series}
+    assert {"cpu_util", "memory_used", "processes"} <= set(by_name), list(by_name)
+    assert max(by_name["cpu_util"].values) > 40.0
+    assert min(by_name["processes"].values) >= 1

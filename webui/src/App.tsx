@@ -16,6 +16,7 @@ import { ModelPage } from "./pages/ModelPage";
 import { ModelsPage } from "./pages/ModelsPage";
 import { QueuePage } from "./pages/QueuePage";
 import { TaskOpenPage } from "./pages/TaskOpenPage";
+import { TaskPage } from "./pages/TaskPage";
 import { TasksPage } from "./pages/TasksPage";
 import { TrialPage } from "./pages/TrialPage";
 import { WorkspacePage } from "./pages/WorkspacePage";
@@ -133,6 +134,8 @@ function Page(props: { path: string; may: (permission: string) => boolean }) {
   if (match("/tasks", path)) return <TasksPage />;
   const opening = match("/tasks/:id/open", path);
   if (opening) return <TaskOpenPage key={opening.id} taskId={opening.id} />;
+  const task = match("/tasks/:id", path);
+  if (task) return <TaskPage key={task.id} taskId={task.id} />;
   if (match("/cluster", path)) return <ClusterPage admin={may("MODIFY_RP_WORKSPACE_BINDINGS")} />;
   if (match("/queue", path)) return <QueuePage />;
   if (match("/audit", path)) return <AuditPage admin={may("VIEW_MASTER_LOGS")} />;

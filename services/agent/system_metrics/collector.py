@@ -19,7 +19,14 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from cairn.agent.v1 import agent_pb2 as apb
 from services.agent.system_metrics.gpus import GpuReadings
-from services.agent.system_metrics.proc import CLOCK_TICKS, GroupReading, Selector, network_bytes, read_groups
+from services.agent.system_metrics.proc import (
+    CLOCK_TICKS,
+    GroupReading,
+    Selector,
+    network_bytes,
+    network_namespace_of,
+    read_groups,
+)
 from services.common.logging import get_logger
 
 log = get_logger(__name__)
@@ -90,9 +97,17 @@ class SystemMetricsCollector:
         now = time.time()
         readings = read_groups({t.selector for t in targets.values()})
         samples = []
+        # Containers in one network namespace (every container of the process runtime, and Docker's
+        # with host networking) share its counters: read once a sample.
+        networks: dict[int | None, tuple[int, int] | None] = {}
         for container_id, target in targets.items():
             reading = readings[target.selector]
-            network = network_bytes(reading.any_pid) if reading.any_pid is not None else None
+            network = None
+            if reading.any_pid is not None:
+                namespace = network_namespace_of(reading.any_pid)
+                if namespace not in networks:
+                    networks[namespace] = network_bytes(reading.any_pid)
+                network = networks[namespace]
             before = self._previous.get(container_id)
             self._previous[container_id] = _Previous(now, reading, network)
             if before is None or now <= before.at:

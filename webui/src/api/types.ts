@@ -524,3 +524,18 @@ export interface GetAuditEventsResponse {
   events?: AuditEvent[];
   nextBeforeId?: string;
 }
+
+/** GetTaskSystemMetrics: one series of what a task's containers cost the machine. */
+export interface SystemMetricSeries {
+  name: string;
+  agentId: string;
+  gpuUuid?: string;
+  unit: string;
+  timestamps?: string[];
+  values?: number[];
+}
+
+export interface GetTaskSystemMetricsResponse {
+  series?: SystemMetricSeries[];
+  notes?: string[];
+}

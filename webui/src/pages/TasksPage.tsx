@@ -10,6 +10,7 @@ import { ConfirmDialog } from "../components/ConfirmDialog";
 import { DataTable } from "../components/DataTable";
 import { ErrorNote } from "../components/ErrorNote";
 import { type Choice, FilterSelect, chosen, setFilter } from "../components/Filters";
+import { Link } from "../components/Link";
 import { NotebookLaunchDialog, taskOpenPath } from "../components/NotebookLaunchDialog";
 import { Pager, queryOffset, setQueryOffset } from "../components/Pager";
 import { StateBadge } from "../components/StateBadge";
@@ -132,7 +133,7 @@ function TaskTableRow(props: { row: TaskRow; onKill: () => void }) {
     <tr data-task-id={row.id} data-task-kind={row.kind}>
       <td>{KIND_LABELS[row.kind]}</td>
       <td>
-        {printable(row.name) || <span class="muted">–</span>}
+        <Link href={`/tasks/${encodeURIComponent(row.id)}`}>{printable(row.name) || printable(row.id)}</Link>
         <div class="muted mono" title="Task id">
           {printable(row.id)}
         </div>

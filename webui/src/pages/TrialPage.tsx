@@ -1,5 +1,5 @@
 // One trial: state, restarts, allocation and hyperparameters; a chart per metric; followed logs;
-// checkpoints.
+// checkpoints; its system metrics (the Profiler tab).
 
 import { getTrial, getTrialCheckpoints } from "../api/endpoints";
 import type { Trial } from "../api/types";
@@ -8,6 +8,7 @@ import { ErrorNote } from "../components/ErrorNote";
 import { Link } from "../components/Link";
 import { LogViewer } from "../components/LogViewer";
 import { StateBadge } from "../components/StateBadge";
+import { SystemMetrics } from "../components/SystemMetrics";
 import { Tabs } from "../components/Tabs";
 import { durationBetween, formatBytes, formatDuration, formatMetric, formatTime, formatValue, isTerminal, num, printable } from "../format";
 import { usePoll } from "../hooks";
@@ -19,6 +20,8 @@ const TABS = [
   { id: "overview", label: "Overview" },
   { id: "logs", label: "Logs" },
   { id: "checkpoints", label: "Checkpoints" },
+  // Determined's name for a trial's system metrics.
+  { id: "profiler", label: "Profiler" },
 ];
 
 export function TrialPage(props: { id: number }) {
@@ -59,6 +62,7 @@ export function TrialPage(props: { id: number }) {
         ) : null}
         {tab === "logs" ? <LogViewer trialId={trial.id} /> : null}
         {tab === "checkpoints" ? <TrialCheckpoints trialId={trial.id} live={live} /> : null}
+        {tab === "profiler" ? <SystemMetrics taskId={trial.taskId} live={live} /> : null}
       </div>
     </section>
   );

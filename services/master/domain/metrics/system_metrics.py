@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from sqlalchemy import delete, insert, select, update
+import orjson
+from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from cairn.agent.v1 import agent_pb2 as apb
@@ -32,7 +34,7 @@ from services.master.domain.kernel.errors import InvalidArgument
 from services.master.domain.kernel.group_commit import GroupCommit
 from services.master.domain.kernel.loops import BackgroundLoop
 from services.master.domain.kernel.topics import task_topic, trial_topic
-from services.master.store import models
+from services.master.store import models, system_metric_rows
 from services.master.store.db import Database
 
 log = get_logger(__name__)
@@ -52,6 +54,8 @@ MAX_BYTES = 1 << 62
 MAX_CLOCK_SKEW = timedelta(days=1)
 # Agents' batches in one transaction at most.
 MAX_BATCHES = 64
+# Containers whose task is remembered (past this the cache starts again).
+MAX_CACHED_OWNERS = 50_000
 
 # After the full-resolution window: one row per container per period.
 THIN_PERIOD = timedelta(minutes=5)
@@ -104,64 +108,80 @@ class Intake:
     dropped: int = 0
 
 
-def check_batch(batch: apb.SystemMetrics, now: datetime) -> None:
-    """Refuse a batch that is too large or holds a reading no machine makes, naming the field."""
+# The bounds of each number a sample holds: (field, highest).
+_SAMPLE_BOUNDS: tuple[tuple[str, float], ...] = (
+    ("cpu_util", MAX_CPU_UTIL),
+    ("memory_bytes", MAX_BYTES),
+    ("processes", 1 << 31),
+    *((name, MAX_RATE) for name in RATE_FIELDS),
+)
+_GPU_BOUNDS: tuple[tuple[str, float], ...] = (
+    ("util", 100.0),
+    ("memory_used_bytes", MAX_BYTES),
+    ("power_watts", MAX_WATTS),
+)
+
+
+def check_batch(batch: apb.SystemMetrics, now: float) -> list[float]:
+    """Refuse a batch that is too large or holds a reading no machine makes, naming the field; the
+    samples' times, as seconds since the epoch."""
     if len(batch.samples) > MAX_SAMPLES_PER_BATCH:
         raise InvalidArgument(
             f"system_metrics.samples: {len(batch.samples)} samples, at most {MAX_SAMPLES_PER_BATCH} a batch"
         )
+    skew = MAX_CLOCK_SKEW.total_seconds()
+    times = []
     for index, sample in enumerate(batch.samples):
         where = f"system_metrics.samples[{index}]"
-        if not sample.container_id or len(sample.container_id) > MAX_ID:
+        if not 0 < len(sample.container_id) <= MAX_ID:
             raise InvalidArgument(f"{where}.container_id: must be 1 to {MAX_ID} characters")
         if not sample.HasField("time"):
             raise InvalidArgument(f"{where}.time: required")
-        try:
-            at = sample.time.ToDatetime(UTC)
-        except (ValueError, OverflowError) as exc:
-            raise InvalidArgument(f"{where}.time: not a time ({exc})") from exc
-        if abs(at - now) > MAX_CLOCK_SKEW:
-            raise InvalidArgument(
-                f"{where}.time: {at.isoformat()} is more than a day from the master's clock"
-            )
-        _check_number(f"{where}.cpu_util", sample.cpu_util, MAX_CPU_UTIL)
-        _check_number(f"{where}.memory_bytes", sample.memory_bytes, MAX_BYTES)
-        _check_number(f"{where}.processes", sample.processes, 1 << 31)
-        for name in RATE_FIELDS:
-            _check_number(f"{where}.{name}", getattr(sample, name), MAX_RATE)
+        stamp = sample.time
+        if not 0 <= stamp.nanos < 1_000_000_000:
+            raise InvalidArgument(f"{where}.time.nanos: must be 0 to 999999999")
+        at = stamp.seconds + stamp.nanos / 1e9
+        if abs(at - now) > skew:
+            raise InvalidArgument(f"{where}.time: {at:.0f} is more than a day from the master's clock")
+        times.append(at)
+        for name, highest in _SAMPLE_BOUNDS:
+            value = getattr(sample, name)
+            # NaN fails both comparisons, as it should.
+            if not 0 <= value <= highest:
+                raise InvalidArgument(f"{where}.{name}: {value!r} is not a reading (0 to {highest:g})")
         if len(sample.gpus) > MAX_GPUS_PER_SAMPLE:
             raise InvalidArgument(f"{where}.gpus: at most {MAX_GPUS_PER_SAMPLE} GPUs a sample")
         for g, gpu in enumerate(sample.gpus):
-            if not gpu.uuid or len(gpu.uuid) > MAX_ID:
+            if not 0 < len(gpu.uuid) <= MAX_ID:
                 raise InvalidArgument(f"{where}.gpus[{g}].uuid: must be 1 to {MAX_ID} characters")
-            _check_number(f"{where}.gpus[{g}].util", gpu.util, 100.0)
-            _check_number(f"{where}.gpus[{g}].memory_used_bytes", gpu.memory_used_bytes, MAX_BYTES)
-            _check_number(f"{where}.gpus[{g}].power_watts", gpu.power_watts, MAX_WATTS)
-
-
-def _check_number(field_name: str, value: float, highest: float) -> None:
-    if not math.isfinite(value) or value < 0 or value > highest:
-        raise InvalidArgument(f"{field_name}: {value!r} is not a reading (0 to {highest:g})")
+            for name, highest in _GPU_BOUNDS:
+                value = getattr(gpu, name)
+                if not 0 <= value <= highest:
+                    raise InvalidArgument(
+                        f"{where}.gpus[{g}].{name}: {value!r} is not a reading (0 to {highest:g})"
+                    )
+    return times
 
 
 class SystemMetricsStore:
     def __init__(self, ctx: MasterContext) -> None:
         self._ctx = ctx
-        self._owners: dict[str, _Owner] = {}
+        self._owners_cache: dict[str, _Owner] = {}
         self._lock = threading.Lock()
-        self._commits: GroupCommit[list[dict[str, Any]], int] = GroupCommit(self._write, MAX_BATCHES)
+        self._commits: GroupCommit[list[system_metric_rows.Row], int] = GroupCommit(self._write, MAX_BATCHES)
 
     def store(self, agent_id: str, batch: apb.SystemMetrics) -> Intake:
         """Check and store one agent's batch (InvalidArgument: refused whole, nothing stored)."""
-        check_batch(batch, utcnow())
+        times = check_batch(batch, time.time())
         intake = Intake()
-        rows = []
-        for sample in batch.samples:
-            owner = self._owner(sample.container_id)
+        rows: list[system_metric_rows.Row] = []
+        owners = self._owners({sample.container_id for sample in batch.samples})
+        for sample, at in zip(batch.samples, times, strict=True):
+            owner = owners.get(sample.container_id)
             if owner is None or owner.agent_id != agent_id:
                 intake.dropped += 1
                 continue
-            rows.append(_row(owner, sample))
+            rows.append(_row(owner, sample, at))
         if intake.dropped:
             log.warning(
                 "system metrics of containers not on the sending agent dropped",
@@ -172,39 +192,44 @@ class SystemMetricsStore:
             intake.stored = self._commits.run(rows)
         return intake
 
-    def _owner(self, container_id: str) -> _Owner | None:
+    def _owners(self, container_ids: set[str]) -> dict[str, _Owner]:
+        """Who each container belongs to, from the cache, the rest in one read."""
         with self._lock:
-            owner = self._owners.get(container_id)
-        if owner is not None:
-            return owner
+            found = {c: o for c in container_ids if (o := self._owners_cache.get(c)) is not None}
+        missing = [c for c in container_ids if c not in found]
+        if not missing:
+            return found
         with self._ctx.db.read() as s:
-            found = s.execute(
-                select(
-                    models.Allocation.task_id,
-                    models.Allocation.trial_id,
-                    models.Allocation.id,
-                    models.Container.agent_id,
-                )
-                .join(models.Container, models.Container.allocation_id == models.Allocation.id)
-                .where(models.Container.id == container_id)
-            ).first()
-        if found is None:
-            return None
-        owner = _Owner(task_id=found[0], trial_id=found[1], allocation_id=found[2], agent_id=found[3])
+            for start in range(0, len(missing), 500):
+                for row in s.execute(
+                    select(
+                        models.Container.id,
+                        models.Allocation.task_id,
+                        models.Allocation.trial_id,
+                        models.Allocation.id,
+                        models.Container.agent_id,
+                    )
+                    .select_from(models.Container)
+                    .join(models.Allocation, models.Allocation.id == models.Container.allocation_id)
+                    .where(models.Container.id.in_(missing[start : start + 500]))
+                ):
+                    found[row[0]] = _Owner(
+                        task_id=row[1], trial_id=row[2], allocation_id=row[3], agent_id=row[4]
+                    )
         with self._lock:
-            if len(self._owners) > 50_000:
-                self._owners.clear()
-            self._owners[container_id] = owner
-        return owner
+            if len(self._owners_cache) > MAX_CACHED_OWNERS:
+                self._owners_cache.clear()
+            self._owners_cache.update({c: found[c] for c in missing if c in found})
+        return found
 
-    def _write(self, batches: Sequence[list[dict[str, Any]]]) -> list[int]:
-        with self._ctx.db.transaction() as s:
-            s.execute(insert(Row), [row for rows in batches for row in rows])
+    def _write(self, batches: Sequence[list[system_metric_rows.Row]]) -> list[int]:
         written = [row for rows in batches for row in rows]
-        for task_id in {str(row["task_id"]) for row in written}:
+        with self._ctx.db.transaction() as s:
+            system_metric_rows.insert(s, written)
+        for task_id in {row[0] for row in written}:
             self._ctx.topics.publish(system_metrics_topic(task_id=task_id))
-        for trial_id in {row["trial_id"] for row in written if row["trial_id"] is not None}:
-            self._ctx.topics.publish(system_metrics_topic(trial_id=int(trial_id)))
+        for trial_id in {row[1] for row in written if row[1] is not None}:
+            self._ctx.topics.publish(system_metrics_topic(trial_id=trial_id))
         return [len(rows) for rows in batches]
 
 
@@ -217,22 +242,30 @@ def system_metrics_topic(*, task_id: str = "", trial_id: int | None = None) -> s
     )
 
 
-def _row(owner: _Owner, sample: apb.SystemSample) -> dict[str, Any]:
-    return {
-        "task_id": owner.task_id,
-        "trial_id": owner.trial_id,
-        "allocation_id": owner.allocation_id,
-        "container_id": sample.container_id,
-        "agent_id": owner.agent_id,
-        "at": sample.time.ToDatetime(UTC),
-        "cpu_util": sample.cpu_util,
-        "memory_bytes": sample.memory_bytes,
-        # A rate the agent could not measure is unset: unknown, not zero.
-        **{name: getattr(sample, name) if sample.HasField(name) else None for name in RATE_FIELDS},
-        "processes": sample.processes,
-        "gpus": [[g.uuid, g.util, g.memory_used_bytes, g.power_watts] for g in sample.gpus],
-        "thinned": False,
-    }
+def _row(owner: _Owner, sample: apb.SystemSample, at: float) -> system_metric_rows.Row:
+    # A rate the agent could not measure is unset: unknown, not zero.
+    rates = [getattr(sample, name) if sample.HasField(name) else None for name in RATE_FIELDS]
+    gpus = (
+        orjson.dumps([[g.uuid, g.util, g.memory_used_bytes, g.power_watts] for g in sample.gpus]).decode()
+        if sample.gpus
+        else "[]"
+    )
+    return (
+        owner.task_id,
+        owner.trial_id,
+        owner.allocation_id,
+        sample.container_id,
+        owner.agent_id,
+        at,
+        sample.cpu_util,
+        sample.memory_bytes,
+        rates[0],
+        rates[1],
+        rates[2],
+        rates[3],
+        sample.processes,
+        gpus,
+    )
 
 
 # ---- reading ----

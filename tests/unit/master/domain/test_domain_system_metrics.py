@@ -5,7 +5,9 @@ full-resolution window are thinned to one per container and period."""
 
 from __future__ import annotations
 
+import asyncio
 import math
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -15,8 +17,11 @@ from sqlalchemy import func, select
 from cairn.agent.v1 import agent_pb2 as apb
 from services.master.domain.kernel.errors import InvalidArgument
 from services.master.domain.metrics import system_metrics
+from services.master.domain.metrics.logs import LogStore
 from services.master.domain.metrics.system_metrics import SystemMetricsStore
-from services.master.store import models
+from services.master.domain.scheduling.agent_hub import AgentLink
+from services.master.servicers.agent_stream import AgentStreamServicer
+from services.master.store import models, system_metric_rows
 from tests.unit.master.domain.harness import Master
 
 
@@ -144,3 +149,33 @@ def test_old_rows_are_thinned_to_one_per_container_and_period(master_on_each_dat
     assert thinned == 2
     # Thinning again changes nothing.
     assert system_metrics.thin(master.db, timedelta(hours=1), now) == 0
+
+
+def test_a_refused_batch_leaves_the_agents_stream_open(master: Master) -> None:
+    """On the agent's stream (servicers/agent_stream.py): the master reads on past a malformed and
+    an oversized batch, and stores the good one after them."""
+    container, _ = _running(master)
+    servicer = AgentStreamServicer(master.ctx, LogStore(master.ctx), max_agents=4)
+    now = datetime.now(UTC)
+    good = _sample(container, now)
+    bad = _sample(container, now, cpu=-1.0)
+    sent = [
+        apb.AgentMessage(system_metrics=apb.SystemMetrics(samples=[bad])),
+        apb.AgentMessage(system_metrics=apb.SystemMetrics(samples=[good] * 513)),
+        apb.AgentMessage(system_metrics=apb.SystemMetrics(samples=[good])),
+        apb.AgentMessage(heartbeat=apb.Heartbeat(seq=1)),
+    ]
+
+    async def messages() -> AsyncIterator[apb.AgentMessage]:
+        for message in sent:
+            yield message
+
+    link = AgentLink("a1")
+    asyncio.run(servicer._read(link, messages()))
+    assert _rows(master) == 1
+
+
+def test_the_fast_insert_names_every_column_of_the_model() -> None:
+    assert {*system_metric_rows.COLUMNS, "id", "thinned"} == set(
+        models.TaskSystemMetric.__table__.columns.keys()
+    )

@@ -1,0 +1,101 @@
+// What a task's containers cost the machine, as its agents sampled them: one chart per metric
+// (CPU, memory, disk, network, and each GPU's utilisation, memory and power), a line per agent
+// (and GPU), time since the task's first sample on the x axis. Refreshed while the task runs.
+
+import { useMemo } from "preact/hooks";
+import { getTaskSystemMetrics } from "../api/endpoints";
+import type { SystemMetricSeries } from "../api/types";
+import { XYChart, type XYSeries } from "../charts/XYChart";
+import { usePoll } from "../hooks";
+import { ErrorNote } from "./ErrorNote";
+
+const POLL_MS = 5000;
+const MIB = 1024 * 1024;
+const TITLES: Record<string, string> = {
+  cpu_util: "CPU (% of one core)",
+  memory_used: "Memory (MiB)",
+  disk_throughput_read: "Disk read (MiB/s)",
+  disk_throughput_write: "Disk write (MiB/s)",
+  net_throughput_recv: "Network received (MiB/s)",
+  net_throughput_sent: "Network sent (MiB/s)",
+  processes: "Processes",
+  gpu_util: "GPU utilisation (%)",
+  gpu_memory_used: "GPU memory (MiB)",
+  gpu_power: "GPU power (W)",
+};
+const ORDER = Object.keys(TITLES);
+const COLORS = ["hsl(215 75% 45%)", "hsl(25 90% 48%)", "hsl(150 60% 35%)", "hsl(280 55% 50%)", "hsl(0 70% 50%)"];
+
+function scaled(series: SystemMetricSeries): number[] {
+  const divisor = series.unit === "bytes" || series.unit === "bytes/s" ? MIB : 1;
+  return (series.values ?? []).map((v) => v / divisor);
+}
+
+// Seconds on the x axis while the samples span under this, minutes past it.
+const SECONDS_UP_TO_MS = 180_000;
+
+function charts(all: SystemMetricSeries[]): { unit: string; shown: [string, XYSeries[]][] } {
+  const times = all.flatMap((s) => (s.timestamps ?? []).map((t) => Date.parse(t)));
+  const start = times.length ? Math.min(...times) : 0;
+  const span = times.length ? Math.max(...times) - start : 0;
+  const [unit, perUnit] = span < SECONDS_UP_TO_MS ? ["Seconds", 1000] : ["Minutes", 60_000];
+  const byName = new Map<string, XYSeries[]>();
+  for (const s of all) {
+    const lines = byName.get(s.name) ?? [];
+    byName.set(s.name, lines);
+    const label = s.gpuUuid ? `${s.agentId} ${s.gpuUuid}` : s.agentId;
+    lines.push({
+      key: `${s.agentId}/${s.gpuUuid ?? ""}`,
+      label,
+      color: COLORS[lines.length % COLORS.length],
+      xs: (s.timestamps ?? []).map((t) => (Date.parse(t) - start) / perUnit),
+      ys: scaled(s),
+    });
+  }
+  const rank = (name: string) => (ORDER.includes(name) ? ORDER.indexOf(name) : ORDER.length);
+  return { unit, shown: [...byName.entries()].sort(([a], [b]) => rank(a) - rank(b) || a.localeCompare(b)) };
+}
+
+export function SystemMetrics(props: { taskId: string; live: boolean }) {
+  const { data, error } = usePoll((signal) => getTaskSystemMetrics(props.taskId, signal), props.live ? POLL_MS : 0, [
+    props.taskId,
+    props.live,
+  ]);
+  const { unit, shown } = useMemo(() => charts(data?.series ?? []), [data]);
+  return (
+    <div class="system-metrics" data-task-id={props.taskId}>
+      <ErrorNote error={error} what="system metrics" />
+      {data && shown.length === 0 ? <p class="empty">No system metrics sampled yet.</p> : null}
+      <div class="chart-grid">
+        {shown.map(([name, series]) => (
+          <figure key={name} class="metric-chart" data-system-metric={name}>
+            <figcaption>
+              {TITLES[name] ?? name}
+              <span class="legend">
+                {series.map((s) => (
+                  <span key={s.key} class="legend-item">
+                    <span class="swatch" style={{ background: s.color }} aria-hidden="true" />
+                    {s.label}
+                  </span>
+                ))}
+              </span>
+            </figcaption>
+            <XYChart
+              series={series}
+              kind="lines"
+              xLabel={unit}
+              yLabel={TITLES[name] ?? name}
+              height={200}
+              ariaLabel={`${TITLES[name] ?? name} over time, ${series.map((s) => s.label).join(" and ")}`}
+            />
+          </figure>
+        ))}
+      </div>
+      {(data?.notes ?? []).map((note) => (
+        <p key={note} class="muted system-metrics-note">
+          {note}
+        </p>
+      ))}
+    </div>
+  );
+}
