@@ -48,11 +48,11 @@ def ui(sampled_cluster: TestCluster, tmp_path: Path) -> Iterator[Browser]:
 def _sampled(api: AuthedStub, task_id: str) -> set[str]:
     reply = api.GetTaskSystemMetrics(task_pb2.GetTaskSystemMetricsRequest(task_id=task_id), timeout=30)
     names = {s.name for s in reply.series if s.values}
-    return names if {"cpu_util", "memory_used"} <= names else set()
+    return names if {"container_cpu_util", "container_memory_used"} <= names else set()
 
 
 def _charts_drawn(ui: Browser) -> None:
-    for metric in ("cpu_util", "memory_used"):
+    for metric in ("container_cpu_util", "container_memory_used"):
         figure = ui.page.locator(f"figure[data-system-metric='{metric}']")
         expect(figure).to_be_visible()
         _expect_drawn(figure.locator("canvas").first)

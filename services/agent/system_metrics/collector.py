@@ -10,6 +10,7 @@ With the interval at 0 no collector exists at all: a disabled collector costs no
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -97,17 +98,17 @@ class SystemMetricsCollector:
         now = time.time()
         readings = read_groups({t.selector for t in targets.values()})
         samples = []
-        # Containers in one network namespace (every container of the process runtime, and Docker's
-        # with host networking) share its counters: read once a sample.
-        networks: dict[int | None, tuple[int, int] | None] = {}
+        # A namespace's counters are the container's own only when it has the namespace to itself:
+        # in the agent's (every container of the process runtime, Docker's with host networking)
+        # they are the whole machine's traffic, not the container's, and are not reported.
+        own = network_namespace_of(os.getpid())
         for container_id, target in targets.items():
             reading = readings[target.selector]
             network = None
             if reading.any_pid is not None:
                 namespace = network_namespace_of(reading.any_pid)
-                if namespace not in networks:
-                    networks[namespace] = network_bytes(reading.any_pid)
-                network = networks[namespace]
+                if namespace is not None and namespace != own:
+                    network = network_bytes(reading.any_pid)
             before = self._previous.get(container_id)
             self._previous[container_id] = _Previous(now, reading, network)
             if before is None or now <= before.at:

@@ -7,7 +7,9 @@ not sampled). A process that left its group (setsid) is not counted.
 
 CPU and block I/O are counters per process; collector.py takes their differences between two
 readings. /proc/<pid>/io is readable only for the agent's own processes unless it runs as root:
-where it is not, the container's I/O is reported as unknown (None), not as zero.
+where it is not, the container's I/O is reported as unknown (None), not as zero. Resident memory is
+summed over the processes, so pages they share (a fork's copy-on-write pages, as PyTorch's data
+loader workers have) are counted once for each.
 """
 
 from __future__ import annotations
@@ -70,11 +72,12 @@ def read_groups(selectors: set[Selector], proc: Path = Path("/proc")) -> dict[Se
         if reading.any_pid is None:
             reading.any_pid = pid
         if reading.io_bytes is not None:
-            io = _io(proc, pid)
-            if io is None:
-                reading.io_bytes = None
-            else:
-                reading.io_bytes[pid] = (start, *io)
+            try:
+                reading.io_bytes[pid] = (start, *_io(proc, pid))
+            except PermissionError:
+                reading.io_bytes = None  # not the agent's to read: the container's I/O is unknown
+            except (OSError, KeyError, ValueError):
+                pass  # the process ended between the two reads: it did its I/O before this one
     return readings
 
 
@@ -136,15 +139,16 @@ def _stat(proc: Path, pid: int) -> tuple[int, int, int, int] | None:
         return None
 
 
-def _io(proc: Path, pid: int) -> tuple[int, int] | None:
-    data = _read(f"{proc}/{pid}/io", 4096)
-    if data is None:
-        return None
-    values = dict(line.split(": ", 1) for line in data.decode().splitlines() if ": " in line)
+def _io(proc: Path, pid: int) -> tuple[int, int]:
+    """(bytes read from storage, bytes written) by `pid`. Raises PermissionError where the agent may
+    not read them, another OSError (or KeyError) when the process is gone."""
+    fd = os.open(f"{proc}/{pid}/io", os.O_RDONLY)
     try:
-        return int(values["read_bytes"]), int(values["write_bytes"])
-    except (KeyError, ValueError):
-        return None
+        data = os.read(fd, 4096)
+    finally:
+        os.close(fd)
+    values = dict(line.split(": ", 1) for line in data.decode().splitlines() if ": " in line)
+    return int(values["read_bytes"]), int(values["write_bytes"])
 
 
 def _pid_namespace(proc: Path, pid: int) -> int | None:

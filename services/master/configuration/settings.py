@@ -565,7 +565,8 @@ def add_agent_auth_flags(parser: argparse.ArgumentParser) -> None:
 # A century of days, and a billion rows: past these a bound is no bound (0 says so plainly).
 MAX_AUDIT_RETENTION_DAYS = 36_500
 MAX_AUDIT_ROWS = 1_000_000_000
-# An hour at least (a live chart's window), a year at most (thinning is what bounds the table).
+# An hour at least (a live chart's window), a year at most. Thinning bounds the table's growth to
+# 288 rows a container a day past this; the rows go with their trial when it is deleted.
 MIN_SYSTEM_METRICS_FULL_HOURS = 1.0
 MAX_SYSTEM_METRICS_FULL_HOURS = 24.0 * 366
 

@@ -282,9 +282,8 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
                         partial(agent_registry.update_slots, self.ctx, agent_id, report),
                     )
                 elif kind == "system_metrics":
-                    await self._blocking(
-                        partial(self._system_metrics_batch, agent_id, message.system_metrics)
-                    )
+                    sampled = message.system_metrics
+                    await self._report(link, partial(self._system_metrics_batch, agent_id, sampled))
                 elif kind == "hello":
                     log.warning("second hello on one stream; closing it", agent_id=agent_id)
                     break
@@ -322,6 +321,17 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
             link.applying = False
             still_here()
 
+    async def _report(self, link: AgentLink, store: Callable[[], None]) -> None:
+        """Store a report the agent sent and forgot (system metrics): while it is stored the agent
+        counts as heard (the master is the one behind, as in _apply), and nothing it raises ends
+        the stream."""
+        link.applying = True
+        try:
+            await self._blocking(store)
+        finally:
+            link.applying = False
+            link.last_heard = time.monotonic()
+
     def _system_metrics_batch(self, agent_id: str, batch: apb.SystemMetrics) -> None:
         """Store a batch of system metrics. A refused batch, or one the database cannot take now,
         is dropped with a warning and the stream goes on: the series gets a gap, nothing else."""
@@ -330,9 +340,11 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
         except InvalidArgument as exc:
             log.warning("system metrics batch refused", agent_id=agent_id, error=str(exc))
         except DatabaseUnavailable as exc:
-            log.warning(
-                "system metrics batch dropped: the database is away", agent_id=agent_id, error=str(exc)
-            )
+            log.warning("system metrics batch dropped: no database", agent_id=agent_id, error=str(exc))
+        except Exception:
+            # A fault of the store's (a lock that stayed taken, a value the driver would not take)
+            # costs this batch, not the agent's stream.
+            log.exception("system metrics batch dropped: storing it failed", agent_id=agent_id)
 
     def _container_state(self, change: apb.ContainerStateChanged) -> None:
         self._units.run(

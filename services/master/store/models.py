@@ -531,8 +531,8 @@ class TaskSystemMetric(Base):
     __tablename__ = "task_system_metrics"
     __table_args__ = (
         Index("ix_task_system_metrics_task_id_at", "task_id", "at"),
-        Index("ix_task_system_metrics_trial_id_at", "trial_id", "at"),
-        Index("ix_task_system_metrics_at", "at"),
+        Index("ix_task_system_metrics_trial_id_id", "trial_id", "id"),
+        Index("ix_task_system_metrics_thinned_at", "thinned", "at"),
         NEVER_REUSED,
     )
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)

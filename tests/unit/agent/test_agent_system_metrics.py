@@ -76,6 +76,10 @@ def test_two_readings_make_a_sample_of_rates(busy_group: int) -> None:
     assert sample.processes == 2
     assert abs(sample.time.ToNanoseconds() / 1e9 - time.time()) < 5
     assert not sample.gpus  # CPU slots: no GPU to ask
+    # In this process's network namespace: its traffic is the machine's, not reported as the group's.
+    assert not sample.HasField("net_recv_bytes_per_s") and not sample.HasField("net_sent_bytes_per_s")
+    # Its own processes: their block I/O is readable, and measured.
+    assert sample.HasField("disk_read_bytes_per_s") and sample.HasField("disk_write_bytes_per_s")
     # A container that ended is forgotten with its counters: were it back, it would start again.
     gone = running.pop()
     assert collector.sample() == []

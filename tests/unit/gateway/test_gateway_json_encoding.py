@@ -110,7 +110,11 @@ def _fill(message: Message, rng: random.Random, depth: int = 0) -> None:
                 _fill_struct(items, rng, 0)
                 getattr(message, field.name).SetInParent()
         elif sub is not None and sub.full_name == "google.protobuf.Timestamp":
-            getattr(message, field.name).FromSeconds(rng.randint(0, 2**33))
+            if field.is_repeated:
+                for _ in range(rng.randint(0, 3)):
+                    getattr(message, field.name).add().FromSeconds(rng.randint(0, 2**33))
+            else:
+                getattr(message, field.name).FromSeconds(rng.randint(0, 2**33))
         elif sub is not None:
             if depth >= 3:
                 continue

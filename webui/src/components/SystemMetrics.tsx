@@ -12,16 +12,16 @@ import { ErrorNote } from "./ErrorNote";
 const POLL_MS = 5000;
 const MIB = 1024 * 1024;
 const TITLES: Record<string, string> = {
-  cpu_util: "CPU (% of one core)",
-  memory_used: "Memory (MiB)",
-  disk_throughput_read: "Disk read (MiB/s)",
-  disk_throughput_write: "Disk write (MiB/s)",
-  net_throughput_recv: "Network received (MiB/s)",
-  net_throughput_sent: "Network sent (MiB/s)",
-  processes: "Processes",
-  gpu_util: "GPU utilisation (%)",
-  gpu_memory_used: "GPU memory (MiB)",
-  gpu_power: "GPU power (W)",
+  container_cpu_util: "CPU (% of one core)",
+  container_memory_used: "Memory (MiB)",
+  container_disk_throughput_read: "Disk read (MiB/s)",
+  container_disk_throughput_write: "Disk write (MiB/s)",
+  container_net_throughput_recv: "Network received (MiB/s)",
+  container_net_throughput_sent: "Network sent (MiB/s)",
+  container_processes: "Processes",
+  container_gpu_util: "GPU utilisation (%)",
+  container_gpu_memory_used: "GPU memory (MiB)",
+  container_gpu_power: "GPU power (W)",
 };
 const ORDER = Object.keys(TITLES);
 const COLORS = ["hsl(215 75% 45%)", "hsl(25 90% 48%)", "hsl(150 60% 35%)", "hsl(280 55% 50%)", "hsl(0 70% 50%)"];
@@ -35,9 +35,19 @@ function scaled(series: SystemMetricSeries): number[] {
 const SECONDS_UP_TO_MS = 180_000;
 
 function charts(all: SystemMetricSeries[]): { unit: string; shown: [string, XYSeries[]][] } {
-  const times = all.flatMap((s) => (s.timestamps ?? []).map((t) => Date.parse(t)));
-  const start = times.length ? Math.min(...times) : 0;
-  const span = times.length ? Math.max(...times) - start : 0;
+  // A loop, not Math.min(...times): a day of an 8-GPU container's readings is past the number of
+  // arguments a call may take.
+  let start = Infinity;
+  let end = -Infinity;
+  for (const s of all) {
+    for (const t of s.timestamps ?? []) {
+      const at = Date.parse(t);
+      if (at < start) start = at;
+      if (at > end) end = at;
+    }
+  }
+  if (!Number.isFinite(start)) start = end = 0;
+  const span = end - start;
   const [unit, perUnit] = span < SECONDS_UP_TO_MS ? ["Seconds", 1000] : ["Minutes", 60_000];
   const byName = new Map<string, XYSeries[]>();
   for (const s of all) {

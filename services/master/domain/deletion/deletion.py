@@ -54,6 +54,9 @@ def delete_now(ctx: MasterContext, experiment_id: int) -> None:
         )
         if trial_ids:
             w.session.execute(delete(models.TaskLog).where(models.TaskLog.trial_id.in_(trial_ids)))
+            w.session.execute(
+                delete(models.TaskSystemMetric).where(models.TaskSystemMetric.trial_id.in_(trial_ids))
+            )
         # The rest goes with the experiment row (ON DELETE CASCADE; metrics have none), in order for
         # SQLite's sake.
         for trial_id in trial_ids:

@@ -34,6 +34,7 @@ from services.master.domain.metrics import metric_columns
 from services.master.domain.metrics.progress import check_progress, progress_tells_searcher, set_progress
 from services.master.domain.metrics.reports import SUMMARY_KEYS, VALIDATION, Report, check_report, sanitize
 from services.master.domain.metrics.summaries import fold_batch, recompute_summary, summary_copy
+from services.master.domain.metrics.system_metrics import PROFILER_GROUPS
 from services.master.domain.metrics.validations import record_validation
 from services.master.store import metric_rows, models
 
@@ -184,7 +185,9 @@ def _store_reports(
         _store_new(ctx, w, trial, exp, run_id, fresh, summary, now)
         stored += len(fresh)
     for item, metrics in unsequenced:
-        if _merge_unsequenced(w, trial, run_id, item, metrics):
+        # Determined's profiler reports every sample at no step (stored at 0): each is a reading of
+        # its own, not a step's figures to merge.
+        if item.group not in PROFILER_GROUPS and _merge_unsequenced(w, trial, run_id, item, metrics):
             stored += 1
             continue
         _store_new(ctx, w, trial, exp, run_id, [(item, metrics)], summary, now)

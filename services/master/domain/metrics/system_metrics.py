@@ -73,21 +73,23 @@ RATE_FIELDS: tuple[RateField, ...] = (
     "net_recv_bytes_per_s",
     "net_sent_bytes_per_s",
 )
-# Series the samples hold: name, the row's column, unit.
+# Series the samples hold: name, the row's column, unit. Named apart from what Determined's own
+# profiler (core.profiler.on(), below) reports from inside a trial, which the profiler API serves
+# beside them: its figures are the machine's, these the container's.
 HOST_SERIES: tuple[tuple[str, str, str], ...] = (
-    ("cpu_util", "cpu_util", "percent"),
-    ("memory_used", "memory_bytes", "bytes"),
-    ("disk_throughput_read", "disk_read_bytes_per_s", "bytes/s"),
-    ("disk_throughput_write", "disk_write_bytes_per_s", "bytes/s"),
-    ("net_throughput_recv", "net_recv_bytes_per_s", "bytes/s"),
-    ("net_throughput_sent", "net_sent_bytes_per_s", "bytes/s"),
-    ("processes", "processes", "count"),
+    ("container_cpu_util", "cpu_util", "percent"),
+    ("container_memory_used", "memory_bytes", "bytes"),
+    ("container_disk_throughput_read", "disk_read_bytes_per_s", "bytes/s"),
+    ("container_disk_throughput_write", "disk_write_bytes_per_s", "bytes/s"),
+    ("container_net_throughput_recv", "net_recv_bytes_per_s", "bytes/s"),
+    ("container_net_throughput_sent", "net_sent_bytes_per_s", "bytes/s"),
+    ("container_processes", "processes", "count"),
 )
 # Per GPU: name, index in a row's gpus entry, unit.
 GPU_SERIES: tuple[tuple[str, int, str], ...] = (
-    ("gpu_util", 1, "percent"),
-    ("gpu_memory_used", 2, "bytes"),
-    ("gpu_power", 3, "watts"),
+    ("container_gpu_util", 1, "percent"),
+    ("container_gpu_memory_used", 2, "bytes"),
+    ("container_gpu_power", 3, "watts"),
 )
 UNITS = {name: unit for name, _, unit in HOST_SERIES} | {name: unit for name, _, unit in GPU_SERIES}
 
@@ -133,8 +135,8 @@ def check_batch(batch: apb.SystemMetrics, now: float) -> list[float]:
     times = []
     for index, sample in enumerate(batch.samples):
         where = f"system_metrics.samples[{index}]"
-        if not 0 < len(sample.container_id) <= MAX_ID:
-            raise InvalidArgument(f"{where}.container_id: must be 1 to {MAX_ID} characters")
+        if not 0 < len(sample.container_id) <= MAX_ID or "\x00" in sample.container_id:
+            raise InvalidArgument(f"{where}.container_id: must be 1 to {MAX_ID} characters, none NUL")
         if not sample.HasField("time"):
             raise InvalidArgument(f"{where}.time: required")
         stamp = sample.time
@@ -152,8 +154,8 @@ def check_batch(batch: apb.SystemMetrics, now: float) -> list[float]:
         if len(sample.gpus) > MAX_GPUS_PER_SAMPLE:
             raise InvalidArgument(f"{where}.gpus: at most {MAX_GPUS_PER_SAMPLE} GPUs a sample")
         for g, gpu in enumerate(sample.gpus):
-            if not 0 < len(gpu.uuid) <= MAX_ID:
-                raise InvalidArgument(f"{where}.gpus[{g}].uuid: must be 1 to {MAX_ID} characters")
+            if not 0 < len(gpu.uuid) <= MAX_ID or "\x00" in gpu.uuid:
+                raise InvalidArgument(f"{where}.gpus[{g}].uuid: must be 1 to {MAX_ID} characters, none NUL")
             for name, highest in _GPU_BOUNDS:
                 value = getattr(gpu, name)
                 if not 0 <= value <= highest:

@@ -38,13 +38,15 @@ class SystemMetricsApi(TrialsApi):
         trial_id = request.trial_id
         self.check_trial_access(context, trial_id)
         self.trial_message(trial_id)  # NotFound before streaming starts
-        sent: list[tuple[str, str, str]] | None = None
-        for found in self._follow_trial(trial_id, request.follow, context):
-            labels = sorted({(x.name, x.agent_id, x.gpu_uuid) for x in found})
+        # Only the labels are kept between reads (a followed trial's readings are not held).
+        labels: set[tuple[str, str, str]] = set()
+        sent: set[tuple[str, str, str]] | None = None
+        for new in self._follow_trial(trial_id, request.follow, context):
+            labels.update((x.name, x.agent_id, x.gpu_uuid) for x in new)
             if labels != sent:
-                sent = labels
+                sent = set(labels)
                 yield tpb.GetTrialProfilerAvailableSeriesResponse(
-                    labels=[_labels(trial_id, name, agent, gpu) for name, agent, gpu in labels]
+                    labels=[_labels(trial_id, name, agent, gpu) for name, agent, gpu in sorted(labels)]
                 )
 
     @stream_rpc
@@ -57,7 +59,7 @@ class SystemMetricsApi(TrialsApi):
         self.trial_message(trial_id)
         if wanted.metric_type not in (tpb.TrialProfilerMetricLabels.PROFILER_METRIC_TYPE_UNSPECIFIED, SYSTEM):
             return  # timing and misc series are not kept: nothing matches
-        for found in self._follow_trial(trial_id, request.follow, context, incremental=True):
+        for found in self._follow_trial(trial_id, request.follow, context):
             for series in found:
                 if (
                     (wanted.name and series.name != wanted.name)
@@ -75,13 +77,14 @@ class SystemMetricsApi(TrialsApi):
                 )
 
     def _follow_trial(
-        self, trial_id: int, follow: bool, context: grpc.ServicerContext, incremental: bool = False
+        self, trial_id: int, follow: bool, context: grpc.ServicerContext
     ) -> Iterator[list[Series]]:
-        """The trial's series, read whole; with `follow`, again whenever new samples are stored
-        (only the new readings when `incremental`), until the trial ends or the client leaves."""
+        """The trial's series as read (each read only the readings stored since the one before);
+        with `follow`, read again whenever new samples are stored, until the trial ends or the
+        client leaves. The first read is yielded even when empty."""
         topic = system_metrics.system_metrics_topic(trial_id=trial_id)
         after_samples = after_reports = 0
-        everything: list[Series] = []
+        first = True
         with self.deps.follow_slots.hold(follow):
             while True:
                 seen = self.ctx.topics.version(topic)
@@ -92,12 +95,9 @@ class SystemMetricsApi(TrialsApi):
                     )
                     reported, after_reports = system_metrics.profiler_series_of(s, trial_id, after_reports)
                 new = sampled + reported
-                if incremental:
-                    if new or not follow:
-                        yield new
-                else:
-                    everything = _merged(everything, new)
-                    yield everything
+                if new or first:
+                    yield new
+                first = False
                 if not follow or done or not context.is_active() or self.ctx.topics.closed:
                     return
                 self.ctx.topics.wait(topic, seen, timeout=FOLLOW_WAIT_S)
@@ -145,21 +145,9 @@ def _labels(trial_id: int, name: str, agent_id: str, gpu_uuid: str) -> tpb.Trial
     )
 
 
-def _merged(old: list[Series], new: list[Series]) -> list[Series]:
-    by_key = {(x.name, x.agent_id, x.gpu_uuid): x for x in old}
-    for x in new:
-        kept = by_key.get((x.name, x.agent_id, x.gpu_uuid))
-        if kept is None:
-            by_key[(x.name, x.agent_id, x.gpu_uuid)] = x
-        else:
-            kept.times.extend(x.times)
-            kept.values.extend(x.values)
-    return sorted(by_key.values(), key=lambda x: (x.name, x.agent_id, x.gpu_uuid))
-
-
 def _notes(found: list[Series]) -> list[str]:
     if not found:
         return ["no samples: the task has not run yet, or its agents do not collect system metrics"]
-    if not any(x.name.startswith("gpu_") for x in found):
+    if not any(x.name.startswith("container_gpu_") for x in found):
         return ["no GPU metrics: the task ran on CPU slots"]
     return []

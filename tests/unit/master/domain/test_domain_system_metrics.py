@@ -65,18 +65,18 @@ def test_samples_are_stored_and_read_as_series(master_on_each_database: Master) 
         by_task, _ = system_metrics.series_of(s, task_id=master.live(trial_id).task_id)
         latest, _ = system_metrics.series_of(s, trial_id=trial_id, limit=1)
     found = {(x.name, x.gpu_uuid): x for x in series}
-    assert found[("cpu_util", "")].values == [25.0, 75.0]
-    assert found[("cpu_util", "")].unit == "percent"
-    assert found[("memory_used", "")].values == [1 << 20, 1 << 20]
+    assert found[("container_cpu_util", "")].values == [25.0, 75.0]
+    assert found[("container_cpu_util", "")].unit == "percent"
+    assert found[("container_memory_used", "")].values == [1 << 20, 1 << 20]
     # A rate the agent did not measure is no reading, not a zero.
-    assert found[("net_throughput_recv", "")].values == [100.0]
-    assert ("disk_throughput_read", "") not in found
-    assert found[("gpu_util", "GPU-1")].values == [90.0]
-    assert found[("gpu_power", "GPU-1")].unit == "watts"
+    assert found[("container_net_throughput_recv", "")].values == [100.0]
+    assert ("container_disk_throughput_read", "") not in found
+    assert found[("container_gpu_util", "GPU-1")].values == [90.0]
+    assert found[("container_gpu_power", "GPU-1")].unit == "watts"
     assert {x.agent_id for x in series} == {"a1"}
     assert last > 0
     assert [(x.name, x.values) for x in by_task] == [(x.name, x.values) for x in series]
-    assert {x.name: x.values for x in latest}["cpu_util"] == [75.0]
+    assert {x.name: x.values for x in latest}["container_cpu_util"] == [75.0]
 
 
 @pytest.mark.parametrize(
@@ -145,7 +145,7 @@ def test_old_rows_are_thinned_to_one_per_container_and_period(master_on_each_dat
         series, _ = system_metrics.series_of(s, trial_id=trial_id)
         thinned = s.scalar(select(func.count()).where(models.TaskSystemMetric.thinned.is_(True)))
     # The first sample of each old period stands for it.
-    assert {x.name: x.values for x in series}["cpu_util"][:2] == [0.0, 30.0]
+    assert {x.name: x.values for x in series}["container_cpu_util"][:2] == [0.0, 30.0]
     assert thinned == 2
     # Thinning again changes nothing.
     assert system_metrics.thin(master.db, timedelta(hours=1), now) == 0

@@ -42,8 +42,10 @@ def upgrade() -> None:
         sqlite_autoincrement=True,
     )
     op.create_index("ix_task_system_metrics_task_id_at", "task_system_metrics", ["task_id", "at"])
-    op.create_index("ix_task_system_metrics_trial_id_at", "task_system_metrics", ["trial_id", "at"])
-    op.create_index("ix_task_system_metrics_at", "task_system_metrics", ["at"])
+    # A trial's followers read what came after the last row they saw (the profiler API).
+    op.create_index("ix_task_system_metrics_trial_id_id", "task_system_metrics", ["trial_id", "id"])
+    # Thinning finds the oldest rows not yet thinned without walking the thinned ones.
+    op.create_index("ix_task_system_metrics_thinned_at", "task_system_metrics", ["thinned", "at"])
 
 
 def downgrade() -> None:
