@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check, run on a machine with an NVIDIA GPU, PyTorch and Python 3.12 (README.md beside):
-# NVML slot discovery, a local cluster whose agent offers the GPU as a slot, a one-GPU trial that
+# NVML slot discovery (with each GPU's NUMA node and NVLink domain), the GPU health watcher on the
+# real driver, a local cluster whose agent offers the GPU as a slot, a one-GPU trial that
 # must see exactly its slot's GPU (index and uuid) and run a one-rank NCCL all-reduce, and the DDP
 # example (examples/digits-distributed) on one GPU slot with NCCL, both to COMPLETED, and that
 # trial's GPU utilisation above zero in the system metrics the agent sampled.
@@ -21,6 +22,9 @@ printf '%s\n%s\n' "$PWD/clients/python" "$PWD" > "$SP/02-cairn.pth"
 PY=$T/bin/python3
 $PY -c "import grpc, google.protobuf, torch, sklearn, cairn, services.master.app; print('imports ok', torch.__version__)" || exit 1
 $PY -c "from services.agent.slots import discover_slots, SlotType; [print('SLOT', s) for s in discover_slots('probe', SlotType.GPU, None)]" || exit 1
+# GPU health on a real driver: the watcher opens NVML, registers for critical Xid and double-bit
+# ECC events, reads the ECC baseline and waits once (no fault can be caused on purpose).
+$PY -c "from services.agent.slots import discover_slots, SlotType; from services.agent.gpu_health import GpuHealth; h = GpuHealth(discover_slots('probe', SlotType.GPU, None), on_fault=print); print('HEALTH open', h.open(), repr(h.skipped)); h.poll_once(); print('HEALTH faults', h.faults()); h.stop()"
 # The agent samples its containers every 2 s: the DDP trial's GPU series (system_metrics.py).
 export CAIRN_STATE_DIR=/tmp/cairn-gpu-state CAIRN_MASTER=127.0.0.1:8090 CAIRN_AGENT_SYSTEM_METRICS_INTERVAL=2
 C="$PY -m cairn.cli.main"

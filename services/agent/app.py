@@ -18,6 +18,7 @@ from services.agent.containers.manager import KILL_BACKSTOP_SECONDS, SHIM_BACKST
 from services.agent.containers.outbox import Outbox
 from services.agent.containers.preparation import Preparer
 from services.agent.containers.task_env import MasterFacts
+from services.agent.gpu_health import GpuHealth
 from services.agent.runtime import private_mounts
 from services.agent.runtime.docker_engine import DockerEngine, DockerUnavailable
 from services.agent.runtime.docker_runtime import DockerRuntime
@@ -161,6 +162,9 @@ class Agent:
             in_docker=s.runtime == "docker",
             task_dirs=task_dirs,
         )
+        # GPU health (gpu_health.py): a faulted GPU's slot is reported to the master, which takes
+        # it out of service; a container that failed with it is the device's failure.
+        health = GpuHealth(slots, on_fault=lambda _slot: session.slots_changed())
         manager = ContainerManager(
             containers_dir=work_dir.containers,
             agent_id=s.agent_id,
@@ -169,6 +173,7 @@ class Agent:
             preparer=preparer,
             master=MasterFacts(grpc_address=s.master, ca_pem=s.master_ca_pem),
             handover_wait_s=s.handover_wait_s,
+            devices=health if any(x.kind == DeviceKind.CUDA for x in slots) else None,
         )
         manager.restore()
         if isinstance(runtime, DockerRuntime):
@@ -196,7 +201,9 @@ class Agent:
             on_fatal=lambda reason: self.request_stop(reason, 1),
             auth=auth,
             on_shut_out=self._shut_out,
+            slot_faults=health.faults,
         )
+        health.start()
         collector = self._system_metrics(manager, runtime, slots, session)
         monitor_stop = threading.Event()
         monitor = threading.Thread(
@@ -221,6 +228,7 @@ class Agent:
         finally:
             if collector is not None:
                 collector.stop()
+            health.stop()
             monitor_stop.set()
             monitor.join(5)
             runtime.close()

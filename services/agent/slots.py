@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
+from services.agent.gpu_topology import Topology, read_topology
 from services.agent.host import cpu_model_name
 from services.common.logging import get_logger
 
@@ -39,6 +40,9 @@ class SlotInfo:
     uuid: str
     memory_bytes: int
     index: int
+    # Where the device sits (gpu_topology.py); -1: unknown (always, for CPU slots).
+    numa_node: int = -1
+    nvlink_domain: int = -1
 
 
 class SlotDiscoveryError(RuntimeError):
@@ -77,20 +81,25 @@ def gpu_slots(nvml: Nvml) -> list[SlotInfo]:
     except Exception as exc:  # NVMLError and its many subclasses; the library raises nothing else
         raise SlotDiscoveryError(f"NVML did not start (no NVIDIA driver?): {exc}") from exc
     try:
-        slots = []
-        for index in range(nvml.nvmlDeviceGetCount()):
-            handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            slots.append(
-                SlotInfo(
-                    id=str(index),
-                    kind=DeviceKind.CUDA,
-                    brand=_text(nvml.nvmlDeviceGetName(handle)),
-                    uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
-                    memory_bytes=int(nvml.nvmlDeviceGetMemoryInfo(handle).total),
-                    index=index,
-                )
+        handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
+        try:
+            topologies = read_topology(nvml, handles)
+        except Exception as exc:  # where the GPUs sit only helps packing: never a reason to fail
+            log.warning("GPU topology unknown", error=str(exc))
+            topologies = [Topology() for _ in handles]
+        return [
+            SlotInfo(
+                id=str(index),
+                kind=DeviceKind.CUDA,
+                brand=_text(nvml.nvmlDeviceGetName(handle)),
+                uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
+                memory_bytes=int(nvml.nvmlDeviceGetMemoryInfo(handle).total),
+                index=index,
+                numa_node=topologies[index].numa_node,
+                nvlink_domain=topologies[index].nvlink_domain,
             )
-        return slots
+            for index, handle in enumerate(handles)
+        ]
     except Exception as exc:
         raise SlotDiscoveryError(f"NVML failed while listing GPUs: {exc}") from exc
     finally:

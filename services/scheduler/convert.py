@@ -79,7 +79,16 @@ def _agent(msg: pb.Agent) -> Agent:
         resource_pool=msg.resource_pool,
         enabled=msg.enabled,
         draining=msg.draining,
-        slots=tuple(Slot(id=s.id, enabled=s.enabled, allocation_id=s.allocation_id) for s in msg.slots),
+        slots=tuple(
+            Slot(
+                id=s.id,
+                enabled=s.enabled,
+                allocation_id=s.allocation_id,
+                nvlink_domain=s.nvlink_domain if s.HasField("nvlink_domain") else -1,
+                numa_node=s.numa_node if s.HasField("numa_node") else -1,
+            )
+            for s in msg.slots
+        ),
     )
 
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import signal
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from services.agent.containers.record import ContainerRecord
 from services.agent.containers.states import FailureType
+from services.agent.gpu_health import SlotFault
 from services.agent.runtime.events import EventTailer, EventWriter
 from services.agent.runtime.process_runtime import ShimHandle
 from services.agent.runtime.protocol import ContainerPaths, ExitReport
@@ -70,3 +73,27 @@ def classify_exit(
             name = f"signal {report.signal}"
         return FailureType.CONTAINER_FAILED, code, f"command killed by {name} (exit code {code})"
     return FailureType.CONTAINER_FAILED, code, f"command exited with code {code}"
+
+
+class DeviceWatch(Protocol):
+    """What the end of a container asks of the GPU health watcher (gpu_health.GpuHealth)."""
+
+    def fault_between(self, slot_ids: Sequence[str], since: float) -> tuple[str, SlotFault] | None: ...
+    def settled_since(self, moment: float) -> bool: ...
+
+
+def blame_device(
+    record: ContainerRecord, ended_at: float, failure: FailureType, message: str, devices: DeviceWatch | None
+) -> tuple[FailureType, str] | None:
+    """A container that failed while one of its GPUs faulted failed because of the device: its end
+    is the machine's (DEVICE_FAILED, not counted against the trial). None while the watcher may not
+    yet have seen an event posted before the end: the end waits for it (a tick or a few)."""
+    if failure != FailureType.CONTAINER_FAILED or devices is None or not record.slot_ids:
+        return failure, message
+    if not devices.settled_since(ended_at):
+        return None
+    found = devices.fault_between(record.slot_ids, record.started_at or record.created_at)
+    if found is None:
+        return failure, message
+    slot, fault = found
+    return FailureType.DEVICE_FAILED, f"slot {slot}'s GPU failed while it ran: {fault.reason} ({message})"

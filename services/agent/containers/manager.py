@@ -27,7 +27,7 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
-from services.agent.containers.container import Container, classify_exit
+from services.agent.containers.container import Container, DeviceWatch, blame_device, classify_exit
 from services.agent.containers.outbox import Outbox
 from services.agent.containers.preparation import Preparer, StartError
 from services.agent.containers.record import ContainerRecord
@@ -72,6 +72,7 @@ class ContainerManager:
         preparer: Preparer,
         master: MasterFacts,
         handover_wait_s: float = HANDOVER_WAIT_SECONDS,
+        devices: DeviceWatch | None = None,
     ) -> None:
         self._dir = containers_dir
         self._handover_wait_s = handover_wait_s
@@ -80,6 +81,9 @@ class ContainerManager:
         self._outbox = outbox
         self._preparer = preparer
         self._master = master
+        # The GPU health watcher, where the agent has GPUs: a failed container's end asks it whether
+        # the device was to blame.
+        self._devices = devices
         self._lock = threading.RLock()
         self._containers: dict[str, Container] = {}
         # Retired containers (id → finish time) whose folders are still on disk.
@@ -610,6 +614,10 @@ class ContainerManager:
         if c.record.state == ContainerState.TERMINATED or c.exit is None:
             return False
         failure, exit_code, message = classify_exit(c.record, c.exit, c.lost)
+        blamed = blame_device(c.record, c.exit.finished_at or now, failure, message, self._devices)
+        if blamed is None:
+            return False  # the GPU health watcher has not caught up with the end yet
+        failure, message = blamed
         if c.record.forgotten:
             c.record.state = ContainerState.TERMINATED
             c.record.exit_code, c.record.failure = exit_code, failure

@@ -20,6 +20,7 @@ class FailureType(StrEnum):
     TASK_ERROR = "TASK_ERROR"
     AGENT_FAILED = "AGENT_FAILED"
     KILLED = "KILLED"
+    DEVICE_FAILED = "DEVICE_FAILED"
 
 
 S = ContainerState

@@ -279,11 +279,19 @@ class DockerEngine:
             self._api.remove_container(container_id, force=True, v=True)
         except docker.errors.NotFound:
             pass
+        except docker.errors.APIError as error:
+            # Another remover (the supervisor, a restart's cleanup) got there first: the end is the same.
+            if not _removal_in_progress(error):
+                raise
 
     def find(self, labels: Mapping[str, str]) -> list[dict[str, Any]]:
         """Containers (running or not) carrying every one of `labels`: their id, state and labels."""
         found = self._api.containers(all=True, filters={"label": [f"{k}={v}" for k, v in labels.items()]})
         return [{"id": c["Id"], "state": c.get("State", ""), "labels": c.get("Labels") or {}} for c in found]
+
+
+def _removal_in_progress(error: docker.errors.APIError) -> bool:
+    return error.status_code == 409 and "already in progress" in str(error.explanation or "")
 
 
 def _owned(info: tarfile.TarInfo, owner: tuple[int, int] | None) -> tarfile.TarInfo:

@@ -6,6 +6,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from cairn.agent.v1 import agent_pb2 as apb
 from services.agent.containers.outbox import Delivery
+from services.agent.gpu_health import SlotFault
 from services.agent.requests import ContainerReport, MountRequest, RendezvousInfo, RunAsRequest, StartRequest
 from services.agent.runtime.events import LogEvent, StateEvent
 from services.agent.slots import DeviceKind, SlotInfo
@@ -25,6 +26,7 @@ _FAILURES = {
     "TASK_ERROR": apb.FAILURE_TYPE_TASK_ERROR,
     "AGENT_FAILED": apb.FAILURE_TYPE_AGENT_FAILED,
     "KILLED": apb.FAILURE_TYPE_KILLED,
+    "DEVICE_FAILED": apb.FAILURE_TYPE_DEVICE_FAILED,
 }
 
 
@@ -34,15 +36,20 @@ def timestamp(seconds: float) -> Timestamp:
     return ts
 
 
-def slot_message(slot: SlotInfo) -> apb.Slot:
-    return apb.Slot(
+def slot_message(slot: SlotInfo, fault: SlotFault | None = None) -> apb.Slot:
+    message = apb.Slot(
         id=slot.id,
         type=_DEVICE_TYPES[slot.kind],
         brand=slot.brand,
         uuid=slot.uuid,
         memory_bytes=slot.memory_bytes,
         index=slot.index,
+        topology=apb.DeviceTopology(numa_node=slot.numa_node, nvlink_domain=slot.nvlink_domain),
     )
+    if fault is not None:
+        message.fault.reason = fault.reason
+        message.fault.at.CopyFrom(timestamp(fault.at))
+    return message
 
 
 def running_container(report: ContainerReport) -> apb.RunningContainer:

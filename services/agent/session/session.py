@@ -14,7 +14,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +25,7 @@ from cairn.agent.v1 import agent_pb2_grpc
 from services.agent.containers.manager import ContainerManager
 from services.agent.containers.outbox import Outbox
 from services.agent.containers.task_env import MasterFacts
+from services.agent.gpu_health import SlotFault
 from services.agent.session import convert
 from services.agent.session.backoff import Backoff
 from services.agent.session.enrolment import AgentAuth, EnrolmentRefused
@@ -100,6 +101,7 @@ class MasterSession:
         master_ca_pem: str = "",
         auth: AgentAuth | None = None,
         on_shut_out: Callable[[str], None] | None = None,
+        slot_faults: Callable[[], Mapping[str, SlotFault]] | None = None,
     ) -> None:
         self._channel = channel
         self._stub = agent_pb2_grpc.AgentServiceStub(channel)
@@ -122,6 +124,10 @@ class MasterSession:
         self._welcomed_before = False
         # Set while a stream is up and welcomed.
         self.connected = threading.Event()
+        # Each slot's latest device fault (gpu_health.py), sent with the slots in the Hello and in a
+        # SlotReport whenever one is new (slots_changed).
+        self._slot_faults = slot_faults or dict
+        self._slots_changed = threading.Event()
         # Fire-and-forget reports (system metrics) for the stream's sender; none kept while away.
         self._reports: deque[apb.AgentMessage] = deque(maxlen=MAX_QUEUED_REPORTS)
 
@@ -131,6 +137,16 @@ class MasterSession:
         if self.connected.is_set():
             self._reports.append(message)
             self._outbox.ready.set()
+
+    def slots_changed(self) -> None:
+        """A slot's health changed: the stream's sender reports every slot again, before any
+        container's end that follows (a Hello carries them after a reconnect)."""
+        self._slots_changed.set()
+        self._outbox.ready.set()
+
+    def _slot_messages(self) -> list[apb.Slot]:
+        faults = self._slot_faults()
+        return [convert.slot_message(s, faults.get(s.id)) for s in self._identity.slots]
 
     # -- lifecycle -------------------------------------------------------------------------------
     def run(self) -> None:
@@ -228,7 +244,7 @@ class MasterSession:
             resource_pool=ident.resource_pool,
             hostname=ident.hostname,
             addresses=list(ident.addresses),
-            slots=[convert.slot_message(s) for s in ident.slots],
+            slots=self._slot_messages(),
             containers=[convert.running_container(r) for r in self._manager.hello_containers()],
             reconnect=self._welcomed_before,
             runtime=ident.runtime,
@@ -294,6 +310,10 @@ class MasterSession:
                     yield stream.acks.get_nowait()
                 except queue.Empty:
                     break
+                sent = True
+            if self._slots_changed.is_set():
+                self._slots_changed.clear()
+                yield apb.AgentMessage(slot_report=apb.SlotReport(slots=self._slot_messages()))
                 sent = True
             while self._reports:
                 yield self._reports.popleft()

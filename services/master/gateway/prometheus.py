@@ -206,6 +206,12 @@ def render(ctx: MasterContext) -> str:
     _gauge(lines, "cairn_slots", "Slots registered by agents.", [({}, counts.slots)])
     _gauge(
         lines,
+        "cairn_slots_unhealthy",
+        "Slots out of service because their device failed (a GPU's critical Xid or ECC error).",
+        [({}, counts.slots_unhealthy)],
+    )
+    _gauge(
+        lines,
         "cairn_deferred_work",
         "Work the master owes (checkpoint GC, deletions), by kind.",
         [({"kind": o.kind}, o.owed) for o in owed],

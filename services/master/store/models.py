@@ -406,7 +406,8 @@ class Allocation(Base):
     token_hash: Mapped[str] = mapped_column(String(64), index=True)
     exit_code: Mapped[int | None]
     exit_reason: Mapped[str | None] = mapped_column(Text)
-    # Why it ended: "", "failed", "killed", "agent_failed", "task_error", "aborted", "preempted".
+    # Why it ended: "", "failed", "killed", "agent_failed", "task_error", "aborted", "preempted",
+    # "device_failed".
     failure_type: Mapped[str] = mapped_column(String(32), default="")
     # Graceful stop requested (pause, cancel, searcher stop, scheduler preemption).
     preempt_requested: Mapped[bool] = mapped_column(Boolean, default=False)
@@ -517,6 +518,13 @@ class AgentSlot(Base):
     device_index: Mapped[int] = mapped_column(Integer, default=0)
     enabled: Mapped[bool] = mapped_column(Boolean, default=True)
     draining: Mapped[bool] = mapped_column(Boolean, default=False)
+    # Why the slot is out of service after its device failed ("" when healthy), and the time of
+    # the latest fault acted on (scheduling/agents.py: slot health).
+    unhealthy: Mapped[str] = mapped_column(String(512), default="")
+    fault_at: Mapped[datetime | None]
+    # Where the device sits (-1: unknown): packing a multi-GPU allocation prefers one domain/node.
+    numa_node: Mapped[int] = mapped_column(Integer, default=-1)
+    nvlink_domain: Mapped[int] = mapped_column(Integer, default=-1)
 
 
 Index("ix_allocations_trial_state", Allocation.trial_id, Allocation.state)

@@ -8,10 +8,40 @@ change because fitting asks for them for every agent, for every request.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
-from services.scheduler.domain.model import Agent, AllocationRequest
+from services.scheduler.domain.model import Agent, AllocationRequest, Slot
+
+# slot id -> (NVLink domain, NUMA node) of its GPU; only slots where either is known.
+Topology = Mapping[str, tuple[int, int]]
+NO_TOPOLOGY: Topology = MappingProxyType({})
+
+
+def topology_of(slots: Iterable[Slot]) -> Topology:
+    found = {s.id: (s.nvlink_domain, s.numa_node) for s in slots if s.nvlink_domain >= 0 or s.numa_node >= 0}
+    return MappingProxyType(found) if found else NO_TOPOLOGY
+
+
+def pack_slots(free: Sequence[str], count: int, topology: Topology) -> list[str]:
+    """`count` of the `free` slots (lowest-numbered first), packed where the GPUs' topology is known:
+    all on one NVLink domain if some domain has that many free, else all on one NUMA node, else
+    the lowest-numbered. Of the domains (nodes) that fit, the one with the fewest free slots
+    (best fit: the bigger groups stay whole for bigger requests), the lowest-numbered on a tie."""
+    if count <= 1 or not topology:
+        return list(free[:count])
+    for level in (0, 1):  # NVLink domain, then NUMA node
+        groups: dict[int, list[str]] = {}
+        for slot_id in free:
+            key = topology.get(slot_id, (-1, -1))[level]
+            if key >= 0:
+                groups.setdefault(key, []).append(slot_id)
+        fitting = [g for g in groups.values() if len(g) >= count]
+        if fitting:
+            best = min(fitting, key=lambda g: (len(g), slot_order_key(g[0])))
+            return best[:count]
+    return list(free[:count])
 
 
 def slot_order_key(slot_id: str) -> tuple[int, int, str]:
@@ -35,6 +65,8 @@ class AgentCapacity:
     occupant: dict[str, str | None]
     # Zero-slot allocations placed on this agent.
     zero_slot_allocations: set[str] = field(default_factory=set)
+    # Where its GPUs sit (never changed in place: copies share it).
+    topology: Topology = field(default_factory=lambda: NO_TOPOLOGY)
     _num_free: int = field(init=False, repr=False, default=0)
     _num_in_use: int = field(init=False, repr=False, default=0)
 
@@ -53,12 +85,17 @@ class AgentCapacity:
             enabled_slots=self.enabled_slots,
             occupant=dict(self.occupant),
             zero_slot_allocations=set(self.zero_slot_allocations),
+            topology=self.topology,
         )
 
     def free_slots(self) -> list[str]:
         """Slots new work may use, lowest-numbered first: only enabled, unoccupied slots of an
         agent that takes new work."""
         return [s for s in self.slot_ids if self._offers(s) and self.occupant[s] is None]
+
+    def pick_slots(self, count: int) -> list[str]:
+        """The free slots a request of `count` slots gets here, packed by topology (pack_slots)."""
+        return pack_slots(self.free_slots(), count, self.topology)
 
     @property
     def num_free(self) -> int:
@@ -103,6 +140,7 @@ class AgentCapacity:
             slot_ids=self.slot_ids,
             enabled_slots=self.enabled_slots,
             occupant=dict.fromkeys(self.slot_ids),
+            topology=self.topology,
         )
 
     def holders(self) -> set[str]:
@@ -244,5 +282,6 @@ def build_pool_capacity(agents: Iterable[Agent], requests: Iterable[AllocationRe
             enabled_slots=frozenset(slot.id for slot in agent.slots if slot.enabled),
             occupant=occupant,
             zero_slot_allocations=zero_slot[agent.id],
+            topology=topology_of(agent.slots),
         )
     return PoolCapacity(capacities)

@@ -117,7 +117,7 @@ def _shared_fit(request: AllocationRequest, pool: PoolCapacity, score: Score) ->
     if not candidates:
         return None
     chosen = rank_agents(request, candidates, score)[0]
-    slots = tuple(chosen.free_slots()[: request.slots_needed])
+    slots = tuple(chosen.pick_slots(request.slots_needed))
     return Fit((Placement(chosen.agent_id, slots),))
 
 

@@ -60,6 +60,9 @@ class Slot:
     enabled: bool = True
     # The allocation using the slot; empty when free.
     allocation_id: str = ""
+    # Where its GPU sits (-1: unknown): see capacity.pack_slots.
+    nvlink_domain: int = -1
+    numa_node: int = -1
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from services.scheduler.domain import reasons
-from services.scheduler.domain.capacity import AgentCapacity, PoolCapacity, slot_order_key
+from services.scheduler.domain.capacity import AgentCapacity, PoolCapacity, slot_order_key, topology_of
 from services.scheduler.domain.errors import InvalidScheduleInput
 from services.scheduler.domain.fair_queue import FairQueue, GroupTail, Place, place_of
 from services.scheduler.domain.fair_share import run_fair_share_pass
@@ -405,6 +405,7 @@ class SchedulingSession:
                         for slot in agent.slots
                     },
                     zero_slot_allocations=zero_slot,
+                    topology=topology_of(agent.slots),
                 )
             )
         self._dirty_agents.clear()

@@ -16,6 +16,7 @@ import pytest
 
 from cairn.agent.v1 import agent_pb2 as apb
 from cairn.agent_files import DOCKER_LABEL_CONTAINER_ID, DOCKER_LABEL_WORK_DIR
+from services.agent.runtime.docker_engine import DockerEngine
 from tests.support.docker_env import task_image  # noqa: F401 (fixture)
 from tests.unit.agent.agent_master_double import MasterServer, MasterStore, wait_until
 from tests.unit.agent.agent_processes import AgentProcess, shim_pid, wait_terminated
@@ -57,8 +58,9 @@ def docker_agent(
     # Whatever a failed test left behind (the agent's own tests check what it leaves).
     for work_dir in tmp_path.glob("work-*"):
         client = docker.from_env(timeout=30)
+        engine = DockerEngine(client)
         for container in containers_of(work_dir):
-            client.api.remove_container(container["Id"], force=True)
+            engine.remove(str(container["Id"]))  # the agent's supervisor may be removing it too
         client.close()
 
 

@@ -60,6 +60,9 @@ def test_hello_declares_cpu_slots_with_stable_uuids_across_restarts(
         assert [s.index for s in hello.slots] == [0, 1, 2]
         assert all(s.brand for s in hello.slots)
         assert all(s.memory_bytes == 0 for s in hello.slots)
+        # CPU slots: no device to fail, nowhere known to sit.
+        assert all(not s.HasField("fault") for s in hello.slots)
+        assert {(s.topology.numa_node, s.topology.nvlink_domain) for s in hello.slots} == {(-1, -1)}
         first_uuids = [s.uuid for s in hello.slots]
         assert len(set(first_uuids)) == 3
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 
 from services.scheduler.domain.model import (
     Agent,
@@ -124,7 +125,7 @@ def cluster(
                 enabled=a.enabled,
                 draining=a.draining,
                 slots=tuple(
-                    Slot(s.id, s.enabled, s.allocation_id or owners.get((a.id, s.id), "")) for s in a.slots
+                    replace(s, allocation_id=s.allocation_id or owners.get((a.id, s.id), "")) for s in a.slots
                 ),
             )
             for a in agents

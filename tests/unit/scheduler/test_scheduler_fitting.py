@@ -69,6 +69,38 @@ def test_lowest_numbered_free_slots_in_numeric_order() -> None:
     assert started(schedule(state))["new"] == {"a1": ("1", "2", "10", "gpu-a", "gpu-b")}
 
 
+def gpu_agent(agent_id: str, nvlink: list[int], numa: list[int], used: dict[str, str] | None = None) -> Agent:
+    """An agent of GPUs whose NVLink domain and NUMA node (-1: unknown) are given per slot."""
+    plain = agent(agent_id, len(nvlink), used=used)
+    slots = tuple(
+        replace(s, nvlink_domain=d, numa_node=n) for s, d, n in zip(plain.slots, nvlink, numa, strict=True)
+    )
+    return replace(plain, slots=slots)
+
+
+@pytest.mark.parametrize(
+    ("nvlink", "numa", "expected"),
+    [
+        # Slot 0 is taken. Two NVLink pairs: the request gets the whole free pair, not 1 and 2.
+        pytest.param([0, 0, 2, 2], [0, 0, 1, 1], ("2", "3"), id="one-nvlink-domain"),
+        # An NVSwitch domain of three free and a pair of two free: best fit takes the pair.
+        pytest.param([0, 0, 0, 0, 4, 4], [0] * 6, ("4", "5"), id="the-smallest-domain-that-fits"),
+        # No NVLink (each GPU its own domain): one NUMA node (the sockets interleave the slots).
+        pytest.param([0, 1, 2, 3], [0, 1, 0, 1], ("1", "3"), id="one-numa-node"),
+        # Nothing known: the lowest-numbered free slots, as before.
+        pytest.param([-1] * 4, [-1] * 4, ("1", "2"), id="unknown"),
+        # Known, but no domain or node has two free: the lowest-numbered.
+        pytest.param([0, 0, 2, 3], [0, 0, 1, 2], ("1", "2"), id="nothing-fits-one-group"),
+    ],
+)
+def test_multi_gpu_work_is_packed_by_topology(
+    nvlink: list[int], numa: list[int], expected: tuple[str, ...]
+) -> None:
+    a1 = gpu_agent("a1", nvlink, numa, used={"0": "busy"})
+    state = cluster([a1], [running("busy", {"a1": ["0"]}), pending("new", 2)])
+    assert started(schedule(state))["new"] == {"a1": expected}
+
+
 def test_single_agent_request_never_spans_agents() -> None:
     state = cluster([agent("a1", 4), agent("a2", 4)], [pending("one-box", 8, single_agent=True)])
     decision = schedule(state)

@@ -194,6 +194,8 @@ export interface Slot {
   enabled: boolean;
   container?: Container;
   draining: boolean;
+  /** Cairn: why the slot is out of service after its device failed; absent or "" when healthy. */
+  unhealthy?: string;
 }
 
 export interface Agent {

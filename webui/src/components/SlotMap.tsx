@@ -13,6 +13,8 @@ function slotState(slot: Slot, agent: Agent): { kind: string; label: string } {
     const state = container.state.replace(/^STATE_/, "").toLowerCase();
     return { kind: state, label: state.charAt(0).toUpperCase() + state.slice(1) };
   }
+  // Out of service since its device failed (a GPU's critical Xid or ECC error), until an admin enables it.
+  if (slot.unhealthy) return { kind: "unhealthy", label: "Unhealthy" };
   if (!slot.enabled || !agent.enabled) return { kind: "disabled", label: "Disabled" };
   if (slot.draining || agent.draining) return { kind: "draining", label: "Draining" };
   return { kind: "free", label: "Free" };
@@ -67,10 +69,11 @@ export function SlotMap(props: { agents: Agent[] }) {
                     key={slot.id}
                     class={`slot slot-${kind}`}
                     data-slot-state={kind}
-                    title={`Slot ${slot.id}: ${label}${device ? ` · ${device}` : ""}`}
+                    title={`Slot ${slot.id}: ${label}${slot.unhealthy ? ` (${slot.unhealthy})` : ""}${device ? ` · ${device}` : ""}`}
                   >
                     <span class="slot-id">#{slot.id}</span>
                     <span class="slot-state">{label}</span>
+                    {slot.unhealthy ? <span class="slot-reason">{slot.unhealthy}</span> : null}
                     {allocation ? (
                       parsed ? (
                         <Link href={`/trials/${parsed.trialId}`} class="slot-alloc">

@@ -6,7 +6,7 @@ report of the containers, and how a container's end decides the allocation's).
 
 Exit classification (Determined's rules, see reference §1.6–1.7):
   killed      — the master asked for a kill (user kill, or a graceful stop that timed out)
-  transient   — the infrastructure failed (agent lost, never started): retried, not counted, but
+  transient   — the infrastructure failed (agent lost, never started, a GPU failed): retried, not counted, but
                 MAX_START_FAILURES_IN_A_ROW such ends before the task ever ran count as an error
   error       — a container failed (its code exited non-zero, or could not start): the others
                 were stopped because of it, and the allocation counts once against max_restarts
@@ -46,8 +46,9 @@ class Outcome(StrEnum):
     ERROR = "error"
 
 
-# Failure types (as stored) that are the infrastructure's fault, not the code's.
-TRANSIENT_FAILURES = frozenset({"agent_failed", "aborted"})
+# Failure types (as stored) that are the infrastructure's fault, not the code's: an agent lost, a
+# start aborted, a GPU that failed under the code (its agent saw a critical Xid or ECC error).
+TRANSIENT_FAILURES = frozenset({"agent_failed", "aborted", "device_failed"})
 
 
 # An infrastructure failure is retried without counting against max_restarts. But an agent that

@@ -38,6 +38,7 @@ FAILURE_NAMES = {
     apb.FAILURE_TYPE_TASK_ERROR: "task_error",
     apb.FAILURE_TYPE_AGENT_FAILED: "agent_failed",
     apb.FAILURE_TYPE_KILLED: "killed",
+    apb.FAILURE_TYPE_DEVICE_FAILED: "device_failed",
 }
 
 

@@ -19,6 +19,8 @@ class ClusterCounts:
     live_allocations_by_state: list[tuple[str, int]]
     agents: int
     slots: int
+    # Slots out of service because their device failed (agents.py: slot health).
+    slots_unhealthy: int
 
 
 def cluster_counts(s: Session) -> ClusterCounts:
@@ -36,6 +38,12 @@ def cluster_counts(s: Session) -> ClusterCounts:
         ),
         agents=int(s.scalar(select(func.count()).select_from(models.Agent)) or 0),
         slots=int(s.scalar(select(func.count()).select_from(models.AgentSlot)) or 0),
+        slots_unhealthy=int(
+            s.scalar(
+                select(func.count()).select_from(models.AgentSlot).where(models.AgentSlot.unhealthy != "")
+            )
+            or 0
+        ),
     )
 
 

@@ -4,6 +4,7 @@ liveness, enable/disable, and the slots they offer."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from sqlalchemy import select
 
@@ -86,7 +87,7 @@ def register(ctx: MasterContext, hello: apb.Hello) -> Registration:
         agent.runtime = hello.runtime or "process"
         agent.last_seen = now
         agent.connected = True
-        _sync_slots(w, hello)
+        _sync_slots(ctx, w, hello)
 
         reported = {c.container_id for c in hello.containers}
         pending_start = ctx.hub.backlog_container_ids(hello.agent_id)
@@ -112,7 +113,7 @@ def register(ctx: MasterContext, hello: apb.Hello) -> Registration:
     return Registration(keep_container_ids=keep, acked_seq=acked)
 
 
-def _sync_slots(w: Work, hello: apb.Hello) -> None:
+def _sync_slots(ctx: MasterContext, w: Work, hello: apb.Hello) -> None:
     existing = {
         slot.slot_id: slot
         for slot in w.session.scalars(
@@ -123,7 +124,7 @@ def _sync_slots(w: Work, hello: apb.Hello) -> None:
         slot = existing.pop(reported.id, None)
         if slot is None:
             slot = models.AgentSlot(
-                agent_id=hello.agent_id, slot_id=reported.id, enabled=True, draining=False
+                agent_id=hello.agent_id, slot_id=reported.id, enabled=True, draining=False, unhealthy=""
             )
             w.session.add(slot)
         slot.device_type = DEVICE_TYPE_NAMES.get(reported.type, "cpu")
@@ -131,6 +132,10 @@ def _sync_slots(w: Work, hello: apb.Hello) -> None:
         slot.uuid = reported.uuid
         slot.memory_bytes = reported.memory_bytes
         slot.device_index = reported.index
+        slot.numa_node = reported.topology.numa_node if reported.HasField("topology") else -1
+        slot.nvlink_domain = reported.topology.nvlink_domain if reported.HasField("topology") else -1
+        if reported.HasField("fault"):
+            note_fault(ctx, w, slot, reported.fault.reason, reported.fault.at.ToDatetime(tzinfo=UTC))
     for gone in existing.values():
         w.session.delete(gone)
 
@@ -138,8 +143,40 @@ def _sync_slots(w: Work, hello: apb.Hello) -> None:
 def update_slots(ctx: MasterContext, agent_id: str, report: apb.SlotReport) -> None:
     with ctx.unit_of_work() as w:
         hello = apb.Hello(agent_id=agent_id, slots=report.slots)
-        _sync_slots(w, hello)
+        _sync_slots(ctx, w, hello)
         w.later(ctx.scheduler_wakeup.set)
+
+
+# -- slot health ---------------------------------------------------------------------------------
+# An agent reports a device fault with its slots (a GPU's critical Xid or uncorrected ECC error,
+# services/agent/gpu_health.py). The slot goes out of service (disabled, with the reason) and what
+# runs on it is stopped as the machine's failure: a kill the master asked for, which restarts a
+# trial elsewhere without counting against its max_restarts (allocations.classify). It stays out
+# until an admin enables it (`det slot enable`). Each fault is acted on once, by its time: the
+# agent reports its latest fault again in every Hello, and an admin's enable must not be undone
+# by a reconnect.
+MAX_FAULT_REASON = 500
+
+
+def note_fault(ctx: MasterContext, w: Work, slot: models.AgentSlot, reason: str, at: datetime) -> bool:
+    """Act on a fault the slot's agent reported, unless it was acted on before. True when acted on."""
+    if slot.fault_at is not None and slot.fault_at >= at:
+        return False
+    reason = (reason or "device fault")[:MAX_FAULT_REASON]
+    slot.fault_at = at
+    slot.unhealthy = reason
+    slot.enabled = False
+    slot.draining = False
+    why = f"slot {slot.slot_id} of agent {slot.agent_id} is unhealthy: {reason}"
+    for container in live_containers_on(w, slot.agent_id):
+        if slot.slot_id in (container.slot_ids or []):
+            alloc = w.session.get_one(models.Allocation, container.allocation_id)
+            stops.request_kill(ctx, w, alloc, grace_seconds=ctx.settings.kill_grace_s, reason=why)
+    w.later(ctx.scheduler_wakeup.set)
+    log.error(
+        "slot out of service: its device failed", agent_id=slot.agent_id, slot_id=slot.slot_id, reason=reason
+    )
+    return True
 
 
 def mark_disconnected(ctx: MasterContext, agent_id: str) -> None:
@@ -188,6 +225,10 @@ def set_slot_enabled(
             raise NotFound(f"slot {slot_id} of agent {agent_id} not found")
         slot.enabled = enabled
         slot.draining = (not enabled) and drain
+        if enabled and slot.unhealthy:
+            # An admin vouches for the device again (its fault stays noted: not acted on twice).
+            log.info("unhealthy slot enabled", agent_id=agent_id, slot_id=slot_id, was=slot.unhealthy)
+            slot.unhealthy = ""
         w.later(ctx.scheduler_wakeup.set)
 
 

@@ -209,6 +209,8 @@ def agent_messages(
         models.AgentSlot.slot_id,
         models.AgentSlot.enabled,
         models.AgentSlot.draining,
+        models.AgentSlot.nvlink_domain,
+        models.AgentSlot.numa_node,
     ).order_by(models.AgentSlot.agent_id)
     if agent_ids is not None:
         agents_query = agents_query.where(models.Agent.id.in_(list(agent_ids)))
@@ -231,6 +233,8 @@ def agent_messages(
                     id=slot.slot_id,
                     enabled=slot.enabled and not slot.draining,
                     allocation_id=owners.get((agent.id, slot.slot_id), ""),
+                    nvlink_domain=slot.nvlink_domain if slot.nvlink_domain >= 0 else None,
+                    numa_node=slot.numa_node if slot.numa_node >= 0 else None,
                 )
                 for slot in by_agent.get(agent.id, [])
             ],

@@ -286,6 +286,7 @@ def slot(
         device=device(slot_row),
         enabled=slot_row.enabled and agent_row.enabled,
         draining=slot_row.draining or agent_row.draining,
+        unhealthy=slot_row.unhealthy,
     )
     if holder is not None:
         # The allocation's container on this agent: "<allocation>.<container rank>" (one per agent).
