@@ -3,15 +3,18 @@
 As NVIDIA's Kubernetes device plugin does, a thread waits on an NVML event set for critical Xid
 events and double-bit ECC errors of the agent's GPUs. Xids that an application causes (13, 31, 43,
 45, 68, 109: its own bad kernel, page fault, preemption or timeout) say nothing about the device
-and are skipped; every other critical Xid is a fault of the GPU's. Between events it reads each
-GPU's volatile uncorrected ECC count, and an increase over what it was when the agent started is a
-fault too (drivers that post no event for some of those still count them).
+and are skipped; every other critical Xid is a fault of the GPU's. An event is matched to its GPU
+by NVML's handle, without asking the device anything (a GPU that fell off the bus answers nothing);
+one that matches no GPU, a GPU NVML reports lost, and a GPU that cannot be opened or watched are
+faults too. Every 10 s it reads each GPU's memory counters (gpu_memory.py: uncorrected ECC errors,
+row remapping), which also count what happened before the agent started.
 
 A fault is kept per slot with its time (the latest one wins) and reported to the master with the
 slots (session.py); the master takes the slot out of service until an admin enables it again.
 A container that used the GPU and failed is reported as the device's failure, not its code's
 (`fault_between`); its end waits, briefly, for the watcher to have seen every event posted before
-it (`settled_since`), as the Xid usually reaches NVML just as the code hits the CUDA error.
+it and to have read the counters since (`settled_since`), as the Xid usually reaches NVML just as
+the code hits the CUDA error.
 
 The NVML object is injectable (the `pynvml` module by default), so the watcher runs against NVML's
 own event structures in tests; where no GPU exists it is never made (app.py says why in the log).
@@ -19,12 +22,14 @@ own event structures in tests; where no GPU exists it is never made (app.py says
 
 from __future__ import annotations
 
+import ctypes
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from services.agent.gpu_memory import NVML_ERROR_NOT_SUPPORTED, MemoryWatch, error_code
 from services.agent.slots import DeviceKind, SlotInfo
 from services.common.logging import get_logger
 
@@ -35,11 +40,8 @@ log = get_logger(__name__)
 EVENT_DOUBLE_BIT_ECC = 0x2
 EVENT_XID_CRITICAL = 0x8
 WATCHED_EVENTS = EVENT_XID_CRITICAL | EVENT_DOUBLE_BIT_ECC
-NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_TIMEOUT = 10
 NVML_ERROR_GPU_IS_LOST = 15
-NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
-NVML_VOLATILE_ECC = 0
 # An event for every GPU instance of a device (not one MIG instance).
 ALL_GPU_INSTANCES = 0xFFFFFFFF
 
@@ -60,9 +62,9 @@ XID_NAMES = {
 }
 
 # How long one wait on the event set blocks: bounds how late a stop is noticed, how long a failed
-# container's end may wait for the watcher (SETTLE_LIMIT_S), and how often ECC counts are read.
+# container's end may wait for the watcher (SETTLE_LIMIT_S).
 WAIT_MS = 500
-ECC_READ_EVERY_S = 10.0
+MEMORY_READ_EVERY_S = 10.0
 # The most a failed container's end waits for the watcher to catch up with NVML's events.
 SETTLE_LIMIT_S = 2.0
 
@@ -73,13 +75,17 @@ class SlotFault:
     at: float  # wall-clock seconds
 
 
-def _code(exc: BaseException) -> int | None:
-    value = getattr(exc, "value", None)
-    return value if isinstance(value, int) else None
-
-
 def _text(value: str | bytes) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _address(handle: Any) -> int | None:
+    """An NVML handle's pointer value: the same for the life of the process, and known without
+    asking the device (whose own calls fail once it is lost)."""
+    try:
+        return ctypes.cast(handle, ctypes.c_void_p).value
+    except (TypeError, ctypes.ArgumentError):
+        return None
 
 
 def xid_reason(xid: int) -> str:
@@ -105,21 +111,27 @@ class GpuHealth:
         self._lock = threading.Lock()
         self._faults: dict[str, SlotFault] = {}
         self._handles: dict[str, Any] = {}  # slot id → NVML handle
-        self._ecc_baseline: dict[str, int] = {}
+        self._by_address: dict[int, str] = {}  # a handle's pointer value → slot id
+        self._memory: dict[str, MemoryWatch] = {}
         self._event_set: Any = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         # The start time of the latest wait that timed out: every event posted before it was seen.
         self._seen_through = 0.0
-        self._next_ecc_read = 0.0
-        self._lost_reported = False
+        # The start time of the latest read of the memory counters, and a read asked for now.
+        self._memory_read_through = 0.0
+        self._read_memory_now = threading.Event()
+        self._next_memory_read = 0.0
+        # Lasting states (a GPU lost, unreachable) are faults once, not at every wait.
+        self._lasting: set[str] = set()
         # Why nothing is watched (no GPU slots, no NVML), or "" while it watches.
         self.skipped = ""
 
     # -- setup -----------------------------------------------------------------------------------
     def open(self) -> bool:
-        """Open NVML, register for events and read the ECC baselines. False (with `skipped` saying
-        why) when there is nothing to watch."""
+        """Open NVML, register each GPU for events and read its memory counters; a GPU that cannot
+        be opened or watched is a fault of its own. False (with `skipped` saying why) when there
+        is nothing to watch at all."""
         if not self._gpus:
             self.skipped = "no GPU slots on this agent"
             return False
@@ -130,32 +142,43 @@ class GpuHealth:
                 self._nvml = pynvml
             nvml = self._nvml
             nvml.nvmlInit()
-            self._handles = {slot: nvml.nvmlDeviceGetHandleByUUID(u) for u, slot in self._gpus.items()}
             self._event_set = nvml.nvmlEventSetCreate()
         except Exception as exc:  # ImportError, NVMLError and its many subclasses
             self.skipped = f"NVML unavailable: {exc}"
             return False
-        watched = 0
-        for slot, handle in self._handles.items():
+        for uuid, slot in self._gpus.items():
             try:
-                supported = int(nvml.nvmlDeviceGetSupportedEventTypes(handle)) & WATCHED_EVENTS
-                if supported:
-                    nvml.nvmlDeviceRegisterEvents(handle, supported, self._event_set)
-                    watched += 1
-                else:
-                    log.warning("this GPU posts no health events", slot_id=slot)
+                handle = nvml.nvmlDeviceGetHandleByUUID(uuid)
             except Exception as exc:
-                log.warning("cannot watch this GPU's health events", slot_id=slot, error=str(exc))
-            baseline = self._uncorrected_ecc(slot, handle)
-            if baseline is not None:
-                self._ecc_baseline[slot] = baseline
-        log.info(
-            "watching GPU health",
-            gpus=len(self._handles),
-            with_events=watched,
-            with_ecc_counts=len(self._ecc_baseline),
-        )
+                self._record(slot, f"NVML cannot open the GPU: {exc}")
+                continue
+            self._handles[slot] = handle
+            address = _address(handle)
+            if address is not None:
+                self._by_address[address] = slot
+            self._register(slot, handle)
+            memory = MemoryWatch(nvml, slot, handle)
+            for problem in memory.first():
+                self._record(slot, problem)
+            if memory.readable:
+                self._memory[slot] = memory
+        self._next_memory_read = self._clock() + MEMORY_READ_EVERY_S
+        log.info("watching GPU health", gpus=len(self._handles), with_memory_counters=len(self._memory))
         return True
+
+    def _register(self, slot: str, handle: Any) -> None:
+        nvml = self._nvml
+        try:
+            supported = int(nvml.nvmlDeviceGetSupportedEventTypes(handle)) & WATCHED_EVENTS
+            if supported:
+                nvml.nvmlDeviceRegisterEvents(handle, supported, self._event_set)
+                return
+        except Exception as exc:
+            if error_code(exc) != NVML_ERROR_NOT_SUPPORTED:
+                # As the device plugin does: a GPU whose health cannot be watched is not trusted.
+                self._record(slot, f"NVML cannot watch the GPU's health events: {exc}")
+                return
+        log.warning("this GPU posts no health events: only its memory counters are read", slot_id=slot)
 
     def start(self) -> None:
         if self.open():
@@ -190,13 +213,19 @@ class GpuHealth:
         return None
 
     def settled_since(self, moment: float) -> bool:
-        """Whether every event NVML posted before `moment` has been seen (or the watcher is not
-        running, or waiting longer is not worth it)."""
+        """Whether every event NVML posted before `moment` has been seen and the memory counters
+        read since (or the watcher is not running, or waiting longer is not worth it). A read of
+        the counters that is not yet due is asked for now."""
         if self._thread is None or not self._thread.is_alive():
             return True
+        if self._clock() - moment > SETTLE_LIMIT_S:
+            return True
         with self._lock:
-            seen = self._seen_through
-        return seen >= moment or self._clock() - moment > SETTLE_LIMIT_S
+            events_seen = self._seen_through >= moment
+            counters_read = not self._memory or self._memory_read_through >= moment
+        if not counters_read:
+            self._read_memory_now.set()
+        return events_seen and counters_read
 
     # -- the watcher -------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -215,9 +244,15 @@ class GpuHealth:
             # The wait timed out: no event was left from before it began.
             with self._lock:
                 self._seen_through = max(self._seen_through, began)
-        if self._clock() >= self._next_ecc_read:
-            self._next_ecc_read = self._clock() + ECC_READ_EVERY_S
-            self._read_ecc_counts()
+        if self._read_memory_now.is_set() or self._clock() >= self._next_memory_read:
+            self._read_memory_now.clear()
+            began = self._clock()
+            self._next_memory_read = began + MEMORY_READ_EVERY_S
+            for slot, memory in list(self._memory.items()):
+                for problem in memory.problems():
+                    self._record(slot, problem)
+            with self._lock:
+                self._memory_read_through = max(self._memory_read_through, began)
 
     def _wait_for_event(self) -> bool:
         """Wait for one event and handle it. True when the wait timed out with none pending."""
@@ -228,22 +263,32 @@ class GpuHealth:
         try:
             event = nvml.nvmlEventSetWait_v2(self._event_set, WAIT_MS)
         except Exception as exc:
-            code = _code(exc)
-            if code == NVML_ERROR_TIMEOUT:
+            if error_code(exc) == NVML_ERROR_TIMEOUT:
                 return True
-            if code == NVML_ERROR_GPU_IS_LOST:
-                # NVML cannot say which: every GPU of the set is suspect (as the device plugin
-                # does). A lasting state, not an event: recorded once.
-                if not self._lost_reported:
-                    self._lost_reported = True
-                    for slot in self._handles:
-                        self._record(slot, f"NVML reports a GPU lost: {exc}")
-            else:
-                log.warning("waiting on NVML's events failed", error=str(exc))
+            self._after_wait_error(exc)
             self._stop.wait(WAIT_MS / 1000)
             return False
         self.handle_event(event)
         return False
+
+    def _after_wait_error(self, exc: BaseException) -> None:
+        """The wait failed (a GPU lost, NVML's unknown error after one fell off the bus): each GPU
+        that no longer answers is at fault; when none can be told apart and NVML says a GPU is
+        lost, every one is (as the device plugin does). Lasting states: recorded once each."""
+        unreachable = []
+        for slot, handle in self._handles.items():
+            try:
+                self._nvml.nvmlDeviceGetUUID(handle)
+            except Exception as probe:
+                unreachable.append((slot, f"NVML cannot reach the GPU: {probe}"))
+        if not unreachable and error_code(exc) == NVML_ERROR_GPU_IS_LOST:
+            unreachable = [(slot, f"NVML reports a GPU lost: {exc}") for slot in self._handles]
+        if not unreachable:
+            log.warning("waiting on NVML's events failed", error=str(exc))
+        for slot, reason in unreachable:
+            if slot not in self._lasting:
+                self._lasting.add(slot)
+                self._record(slot, reason)
 
     def handle_event(self, event: Any) -> None:
         """One of NVML's event structures (c_nvmlEventData_t)."""
@@ -261,35 +306,19 @@ class GpuHealth:
         instance = int(getattr(event, "gpuInstanceId", ALL_GPU_INSTANCES))
         if instance != ALL_GPU_INSTANCES:
             reason += f" on GPU instance {instance}"
-        try:
-            uuid = _text(self._nvml.nvmlDeviceGetUUID(event.device))
-        except Exception as exc:
-            log.warning("a GPU fault on a device NVML cannot name", reason=reason, error=str(exc))
-            return
-        slot = self._gpus.get(uuid)
+        address = _address(event.device)
+        slot = self._by_address.get(address) if address is not None else None
+        if slot is None:  # a handle NVML made anew: its uuid, if the device still answers
+            try:
+                slot = self._gpus.get(_text(self._nvml.nvmlDeviceGetUUID(event.device)))
+            except Exception as exc:
+                log.warning("a GPU fault on a device NVML cannot name", reason=reason, error=str(exc))
         if slot is None:
-            log.warning("a GPU fault on a device that is not one of this agent's", uuid=uuid, reason=reason)
+            # Which GPU cannot be told: every one is suspect (as the device plugin does).
+            for each in self._handles:
+                self._record(each, f"{reason} on a GPU NVML cannot name")
             return
         self._record(slot, reason)
-
-    def _uncorrected_ecc(self, slot: str, handle: Any) -> int | None:
-        try:
-            return int(
-                self._nvml.nvmlDeviceGetTotalEccErrors(
-                    handle, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC
-                )
-            )
-        except Exception as exc:
-            if _code(exc) != NVML_ERROR_NOT_SUPPORTED:  # ECC off, or a GPU without it: nothing to read
-                log.warning("cannot read this GPU's ECC count", slot_id=slot, error=str(exc))
-            return None
-
-    def _read_ecc_counts(self) -> None:
-        for slot, baseline in list(self._ecc_baseline.items()):
-            count = self._uncorrected_ecc(slot, self._handles[slot])
-            if count is not None and count > baseline:
-                self._ecc_baseline[slot] = count
-                self._record(slot, f"uncorrected ECC errors: {count - baseline} more ({count} in all)")
 
     def _record(self, slot: str, reason: str) -> None:
         fault = SlotFault(reason=reason, at=self._clock())

@@ -17,8 +17,14 @@ from services.common.logging import get_logger
 
 log = get_logger(__name__)
 
-NVLINK_MAX_LINKS = 18  # NVML_NVLINK_MAX_LINKS of the drivers that have 18 (H100); later ones stop early
+# Links per GPU NVML may name (pynvml's NVML_NVLINK_MAX_LINKS where the object has it).
+NVLINK_MAX_LINKS = 18
 NVML_FEATURE_ENABLED = 1
+NVML_ERROR_INVALID_ARGUMENT = 2
+# What is at a link's other end: another GPU and an NVSwitch join GPUs; an IBM NPU does not.
+NVLINK_DEVICE_TYPE_GPU = 0x00
+NVLINK_DEVICE_TYPE_SWITCH = 0x02
+NO_ADDRESS = "0000:00:00.0"
 UNKNOWN = -1
 SYSFS_PCI = Path("/sys/bus/pci/devices")
 
@@ -55,19 +61,37 @@ def _numa_node(nvml: Any, handle: Any, address: str, sysfs: Path) -> int:
     return node if node >= 0 else UNKNOWN
 
 
-def _nvlink_peers(nvml: Any, handle: Any) -> list[str] | None:
-    """The PCI addresses at the other end of each active NVLink; None when NVML has no NVLink
-    for this GPU (a PCIe card)."""
+def _code(exc: BaseException) -> int | None:
+    value = getattr(exc, "value", None)
+    return value if isinstance(value, int) else None
+
+
+def _joins_gpus(nvml: Any, handle: Any, link: int) -> bool:
+    """Whether the link's other end is a GPU or an NVSwitch (drivers too old to say: assumed)."""
+    try:
+        kind = int(nvml.nvmlDeviceGetNvLinkRemoteDeviceType(handle, link))
+    except Exception:
+        return True
+    return kind in (NVLINK_DEVICE_TYPE_GPU, NVLINK_DEVICE_TYPE_SWITCH)
+
+
+def _nvlink_peers(nvml: Any, handle: Any) -> list[str]:
+    """The PCI addresses of the GPUs and NVSwitches at the other end of the GPU's active NVLinks;
+    none for a PCIe card."""
     peers: list[str] = []
-    for link in range(NVLINK_MAX_LINKS):
+    for link in range(int(getattr(nvml, "NVML_NVLINK_MAX_LINKS", NVLINK_MAX_LINKS))):
         try:
             if int(nvml.nvmlDeviceGetNvLinkState(handle, link)) != NVML_FEATURE_ENABLED:
                 continue
-            peers.append(pci_address(nvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId))
-        except Exception:
-            if link == 0:
-                return None
-            break  # past the GPU's last link
+            if not _joins_gpus(nvml, handle, link):
+                continue
+            peer = pci_address(nvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId)
+        except Exception as exc:
+            if _code(exc) == NVML_ERROR_INVALID_ARGUMENT:
+                break  # past the GPU's last link
+            continue  # this link is not supported, or not up: the next may be
+        if peer != NO_ADDRESS:
+            peers.append(peer)
     return peers
 
 

@@ -7,7 +7,7 @@ exercised without a driver.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any, Protocol
 
@@ -81,32 +81,56 @@ def gpu_slots(nvml: Nvml) -> list[SlotInfo]:
     except Exception as exc:  # NVMLError and its many subclasses; the library raises nothing else
         raise SlotDiscoveryError(f"NVML did not start (no NVIDIA driver?): {exc}") from exc
     try:
-        handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
+        count = nvml.nvmlDeviceGetCount()
+    except Exception as exc:
+        _shutdown(nvml)
+        raise SlotDiscoveryError(f"NVML failed while listing GPUs: {exc}") from exc
+    try:
+        handles, slots = [], []
+        problem: Exception | None = None
+        for index in range(count):
+            try:
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                slot = SlotInfo(
+                    id=str(index),
+                    kind=DeviceKind.CUDA,
+                    brand=_text(nvml.nvmlDeviceGetName(handle)),
+                    uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
+                    memory_bytes=int(nvml.nvmlDeviceGetMemoryInfo(handle).total),
+                    index=index,
+                )
+            except Exception as exc:
+                # A GPU that has fallen off the bus: the others still work, and are offered.
+                log.error("a GPU NVML cannot read is left out", index=index, error=str(exc))
+                problem = exc
+                continue
+            handles.append(handle)
+            slots.append(slot)
+        if count and not slots:
+            raise SlotDiscoveryError(f"NVML cannot read any of the {count} GPUs it lists: {problem}")
         try:
             topologies = read_topology(nvml, handles)
         except Exception as exc:  # where the GPUs sit only helps packing: never a reason to fail
             log.warning("GPU topology unknown", error=str(exc))
             topologies = [Topology() for _ in handles]
+        # Domains are named by position in `handles`: by device index here (a GPU may be left out).
         return [
-            SlotInfo(
-                id=str(index),
-                kind=DeviceKind.CUDA,
-                brand=_text(nvml.nvmlDeviceGetName(handle)),
-                uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
-                memory_bytes=int(nvml.nvmlDeviceGetMemoryInfo(handle).total),
-                index=index,
-                numa_node=topologies[index].numa_node,
-                nvlink_domain=topologies[index].nvlink_domain,
+            replace(
+                slot,
+                numa_node=t.numa_node,
+                nvlink_domain=slots[t.nvlink_domain].index if t.nvlink_domain >= 0 else -1,
             )
-            for index, handle in enumerate(handles)
+            for slot, t in zip(slots, topologies, strict=True)
         ]
-    except Exception as exc:
-        raise SlotDiscoveryError(f"NVML failed while listing GPUs: {exc}") from exc
     finally:
-        try:
-            nvml.nvmlShutdown()
-        except Exception:
-            pass
+        _shutdown(nvml)
+
+
+def _shutdown(nvml: Nvml) -> None:
+    try:
+        nvml.nvmlShutdown()
+    except Exception:
+        pass
 
 
 def cpu_slots(agent_id: str, count: int, brand: str | None = None) -> list[SlotInfo]:

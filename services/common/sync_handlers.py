@@ -24,6 +24,10 @@ from typing import Any
 
 import grpc
 
+from services.common.logging import get_logger
+
+log = get_logger(__name__)
+
 _END = object()
 
 
@@ -60,7 +64,7 @@ class ThreadContext:
             try:
                 callback()
             except Exception:  # a callback's failure must not keep the others from running
-                pass
+                log.exception("a callback for the end of a call failed")
 
     def is_active(self) -> bool:
         return not self._done.is_set()

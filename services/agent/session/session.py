@@ -311,6 +311,9 @@ class MasterSession:
                 except queue.Empty:
                     break
                 sent = True
+            # Taken before the slots are looked at: a container's end blamed on a GPU fault was
+            # written after the fault was recorded, so the slot report always goes out before it.
+            deliveries = self._outbox.take(stream.epoch)
             if self._slots_changed.is_set():
                 self._slots_changed.clear()
                 yield apb.AgentMessage(slot_report=apb.SlotReport(slots=self._slot_messages()))
@@ -318,7 +321,6 @@ class MasterSession:
             while self._reports:
                 yield self._reports.popleft()
                 sent = True
-            deliveries = self._outbox.take(stream.epoch)
             for delivery in deliveries:
                 yield convert.delivery_message(delivery)
             now = time.monotonic()

@@ -26,22 +26,30 @@ def topology_of(slots: Iterable[Slot]) -> Topology:
 
 def pack_slots(free: Sequence[str], count: int, topology: Topology) -> list[str]:
     """`count` of the `free` slots (lowest-numbered first), packed where the GPUs' topology is known:
-    all on one NVLink domain if some domain has that many free, else all on one NUMA node, else
-    the lowest-numbered. Of the domains (nodes) that fit, the one with the fewest free slots
-    (best fit: the bigger groups stay whole for bigger requests), the lowest-numbered on a tie."""
+    on one NVLink domain if one has that many free, and within it (or, when none has, among all)
+    on one NUMA node if one has that many free; else the lowest-numbered. Of the domains (nodes)
+    that fit, the one with the fewest free slots (best fit: the bigger groups stay whole for bigger
+    requests), the lowest-numbered on a tie."""
     if count <= 1 or not topology:
         return list(free[:count])
-    for level in (0, 1):  # NVLink domain, then NUMA node
-        groups: dict[int, list[str]] = {}
-        for slot_id in free:
-            key = topology.get(slot_id, (-1, -1))[level]
-            if key >= 0:
-                groups.setdefault(key, []).append(slot_id)
-        fitting = [g for g in groups.values() if len(g) >= count]
-        if fitting:
-            best = min(fitting, key=lambda g: (len(g), slot_order_key(g[0])))
-            return best[:count]
-    return list(free[:count])
+    domain = _best_group(free, count, 0, topology)
+    among = domain if domain is not None else list(free)
+    node = _best_group(among, count, 1, topology)
+    return (node if node is not None else among)[:count]
+
+
+def _best_group(slots: Sequence[str], count: int, level: int, topology: Topology) -> list[str] | None:
+    """The smallest group of `slots` sharing a known NVLink domain (level 0) or NUMA node (level 1)
+    with room for `count`; None when none has."""
+    groups: dict[int, list[str]] = {}
+    for slot_id in slots:
+        key = topology.get(slot_id, (-1, -1))[level]
+        if key >= 0:
+            groups.setdefault(key, []).append(slot_id)
+    fitting = [g for g in groups.values() if len(g) >= count]
+    if not fitting:
+        return None
+    return min(fitting, key=lambda g: (len(g), slot_order_key(g[0])))
 
 
 def slot_order_key(slot_id: str) -> tuple[int, int, str]:

@@ -17,7 +17,7 @@ from cairn.agent.v1 import agent_pb2 as apb
 from services.agent.containers.container import blame_device
 from services.agent.containers.record import ContainerRecord
 from services.agent.containers.states import FailureType
-from services.agent.gpu_health import ECC_READ_EVERY_S, SETTLE_LIMIT_S, GpuHealth, SlotFault
+from services.agent.gpu_health import MEMORY_READ_EVERY_S, SETTLE_LIMIT_S, GpuHealth, SlotFault
 from services.agent.gpu_topology import pci_address, read_topology
 from services.agent.session import convert
 from services.agent.slots import DeviceKind, SlotInfo, cpu_slots
@@ -42,7 +42,11 @@ class FakeNvml:
         self.events: deque[pynvml.c_nvmlEventData_t | Exception] = deque()
         self.registered: dict[str, int] = {}
         self.ecc: dict[str, int] = dict.fromkeys(uuids, 0)
+        # (corrected, uncorrected, pending, failure) rows per GPU; absent: no row remapper.
+        self.remapped: dict[str, tuple[int, int, int, int]] = {}
         self.supported = pynvml.nvmlEventTypeAll
+        self.unopenable: set[str] = set()  # NVML cannot open them
+        self.gone: set[str] = set()  # fell off the bus: NVML cannot reach them
 
     def _uuid(self, handle: Any) -> str:
         address = ctypes.addressof(handle.contents)
@@ -52,10 +56,21 @@ class FakeNvml:
         pass
 
     def nvmlDeviceGetHandleByUUID(self, uuid: str) -> Any:
+        if uuid in self.unopenable:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
         return self.devices[uuid]
 
     def nvmlDeviceGetUUID(self, handle: Any) -> str:
-        return self._uuid(handle)
+        uuid = self._uuid(handle)
+        if uuid in self.gone:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
+        return uuid
+
+    def nvmlDeviceGetRemappedRows(self, handle: Any) -> tuple[int, int, int, int]:
+        uuid = self._uuid(handle)
+        if uuid not in self.remapped:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return self.remapped[uuid]
 
     def nvmlEventSetCreate(self) -> Any:
         return pynvml.c_nvmlEventSet_t()
@@ -130,26 +145,95 @@ def test_a_critical_xid_marks_its_gpu_and_application_xids_do_not() -> None:
     assert health.faults()["0"].reason == "double-bit ECC error on GPU instance 3"
 
 
-def test_ecc_counts_that_grow_mark_the_gpu_and_a_lost_gpu_marks_every_one_once() -> None:
+def test_memory_counters_mark_the_gpu_from_the_start_and_as_they_grow() -> None:
     nvml, clock = FakeNvml(UUIDS), Clock()
-    nvml.ecc[UUIDS[0]] = 4  # errors from before the agent started are not this run's business
+    nvml.ecc[UUIDS[0]] = 4  # uncorrected errors since the GPU's last reset, before the agent started
+    nvml.remapped[UUIDS[1]] = (0, 0, 0, 0)
     health, told = watcher(nvml, clock)
-    health.poll_once()
-    assert told == []
+    assert told == ["0"]
+    assert health.faults()["0"].reason == "uncorrected ECC errors since the GPU's last reset: 4"
     nvml.ecc[UUIDS[0]] = 6
-    clock.now += ECC_READ_EVERY_S / 2
+    clock.now += MEMORY_READ_EVERY_S / 2
     health.poll_once()
-    assert told == []  # read only every ECC_READ_EVERY_S
-    clock.now += ECC_READ_EVERY_S
+    assert told == ["0"]  # read only every MEMORY_READ_EVERY_S
+    clock.now += MEMORY_READ_EVERY_S
     health.poll_once()
-    assert told == ["0"] and health.faults()["0"].reason == "uncorrected ECC errors: 2 more (6 in all)"
+    assert told == ["0", "0"]
+    assert health.faults()["0"].reason == "uncorrected ECC errors: 2 more (6 since the last reset)"
+    # The GPU was reset (its count starts again): the next error is seen, not hidden by the old count.
+    nvml.ecc[UUIDS[0]] = 0
+    clock.now += MEMORY_READ_EVERY_S
+    health.poll_once()
+    nvml.ecc[UUIDS[0]] = 1
+    nvml.remapped[UUIDS[1]] = (0, 1, 1, 0)
+    clock.now += MEMORY_READ_EVERY_S
+    health.poll_once()
+    assert told == ["0", "0", "0", "1"]
+    assert health.faults()["1"].reason == "row remapping pending: the GPU needs a reset"
 
-    nvml.events.extend([pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)] * 2)
+
+def test_a_lost_or_unreachable_gpu_is_marked_once_and_an_unnamed_xid_marks_every_gpu() -> None:
+    nvml, clock = FakeNvml(UUIDS), Clock()
+    health, told = watcher(nvml, clock)
     health._stop.set()  # the watcher's pause after an error returns at once
+    # NVML's unknown error after a GPU fell off the bus: the GPU that no longer answers, once.
+    nvml.gone.add(UUIDS[1])
+    nvml.events.extend([pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)] * 2)
     health.poll_once()
     health.poll_once()
-    assert told == ["0", "0", "1"]
-    assert {f.reason for f in health.faults().values()} == {"NVML reports a GPU lost: GPU is lost"}
+    assert told == ["1"] and health.faults()["1"].reason == "NVML cannot reach the GPU: GPU is lost"
+    # An Xid for it is still its own: the event's handle names the GPU without asking it.
+    nvml.post(UUIDS[1], pynvml.nvmlEventTypeXidCriticalError, 79)
+    health.poll_once()
+    assert told == ["1", "1"] and health.faults()["1"].reason == XID_79
+    # An Xid on a handle NVML made anew, for a device that does not answer: every GPU is suspect.
+    stray = pynvml.c_nvmlEventData_t()
+    stray.device = ctypes.pointer(pynvml.struct_c_nvmlDevice_t())
+    stray.eventType, stray.eventData, stray.gpuInstanceId = (
+        pynvml.nvmlEventTypeXidCriticalError,
+        79,
+        0xFFFFFFFF,
+    )
+    nvml.devices["GPU-unknown"] = stray.device
+    nvml.gone.add("GPU-unknown")
+    nvml.events.append(stray)
+    health.poll_once()
+    assert (
+        sorted(told[2:]) == ["0", "1"]
+        and health.faults()["0"].reason == f"{XID_79} on a GPU NVML cannot name"
+    )
+    # NVML says a GPU is lost but every GPU answers: all of them, once.
+    nvml.gone.clear()
+    fresh, told_fresh = watcher(nvml, clock)
+    fresh._stop.set()
+    nvml.events.extend([pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)] * 2)
+    fresh.poll_once()
+    fresh.poll_once()
+    assert sorted(told_fresh) == ["0", "1"]
+    assert {f.reason for f in fresh.faults().values()} == {"NVML reports a GPU lost: GPU is lost"}
+
+
+def test_a_gpu_that_cannot_be_opened_or_watched_is_at_fault_and_the_others_are_watched() -> None:
+    nvml, clock = FakeNvml(UUIDS), Clock()
+    nvml.unopenable.add(UUIDS[0])
+    health, told = watcher(nvml, clock)
+    assert told == ["0"] and health.faults()["0"].reason == "NVML cannot open the GPU: GPU is lost"
+    assert list(nvml.registered) == [UUIDS[1]]
+
+    class NoRegistration(FakeNvml):
+        def nvmlDeviceRegisterEvents(self, handle: Any, types: int, event_set: Any) -> None:
+            if self._uuid(handle) == UUIDS[1]:
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
+            super().nvmlDeviceRegisterEvents(handle, types, event_set)
+
+    unwatched, told_unwatched = watcher(NoRegistration(UUIDS), clock)
+    assert told_unwatched == ["1"]
+    assert unwatched.faults()["1"].reason.startswith("NVML cannot watch the GPU's health events:")
+    # A GPU that posts no events at all (NOT_SUPPORTED) is no fault: its counters are still read.
+    quiet = FakeNvml(UUIDS)
+    quiet.supported = 0
+    _, told_quiet = watcher(quiet, clock)
+    assert told_quiet == []
 
 
 def test_nothing_is_watched_without_gpus_or_nvml_and_the_reason_is_kept() -> None:
@@ -192,6 +276,8 @@ def test_a_failed_containers_end_waits_for_the_watcher_then_blames_the_device() 
     assert blame_device(other, ended, *failed, health) == failed
     later = ContainerRecord("c3", "a1", ["1"], created_at=ended + 1)
     clock.now = ended + 3
+    health.poll_once()  # every event seen; the memory counters were read before this end, though
+    assert blame_device(later, ended + 2, *failed, health) is None  # ...so a read is asked for now
     health.poll_once()
     assert blame_device(later, ended + 2, *failed, health) == failed
     killed = (FailureType.KILLED, "killed on the master's request")
@@ -268,3 +354,30 @@ def test_gpus_without_nvlink_are_domains_of_their_own_and_an_unknown_node_stays_
 
     found = read_topology(PcieOnly(False), [0, 1], sysfs=tmp_path)  # sysfs has no entry either
     assert [(t.numa_node, t.nvlink_domain) for t in found] == [(-1, 0), (-1, 1)]
+
+
+NOWHERE = "00000000:00:00.0"
+
+
+def test_only_links_to_gpus_and_switches_join_gpus(tmp_path: Path) -> None:
+    class WithNpu(TopologyNvml):
+        """GPUs 0 and 2 each also reach one IBM NPU, GPUs 1 and 3 an unconnected (all-zero) address."""
+
+        NPU = "00000000:E0:00.0"
+
+        def _links(self, handle: int) -> list[str]:
+            extra = {0: [self.NPU], 1: [NOWHERE], 2: [self.NPU], 3: [NOWHERE]}[handle]
+            return super()._links(handle) + extra
+
+        def nvmlDeviceGetNvLinkRemoteDeviceType(self, handle: int, link: int) -> int:
+            peer = self._links(handle)[link]
+            if peer == self.NPU:
+                return pynvml.NVML_NVLINK_DEVICE_TYPE_IBMNPU
+            return (
+                pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH
+                if peer == self.SWITCH
+                else pynvml.NVML_NVLINK_DEVICE_TYPE_GPU
+            )
+
+    found = read_topology(WithNpu(True), [0, 1, 2, 3], sysfs=tmp_path)
+    assert [t.nvlink_domain for t in found] == [0, 0, 2, 2]

@@ -42,7 +42,7 @@ class FakeNvml:
         return self.count
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> Any:
-        if self.fail_on == "handle":
+        if self.fail_on in ("handle", f"handle-{index}"):
             raise NVMLError("GPU is lost")
         return f"handle-{index}"
 
@@ -92,6 +92,11 @@ def test_gpu_slot_type_fails_clearly_without_gpus() -> None:
     with pytest.raises(SlotDiscoveryError, match="GPU is lost"):
         discover_slots("agent-a", SlotType.GPU, None, nvml=nvml)
     assert nvml.shut_down
+
+
+def test_a_gpu_nvml_cannot_read_is_left_out_and_the_others_are_offered() -> None:
+    slots = discover_slots("agent-a", SlotType.GPU, None, nvml=FakeNvml(fail_on="handle-0"))
+    assert [(s.id, s.uuid, s.index) for s in slots] == [("1", "GPU-handle-1", 1)]
 
 
 def test_a_missing_nvml_library_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -113,10 +113,23 @@ def test_slot_rows_one_per_slot_with_allocation() -> None:
         slot.device.brand = "NVIDIA H100"
     agent.slots["2"].container.parent = "alloc-9"
     agent.slots["2"].container.id = "ctr-1"
+    agent.slots["10"].enabled = False
+    agent.slots["10"].unhealthy = "Xid 79 (GPU has fallen off the bus)"
     rows = slot_rows(agent)
     assert [row[2] for row in rows] == ["2", "10"]  # numeric order
-    assert rows[0] == ["agent-1", "default", "2", "CUDA", "NVIDIA H100", "yes", "no", "alloc-9", "ctr-1"]
-    assert rows[1][7:] == ["", ""]
+    assert rows[0] == [
+        "agent-1",
+        "default",
+        "2",
+        "CUDA",
+        "NVIDIA H100",
+        "yes",
+        "no",
+        "ok",
+        "alloc-9",
+        "ctr-1",
+    ]
+    assert rows[1][5:] == ["no", "no", "unhealthy: Xid 79 (GPU has fallen off the bus)", "", ""]
     assert agent_row(agent)[3] == "2"
 
 

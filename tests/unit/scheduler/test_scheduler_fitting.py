@@ -85,6 +85,10 @@ def gpu_agent(agent_id: str, nvlink: list[int], numa: list[int], used: dict[str,
         pytest.param([0, 0, 2, 2], [0, 0, 1, 1], ("2", "3"), id="one-nvlink-domain"),
         # An NVSwitch domain of three free and a pair of two free: best fit takes the pair.
         pytest.param([0, 0, 0, 0, 4, 4], [0] * 6, ("4", "5"), id="the-smallest-domain-that-fits"),
+        # One NVSwitch domain of eight across two sockets: four on one socket, not 1-4 across both.
+        pytest.param(
+            [0] * 8, [0, 0, 0, 0, 1, 1, 1, 1], ("4", "5", "6", "7"), id="one-node-within-the-domain"
+        ),
         # No NVLink (each GPU its own domain): one NUMA node (the sockets interleave the slots).
         pytest.param([0, 1, 2, 3], [0, 1, 0, 1], ("1", "3"), id="one-numa-node"),
         # Nothing known: the lowest-numbered free slots, as before.
@@ -97,7 +101,7 @@ def test_multi_gpu_work_is_packed_by_topology(
     nvlink: list[int], numa: list[int], expected: tuple[str, ...]
 ) -> None:
     a1 = gpu_agent("a1", nvlink, numa, used={"0": "busy"})
-    state = cluster([a1], [running("busy", {"a1": ["0"]}), pending("new", 2)])
+    state = cluster([a1], [running("busy", {"a1": ["0"]}), pending("new", len(expected))])
     assert started(schedule(state))["new"] == {"a1": expected}
 
 

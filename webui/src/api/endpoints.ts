@@ -250,8 +250,12 @@ export const getTask = (taskId: string, signal?: AbortSignal) =>
   get<{ task: TaskDetail }>(`/api/v1/tasks/${encodeURIComponent(taskId)}`, undefined, signal);
 
 /** What a task's containers cost the machine, as series (the agents sample every 10 s by default). */
-export const getTaskSystemMetrics = (taskId: string, signal?: AbortSignal) =>
-  get<GetTaskSystemMetricsResponse>(`/api/v1/tasks/${encodeURIComponent(taskId)}/system-metrics`, undefined, signal);
+export const getTaskSystemMetrics = (taskId: string, afterId: string, signal?: AbortSignal) =>
+  get<GetTaskSystemMetricsResponse>(
+    `/api/v1/tasks/${encodeURIComponent(taskId)}/system-metrics`,
+    afterId !== "0" ? { afterId } : undefined,
+    signal,
+  );
 
 export function killTask(kind: TaskKind, taskId: string): Promise<object> {
   const id = encodeURIComponent(taskId);

@@ -540,4 +540,6 @@ export interface SystemMetricSeries {
 export interface GetTaskSystemMetricsResponse {
   series?: SystemMetricSeries[];
   notes?: string[];
+  /** The last reading's id in the answer (int64, a string in JSON): the next poll's afterId. */
+  lastId?: string;
 }

@@ -1,8 +1,10 @@
 // What a task's containers cost the machine, as its agents sampled them: one chart per metric
 // (CPU, memory, disk, network, and each GPU's utilisation, memory and power), a line per agent
-// (and GPU), time since the task's first sample on the x axis. Refreshed while the task runs.
+// (and GPU), time since the task's first sample on the x axis. Refreshed while the task runs: each
+// poll asks only for what was stored after the last reading it has (`afterId`), so a day-long
+// task's page does not read its whole day every few seconds.
 
-import { useMemo } from "preact/hooks";
+import { useMemo, useRef } from "preact/hooks";
 import { getTaskSystemMetrics } from "../api/endpoints";
 import type { SystemMetricSeries } from "../api/types";
 import { XYChart, type XYSeries } from "../charts/XYChart";
@@ -66,11 +68,43 @@ function charts(all: SystemMetricSeries[]): { unit: string; shown: [string, XYSe
   return { unit, shown: [...byName.entries()].sort(([a], [b]) => rank(a) - rank(b) || a.localeCompare(b)) };
 }
 
+// The most readings a series keeps in the page (the server's own cap: a day at 10 s).
+const MAX_READINGS = 8640;
+
+interface Gathered {
+  taskId: string;
+  lastId: string;
+  byKey: Map<string, SystemMetricSeries>;
+}
+
+/** Adds a page of readings to what the chart already has, each series capped at MAX_READINGS. */
+function gather(into: Gathered, page: SystemMetricSeries[]): void {
+  for (const s of page) {
+    const key = `${s.name}/${s.agentId}/${s.gpuUuid ?? ""}`;
+    const had = into.byKey.get(key);
+    const timestamps = [...(had?.timestamps ?? []), ...(s.timestamps ?? [])];
+    const values = [...(had?.values ?? []), ...(s.values ?? [])];
+    const drop = Math.max(0, timestamps.length - MAX_READINGS);
+    into.byKey.set(key, { ...s, timestamps: timestamps.slice(drop), values: values.slice(drop) });
+  }
+}
+
 export function SystemMetrics(props: { taskId: string; live: boolean }) {
-  const { data, error } = usePoll((signal) => getTaskSystemMetrics(props.taskId, signal), props.live ? POLL_MS : 0, [
-    props.taskId,
-    props.live,
-  ]);
+  const gathered = useRef<Gathered | null>(null);
+  const load = async (signal: AbortSignal) => {
+    if (gathered.current?.taskId !== props.taskId) {
+      gathered.current = { taskId: props.taskId, lastId: "0", byKey: new Map() };
+    }
+    const mine = gathered.current;
+    const page = await getTaskSystemMetrics(props.taskId, mine.lastId, signal);
+    // An answer to a poll that was called off must not be added twice: the next poll asks again.
+    if (!signal.aborted && gathered.current === mine) {
+      gather(mine, page.series ?? []);
+      mine.lastId = page.lastId ?? mine.lastId;
+    }
+    return { series: [...mine.byKey.values()], notes: page.notes };
+  };
+  const { data, error } = usePoll(load, props.live ? POLL_MS : 0, [props.taskId, props.live]);
   const { unit, shown } = useMemo(() => charts(data?.series ?? []), [data]);
   return (
     <div class="system-metrics" data-task-id={props.taskId}>

@@ -44,6 +44,7 @@ SLOT_COLUMNS = (
     "Brand",
     "Enabled",
     "Draining",
+    "Health",
     "Allocation",
     "Container",
 )
@@ -107,6 +108,8 @@ def slot_rows(agent: agent_pb2.Agent) -> list[list[str]]:
                 device.brand,
                 bool_text(slot.enabled),
                 bool_text(slot.draining),
+                # Why the slot is out of service after its device failed, until an admin enables it.
+                f"unhealthy: {slot.unhealthy}" if slot.unhealthy else "ok",
                 container.parent if container else "",
                 container.id if container else "",
             ]

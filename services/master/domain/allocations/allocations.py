@@ -48,7 +48,8 @@ class Outcome(StrEnum):
 
 # Failure types (as stored) that are the infrastructure's fault, not the code's: an agent lost, a
 # start aborted, a GPU that failed under the code (its agent saw a critical Xid or ECC error).
-TRANSIENT_FAILURES = frozenset({"agent_failed", "aborted", "device_failed"})
+DEVICE_FAILED = "device_failed"
+TRANSIENT_FAILURES = frozenset({"agent_failed", "aborted", DEVICE_FAILED})
 
 
 # An infrastructure failure is retried without counting against max_restarts. But an agent that

@@ -12,7 +12,7 @@ from sqlalchemy import select
 
 from cairn.agent.v1 import agent_pb2 as apb
 from services.common.logging import get_logger
-from services.master.domain.allocations.allocations import containers_of, finish, transition
+from services.master.domain.allocations.allocations import DEVICE_FAILED, containers_of, finish, transition
 from services.master.domain.allocations.stops import send_kills
 from services.master.domain.kernel.context import MasterContext, Work
 from services.master.domain.kernel.states import AllocationState as A
@@ -38,7 +38,7 @@ FAILURE_NAMES = {
     apb.FAILURE_TYPE_TASK_ERROR: "task_error",
     apb.FAILURE_TYPE_AGENT_FAILED: "agent_failed",
     apb.FAILURE_TYPE_KILLED: "killed",
-    apb.FAILURE_TYPE_DEVICE_FAILED: "device_failed",
+    apb.FAILURE_TYPE_DEVICE_FAILED: DEVICE_FAILED,
 }
 
 
@@ -168,7 +168,9 @@ def container_terminated(
     # The allocation's exit is that of its first container to end badly, else rank 0's.
     if alloc.exit_code is None or (failed and alloc.exit_code == 0):
         alloc.exit_code = exit_code
-    if failure and alloc.failure_type in ("", "killed"):
+    # A device's failure is the cause whatever else the allocation's containers reported: a
+    # rank's NCCL error often comes before the end of the rank whose GPU failed.
+    if failure and (alloc.failure_type in ("", "killed") or failure == DEVICE_FAILED):
         alloc.failure_type = failure
     # The allocation's containers were all stored when it started, so the read needs no flush of
     # what changed above to find them (it finds them by allocation, which never changes; the

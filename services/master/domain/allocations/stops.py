@@ -9,7 +9,13 @@ from datetime import timedelta
 
 from cairn.agent.v1 import agent_pb2 as apb
 from services.common.logging import get_logger
-from services.master.domain.allocations.allocations import containers_of, end_unplaced, publish, transition
+from services.master.domain.allocations.allocations import (
+    DEVICE_FAILED,
+    containers_of,
+    end_unplaced,
+    publish,
+    transition,
+)
 from services.master.domain.config import config_view
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.context import MasterContext, Work
@@ -69,6 +75,25 @@ def request_kill(
     send_kills(ctx, w, alloc, grace_seconds, reason)
     if first:
         log.info("allocation kill requested", allocation_id=alloc.id, reason=reason, grace=grace_seconds)
+
+
+def stop_for_device(ctx: MasterContext, w: Work, alloc: models.Allocation, reason: str) -> None:
+    """A device the allocation runs on failed (its agent reported a GPU fault): its containers are
+    stopped and its end is the machine's (`device_failed`, a transient failure: the task runs again
+    elsewhere, not counted against max_restarts), whatever its containers' exits say. Not a kill:
+    a kill is what the user asked for, and ends a task that is not a trial for good. A kill already
+    asked for stands (it is not counted either)."""
+    if alloc.state == A.TERMINATED or alloc.kill_requested:
+        return
+    if alloc.state == A.PENDING:
+        end_unplaced(ctx, w, alloc, reason)
+        return
+    alloc.failure_type = DEVICE_FAILED
+    alloc.exit_reason = reason
+    if not transition(ctx, w, alloc, A.TERMINATING, f"device failed: {reason}"):
+        publish(ctx, w, alloc)
+    send_kills(ctx, w, alloc, ctx.settings.kill_grace_s, reason)
+    log.warning("allocation stopped: a device it runs on failed", allocation_id=alloc.id, reason=reason)
 
 
 def send_kills(

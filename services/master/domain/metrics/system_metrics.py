@@ -23,8 +23,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 import orjson
-from sqlalchemy import delete, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.orm import Session, aliased
 
 from cairn.agent.v1 import agent_pb2 as apb
 from services.common.logging import get_logger
@@ -303,14 +303,20 @@ def series_of(
     )
     if since is not None:
         query = query.where(Row.at > since)
-    rows = list(s.scalars(query.order_by(Row.at, Row.id)))
     if limit > 0:
-        by_container: dict[str, list[models.TaskSystemMetric]] = {}
-        for row in rows:
-            by_container.setdefault(row.container_id, []).append(row)
-        rows = sorted(
-            (r for kept in by_container.values() for r in kept[-limit:]), key=lambda r: (r.at, r.id)
+        # The latest `limit` of each container, chosen by the database: a day-long task's page
+        # reads what it shows, not every row it has.
+        rank = (
+            func.row_number()
+            .over(partition_by=Row.container_id, order_by=(Row.at.desc(), Row.id.desc()))
+            .label("rank")
         )
+        ranked = query.add_columns(rank).subquery()
+        latest = aliased(Row, ranked)
+        query = select(latest).where(ranked.c.rank <= limit).order_by(latest.at, latest.id)
+        rows = list(s.scalars(query))
+    else:
+        rows = list(s.scalars(query.order_by(Row.at, Row.id)))
     return to_series(rows), max((r.id for r in rows), default=after_id)
 
 

@@ -127,6 +127,12 @@ def _sync_slots(ctx: MasterContext, w: Work, hello: apb.Hello) -> None:
                 agent_id=hello.agent_id, slot_id=reported.id, enabled=True, draining=False, unhealthy=""
             )
             w.session.add(slot)
+        if slot.unhealthy and slot.uuid and reported.uuid != slot.uuid:
+            # Slots are named by device index, which shifts when a GPU is gone: the fault was the
+            # old device's. The slot stays out until an admin has seen what sits there now.
+            slot.unhealthy = f"the device changed (was {slot.uuid}, unhealthy: {slot.unhealthy})"[
+                :MAX_FAULT_REASON
+            ]
         slot.device_type = DEVICE_TYPE_NAMES.get(reported.type, "cpu")
         slot.brand = reported.brand
         slot.uuid = reported.uuid
@@ -150,33 +156,40 @@ def update_slots(ctx: MasterContext, agent_id: str, report: apb.SlotReport) -> N
 # -- slot health ---------------------------------------------------------------------------------
 # An agent reports a device fault with its slots (a GPU's critical Xid or uncorrected ECC error,
 # services/agent/gpu_health.py). The slot goes out of service (disabled, with the reason) and what
-# runs on it is stopped as the machine's failure: a kill the master asked for, which restarts a
-# trial elsewhere without counting against its max_restarts (allocations.classify). It stays out
-# until an admin enables it (`det slot enable`). Each fault is acted on once, by its time: the
-# agent reports its latest fault again in every Hello, and an admin's enable must not be undone
-# by a reconnect.
+# runs on it is stopped as the machine's failure (stops.stop_for_device): a trial or task runs
+# again elsewhere without counting against its max_restarts. It stays out until an admin enables
+# it (`det slot enable`). Each fault is acted on once, by its time: the agent reports its latest
+# fault again in every Hello, and an admin's enable must not be undone by a reconnect.
 MAX_FAULT_REASON = 500
 
 
 def note_fault(ctx: MasterContext, w: Work, slot: models.AgentSlot, reason: str, at: datetime) -> bool:
-    """Act on a fault the slot's agent reported, unless it was acted on before. True when acted on."""
-    if slot.fault_at is not None and slot.fault_at >= at:
+    """Act on a fault the slot's agent reported, unless it was acted on before. True when acted on.
+
+    The agent only ever reports a slot's latest fault, so a fault is new when its time differs
+    from the one acted on (not only when it is later: a host can come back from a crash with its
+    clock behind)."""
+    if slot.fault_at is not None and slot.fault_at == at:
         return False
-    reason = (reason or "device fault")[:MAX_FAULT_REASON]
     slot.fault_at = at
+    take_out_of_service(ctx, w, slot, (reason or "device fault")[:MAX_FAULT_REASON])
+    return True
+
+
+def take_out_of_service(ctx: MasterContext, w: Work, slot: models.AgentSlot, reason: str) -> None:
+    """The slot is unhealthy (`reason`): it takes no new work until an admin enables it, and what
+    runs on it stops as the machine's failure."""
     slot.unhealthy = reason
     slot.enabled = False
     slot.draining = False
     why = f"slot {slot.slot_id} of agent {slot.agent_id} is unhealthy: {reason}"
     for container in live_containers_on(w, slot.agent_id):
         if slot.slot_id in (container.slot_ids or []):
-            alloc = w.session.get_one(models.Allocation, container.allocation_id)
-            stops.request_kill(ctx, w, alloc, grace_seconds=ctx.settings.kill_grace_s, reason=why)
+            stops.stop_for_device(ctx, w, w.session.get_one(models.Allocation, container.allocation_id), why)
     w.later(ctx.scheduler_wakeup.set)
     log.error(
         "slot out of service: its device failed", agent_id=slot.agent_id, slot_id=slot.slot_id, reason=reason
     )
-    return True
 
 
 def mark_disconnected(ctx: MasterContext, agent_id: str) -> None:

@@ -108,13 +108,18 @@ class SystemMetricsApi(TrialsApi):
     ) -> task_pb2.GetTaskSystemMetricsResponse:
         if request.limit < 0:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "limit: must be 0 or more")
+        if request.after_id < 0:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "after_id: must be 0 or more")
         limit = min(request.limit or MAX_SYSTEM_METRIC_READINGS, MAX_SYSTEM_METRIC_READINGS)
         since = request.since.ToDatetime(UTC) if request.HasField("since") else None
         with self.ctx.db.read() as s:
             task = task_reads.task(s, request.task_id)
             access.check_task_readable(s, self.caller(context), task)
-            found, _ = system_metrics.series_of(s, task_id=task.id, since=since, limit=limit)
+            found, last_id = system_metrics.series_of(
+                s, task_id=task.id, since=since, after_id=request.after_id, limit=limit
+            )
         return task_pb2.GetTaskSystemMetricsResponse(
+            last_id=last_id,
             series=[
                 task_pb2.SystemMetricSeries(
                     name=x.name,

@@ -68,8 +68,15 @@ def test_a_faulted_slot_stops_its_work_without_counting_and_waits_for_an_admin(m
     assert (faulted.unhealthy, faulted.enabled) == (XID_79, False)
     assert faulted.fault_at == datetime.fromtimestamp(1_800_000_000, UTC)
     assert (faulted.numa_node, faulted.nvlink_domain) == (int(used), 0)
-    killed = master.live(trial.id)
-    assert killed.kill_requested and killed.exit_reason == f"slot {used} of agent g1 is unhealthy: {XID_79}"
+    # Stopped as the machine's failure, not killed (a kill is the user's, and ends a task for good).
+    stopped = master.live(trial.id)
+    assert (stopped.state, stopped.kill_requested, stopped.failure_type) == (
+        "TERMINATING",
+        False,
+        "device_failed",
+    )
+    assert stopped.exit_reason == f"slot {used} of agent g1 is unhealthy: {XID_79}"
+    assert master.hub.commands("kill")[-1][1].container_id == container
     with master.db.read() as s:
         assert cluster_counts(s).slots_unhealthy == 1
 
@@ -109,6 +116,38 @@ def test_a_container_its_agent_blames_on_the_gpu_does_not_count(master: Master) 
     ended = [a for a in master.allocations(trial.id) if a.state == "TERMINATED"]
     assert [a.failure_type for a in ended] == ["device_failed"]
     master.live(trial.id)  # placed again
+
+
+def test_a_rank_that_failed_first_does_not_make_its_gpus_failure_count(master: Master) -> None:
+    register(master, "g1")
+    register(master, "g2")
+    experiment_id = master.create(resources={"slots_per_trial": 4}, max_restarts=0)
+    (trial,) = master.trials(experiment_id)
+    rank0, rank1 = master.run_containers(master.live(trial.id).id)
+    # Rank 1's NCCL call fails as rank 0's GPU goes; rank 0's end says why, a moment later.
+    master.exit(rank1, 1)
+    master.container_state(
+        rank0, apb.CONTAINER_STATE_TERMINATED, exit_code=1, failure=apb.FAILURE_TYPE_DEVICE_FAILED
+    )
+    (trial,) = master.trials(experiment_id)
+    assert (trial.state, trial.restarts) == ("ACTIVE", 0)
+    (ended,) = [a for a in master.allocations(trial.id) if a.state == "TERMINATED"]
+    assert ended.failure_type == "device_failed"
+
+
+def test_a_fault_is_acted_on_by_its_time_and_a_changed_device_stays_out(master: Master) -> None:
+    register(master, "g1", (XID_79, 1_800_000_000))
+    agents.set_slot_enabled(master.ctx, "g1", "0", True)
+    # The host came back from its crash with its clock behind: a new fault all the same.
+    register(master, "g1", (XID_79, 1_700_000_000))
+    assert slot(master, "g1", "0").unhealthy == XID_79
+    # The agent restarted without the faulty GPU: slot 0 is now the device that was slot 1.
+    hello = apb.Hello(agent_id="g1", resource_pool="default", hostname="g1", slots=gpu_slots("g1")[1:])
+    hello.slots[0].id, hello.slots[0].index = "0", 0
+    agents.register(master.ctx, hello)
+    changed = slot(master, "g1", "0")
+    assert changed.unhealthy == f"the device changed (was GPU-g1-0, unhealthy: {XID_79})"
+    assert (changed.enabled, changed.uuid) == (False, "GPU-g1-1")
 
 
 def test_an_overlong_reason_is_cut_and_a_slot_without_topology_is_unknown(master: Master) -> None:

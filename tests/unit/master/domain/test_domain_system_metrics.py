@@ -78,6 +78,16 @@ def test_samples_are_stored_and_read_as_series(master_on_each_database: Master) 
     assert [(x.name, x.values) for x in by_task] == [(x.name, x.values) for x in series]
     assert {x.name: x.values for x in latest}["container_cpu_util"] == [75.0]
 
+    # A live chart's next poll: what was stored after the last row it read, a late reading of an
+    # earlier time included; nothing new, nothing read, and its place kept.
+    late = _sample(container, now - timedelta(seconds=5), cpu=40.0)
+    assert store.store("a1", apb.SystemMetrics(samples=[late])).stored == 1
+    with master.db.read() as s:
+        newer, after = system_metrics.series_of(s, trial_id=trial_id, after_id=last, limit=100)
+        none, same = system_metrics.series_of(s, trial_id=trial_id, after_id=after)
+    assert {x.name: x.values for x in newer}["container_cpu_util"] == [40.0] and after > last
+    assert (none, same) == ([], after)
+
 
 @pytest.mark.parametrize(
     ("change", "field"),
