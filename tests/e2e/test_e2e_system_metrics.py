@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+import requests
 
 from cairn.api.v1 import task_pb2
 from tests.e2e.determined_client import det_runner, determined_env, sdk_runner
@@ -140,6 +141,19 @@ def test_a_commands_series_stop_when_it_ends(cluster: TestCluster, tmp_path: Pat
         api.GetTaskSystemMetrics(
             task_pb2.GetTaskSystemMetricsRequest(task_id=command["id"], limit=-1), timeout=30
         )
+    # A live chart's next poll over REST (as the WebUI makes it): only what is new, and its place.
+    assert cluster.record is not None and cluster.record.master_http_url
+    base = cluster.record.master_http_url.rstrip("/")
+    token = requests.post(
+        f"{base}/api/v1/auth/login", json={"username": "determined", "password": ""}, timeout=30
+    ).json()["token"]
+    url = f"{base}/api/v1/tasks/{command['id']}/system-metrics"
+    headers = {"Authorization": f"Bearer {token}"}
+    page = requests.get(url, params={"afterId": str(reply.last_id)}, headers=headers, timeout=30)
+    assert page.status_code == 200 and reply.last_id > 0
+    assert (page.json()["series"], page.json()["lastId"]) == ([], str(reply.last_id))
+    refused = requests.get(url, params={"afterId": "-1"}, headers=headers, timeout=30)
+    assert refused.status_code == 400 and "after_id" in refused.text
 
 
 @pytest.fixture
