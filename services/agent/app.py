@@ -286,6 +286,7 @@ class Agent:
         collector = SystemMetricsCollector(
             interval_s=interval, targets=targets, send=session.send_report, gpus=GpuReadings(slots)
         )
+        manager.on_running = collector.wake
         collector.start()
         return collector
 

@@ -24,7 +24,7 @@ import shutil
 import signal
 import threading
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 
 from services.agent.containers.container import Container, DeviceWatch, blame_device, classify_exit
@@ -95,6 +95,8 @@ class ContainerManager:
         self.activity = threading.Event()
         # Notified after every tick: starts handed over early wait on it for their predecessors.
         self._ticked = threading.Condition(self._lock)
+        # Called when a container starts running (the system-metrics collector reads it at once).
+        self.on_running: Callable[[], None] | None = None
 
     # -- boot ------------------------------------------------------------------------------------
     def restore(self) -> None:
@@ -575,6 +577,8 @@ class ContainerManager:
                 if child is not None:
                     c.record.command_pgid = int(child["pgid"])
                 self._save(c)
+                if self.on_running is not None:
+                    self.on_running()
         if items:
             c.record.last_seq = max(c.record.last_seq, c.tailer.last_seq)
             self._outbox.add(c.id, items)

@@ -2,10 +2,13 @@
 readings of its processes (proc.py) as rates, with its GPUs' state (gpus.py), sent to the master
 as one SystemMetrics batch.
 
-A container's first reading only starts its counters: its first sample comes one interval later.
-Samples are not kept for a master that is away (a gap in the series, as in any scraper); a batch
-holds at most MAX_SAMPLES_PER_BATCH containers' samples (the master refuses larger ones).
-With the interval at 0 no collector exists at all: a disabled collector costs nothing.
+A container's first reading only starts its counters. That reading is taken as soon as the
+container runs (the manager wakes the collector: `wake`), and its first sample FIRST_SAMPLE_AFTER_S
+later, so a new task's page shows figures within seconds, not one or two intervals later; from
+then on it is sampled with the others, every interval. Samples are not kept for a master that is
+away (a gap in the series, as in any scraper); a batch holds at most MAX_SAMPLES_PER_BATCH
+containers' samples (the master refuses larger ones). With the interval at 0 no collector exists
+at all: a disabled collector costs nothing.
 """
 
 from __future__ import annotations
@@ -38,6 +41,9 @@ MIN_INTERVAL_S = 0.5
 MAX_INTERVAL_S = 3600.0
 # The master's bound on one batch (services/master/domain/metrics/system_metrics.py says the same).
 MAX_SAMPLES_PER_BATCH = 512
+# A new container's first sample: this long after the reading that starts its counters (or one
+# interval, when that is shorter). Long enough for its rates to mean something.
+FIRST_SAMPLE_AFTER_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,8 @@ class _Previous:
     at: float
     reading: GroupReading
     network: tuple[int, int] | None
+    # No sample made from it yet: the container is new (its first sample is due soon).
+    fresh: bool = False
 
 
 class SystemMetricsCollector:
@@ -69,8 +77,10 @@ class SystemMetricsCollector:
         self._targets = targets
         self._send = send
         self._gpus = gpus
+        self._first_after_s = min(FIRST_SAMPLE_AFTER_S, interval_s)
         self._previous: dict[str, _Previous] = {}
         self._stop = threading.Event()
+        self._woken = threading.Event()
         self._thread = threading.Thread(target=self._run, name="system-metrics", daemon=True)
 
     def start(self) -> None:
@@ -78,13 +88,32 @@ class SystemMetricsCollector:
 
     def stop(self) -> None:
         self._stop.set()
+        self._woken.set()
         if self._thread.is_alive():
             self._thread.join(5)
 
+    def wake(self) -> None:
+        """A container started running: read it now (its first sample follows shortly)."""
+        self._woken.set()
+
     def _run(self) -> None:
-        while not self._stop.wait(self._interval_s):
+        next_pass = time.monotonic() + self._interval_s
+        while not self._stop.is_set():
+            wall = time.time()
+            first_in = min(
+                (p.at + self._first_after_s - wall for p in self._previous.values() if p.fresh),
+                default=self._interval_s,
+            )
+            timeout = min(next_pass - time.monotonic(), first_in, self._interval_s)
+            if timeout > 0 and self._woken.wait(timeout):
+                self._woken.clear()
+            if self._stop.is_set():
+                return
+            whole = time.monotonic() >= next_pass
+            if whole:
+                next_pass = time.monotonic() + self._interval_s
             try:
-                samples = self.sample()
+                samples = self.sample(new_only=not whole)
             except Exception:
                 log.exception("sampling the containers' system metrics failed; trying again next interval")
                 continue
@@ -92,10 +121,24 @@ class SystemMetricsCollector:
                 chunk = samples[start : start + MAX_SAMPLES_PER_BATCH]
                 self._send(apb.AgentMessage(system_metrics=apb.SystemMetrics(samples=chunk)))
 
-    def sample(self) -> list[apb.SystemSample]:
-        """One reading of every running container; a sample for each read one interval before."""
+    def sample(self, new_only: bool = False) -> list[apb.SystemSample]:
+        """One reading of every running container; a sample for each read before (one interval
+        before, or FIRST_SAMPLE_AFTER_S before for a new one). `new_only`: only the containers
+        not read yet (their first reading) and those whose first sample is due."""
         targets = {t.container_id: t for t in self._targets()}
+        # Containers that ended are forgotten with their counters.
+        for gone in set(self._previous) - set(targets):
+            del self._previous[gone]
         now = time.time()
+        if new_only:
+            targets = {
+                container_id: target
+                for container_id, target in targets.items()
+                if (before := self._previous.get(container_id)) is None
+                or (before.fresh and now - before.at >= self._first_after_s * 0.9)
+            }
+            if not targets:
+                return []
         readings = read_groups({t.selector for t in targets.values()})
         samples = []
         # A namespace's counters are the container's own only when it has the namespace to itself:
@@ -103,20 +146,19 @@ class SystemMetricsCollector:
         # they are the whole machine's traffic, not the container's, and are not reported.
         own = network_namespace_of(os.getpid())
         for container_id, target in targets.items():
+            before = self._previous.get(container_id)
+            if before is not None and before.fresh and now - before.at < self._first_after_s * 0.9:
+                continue  # its first sample is not due yet: its counters keep their start
             reading = readings[target.selector]
             network = None
             if reading.any_pid is not None:
                 namespace = network_namespace_of(reading.any_pid)
                 if namespace is not None and namespace != own:
                     network = network_bytes(reading.any_pid)
-            before = self._previous.get(container_id)
-            self._previous[container_id] = _Previous(now, reading, network)
+            self._previous[container_id] = _Previous(now, reading, network, fresh=before is None)
             if before is None or now <= before.at:
                 continue
             samples.append(self._sample(target, now, before, reading, network))
-        # Containers that ended are forgotten with their counters.
-        for gone in set(self._previous) - set(targets):
-            del self._previous[gone]
         return samples
 
     def _sample(

@@ -15,7 +15,7 @@ import pytest
 
 from cairn.agent.v1 import agent_pb2 as apb
 from services.agent.slots import DeviceKind, SlotInfo
-from services.agent.system_metrics.collector import SystemMetricsCollector, Target
+from services.agent.system_metrics.collector import FIRST_SAMPLE_AFTER_S, SystemMetricsCollector, Target
 from services.agent.system_metrics.gpus import GpuReadings
 from services.agent.system_metrics.proc import Selector, read_groups
 from tests.unit.agent.agent_master_double import MasterServer, MasterStore, wait_until
@@ -87,6 +87,22 @@ def test_two_readings_make_a_sample_of_rates(busy_group: int) -> None:
     assert collector.sample() == []
 
 
+def test_a_new_containers_first_sample_comes_seconds_after_its_start_not_an_interval(busy_group: int) -> None:
+    running = [Target("c1", Selector("pgid", busy_group))]
+    collector = SystemMetricsCollector(
+        interval_s=30.0, targets=lambda: list(running), send=print, gpus=no_gpus()
+    )
+    # The pass the manager's wake-up makes: the new container's counters start.
+    assert collector.sample(new_only=True) == []
+    assert collector.sample(new_only=True) == []  # its first sample is not due yet
+    assert collector.sample() == []  # nor in a whole pass: its counters keep their start
+    time.sleep(FIRST_SAMPLE_AFTER_S)
+    (first,) = collector.sample(new_only=True)
+    assert 30.0 < first.cpu_util <= 110.0, first.cpu_util
+    # From now on it is sampled with the others, every interval.
+    assert collector.sample(new_only=True) == []
+
+
 def test_gpu_readings_are_skipped_with_a_reason_where_no_gpu_is() -> None:
     assert no_gpus().skipped == "no GPU slots on this agent"
     gpu_slot = [SlotInfo("0", DeviceKind.CUDA, "H200", "GPU-abc", 1, 0)]
@@ -147,6 +163,19 @@ def test_the_agent_sends_each_running_containers_samples_on_its_stream(
     time.sleep(1.5)
     later = [s for m in stream.of_kind("system_metrics") for s in m.system_metrics.samples]
     assert len([s for s in later if s.container_id == "spin"]) == count
+
+
+def test_a_running_containers_first_sample_comes_before_the_first_interval(
+    store: MasterStore, master: MasterServer, launch_agent: Callable[..., AgentProcess]
+) -> None:
+    # A 6 s command under a 60 s interval: sampled all the same, woken by its start.
+    launch_agent(master.address, "--system-metrics-interval", "60")
+    stream = master.double.wait_connected()
+    master.double.start("spin", python_command(SPIN.replace("+ 3", "+ 6")))
+    wait_terminated(store, "spin")
+    samples = [s for m in stream.of_kind("system_metrics") for s in m.system_metrics.samples]
+    assert [s.container_id for s in samples] == ["spin"], samples
+    assert samples[0].cpu_util > 30.0
 
 
 def test_a_disabled_collector_sends_nothing_and_runs_no_thread(
