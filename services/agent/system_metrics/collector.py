@@ -150,6 +150,12 @@ class SystemMetricsCollector:
             if before is not None and before.fresh and now - before.at < self._first_after_s * 0.9:
                 continue  # its first sample is not due yet: its counters keep their start
             reading = readings[target.selector]
+            if reading.processes == 0:
+                # Not started yet, or every process has exited while the container's end is not
+                # known yet: nothing of it to measure (a zero would read as a real figure). Its
+                # counters start again with its next process.
+                self._previous.pop(container_id, None)
+                continue
             network = None
             if reading.any_pid is not None:
                 namespace = network_namespace_of(reading.any_pid)

@@ -80,6 +80,10 @@ def test_two_readings_make_a_sample_of_rates(busy_group: int) -> None:
     assert not sample.HasField("net_recv_bytes_per_s") and not sample.HasField("net_sent_bytes_per_s")
     # Its own processes: their block I/O is readable, and measured.
     assert sample.HasField("disk_read_bytes_per_s") and sample.HasField("disk_write_bytes_per_s")
+    # A container whose processes have all gone (its end not known yet) is not sampled as zeros.
+    running.append(Target("c2", Selector("pgid", 999_999_999)))
+    assert [s.container_id for s in collector.sample()] == ["c1"]
+    running.pop()
     # A container that ended is forgotten with its counters: were it back, it would start again.
     gone = running.pop()
     assert collector.sample() == []
