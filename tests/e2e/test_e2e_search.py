@@ -91,7 +91,10 @@ def test_adaptive_asha_stops_the_worst_and_completes_with_every_trial(cluster: T
     text = config(
         hyperparameters={
             "steps": 16,
-            "step_s": 0.05,
+            # Each bracket runs one trial at a time, and a trial the searcher stops must hear its
+            # preemption before it trains its 16 steps out: 0.2 s a step leaves it 2.4 s past its
+            # first rung (0.05 s left 0.6 s, which a loaded machine sometimes missed).
+            "step_s": 0.2,
             "ckpt_every": 4,
             "scale": {"type": "double", "minval": 0.5, "maxval": 4.0},
         },
