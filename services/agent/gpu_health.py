@@ -29,7 +29,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from services.agent.gpu_memory import NVML_ERROR_NOT_SUPPORTED, MemoryWatch, error_code
+from services.agent.gpu_memory import MemoryWatch
+from services.agent.nvml_values import (
+    NVML_ERROR_GPU_IS_LOST,
+    NVML_ERROR_NOT_SUPPORTED,
+    NVML_ERROR_TIMEOUT,
+    error_code,
+    text,
+)
 from services.agent.slots import DeviceKind, SlotInfo
 from services.common.logging import get_logger
 
@@ -40,8 +47,6 @@ log = get_logger(__name__)
 EVENT_DOUBLE_BIT_ECC = 0x2
 EVENT_XID_CRITICAL = 0x8
 WATCHED_EVENTS = EVENT_XID_CRITICAL | EVENT_DOUBLE_BIT_ECC
-NVML_ERROR_TIMEOUT = 10
-NVML_ERROR_GPU_IS_LOST = 15
 # An event for every GPU instance of a device (not one MIG instance).
 ALL_GPU_INSTANCES = 0xFFFFFFFF
 
@@ -73,10 +78,6 @@ SETTLE_LIMIT_S = 2.0
 class SlotFault:
     reason: str
     at: float  # wall-clock seconds
-
-
-def _text(value: str | bytes) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
 def _address(handle: Any) -> int | None:
@@ -310,7 +311,7 @@ class GpuHealth:
         slot = self._by_address.get(address) if address is not None else None
         if slot is None:  # a handle NVML made anew: its uuid, if the device still answers
             try:
-                slot = self._gpus.get(_text(self._nvml.nvmlDeviceGetUUID(event.device)))
+                slot = self._gpus.get(text(self._nvml.nvmlDeviceGetUUID(event.device)))
             except Exception as exc:
                 log.warning("a GPU fault on a device NVML cannot name", reason=reason, error=str(exc))
         if slot is None:

@@ -14,18 +14,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from services.agent.nvml_values import NVML_ERROR_NOT_SUPPORTED, error_code
 from services.common.logging import get_logger
 
 log = get_logger(__name__)
 
-NVML_ERROR_NOT_SUPPORTED = 3
 NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
 NVML_VOLATILE_ECC = 0
-
-
-def error_code(exc: BaseException) -> int | None:
-    value = getattr(exc, "value", None)
-    return value if isinstance(value, int) else None
 
 
 @dataclass

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from services.agent.nvml_values import NVML_ERROR_INVALID_ARGUMENT, error_code, text
 from services.common.logging import get_logger
 
 log = get_logger(__name__)
@@ -20,7 +21,6 @@ log = get_logger(__name__)
 # Links per GPU NVML may name (pynvml's NVML_NVLINK_MAX_LINKS where the object has it).
 NVLINK_MAX_LINKS = 18
 NVML_FEATURE_ENABLED = 1
-NVML_ERROR_INVALID_ARGUMENT = 2
 # What is at a link's other end: another GPU and an NVSwitch join GPUs; an IBM NPU does not.
 NVLINK_DEVICE_TYPE_GPU = 0x00
 NVLINK_DEVICE_TYPE_SWITCH = 0x02
@@ -35,17 +35,13 @@ class Topology:
     nvlink_domain: int = UNKNOWN
 
 
-def _text(value: str | bytes) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
-
-
 def pci_address(bus_id: str | bytes) -> str:
     """NVML's "00000000:3B:00.0" as sysfs names it, "0000:3b:00.0"."""
-    domain, _, rest = _text(bus_id).strip().partition(":")
+    domain, _, rest = text(bus_id).strip().partition(":")
     try:
         return f"{int(domain, 16):04x}:{rest.lower()}"
     except ValueError:
-        return _text(bus_id).lower()
+        return text(bus_id).lower()
 
 
 def _numa_node(nvml: Any, handle: Any, address: str, sysfs: Path) -> int:
@@ -59,11 +55,6 @@ def _numa_node(nvml: Any, handle: Any, address: str, sysfs: Path) -> int:
     except (OSError, ValueError):
         return UNKNOWN
     return node if node >= 0 else UNKNOWN
-
-
-def _code(exc: BaseException) -> int | None:
-    value = getattr(exc, "value", None)
-    return value if isinstance(value, int) else None
 
 
 def _joins_gpus(nvml: Any, handle: Any, link: int) -> bool:
@@ -87,7 +78,7 @@ def _nvlink_peers(nvml: Any, handle: Any) -> list[str]:
                 continue
             peer = pci_address(nvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId)
         except Exception as exc:
-            if _code(exc) == NVML_ERROR_INVALID_ARGUMENT:
+            if error_code(exc) == NVML_ERROR_INVALID_ARGUMENT:
                 break  # past the GPU's last link
             continue  # this link is not supported, or not up: the next may be
         if peer != NO_ADDRESS:

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from services.agent.gpu_topology import Topology, read_topology
 from services.agent.host import cpu_model_name
+from services.agent.nvml_values import text
 from services.common.logging import get_logger
 
 log = get_logger(__name__)
@@ -61,10 +62,6 @@ class Nvml(Protocol):
     def nvmlDeviceGetMemoryInfo(self, handle: Any) -> Any: ...
 
 
-def _text(value: str | bytes) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
-
-
 def _load_pynvml() -> Nvml:
     try:
         import pynvml
@@ -94,8 +91,8 @@ def gpu_slots(nvml: Nvml) -> list[SlotInfo]:
                 slot = SlotInfo(
                     id=str(index),
                     kind=DeviceKind.CUDA,
-                    brand=_text(nvml.nvmlDeviceGetName(handle)),
-                    uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
+                    brand=text(nvml.nvmlDeviceGetName(handle)),
+                    uuid=text(nvml.nvmlDeviceGetUUID(handle)),
                     memory_bytes=int(nvml.nvmlDeviceGetMemoryInfo(handle).total),
                     index=index,
                 )

@@ -21,7 +21,6 @@ from pathlib import Path
 
 import pytest
 import requests
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from cairn.agent.v1 import agent_pb2 as apb
 from cairn.agent.v1 import agent_pb2_grpc
@@ -30,32 +29,16 @@ from cairn.api.v1 import agent_pb2 as api_agent_pb2
 from cairn.metadata_keys import AGENT_CREDENTIAL_KEY, CLUSTER_TOKEN_KEY
 from tests.e2e.test_e2e_webui import Browser, _log_in, browser_on, expect
 from tests.support.cluster import AuthedStub, TestCluster
+from tests.support.gpu_slots import ECC, XID_79, gpu_slots
 from tests.support.polling import wait_for
 
 pytestmark = pytest.mark.timeout(300)
 
 AGENT = "gpu-sim"
-XID_79 = "Xid 79 (GPU has fallen off the bus)"
-ECC = "double-bit ECC error"
 
 
 def slots(fault: tuple[str, int] | None) -> list[apb.Slot]:
-    found = []
-    for i in range(2):
-        slot = apb.Slot(
-            id=str(i),
-            type=apb.DEVICE_TYPE_CUDA,
-            brand="NVIDIA H200",
-            uuid=f"GPU-5f1d0000-0000-4000-8000-00000000000{i}",
-            memory_bytes=141 << 30,
-            index=i,
-            topology=apb.DeviceTopology(numa_node=0, nvlink_domain=0),
-        )
-        if fault is not None and i == 1:
-            slot.fault.reason = fault[0]
-            slot.fault.at.CopyFrom(Timestamp(seconds=fault[1]))
-        found.append(slot)
-    return found
+    return gpu_slots(AGENT, fault, faulty="1")
 
 
 class GpuAgentStream:

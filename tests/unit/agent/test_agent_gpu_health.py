@@ -381,3 +381,18 @@ def test_only_links_to_gpus_and_switches_join_gpus(tmp_path: Path) -> None:
 
     found = read_topology(WithNpu(True), [0, 1, 2, 3], sysfs=tmp_path)
     assert [t.nvlink_domain for t in found] == [0, 0, 2, 2]
+
+
+def test_the_nvml_codes_the_agent_acts_on_are_nvmls_own() -> None:
+    from services.agent import nvml_values
+
+    for name in (
+        "NVML_ERROR_INVALID_ARGUMENT",
+        "NVML_ERROR_NOT_SUPPORTED",
+        "NVML_ERROR_TIMEOUT",
+        "NVML_ERROR_GPU_IS_LOST",
+    ):
+        assert getattr(nvml_values, name) == getattr(pynvml, name), name
+    assert nvml_values.error_code(pynvml.NVMLError(pynvml.NVML_ERROR_TIMEOUT)) == pynvml.NVML_ERROR_TIMEOUT
+    assert nvml_values.error_code(ValueError("not NVML's")) is None
+    assert nvml_values.text(b"GPU-1") == nvml_values.text("GPU-1") == "GPU-1"

@@ -244,3 +244,24 @@ def test_an_excluded_agent_is_never_chosen_and_the_reason_says_so() -> None:
     assert "exclude agent(s) a1" in reason
     zero = replace(pending("zero", 0), excluded_agents=frozenset({"a1"}))
     assert "zero" in waiting(schedule(cluster([agent("a1", 4)], [zero])))
+
+
+def test_an_agents_topology_reaches_the_scheduler_where_the_master_says_it_has_one() -> None:
+    from cairn.scheduler.v1 import scheduler_pb2 as pb
+    from services.scheduler.convert import state_from_proto
+
+    def agent(agent_id: str, known: bool) -> pb.Agent:
+        return pb.Agent(
+            id=agent_id,
+            resource_pool="default",
+            enabled=True,
+            slots=[
+                pb.Slot(id="0", enabled=True, nvlink_domain=0),
+                pb.Slot(id="1", enabled=True, numa_node=1),
+            ],
+            topology_known=known,
+        )
+
+    state = state_from_proto(pb.ScheduleRequest(agents=[agent("gpu", True), agent("cpu", False)]))
+    found = {a.id: [(s.nvlink_domain, s.numa_node) for s in a.slots] for a in state.agents}
+    assert found == {"gpu": [(0, -1), (-1, 1)], "cpu": [(-1, -1), (-1, -1)]}

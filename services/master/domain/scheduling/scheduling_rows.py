@@ -238,6 +238,9 @@ def agent_messages(
                 )
                 for slot in by_agent.get(agent.id, [])
             ],
+            topology_known=any(
+                slot.nvlink_domain >= 0 or slot.numa_node >= 0 for slot in by_agent.get(agent.id, [])
+            ),
         )
         for agent in agents
     ]

@@ -14,39 +14,25 @@ from cairn.agent.v1 import agent_pb2 as apb
 from services.master.domain.reads.cluster import cluster_counts
 from services.master.domain.scheduling import agents
 from services.master.store import models
+from tests.support.gpu_slots import ECC, XID_79, gpu_slots
 from tests.unit.master.domain.harness import Master
-
-XID_79 = "Xid 79 (GPU has fallen off the bus)"
-
-
-def gpu_slots(agent_id: str, fault: tuple[str, float] | None = None, faulty: str = "0") -> list[apb.Slot]:
-    slots = []
-    for i in range(2):
-        slot = apb.Slot(
-            id=str(i),
-            type=apb.DEVICE_TYPE_CUDA,
-            brand="NVIDIA H200",
-            uuid=f"GPU-{agent_id}-{i}",
-            index=i,
-            topology=apb.DeviceTopology(numa_node=i, nvlink_domain=0),
-        )
-        if fault is not None and slot.id == faulty:
-            slot.fault.reason = fault[0]
-            slot.fault.at.CopyFrom(Timestamp(seconds=int(fault[1])))
-        slots.append(slot)
-    return slots
 
 
 def register(master: Master, agent_id: str, fault: tuple[str, float] | None = None) -> None:
     hello = apb.Hello(
-        agent_id=agent_id, resource_pool="default", hostname=agent_id, slots=gpu_slots(agent_id, fault)
+        agent_id=agent_id,
+        resource_pool="default",
+        hostname=agent_id,
+        slots=gpu_slots(agent_id, fault, numa_per_gpu=True),
     )
     agents.register(master.ctx, hello)
     master.hub.connected.add(agent_id)
 
 
 def report(master: Master, agent_id: str, fault: tuple[str, float]) -> None:
-    agents.update_slots(master.ctx, agent_id, apb.SlotReport(slots=gpu_slots(agent_id, fault)))
+    agents.update_slots(
+        master.ctx, agent_id, apb.SlotReport(slots=gpu_slots(agent_id, fault, numa_per_gpu=True))
+    )
     master.settle()
 
 
@@ -92,8 +78,8 @@ def test_a_faulted_slot_stops_its_work_without_counting_and_waits_for_an_admin(m
     agents.set_slot_enabled(master.ctx, "g1", used, True)
     register(master, "g1", (XID_79, 1_800_000_000))
     assert (slot(master, "g1", used).unhealthy, slot(master, "g1", used).enabled) == ("", True)
-    report(master, "g1", ("double-bit ECC error", 1_800_000_100))
-    assert slot(master, "g1", used).unhealthy == "double-bit ECC error"
+    report(master, "g1", (ECC, 1_800_000_100))
+    assert slot(master, "g1", used).unhealthy == ECC
     with master.db.read() as s:
         assert cluster_counts(s).slots_unhealthy == 1
 
@@ -142,7 +128,9 @@ def test_a_fault_is_acted_on_by_its_time_and_a_changed_device_stays_out(master: 
     register(master, "g1", (XID_79, 1_700_000_000))
     assert slot(master, "g1", "0").unhealthy == XID_79
     # The agent restarted without the faulty GPU: slot 0 is now the device that was slot 1.
-    hello = apb.Hello(agent_id="g1", resource_pool="default", hostname="g1", slots=gpu_slots("g1")[1:])
+    hello = apb.Hello(
+        agent_id="g1", resource_pool="default", hostname="g1", slots=gpu_slots("g1", numa_per_gpu=True)[1:]
+    )
     hello.slots[0].id, hello.slots[0].index = "0", 0
     agents.register(master.ctx, hello)
     changed = slot(master, "g1", "0")
