@@ -24,6 +24,7 @@ import hmac
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -150,8 +151,11 @@ class AuthService:
         session_ttl_seconds: int,
         limiter: LoginLimiter | None = None,
         initial_password: str = "",
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._db = db
+        # What "trusted until" in the cache is measured by (a test moves it instead of sleeping).
+        self._monotonic = monotonic
         self._ttl = timedelta(seconds=session_ttl_seconds)
         self._limiter = limiter or LoginLimiter(LoginLimits())
         self._initial_password = initial_password
@@ -274,7 +278,7 @@ class AuthService:
         """The user a session or access token stands for; Unauthenticated for an unknown, revoked
         or expired token, PermissionDenied for a deactivated user."""
         token_hash = hash_token(token)
-        now_mono = time.monotonic()
+        now_mono = self._monotonic()
         with self._cache_lock:
             epoch = self._epoch
             hit = self._cache.get(token_hash)
