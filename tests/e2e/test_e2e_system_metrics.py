@@ -17,24 +17,12 @@ import requests
 
 from cairn.api.v1 import task_pb2
 from tests.e2e.determined_client import det_runner, determined_env, sdk_runner
+from tests.support.busy_code import busy_code, busy_experiment
 from tests.support.cluster import TestCluster, running_cluster
 
 SESSION = "client._determined._session"
 # Busy for about 6 s with 128 MiB resident, Determined's profiler on for the whole of it.
-TRIAL = """
-import time
-import determined as det
-ballast = bytearray(128 * 1024 * 1024)
-for i in range(0, len(ballast), 4096):
-    ballast[i] = 1
-with det.core.init() as core:
-    core.profiler.on(sampling_interval=1, samples_per_report=2)
-    end = time.time() + 6
-    while time.time() < end:
-        pass
-    core.profiler.off()
-    core.train.report_validation_metrics(steps_completed=1, metrics={"x": 1.0})
-"""
+TRIAL = busy_code(6, 128, trial=True, profiler=True)
 SPIN = "python3 -c 'import time\nend = time.time() + 4\nwhile time.time() < end: pass'"
 
 
@@ -54,14 +42,7 @@ def cluster(db_url: str | None, tmp_path: Path) -> Iterator[TestCluster]:
 def test_a_trials_system_metrics_through_the_stock_profiler_api(cluster: TestCluster, tmp_path: Path) -> None:
     env = determined_env(cluster, tmp_path / "home")
     det, sdk = det_runner(env), sdk_runner(env)
-    context = tmp_path / "context"
-    context.mkdir()
-    (context / "busy.py").write_text(TRIAL)
-    config = tmp_path / "busy.yaml"
-    config.write_text(
-        "name: busy\nentrypoint: python3 busy.py\nmax_restarts: 0\n"
-        "searcher: {name: single, metric: x, max_length: {batches: 1}}\n"
-    )
+    config, context = busy_experiment(tmp_path, TRIAL)
     experiment_id = int(det("experiment", "create", str(config), str(context)).split()[-1])
     ended = sdk(
         f"exp = client.get_experiment({experiment_id})\n"

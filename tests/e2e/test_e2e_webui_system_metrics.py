@@ -17,18 +17,13 @@ import pytest
 from cairn.api.v1 import task_pb2
 from tests.e2e.determined_client import det_runner, determined_env, sdk_runner
 from tests.e2e.test_e2e_webui import Browser, _expect_drawn, _log_in, browser_on, expect
+from tests.support.busy_code import busy_code, busy_experiment
 from tests.support.cluster import AuthedStub, TestCluster, running_cluster
 from tests.support.polling import wait_for
 
 # Busy about 8 s with 96 MiB resident: a trial's code and a command's.
-BUSY = (
-    "import time\nballast = bytearray(96 * 1024 * 1024)\nfor i in range(0, len(ballast), 4096):\n"
-    "    ballast[i] = 1\nend = time.time() + 8\nwhile time.time() < end:\n    pass\n"
-)
-TRIAL = BUSY + (
-    "import determined as det\nwith det.core.init() as core:\n"
-    "    core.train.report_validation_metrics(steps_completed=1, metrics={'x': 1.0})\n"
-)
+BUSY = busy_code(8, 96)
+TRIAL = busy_code(8, 96, trial=True)
 
 
 @pytest.fixture
@@ -69,14 +64,7 @@ def test_tasks_and_trials_show_their_system_metrics(
     (notebook,) = json.loads(det("notebook", "list", "--json"))
     det("cmd", "run", "-d", "--context", str(tmp_path), "python3 busy.py")
     (command,) = json.loads(det("cmd", "list", "--json"))
-    context = tmp_path / "trial"
-    context.mkdir()
-    (context / "busy.py").write_text(TRIAL)
-    config = tmp_path / "busy.yaml"
-    config.write_text(
-        "name: busy\nentrypoint: python3 busy.py\nmax_restarts: 0\n"
-        "searcher: {name: single, metric: x, max_length: {batches: 1}}\n"
-    )
+    config, context = busy_experiment(tmp_path, TRIAL)
     experiment_id = int(det("experiment", "create", str(config), str(context)).split()[-1])
     trial_id, trial_task = sdk(
         f"t = client.get_experiment({experiment_id}).list_trials()[0]\n"

@@ -241,7 +241,7 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
         agent_id = link.agent_id
         try:
             async for message in messages:
-                link.last_heard = time.monotonic()
+                link.heard()
                 kind = message.WhichOneof("msg")
                 if kind == "heartbeat":
                     continue
@@ -304,33 +304,22 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
         even a commit in doubt is tried again. While it applies, and while it waits out an outage,
         the agent counts as heard: it is the master that is not listening."""
 
-        def still_here() -> None:
-            link.last_heard = time.monotonic()
-
         # The same while the transaction waits its turn: at 1,000 agents the state changes of a
         # full cluster's starts queue for the database for longer than the heartbeat timeout, and
         # the agents, heard all along, were cut off (bench/sim_agents.py).
-        link.applying = True
-        try:
+        with link.master_behind():
             return await self._blocking(
                 lambda: ride_out(
-                    apply, what=what, idempotent=True, stopping=self.ctx.stopping, waiting=still_here
+                    apply, what=what, idempotent=True, stopping=self.ctx.stopping, waiting=link.heard
                 )
             )
-        finally:
-            link.applying = False
-            still_here()
 
     async def _report(self, link: AgentLink, store: Callable[[], None]) -> None:
         """Store a report the agent sent and forgot (system metrics): while it is stored the agent
         counts as heard (the master is the one behind, as in _apply), and nothing it raises ends
         the stream."""
-        link.applying = True
-        try:
+        with link.master_behind():
             await self._blocking(store)
-        finally:
-            link.applying = False
-            link.last_heard = time.monotonic()
 
     def _system_metrics_batch(self, agent_id: str, batch: apb.SystemMetrics) -> None:
         """Store a batch of system metrics. A refused batch, or one the database cannot take now,

@@ -4,7 +4,6 @@ resent) and reading it back."""
 from __future__ import annotations
 
 import contextlib
-import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from services.common.logging import get_logger
 from services.master.domain.kernel.context import MasterContext, StripedLocks
 from services.master.domain.kernel.group_commit import GroupCommit
 from services.master.domain.kernel.topics import task_logs_topic, trial_logs_topic
+from services.master.domain.metrics.container_owners import ContainerOwner, ContainerOwners
 from services.master.domain.trials import log_policies
 from services.master.domain.webhooks.triggers import LogLine, TaskLogMatcher
 from services.master.store import models
@@ -34,18 +34,10 @@ MAX_BATCHES = 32
 LEVELS = ("TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
-@dataclass(frozen=True)
-class _Owner:
-    task_id: str
-    trial_id: int | None
-    allocation_id: str
-
-
 class LogStore:
     def __init__(self, ctx: MasterContext) -> None:
         self._ctx = ctx
-        self._owners: dict[str, _Owner] = {}
-        self._lock = threading.Lock()
+        self._owners = ContainerOwners(ctx)
         # A follower reads a key's lines (a trial's, or a task's) by id (`id > last seen`), so
         # they must become visible in id order. PostgreSQL takes a line's id at its INSERT, not at
         # the COMMIT: two agents of one trial storing at once (each agent's lines come on its own
@@ -60,26 +52,6 @@ class LogStore:
         # Agents' batches shipped at the same moment, stored together (store()).
         self._commits: GroupCommit[_Shipped, dict[str, int]] = GroupCommit(self._write, MAX_BATCHES)
 
-    def _owner(self, container_id: str) -> _Owner | None:
-        with self._lock:
-            owner = self._owners.get(container_id)
-        if owner is not None:
-            return owner
-        with self._ctx.db.read() as s:
-            row = s.execute(
-                select(models.Allocation.task_id, models.Allocation.trial_id, models.Allocation.id)
-                .join(models.Container, models.Container.allocation_id == models.Allocation.id)
-                .where(models.Container.id == container_id)
-            ).first()
-        if row is None:
-            return None
-        owner = _Owner(task_id=row[0], trial_id=row[1], allocation_id=row[2])
-        with self._lock:
-            if len(self._owners) > 50_000:
-                self._owners.clear()
-            self._owners[container_id] = owner
-        return owner
-
     def store(self, agent_id: str, batch: apb.LogBatch) -> dict[str, int]:
         """Store a batch; returns the highest stored seq per container (to acknowledge). Batches
         that agents' streams ship at the same moment are stored in one transaction (a group
@@ -91,8 +63,9 @@ class LogStore:
 
     def _rows(self, agent_id: str, batch: apb.LogBatch) -> _Shipped:
         shipped = _Shipped(agent_id)
+        owners = self._owners.of(entry.container_id for entry in batch.entries)
         for entry in batch.entries:
-            owner = self._owner(entry.container_id)
+            owner = owners.get(entry.container_id)
             if owner is None:
                 log.warning("log line for unknown container", container_id=entry.container_id)
                 continue
@@ -165,7 +138,7 @@ class _Shipped:
     agent_id: str
     rows: list[dict[str, object]] = field(default_factory=list)
     highest: dict[str, int] = field(default_factory=dict)
-    owners: set[_Owner] = field(default_factory=set)
+    owners: set[ContainerOwner] = field(default_factory=set)
 
 
 def _lines(rows: list[dict[str, object]]) -> list[LogLine]:

@@ -15,7 +15,6 @@ transactions of whole periods.
 from __future__ import annotations
 
 import math
-import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ from services.master.domain.kernel.errors import InvalidArgument
 from services.master.domain.kernel.group_commit import GroupCommit
 from services.master.domain.kernel.loops import BackgroundLoop
 from services.master.domain.kernel.topics import task_topic, trial_topic
+from services.master.domain.metrics.container_owners import ContainerOwner, ContainerOwners
 from services.master.store import models, system_metric_rows
 from services.master.store.db import Database
 
@@ -54,8 +54,6 @@ MAX_BYTES = 1 << 62
 MAX_CLOCK_SKEW = timedelta(days=1)
 # Agents' batches in one transaction at most.
 MAX_BATCHES = 64
-# Containers whose task is remembered (past this the cache starts again).
-MAX_CACHED_OWNERS = 50_000
 
 # After the full-resolution window: one row per container per period.
 THIN_PERIOD = timedelta(minutes=5)
@@ -92,14 +90,6 @@ GPU_SERIES: tuple[tuple[str, int, str], ...] = (
     ("container_gpu_power", 3, "watts"),
 )
 UNITS = {name: unit for name, _, unit in HOST_SERIES} | {name: unit for name, _, unit in GPU_SERIES}
-
-
-@dataclass(frozen=True)
-class _Owner:
-    task_id: str
-    trial_id: int | None
-    allocation_id: str
-    agent_id: str
 
 
 @dataclass
@@ -168,8 +158,7 @@ def check_batch(batch: apb.SystemMetrics, now: float) -> list[float]:
 class SystemMetricsStore:
     def __init__(self, ctx: MasterContext) -> None:
         self._ctx = ctx
-        self._owners_cache: dict[str, _Owner] = {}
-        self._lock = threading.Lock()
+        self._owners = ContainerOwners(ctx)
         self._commits: GroupCommit[list[system_metric_rows.Row], int] = GroupCommit(self._write, MAX_BATCHES)
 
     def store(self, agent_id: str, batch: apb.SystemMetrics) -> Intake:
@@ -177,7 +166,7 @@ class SystemMetricsStore:
         times = check_batch(batch, time.time())
         intake = Intake()
         rows: list[system_metric_rows.Row] = []
-        owners = self._owners({sample.container_id for sample in batch.samples})
+        owners = self._owners.of(sample.container_id for sample in batch.samples)
         for sample, at in zip(batch.samples, times, strict=True):
             owner = owners.get(sample.container_id)
             if owner is None or owner.agent_id != agent_id:
@@ -193,36 +182,6 @@ class SystemMetricsStore:
         if rows:
             intake.stored = self._commits.run(rows)
         return intake
-
-    def _owners(self, container_ids: set[str]) -> dict[str, _Owner]:
-        """Who each container belongs to, from the cache, the rest in one read."""
-        with self._lock:
-            found = {c: o for c in container_ids if (o := self._owners_cache.get(c)) is not None}
-        missing = [c for c in container_ids if c not in found]
-        if not missing:
-            return found
-        with self._ctx.db.read() as s:
-            for start in range(0, len(missing), 500):
-                for row in s.execute(
-                    select(
-                        models.Container.id,
-                        models.Allocation.task_id,
-                        models.Allocation.trial_id,
-                        models.Allocation.id,
-                        models.Container.agent_id,
-                    )
-                    .select_from(models.Container)
-                    .join(models.Allocation, models.Allocation.id == models.Container.allocation_id)
-                    .where(models.Container.id.in_(missing[start : start + 500]))
-                ):
-                    found[row[0]] = _Owner(
-                        task_id=row[1], trial_id=row[2], allocation_id=row[3], agent_id=row[4]
-                    )
-        with self._lock:
-            if len(self._owners_cache) > MAX_CACHED_OWNERS:
-                self._owners_cache.clear()
-            self._owners_cache.update({c: found[c] for c in missing if c in found})
-        return found
 
     def _write(self, batches: Sequence[list[system_metric_rows.Row]]) -> list[int]:
         written = [row for rows in batches for row in rows]
@@ -244,7 +203,7 @@ def system_metrics_topic(*, task_id: str = "", trial_id: int | None = None) -> s
     )
 
 
-def _row(owner: _Owner, sample: apb.SystemSample, at: float) -> system_metric_rows.Row:
+def _row(owner: ContainerOwner, sample: apb.SystemSample, at: float) -> system_metric_rows.Row:
     # A rate the agent could not measure is unset: unknown, not zero.
     rates = [getattr(sample, name) if sample.HasField(name) else None for name in RATE_FIELDS]
     gpus = (

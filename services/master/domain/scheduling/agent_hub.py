@@ -7,10 +7,11 @@ not commute, so order matters.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from cairn.agent.v1 import agent_pb2 as apb
@@ -44,6 +45,20 @@ class AgentLink:
         self.outbox.put(message)
         if self.wake is not None:
             self.wake()
+
+    def heard(self) -> None:
+        self.last_heard = time.monotonic()
+
+    @contextlib.contextmanager
+    def master_behind(self) -> Iterator[None]:
+        """While the master applies or stores what the agent sent: the agent counts as heard all
+        along (it is the master that is not listening), and heard again once it is done."""
+        self.applying = True
+        try:
+            yield
+        finally:
+            self.applying = False
+            self.heard()
 
     def close(self) -> None:
         if not self.closed.is_set():
