@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import and_, func, select, update
+from sqlalchemy import and_, bindparam, func, select, update
 
 from services.common.principal import Principal
 from services.master.domain.identity import access, allocation_access
@@ -211,6 +211,31 @@ def _store_reports(
     return stored, duplicates
 
 
+# The statements of a report's reads, built once with their values as parameters: a report's own
+# work is small, and building and keying a statement anew for each was a quarter of it
+# (bench.trial_phases).
+_INTAKE = (
+    select(models.Trial, models.Experiment)
+    .join(models.Experiment, models.Experiment.id == models.Trial.experiment_id)
+    .where(models.Trial.id == bindparam("trial_id"))
+    .with_for_update(of=models.Trial, key_share=True)
+)
+_INTAKE_FOR_TRIAL_CODE = _INTAKE.add_columns(models.Allocation).outerjoin(
+    models.Allocation, models.Allocation.id == bindparam("allocation_id")
+)
+_OF_RUN = (
+    models.Metric.trial_id == bindparam("trial_id"),
+    models.Metric.trial_run_id == bindparam("run_id"),
+)
+_RUN_TOP = select(func.max(models.Metric.seq).label("top")).where(*_OF_RUN).subquery()
+_HIGHEST_SEQ = select(_RUN_TOP.c.top)
+_STORED_IN_RANGE = (
+    select(_RUN_TOP.c.top, models.Metric.seq)
+    .select_from(_RUN_TOP)
+    .outerjoin(models.Metric, and_(*_OF_RUN, models.Metric.seq.between(bindparam("low"), bindparam("high"))))
+)
+
+
 def _intake_trial(w: Work, principal: Principal, trial_id: int) -> tuple[models.Trial, models.Experiment]:
     """The trial a batch is for and its experiment, once the caller may report for it: read in one
     round trip (with trial code's allocation, which the access check then finds in the session).
@@ -219,17 +244,12 @@ def _intake_trial(w: Work, principal: Principal, trial_id: int) -> tuple[models.
     (PostgreSQL would check it row by row): this one lock stands for it. Deleting an experiment
     takes its trials FOR UPDATE first, which waits for the batch; a batch that comes after finds no
     trial. KEY SHARE does not block the trial's other updates (state, summary, progress)."""
-    query = (
-        select(models.Trial, models.Experiment)
-        .join(models.Experiment, models.Experiment.id == models.Trial.experiment_id)
-        .where(models.Trial.id == trial_id)
-        .with_for_update(of=models.Trial, key_share=True)
-    )
     if allocation_access.is_trial_code(principal):
-        query = query.add_columns(models.Allocation).outerjoin(
-            models.Allocation, models.Allocation.id == principal.allocation_id
-        )
-    found = w.session.execute(query).first()
+        found = w.session.execute(
+            _INTAKE_FOR_TRIAL_CODE, {"trial_id": trial_id, "allocation_id": principal.allocation_id}
+        ).first()
+    else:
+        found = w.session.execute(_INTAKE, {"trial_id": trial_id}).first()
     # A user's session reports too (an unmanaged run's code): only into what they may change.
     access.check_trial(w.session, principal, trial_id, Permission.UPDATE_EXPERIMENT)
     if found is None:
@@ -241,16 +261,11 @@ def _stored_seqs(w: Work, trial_id: int, run_id: int, seqs: list[int]) -> tuple[
     """Of `seqs`, those the run has stored already, and the run's highest number once this batch
     is stored too: one query. By range, not IN: a batch's numbers are (nearly) consecutive, and a
     range over the unique index costs nothing to bind, where thousands of IN parameters cost much."""
-    of_run = (models.Metric.trial_id == trial_id, models.Metric.trial_run_id == run_id)
-    top = select(func.max(models.Metric.seq).label("top")).where(*of_run).subquery()
+    of_run = {"trial_id": trial_id, "run_id": run_id}
     if not seqs:
-        return set(), int(w.session.scalar(select(top.c.top)) or 0)
+        return set(), int(w.session.scalar(_HIGHEST_SEQ, of_run) or 0)
     low, high = min(seqs), max(seqs)
-    rows = w.session.execute(
-        select(top.c.top, models.Metric.seq)
-        .select_from(top)
-        .outerjoin(models.Metric, and_(*of_run, models.Metric.seq.between(low, high)))
-    ).all()
+    rows = w.session.execute(_STORED_IN_RANGE, {**of_run, "low": low, "high": high}).all()
     return set(seqs).intersection(seq for _, seq in rows), max(int(rows[0][0] or 0), high)
 
 
