@@ -35,7 +35,9 @@ from services.master.domain.scheduling.scheduling_rows import (
     JobLimits,
     agent_messages,
     allocation_rows,
+    allocation_rows_by_id,
     limits_of,
+    live_allocation_rows_of,
     offered,
     over_max_slots,
     pool_messages,
@@ -348,17 +350,10 @@ class SchedulingView:
             self._limits.update(limits_of(s, experiments))
             for experiment_id in experiments:
                 ids |= self._of_experiment.get(experiment_id, set())
-            ids |= {
-                row.id
-                for row in allocation_rows(
-                    s,
-                    models.Task.experiment_id.in_(list(experiments)),
-                    models.Allocation.state.in_(list(LIVE_ALLOCATION)),
-                )
-            }
+            ids |= {row.id for row in live_allocation_rows_of(s, experiments)}
         if not ids:
             return
-        rows = {row.id: row for row in allocation_rows(s, models.Allocation.id.in_(list(ids)))}
+        rows = {row.id: row for row in allocation_rows_by_id(s, ids)}
         new_experiments = {
             r.experiment_id
             for r in rows.values()
