@@ -8,7 +8,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 
 from cairn.agent.v1 import agent_pb2 as apb
 from services.common.logging import get_logger
@@ -71,21 +71,28 @@ class ReportKey(NamedTuple):
     ends: bool
 
 
+# The reads of every agent report, built once with their ids as parameters (building and keying
+# a statement anew for each report cost more than its round trip).
+_WITH_ALLOCATION = select(models.Container, models.Allocation).join(
+    models.Allocation, models.Allocation.id == models.Container.allocation_id
+)
+_CONTAINER_WITH_ALLOCATION = _WITH_ALLOCATION.where(models.Container.id == bindparam("id"))
+_ALLOCATIONS_OF_CONTAINERS = _WITH_ALLOCATION.where(
+    models.Container.allocation_id.in_(
+        select(models.Container.allocation_id).where(
+            models.Container.id.in_(bindparam("ids", expanding=True))
+        )
+    )
+).order_by(models.Container.allocation_id, models.Container.rank)
+
+
 def preload(w: Work, keys: Sequence[Hashable]) -> list[models.Allocation]:
     """Before a batch of agents' reports is applied in one unit of work (the agent stream's shared
     units): the containers they name (ReportKeys), every other container of their allocations and
     the allocations, in one read, instead of a read for each report and another for each end. The
     allocations that a report may end, for the caller to read what their ends need."""
     reports = [key for key in keys if isinstance(key, ReportKey)]
-    named = select(models.Container.allocation_id).where(
-        models.Container.id.in_([r.container_id for r in reports])
-    )
-    rows = w.session.execute(
-        select(models.Container, models.Allocation)
-        .join(models.Allocation, models.Allocation.id == models.Container.allocation_id)
-        .where(models.Container.allocation_id.in_(named))
-        .order_by(models.Container.allocation_id, models.Container.rank)
-    ).all()
+    rows = w.session.execute(_ALLOCATIONS_OF_CONTAINERS, {"ids": [r.container_id for r in reports]}).all()
     found = _Preloaded({}, {})
     for container, alloc in rows:
         found.containers[container.id] = (container, alloc)
@@ -107,11 +114,7 @@ def _container_with_allocation(
         return preloaded.containers[container_id]
     # The container with its allocation, in one read before anything changes (a read after a
     # change flushes it first: a round trip more).
-    found = w.session.execute(
-        select(models.Container, models.Allocation)
-        .join(models.Allocation, models.Allocation.id == models.Container.allocation_id)
-        .where(models.Container.id == container_id)
-    ).first()
+    found = w.session.execute(_CONTAINER_WITH_ALLOCATION, {"id": container_id}).first()
     return None if found is None else (found[0], found[1])
 
 
