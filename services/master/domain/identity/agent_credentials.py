@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -38,6 +37,7 @@ from sqlalchemy.orm import Session
 from services.common.principal import Principal
 from services.master.domain.identity import access
 from services.master.domain.identity.permissions import Permission
+from services.master.domain.identity.secret_text import new_secret_text
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.context import MasterContext, Work
 from services.master.domain.kernel.errors import (
@@ -60,7 +60,7 @@ MAX_SECRET_CHARS = 512
 
 
 def new_secret() -> str:
-    return secrets.token_urlsafe(32)
+    return new_secret_text()
 
 
 def secret_hash(secret: str) -> str:

@@ -36,6 +36,7 @@ from services.common.principal import Principal
 from services.master.domain.identity import agent_users, allocation_access, default_groups
 from services.master.domain.identity.agent_users import AgentUserGroup
 from services.master.domain.identity.login_limiter import LoginLimiter, LoginLimits
+from services.master.domain.identity.secret_text import new_secret_text
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.errors import InvalidArgument, PermissionDenied, Unauthenticated
 from services.master.store import models
@@ -76,7 +77,7 @@ def hash_token(token: str) -> str:
 
 
 def new_token() -> str:
-    return secrets.token_urlsafe(32)
+    return new_secret_text()
 
 
 def hash_password(salted: str) -> str:

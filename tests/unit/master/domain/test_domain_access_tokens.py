@@ -263,3 +263,14 @@ def test_lifespans_as_go_writes_them_within_the_masters_limits() -> None:
         parse_lifespan("-1", capped)
     with pytest.raises(InvalidArgument, match="longer than the longest allowed, 90 days"):
         parse_lifespan("2161h", capped)
+
+
+def test_no_secret_the_master_hands_out_starts_with_a_dash(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`det token login TOKEN` would take such a token for an option (it met one in 64)."""
+    from services.master.domain.identity import agent_credentials, secret_text
+
+    monkeypatch.setattr(secret_text.secrets, "token_urlsafe", lambda n: "-Ab" + "c" * 40)
+    assert auth.new_token() == "_Ab" + "c" * 40
+    assert agent_credentials.new_secret() == "_Ab" + "c" * 40
+    monkeypatch.undo()
+    assert not any(auth.new_token().startswith("-") for _ in range(2_000))
