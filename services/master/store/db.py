@@ -263,6 +263,11 @@ class Database:
         except Exception:
             return False
 
+    def connections_in_use(self) -> int:
+        """How many of the pools' connections are checked out now."""
+        engines = [self.engine] + ([self._read_engine] if self._read_engine is not None else [])
+        return sum(getattr(e.pool, "checkedout", lambda: 0)() for e in engines)
+
     def dispose(self) -> None:
         self.engine.dispose()
         if self._read_engine is not None:

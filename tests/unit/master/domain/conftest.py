@@ -12,7 +12,9 @@ milliseconds for its schema, not every migration. A test process keeps one datab
 and one `Database` for it, handed to each test's master: the rows are put back as the template
 left them between tests, and the engines keep the statements SQLAlchemy compiled (compiling them
 again for every test's new engine was a fifth of the tests' CPU). A master's close() stops its
-listeners and closes its connections, so the next test's master finds the `Database` as new."""
+listeners and closes its connections, so the next test's master finds the `Database` as new; on
+PostgreSQL its idle pooled connections are kept for the next test (a new backend and its cold
+catalog cache cost a short test more than its own statements did)."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from services.master.store.db import Database
-from tests.support.databases import BACKENDS, fresh_database, migrated_sqlite
+from tests.support.databases import BACKENDS, fresh_database, kept_pool_url, migrated_sqlite
 from tests.unit.master.domain.harness import Master
 
 EACH_DATABASE = "master_on_each_database"
@@ -64,12 +66,14 @@ def master(backend: str, tmp_path: Path, _sqlite_home: Path) -> Iterator[Master]
     with _database_url(backend, _sqlite_home, tmp_path) as url:
         db = _databases.get(url)
         if db is None:
-            db = _databases[url] = Database(url)
+            db = _databases[url] = Database(url if backend == "sqlite" else kept_pool_url(url))
         m = Master(tmp_path / "master", db_url=url, migrated=True, db=db)
         try:
             yield m
         finally:
-            m.close()
+            # SQLite's file is replaced under its connections: they go. PostgreSQL's idle pooled
+            # connections stay for the next test (the scratch reset ends any that are not idle).
+            m.close(keep_connections=backend == "postgres")
 
 
 @pytest.fixture

@@ -61,6 +61,7 @@ from services.scheduler.session_table import SessionTable
 from services.searcher.domain.preview import preview
 from services.searcher.domain.registry import builtin_registry
 from services.searcher.domain.sessions import SessionManager
+from tests.support.databases import migrated_sqlite
 
 
 class RecordingHub(AgentHub):
@@ -251,6 +252,9 @@ class Master:
         migration script again: 12 ms a test). `db`: the Database of `db_url` to use rather than a
         new one (the domain fixture keeps one per database for its test process: its engines keep
         the statements SQLAlchemy compiled); this master's close() leaves it as it found it."""
+        if db_url is None and db is None and not (state_dir / "master.db").exists():
+            # A new master's own SQLite database: a copy of the migrated template, as new.
+            db_url, migrated = migrated_sqlite(state_dir / "master.db"), True
         settings = Settings(state_dir=state_dir, db_url=db_url or f"sqlite:///{state_dir / 'master.db'}")
         if pools:
             settings = Settings(state_dir=state_dir, db_url=settings.db_url, pools=tuple(pools))
@@ -300,11 +304,14 @@ class Master:
         """One step of the deferred-work loop: runs what is due; how many items ran."""
         return self.deferred.run_due()
 
-    def close(self) -> None:
+    def close(self, *, keep_connections: bool = False) -> None:
         """As the master stops: its scheduling view stops listening to the database's sessions, and
-        the database's connections are closed (its engines stay usable)."""
+        the database's connections are closed (its engines stay usable). `keep_connections`: the
+        pools' idle connections stay open for the next master on this Database (a test process's
+        own, between tests); any still checked out means a thread outlived the master: all go."""
         self.scheduling.close()
-        self.db.dispose()
+        if not keep_connections or self.db.connections_in_use():
+            self.db.dispose()
 
     def restarted(self, pools: Iterable[Any] | None = None) -> Master:
         """A new master on this one's state and database, as after a restart (close this one first);
