@@ -64,10 +64,18 @@ class LogStore:
     def _rows(self, agent_id: str, batch: apb.LogBatch) -> _Shipped:
         shipped = _Shipped(agent_id)
         owners = self._owners.of(entry.container_id for entry in batch.entries)
+        unknown: set[str] = set()
+        foreign: set[str] = set()
         for entry in batch.entries:
             owner = owners.get(entry.container_id)
             if owner is None:
-                log.warning("log line for unknown container", container_id=entry.container_id)
+                unknown.add(entry.container_id)
+                continue
+            if owner.agent_id != agent_id:
+                # An agent speaks for its own containers only, as with system samples: lines sent
+                # for another agent's would be stored as that trial's, match its log policies and
+                # fire its webhooks. Neither stored nor acknowledged.
+                foreign.add(entry.container_id)
                 continue
             shipped.owners.add(owner)
             shipped.highest[entry.container_id] = max(shipped.highest.get(entry.container_id, 0), entry.seq)
@@ -88,6 +96,16 @@ class LogStore:
                     # Text columns cannot hold NUL on PostgreSQL; a program may well print one.
                     "message": entry.message.replace("\x00", "\ufffd"),
                 }
+            )
+        if unknown:
+            log.warning(
+                "log lines for unknown containers dropped", agent_id=agent_id, containers=sorted(unknown)[:5]
+            )
+        if foreign:
+            log.warning(
+                "log lines for containers not on the sending agent dropped",
+                agent_id=agent_id,
+                containers=sorted(foreign)[:5],
             )
         return shipped
 

@@ -26,9 +26,12 @@ def test_lines_stored_at_once_are_all_followed_whichever_commits_first(
     master_on_each_database: Master,
 ) -> None:
     master = master_on_each_database
-    master.add_agent("a1")
-    (trial,) = master.trials(master.create())
-    (container,) = master.run_containers(master.live(trial.id).id)
+    master.add_agent("a1", slots=1)
+    master.add_agent("a2", slots=1)
+    (trial,) = master.trials(master.create(resources={"slots_per_trial": 2}))
+    master.run_containers(master.live(trial.id).id)
+    # The trial's two containers, one on each agent: each agent ships its own container's lines.
+    on = {c.agent_id: c.id for c in master.containers(master.live(trial.id).id)}
     store = LogStore(master.ctx)
     ended = threading.Event()
     followed: list[str] = []
@@ -39,8 +42,8 @@ def test_lines_stored_at_once_are_all_followed_whichever_commits_first(
     following.start()
 
     with held_insert(master.ctx.db.engine) as hold:
-        first = hold.start(lambda: store.store("a1", _batch(container, range(1, 6))))
-        second = threading.Thread(target=lambda: store.store("a2", _batch(container, range(6, 11))))
+        first = hold.start(lambda: store.store("a1", _batch(on["a1"], range(1, 6))))
+        second = threading.Thread(target=lambda: store.store("a2", _batch(on["a2"], range(6, 11))))
         second.start()
         second.join(0.5)  # it waits for the first (it would have committed by now)
         time.sleep(0.3)  # the follower reads whatever is committed
