@@ -8,7 +8,7 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 
 from services.master.domain.kernel.context import MasterContext
 from services.master.store import models
@@ -17,6 +17,21 @@ from services.master.store import models
 MAX_REMEMBERED = 50_000
 # Ids per read: SQLite binds at most 32,766 parameters, PostgreSQL 65,535; a batch has far fewer.
 IDS_PER_READ = 500
+
+
+# Built once (a statement built per call cost its build and cache key each time); the ids expand.
+_OWNERS = (
+    select(
+        models.Container.id,
+        models.Allocation.task_id,
+        models.Allocation.trial_id,
+        models.Allocation.id,
+        models.Container.agent_id,
+    )
+    .select_from(models.Container)
+    .join(models.Allocation, models.Allocation.id == models.Container.allocation_id)
+    .where(models.Container.id.in_(bindparam("ids", expanding=True)))
+)
 
 
 @dataclass(frozen=True)
@@ -43,18 +58,7 @@ class ContainerOwners:
             return found
         with self._ctx.db.read() as s:
             for start in range(0, len(missing), IDS_PER_READ):
-                for row in s.execute(
-                    select(
-                        models.Container.id,
-                        models.Allocation.task_id,
-                        models.Allocation.trial_id,
-                        models.Allocation.id,
-                        models.Container.agent_id,
-                    )
-                    .select_from(models.Container)
-                    .join(models.Allocation, models.Allocation.id == models.Container.allocation_id)
-                    .where(models.Container.id.in_(missing[start : start + IDS_PER_READ]))
-                ):
+                for row in s.execute(_OWNERS, {"ids": missing[start : start + IDS_PER_READ]}):
                     found[row[0]] = ContainerOwner(
                         task_id=row[1], trial_id=row[2], allocation_id=row[3], agent_id=row[4]
                     )
