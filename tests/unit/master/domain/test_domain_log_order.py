@@ -50,7 +50,10 @@ def test_lines_stored_at_once_are_all_followed_whichever_commits_first(
         hold.release()
         first.join(10)
         second.join(10)
-    time.sleep(0.3)
+    # Until the follower has read all ten (bounded); then its log is over.
+    deadline = time.monotonic() + 10
+    while len(followed) < 10 and time.monotonic() < deadline:
+        time.sleep(0.01)
     ended.set()
     master.ctx.topics.publish(trial_logs_topic(trial.id))
     following.join(10)
