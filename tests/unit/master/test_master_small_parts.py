@@ -15,7 +15,7 @@ from services.master.domain.kernel.errors import InvalidArgument
 from services.master.domain.kernel.paging import page_of
 from services.master.domain.metrics.downsample import downsample
 from services.master.domain.task_kinds.model_definition import ContextFile, list_files, pack
-from services.master.domain.trials.hparams import typed_hparams
+from services.master.domain.trials.hparams import HparamTyper, typed_hparams
 
 
 @pytest.mark.parametrize(
@@ -61,6 +61,30 @@ def test_hparams_come_back_typed_as_declared() -> None:
         typed_hparams({"act": 1.0}, definitions)["act"] == 1
         and typed_hparams({"act": 1.0}, definitions)["act"] is not True
     )
+
+
+def test_a_long_categorical_is_typed_by_one_lookup_as_a_scan_would() -> None:
+    """The typer indexes a categorical's choices once for every trial of an experiment; what it
+    answers is what a scan in order answers: the first equal choice, a bool only for a bool, a list
+    or a mapping by equality, anything else as it came."""
+    vals: list[object] = [*range(3000), "relu", True, 7.0, [1, 2], {"a": 1}, False]
+    typer = HparamTyper({"c": {"type": "categorical", "vals": vals}})
+    for value, expected in [
+        (2999.0, 2999),
+        (7.0, 7),  # the int 7 comes before the float 7.0
+        (1.0, 1),
+        (True, True),
+        (0.0, 0),
+        (False, False),
+        ("relu", "relu"),
+        ([1, 2], [1, 2]),
+        ({"a": 1}, {"a": 1}),
+        (3000.5, 3000.5),
+        ([9], [9]),
+    ]:
+        typed = typer.typed({"c": value})["c"]
+        assert typed == expected and type(typed) is type(expected), (value, typed)
+    assert typer.typed({"c": 1.0})["c"] is not True and typer.typed({"c": True})["c"] is True
 
 
 @dataclass

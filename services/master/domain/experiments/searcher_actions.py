@@ -18,7 +18,7 @@ from services.master.domain.kernel.states import TERMINAL, RunState
 from services.master.domain.kernel.topics import trial_topic
 from services.master.domain.trials import searcher_outbox, trial_tasks
 from services.master.domain.trials import trials as trial_lifecycle
-from services.master.domain.trials.hparams import typed_hparams
+from services.master.domain.trials.hparams import HparamTyper
 from services.master.store import models
 
 log = get_logger(__name__)
@@ -176,7 +176,7 @@ def _create_trials(
             if c.request_id in asked_by and asked_by[c.request_id] != exp.searcher_session_id
         ],
     )
-    definitions = exp.config.get("hyperparameters") or {}
+    typer = HparamTyper(exp.config.get("hyperparameters") or {})
     state = S.ACTIVE if exp.state == S.ACTIVE else S.PAUSED
     now = utcnow()
     trials: list[models.Trial] = []
@@ -191,7 +191,7 @@ def _create_trials(
                 search_session_id=exp.searcher_session_id,
                 warm_start_checkpoint_uuid=exp.warm_start_checkpoint_uuid,
                 state=state,
-                hparams=typed_hparams(json_format.MessageToDict(create.hparams), definitions),
+                hparams=typer.typed(json_format.MessageToDict(create.hparams)),
                 seed=create.trial_seed,
                 restarts=0,
                 run_id=0,
