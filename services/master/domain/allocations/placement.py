@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple, cast
 
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, select
 
 from cairn.agent.v1 import agent_pb2 as apb
 from services.master.domain.allocations.allocations import transition
@@ -54,6 +54,12 @@ _TRIAL_SPEC_READ = (
     .outerjoin(models.Workspace, models.Workspace.id == models.Project.workspace_id)
     .outerjoin(models.ModelDefinition, models.ModelDefinition.experiment_id == models.Experiment.id)
 )
+# A batch's reads, built once (a statement built anew cost about what running it did).
+_TRIAL_SPECS = _TRIAL_SPEC_READ.where(models.Trial.id.in_(bindparam("ids", expanding=True)))
+_TRIAL_SPEC = _TRIAL_SPEC_READ.where(models.Trial.id == bindparam("id"))
+_ADDRESSES = select(models.Agent.id, models.Agent.addresses).where(
+    models.Agent.id.in_(bindparam("ids", expanding=True))
+)
 
 
 @dataclass
@@ -82,11 +88,9 @@ def preload(w: Work, allocs: Iterable[models.Allocation], agent_ids: Iterable[st
     found = _Preloaded()
     with w.session.no_autoflush:
         if trial_ids:
-            for row in w.session.execute(_TRIAL_SPEC_READ.where(models.Trial.id.in_(trial_ids))):
+            for row in w.session.execute(_TRIAL_SPECS, {"ids": trial_ids}):
                 found.trials[row[0].id] = _TrialSpecRows(*row)
-        for agent_id, agent_addresses in w.session.execute(
-            select(models.Agent.id, models.Agent.addresses).where(models.Agent.id.in_(list(agent_ids)))
-        ):
+        for agent_id, agent_addresses in w.session.execute(_ADDRESSES, {"ids": list(agent_ids)}):
             found.addresses[agent_id] = agent_address(agent_addresses)
     w.memo[_PRELOADED] = found
 
@@ -115,7 +119,7 @@ def _spec_for(ctx: MasterContext, w: Work, alloc: models.Allocation, token: str)
         # when it must). Four reads, the first flushing the allocation's changes, were a third
         # of a hand-over's assignment.
         with w.session.no_autoflush:
-            row = w.session.execute(_TRIAL_SPEC_READ.where(models.Trial.id == alloc.trial_id)).one()
+            row = w.session.execute(_TRIAL_SPEC, {"id": alloc.trial_id}).one()
         found = _TrialSpecRows(*row)
     trial, exp, owner, workspace, digest = found
     alloc.searcher_target = trial.searcher_target

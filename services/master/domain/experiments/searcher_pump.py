@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from sqlalchemy import Select, delete, func, literal, select, union_all
+from sqlalchemy import Select, bindparam, delete, func, literal, select, union_all
 
 from cairn.searcher.v1 import searcher_pb2 as spb
 from services.common.logging import get_logger
@@ -51,6 +51,19 @@ def _owed() -> Select[int]:
 
 
 _OWED = _owed()
+# An experiment's next events, and the removal of those its searcher answered: built once, as
+# every delivery runs them.
+_EVENTS = (
+    select(models.SearcherEvent.id, models.SearcherEvent.payload)
+    .where(models.SearcherEvent.experiment_id == bindparam("experiment_id"))
+    .order_by(models.SearcherEvent.id)
+    .limit(bindparam("limit"))
+)
+_DELETE_EVENTS = (
+    delete(models.SearcherEvent)
+    .where(models.SearcherEvent.id.in_(bindparam("ids", expanding=True)))
+    .execution_options(synchronize_session=False)
+)
 
 
 class SearcherPump:
@@ -101,12 +114,7 @@ class SearcherPump:
         batch_limit = MAX_EVENTS_PER_CALL
         while not self._ctx.stopping.is_set():
             with self._ctx.db.read() as s:
-                event_rows = s.execute(
-                    select(models.SearcherEvent.id, models.SearcherEvent.payload)
-                    .where(models.SearcherEvent.experiment_id == experiment_id)
-                    .order_by(models.SearcherEvent.id)
-                    .limit(batch_limit)
-                ).all()
+                event_rows = s.execute(_EVENTS, {"experiment_id": experiment_id, "limit": batch_limit}).all()
                 if not event_rows:
                     return
                 exp = s.get_one(models.Experiment, experiment_id)
@@ -157,11 +165,7 @@ class SearcherPump:
                 current = w.session.get(models.SearcherSnapshot, experiment_id)
                 if current is None or current.seq != stored.seq:
                     continue  # the experiment ended or moved on meanwhile; re-read and retry
-                removed = w.session.execute(
-                    delete(models.SearcherEvent)
-                    .where(models.SearcherEvent.id.in_(applied_ids))
-                    .execution_options(synchronize_session=False)
-                )
+                removed = w.session.execute(_DELETE_EVENTS, {"ids": applied_ids})
                 if removed.rowcount != len(applied_ids):  # type: ignore[attr-defined]
                     w.session.rollback()
                     continue  # dropped meanwhile (the experiment ended); re-read

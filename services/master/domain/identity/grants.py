@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from sqlalchemy import or_, select
+from sqlalchemy import bindparam, or_, select
 from sqlalchemy.orm import Session
 
 from services.common.principal import Principal
@@ -60,14 +60,23 @@ NOTHING = Grants(frozenset(), {})
 EVERYTHING = Grants(frozenset(Permission), {})
 
 
+# A user's role assignments, their own and their groups': built once, as every call's access check
+# that misses the grant cache runs it.
+_ASSIGNMENTS = select(models.RoleAssignment.role_id, models.RoleAssignment.workspace_id).where(
+    or_(
+        models.RoleAssignment.user_id == bindparam("user_id"),
+        models.RoleAssignment.group_id.in_(
+            select(models.UserGroupMember.group_id).where(
+                models.UserGroupMember.user_id == bindparam("user_id")
+            )
+        ),
+    )
+)
+
+
 def load(s: Session, user_id: int) -> Grants:
     """A user's grants from their role assignments and their groups' (two indexed lookups)."""
-    groups = select(models.UserGroupMember.group_id).where(models.UserGroupMember.user_id == user_id)
-    rows = s.execute(
-        select(models.RoleAssignment.role_id, models.RoleAssignment.workspace_id).where(
-            or_(models.RoleAssignment.user_id == user_id, models.RoleAssignment.group_id.in_(groups))
-        )
-    )
+    rows = s.execute(_ASSIGNMENTS, {"user_id": user_id})
     cluster: set[Permission] = set()
     workspaces: dict[int, set[Permission]] = {}
     for role_id, workspace_id in rows:

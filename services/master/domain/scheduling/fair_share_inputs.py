@@ -16,7 +16,7 @@ import math
 from collections import defaultdict
 from datetime import datetime, timedelta
 
-from sqlalchemy import or_, select
+from sqlalchemy import bindparam, or_, select
 from sqlalchemy.orm import Session
 
 from cairn.scheduler.v1 import scheduler_pb2 as pb
@@ -104,6 +104,12 @@ def _name_groups(s: Session, workspaces: list[pb.ShareGroup], users: list[pb.Sha
         )
 
 
+# Built once: every snapshot of the scheduling view reads it.
+_SETTINGS_OF_POOLS = select(models.PoolShare).where(
+    models.PoolShare.pool_name.in_(bindparam("pools", expanding=True))
+)
+
+
 def share_groups(
     s: Session, pools: tuple[PoolSettings, ...], now: datetime
 ) -> dict[str, tuple[list[pb.ShareGroup], list[pb.ShareGroup]]]:
@@ -111,8 +117,7 @@ def share_groups(
     usage); for each priority pool with quotas: the groups that have one; in key order."""
     if not pools:
         return {}
-    share = models.PoolShare
-    settings = list(s.scalars(select(share).where(share.pool_name.in_([p.name for p in pools]))))
+    settings = list(s.scalars(_SETTINGS_OF_POOLS, {"pools": [p.name for p in pools]}))
     groups: dict[str, tuple[list[pb.ShareGroup], list[pb.ShareGroup]]] = {}
     for pool in pools:
         workspaces: dict[str, pb.ShareGroup] = {}

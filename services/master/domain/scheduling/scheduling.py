@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
-from sqlalchemy import or_, select
+from sqlalchemy import bindparam, or_, select
 
 from cairn.scheduler.v1 import scheduler_pb2 as pb
 from services.common.logging import get_logger
@@ -446,18 +446,7 @@ class SchedulingLoop:
         # place on, and a start there waits for the container (allocations.release_early).
         releasing: dict[str, tuple[str, set[str]]] = {}
         for container_id, agent_id, slot_ids, released, container_state in w.session.execute(
-            select(
-                models.Container.id,
-                models.Container.agent_id,
-                models.Container.slot_ids,
-                models.Allocation.releasing,
-                models.Container.state,
-            )
-            .join(models.Allocation, models.Allocation.id == models.Container.allocation_id)
-            .where(
-                models.Container.agent_id.in_(list(named)),
-                models.Allocation.state.in_(list(PLACED_ALLOCATION)),
-            )
+            _PLACED_CONTAINERS_ON, {"agent_ids": list(named)}
         ):
             if not released:
                 used.update((agent_id, str(s)) for s in slot_ids)
@@ -470,9 +459,7 @@ class SchedulingLoop:
         allocs = {
             alloc.id: alloc
             for alloc in w.session.scalars(
-                select(models.Allocation).where(
-                    models.Allocation.id.in_([a.allocation_id for a in assignments])
-                )
+                _ALLOCATIONS_BY_ID, {"ids": [a.allocation_id for a in assignments]}
             )
         }
         placement.preload(w, allocs.values(), named)
@@ -500,28 +487,43 @@ class SchedulingLoop:
             )
 
 
+# The reads of applying a decision, built once: a pass runs them every time it places anything,
+# and building a statement anew cost about as much as running it at a small cluster.
+_PLACED_CONTAINERS_ON = (
+    select(
+        models.Container.id,
+        models.Container.agent_id,
+        models.Container.slot_ids,
+        models.Allocation.releasing,
+        models.Container.state,
+    )
+    .join(models.Allocation, models.Allocation.id == models.Container.allocation_id)
+    .where(
+        models.Container.agent_id.in_(bindparam("agent_ids", expanding=True)),
+        models.Allocation.state.in_(list(PLACED_ALLOCATION)),
+    )
+)
+_ALLOCATIONS_BY_ID = select(models.Allocation).where(
+    models.Allocation.id.in_(bindparam("ids", expanding=True))
+)
+_CLOSED_AGENTS = select(models.Agent.id).where(
+    models.Agent.id.in_(bindparam("agent_ids", expanding=True)),
+    or_(models.Agent.enabled.is_(False), models.Agent.draining.is_(True)),
+)
+_CLOSED_SLOTS = select(models.AgentSlot.agent_id, models.AgentSlot.slot_id).where(
+    models.AgentSlot.agent_id.in_(bindparam("agent_ids", expanding=True)),
+    or_(models.AgentSlot.enabled.is_(False), models.AgentSlot.draining.is_(True)),
+)
+
+
 def _closed_to_new_work(w: Work, agent_ids: set[str]) -> tuple[set[str], set[tuple[str, str]]]:
     """Of `agent_ids`, the agents and the slots disabled or draining now: a user may have closed
     them while the scheduler decided on what it had read before."""
     if not agent_ids:
         return set(), set()
-    agents = set(
-        w.session.scalars(
-            select(models.Agent.id).where(
-                models.Agent.id.in_(list(agent_ids)),
-                or_(models.Agent.enabled.is_(False), models.Agent.draining.is_(True)),
-            )
-        )
-    )
-    slots = {
-        (agent_id, str(slot_id))
-        for agent_id, slot_id in w.session.execute(
-            select(models.AgentSlot.agent_id, models.AgentSlot.slot_id).where(
-                models.AgentSlot.agent_id.in_(list(agent_ids)),
-                or_(models.AgentSlot.enabled.is_(False), models.AgentSlot.draining.is_(True)),
-            )
-        )
-    }
+    ids = {"agent_ids": list(agent_ids)}
+    agents = set(w.session.scalars(_CLOSED_AGENTS, ids))
+    slots = {(agent_id, str(slot_id)) for agent_id, slot_id in w.session.execute(_CLOSED_SLOTS, ids)}
     return agents, slots
 
 
