@@ -23,7 +23,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 
 from services.common.logging import get_logger
 from services.master.domain.config import config_view
@@ -136,14 +136,15 @@ def live_of_trials(w: Work, trial_ids: list[int]) -> dict[int, models.Allocation
     return found
 
 
+_CONTAINERS_OF = (
+    select(models.Container)
+    .where(models.Container.allocation_id == bindparam("allocation_id"))
+    .order_by(models.Container.rank)
+)
+
+
 def containers_of(w: Work, alloc: models.Allocation) -> list[models.Container]:
-    return list(
-        w.session.scalars(
-            select(models.Container)
-            .where(models.Container.allocation_id == alloc.id)
-            .order_by(models.Container.rank)
-        )
-    )
+    return list(w.session.scalars(_CONTAINERS_OF, {"allocation_id": alloc.id}))
 
 
 def publish(ctx: MasterContext, w: Work, alloc: models.Allocation) -> None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from google.protobuf import struct_pb2
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, select
 
 from cairn.searcher.v1 import searcher_pb2 as spb
 from services.common.logging import get_logger
@@ -131,14 +131,17 @@ def check_pool(ctx: MasterContext, config: dict[str, Any], place: experiment_pro
     return str(pool)
 
 
+_ENABLED_SLOTS_IN_POOL = (
+    select(func.count())
+    .select_from(models.AgentSlot)
+    .join(models.Agent, models.Agent.id == models.AgentSlot.agent_id)
+    .where(models.Agent.resource_pool == bindparam("pool"), models.AgentSlot.enabled.is_(True))
+)
+
+
 def _slots_exceeded(ctx: MasterContext, pool: str, slots_per_trial: int) -> bool:
     with ctx.db.read() as s:
-        capacity = s.scalar(
-            select(func.count())
-            .select_from(models.AgentSlot)
-            .join(models.Agent, models.Agent.id == models.AgentSlot.agent_id)
-            .where(models.Agent.resource_pool == pool, models.AgentSlot.enabled.is_(True))
-        )
+        capacity = s.scalar(_ENABLED_SLOTS_IN_POOL, {"pool": pool})
     return slots_per_trial > int(capacity or 0)
 
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 from google.protobuf import json_format
-from sqlalchemy import select, true
+from sqlalchemy import bindparam, select
 
 from cairn.searcher.v1 import searcher_pb2 as spb
 from services.common.logging import get_logger
@@ -30,6 +30,21 @@ INLINE_CREATES = 500
 STORED_CHUNK_CREATES = 1000
 # Up to this many request ids are looked up by name; more, and the experiment's are all read.
 _IN_LIST_MAX = 500
+
+
+# Reads of every answer applied, built once.
+_OLDEST_ANSWER = (
+    select(models.SearcherAnswer)
+    .where(models.SearcherAnswer.experiment_id == bindparam("experiment_id"))
+    .order_by(models.SearcherAnswer.id)
+    .limit(1)
+)
+_ALL_REQUESTS_MADE = select(models.Trial.request_id, models.Trial.search_session_id).where(
+    models.Trial.experiment_id == bindparam("experiment_id")
+)
+_REQUESTS_MADE = _ALL_REQUESTS_MADE.where(
+    models.Trial.request_id.in_(bindparam("request_ids", expanding=True))
+)
 
 
 def store_snapshot(w: Work, experiment_id: int, snapshot: spb.Snapshot) -> None:
@@ -91,12 +106,7 @@ def apply_response_in_part(
 def apply_stored_chunk(ctx: MasterContext, w: Work, experiment_id: int) -> bool:
     """Apply the next STORED_CHUNK_CREATES trials' worth of the experiment's oldest stored answer,
     storing what is left (or removing it); False when none is stored."""
-    row = w.session.scalar(
-        select(models.SearcherAnswer)
-        .where(models.SearcherAnswer.experiment_id == experiment_id)
-        .order_by(models.SearcherAnswer.id)
-        .limit(1)
-    )
+    row = w.session.scalar(_OLDEST_ANSWER, {"experiment_id": experiment_id})
     if row is None:
         return False
     exp = w.session.get_one(models.Experiment, experiment_id)
@@ -157,12 +167,10 @@ def _create_trials(
         log.info("ignoring trial creation: experiment is stopping", experiment_id=exp.id, state=exp.state)
         return
     wanted = {create.request_id for create in creates}
-    rows = w.session.execute(
-        select(models.Trial.request_id, models.Trial.search_session_id).where(
-            models.Trial.experiment_id == exp.id,
-            models.Trial.request_id.in_(wanted) if len(wanted) <= _IN_LIST_MAX else true(),
-        )
-    )
+    if len(wanted) <= _IN_LIST_MAX:
+        rows = w.session.execute(_REQUESTS_MADE, {"experiment_id": exp.id, "request_ids": list(wanted)})
+    else:
+        rows = w.session.execute(_ALL_REQUESTS_MADE, {"experiment_id": exp.id})
     asked_by = {row.request_id: row.search_session_id for row in rows}
     existing = set(asked_by)
     # Trials an earlier session made, asked for again by a continued search (search_retries.py).

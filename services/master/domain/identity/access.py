@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from services.common.principal import Principal
@@ -285,6 +285,14 @@ _VIEWS = frozenset(
 )
 
 
+# A trial's experiment, read by the trial's id: built once, as every call naming a trial reads it.
+_EXPERIMENT_OF_TRIAL = (
+    select(models.Experiment)
+    .join(models.Trial, models.Trial.experiment_id == models.Experiment.id)
+    .where(models.Trial.id == bindparam("trial_id"))
+)
+
+
 def check_trial(
     s: Session, principal: Principal, trial_id: int, permission: Permission, field: str = "trial_id"
 ) -> None:
@@ -296,11 +304,7 @@ def check_trial(
         return
     if principal.internal:
         return
-    exp = s.scalar(
-        select(models.Experiment)
-        .join(models.Trial, models.Trial.experiment_id == models.Experiment.id)
-        .where(models.Trial.id == trial_id)
-    )
+    exp = s.scalar(_EXPERIMENT_OF_TRIAL, {"trial_id": trial_id})
     if exp is None:
         return
     if permission in _VIEWS:

@@ -7,12 +7,17 @@ Each is one indexed read of a row the caller usually holds already, in the calle
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from services.master.store import models
 
 UNCATEGORIZED = models.UNCATEGORIZED_WORKSPACE_ID
+
+
+_WORKSPACE_OF_PROJECT = select(models.Project.workspace_id).where(
+    models.Project.id == bindparam("project_id")
+)
 
 
 def of_project(s: Session, project_id: int) -> int:
@@ -22,7 +27,7 @@ def of_project(s: Session, project_id: int) -> int:
 
 def of_project_id(s: Session, project_id: int) -> int | None:
     """The workspace of the project, or None when there is no such project."""
-    found = s.scalar(select(models.Project.workspace_id).where(models.Project.id == project_id))
+    found = s.scalar(_WORKSPACE_OF_PROJECT, {"project_id": project_id})
     return int(found) if found is not None else None
 
 

@@ -429,19 +429,23 @@ def _reports_of_columns(flat: metric_columns.FlatBatch) -> list[Report]:
     ]
 
 
+# A step's row without a sequence number (Determined's clients send each report alone): built once.
+_UNSEQUENCED_AT = select(models.Metric).where(
+    *_OF_RUN,
+    models.Metric.group_name == bindparam("group"),
+    models.Metric.steps_completed == bindparam("steps"),
+    models.Metric.seq.is_(None),
+)
+
+
 def _merge_unsequenced(
     w: Work, trial: models.Trial, run_id: int, item: Report, metrics: dict[str, Any]
 ) -> bool:
     """Determined's clients send no sequence number: a report for a step already reported in the
     same run and group is merged into it (a shallow union of keys), as Determined does."""
     existing = w.session.scalar(
-        select(models.Metric).where(
-            models.Metric.trial_id == trial.id,
-            models.Metric.trial_run_id == run_id,
-            models.Metric.group_name == item.group,
-            models.Metric.steps_completed == item.steps_completed,
-            models.Metric.seq.is_(None),
-        )
+        _UNSEQUENCED_AT,
+        {"trial_id": trial.id, "run_id": run_id, "group": item.group, "steps": item.steps_completed},
     )
     if existing is None:
         return False

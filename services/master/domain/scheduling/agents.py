@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 
 from cairn.agent.v1 import agent_pb2 as apb
 from services.common.logging import get_logger
@@ -44,18 +44,21 @@ def validate_hello(hello: apb.Hello, pools: list[str]) -> None:
         raise InvalidArgument("hello.slots: slot ids must be unique")
 
 
-def live_containers_on(w: Work, agent_id: str) -> list[models.Container]:
-    return list(
-        w.session.scalars(
-            select(models.Container)
-            .join(models.Allocation, models.Allocation.id == models.Container.allocation_id)
-            .where(
-                models.Container.agent_id == agent_id,
-                models.Container.state != A.TERMINATED,
-                models.Allocation.state != A.TERMINATED,
-            )
-        )
+# Reads of every agent's registration, built once.
+_LIVE_CONTAINERS_ON = (
+    select(models.Container)
+    .join(models.Allocation, models.Allocation.id == models.Container.allocation_id)
+    .where(
+        models.Container.agent_id == bindparam("agent_id"),
+        models.Container.state != A.TERMINATED,
+        models.Allocation.state != A.TERMINATED,
     )
+)
+_SLOTS_OF = select(models.AgentSlot).where(models.AgentSlot.agent_id == bindparam("agent_id"))
+
+
+def live_containers_on(w: Work, agent_id: str) -> list[models.Container]:
+    return list(w.session.scalars(_LIVE_CONTAINERS_ON, {"agent_id": agent_id}))
 
 
 def register(ctx: MasterContext, hello: apb.Hello) -> Registration:
@@ -114,12 +117,7 @@ def register(ctx: MasterContext, hello: apb.Hello) -> Registration:
 
 
 def _sync_slots(ctx: MasterContext, w: Work, hello: apb.Hello) -> None:
-    existing = {
-        slot.slot_id: slot
-        for slot in w.session.scalars(
-            select(models.AgentSlot).where(models.AgentSlot.agent_id == hello.agent_id)
-        )
-    }
+    existing = {slot.slot_id: slot for slot in w.session.scalars(_SLOTS_OF, {"agent_id": hello.agent_id})}
     for reported in hello.slots:
         slot = existing.pop(reported.id, None)
         if slot is None:

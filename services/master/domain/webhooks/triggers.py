@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
@@ -111,14 +111,16 @@ def experiment_facts(s: Session, exp: models.Experiment) -> ExperimentFacts:
     )
 
 
+# Built once: every state change that may fire a webhook asks it.
+_WEBHOOKS_WITH = (
+    select(models.WebhookTrigger.webhook_id)
+    .where(models.WebhookTrigger.trigger_type == bindparam("trigger_type"))
+    .distinct()
+)
+
+
 def _webhooks_with(s: Session, trigger_type: str) -> list[tuple[WebhookRow, registry.TriggerRow]]:
-    webhook_ids = list(
-        s.scalars(
-            select(models.WebhookTrigger.webhook_id)
-            .where(models.WebhookTrigger.trigger_type == trigger_type)
-            .distinct()
-        )
-    )
+    webhook_ids = list(s.scalars(_WEBHOOKS_WITH, {"trigger_type": trigger_type}))
     if not webhook_ids:
         return []
     return [

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import delete, select
+from sqlalchemy import bindparam, delete, select
 from sqlalchemy.orm import Session
 
 from services.common.principal import Principal
@@ -184,11 +184,14 @@ def unbound_pool_names(ctx: MasterContext) -> set[str]:
     return {p.name for p in ctx.settings.pools} - bound
 
 
+# The workspaces a pool is bound to: built once, as every experiment's and task's creation reads it.
+_BOUND_TO = select(models.PoolBinding.workspace_id).where(models.PoolBinding.pool_name == bindparam("pool"))
+
+
 def check_available(s: Session, pool: str, workspace_id: int, field: str) -> None:
     """InvalidArgument naming `field`, the pool and the workspace unless the workspace's work may
     use `pool` (it is bound to the workspace, or to none)."""
-    b = models.PoolBinding
-    bound_to = set(s.scalars(select(b.workspace_id).where(b.pool_name == pool)))
+    bound_to = set(s.scalars(_BOUND_TO, {"pool": pool}))
     if not bound_to or workspace_id in bound_to:
         return
     name = s.scalar(select(models.Workspace.name).where(models.Workspace.id == workspace_id))
