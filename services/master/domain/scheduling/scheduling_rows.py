@@ -13,7 +13,7 @@ from sqlalchemy import bindparam, func, select
 from sqlalchemy.orm import Session
 
 from cairn.scheduler.v1 import scheduler_pb2 as pb
-from services.master.domain.config.view import config_view
+from services.master.domain.config.schema import schema_default
 from services.master.domain.kernel.context import MasterContext
 from services.master.domain.kernel.states import (
     LIVE_ALLOCATION,
@@ -129,17 +129,28 @@ class JobLimits(NamedTuple):
     weight: float
 
 
-_CONFIGS_OF = select(models.Experiment.id, models.Experiment.config).where(
-    models.Experiment.id.in_(bindparam("ids", expanding=True))
-)
+# The two fields of each config, extracted by the database: a snapshot reads every live
+# experiment's limits, and decoding each whole config for them cost ~60 us an experiment (a
+# minute of a thousand snapshots at a thousand experiments). A field a config lacks (stored
+# before it existed) reads as NULL: the schema's default, as config_view reads it.
+_LIMITS_OF = select(
+    models.Experiment.id,
+    models.Experiment.config[("resources", "max_slots")].as_integer(),
+    models.Experiment.config[("resources", "weight")].as_float(),
+).where(models.Experiment.id.in_(bindparam("ids", expanding=True)))
+_DEFAULT_MAX_SLOTS = schema_default("resources", "max_slots")
+_DEFAULT_WEIGHT = float(schema_default("resources", "weight"))
 
 
 def limits_of(s: Session, experiment_ids: set[int]) -> dict[int, JobLimits]:
-    limits = {}
-    for eid, config in s.execute(_CONFIGS_OF, {"ids": list(experiment_ids)}):
-        view = config_view(config)
-        limits[eid] = JobLimits(view.max_slots, view.weight)
-    return limits
+    """The JobLimits of the experiments (config_view's max_slots and weight)."""
+    return {
+        eid: JobLimits(
+            int(max_slots) if max_slots is not None else _DEFAULT_MAX_SLOTS,
+            float(weight) if weight is not None else _DEFAULT_WEIGHT,
+        )
+        for eid, max_slots, weight in s.execute(_LIMITS_OF, {"ids": list(experiment_ids)})
+    }
 
 
 def pool_messages(

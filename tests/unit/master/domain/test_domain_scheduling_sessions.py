@@ -12,10 +12,11 @@ import pytest
 from sqlalchemy import event, select
 
 from cairn.scheduler.v1 import scheduler_pb2 as pb
+from services.master.domain.config.view import config_view
 from services.master.domain.experiments import experiment_edits, experiments
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.errors import Unavailable
-from services.master.domain.scheduling import scheduling
+from services.master.domain.scheduling import scheduling, scheduling_rows
 from services.master.domain.scheduling.scheduling_view import ChangeTracker
 from services.master.store import models
 from tests.unit.master.domain.harness import Master, config_text
@@ -212,3 +213,32 @@ def test_a_stopped_tracker_and_a_closed_masters_view_are_told_of_no_more_writes(
     assert not any(
         event.contains(master.db._sessions, name, listener) for name, listener in view.tracker._listeners()
     )
+
+
+def test_a_jobs_limits_are_read_from_its_config_as_the_config_view_reads_them(
+    master_on_each_database: Master,
+) -> None:
+    """The scheduling view reads max_slots and weight out of the stored configs in SQL (JSON
+    paths differ between the databases); a config stored without them (before they existed) reads
+    as the schema's defaults."""
+    master = master_on_each_database
+    limited = master.create(grid(2, resources={"max_slots": 3, "weight": 2.5}))
+    whole_weight = master.create(grid(2, resources={"weight": 4}))
+    plain = master.create(grid(2))
+    bare = master.create(grid(2))
+    with master.ctx.unit_of_work() as w:
+        exp = w.session.get_one(models.Experiment, bare)
+        resources = {k: v for k, v in exp.config["resources"].items() if k not in ("max_slots", "weight")}
+        exp.config = {**exp.config, "resources": resources}
+    ids = {limited, whole_weight, plain, bare}
+    with master.db.read() as s:
+        limits = scheduling_rows.limits_of(s, ids)
+        configs = {
+            e.id: e.config for e in s.scalars(select(models.Experiment).where(models.Experiment.id.in_(ids)))
+        }
+    for experiment_id in ids:
+        view = config_view(configs[experiment_id])
+        assert limits[experiment_id] == scheduling_rows.JobLimits(view.max_slots, view.weight)
+    assert limits[limited] == scheduling_rows.JobLimits(3, 2.5)
+    assert limits[whole_weight] == scheduling_rows.JobLimits(None, 4.0)
+    assert limits[plain] == limits[bare] == scheduling_rows.JobLimits(None, 1.0)
