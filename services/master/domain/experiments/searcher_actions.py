@@ -48,16 +48,19 @@ _REQUESTS_MADE = _ALL_REQUESTS_MADE.where(
 
 
 def store_snapshot(w: Work, experiment_id: int, snapshot: spb.Snapshot) -> None:
-    w.session.merge(
-        models.SearcherSnapshot(
-            experiment_id=experiment_id,
-            seq=snapshot.seq,
-            method=snapshot.method,
-            version=snapshot.version,
-            state=snapshot.state,
-            updated_at=utcnow(),
-        )
+    """The experiment's searcher snapshot, stored over the one before (the row the caller read is
+    found in the session: no read; Session.merge did the same at several times the cost)."""
+    row = w.session.get(models.SearcherSnapshot, experiment_id)
+    if row is None:
+        row = models.SearcherSnapshot(experiment_id=experiment_id)
+        w.session.add(row)
+    row.seq, row.method, row.version, row.state = (
+        snapshot.seq,
+        snapshot.method,
+        snapshot.version,
+        snapshot.state,
     )
+    row.updated_at = utcnow()
 
 
 def _trial_by_request(w: Work, exp: models.Experiment, request_id: str) -> models.Trial | None:
