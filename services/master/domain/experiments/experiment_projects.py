@@ -28,7 +28,11 @@ from services.master.domain.kernel.errors import FailedPrecondition, InvalidArgu
 from services.master.domain.kernel.states import WS
 from services.master.domain.kernel.topics import experiment_topic
 from services.master.domain.reads.workspaces import project_id_by_names
-from services.master.domain.workspaces.workspaces import check_not_deleting, load_project
+from services.master.domain.workspaces.workspaces import (
+    check_not_deleting,
+    load_project,
+    project_with_workspace,
+)
 from services.master.store import models
 
 
@@ -108,10 +112,10 @@ def placement(
         else:
             field = "project_id"
             project_id = models.UNCATEGORIZED_PROJECT_ID
-        project = s.get(models.Project, project_id)
-        if project is None:
+        rows = project_with_workspace(s, project_id)
+        if rows is None:
             raise NotFound(f"{field}: project {project_id} not found")
-        workspace = s.get_one(models.Workspace, project.workspace_id)
+        project, workspace = rows
         _check_takes_experiments(project, workspace, field)
         return Placement(
             project_id=project.id,

@@ -59,6 +59,20 @@ _EVENTS = (
     .order_by(models.SearcherEvent.id)
     .limit(bindparam("limit"))
 )
+# What a delivery reads of the experiment and its searcher's snapshot (no snapshot: seq is None).
+_SEARCH = (
+    select(
+        models.Experiment.state,
+        models.Experiment.searcher_session_id,
+        models.Experiment.config,
+        models.SearcherSnapshot.seq,
+        models.SearcherSnapshot.state.label("snapshot"),
+        models.SearcherSnapshot.method,
+        models.SearcherSnapshot.version,
+    )
+    .outerjoin(models.SearcherSnapshot, models.SearcherSnapshot.experiment_id == models.Experiment.id)
+    .where(models.Experiment.id == bindparam("experiment_id"))
+)
 _DELETE_EVENTS = (
     delete(models.SearcherEvent)
     .where(models.SearcherEvent.id.in_(bindparam("ids", expanding=True)))
@@ -117,14 +131,13 @@ class SearcherPump:
                 event_rows = s.execute(_EVENTS, {"experiment_id": experiment_id, "limit": batch_limit}).all()
                 if not event_rows:
                     return
-                exp = s.get_one(models.Experiment, experiment_id)
-                snapshot = s.get(models.SearcherSnapshot, experiment_id)
-                if is_terminal(exp.state) or snapshot is None:
+                search = s.execute(_SEARCH, {"experiment_id": experiment_id}).one()
+                if is_terminal(search.state) or search.seq is None:
                     self._drop_events(experiment_id)
                     return
-                session_id, config = exp.searcher_session_id, exp.config
+                session_id, config = search.searcher_session_id, search.config
                 stored = spb.Snapshot(
-                    seq=snapshot.seq, state=snapshot.state, method=snapshot.method, version=snapshot.version
+                    seq=search.seq, state=search.snapshot, method=search.method, version=search.version
                 )
             client = self._ctx.searchers.for_config(config)
             events = [spb.SearcherEvent.FromString(payload) for _, payload in event_rows]

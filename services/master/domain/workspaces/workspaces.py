@@ -22,7 +22,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.orm import Session
 
 from services.common.principal import Principal
@@ -205,11 +205,25 @@ def load_workspace(w: Work, workspace_id: int, field: str = "id") -> models.Work
     return found
 
 
+# A project with its workspace, in one read (every experiment's creation reads them).
+_PROJECT_WITH_WORKSPACE = (
+    select(models.Project, models.Workspace)
+    .join(models.Workspace, models.Workspace.id == models.Project.workspace_id)
+    .where(models.Project.id == bindparam("project_id"))
+)
+
+
+def project_with_workspace(s: Session, project_id: int) -> tuple[models.Project, models.Workspace] | None:
+    """The project and its workspace (None when there is no such project), in one read."""
+    found = s.execute(_PROJECT_WITH_WORKSPACE, {"project_id": project_id}).first()
+    return None if found is None else (found[0], found[1])
+
+
 def load_project(w: Work, project_id: int, field: str = "id") -> tuple[models.Project, models.Workspace]:
-    found = w.session.get(models.Project, project_id)
+    found = project_with_workspace(w.session, project_id)
     if found is None:
         raise NotFound(f"{field}: project {project_id} not found")
-    return found, w.session.get_one(models.Workspace, found.workspace_id)
+    return found
 
 
 def _check_workspace_name_free(s: Session, name: str, except_id: int | None = None) -> None:
