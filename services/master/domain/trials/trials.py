@@ -142,7 +142,14 @@ _WITH_EXPERIMENT_AND_TASK = (
     .join(models.Experiment, models.Experiment.id == models.Trial.experiment_id)
     .outerjoin(models.Task, models.Task.id == trial_tasks.task_id_column())
 )
-_EXIT_READS = _WITH_EXPERIMENT_AND_TASK.where(models.Trial.id.in_(bindparam("ids", expanding=True)))
+# A batch's ends read the trials with their tasks, and their experiments apart: a batch's trials
+# share a few experiments, and each joined row decoded its experiment's whole config again.
+_EXIT_READS = (
+    select(models.Trial, models.Task)
+    .outerjoin(models.Task, models.Task.id == trial_tasks.task_id_column())
+    .where(models.Trial.id.in_(bindparam("ids", expanding=True)))
+)
+_EXPERIMENTS = select(models.Experiment).where(models.Experiment.id.in_(bindparam("ids", expanding=True)))
 _EXIT_READ = _WITH_EXPERIMENT_AND_TASK.where(models.Trial.id == bindparam("id"))
 
 
@@ -152,8 +159,10 @@ def preload_exits(w: Work, trial_ids: Collection[int]) -> None:
     if not trial_ids:
         return
     with w.session.no_autoflush:
-        rows = w.session.execute(_EXIT_READS, {"ids": list(trial_ids)}).all()
-    w.memo[_PRELOADED_EXITS] = {trial.id: (trial, exp) for trial, exp, _ in rows}
+        trials = [trial for trial, _ in w.session.execute(_EXIT_READS, {"ids": list(trial_ids)})]
+        experiment_ids = list({trial.experiment_id for trial in trials})
+        experiments = {exp.id: exp for exp in w.session.scalars(_EXPERIMENTS, {"ids": experiment_ids})}
+    w.memo[_PRELOADED_EXITS] = {trial.id: (trial, experiments[trial.experiment_id]) for trial in trials}
 
 
 def on_allocation_exit(
