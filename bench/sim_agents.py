@@ -21,12 +21,16 @@ master places the next pending one. Reported:
   passes, the p50/p95 (interpolated within the histogram's buckets) and mean of their decisions in
   wall time (`cairn_scheduling_pass_seconds`) and in the scheduling thread's CPU time
   (`cairn_scheduling_pass_cpu_seconds`: the difference is waiting for the GIL and locks), and of
-  starting what each placed (`cairn_scheduling_start_seconds`); trials ended per second; the
-  master's and scheduler's CPU seconds (/proc/<pid>/stat);
+  starting what each placed (`cairn_scheduling_start_seconds`); trials ended and started per
+  second (the window starts only the trials left after the first fill); the master's and
+  scheduler's CPU seconds (/proc/<pid>/stat);
 - idle: the master's CPU, as a share of one core, over --idle-seconds with every agent connected
   and nothing to run (streams and heartbeats alone), from IDLE_SETTLE_S after the last Welcome;
-- starts a second over the window, and the p99 from an allocation's request to its RUNNING over
-  the first fill (the master's rows: every one of them requested and placed while slots were free).
+- starts a second, sustained: every trial started, from the experiment's creation to its last
+  trial's start (slots are free all along: the master places more slowly than trials end);
+- the p99 from an allocation's request to its RUNNING over the first fill (the master's rows: every
+  one of them requested and placed while slots were free; all requested at once, so the p99 is
+  about the time the master takes to start the first fill).
 
 The last line is one summary: `sim_agents: starts/s S, first N placed T s, p99 request-to-running
 R s, passes p95 P ms, idle master CPU C %`.
@@ -120,6 +124,8 @@ class Tally:
     peak_running: int = 0
     # System-metric samples sent (--system-metrics-interval).
     samples_sent: int = 0
+    # When the latest StartContainer came (time.perf_counter()).
+    last_start_at: float = 0.0
 
 
 def now_timestamp() -> Timestamp:
@@ -281,6 +287,7 @@ class SimAgent:
     def start(self, start: apb.StartContainer) -> None:
         self.command_done(start.command_id)
         self.tally.started += 1
+        self.tally.last_start_at = time.perf_counter()
         self.tally.peak_running = max(self.tally.peak_running, self.tally.started - self.tally.ended)
         container_id, allocation_id = start.container_id, start.allocation_id
         self.allocations[container_id] = allocation_id
@@ -511,7 +518,13 @@ async def turnover(args: argparse.Namespace, api: Api, record: ClusterRecord) ->
         "full_s": full,
         "window_s": window,
         "ended_per_s": (after.ended - before.ended) / window,
-        "started_per_s": (after.started - before.started) / window,
+        # Sustained: every trial started, from the experiment's creation to the last start. The
+        # cluster never runs out of free slots in between (the master places more slowly than
+        # trials of seconds end), so this is how fast the master starts trials. The window's own
+        # rate is not: it starts only the trials left after the first fill (--trials less the
+        # capacity), however fast they go.
+        "started_per_s": tally.started / (tally.last_start_at - started),
+        "window_started_per_s": (after.started - before.started) / window,
         "idle_master_cpu": idle_master,
         "capacity": capacity,
         "peak_running": tally.peak_running,
@@ -640,7 +653,9 @@ def main() -> None:
             for name, label in (("pass", "decision"), ("pass_cpu", "its CPU"), ("start", "starting"))
         )
         + "; "
-        f"{figures['ended_per_s']:.1f} trials ended/s, at most {figures['peak_running']:.0f} running; "
+        f"{figures['ended_per_s']:.1f} trials ended/s, {figures['window_started_per_s']:.1f} started/s "
+        f"(the {args.trials - figures['capacity']:.0f} left after the first fill), at most "
+        f"{figures['peak_running']:.0f} running; "
         "CPU s: "
         + ", ".join(
             f"{k.removesuffix('_cpu_s')} {v:.1f}" for k, v in figures.items() if k.endswith("_cpu_s")
