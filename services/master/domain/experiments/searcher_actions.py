@@ -221,10 +221,12 @@ def _create_trials(
     w.session.flush()  # their ids
     trial_tasks.record_many(w, exp, trials)
     w.session.flush()  # the tasks before their allocations (a foreign key the ORM cannot order by)
-    for trial in trials:
-        searcher_outbox.enqueue(
-            ctx, w, exp.id, spb.SearcherEvent(trial_created=spb.TrialCreated(request_id=trial.request_id))
-        )
+    searcher_outbox.enqueue_many(
+        ctx,
+        w,
+        exp.id,
+        [spb.SearcherEvent(trial_created=spb.TrialCreated(request_id=trial.request_id)) for trial in trials],
+    )
     if len(trials) == 1:
         log.info(
             "trial created", experiment_id=exp.id, trial_id=trials[0].id, request_id=trials[0].request_id

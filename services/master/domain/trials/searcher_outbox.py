@@ -4,6 +4,8 @@ so no event is lost or applied twice across restarts of either process."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from sqlalchemy import insert
 
 from cairn.searcher.v1 import searcher_pb2 as spb
@@ -30,11 +32,23 @@ _INSERT = insert(models.SearcherEvent)
 def enqueue(ctx: MasterContext, w: Work, experiment_id: int, event: spb.SearcherEvent) -> None:
     """Owe the searcher `event`; never for an unmanaged experiment, which has no search session
     (the one guard every event passes, so no path can reach a searcher for it)."""
+    enqueue_many(ctx, w, experiment_id, [event])
+
+
+def enqueue_many(
+    ctx: MasterContext, w: Work, experiment_id: int, events: Sequence[spb.SearcherEvent]
+) -> None:
+    """Owe the searcher `events`, in their order, in one statement (a grid's creation owes one
+    for each of its trials)."""
     exp = w.session.get(models.Experiment, experiment_id)
-    if exp is not None and exp.unmanaged:
+    if not events or (exp is not None and exp.unmanaged):
         return
-    w.session.connection().execute(
-        _INSERT,
-        {"experiment_id": experiment_id, "payload": event.SerializeToString(), "created_at": utcnow()},
-    )
+    now = utcnow()
+    rows = [
+        {"experiment_id": experiment_id, "payload": event.SerializeToString(), "created_at": now}
+        for event in events
+    ]
+    # One row as a plain execute; many as one executemany, whose rows the database numbers in
+    # their order (the pump delivers by id).
+    w.session.connection().execute(_INSERT, rows[0] if len(rows) == 1 else rows)
     w.later(ctx.pump_wakeup.set)
