@@ -462,7 +462,7 @@ async def snapshot(http_url: str, tally: Tally, pids: dict[str, int]) -> Snapsho
 
 async def turnover(args: argparse.Namespace, api: Api, record: ClusterRecord) -> dict[str, float]:
     assert record.master_grpc_address and record.master_http_url
-    pids = {name: p.pid for name in ("master", "scheduler") if (p := record.by_name(name)) is not None}
+    pids = {name: p.pid for name in ("master", "scheduler", "searcher") if (p := record.by_name(name)) is not None}
     tally = Tally()
     agents = [
         SimAgent(
