@@ -22,8 +22,8 @@ master places the next pending one. Reported:
   wall time (`cairn_scheduling_pass_seconds`) and in the scheduling thread's CPU time
   (`cairn_scheduling_pass_cpu_seconds`: the difference is waiting for the GIL and locks), and of
   starting what each placed (`cairn_scheduling_start_seconds`); trials ended and started per
-  second (the window starts only the trials left after the first fill); the master's and
-  scheduler's CPU seconds (/proc/<pid>/stat);
+  second (the window starts only the trials left after the first fill); the master's, the
+  scheduler's and the searcher's CPU seconds (/proc/<pid>/stat);
 - idle: the master's CPU, as a share of one core, over --idle-seconds with every agent connected
   and nothing to run (streams and heartbeats alone), from IDLE_SETTLE_S after the last Welcome;
 - starts a second, sustained: every trial started, from the experiment's creation to its last
@@ -462,7 +462,9 @@ async def snapshot(http_url: str, tally: Tally, pids: dict[str, int]) -> Snapsho
 
 async def turnover(args: argparse.Namespace, api: Api, record: ClusterRecord) -> dict[str, float]:
     assert record.master_grpc_address and record.master_http_url
-    pids = {name: p.pid for name in ("master", "scheduler", "searcher") if (p := record.by_name(name)) is not None}
+    pids = {
+        name: p.pid for name in ("master", "scheduler", "searcher") if (p := record.by_name(name)) is not None
+    }
     tally = Tally()
     agents = [
         SimAgent(
