@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from services.master.domain.config.view import config_view
@@ -79,21 +79,33 @@ def queued_jobs(s: Session) -> list[JobRow]:
     return sorted([*_experiment_jobs(s), *_task_jobs(s)], key=lambda j: (j.submitted_at, j.kind, j.entity_id))
 
 
+# The live allocations of experiments' trials, then those experiments apart: an experiment of
+# 10,000 live trials is one job, and a row joining it to each of its allocations decoded its
+# config, owner and project again for each.
+_LIVE_TRIAL_ALLOCATIONS = (
+    select(models.Allocation, models.Trial.experiment_id)
+    .join(models.Trial, models.Trial.id == models.Allocation.trial_id)
+    .where(models.Allocation.state.in_(list(LIVE_ALLOCATION)))
+    .order_by(models.Allocation.requested_at)
+)
+_JOB_EXPERIMENTS = (
+    select(models.Experiment, models.User.username, models.Project.workspace_id)
+    .join(models.User, models.User.id == models.Experiment.owner_id)
+    .join(models.Project, models.Project.id == models.Experiment.project_id)
+    .where(models.Experiment.id.in_(bindparam("ids", expanding=True)))
+    .order_by(models.Experiment.start_time, models.Experiment.id)
+)
+
+
 def _experiment_jobs(s: Session) -> list[JobRow]:
-    rows = s.execute(
-        select(models.Allocation, models.Experiment, models.User.username, models.Project.workspace_id)
-        .join(models.Trial, models.Trial.id == models.Allocation.trial_id)
-        .join(models.Experiment, models.Experiment.id == models.Trial.experiment_id)
-        .join(models.User, models.User.id == models.Experiment.owner_id)
-        .join(models.Project, models.Project.id == models.Experiment.project_id)
-        .where(models.Allocation.state.in_(list(LIVE_ALLOCATION)))
-        .order_by(models.Experiment.start_time, models.Experiment.id, models.Allocation.requested_at)
-    ).all()
-    grouped: dict[int, tuple[models.Experiment, str, int, list[models.Allocation]]] = {}
-    for alloc, experiment, username, workspace_id in rows:
-        grouped.setdefault(experiment.id, (experiment, str(username), int(workspace_id), []))[3].append(alloc)
+    allocations_of: dict[int, list[models.Allocation]] = {}
+    for alloc, experiment_id in s.execute(_LIVE_TRIAL_ALLOCATIONS):
+        allocations_of.setdefault(experiment_id, []).append(alloc)
+    if not allocations_of:
+        return []
     jobs = []
-    for experiment, username, workspace_id, allocs in grouped.values():
+    for experiment, username, workspace_id in s.execute(_JOB_EXPERIMENTS, {"ids": list(allocations_of)}):
+        allocs = allocations_of[experiment.id]
         view = config_view(experiment.config)
         placed = [a for a in allocs if a.state in PLACED_ALLOCATION]
         jobs.append(
@@ -103,7 +115,7 @@ def _experiment_jobs(s: Session) -> list[JobRow]:
                 entity_id=str(experiment.id),
                 name=experiment.name,
                 user_id=experiment.owner_id,
-                username=username,
+                username=str(username),
                 submitted_at=experiment.start_time,
                 resource_pool=experiment.resource_pool,
                 priority=view.priority,
@@ -114,7 +126,7 @@ def _experiment_jobs(s: Session) -> list[JobRow]:
                 allocation_ids=tuple(a.id for a in allocs),
                 pending_ids=tuple(a.id for a in allocs if a.state == AllocationState.PENDING),
                 scheduled=bool(placed),
-                workspace_id=workspace_id,
+                workspace_id=int(workspace_id),
                 preemptible=True,
             )
         )
