@@ -239,14 +239,23 @@ def run_rows(s: Session, ids: list[int]) -> list[RunRow]:
     """The rows of these runs, in the order of `ids`."""
     if not ids:
         return []
-    found = s.execute(
-        select(models.Trial, models.Experiment, models.Project, models.Workspace)
-        .join(models.Experiment, models.Experiment.id == models.Trial.experiment_id)
-        .join(models.Project, models.Project.id == models.Experiment.project_id)
-        .join(models.Workspace, models.Workspace.id == models.Project.workspace_id)
-        .where(models.Trial.id.in_(ids))
-    ).all()
-    experiment_ids = list({row[1].id for row in found})
+    # The runs, then their experiments with projects and workspaces apart: a page's runs share a
+    # few experiments, and a row joining each run to its experiment decoded the experiment's config
+    # again for each.
+    trials = s.scalars(select(models.Trial).where(models.Trial.id.in_(ids))).all()
+    experiment_ids = list({trial.experiment_id for trial in trials})
+    experiments = {
+        exp.id: (exp, project, workspace)
+        for exp, project, workspace in s.execute(
+            select(models.Experiment, models.Project, models.Workspace)
+            .join(models.Project, models.Project.id == models.Experiment.project_id)
+            .join(models.Workspace, models.Workspace.id == models.Project.workspace_id)
+            .where(models.Experiment.id.in_(experiment_ids))
+        )
+    }
+    found = [
+        (trial, *experiments[trial.experiment_id]) for trial in trials if trial.experiment_id in experiments
+    ]
     counts = dict(
         s.execute(
             select(models.Trial.experiment_id, func.count(models.Trial.id))
