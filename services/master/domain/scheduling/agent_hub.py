@@ -40,6 +40,8 @@ class AgentLink:
     # Called after each put, from whatever thread put: the stream's sender is a coroutine on the
     # server's event loop (agent_stream.py) and sleeps until told, not on the queue.
     wake: Callable[[], None] | None = None
+    # Called once when the link closes (the hub's membership changes with it).
+    on_close: Callable[[], None] | None = None
 
     def put(self, message: apb.MasterMessage | None) -> None:
         self.outbox.put(message)
@@ -63,6 +65,8 @@ class AgentLink:
     def close(self) -> None:
         if not self.closed.is_set():
             self.closed.set()
+            if self.on_close is not None:
+                self.on_close()
             self.put(None)  # wakes the sender so the stream ends
 
 
@@ -75,14 +79,27 @@ class AgentHub:
         self._pending_starts: dict[str, str] = {}
         # Agents that said they are shutting down (they refuse new work) on their current stream.
         self._stopping: set[str] = set()
+        # Bumped whenever the connected or placeable agents may have changed (a link attached,
+        # closed or forgotten, an agent stopping): connected_ids and placeable_ids are kept for
+        # the membership they were computed at. A scheduling pass asks three times, the
+        # scheduling loop at every wake-up, and at a thousand agents each answer was a walk over
+        # every link.
+        self._membership = 0
+        self._connected: tuple[int, frozenset[str]] | None = None
+        self._placeable: tuple[int, frozenset[str]] | None = None
+
+    def _changed(self) -> None:
+        with self._lock:
+            self._membership += 1
 
     def attach(self, agent_id: str) -> AgentLink:
         """A new stream for `agent_id`; an older stream of the same agent is closed."""
-        link = AgentLink(agent_id)
+        link = AgentLink(agent_id, on_close=self._changed)
         with self._lock:
             old = self._links.get(agent_id)
             self._links[agent_id] = link
             self._stopping.discard(agent_id)
+            self._membership += 1
         if old is not None:
             log.info("agent replaced its stream", agent_id=agent_id)
             old.close()
@@ -95,6 +112,7 @@ class AgentHub:
             link = self._links.get(agent_id)
             self._backlog.pop(agent_id, None)
             self._stopping.discard(agent_id)
+            self._membership += 1
         if link is None:
             return
         link.refusal = reason
@@ -107,6 +125,7 @@ class AgentHub:
         with self._lock:
             if self._links.get(link.agent_id) is link:
                 del self._links[link.agent_id]
+                self._membership += 1
                 return True
             return False
 
@@ -153,24 +172,37 @@ class AgentHub:
                 if not link.closed.is_set()
             }
 
-    def connected_ids(self) -> set[str]:
+    def connected_ids(self) -> frozenset[str]:
         with self._lock:
-            return {a for a, link in self._links.items() if not link.closed.is_set()}
+            if self._connected is None or self._connected[0] != self._membership:
+                ids = frozenset(a for a, link in self._links.items() if not link.closed.is_set())
+                self._connected = (self._membership, ids)
+            return self._connected[1]
 
     def mark_stopping(self, agent_id: str) -> None:
         """The agent is shutting down: it takes no work until it connects again."""
         with self._lock:
             self._stopping.add(agent_id)
+            self._membership += 1
 
-    def placeable_ids(self) -> set[str]:
+    def placeable_ids(self) -> frozenset[str]:
         """Connected agents that take new work."""
+        with self._lock:
+            membership = self._membership
+            if self._placeable is not None and self._placeable[0] == membership:
+                return self._placeable[1]
         connected = self.connected_ids()
         with self._lock:
-            return connected - self._stopping
+            placeable = frozenset(connected) - self._stopping
+            # Kept for the membership read before: a change since has moved it on, and the next
+            # call computes again.
+            self._placeable = (membership, placeable)
+        return placeable
 
     def close_all(self) -> None:
         with self._lock:
             links = list(self._links.values())
             self._links.clear()
+            self._membership += 1
         for link in links:
             link.close()

@@ -248,7 +248,10 @@ _SLOTS_BY_AGENT = _SLOTS.where(models.AgentSlot.agent_id.in_(bindparam("ids", ex
 
 
 def agent_messages(
-    s: Session, placeable: set[str], slot_owner: dict[tuple[str, str], str] | None, agent_ids: Any = None
+    s: Session,
+    placeable: frozenset[str],
+    slot_owner: dict[tuple[str, str], str] | None,
+    agent_ids: Any = None,
 ) -> list[pb.Agent]:
     """The agents (all, or `agent_ids`) as the scheduler takes them; with `slot_owner`, each slot
     names the allocation placed on it."""

@@ -203,7 +203,7 @@ class SchedulingView:
         # What the scheduler holds, as sent.
         self._requests: dict[str, pb.AllocationRequest] = {}
         self._agents: dict[str, pb.Agent] = {}
-        self._placeable: set[str] = set()
+        self._placeable: frozenset[str] = frozenset()
         # Every live allocation's row, and which experiment each belongs to.
         self._rows: dict[str, Any] = {}
         self._of_experiment: dict[int, set[str]] = {}
@@ -293,7 +293,7 @@ class SchedulingView:
             self._check_against_database(self._placeable)
             return True
 
-    def _check_against_database(self, placeable: set[str]) -> None:
+    def _check_against_database(self, placeable: frozenset[str]) -> None:
         fresh = SchedulingView(self._ctx, track=False)
         fresh._snapshot(placeable)
         missed = {
@@ -313,7 +313,7 @@ class SchedulingView:
         if missed["requests"] or missed["agents"] or "port offsets" in missed:
             raise AssertionError(f"the scheduling view missed changes: {missed}")
 
-    def _snapshot(self, placeable: set[str]) -> Pass:
+    def _snapshot(self, placeable: frozenset[str]) -> Pass:
         self._session_id = uuid.uuid4().hex
         self._version = 1
         self._snapshot_at = time.monotonic()
@@ -460,7 +460,7 @@ class SchedulingView:
     # -- agents --------------------------------------------------------------------------------
 
     def _refresh_agents(
-        self, s: Session, agent_ids: set[str], placeable: set[str], request: pb.ScheduleChangesRequest
+        self, s: Session, agent_ids: set[str], placeable: frozenset[str], request: pb.ScheduleChangesRequest
     ) -> None:
         found = {a.id: a for a in agent_messages(s, placeable, None, agent_ids)}
         for agent_id in sorted(agent_ids):

@@ -76,8 +76,12 @@ class RecordingHub(AgentHub):
         self.sent.append((agent_id, message))
         super().send(agent_id, message)  # tracks start commands until acknowledged
 
-    def connected_ids(self) -> set[str]:
-        return set(self.connected)
+    def connected_ids(self) -> frozenset[str]:
+        return frozenset(self.connected)
+
+    def placeable_ids(self) -> frozenset[str]:
+        # Tests change `connected` directly, which the hub's kept answer does not follow.
+        return self.connected_ids() - self._stopping
 
     def commands(self, kind: str) -> list[tuple[str, Any]]:
         """(agent, command) for every command of `kind` ("start", "kill") sent so far."""
