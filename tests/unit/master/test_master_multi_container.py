@@ -3,6 +3,7 @@ failed and its siblings were stopped, and the rendezvous info and meeting ports 
 
 from __future__ import annotations
 
+import random
 import uuid
 
 import pytest
@@ -70,6 +71,20 @@ def test_port_offsets_are_unique_among_live_allocations() -> None:
     assert len(used) == len(set(used)), "two blocks share a port"
     assert max(used) < 32768, "below Linux's ephemeral ports"
     assert (ports[0].c10d, ports[0].det_pub, ports[0].det_pull) == (29400, 12360, 12361)
+
+
+def test_many_takes_choose_as_the_lowest_least_held_block_would() -> None:
+    """A pass takes many blocks from one PortOffsets: each is free_port_offset's choice over the
+    counts as the takes before it left them."""
+    rng = random.Random(7)
+    in_use = [(rng.randrange(PORT_BLOCKS), rng.randrange(1, 4)) for _ in range(800)]
+    offsets = PortOffsets(in_use)
+    counts = list(offsets.counts)
+    for _ in range(3 * PORT_BLOCKS):
+        expected = free_port_offset(counts)
+        counts[expected] += 1
+        assert offsets.take() == expected
+    assert offsets.counts == counts
 
 
 def test_each_cluster_turns_its_port_blocks_by_a_shift_of_its_own() -> None:
