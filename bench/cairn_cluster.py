@@ -64,9 +64,12 @@ def cairn_cluster(
     slots: int,
     db_url: str | None = None,
     runtime: str = "process",
+    log_level: str = "WARNING",
     **more: Any,
 ) -> Iterator[Api]:
-    """`more`: any other ClusterOptions field (provision, extra_env, default_image...)."""
+    """`log_level`: the services' (WARNING: a bench measures the work, not its INFO lines; a
+    cluster started by `cairn cluster up` logs at INFO). `more`: any other ClusterOptions field
+    (provision, extra_env, default_image...)."""
     options = ClusterOptions(
         runtime=runtime,
         state_dir=state_dir,
@@ -75,7 +78,7 @@ def cairn_cluster(
         db_url=db_url,
         master_port=0,
         http_port=0,
-        log_level="WARNING",
+        log_level=log_level,
         **more,
     )
     record = start_cluster(options)

@@ -596,7 +596,7 @@ def run(args: argparse.Namespace) -> dict[str, float]:
     with (
         database(args.backend) as db_url,
         tempfile.TemporaryDirectory(prefix="cairn-sim-agents-") as tmp,
-        cairn_cluster(Path(tmp), agents=0, slots=args.slots, db_url=db_url) as api,
+        cairn_cluster(Path(tmp), agents=0, slots=args.slots, db_url=db_url, log_level=args.log_level) as api,
     ):
         paths = ClusterPaths(Path(tmp))
         record = load_record(paths.record_file)
@@ -641,6 +641,12 @@ def main() -> None:
     )
     parser.add_argument(
         "--keep-logs", type=Path, help="a folder to copy the cluster's logs to if the run fails"
+    )
+    parser.add_argument(
+        "--log-level",
+        default="WARNING",
+        help="the services' log level (INFO, as `cairn cluster up` runs them, adds about ten lines "
+        "a trial to the master's work)",
     )
     args = parser.parse_args()
     figures = run(args)
