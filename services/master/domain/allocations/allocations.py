@@ -74,10 +74,12 @@ def classify(alloc: models.Allocation) -> Outcome:
     return Outcome.ERROR
 
 
-def transition(ctx: MasterContext, w: Work, alloc: models.Allocation, target: A, reason: str = "") -> bool:
+def transition(
+    ctx: MasterContext, w: Work, alloc: models.Allocation, target: A, reason: str = "", **details: object
+) -> bool:
     """Every change of an allocation's state: forward only ("most progressed wins": agents' reports
     may arrive late or twice, and a stale one is refused, returning False), stamping the times,
-    logging the reason and publishing the change."""
+    logging the reason (and `details`, on the same line) and publishing the change."""
     if not allocation_advances(alloc.state, target):
         return False
     previous = alloc.state
@@ -100,6 +102,7 @@ def transition(ctx: MasterContext, w: Work, alloc: models.Allocation, target: A,
         previous=previous,
         state=target.value,
         reason=reason or None,
+        **details,
     )
     return True
 
@@ -309,13 +312,16 @@ def finish(ctx: MasterContext, w: Work, alloc: models.Allocation) -> None:
             f"{alloc.exit_reason or 'the infrastructure failed'} "
             f"({MAX_START_FAILURES_IN_A_ROW} starts in a row failed this way: counted as a failure)"
         )
-    if not transition(ctx, w, alloc, A.TERMINATED, f"ended: {outcome.value}"):
-        return
-    log.info(
-        "allocation ended",
-        allocation_id=alloc.id,
+    # One line for the end, its exit code and failure with its state (a master at INFO logs every
+    # trial's end: a second line said the same again).
+    ended = transition(
+        ctx,
+        w,
+        alloc,
+        A.TERMINATED,
+        f"ended: {outcome.value}",
         exit_code=alloc.exit_code,
-        failure=alloc.failure_type,
-        outcome=outcome.value,
+        failure=alloc.failure_type or None,
     )
-    _exited(ctx, w, alloc, outcome)
+    if ended:
+        _exited(ctx, w, alloc, outcome)
