@@ -21,7 +21,9 @@ from services.master.domain.operations.master_log import MasterLogRing
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--format", choices=("console", "json"), default="console")
     parser.add_argument("--sink", action="store_true", help="also feed the master's log ring")
     parser.add_argument("--lines", type=int, default=20_000)

@@ -42,7 +42,9 @@ def _cpu_ms(fn: Callable[[], object]) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--trials", type=int, default=3000)
     parser.add_argument("--page", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
@@ -51,7 +53,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="cairn-shared-reads-") as tmp:
         master = Master(Path(tmp) / "master")
         master.create(
-            searcher={"name": "grid", "metric": "loss", "max_length": {"batches": 1}, "max_concurrent_trials": 0},
+            searcher={
+                "name": "grid",
+                "metric": "loss",
+                "max_length": {"batches": 1},
+                "max_concurrent_trials": 0,
+            },
             hyperparameters={"x": {"type": "categorical", "vals": list(range(args.trials))}},
         )
         master.pump.deliver_all()
@@ -83,7 +90,9 @@ def main() -> None:
         master.close()
     print(
         f"{args.trials} pending trials of one experiment, pages of {args.page}, {args.rounds} rounds: "
-        + "; ".join(f"{name} " + ", ".join(f"{v:.1f}" for v in values) + " ms" for name, values in figures.items())
+        + "; ".join(
+            f"{name} " + ", ".join(f"{v:.1f}" for v in values) + " ms" for name, values in figures.items()
+        )
     )
     print(
         "shared_entity_reads: "
