@@ -97,6 +97,20 @@ _JOB_EXPERIMENTS = (
 )
 
 
+def _slots_held(placed: list[models.Allocation]) -> int:
+    """The slots the allocations hold, each counted once: in an early hand-over the next
+    allocation is placed on the slots the exiting one still runs on (allocations.release_early),
+    and a one-slot cluster showed a job holding two."""
+    held = {
+        (placement["agent_id"], str(slot))
+        for alloc in placed
+        for placement in alloc.placements or []
+        for slot in placement.get("slot_ids", [])
+    }
+    # An allocation placed without slot ids (none asked for) holds what it asked for, as before.
+    return len(held) + sum(a.slots for a in placed if not any(p.get("slot_ids") for p in a.placements or []))
+
+
 def _experiment_jobs(s: Session) -> list[JobRow]:
     allocations_of: dict[int, list[models.Allocation]] = {}
     for alloc, experiment_id in s.execute(_LIVE_TRIAL_ALLOCATIONS):
@@ -122,7 +136,7 @@ def _experiment_jobs(s: Session) -> list[JobRow]:
                 weight=view.weight,
                 progress=experiment.progress,
                 requested_slots=sum(a.slots for a in allocs),
-                allocated_slots=sum(a.slots for a in placed),
+                allocated_slots=_slots_held(placed),
                 allocation_ids=tuple(a.id for a in allocs),
                 pending_ids=tuple(a.id for a in allocs if a.state == AllocationState.PENDING),
                 scheduled=bool(placed),

@@ -13,6 +13,7 @@ from cairn.agent.v1 import agent_pb2 as apb
 from services.common.principal import Principal
 from services.master.domain.kernel.errors import PermissionDenied
 from services.master.domain.metrics import signals
+from services.master.domain.reads.jobs import queued_jobs
 from tests.unit.master.domain.harness import Master, config_text
 
 
@@ -60,6 +61,21 @@ def test_an_exiting_trial_hands_its_slot_to_the_next_before_its_container_ends(m
     assert ended.state == "TERMINATED" and not ended.releasing
     assert master.live(third.id).state == "PENDING"
     assert len(starts(master)) == 2
+
+
+def test_the_job_list_counts_a_handed_over_slot_once(master: Master) -> None:
+    master.add_agent("a1", slots=1)
+    experiment_id = master.create(grid(3))
+    master.settle()
+    first, second, _ = master.trials(experiment_id)
+    alloc = master.live(first.id)
+    master.run_containers(alloc.id)
+    assert exiting(master, alloc.id)
+    master.settle()
+    assert master.live(second.id).state == "ASSIGNED"  # on the slot the first still runs on
+    with master.ctx.db.read() as s:
+        [job] = queued_jobs(s)
+    assert (job.allocated_slots, job.requested_slots, job.scheduled) == (1, 3, True)
 
 
 def test_a_second_notice_changes_nothing(master: Master) -> None:
