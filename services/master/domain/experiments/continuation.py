@@ -351,7 +351,7 @@ def _reopen(
         exp.searcher_session_id = session_id
         exp.checkpoint_gc_done = False  # it will end again; collect then under its policy
         # Left over only if the last end was cut short: the old session's events have no reader.
-        w.session.execute(delete(models.SearcherEvent).where(models.SearcherEvent.experiment_id == exp.id))
+        searcher_outbox.forget(w, exp.id)
         w.session.execute(
             delete(models.SearcherSnapshot).where(models.SearcherSnapshot.experiment_id == exp.id)
         )

@@ -33,6 +33,7 @@ from services.master.domain.kernel.states import (
 from services.master.domain.kernel.task_ids import trial_task_id
 from services.master.domain.kernel.topics import experiment_topic
 from services.master.domain.reads.models import describe_registered, registered_in_experiment
+from services.master.domain.trials import searcher_outbox
 from services.master.domain.trials import trials as trial_lifecycle
 from services.master.domain.webhooks import triggers as webhook_triggers
 from services.master.store import models
@@ -281,7 +282,7 @@ def maybe_finish(ctx: MasterContext, w: Work, exp: models.Experiment) -> None:
     target = STOPPING_TO_TERMINAL[RunState(exp.state)]
     transition(ctx, w, exp, target, "no trial is left running")
     # The search is over: its pending events and snapshot have no further use.
-    w.session.execute(delete(models.SearcherEvent).where(models.SearcherEvent.experiment_id == exp.id))
+    searcher_outbox.forget(w, exp.id)
     w.session.execute(delete(models.SearcherAnswer).where(models.SearcherAnswer.experiment_id == exp.id))
     w.session.execute(delete(models.SearcherSnapshot).where(models.SearcherSnapshot.experiment_id == exp.id))
     session_id, config = exp.searcher_session_id, exp.config
