@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import json
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection, Engine, create_engine, event, text
@@ -107,6 +110,25 @@ def _ping(dbapi_connection: Any) -> None:
         cursor.close()
 
 
+# Any run of 19 digits, in a number or not: orjson reads an integer past 64 bits as a float,
+# silently (123456789012345678901234567890 came back as 1.2345678901234568e+29), so text that may
+# hold one is left to json.loads. A long digit run in a string only costs the faster path.
+_LONG_DIGIT_RUN = re.compile(r"[0-9]{19}")
+
+
+def load_json_column(text: str) -> Any:
+    """The JSON columns' decoder: orjson, in C, 3-4 times faster than json.loads on a config or a
+    summary of metrics (every report reads its experiment's config, every trial's end four JSON
+    columns). What orjson refuses or reads otherwise and Python's json module writes (NaN and
+    Infinity, integers past 64 bits) is decoded by json.loads, as before."""
+    if _LONG_DIGIT_RUN.search(text) is None:
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(text)
+
+
 def _keep_what_a_transaction_loads(sessions: sessionmaker[Session]) -> None:
     """A transaction's session holds every object it loaded or stored until it ends (SQLAlchemy's
     "strong reference" recipe). Its identity map holds them only weakly: an object the code let go
@@ -130,11 +152,16 @@ class Database:
         if self.dialect == "sqlite":
             make_owner_only(self.url)
             self.engine: Engine = create_engine(
-                self.url, connect_args={"check_same_thread": False, "timeout": 30}, pool_pre_ping=True
+                self.url,
+                connect_args={"check_same_thread": False, "timeout": 30},
+                pool_pre_ping=True,
+                json_deserializer=load_json_column,
             )
             event.listen(self.engine, "connect", _tune_sqlite)
         else:
-            self.engine = create_engine(self.url, pool_size=16, max_overflow=16)
+            self.engine = create_engine(
+                self.url, pool_size=16, max_overflow=16, json_deserializer=load_json_column
+            )
             _ping_idle_connections(self.engine)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         _keep_what_a_transaction_loads(self._sessions)
@@ -152,6 +179,7 @@ class Database:
                 isolation_level="AUTOCOMMIT",
                 # No transaction is ever open on these connections: nothing to roll back on return.
                 pool_reset_on_return=None,
+                json_deserializer=load_json_column,
             )
             _ping_idle_connections(self._read_engine)
         read_engine = self._read_engine or self.engine
