@@ -41,6 +41,7 @@ from sqlalchemy import select
 
 from bench.grid_cluster import grid_cluster
 from cairn.agent.v1 import agent_pb2 as apb
+from services.common.heap import settle_after_startup
 from services.common.logging import configure_logging
 from services.common.principal import Principal
 from services.master.domain import wiring
@@ -204,6 +205,9 @@ def main() -> None:
     parser.add_argument("--db-url", default=None, help="a database (default: SQLite in a temporary folder)")
     args = parser.parse_args()
     configure_logging("bench", level="WARNING")
+    # The collector's policy the master process runs under (services/master/__main__.py), set at
+    # the same point: after the imports, before any experiment exists.
+    settle_after_startup()
     per_trial: dict[str, list[float]] = {phase: [] for phase in PHASES}
     with tempfile.TemporaryDirectory() as tmp:
         master = grid_cluster(Path(tmp) / "master", args.agents, args.slots, args.trials, args.db_url)
