@@ -160,7 +160,16 @@ class Database:
             event.listen(self.engine, "connect", _tune_sqlite)
         else:
             self.engine = create_engine(
-                self.url, pool_size=16, max_overflow=16, json_deserializer=load_json_column
+                self.url,
+                pool_size=16,
+                max_overflow=16,
+                json_deserializer=load_json_column,
+                # A flush's UPDATEs of many rows of one table (a batch of agents' reports ends 40
+                # allocations, their containers, trials and tasks) go in pages of 100 statements
+                # a round trip (psycopg2's execute_batch), not a round trip a row, which is what
+                # psycopg2's own executemany does. Its rowcount is then unknown, which no caller
+                # reads after an executemany, and the ORM does not check without version columns.
+                executemany_mode="values_plus_batch",
             )
             _ping_idle_connections(self.engine)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)

@@ -1,5 +1,6 @@
-"""The master's PostgreSQL pool: connections that sat idle are pinged, and replaced when their server
-side is gone; connections back from use moments ago are handed out without a ping."""
+"""The master's PostgreSQL engines: connections that sat idle are pinged, and replaced when their
+server side is gone; connections back from use moments ago are handed out without a ping; an update
+of many rows goes to the server in batches."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import psycopg2
+import psycopg2.extras
 import pytest
-from sqlalchemy import text
+from sqlalchemy import Column, Integer, MetaData, String, Table, bindparam, insert, select, text, update
 
 from services.master.store import db as db_module
 from services.master.store.db import Database
@@ -99,3 +101,33 @@ def test_reads_leave_the_write_pool_transactional(pg: Database) -> None:
         raise RuntimeError("abandon")
     with pg.read() as s:
         assert s.scalar(text("SELECT count(*) FROM rollback_probe")) == 0
+
+
+def test_an_update_of_many_rows_goes_in_batches_not_a_round_trip_a_row(
+    pg: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A flush that ends 40 allocations updates 40 rows of a table with one statement and 40 sets of
+    parameters. psycopg2's own executemany sends them one round trip each, while the master holds
+    its lock; the write engine hands them to psycopg2's execute_batch (100 statements a round
+    trip) instead."""
+    table = Table("batch_probe", MetaData(), Column("id", Integer, primary_key=True), Column("state", String))
+    table.create(pg.engine)
+    with pg.transaction() as s:
+        s.execute(insert(table), [{"id": n, "state": "RUNNING"} for n in range(40)])
+    batches: list[int] = []
+    real = psycopg2.extras.execute_batch
+
+    def counted(cursor: Any, statement: str, argslist: Any, page_size: int = 100) -> None:
+        rows = list(argslist)
+        batches.append(len(rows))
+        real(cursor, statement, rows, page_size=page_size)
+
+    monkeypatch.setattr(psycopg2.extras, "execute_batch", counted)
+    with pg.transaction() as s:
+        s.execute(
+            update(table).where(table.c.id == bindparam("row")).values(state=bindparam("to")),
+            [{"row": n, "to": "TERMINATED"} for n in range(40)],
+        )
+    assert batches == [40]
+    with pg.read() as s:
+        assert s.scalars(select(table.c.state).distinct()).all() == ["TERMINATED"]
