@@ -35,8 +35,15 @@ master places the next pending one. Reported:
 The last line is one summary: `sim_agents: starts/s S, first N placed T s, p99 request-to-running
 R s, passes p95 P ms, idle master CPU C %`.
 
+With --paced RATE, trials are requested at a steady pace instead: an experiment of --paced-batch
+trials every --paced-batch / RATE seconds for --seconds, then the run waits for every trial to
+start. With RATE x --trial-seconds below the slots, every request is made while slots are free, so
+the p99 from request to RUNNING over all of them is the master's latency at that load (the burst's
+p99 is mostly the queue of the 7,999 requested with it). Its last line: `sim_agents paced: offered
+RATE/s, starts/s S, p99 request-to-running R s, passes p95 P ms, idle master CPU C %`.
+
     .venv/bin/python -m bench.sim_agents [--agents 1000] [--slots 8] [--trials 10000] [--seconds 60]
-        [--trial-seconds 2] [--backend sqlite|postgres]
+        [--trial-seconds 2] [--backend sqlite|postgres] [--paced RATE [--paced-batch 100]]
 
 Everything it starts is stopped and removed when it ends, Ctrl-C included. Only 127.0.0.1.
 """
@@ -496,6 +503,11 @@ async def turnover(args: argparse.Namespace, api: Api, record: ClusterRecord) ->
         await asyncio.sleep(args.idle_seconds)
         idle_master = (cpu_seconds(pids["master"]) - idle_from[1]) / (time.perf_counter() - idle_from[0])
         print(f"idle, {args.agents} agents connected: the master at {idle_master:.1%} of a core", flush=True)
+        if args.paced:
+            figures = await paced_arrivals(args, api, record, tally, tasks, pids)
+            figures["idle_master_cpu"] = idle_master
+            figures["connected_s"] = connected
+            return figures
         config = CONFIG.format(trials=args.trials, top=args.trials - 1)
         started = time.perf_counter()
         experiment_id = await asyncio.to_thread(api.create, config, MODEL_DIR)
@@ -543,6 +555,61 @@ async def turnover(args: argparse.Namespace, api: Api, record: ClusterRecord) ->
     return figures
 
 
+async def paced_arrivals(
+    args: argparse.Namespace,
+    api: Api,
+    record: ClusterRecord,
+    tally: Tally,
+    tasks: list[asyncio.Task[None]],
+    pids: dict[str, int],
+) -> dict[str, float]:
+    """--paced: trials requested at a steady pace instead of all at once. An experiment of
+    --paced-batch trials is created every --paced-batch / --paced seconds for --seconds, each
+    creation on a thread of its own when it falls due (a slow one does not delay the next); then
+    the run waits for every trial to start. With --paced x --trial-seconds below the cluster's
+    slots, every request is made while slots are free: the wait from request to RUNNING is the
+    master's own latency at that load, which the one burst of the default run cannot show."""
+    assert record.master_http_url
+    interval = args.paced_batch / args.paced
+    count = max(1, round(args.seconds / interval))
+    total = count * args.paced_batch
+    config = CONFIG.format(trials=args.paced_batch, top=args.paced_batch - 1)
+    before = await snapshot(record.master_http_url, tally, pids)
+    started_before = tally.started
+    creations: list[asyncio.Task[int]] = []
+    for n in range(count):
+        await asyncio.sleep(max(0.0, before.at + n * interval - time.perf_counter()))
+        creations.append(asyncio.create_task(asyncio.to_thread(api.create, config, MODEL_DIR)))
+    experiment_ids = await asyncio.gather(*creations)
+    created_s = time.perf_counter() - before.at
+    await wait_until(
+        lambda: tally.started - started_before >= total,
+        120 + args.seconds,
+        f"{total} trials started",
+        tasks,
+        tally,
+    )
+    after = await snapshot(record.master_http_url, tally, pids)
+    for experiment_id in experiment_ids:
+        await asyncio.to_thread(kill_unless_ended, api, experiment_id)
+    figures = {
+        "paced_total": total,
+        "paced_experiments": count,
+        "created_per_s": total / created_s,
+        "started_per_s": total / (tally.last_start_at - before.at),
+        "window_s": after.at - before.at,
+        "peak_running": tally.peak_running,
+        "capacity": args.agents * args.slots,
+    }
+    for name in PASS_METRICS:
+        seen = after.histograms[name].minus(before.histograms[name])
+        figures[f"{name}_count"] = seen.count
+        figures[f"{name}_p95_ms"] = seen.quantile(0.95) * 1000
+    for name, seconds in after.cpu.items():
+        figures[f"{name}_cpu_s"] = seconds - before.cpu[name]
+    return figures
+
+
 @contextlib.contextmanager
 def database(backend: str) -> Iterator[str | None]:
     if backend == "postgres":
@@ -564,10 +631,11 @@ def stored_samples(db_url: str) -> int:
         database.dispose()
 
 
-def request_to_running_p99(db_url: str, first: int) -> float:
-    """The p99 of request-to-RUNNING seconds over the first `first` allocations to run: those of
-    the first fill, every one requested and placed while slots were free (the later ones waited
-    for slots in the queue by design), from the master's own rows."""
+def request_to_running(db_url: str, first: int) -> list[float]:
+    """Request-to-RUNNING seconds, sorted, of the first `first` allocations to run, from the
+    master's own rows. In the default run those of the first fill: every one of them requested and
+    placed while slots were free (the later ones waited for slots in the queue by design). With
+    --paced, every allocation of the run."""
     database = Database(db_url)  # the master's own URL handling
     try:
         with database.engine.connect() as connection:
@@ -580,10 +648,13 @@ def request_to_running_p99(db_url: str, first: int) -> float:
             ).all()
     finally:
         database.dispose()
-    waits = sorted(_seconds(started) - _seconds(requested) for requested, started in rows)
-    if not waits:
+    return sorted(_seconds(started) - _seconds(requested) for requested, started in rows)
+
+
+def quantile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
         return float("nan")
-    return waits[min(len(waits) - 1, round(0.99 * (len(waits) - 1)))]
+    return sorted_values[min(len(sorted_values) - 1, round(q * (len(sorted_values) - 1)))]
 
 
 def _seconds(stamp: datetime | str) -> float:
@@ -604,7 +675,10 @@ def run(args: argparse.Namespace) -> dict[str, float]:
         try:
             figures = asyncio.run(turnover(args, api, record))
             own_url = db_url or f"sqlite:///{next(Path(tmp).rglob('cairn.db'))}"
-            figures["request_to_running_p99_s"] = request_to_running_p99(own_url, int(figures["capacity"]))
+            waits = request_to_running(own_url, int(figures.get("paced_total", figures["capacity"])))
+            figures["request_to_running_p50_s"] = quantile(waits, 0.5)
+            figures["request_to_running_p99_s"] = quantile(waits, 0.99)
+            figures["request_to_running_max_s"] = quantile(waits, 1.0)
             figures["samples_stored"] = stored_samples(own_url)
             return figures
         except Exception:
@@ -648,8 +722,42 @@ def main() -> None:
         help="the services' log level (INFO, as `cairn cluster up` runs them, adds about ten lines "
         "a trial to the master's work)",
     )
+    parser.add_argument(
+        "--paced",
+        type=float,
+        default=0.0,
+        help="trials a second requested at a steady pace for --seconds, instead of --trials at once "
+        "(0: the burst); reports the p99 from request to RUNNING over all of them",
+    )
+    parser.add_argument(
+        "--paced-batch", type=int, default=100, help="with --paced: the trials of each experiment created"
+    )
     args = parser.parse_args()
+    if args.paced < 0 or args.paced_batch < 1:
+        parser.error("--paced must be at least 0 and --paced-batch at least 1")
     figures = run(args)
+    if args.paced:
+        busy = args.paced * args.trial_seconds
+        print(
+            f"{args.backend}, {args.agents} agents x {args.slots} slots, {figures['paced_total']:.0f} trials "
+            f"of {args.trial_seconds:g} s in {figures['paced_experiments']:.0f} experiments of "
+            f"{args.paced_batch}, created at {figures['created_per_s']:.0f} trials/s (offered "
+            f"{args.paced:g}/s, about {busy:.0f} slots busy of {figures['capacity']:.0f}; at most "
+            f"{figures['peak_running']:.0f} running); request to RUNNING p50 "
+            f"{figures['request_to_running_p50_s']:.2f} s, max {figures['request_to_running_max_s']:.2f} s; "
+            f"{figures['pass_count']:.0f} passes; CPU s: "
+            + ", ".join(
+                f"{k.removesuffix('_cpu_s')} {v:.1f}" for k, v in figures.items() if k.endswith("_cpu_s")
+            ),
+            flush=True,
+        )
+        print(
+            f"sim_agents paced: offered {args.paced:g}/s, starts/s {figures['started_per_s']:.0f}, "
+            f"p99 request-to-running {figures['request_to_running_p99_s']:.2f} s, passes p95 "
+            f"{figures['pass_p95_ms']:.0f} ms, idle master CPU {figures['idle_master_cpu'] * 100:.1f} %",
+            flush=True,
+        )
+        return
     print(
         f"{args.backend}, {args.agents} agents x {args.slots} slots, {args.trials} trials of "
         f"{args.trial_seconds:g} s: over {figures['window_s']:.1f} s, {figures['pass_count']:.0f} passes; "
