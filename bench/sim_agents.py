@@ -745,7 +745,8 @@ def main() -> None:
             f"{args.paced:g}/s, about {busy:.0f} slots busy of {figures['capacity']:.0f}; at most "
             f"{figures['peak_running']:.0f} running); request to RUNNING p50 "
             f"{figures['request_to_running_p50_s']:.2f} s, max {figures['request_to_running_max_s']:.2f} s; "
-            f"{figures['pass_count']:.0f} passes; CPU s: "
+            f"{figures['pass_count']:.0f} passes, decision p95 {figures['pass_p95_ms']:.0f} ms, its CPU p95 "
+            f"{figures['pass_cpu_p95_ms']:.0f} ms, starting p95 {figures['start_p95_ms']:.0f} ms; CPU s: "
             + ", ".join(
                 f"{k.removesuffix('_cpu_s')} {v:.1f}" for k, v in figures.items() if k.endswith("_cpu_s")
             ),
