@@ -6,8 +6,18 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from services.scheduler.domain.fitting import hash_distance
+from services.scheduler.domain.capacity import AgentCapacity
+from services.scheduler.domain.fitting import (
+    SCORES,
+    Score,
+    best_agent,
+    hash_distance,
+    rank_agents,
+    zero_slot_score,
+)
 from services.scheduler.domain.model import Agent, FittingPolicy
 from services.scheduler.domain.schedule import schedule
 from tests.unit.scheduler.scheduler_builders import (
@@ -61,6 +71,38 @@ def test_ties_break_by_hash_distance_then_agent_id() -> None:
     decision = schedule(cluster(agents, [pending("job-7.1.1", 2)]))
     expected = min((a.id for a in agents), key=lambda a: (hash_distance("job-7.1.1", a), a))
     assert list(started(decision)["job-7.1.1"]) == [expected]
+
+
+@st.composite
+def _agent_capacities(draw: st.DrawFn) -> list[AgentCapacity]:
+    """Agents of 1-8 slots, some busy, some slots disabled, some agents taking no new work; ids
+    drawn from few names' numbers so that scores tie often."""
+    agents = []
+    for number in draw(st.lists(st.integers(0, 40), max_size=30, unique=True)):
+        slot_ids = tuple(str(i) for i in range(draw(st.integers(1, 8))))
+        occupant = {slot: draw(st.sampled_from([None, None, "busy"])) for slot in slot_ids}
+        enabled = frozenset(slot for slot in slot_ids if draw(st.integers(0, 9)))
+        agent_capacity = AgentCapacity(f"a{number}", draw(st.integers(0, 9)) > 0, slot_ids, enabled, occupant)
+        agent_capacity.zero_slot_allocations.update(f"z{i}" for i in range(draw(st.integers(0, 2))))
+        agents.append(agent_capacity)
+    return agents
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    _agent_capacities(),
+    st.text(min_size=1, max_size=12),
+    st.sampled_from([*SCORES.values(), zero_slot_score]),
+)
+def test_the_best_agent_is_the_first_of_the_full_ranking(
+    agents: list[AgentCapacity], allocation_id: str, score: Score
+) -> None:
+    """best_agent (one pass, the tie-break among the best-scored only) chooses what ranking every
+    agent by (score, hash distance, id) put first."""
+    request = pending(allocation_id)
+    ranked = rank_agents(request, agents, score)
+    chosen = best_agent(request, iter(agents), score)
+    assert chosen is (ranked[0] if ranked else None)
 
 
 def test_lowest_numbered_free_slots_in_numeric_order() -> None:
