@@ -544,6 +544,13 @@ async def turnover(args: argparse.Namespace, api: Api, record: ClusterRecord) ->
         "peak_running": tally.peak_running,
         "samples_per_s": (tally.samples_sent - samples_before) / window,
     }
+    return figures | window_figures(before, after)
+
+
+def window_figures(before: Snapshot, after: Snapshot) -> dict[str, float]:
+    """Between two snapshots: the passes' histograms (count, p50, p95, mean) and each process's
+    CPU seconds."""
+    figures: dict[str, float] = {}
     for name in PASS_METRICS:
         seen = after.histograms[name].minus(before.histograms[name])
         figures[f"{name}_count"] = seen.count
@@ -592,7 +599,7 @@ async def paced_arrivals(
     after = await snapshot(record.master_http_url, tally, pids)
     for experiment_id in experiment_ids:
         await asyncio.to_thread(kill_unless_ended, api, experiment_id)
-    figures = {
+    return {
         "paced_total": total,
         "paced_experiments": count,
         "created_per_s": total / created_s,
@@ -600,14 +607,7 @@ async def paced_arrivals(
         "window_s": after.at - before.at,
         "peak_running": tally.peak_running,
         "capacity": args.agents * args.slots,
-    }
-    for name in PASS_METRICS:
-        seen = after.histograms[name].minus(before.histograms[name])
-        figures[f"{name}_count"] = seen.count
-        figures[f"{name}_p95_ms"] = seen.quantile(0.95) * 1000
-    for name, seconds in after.cpu.items():
-        figures[f"{name}_cpu_s"] = seconds - before.cpu[name]
-    return figures
+    } | window_figures(before, after)
 
 
 @contextlib.contextmanager

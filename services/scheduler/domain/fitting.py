@@ -95,8 +95,7 @@ def best_agent(
             best.append(agent)
     if len(best) <= 1:
         return best[0] if best else None
-    mine = _hash64(request.allocation_id)
-    return min(best, key=lambda agent: ((mine - _hash64(agent.agent_id)) % _UINT64, agent.agent_id))
+    return min(best, key=lambda agent: (hash_distance(request.allocation_id, agent.agent_id), agent.agent_id))
 
 
 def find_fit(request: AllocationRequest, pool: PoolCapacity, policy: FittingPolicy) -> Fit | None:
