@@ -27,6 +27,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from services.common.channels import MAX_MESSAGE_BYTES
+from services.common.held_ports import bind_when_free, probe_bind
 from services.common.logging import get_logger
 from services.common.request_decoding import RequestDecodingInterceptor
 from services.common.sync_handlers import SyncHandlersAsCoroutines
@@ -197,10 +198,15 @@ def _serve(
         [*service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
         server,
     )
-    if tls is not None:
-        bound = server.add_secure_port(f"{host}:{port}", tls.grpc_credentials())
-    else:
-        bound = server.add_insecure_port(f"{host}:{port}")
+
+    def bind() -> int:
+        # A fixed port a restarted service comes back on may be held for a moment (held_ports.py).
+        probe_bind(host, port)
+        if tls is not None:
+            return server.add_secure_port(f"{host}:{port}", tls.grpc_credentials())
+        return server.add_insecure_port(f"{host}:{port}")
+
+    bound = bind_when_free(bind, name, host, port)
     if bound == 0:
         raise OSError(f"{name}: cannot bind {host}:{port}")
     loopback = server.add_insecure_port("127.0.0.1:0") if loopback_plaintext else None

@@ -154,7 +154,13 @@ class TestCluster:
         entry.pid = process.pid
         entry.command = command
         save_record(self.state_dir / "cluster.json", record)
-        wait_for(lambda: Path(entry.ready_file).exists(), timeout=60, what=f"{name} to be ready again")
+        try:
+            wait_for(lambda: Path(entry.ready_file).exists(), timeout=60, what=f"{name} to be ready again")
+        except AssertionError as exc:
+            # What it printed says why (a port still held, a lock, a slow start); CI keeps only this.
+            tail = Path(entry.log_path).read_text(errors="replace")[-4000:]
+            exited = process.poll()
+            raise AssertionError(f"{exc}; exit status {exited}; the end of its log:\n{tail}") from None
 
     def log(self, name: str) -> str:
         return (self.state_dir / "logs" / f"{name}.log").read_text(errors="replace")

@@ -38,6 +38,7 @@ from typing import Any
 
 import uvicorn
 
+from services.common.held_ports import bind_when_free
 from services.common.logging import get_logger
 from services.master.gateway.asgi_app import GatewayApp
 from services.master.gateway.http_answers import PlainRoute
@@ -65,7 +66,12 @@ def listening_socket(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
+    try:
+        # The master restarted on its port may find it held for a moment (held_ports.py).
+        bind_when_free(lambda: sock.bind((host, port)), "master http", host, port)
+    except OSError:
+        sock.close()
+        raise
     sock.listen(BACKLOG)
     sock.set_inheritable(True)
     return sock
