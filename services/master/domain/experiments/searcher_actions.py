@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import timedelta
+from typing import Any
 
 from google.protobuf import json_format
-from sqlalchemy import bindparam, select
+from sqlalchemy import bindparam, insert, select
 
 from cairn.searcher.v1 import searcher_pb2 as spb
 from services.common.logging import get_logger
@@ -163,18 +164,18 @@ def _create_trials(
     ctx: MasterContext, w: Work, exp: models.Experiment, creates: list[spb.CreateTrial]
 ) -> None:
     """Trials for a run of the searcher's creations, set-based: one query for those already made
-    (a retried answer), one flush for the new trials, then their tasks, searcher events and
-    allocation requests in one more (an experiment of 10,000 trials is made in a few statements,
-    not tens of thousands)."""
+    (a retried answer), one INSERT for the new trials (_insert_trials), one for their tasks, one
+    for their searcher events and one for their allocation requests (an experiment of 10,000
+    trials is made in a few statements, not tens of thousands)."""
     if exp.state not in (S.ACTIVE, S.PAUSED):
         log.info("ignoring trial creation: experiment is stopping", experiment_id=exp.id, state=exp.state)
         return
     wanted = {create.request_id for create in creates}
     if len(wanted) <= _IN_LIST_MAX:
-        rows = w.session.execute(_REQUESTS_MADE, {"experiment_id": exp.id, "request_ids": list(wanted)})
+        made = w.session.execute(_REQUESTS_MADE, {"experiment_id": exp.id, "request_ids": list(wanted)})
     else:
-        rows = w.session.execute(_ALL_REQUESTS_MADE, {"experiment_id": exp.id})
-    asked_by = {row.request_id: row.search_session_id for row in rows}
+        made = w.session.execute(_ALL_REQUESTS_MADE, {"experiment_id": exp.id})
+    asked_by = {row.request_id: row.search_session_id for row in made}
     existing = set(asked_by)
     # Trials an earlier session made, asked for again by a continued search (search_retries.py).
     search_retries.asked_again(
@@ -190,37 +191,35 @@ def _create_trials(
     typer = HparamTyper(exp.config.get("hyperparameters") or {})
     state = S.ACTIVE if exp.state == S.ACTIVE else S.PAUSED
     now = utcnow()
-    trials: list[models.Trial] = []
+    rows: list[dict[str, Any]] = []
     for create in creates:
         if create.request_id in existing:
             continue  # already applied (a retried answer)
         existing.add(create.request_id)
-        trials.append(
-            models.Trial(
-                experiment_id=exp.id,
-                request_id=create.request_id,
-                search_session_id=exp.searcher_session_id,
-                warm_start_checkpoint_uuid=exp.warm_start_checkpoint_uuid,
-                state=state,
-                hparams=typer.typed(json_format.MessageToDict(create.hparams)),
-                seed=create.trial_seed,
-                restarts=0,
-                run_id=0,
+        rows.append(
+            {
+                "experiment_id": exp.id,
+                "request_id": create.request_id,
+                "search_session_id": exp.searcher_session_id,
+                "warm_start_checkpoint_uuid": exp.warm_start_checkpoint_uuid,
+                "state": state,
+                "hparams": typer.typed(json_format.MessageToDict(create.hparams)),
+                "seed": create.trial_seed,
+                "restarts": 0,
+                "run_id": 0,
                 # A microsecond apart: their allocations queue in the order the searcher made them.
-                start_time=now + timedelta(microseconds=len(trials)),
-                total_batches=0,
-                searcher_target=create.target_length,
-                searcher_stopped=False,
-                progress=0.0,
-                summary_metrics={},
-            )
+                "start_time": now + timedelta(microseconds=len(rows)),
+                "total_batches": 0,
+                "searcher_target": create.target_length,
+                "searcher_stopped": False,
+                "progress": 0.0,
+                "summary_metrics": {},
+            }
         )
-    if not trials:
+    if not rows:
         return
-    w.session.add_all(trials)
-    w.session.flush()  # their ids
-    trial_tasks.record_many(w, exp, trials)
-    w.session.flush()  # the tasks before their allocations (a foreign key the ORM cannot order by)
+    trials = _insert_trials(w, rows)
+    trial_tasks.insert_many(w, exp, trials)  # before their allocations (their foreign key)
     searcher_outbox.enqueue_many(
         ctx,
         w,
@@ -240,6 +239,20 @@ def _create_trials(
         )
     # New trials have no allocation yet: request one for each that should run.
     trial_lifecycle.request_allocations(ctx, w, trials, exp)
+
+
+def _insert_trials(w: Work, rows: list[dict[str, Any]]) -> list[models.Trial]:
+    """The trials of `rows` (one experiment's, request ids distinct), inserted in one statement
+    that returns them as the session's objects, in the order of `rows`.
+
+    The unit of work's own insert wants the new ids back in the rows' order, which SQLite cannot
+    promise for a multi-row INSERT ... RETURNING, so on SQLite it inserted the trials one statement
+    each (100 statements for a grid of 100). Asked for unordered, the returned rows are matched to
+    `rows` by request id, unique within an experiment. Trials are not among the rows a scheduling
+    pass or a stream watches (an INSERT statement into those would cost a pass a full read)."""
+    made = w.session.scalars(insert(models.Trial).returning(models.Trial), rows)
+    by_request = {trial.request_id: trial for trial in made}
+    return [by_request[row["request_id"]] for row in rows]
 
 
 def _stop_trial(ctx: MasterContext, w: Work, exp: models.Experiment, request_id: str) -> None:

@@ -57,6 +57,23 @@ _WATCHED = {
     models.Task.__tablename__,
 }
 
+# INSERT statements whose new rows a pass learns of one by one, as from a flush: new allocations by
+# their ids (allocations.request_many inserts them so); new tasks not at all (a flush of a new Task
+# records nothing either: a pass reads a task through its allocations, which come after it).
+_INSERTS_KNOWN_BY_ROW = {models.Allocation.__tablename__, models.Task.__tablename__}
+
+
+def _inserted_ids(state: ORMExecuteState) -> list[Any] | None:
+    """The `id` of every row an INSERT statement's parameters give (a dict, or a list of them for
+    many rows); None when they give none or not all give one (an INSERT ... SELECT, values in the
+    statement itself), and the caller records the statement as changing everything."""
+    parameters: Any = state.parameters
+    rows: list[Any] = [parameters] if isinstance(parameters, dict) else list(parameters or [])
+    ids = [row.get("id") if isinstance(row, dict) else None for row in rows]
+    if not ids or None in ids:
+        return None
+    return ids
+
 
 @dataclass
 class Changed:
@@ -138,10 +155,17 @@ class ChangeTracker:
     def _statement(self, state: ORMExecuteState) -> None:
         if not (state.is_update or state.is_delete or state.is_insert):
             return
-        table = getattr(state.statement, "table", None)
-        if getattr(table, "name", None) in _WATCHED:
+        name = getattr(getattr(state.statement, "table", None), "name", None)
+        if state.is_insert and name in _INSERTS_KNOWN_BY_ROW:
+            ids = _inserted_ids(state)
+            if ids is not None:
+                # As a flush of the same new rows would have recorded them (_flushed).
+                if name == models.Allocation.__tablename__:
+                    self._pending(state.session).allocations.update(ids)
+                return
+        if name in _WATCHED:
             self._pending(state.session).everything = True
-        elif getattr(table, "name", None) == models.PoolShare.__tablename__:
+        elif name == models.PoolShare.__tablename__:
             self._pending(state.session).pools = True
 
     def _commit(self, session: Session) -> None:

@@ -9,15 +9,16 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sqlalchemy import event, select
+from sqlalchemy import event, insert, select
 
 from cairn.scheduler.v1 import scheduler_pb2 as pb
 from services.master.domain.config.view import config_view
-from services.master.domain.experiments import experiment_edits, experiments
+from services.master.domain.experiments import creation, experiment_edits, experiments
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.errors import Unavailable
 from services.master.domain.scheduling import scheduling, scheduling_rows
 from services.master.domain.scheduling.scheduling_view import ChangeTracker
+from services.master.domain.task_kinds.model_definition import ContextFile
 from services.master.store import models
 from tests.unit.master.domain.harness import Master, config_text
 
@@ -242,3 +243,54 @@ def test_a_jobs_limits_are_read_from_its_config_as_the_config_view_reads_them(
     assert limits[limited] == scheduling_rows.JobLimits(3, 2.5)
     assert limits[whole_weight] == scheduling_rows.JobLimits(None, 4.0)
     assert limits[plain] == limits[bare] == scheduling_rows.JobLimits(None, 1.0)
+
+
+class OwnTracker(ChangeTracker):
+    """A second tracker on the same database, keeping its unit's changes apart from the view's."""
+
+    _KEY = "tests.own_scheduling_changes"
+
+
+@pytest.mark.on_each_database
+def test_new_trials_allocations_inserted_in_one_statement_are_known_by_id(master: Master) -> None:
+    """A search's trials, tasks and allocation requests are INSERT statements, not flushes of
+    objects (searcher_actions._create_trials): the tracker learns the new allocations' ids from
+    the statement, as from a flush, instead of asking the next pass for a whole read."""
+    master.add_agent("a1", slots=1)
+    master.settle()
+    # A tracker of the test's own beside the view's (whose changes the next pass must still get).
+    tracker = OwnTracker(master.db)
+    tracker.take()
+    request = creation.CreateRequest(
+        config_text=grid(30),
+        files=[ContextFile(path="train.py", type=ord("0"), content=b"x\n", mtime=0, mode=0o644)],
+        activate=True,
+        validate_only=False,
+        project_id=None,
+    )
+    created = creation.create(master.ctx, master.admin, request)
+    changed = tracker.take()
+    with master.db.read() as s:
+        made = set(
+            s.scalars(
+                select(models.Allocation.id)
+                .join(models.Trial, models.Trial.id == models.Allocation.trial_id)
+                .where(models.Trial.experiment_id == created.experiment_id)
+            )
+        )
+    assert len(made) == 30 and made <= changed.allocations
+    assert not changed.everything
+    # The pass that follows places from that alone, and its comparison with a whole read holds.
+    master.settle()
+    assert assigned(master) == 1
+
+    # An INSERT statement that names no ids still means a whole read.
+    with master.db.transaction() as s:
+        s.execute(
+            insert(models.Task).from_select(
+                [c.name for c in models.Task.__table__.columns],
+                select(*models.Task.__table__.columns).where(models.Task.id == "none"),
+            )
+        )
+    assert tracker.take().everything
+    tracker.stop()
