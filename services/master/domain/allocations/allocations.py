@@ -23,7 +23,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import bindparam, insert, select
+from sqlalchemy import bindparam, select
 
 from services.common.logging import get_logger
 from services.master.domain.config import config_view
@@ -34,6 +34,7 @@ from services.master.domain.kernel.states import allocation_advances
 from services.master.domain.kernel.task_ids import trial_task_id
 from services.master.domain.kernel.topics import allocation_topic, task_topic, trial_topic
 from services.master.store import models
+from services.master.store.inserted import insert_returning
 
 log = get_logger(__name__)
 
@@ -181,16 +182,6 @@ def _pending(**fields: Any) -> models.Allocation:
     return models.Allocation(**_pending_row(**fields))
 
 
-def _insert_pending(w: Work, rows: list[dict[str, Any]]) -> list[models.Allocation]:
-    """Allocation requests of `rows`, inserted in one statement that returns them as the session's
-    objects, in the order of `rows`: the unit of work's flush made each an object first, and its
-    bookkeeping cost more than the insert. The scheduling view learns their ids from the statement
-    (scheduling_view.ChangeTracker), as it would from a flush."""
-    made = w.session.scalars(insert(models.Allocation).returning(models.Allocation), rows)
-    by_id = {alloc.id: alloc for alloc in made}
-    return [by_id[row["id"]] for row in rows]
-
-
 def request(ctx: MasterContext, w: Work, trial: models.Trial, exp: models.Experiment) -> models.Allocation:
     """A new allocation request for the trial; the scheduler places it."""
     return request_many(ctx, w, [trial], exp)[0]
@@ -218,7 +209,9 @@ def request_many(
                 requested_at=trial.start_time,
             )
         )
-    made = _insert_pending(w, rows)
+    # One INSERT; the scheduling view learns the new ids from the statement, as from a flush
+    # (scheduling_view.ChangeTracker).
+    made = insert_returning(w.session, models.Allocation, rows, "id")
     for alloc in made:
         publish(ctx, w, alloc)
     w.later(ctx.scheduler_wakeup.set)

@@ -7,7 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 from google.protobuf import json_format
-from sqlalchemy import bindparam, insert, select
+from sqlalchemy import bindparam, select
 
 from cairn.searcher.v1 import searcher_pb2 as spb
 from services.common.logging import get_logger
@@ -21,6 +21,7 @@ from services.master.domain.trials import searcher_outbox, trial_tasks
 from services.master.domain.trials import trials as trial_lifecycle
 from services.master.domain.trials.hparams import HparamTyper
 from services.master.store import models
+from services.master.store.inserted import insert_returning
 
 log = get_logger(__name__)
 
@@ -164,7 +165,7 @@ def _create_trials(
     ctx: MasterContext, w: Work, exp: models.Experiment, creates: list[spb.CreateTrial]
 ) -> None:
     """Trials for a run of the searcher's creations, set-based: one query for those already made
-    (a retried answer), one INSERT for the new trials (_insert_trials), one for their tasks, one
+    (a retried answer), one INSERT for the new trials, one for their tasks, one
     for their searcher events and one for their allocation requests (an experiment of 10,000
     trials is made in a few statements, not tens of thousands)."""
     if exp.state not in (S.ACTIVE, S.PAUSED):
@@ -218,7 +219,9 @@ def _create_trials(
         )
     if not rows:
         return
-    trials = _insert_trials(w, rows)
+    # One INSERT (store/inserted.py); request ids are unique within an experiment. Trials are not
+    # among the rows a scheduling pass or a stream watches.
+    trials = insert_returning(w.session, models.Trial, rows, "request_id")
     trial_tasks.insert_many(w, exp, trials)  # before their allocations (their foreign key)
     searcher_outbox.enqueue_many(
         ctx,
@@ -239,20 +242,6 @@ def _create_trials(
         )
     # New trials have no allocation yet: request one for each that should run.
     trial_lifecycle.request_allocations(ctx, w, trials, exp)
-
-
-def _insert_trials(w: Work, rows: list[dict[str, Any]]) -> list[models.Trial]:
-    """The trials of `rows` (one experiment's, request ids distinct), inserted in one statement
-    that returns them as the session's objects, in the order of `rows`.
-
-    The unit of work's own insert wants the new ids back in the rows' order, which SQLite cannot
-    promise for a multi-row INSERT ... RETURNING, so on SQLite it inserted the trials one statement
-    each (100 statements for a grid of 100). Asked for unordered, the returned rows are matched to
-    `rows` by request id, unique within an experiment. Trials are not among the rows a scheduling
-    pass or a stream watches (an INSERT statement into those would cost a pass a full read)."""
-    made = w.session.scalars(insert(models.Trial).returning(models.Trial), rows)
-    by_request = {trial.request_id: trial for trial in made}
-    return [by_request[row["request_id"]] for row in rows]
 
 
 def _stop_trial(ctx: MasterContext, w: Work, exp: models.Experiment, request_id: str) -> None:
