@@ -25,7 +25,7 @@ import optuna
 
 from bench.hpo.accounting import EpochReport, epochs_for
 from bench.hpo.budget import MAX_EPOCHS, REDUCTION_FACTOR
-from bench.hpo.record import ENDED_BY_BUDGET, ENDED_BY_SEARCH, RunRecord, write_record
+from bench.hpo.record import ENDED_BY_BUDGET, ENDED_BY_SEARCH, RunRecord, plain_hparams, write_record
 from bench.hpo.task import (
     BATCH_SIZES,
     DEPTH,
@@ -126,6 +126,7 @@ def main() -> None:
             for i in range(WORKERS)
         ]
         started = time.monotonic()
+        started_at = time.time()
         for process in processes:
             process.start()
         for process in processes:
@@ -151,6 +152,8 @@ def main() -> None:
             trials=len(study.trials),
             ended_by=ENDED_BY_BUDGET if len(reports) >= budget_epochs else ENDED_BY_SEARCH,
             reports=reports,
+            hparams={str(trial.number): plain_hparams(trial.params) for trial in study.trials},
+            started_at=started_at,
             settings={
                 "optuna": optuna.__version__,
                 "sampler": "TPESampler(seed=2*seed+worker), defaults otherwise",

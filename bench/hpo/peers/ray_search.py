@@ -30,7 +30,7 @@ from ray.tune.search.basic_variant import BasicVariantGenerator  # type: ignore[
 
 from bench.hpo.accounting import EpochReport, epochs_for
 from bench.hpo.budget import MAX_EPOCHS, REDUCTION_FACTOR
-from bench.hpo.record import ENDED_BY_BUDGET, ENDED_BY_SEARCH, RunRecord, write_record
+from bench.hpo.record import ENDED_BY_BUDGET, ENDED_BY_SEARCH, RunRecord, plain_hparams, write_record
 from bench.hpo.task import (
     BATCH_SIZES,
     DEPTH,
@@ -69,10 +69,13 @@ class BudgetStopper(tune.Stopper):  # type: ignore[misc]
         self.budget_epochs = budget_epochs
         self.reports: list[EpochReport] = []
         self.trials: set[str] = set()
+        self.hparams: dict[str, dict[str, Any]] = {}
 
     def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
         if "validation_error" in result:
             self.trials.add(trial_id)
+            if trial_id not in self.hparams and "config" in result:
+                self.hparams[trial_id] = plain_hparams(result["config"])
             self.reports.append(
                 EpochReport(
                     trial=trial_id,
@@ -126,6 +129,7 @@ def main() -> None:
             run_config=tune.RunConfig(verbose=0, storage_path=storage, stop=stopper),
         )
         started = time.monotonic()
+        started_at = time.time()
         tuner.fit()
         wall = time.monotonic() - started
     ray.shutdown()
@@ -140,6 +144,8 @@ def main() -> None:
             trials=len(stopper.trials),
             ended_by=ENDED_BY_BUDGET if len(stopper.reports) >= budget_epochs else ENDED_BY_SEARCH,
             reports=stopper.reports,
+            hparams=stopper.hparams,
+            started_at=started_at,
             settings={
                 "ray": ray.__version__,
                 "search": "BasicVariantGenerator(random_state=seed)",
