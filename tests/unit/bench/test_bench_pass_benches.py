@@ -1,6 +1,6 @@
-"""The scheduler pass benches run to the end on a small cluster (their figures are bench/README.md's;
-here only that each still runs against the code it measures: a bench that breaks unnoticed
-measures nothing)."""
+"""The scheduler pass benches and the control plane's cost per trial run to the end on a small
+cluster (their figures are bench/README.md's; here only that each still runs against the code it
+measures: a bench that breaks unnoticed measures nothing)."""
 
 from __future__ import annotations
 
@@ -51,3 +51,12 @@ def test_the_trial_phases_bench_runs_on_a_small_cluster() -> None:
     summary = _run_bench("trial_phases", *small).strip().splitlines()[-1]
     assert summary.startswith("trial_phases: place "), summary
     assert "nan" not in summary, summary
+
+
+def test_the_control_plane_cost_bench_runs_on_a_local_cluster() -> None:
+    # Four no-op trials on a real cluster: each service's CPU is read from /proc, the master's
+    # work for them is more than nothing.
+    summary = _run_bench("control_plane_cost", "--trials", "4").strip().splitlines()[-1]
+    assert summary.startswith("control_plane_cost: master "), summary
+    master_ms = float(summary.split("master ")[1].split(" ms")[0])
+    assert master_ms > 0.0, summary

@@ -1,0 +1,106 @@
+"""What a trial costs the control plane's processes, end to end: the CPU the master, the agent and
+the other services spend per trial on a real local cluster (one agent, 2 slots, SQLite), with
+trials that make the search benchmark's Core API calls and train nothing
+(trials/core_calls/core_calls_trial.py: one epoch each, random search, two at a time).
+
+bench.trial_phases prices the master's domain work for a trial in process (~2.5 ms); this is the
+whole of it: each trial's calls through the gRPC server, its interceptors and their transactions,
+the agent stream's state changes and log lines, the searcher pump, the scheduling passes. Each
+service's CPU is read from /proc before the experiment is created and once it has ended.
+
+    .venv/bin/python -m bench.control_plane_cost [--trials 150]
+
+The last line is one summary: `control_plane_cost: master M ms, agent A ms, other services O ms a
+trial (N trials in W s)`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from bench.cairn_cluster import cairn_cluster
+
+HERE = Path(__file__).parent
+MODEL_DIR = HERE / "trials" / "core_calls"
+SLOTS = 2
+TICKS = os.sysconf("SC_CLK_TCK")
+SERVICES = ("master", "agent", "scheduler", "searcher", "checkpoint")
+
+
+def _config(trials: int) -> str:
+    return f"""
+name: control-plane-cost
+entrypoint: python3 core_calls_trial.py
+hyperparameters:
+  x: {{type: double, minval: 0.0, maxval: 1.0}}
+searcher:
+  name: random
+  metric: validation_error
+  smaller_is_better: true
+  max_trials: {trials}
+  max_length: {{epochs: 1}}
+  max_concurrent_trials: {SLOTS}
+max_restarts: 0
+"""
+
+
+def service_cpu(state_dir: Path) -> dict[str, float]:
+    """CPU seconds (user + system) of each service of the cluster kept in `state_dir`."""
+    cpu = dict.fromkeys(SERVICES, 0.0)
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            args = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")
+            fields = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile
+        text = [a.decode(errors="replace") for a in args]
+        if not any(str(state_dir) in a for a in text) or "-m" not in text:
+            continue
+        module = text[text.index("-m") + 1]
+        service = module.removeprefix("services.")
+        if service in cpu:
+            cpu[service] += (int(fields[11]) + int(fields[12])) / TICKS
+    return cpu
+
+
+def run(trials: int) -> dict[str, float]:
+    with tempfile.TemporaryDirectory(prefix="cairn-cpc-") as scratch:
+        state_dir = Path(scratch) / "state"
+        with cairn_cluster(state_dir, agents=1, slots=SLOTS) as api:
+            time.sleep(2.0)  # past the services' start
+            before = service_cpu(state_dir)
+            started = time.monotonic()
+            experiment_id = api.create(_config(trials), MODEL_DIR)
+            outcome = api.wait_terminal(experiment_id, timeout=600, interval=0.5)
+            wall = time.monotonic() - started
+            after = service_cpu(state_dir)
+    if outcome != "COMPLETED":
+        raise SystemExit(f"the experiment ended {outcome}")
+    per_trial = {name: (after[name] - before[name]) * 1000.0 / trials for name in SERVICES}
+    return {**per_trial, "wall_s": wall}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--trials", type=int, default=150)
+    args = parser.parse_args()
+    result = run(args.trials)
+    others = sum(result[name] for name in ("scheduler", "searcher", "checkpoint"))
+    for name in SERVICES:
+        print(f"  {name:10s} {result[name]:6.1f} ms a trial")
+    print(
+        f"control_plane_cost: master {result['master']:.1f} ms, agent {result['agent']:.1f} ms, "
+        f"other services {others:.1f} ms a trial ({args.trials} trials in {result['wall_s']:.1f} s)"
+    )
+
+
+if __name__ == "__main__":
+    main()
