@@ -15,6 +15,7 @@ warm-up, which is the system's cost, not the configuration's), and adds up each 
                     to training
     time per work   seconds to budget per CPU second of training: lower is better, whatever was
                     drawn
+
 Records written before they kept their start (2026-12-04) are measured by their wall and all
 their epochs instead.
 
