@@ -6,7 +6,8 @@ trials that make the search benchmark's Core API calls and train nothing
 bench.trial_phases prices the master's domain work for a trial in process (~2.5 ms); this is the
 whole of it: each trial's calls through the gRPC server, its interceptors and their transactions,
 the agent stream's state changes and log lines, the searcher pump, the scheduling passes. Each
-service's CPU is read from /proc before the experiment is created and once it has ended.
+service's CPU, and its threads' context switches (each a wake-up on the cores the trials train
+on), are read from /proc before the experiment is created and once it has ended.
 
     .venv/bin/python -m bench.control_plane_cost [--trials 150]
 
@@ -48,9 +49,31 @@ max_restarts: 0
 """
 
 
-def service_cpu(state_dir: Path) -> dict[str, float]:
-    """CPU seconds (user + system) of each service of the cluster kept in `state_dir`."""
+_SWITCH_FIELDS = ("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")
+
+
+def _context_switches(pid: str) -> int:
+    """Voluntary and involuntary context switches of the process's threads (those still running:
+    a thread that ended took its count with it)."""
+    total = 0
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0
+    for tid in threads:
+        try:
+            lines = Path(f"/proc/{pid}/task/{tid}/status").read_text().splitlines()
+        except OSError:
+            continue  # the thread ended meanwhile
+        total += sum(int(line.split()[1]) for line in lines if line.startswith(_SWITCH_FIELDS))
+    return total
+
+
+def service_usage(state_dir: Path) -> tuple[dict[str, float], dict[str, int]]:
+    """CPU seconds (user + system) and context switches of each service of the cluster kept in
+    `state_dir`."""
     cpu = dict.fromkeys(SERVICES, 0.0)
+    switches = dict.fromkeys(SERVICES, 0)
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -66,7 +89,8 @@ def service_cpu(state_dir: Path) -> dict[str, float]:
         service = module.removeprefix("services.")
         if service in cpu:
             cpu[service] += (int(fields[11]) + int(fields[12])) / TICKS
-    return cpu
+            switches[service] += _context_switches(name)
+    return cpu, switches
 
 
 def run(trials: int) -> dict[str, float]:
@@ -74,16 +98,19 @@ def run(trials: int) -> dict[str, float]:
         state_dir = Path(scratch) / "state"
         with cairn_cluster(state_dir, agents=1, slots=SLOTS) as api:
             time.sleep(2.0)  # past the services' start
-            before = service_cpu(state_dir)
+            before, switches_before = service_usage(state_dir)
             started = time.monotonic()
             experiment_id = api.create(_config(trials), MODEL_DIR)
             outcome = api.wait_terminal(experiment_id, timeout=600, interval=0.5)
             wall = time.monotonic() - started
-            after = service_cpu(state_dir)
+            after, switches_after = service_usage(state_dir)
     if outcome != "COMPLETED":
         raise SystemExit(f"the experiment ended {outcome}")
     per_trial = {name: (after[name] - before[name]) * 1000.0 / trials for name in SERVICES}
-    return {**per_trial, "wall_s": wall}
+    switches = {
+        f"{name}_switches": (switches_after[name] - switches_before[name]) / trials for name in SERVICES
+    }
+    return {**per_trial, **switches, "wall_s": wall}
 
 
 def main() -> None:
@@ -95,7 +122,9 @@ def main() -> None:
     result = run(args.trials)
     others = sum(result[name] for name in ("scheduler", "searcher", "checkpoint"))
     for name in SERVICES:
-        print(f"  {name:10s} {result[name]:6.1f} ms a trial")
+        print(
+            f"  {name:10s} {result[name]:6.1f} ms, {result[name + '_switches']:6.0f} context switches a trial"
+        )
     print(
         f"control_plane_cost: master {result['master']:.1f} ms, agent {result['agent']:.1f} ms, "
         f"other services {others:.1f} ms a trial ({args.trials} trials in {result['wall_s']:.1f} s)"
