@@ -24,11 +24,11 @@ import time
 from pathlib import Path
 
 from bench.cairn_cluster import cairn_cluster
+from bench.process_cpu import TICKS, command_line, kind_of, process_stat
 
 HERE = Path(__file__).parent
 MODEL_DIR = HERE / "trials" / "core_calls"
 SLOTS = 2
-TICKS = os.sysconf("SC_CLK_TCK")
 SERVICES = ("master", "agent", "scheduler", "searcher", "checkpoint")
 
 
@@ -71,24 +71,20 @@ def _context_switches(pid: str) -> int:
 
 def service_usage(state_dir: Path) -> tuple[dict[str, float], dict[str, int]]:
     """CPU seconds (user + system) and context switches of each service of the cluster kept in
-    `state_dir`."""
+    `state_dir` (its services name it on their command lines)."""
     cpu = dict.fromkeys(SERVICES, 0.0)
     switches = dict.fromkeys(SERVICES, 0)
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
-        try:
-            args = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")
-            fields = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # ended meanwhile
-        text = [a.decode(errors="replace") for a in args]
-        if not any(str(state_dir) in a for a in text) or "-m" not in text:
-            continue
-        module = text[text.index("-m") + 1]
-        service = module.removeprefix("services.")
+        argv = command_line(int(name))
+        stat = process_stat(int(name))
+        if stat is None or not any(str(state_dir) in arg for arg in argv):
+            continue  # ended meanwhile, or not this cluster's
+        service = kind_of(argv).removeprefix("services.")
         if service in cpu:
-            cpu[service] += (int(fields[11]) + int(fields[12])) / TICKS
+            _, _, user, system = stat
+            cpu[service] += (user + system) / TICKS
             switches[service] += _context_switches(name)
     return cpu, switches
 

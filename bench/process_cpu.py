@@ -43,7 +43,7 @@ class Sampler:
     def sample(self) -> None:
         stats: dict[int, tuple[int, int, int, int]] = {}
         for name in os.listdir("/proc"):
-            if name.isdigit() and (stat := _stat(int(name))) is not None:
+            if name.isdigit() and (stat := process_stat(int(name))) is not None:
                 stats[int(name)] = stat
         # Parents do not always have lower pids: widen until nothing is added.
         descendants = {self.root}
@@ -59,7 +59,7 @@ class Sampler:
             # Read each time: a fork that then execs (a zygote's supervisor becoming a shim) is
             # counted as what it became.
             # A process that has ended but is not yet reaped shows no command line: keep the last.
-            argv = _cmdline(pid)
+            argv = command_line(pid)
             seen = self.seen.setdefault((pid, start), Seen(kind_of(argv)))
             if argv:
                 seen.kind = kind_of(argv)
@@ -85,7 +85,7 @@ class Sampler:
         ]
 
 
-def _stat(pid: int) -> tuple[int, int, int, int] | None:
+def process_stat(pid: int) -> tuple[int, int, int, int] | None:
     """(parent pid, start time, user ticks, system ticks), or None for a process gone meanwhile."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
@@ -95,7 +95,7 @@ def _stat(pid: int) -> tuple[int, int, int, int] | None:
     return int(fields[1]), int(fields[19]), int(fields[11]), int(fields[12])
 
 
-def _cmdline(pid: int) -> list[str]:
+def command_line(pid: int) -> list[str]:
     try:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
