@@ -97,6 +97,12 @@ def test_adaptive_asha_stops_the_worst_and_completes_with_every_trial(cluster: T
             "step_s": 0.2,
             "ckpt_every": 4,
             "scale": {"type": "double", "minval": 0.5, "maxval": 4.0},
+            # Which trials are stopped must not hang on the draws: promotion ASHA stops a trial only
+            # at the close of a bracket, when the bracket's last trial reaches a rung, and a last
+            # trial that drew well went on to the top in both brackets now and then (CI, stop 59).
+            # With each trial ranking below those created before it, every bracket's last trial is
+            # its worst and is stopped at its first rung.
+            "id_penalty": 10.0,
         },
         searcher={
             "name": "adaptive_asha",
