@@ -12,7 +12,8 @@ trials it handled:
 - start: starting the placed trials (allocation states, container rows, task specs, start
   commands to the agents), as the pass does it;
 - running: each trial's container reports RUNNING, as --senders agent streams deliver it at once
-  (one: each change its own unit of work; more: their changes share units, as the stream's do);
+  (one: each change its own unit of work; more: readers on one event loop whose changes share
+  units, as the stream's do);
 - report: each trial's code reports its one validation metric (the intake of one batch, with
   the allocation's token);
 - end: each container reports TERMINATED with exit code 0, delivered likewise (the allocation
@@ -30,11 +31,13 @@ end E ms, searcher Q ms, total T ms a trial`.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import statistics
 import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 from sqlalchemy import select
@@ -72,36 +75,42 @@ def _state_change(
 
 
 class _Senders:
-    """State changes as `count` agents' streams deliver them: each sender a thread that applies its
-    changes one after another through the stream's shared units of work (BatchedUnits), all
-    senders at once. One sender is one unit of work a change."""
+    """State changes as `count` agents' streams deliver them: each sender a reader on one event
+    loop that applies its changes one after another through the stream's shared units of work
+    (BatchedUnits.run_async, as the agent stream's readers do), all senders at once. One sender is
+    one unit of work a change."""
 
     def __init__(self, master: Master, count: int) -> None:
         self.master = master
         self.count = count
         self.units = BatchedUnits(master.ctx, prepare=wiring.preload_agent_reports)
-        self.pool = ThreadPoolExecutor(count) if count > 1 else None
+        # Where the batches are applied (the stream's apply threads).
+        self.pool = ThreadPoolExecutor(4) if count > 1 else None
 
     def deliver(self, state: apb.ContainerState.ValueType, container_ids: list[str]) -> None:
         exit_code = 0 if state == apb.CONTAINER_STATE_TERMINATED else None
-        if self.pool is None:
+        pool = self.pool
+        if pool is None:
             for container_id in container_ids:
                 _state_change(self.master, container_id, state, exit_code)
             return
 
-        def send(mine: list[str]) -> None:
+        async def send(mine: list[str]) -> None:
             for container_id in mine:
                 change = apb.ContainerStateChanged(container_id=container_id, state=state)
                 if exit_code is not None:
                     change.exit_code = exit_code
-                self.units.run(
-                    lambda w, change=change: containers.on_container_state(self.master.ctx, w, change),
+                await self.units.run_async(
+                    partial(containers.on_container_state, self.master.ctx, message=change),
+                    pool,
                     key=containers.ReportKey(container_id, ends=exit_code is not None),
                 )
 
-        shares = [container_ids[i :: self.count] for i in range(self.count)]
-        for done in [self.pool.submit(send, share) for share in shares if share]:
-            done.result()
+        async def all_senders() -> None:
+            shares = [container_ids[i :: self.count] for i in range(self.count)]
+            await asyncio.gather(*(send(share) for share in shares if share))
+
+        asyncio.run(all_senders())
 
 
 def _assigned(master: Master) -> list[str]:

@@ -43,9 +43,9 @@ from services.master.domain import wiring
 from services.master.domain.allocations import containers
 from services.master.domain.identity import agent_credentials
 from services.master.domain.kernel.batched_units import BatchedUnits
-from services.master.domain.kernel.context import MasterContext
+from services.master.domain.kernel.context import MasterContext, Work
 from services.master.domain.kernel.errors import DatabaseUnavailable, DomainError, InvalidArgument
-from services.master.domain.kernel.outage import ride_out
+from services.master.domain.kernel.outage import as_outage, ride_out
 from services.master.domain.metrics.logs import LogStore
 from services.master.domain.metrics.system_metrics import SystemMetricsStore
 from services.master.domain.reads.agents import allocation_runs_on
@@ -247,8 +247,13 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
                     continue
                 if kind == "container_state":
                     change = message.container_state
-                    await self._apply(
-                        link, "a container state change", partial(self._container_state, change)
+                    await self._apply_unit(
+                        link,
+                        "a container state change",
+                        partial(containers.on_container_state, self.ctx, message=change),
+                        containers.ReportKey(
+                            change.container_id, ends=change.state == apb.CONTAINER_STATE_TERMINATED
+                        ),
                     )
                     if change.seq:
                         # Stored: the agent may forget it (and retire a finished container).
@@ -269,10 +274,17 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
                             self.ctx.hub.mark_stopping(agent_id)
                         if started is not None:
                             error = message.ack.error
-                            await self._apply(
+                            await self._apply_unit(
                                 link,
                                 "a refused start",
-                                partial(self._start_refused, started, error, stopping),
+                                partial(
+                                    _start_refused,
+                                    self.ctx,
+                                    container_id=started,
+                                    error=error,
+                                    stopping=stopping,
+                                ),
+                                containers.ReportKey(started, ends=True),
                             )
                 elif kind == "slot_report":
                     report = message.slot_report
@@ -314,6 +326,23 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
                 )
             )
 
+    async def _apply_unit(
+        self, link: AgentLink, what: str, apply: Callable[[Work], object], key: containers.ReportKey
+    ) -> None:
+        """Apply one message that is a unit of work (a container's state change, a refused start)
+        with the units other agents' readers apply at the same moment (kernel/batched_units.py),
+        awaited on the loop: no thread is taken while it waits. A database outage is ridden out
+        as `_apply` rides it out, each try in a later batch."""
+        with link.master_behind():
+            try:
+                await self._units.run_async(apply, self._threads, key=key)
+                return
+            except Exception as exc:
+                if as_outage(exc) is None:
+                    raise
+                log.warning("database outage; riding it out", what=what, error=str(exc))
+        await self._apply(link, what, lambda: self._units.run(apply, key=key))
+
     async def _report(self, link: AgentLink, store: Callable[[], None]) -> None:
         """Store a report the agent sent and forgot (system metrics): while it is stored the agent
         counts as heard (the master is the one behind, as in _apply), and nothing it raises ends
@@ -334,22 +363,6 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
             # A fault of the store's (a lock that stayed taken, a value the driver would not take)
             # costs this batch, not the agent's stream.
             log.exception("system metrics batch dropped: storing it failed", agent_id=agent_id)
-
-    def _container_state(self, change: apb.ContainerStateChanged) -> None:
-        self._units.run(
-            lambda w: containers.on_container_state(self.ctx, w, change),
-            key=containers.ReportKey(
-                change.container_id, ends=change.state == apb.CONTAINER_STATE_TERMINATED
-            ),
-        )
-
-    def _start_refused(self, container_id: str, error: str, agent_stopping: bool) -> None:
-        self._units.run(
-            lambda w: containers.start_refused(
-                self.ctx, w, container_id, error, agent_stopping=agent_stopping
-            ),
-            key=containers.ReportKey(container_id, ends=True),
-        )
 
     def FetchTaskContext(
         self, request: apb.FetchTaskContextRequest, context: grpc.ServicerContext
@@ -372,3 +385,7 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
             context.abort(grpc.StatusCode.NOT_FOUND, f"no live allocation {request.allocation_id}")
         for start in range(0, len(archive), CONTEXT_CHUNK):
             yield apb.FetchTaskContextChunk(data=archive[start : start + CONTEXT_CHUNK])
+
+
+def _start_refused(ctx: MasterContext, w: Work, *, container_id: str, error: str, stopping: bool) -> None:
+    containers.start_refused(ctx, w, container_id, error, agent_stopping=stopping)

@@ -15,6 +15,7 @@ front, in one statement, what each unit would read on its own.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import Executor
 from typing import Any, NamedTuple, TypeVar, cast
 
 from services.master.domain.kernel.context import MasterContext, Work
@@ -63,6 +64,14 @@ class BatchedUnits:
         """Apply `apply` in a unit of work shared with whatever other threads asked at the same
         time; its result, or its error, as if it had run alone."""
         return cast(T, self._commits.run(_Unit(cast(Callable[[Work], Any], apply), key)))
+
+    async def run_async(
+        self, apply: Callable[[Work], T], executor: Executor, key: Hashable | None = None
+    ) -> T:
+        """`run` awaited on an event loop (group_commit.py's run_async): the batch is applied in
+        `executor`, and no thread waits for this unit's outcome."""
+        unit = _Unit(cast(Callable[[Work], Any], apply), key)
+        return cast(T, await self._commits.run_async(unit, executor))
 
     def _apply(self, units: Sequence[_Unit]) -> list[object]:
         with self._ctx.unit_of_work() as w:

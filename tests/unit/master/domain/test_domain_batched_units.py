@@ -4,6 +4,7 @@ reaches every caller of its batch, and one thread's units keep its order."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -164,4 +165,151 @@ def test_each_thread_keeps_its_order_and_the_lead_passes_on_when_a_batch_is_full
     assert not any(worker.is_alive() for worker in workers)
     assert seen == {t: list(range(20)) for t in range(6)}
     assert units.stats.items == 120
+    assert units.idle
+
+
+# --- readers on an event loop (run_async, as the agent stream's readers apply their messages) ---
+
+
+def _all_at_once_async(master: Master, units: BatchedUnits, calls: Sequence[Call | _Change]) -> list[object]:
+    """Each call awaited by a reader of its own on one event loop, all queued while the master's
+    lock holds the first batch, so that the rest share the next; each call's outcome."""
+
+    async def run(call: Call | _Change, executor: ThreadPoolExecutor) -> object:
+        try:
+            return await units.run_async(call, executor, key=call.key if isinstance(call, _Change) else None)
+        except Exception as exc:
+            return exc
+
+    async def main(executor: ThreadPoolExecutor) -> list[object]:
+        return list(await asyncio.gather(*(run(call, executor) for call in calls)))
+
+    with ThreadPoolExecutor(2) as executor, ThreadPoolExecutor(1) as loop_thread:
+        # The first batch's lead (in `executor`) stops at the master's lock until the loop has
+        # queued every other call behind it.
+        master.ctx.lock.acquire()
+        try:
+            outcome = loop_thread.submit(asyncio.run, main(executor))
+            for _ in range(500):
+                if units.queued >= len(calls) - 1:
+                    break
+                threading.Event().wait(0.01)
+        finally:
+            master.ctx.lock.release()
+        return outcome.result(timeout=60)
+
+
+def test_readers_on_a_loop_share_transactions_and_end_as_each_alone_would(master: Master) -> None:
+    experiment_id, ids = _grid(master, 8)
+    units = _units(master)
+    running = [_Change(master.ctx, c, apb.CONTAINER_STATE_RUNNING, 1) for c in ids]
+    assert _all_at_once_async(master, units, running) == [None] * 8
+    assert (units.stats.items, units.stats.batches, units.stats.split) == (8, 2, 0)
+    resent = [_Change(master.ctx, c, apb.CONTAINER_STATE_RUNNING, 1) for c in ids]
+    ended = [_Change(master.ctx, c, apb.CONTAINER_STATE_TERMINATED, 2, exit_code=0) for c in ids]
+    assert _all_at_once_async(master, units, resent + ended) == [None] * 16
+    master.settle()
+    for container_id in ids:
+        container = _container(master, container_id)
+        assert (container.state, container.exit_code, container.acked_seq) == ("TERMINATED", 0, 2)
+    assert {t.state for t in master.trials(experiment_id)} == {"COMPLETED"}
+    assert units.idle
+
+
+def test_a_reader_hears_its_own_error_and_an_outage_reaches_each_reader_of_its_batch(master: Master) -> None:
+    _, ids = _grid(master, 4)
+    units = _units(master)
+
+    def refuses(w: Work) -> None:
+        raise NotFound("no such thing")
+
+    outcomes = _all_at_once_async(
+        master,
+        units,
+        [
+            _Change(master.ctx, ids[0], apb.CONTAINER_STATE_RUNNING, 1),
+            _Change(master.ctx, ids[1], apb.CONTAINER_STATE_RUNNING, 1),
+            refuses,
+        ],
+    )
+    assert outcomes[:2] == [None, None] and isinstance(outcomes[2], NotFound)
+    assert units.stats.split == 1
+
+    def connection_lost(w: Work) -> None:
+        raise DatabaseUnavailable("the connection was lost", commit_unknown=True)
+
+    first, second, lost = _all_at_once_async(
+        master,
+        units,
+        [
+            _Change(master.ctx, ids[2], apb.CONTAINER_STATE_RUNNING, 1),
+            _Change(master.ctx, ids[3], apb.CONTAINER_STATE_RUNNING, 1),
+            connection_lost,
+        ],
+    )
+    assert first is None
+    assert isinstance(second, DatabaseUnavailable) and second.commit_unknown
+    assert isinstance(lost, DatabaseUnavailable) and lost is not second
+    assert [_container(master, c).state for c in ids] == ["RUNNING", "RUNNING", "RUNNING", "ASSIGNED"]
+    assert units.idle
+
+
+def test_readers_and_threads_together_keep_each_ones_order_and_leave_no_batch_unwritten(
+    master: Master,
+) -> None:
+    units = _units(master, max_batch=3)
+    seen: dict[str, list[int]] = {}
+
+    def take(sender: str, step: int) -> Callable[[Work], None]:
+        return lambda _w: seen.setdefault(sender, []).append(step)
+
+    def thread_sender(name: str) -> None:
+        for step in range(20):
+            units.run(take(name, step))
+
+    async def reader(name: str, executor: ThreadPoolExecutor) -> None:
+        for step in range(20):
+            await units.run_async(take(name, step), executor)
+
+    async def readers(executor: ThreadPoolExecutor) -> None:
+        await asyncio.gather(*(reader(f"reader-{r}", executor) for r in range(4)))
+
+    workers = [threading.Thread(target=thread_sender, args=(f"thread-{t}",)) for t in range(3)]
+    with ThreadPoolExecutor(2) as executor:
+        for worker in workers:
+            worker.start()
+        asyncio.run(readers(executor))
+        for worker in workers:
+            worker.join(timeout=60)
+    assert not any(worker.is_alive() for worker in workers)
+    assert seen == {
+        name: list(range(20))
+        for name in [*(f"thread-{t}" for t in range(3)), *(f"reader-{r}" for r in range(4))]
+    }
+    assert units.stats.items == 140
+    assert units.idle
+
+
+def test_a_reader_whose_executor_takes_no_more_work_fails_and_the_next_one_is_written(master: Master) -> None:
+    units = _units(master)
+    written: list[str] = []
+    stopped = ThreadPoolExecutor(1)
+    stopped.shutdown()
+
+    def keep(_w: Work) -> str:
+        written.append("kept")
+        return "kept"
+
+    async def both() -> tuple[object, object]:
+        try:
+            await units.run_async(lambda _w: written.append("lost"), stopped)
+            refused: object = None
+        except RuntimeError as exc:
+            refused = exc
+        with ThreadPoolExecutor(1) as live:
+            return refused, await units.run_async(keep, live)
+
+    refused, kept = asyncio.run(both())
+    assert isinstance(refused, RuntimeError) and "no thread to write the batch" in str(refused)
+    assert kept == "kept" and written == ["kept"]
     assert units.idle
