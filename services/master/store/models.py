@@ -223,7 +223,9 @@ class ModelDefinition(Base):
 
 
 class SearcherSnapshot(Base):
-    """The latest snapshot of an experiment's search session, stored with the actions it produced."""
+    """Where an experiment's search session stands: `seq`, the events it applied (advanced with
+    the actions they produced), and a state to restore it from, that of `state_seq`; the events
+    from there to `seq` are its SearcherReplay rows (searcher_pump.py says when a state is stored)."""
 
     __tablename__ = "searcher_snapshots"
     experiment_id: Mapped[int] = mapped_column(
@@ -233,7 +235,20 @@ class SearcherSnapshot(Base):
     method: Mapped[str] = mapped_column(String(64))
     version: Mapped[int] = mapped_column(Integer)
     state: Mapped[bytes] = mapped_column(LargeBinary)
+    state_seq: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     updated_at: Mapped[datetime]
+
+
+class SearcherReplay(Base):
+    """An event the search applied after its stored state (SearcherSnapshot.state_seq), in order
+    of id: a session restored from that state is sent these again, and their answers, applied
+    when they were first given, are dropped. Removed when a newer state is stored."""
+
+    __tablename__ = "searcher_replays"
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id", ondelete="CASCADE"), index=True)
+    # A serialized cairn.searcher.v1.SearcherEvent.
+    payload: Mapped[bytes] = mapped_column(LargeBinary)
 
 
 class SearcherEvent(Base):

@@ -68,7 +68,12 @@ def delete_now(ctx: MasterContext, experiment_id: int) -> None:
             )
             w.session.execute(delete(models.Allocation).where(models.Allocation.trial_id == trial_id))
         w.session.execute(delete(models.Trial).where(models.Trial.experiment_id == experiment_id))
-        for table in (models.SearcherEvent, models.SearcherSnapshot, models.ModelDefinition):
+        for table in (
+            models.SearcherEvent,
+            models.SearcherSnapshot,
+            models.SearcherReplay,
+            models.ModelDefinition,
+        ):
             w.session.execute(delete(table).where(table.experiment_id == experiment_id))
         w.session.execute(delete(models.Experiment).where(models.Experiment.id == experiment_id))
     log.info("experiment deleted", experiment_id=experiment_id)

@@ -33,7 +33,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from cairn.searcher.v1 import searcher_pb2 as spb
@@ -48,7 +48,7 @@ from services.master.domain.config import (
 )
 from services.master.domain.config.policies import check_config_policy
 from services.master.domain.config.template_merge import merge_template
-from services.master.domain.experiments import experiment_edits
+from services.master.domain.experiments import experiment_edits, search_snapshots
 from services.master.domain.experiments import experiments as experiment_lifecycle
 from services.master.domain.experiments.creation import default_storage, search_spec
 from services.master.domain.experiments.searcher_actions import apply_response
@@ -352,9 +352,7 @@ def _reopen(
         exp.checkpoint_gc_done = False  # it will end again; collect then under its policy
         # Left over only if the last end was cut short: the old session's events have no reader.
         searcher_outbox.forget(w, exp.id)
-        w.session.execute(
-            delete(models.SearcherSnapshot).where(models.SearcherSnapshot.experiment_id == exp.id)
-        )
+        search_snapshots.forget_snapshot(w, exp.id)
         experiment_lifecycle.transition(ctx, w, exp, S.ACTIVE, "continued by a user", continuing=True)
         # As Determined: the restarts of earlier runs no longer count against max_restarts.
         w.session.execute(update(models.Trial).where(models.Trial.experiment_id == exp.id).values(restarts=0))

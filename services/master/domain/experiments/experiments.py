@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from services.common.logging import get_logger
 from services.common.principal import Principal
 from services.master.domain.allocations import allocations
+from services.master.domain.experiments import search_snapshots
 from services.master.domain.identity import access
 from services.master.domain.identity.permissions import Permission
 from services.master.domain.kernel import deferred_work
@@ -284,7 +285,7 @@ def maybe_finish(ctx: MasterContext, w: Work, exp: models.Experiment) -> None:
     # The search is over: its pending events and snapshot have no further use.
     searcher_outbox.forget(w, exp.id)
     w.session.execute(delete(models.SearcherAnswer).where(models.SearcherAnswer.experiment_id == exp.id))
-    w.session.execute(delete(models.SearcherSnapshot).where(models.SearcherSnapshot.experiment_id == exp.id))
+    search_snapshots.forget_snapshot(w, exp.id)
     session_id, config = exp.searcher_session_id, exp.config
     w.later(lambda: close_search_session(ctx, session_id, config))
 

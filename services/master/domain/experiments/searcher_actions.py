@@ -13,6 +13,7 @@ from cairn.searcher.v1 import searcher_pb2 as spb
 from services.common.logging import get_logger
 from services.master.domain.experiments import experiments as experiment_lifecycle
 from services.master.domain.experiments import search_retries
+from services.master.domain.experiments.search_snapshots import store_snapshot
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.context import MasterContext, Work
 from services.master.domain.kernel.states import TERMINAL, RunState
@@ -49,22 +50,6 @@ _REQUESTS_MADE = _ALL_REQUESTS_MADE.where(
 )
 
 
-def store_snapshot(w: Work, experiment_id: int, snapshot: spb.Snapshot) -> None:
-    """The experiment's searcher snapshot, stored over the one before (the row the caller read is
-    found in the session: no read; Session.merge did the same at several times the cost)."""
-    row = w.session.get(models.SearcherSnapshot, experiment_id)
-    if row is None:
-        row = models.SearcherSnapshot(experiment_id=experiment_id)
-        w.session.add(row)
-    row.seq, row.method, row.version, row.state = (
-        snapshot.seq,
-        snapshot.method,
-        snapshot.version,
-        snapshot.state,
-    )
-    row.updated_at = utcnow()
-
-
 def _trial_by_request(w: Work, exp: models.Experiment, request_id: str) -> models.Trial | None:
     return w.session.scalar(
         select(models.Trial).where(
@@ -82,17 +67,25 @@ def apply_response(
 
 
 def apply_response_in_part(
-    ctx: MasterContext, w: Work, exp: models.Experiment, response: spb.SearcherResponse
+    ctx: MasterContext,
+    w: Work,
+    exp: models.Experiment,
+    response: spb.SearcherResponse,
+    *,
+    snapshot_stored: bool = False,
 ) -> None:
-    """apply_response for an answer of any size: its snapshot and its first INLINE_CREATES trials'
-    worth of actions now, the rest stored (SearcherAnswer) for the searcher pump to apply in chunks
-    after this transaction commits, so a call that creates an experiment of 10,000 trials returns
-    at once and the experiment's first trials queue with it."""
+    """apply_response for an answer of any size: its snapshot (unless the caller stored it:
+    `snapshot_stored`) and its first INLINE_CREATES trials' worth of actions now, the rest stored
+    (SearcherAnswer) for the searcher pump to apply in chunks after this transaction commits, so a
+    call that creates an experiment of 10,000 trials returns at once and the experiment's first
+    trials queue with it."""
+    if not snapshot_stored:
+        store_snapshot(w, exp.id, response.snapshot)
     cut = _cut_after_creates(response.actions, INLINE_CREATES)
     if cut >= len(response.actions):
-        apply_response(ctx, w, exp, response)
+        exp.progress = max(0.0, min(1.0, response.progress))
+        apply_actions(ctx, w, exp, response.actions)
         return
-    store_snapshot(w, exp.id, response.snapshot)
     exp.progress = max(0.0, min(1.0, response.progress))
     apply_actions(ctx, w, exp, response.actions[:cut])
     rest = spb.SearcherResponse(actions=response.actions[cut:])

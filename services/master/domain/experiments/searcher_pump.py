@@ -1,24 +1,36 @@
 """Delivers queued searcher events (the outbox in `searcher_events`) to each experiment's search
-session, one at a time and in order, and applies each answer with its snapshot in one transaction.
+session, in order, and applies each answer with the session's new seq in one transaction.
+
+The built-in searcher's state is stored with an answer only every STATE_EVERY_EVENTS events; the
+events applied since are kept (SearcherReplay) in the same transaction. Its sessions are
+deterministic in their state and events (the random stream is part of the state), so a session
+restored from the stored state and sent those events again stands where it stood, and the
+answers to them, applied when first given, are dropped. A custom searcher promises no such thing:
+its state is stored with every answer, as before. A grid of 10,000 trials carries ~2 MB of state,
+which every delivery used to write under the master's lock (bench.sim_agents).
 
 A searcher that restarted answers NOT_FOUND, one that is out of step FAILED_PRECONDITION: either
-way the session is restored from the stored snapshot and the event is sent again. An unreachable
+way the session is restored (state, then replays) and the events are sent again. An unreachable
 searcher leaves the events queued; they are delivered when it is back.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from typing import Any
 
 from sqlalchemy import Select, bindparam, delete, func, literal, select, union_all
 
 from cairn.searcher.v1 import searcher_pb2 as spb
 from services.common.logging import get_logger
 from services.master.domain.experiments.creation import search_spec
+from services.master.domain.experiments.search_snapshots import advance_seq, advance_snapshot
 from services.master.domain.experiments.searcher_actions import apply_response_in_part, apply_stored_chunk
 from services.master.domain.kernel.context import MasterContext, Work
 from services.master.domain.kernel.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from services.master.domain.kernel.loops import BackgroundLoop
+from services.master.domain.kernel.ports import Searcher
 from services.master.domain.kernel.states import is_terminal
 from services.master.domain.kernel.topics import searcher_answers_topic
 from services.master.store import models
@@ -32,6 +44,9 @@ MAX_RESTORES_PER_EVENT = 3
 # Events sent in one call (HandleEvents): a backlog (an experiment of 10,000 trials hears of each
 # creation) goes in a few calls, each answered with one snapshot.
 MAX_EVENTS_PER_CALL = 1000
+# The built-in searcher's state is stored once this many events were applied since the last
+# stored state: a restore replays at most about this many events (and one call's worth more).
+STATE_EVERY_EVENTS = 1000
 
 
 def _owed() -> Select[int]:
@@ -60,19 +75,39 @@ _EVENTS = (
     .limit(bindparam("limit"))
 )
 # What a delivery reads of the experiment and its searcher's snapshot (no snapshot: seq is None).
+# Not the snapshot's state: only a restore sends it (_STORED), and a search of 10,000 trials
+# carries megabytes of it.
 _SEARCH = (
     select(
         models.Experiment.state,
         models.Experiment.searcher_session_id,
         models.Experiment.config,
         models.SearcherSnapshot.seq,
-        models.SearcherSnapshot.state.label("snapshot"),
-        models.SearcherSnapshot.method,
-        models.SearcherSnapshot.version,
+        models.SearcherSnapshot.state_seq,
     )
     .outerjoin(models.SearcherSnapshot, models.SearcherSnapshot.experiment_id == models.Experiment.id)
     .where(models.Experiment.id == bindparam("experiment_id"))
 )
+_STORED = select(
+    models.SearcherSnapshot.seq,
+    models.SearcherSnapshot.state_seq,
+    models.SearcherSnapshot.state,
+    models.SearcherSnapshot.method,
+    models.SearcherSnapshot.version,
+).where(models.SearcherSnapshot.experiment_id == bindparam("experiment_id"))
+_REPLAYS = (
+    select(models.SearcherReplay.payload)
+    .where(models.SearcherReplay.experiment_id == bindparam("experiment_id"))
+    .order_by(models.SearcherReplay.id)
+)
+
+
+def replays_exactly(config: Mapping[str, Any]) -> bool:
+    """Whether the experiment's searcher is the built-in one, whose sessions replay exactly."""
+    searcher = config.get("searcher")
+    return not (isinstance(searcher, dict) and searcher.get("name") == "custom")
+
+
 _DELETE_EVENTS = (
     delete(models.SearcherEvent)
     .where(models.SearcherEvent.id.in_(bindparam("ids", expanding=True)))
@@ -135,20 +170,18 @@ class SearcherPump:
                 if is_terminal(search.state) or search.seq is None:
                     self._drop_events(experiment_id)
                     return
-                session_id, config = search.searcher_session_id, search.config
-                stored = spb.Snapshot(
-                    seq=search.seq, state=search.snapshot, method=search.method, version=search.version
-                )
+                session_id, config, seq = search.searcher_session_id, search.config, search.seq
+                unsaved = seq - search.state_seq  # events applied since the stored state
             client = self._ctx.searchers.for_config(config)
             events = [spb.SearcherEvent.FromString(payload) for _, payload in event_rows]
             try:
-                response = client.handle_many(session_id, stored.seq, events)
+                response = client.handle_many(session_id, seq, events)
             except (NotFound, FailedPrecondition) as exc:
                 restores += 1
                 if restores > MAX_RESTORES_PER_EVENT:
                     raise Unavailable(f"search session {session_id} cannot be restored: {exc}") from None
                 log.info("restoring search session", experiment_id=experiment_id, reason=str(exc))
-                client.restore(session_id, search_spec(config), stored)
+                self._restore(experiment_id, client, session_id, config)
                 continue
             except InvalidArgument as exc:
                 if len(events) > 1:
@@ -167,25 +200,60 @@ class SearcherPump:
                 continue
             # The answer's seq says how many of the events it covers (one, from a searcher that
             # takes them singly).
-            applied = response.snapshot.seq - stored.seq
+            applied = response.snapshot.seq - seq
             if not 1 <= applied <= len(events):
                 raise Unavailable(
-                    f"searcher answered seq {response.snapshot.seq} to {len(events)} event(s) after seq "
-                    f"{stored.seq}"
+                    f"searcher answered seq {response.snapshot.seq} to {len(events)} event(s) after seq {seq}"
                 )
             applied_ids = [row.id for row in event_rows[:applied]]
             with self._ctx.unit_of_work() as w:
-                current = w.session.get(models.SearcherSnapshot, experiment_id)
-                if current is None or current.seq != stored.seq:
+                if not replays_exactly(config) or unsaved + applied >= STATE_EVERY_EVENTS:
+                    advanced = advance_snapshot(w, experiment_id, seq, response.snapshot)
+                else:
+                    payloads = [payload for _, payload in event_rows[:applied]]
+                    advanced = advance_seq(w, experiment_id, seq, response.snapshot.seq, payloads)
+                if not advanced:
                     continue  # the experiment ended or moved on meanwhile; re-read and retry
                 removed = w.session.execute(_DELETE_EVENTS, {"ids": applied_ids})
                 if removed.rowcount != len(applied_ids):  # type: ignore[attr-defined]
                     w.session.rollback()
                     continue  # dropped meanwhile (the experiment ended); re-read
                 exp_now = w.session.get_one(models.Experiment, experiment_id)
-                apply_response_in_part(self._ctx, w, exp_now, response)
+                apply_response_in_part(self._ctx, w, exp_now, response, snapshot_stored=True)
                 self._announce(w, experiment_id)
             restores = 0
+
+    def _restore(self, experiment_id: int, client: Searcher, session_id: str, config: dict[str, Any]) -> None:
+        """Rebuild the session from the stored state, then send it the events applied since, in
+        order, dropping their answers (applied when first given). Unavailable when the session
+        does not come back to the stored seq."""
+        with self._ctx.db.read() as s:
+            stored = s.execute(_STORED, {"experiment_id": experiment_id}).one_or_none()
+            replays = (
+                list(s.scalars(_REPLAYS, {"experiment_id": experiment_id})) if stored is not None else []
+            )
+        if stored is None:
+            return  # the experiment ended meanwhile: the next read finds nothing to deliver
+        snapshot = spb.Snapshot(
+            seq=stored.state_seq, state=stored.state, method=stored.method, version=stored.version
+        )
+        client.restore(session_id, search_spec(config), snapshot)
+        at = stored.state_seq
+        for start in range(0, len(replays), MAX_EVENTS_PER_CALL):
+            events = [spb.SearcherEvent.FromString(p) for p in replays[start : start + MAX_EVENTS_PER_CALL]]
+            answer = client.handle_many(session_id, at, events)
+            at += len(events)
+            if answer.snapshot.seq != at:
+                raise Unavailable(
+                    f"search session {session_id}: replaying {len(events)} event(s) took it to seq "
+                    f"{answer.snapshot.seq}, not {at}"
+                )
+        if at != stored.seq:
+            raise Unavailable(
+                f"search session {session_id}: its stored state and replays reach seq {at}, not {stored.seq}"
+            )
+        if replays:
+            log.info("search session replayed", experiment_id=experiment_id, events=len(replays), seq=at)
 
     def _announce(self, w: Work, experiment_id: int) -> None:
         topic = searcher_answers_topic(experiment_id)
