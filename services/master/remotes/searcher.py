@@ -34,25 +34,31 @@ class SearcherClient:
     def start(self, session_id: str, spec: pb.SearchSpec) -> pb.SearcherResponse:
         return self._call("StartSession", pb.StartSessionRequest(session_id=session_id, spec=spec))  # type: ignore[return-value]
 
-    def handle(self, session_id: str, after_seq: int, event: pb.SearcherEvent) -> pb.SearcherResponse:
-        request = pb.HandleEventRequest(session_id=session_id, after_seq=after_seq, event=event)
+    def handle(
+        self, session_id: str, after_seq: int, event: pb.SearcherEvent, state_needed: bool = True
+    ) -> pb.SearcherResponse:
+        request = pb.HandleEventRequest(
+            session_id=session_id, after_seq=after_seq, event=event, state_not_needed=not state_needed
+        )
         return self._call("HandleEvent", request)  # type: ignore[return-value]
 
     def handle_many(
-        self, session_id: str, after_seq: int, events: Sequence[pb.SearcherEvent]
+        self, session_id: str, after_seq: int, events: Sequence[pb.SearcherEvent], state_needed: bool = True
     ) -> pb.SearcherResponse:
         """Several events as one answer (HandleEvents); one at a time where the server predates it
         (UNIMPLEMENTED, remembered): then only the first event is sent, and the answer says so by
-        its snapshot's seq (after_seq + 1)."""
+        its snapshot's seq (after_seq + 1). Without `state_needed` the answer may carry no state."""
         if len(events) > 1 and self._batches:
-            request = pb.HandleEventsRequest(session_id=session_id, after_seq=after_seq, events=events)
+            request = pb.HandleEventsRequest(
+                session_id=session_id, after_seq=after_seq, events=events, state_not_needed=not state_needed
+            )
             try:
                 return self._stub.HandleEvents(request, timeout=CALL_TIMEOUT_S)
             except grpc.RpcError as exc:
                 if not (isinstance(exc, grpc.Call) and exc.code() == grpc.StatusCode.UNIMPLEMENTED):
                     raise translate("searcher", self.address, exc) from None
                 self._batches = False
-        return self.handle(session_id, after_seq, events[0])
+        return self.handle(session_id, after_seq, events[0], state_needed)
 
     def restore(self, session_id: str, spec: pb.SearchSpec, snapshot: pb.Snapshot) -> None:
         self._call(

@@ -146,6 +146,36 @@ def test_a_search_failing_midway_falls_back_to_its_last_snapshot() -> None:
     assert reference.handle("exp-1", 1, TrialExited("trial-1")) == after
 
 
+def test_answers_without_their_state_fall_back_to_the_last_state_and_the_events_since() -> None:
+    table = SessionTable(FailingSearches())
+    table.start("exp-1", list_spec())
+    unsaved = table.handle("exp-1", 0, TrialExited("trial-0"), state_needed=False)
+    # The frame without the state: nothing was serialized for it.
+    assert (unsaved.snapshot.seq, unsaved.snapshot.state, unsaved.snapshot.method) == (1, b"", "list")
+    with pytest.raises(RuntimeError):
+        table.handle("exp-1", 1, ValidationCompleted("trial-1", {"loss": 1.0}), state_needed=False)
+    # Back to the state after trial-0's exit (the start's state and that event again), not before it.
+    after = table.handle("exp-1", 1, TrialExited("trial-1"))
+    assert after.progress == pytest.approx(2 / 3) and after.snapshot.state
+
+    reference = SessionTable(FailingSearches())
+    reference.start("exp-1", list_spec())
+    reference.handle("exp-1", 0, TrialExited("trial-0"))
+    assert reference.handle("exp-1", 1, TrialExited("trial-1")) == after
+
+
+def test_a_session_answering_without_state_serializes_once_past_the_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from cairn.searcher_plugin import sessions
+
+    monkeypatch.setattr(sessions, "MAX_UNSERIALIZED", 1)
+    table, (a, b, _) = started()
+    assert not table.handle("exp-1", 0, TrialCreated(a), state_needed=False).snapshot.state
+    # A second unsaved event would leave two to apply again after a failure: the state comes along.
+    assert table.handle("exp-1", 1, TrialCreated(b), state_needed=False).snapshot.state
+
+
 def test_close_is_idempotent() -> None:
     table, (a, _, _) = started()
     table.close("exp-1")

@@ -69,7 +69,9 @@ class SearcherServicer(searcher_pb2_grpc.SearcherServiceServicer):
         self, request: pb.HandleEventRequest, context: grpc.ServicerContext
     ) -> pb.SearcherResponse:
         event = convert.event_from_proto(request.event)
-        answer = self._sessions.handle(request.session_id, request.after_seq, event)
+        answer = self._sessions.handle(
+            request.session_id, request.after_seq, event, state_needed=not request.state_not_needed
+        )
         return convert.answer_to_proto(answer)
 
     @_rpc
@@ -86,7 +88,9 @@ class SearcherServicer(searcher_pb2_grpc.SearcherServiceServicer):
                 events.append(convert.event_from_proto(message))
             except InvalidEvent as exc:
                 raise InvalidEvent(f"events[{index}]: {exc}") from None
-        answer = self._sessions.handle_many(request.session_id, request.after_seq, events)
+        answer = self._sessions.handle_many(
+            request.session_id, request.after_seq, events, state_needed=not request.state_not_needed
+        )
         return convert.answer_to_proto(answer)
 
     @_rpc

@@ -12,6 +12,12 @@ one up per event. Every answer carries a snapshot of the session after it. If a 
 while applying an event, the session goes back to its last snapshot, so a refused or failed event
 changes nothing.
 
+A caller that will not store an answer's state says so (`state_needed=False`; the master does for
+its built-in searcher, whose sessions are deterministic in their state and events): the answer's
+snapshot then carries no state, and the search is not serialized for it (a search of 10,000 trials
+is a megabyte). Such a session falls back, after a failed event, to its last serialized state and
+the events applied since, applied again; after MAX_UNSERIALIZED events it is serialized anyway.
+
 Locking: one lock per session serializes its events; the table's lock is only held to find, add or
 remove a session, never while a search runs.
 """
@@ -40,6 +46,9 @@ log = logging.getLogger(__name__)
 
 # A session replaced or closed while an event waited for its lock is looked up again this often.
 _LOOKUP_ATTEMPTS = 3
+# Events a session applies without serializing its search before it does anyway: what a failed
+# event's fall-back applies again, at most.
+MAX_UNSERIALIZED = 10_000
 
 
 @dataclass(frozen=True)
@@ -53,9 +62,12 @@ class Answer:
 class Session:
     session_id: str
     search: Search
-    # The last snapshot handed out: its seq is the session's, and it is the state to fall back to if
-    # applying an event fails midway.
+    # The last snapshot handed out: its seq is the session's.
     snapshot: Snapshot
+    # The last serialized one, and the events applied since (answers without their state): what the
+    # session falls back to if applying an event fails midway.
+    base: Snapshot
+    since: list[Event] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     # Set once the session left the table (closed or replaced by a restore).
     retired: bool = False
@@ -96,7 +108,7 @@ class SessionTable:
         with self._lock:
             existing = self._sessions.get(session_id)
             if existing is None:
-                self._sessions[session_id] = Session(session_id, search, snapshot)
+                self._sessions[session_id] = Session(session_id, search, snapshot, snapshot)
                 log.info(
                     "search session started session_id=%s method=%s trials=%d",
                     session_id,
@@ -117,13 +129,16 @@ class SessionTable:
                 "retried with the same spec before any event"
             )
 
-    def handle(self, session_id: str, after_seq: int, event: Event) -> Answer:
-        return self.handle_many(session_id, after_seq, [event])
+    def handle(self, session_id: str, after_seq: int, event: Event, state_needed: bool = True) -> Answer:
+        return self.handle_many(session_id, after_seq, [event], state_needed)
 
-    def handle_many(self, session_id: str, after_seq: int, events: Sequence[Event]) -> Answer:
+    def handle_many(
+        self, session_id: str, after_seq: int, events: Sequence[Event], state_needed: bool = True
+    ) -> Answer:
         """Apply `events` in order as one answer: their actions in order, one snapshot after the last
-        (seq advanced by one per event). A refused event refuses them all: the session is left as it
-        was, and the error names the event's index when there are several."""
+        (seq advanced by one per event; without its state unless `state_needed`). A refused event
+        refuses them all: the session is left as it was, and the error names the event's index when
+        there are several."""
         _check_id(session_id)
         if not events:
             raise InvalidEvent("events: at least one event is needed")
@@ -137,10 +152,10 @@ class SessionTable:
                         f"search session '{session_id}' is at seq {session.seq}, but the event follows seq "
                         f"{after_seq}; restore the session from the snapshot at seq {after_seq}"
                     )
-                return self._apply(session, events)
+                return self._apply(session, events, state_needed)
         raise SessionNotFound(f"search session '{session_id}' was closed or replaced while the event waited")
 
-    def _apply(self, session: Session, events: Sequence[Event]) -> Answer:
+    def _apply(self, session: Session, events: Sequence[Event], state_needed: bool) -> Answer:
         actions: list[Action] = []
         applied = 0
         try:
@@ -148,16 +163,24 @@ class SessionTable:
                 actions.extend(session.search.apply(event))
                 applied += 1
         except InvalidEvent as exc:
-            session.search = self.factory.restore(session.snapshot)
+            self._fall_back(session)
             if len(events) > 1:
                 raise InvalidEvent(f"events[{applied}]: {exc}") from None
             raise
         except Exception:
             # Refused events leave the search untouched; anything else may have changed it halfway.
             # Either way the session goes back to its last snapshot, so a batch is all or nothing.
-            session.search = self.factory.restore(session.snapshot)
+            self._fall_back(session)
             raise
-        session.snapshot = self._snapshot(session.search, session.seq + len(events))
+        seq = session.seq + len(events)
+        if state_needed or len(session.since) + len(events) > MAX_UNSERIALIZED:
+            session.snapshot = session.base = self._snapshot(session.search, seq)
+            session.since = []
+        else:
+            session.snapshot = Snapshot(
+                seq=seq, state=b"", method=session.search.method_name, version=self.factory.snapshot_version
+            )
+            session.since.extend(events)
         log.debug(
             "search events applied session_id=%s seq=%d events=%d first_kind=%s actions=%d",
             session.session_id,
@@ -178,7 +201,8 @@ class SessionTable:
             log.warning(
                 "restoring with the spec stored in the snapshot, not the one sent session_id=%s", session_id
             )
-        session = Session(session_id, search, self._snapshot(search, snapshot.seq))
+        restored = self._snapshot(search, snapshot.seq)
+        session = Session(session_id, search, restored, restored)
         with self._lock:
             replaced = self._sessions.get(session_id)
             self._sessions[session_id] = session
@@ -205,6 +229,14 @@ class SessionTable:
         log.info("search session closed session_id=%s", session_id)
 
     # --- helpers ---------------------------------------------------------------------------------
+
+    def _fall_back(self, session: Session) -> None:
+        """Put the session's search back as it was after its last answer: its last serialized
+        state, and the events applied since (answered without their state) applied again."""
+        search = self.factory.restore(session.base)
+        for event in session.since:
+            search.apply(event)
+        session.search = search
 
     def _snapshot(self, search: Search, seq: int) -> Snapshot:
         return Snapshot(

@@ -1,13 +1,15 @@
 """Delivers queued searcher events (the outbox in `searcher_events`) to each experiment's search
 session, in order, and applies each answer with the session's new seq in one transaction.
 
-The built-in searcher's state is stored with an answer only every STATE_EVERY_EVENTS events; the
-events applied since are kept (SearcherReplay) in the same transaction. Its sessions are
+The built-in searcher's state is asked for and stored with an answer only every
+STATE_EVERY_EVENTS events (its other answers carry none: a grid of 10,000 trials is ~1.2 MB of
+state, 16 ms to serialize); the events applied since are kept (SearcherReplay) in the same
+transaction. Its sessions are
 deterministic in their state and events (the random stream is part of the state), so a session
 restored from the stored state and sent those events again stands where it stood, and the
 answers to them, applied when first given, are dropped. A custom searcher promises no such thing:
-its state is stored with every answer, as before. A grid of 10,000 trials carries ~2 MB of state,
-which every delivery used to write under the master's lock (bench.sim_agents).
+its state is stored with every answer, as before. Every delivery used to write the state under the
+master's lock (bench.sim_agents).
 
 A searcher that restarted answers NOT_FOUND, one that is out of step FAILED_PRECONDITION: either
 way the session is restored (state, then replays) and the events are sent again. An unreachable
@@ -174,8 +176,12 @@ class SearcherPump:
                 unsaved = seq - search.state_seq  # events applied since the stored state
             client = self._ctx.searchers.for_config(config)
             events = [spb.SearcherEvent.FromString(payload) for _, payload in event_rows]
+            # The state is asked for when it is to be stored: always from a searcher that may not
+            # replay exactly, else once STATE_EVERY_EVENTS events went unsaved.
+            exact = replays_exactly(config)
+            state_needed = not exact or unsaved + len(events) >= STATE_EVERY_EVENTS
             try:
-                response = client.handle_many(session_id, seq, events)
+                response = client.handle_many(session_id, seq, events, state_needed)
             except (NotFound, FailedPrecondition) as exc:
                 restores += 1
                 if restores > MAX_RESTORES_PER_EVENT:
@@ -207,7 +213,9 @@ class SearcherPump:
                 )
             applied_ids = [row.id for row in event_rows[:applied]]
             with self._ctx.unit_of_work() as w:
-                if not replays_exactly(config) or unsaved + applied >= STATE_EVERY_EVENTS:
+                # Whatever state comes is stored (a searcher without batches took fewer events
+                # than asked, with the state asked for them).
+                if response.snapshot.state or not exact:
                     advanced = advance_snapshot(w, experiment_id, seq, response.snapshot)
                 else:
                     payloads = [payload for _, payload in event_rows[:applied]]
@@ -241,7 +249,7 @@ class SearcherPump:
         at = stored.state_seq
         for start in range(0, len(replays), MAX_EVENTS_PER_CALL):
             events = [spb.SearcherEvent.FromString(p) for p in replays[start : start + MAX_EVENTS_PER_CALL]]
-            answer = client.handle_many(session_id, at, events)
+            answer = client.handle_many(session_id, at, events, state_needed=False)
             at += len(events)
             if answer.snapshot.seq != at:
                 raise Unavailable(

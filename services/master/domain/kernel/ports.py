@@ -36,13 +36,16 @@ class Searcher(Protocol):
 
     def start(self, session_id: str, spec: spb.SearchSpec) -> spb.SearcherResponse: ...
 
-    def handle(self, session_id: str, after_seq: int, event: spb.SearcherEvent) -> spb.SearcherResponse: ...
+    def handle(
+        self, session_id: str, after_seq: int, event: spb.SearcherEvent, state_needed: bool = True
+    ) -> spb.SearcherResponse: ...
 
     def handle_many(
-        self, session_id: str, after_seq: int, events: Sequence[spb.SearcherEvent]
+        self, session_id: str, after_seq: int, events: Sequence[spb.SearcherEvent], state_needed: bool = True
     ) -> spb.SearcherResponse:
         """`events` in order as one answer, whose snapshot's seq says how many were applied (a
-        searcher without batches takes only the first)."""
+        searcher without batches takes only the first). Without `state_needed` the snapshot may
+        carry no state (the searcher's sessions must then be deterministic: searcher_pump.py)."""
         ...
 
     def restore(self, session_id: str, spec: spb.SearchSpec, snapshot: spb.Snapshot) -> None: ...

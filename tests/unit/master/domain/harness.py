@@ -139,21 +139,23 @@ class InProcessSearcher:
         answer = self._call(self.sessions.start, session_id, searcher_convert.spec_from_proto(spec))
         return searcher_convert.answer_to_proto(answer)
 
-    def handle(self, session_id: str, after_seq: int, event: spb.SearcherEvent) -> spb.SearcherResponse:
+    def handle(
+        self, session_id: str, after_seq: int, event: spb.SearcherEvent, state_needed: bool = True
+    ) -> spb.SearcherResponse:
         converted = searcher_convert.event_from_proto(event)
         return searcher_convert.answer_to_proto(
-            self._call(self.sessions.handle, session_id, after_seq, converted)
+            self._call(self.sessions.handle, session_id, after_seq, converted, state_needed)
         )
 
     def handle_many(
-        self, session_id: str, after_seq: int, events: Sequence[spb.SearcherEvent]
+        self, session_id: str, after_seq: int, events: Sequence[spb.SearcherEvent], state_needed: bool = True
     ) -> spb.SearcherResponse:
         converted = [searcher_convert.event_from_proto(e) for e in events]
         if not self.batches:
             converted = converted[:1]
         self.calls.append(len(converted))
         return searcher_convert.answer_to_proto(
-            self._call(self.sessions.handle_many, session_id, after_seq, converted)
+            self._call(self.sessions.handle_many, session_id, after_seq, converted, state_needed)
         )
 
     def restore(self, session_id: str, spec: spb.SearchSpec, snapshot: spb.Snapshot) -> None:
