@@ -236,8 +236,9 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
 
     async def _read(self, link: AgentLink, messages: AsyncIterator[apb.AgentMessage]) -> None:
         """Apply what the agent sends, one message at a time and in order. A heartbeat is a
-        timestamp on the loop; everything else is applied in the stream's thread pool, where the
-        units of many agents' readers are committed together (kernel/batched_units.py)."""
+        timestamp on the loop; state changes and refused starts are awaited on the loop while the
+        stream's thread pool commits the units of many agents' readers together
+        (kernel/batched_units.py); everything else is applied in that pool."""
         agent_id = link.agent_id
         try:
             async for message in messages:

@@ -4,12 +4,11 @@ session, in order, and applies each answer with the session's new seq in one tra
 The built-in searcher's state is asked for and stored with an answer only every
 STATE_EVERY_EVENTS events (its other answers carry none: a grid of 10,000 trials is ~1.2 MB of
 state, 16 ms to serialize); the events applied since are kept (SearcherReplay) in the same
-transaction. Its sessions are
-deterministic in their state and events (the random stream is part of the state), so a session
-restored from the stored state and sent those events again stands where it stood, and the
-answers to them, applied when first given, are dropped. A custom searcher promises no such thing:
-its state is stored with every answer, as before. Every delivery used to write the state under the
-master's lock (bench.sim_agents).
+transaction. Its sessions are deterministic in their state and events (the random stream is part
+of the state), so a session restored from the stored state and sent those events again stands
+where it stood, and the answers to them, applied when first given, are dropped. A custom searcher
+promises no such thing: its state is stored with every answer, as before. Every delivery used to
+write the state under the master's lock (bench.sim_agents).
 
 A searcher that restarted answers NOT_FOUND, one that is out of step FAILED_PRECONDITION: either
 way the session is restored (state, then replays) and the events are sent again. An unreachable
@@ -246,16 +245,17 @@ class SearcherPump:
             seq=stored.state_seq, state=stored.state, method=stored.method, version=stored.version
         )
         client.restore(session_id, search_spec(config), snapshot)
-        at = stored.state_seq
-        for start in range(0, len(replays), MAX_EVENTS_PER_CALL):
-            events = [spb.SearcherEvent.FromString(p) for p in replays[start : start + MAX_EVENTS_PER_CALL]]
+        at, sent = stored.state_seq, 0
+        while sent < len(replays):
+            events = [spb.SearcherEvent.FromString(p) for p in replays[sent : sent + MAX_EVENTS_PER_CALL]]
             answer = client.handle_many(session_id, at, events, state_needed=False)
-            at += len(events)
-            if answer.snapshot.seq != at:
+            took = answer.snapshot.seq - at  # all of them, or one from a searcher without batches
+            if not 1 <= took <= len(events):
                 raise Unavailable(
-                    f"search session {session_id}: replaying {len(events)} event(s) took it to seq "
-                    f"{answer.snapshot.seq}, not {at}"
+                    f"search session {session_id}: replaying {len(events)} event(s) after seq {at} "
+                    f"was answered with seq {answer.snapshot.seq}"
                 )
+            at, sent = at + took, sent + took
         if at != stored.seq:
             raise Unavailable(
                 f"search session {session_id}: its stored state and replays reach seq {at}, not {stored.seq}"
