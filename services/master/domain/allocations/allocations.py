@@ -21,7 +21,7 @@ the failure into "killed" (retried forever) or "transient" (not counted)."""
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import bindparam, select
 
@@ -147,7 +147,35 @@ _CONTAINERS_OF = (
 )
 
 
+# Work.memo: allocation id -> its containers, read for many allocations at once.
+_CONTAINERS_READ = object()
+# Allocations whose containers one query reads (the databases' bound on parameters).
+_CONTAINERS_CHUNK = 900
+
+
+def preload_containers(w: Work, allocation_ids: list[str]) -> None:
+    """The containers of `allocation_ids` in one query a chunk, kept in the unit for containers_of.
+    A unit that stops thousands of allocations (a kill of a big experiment) asked once for each,
+    and each query first flushed the change made to the one before: at 8,000 running trials the
+    kill held the master's lock for 8 s on PostgreSQL. An allocation's containers are all stored
+    when it is placed, so a read of a placed allocation's stays whole for the rest of the unit."""
+    held = cast(dict[str, list[models.Container]], w.memo.setdefault(_CONTAINERS_READ, {}))
+    for start in range(0, len(allocation_ids), _CONTAINERS_CHUNK):
+        chunk = allocation_ids[start : start + _CONTAINERS_CHUNK]
+        for allocation_id in chunk:
+            held[allocation_id] = []
+        for container in w.session.scalars(
+            select(models.Container)
+            .where(models.Container.allocation_id.in_(chunk))
+            .order_by(models.Container.allocation_id, models.Container.rank)
+        ):
+            held[container.allocation_id].append(container)
+
+
 def containers_of(w: Work, alloc: models.Allocation) -> list[models.Container]:
+    held = w.memo.get(_CONTAINERS_READ)
+    if isinstance(held, dict) and alloc.id in held:
+        return list(held[alloc.id])
     return list(w.session.scalars(_CONTAINERS_OF, {"allocation_id": alloc.id}))
 
 

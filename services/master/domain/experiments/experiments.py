@@ -140,6 +140,7 @@ def pause(ctx: MasterContext, w: Work, exp: models.Experiment) -> None:
     _move(ctx, w, exp, S.PAUSED, "paused")
     trials = [t for t in _trials(w, exp) if t.state == S.ACTIVE]
     live, _tasks = _read_for(w, exp, trials)
+    allocations.preload_containers(w, [a.id for a in live.values() if a.state in PLACED_ALLOCATION])
     for trial in trials:
         trial_lifecycle.pause(ctx, w, trial, live=live.get(trial.id))
 
@@ -151,6 +152,7 @@ def activate(ctx: MasterContext, w: Work, exp: models.Experiment) -> None:
     _move(ctx, w, exp, S.ACTIVE, "activated")
     trials = [t for t in _trials(w, exp) if t.state == S.PAUSED]
     live, _tasks = _read_for(w, exp, trials)
+    allocations.preload_containers(w, [a.id for a in live.values() if a.state in PLACED_ALLOCATION])
     for trial in trials:
         trial_lifecycle.activate(ctx, w, trial, exp, live=live.get(trial.id))
 
@@ -219,6 +221,7 @@ def _stop_trials(
     if not trials:
         return
     live, _tasks = _read_for(w, exp, trials)
+    allocations.preload_containers(w, [a.id for a in live.values() if a.state in PLACED_ALLOCATION])
     for trial in trials:
         trial_lifecycle.stop(ctx, w, trial, exp, target, live=live.get(trial.id))
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
 
 from services.master.domain.experiments import creation, experiments, searcher_actions, searcher_pump
 from services.master.domain.experiments.creation import search_spec
@@ -150,6 +150,36 @@ def test_a_kill_stops_the_first_trials_now_and_the_rest_in_the_deferred_loop(mas
     trials = master.trials(experiment_id)
     assert sum(t.state == "CANCELED" for t in trials) == TRIALS - 2
     assert {t.state for t in trials if t.state != "CANCELED"} == {"STOPPING_KILLED"}
+
+
+def test_a_kill_reads_the_containers_of_the_trials_it_stops_once_and_tells_every_agent(
+    master: Master,
+) -> None:
+    for agent in ("a1", "a2"):
+        master.add_agent(agent, slots=15)
+    experiment_id = master.create(grid())
+    placed = [a.id for a in _allocations(master) if a.state == "ASSIGNED"]
+    assert len(placed) == 30
+    reads: list[str] = []
+
+    def seen(_conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
+        if statement.lstrip().upper().startswith("SELECT") and "FROM containers" in statement:
+            reads.append(statement)
+
+    event.listen(master.db.engine, "before_cursor_execute", seen)
+    try:
+        with master.ctx.unit_of_work() as w:
+            experiments.kill(master.ctx, w, experiments.load(w, experiment_id))
+    finally:
+        event.remove(master.db.engine, "before_cursor_execute", seen)
+    # One read for the 30 (the scheduling view's own reads come at the next pass), where each
+    # stopped allocation used to read its containers alone.
+    assert len(reads) == 1
+    with master.db.read() as s:
+        containers = {c.id: c.agent_id for c in s.scalars(select(models.Container))}
+    killed = {kill.container_id: agent for agent, kill in master.hub.commands("kill")}
+    assert killed == containers and set(killed.values()) == {"a1", "a2"}
+    assert {a.state for a in _allocations(master) if a.id in placed} == {"TERMINATING"}
 
 
 def _allocations(master: Master) -> list[models.Allocation]:
