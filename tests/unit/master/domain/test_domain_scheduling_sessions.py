@@ -294,3 +294,20 @@ def test_new_trials_allocations_inserted_in_one_statement_are_known_by_id(master
         )
     assert tracker.take().everything
     tracker.stop()
+
+
+@pytest.mark.on_each_database
+def test_an_agents_slots_come_in_one_order_from_a_whole_read_and_a_read_by_agent(master: Master) -> None:
+    master.add_agent("a1", slots=4)
+    master.add_agent("a2", slots=4)
+    # An update moves the row to the end of PostgreSQL's heap: a read ordered by agent alone then
+    # lists slot 0 last, where a read of the agent by its key lists it first.
+    for enabled in (False, True):
+        with master.ctx.unit_of_work() as w:
+            w.session.get_one(models.AgentSlot, ("a1", "0")).enabled = enabled
+    placeable = frozenset({"a1", "a2"})
+    with master.db.read() as s:
+        whole = scheduling_rows.agent_messages(s, placeable, None)
+        by_agent = scheduling_rows.agent_messages(s, placeable, None, ["a1"])
+    assert [slot.id for slot in whole[0].slots] == ["0", "1", "2", "3"]
+    assert whole[0] == by_agent[0]
