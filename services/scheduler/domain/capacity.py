@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from services.scheduler.domain.free_index import Counts, FreeIndex
 from services.scheduler.domain.model import Agent, AllocationRequest, Slot
 
 # slot id -> (NVLink domain, NUMA node) of its GPU; only slots where either is known.
@@ -115,6 +116,11 @@ class AgentCapacity:
         return len(self.enabled_slots) if self.takes_new_work else 0
 
     @property
+    def counts(self) -> Counts:
+        """(free, usable): what both fitting policies score the agent on (free_index.py)."""
+        return (self._num_free, self.num_usable)
+
+    @property
     def has_no_slot_in_use(self) -> bool:
         """Determined's test for a dedicated multi-agent fit: no slot of the agent is in use."""
         return self._num_in_use == 0
@@ -160,10 +166,20 @@ class PoolCapacity:
     and every preemption it plans, and usually changes a few agents of a thousand, so a copy
     shares every agent (and every host set) with its original until it first changes it. Shared
     objects are never changed in place by anyone: the owner of an object is the one copy that
-    made it."""
+    made it.
 
-    def __init__(self, agents: dict[str, AgentCapacity], hosts: dict[str, set[str]] | None = None) -> None:
+    The agents with free slots are also filed by their counts (free_index.py), built at the first
+    fit or copy and kept up to date by every change here, so a fit looks at a few groups of agents
+    rather than every agent."""
+
+    def __init__(
+        self,
+        agents: dict[str, AgentCapacity],
+        hosts: dict[str, set[str]] | None = None,
+        index: FreeIndex | None = None,
+    ) -> None:
         self.agents = agents
+        self._index = index
         # allocation id -> the agents it holds something on, so releasing one visits only those.
         self._hosts: dict[str, set[str]] = {} if hosts is None else hosts
         # Which agents and host sets this copy made itself (and so may change in place).
@@ -187,7 +203,17 @@ class PoolCapacity:
         return iter(self.agents.values())
 
     def copy(self) -> PoolCapacity:
-        return PoolCapacity(self.agents, self._hosts)
+        return PoolCapacity(self.agents, self._hosts, self.free_index().copy())
+
+    def free_index(self) -> FreeIndex:
+        """The agents with free slots by their counts (built on first use)."""
+        if self._index is None:
+            self._index = FreeIndex.of((a.agent_id, a.counts) for a in self.agents.values())
+        return self._index
+
+    def _refiled(self, agent: AgentCapacity, before: Counts) -> None:
+        if self._index is not None:
+            self._index.move(agent.agent_id, before, agent.counts)
 
     def emptied(self) -> PoolCapacity:
         return PoolCapacity({agent_id: agent.emptied() for agent_id, agent in self.agents.items()})
@@ -213,7 +239,10 @@ class PoolCapacity:
         hosts.add(agent_id)
 
     def take(self, agent_id: str, slot_ids: Iterable[str], allocation_id: str) -> None:
-        self._agent(agent_id).take(slot_ids, allocation_id)
+        agent = self._agent(agent_id)
+        before = agent.counts
+        agent.take(slot_ids, allocation_id)
+        self._refiled(agent, before)
         self._add_host(allocation_id, agent_id)
 
     def add_zero_slot(self, agent_id: str, allocation_id: str) -> None:
@@ -225,7 +254,10 @@ class PoolCapacity:
         self._own_hosts.discard(allocation_id)
         for agent_id in self._hosts.pop(allocation_id, set()):
             if agent_id in self.agents:
-                self._agent(agent_id).release(allocation_id)
+                agent = self._agent(agent_id)
+                before = agent.counts
+                agent.release(allocation_id)
+                self._refiled(agent, before)
 
     def set_agent(self, agent: AgentCapacity) -> None:
         """Put in (or replace) an agent; what it holds is recorded as held. The session's base
@@ -233,6 +265,7 @@ class PoolCapacity:
         self.remove_agent(agent.agent_id)
         self.agents[agent.agent_id] = agent
         self._own_agents.add(agent.agent_id)
+        self._refiled(agent, (0, 0))
         for holder in agent.holders():
             self._add_host(holder, agent.agent_id)
 
@@ -242,6 +275,8 @@ class PoolCapacity:
         self._own_agents.discard(agent_id)
         if old is None:
             return
+        if self._index is not None:
+            self._index.move(agent_id, old.counts, (0, 0))
         for holder in old.holders():
             hosts = self._hosts.get(holder)
             if hosts is None:

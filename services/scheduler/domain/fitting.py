@@ -10,15 +10,12 @@ An agent the request excludes (its trial's `exclude_node` log policy) is never a
 
 from __future__ import annotations
 
-import functools
-import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from services.scheduler.domain.capacity import AgentCapacity, PoolCapacity
+from services.scheduler.domain.free_index import hash_distance
 from services.scheduler.domain.model import AllocationRequest, FittingPolicy, Placement
-
-_UINT64 = 1 << 64
 
 # A score from the policy: higher is better. Floats as in Determined: division is correctly
 # rounded, so equal ratios tie exactly, and ratios of slot counts are far too coarse to collide.
@@ -50,18 +47,6 @@ SCORES: dict[FittingPolicy, Score] = {
     FittingPolicy.BEST: best_fit_score,
     FittingPolicy.WORST: worst_fit_score,
 }
-
-
-@functools.lru_cache(maxsize=65536)
-def _hash64(text: str) -> int:
-    digest = hashlib.md5(text.encode(), usedforsecurity=False).digest()
-    return int.from_bytes(digest[:8], "little")
-
-
-def hash_distance(allocation_id: str, agent_id: str) -> int:
-    """Determined's tie-break between equally scored agents: a deterministic pseudo-random
-    distance, so equal agents share work instead of all ties landing on the same one."""
-    return (_hash64(allocation_id) - _hash64(agent_id)) % _UINT64
 
 
 def rank_agents(
@@ -130,12 +115,37 @@ def _zero_slot_fit(request: AllocationRequest, pool: PoolCapacity) -> Fit | None
     return Fit((Placement(chosen.agent_id, ()),))
 
 
+def filed_best_agent(request: AllocationRequest, pool: PoolCapacity, score: Score) -> AgentCapacity | None:
+    """best_agent over the agents with room for the request, from the pool's index of agents by
+    their counts (free_index.py): the best-scored groups, then the nearest agent of each. Only for
+    the policies' scores (SCORES), which read an agent's counts alone, and a request that excludes
+    no agent."""
+    index = pool.free_index()
+    top = 0.0
+    best: list[tuple[int, int]] = []
+    for counts in index.counts():
+        if counts[0] < request.slots_needed:
+            continue
+        value = score(pool.agents[index.any_agent(counts)])
+        if not best or value > top:
+            top, best = value, [counts]
+        elif value == top:
+            best.append(counts)
+    if not best:
+        return None
+    _, agent_id = min(index.nearest(counts, request.allocation_id) for counts in best)
+    return pool.agents[agent_id]
+
+
 def _shared_fit(request: AllocationRequest, pool: PoolCapacity, score: Score) -> Fit | None:
-    chosen = best_agent(
-        request,
-        (agent for agent in pool if agent.num_free >= request.slots_needed and _allowed(request, agent)),
-        score,
-    )
+    if request.excluded_agents:
+        chosen = best_agent(
+            request,
+            (agent for agent in pool if agent.num_free >= request.slots_needed and _allowed(request, agent)),
+            score,
+        )
+    else:
+        chosen = filed_best_agent(request, pool, score)
     if chosen is None:
         return None
     slots = tuple(chosen.pick_slots(request.slots_needed))
