@@ -18,8 +18,9 @@ CALL_TIMEOUT_S = 30.0
 
 
 class SearcherClient:
-    def __init__(self, address: str, cluster_token: str | None) -> None:
+    def __init__(self, address: str, cluster_token: str | None, replays_exactly: bool) -> None:
         self.address = address
+        self.replays_exactly = replays_exactly
         self._channel = internal_channel(address, cluster_token)
         self._stub = searcher_pb2_grpc.SearcherServiceStub(self._channel)
         # Whether the server takes HandleEvents (a custom searcher may predate it).
@@ -84,7 +85,7 @@ class SearcherDirectory:
         self, default_address: str, cluster_token: str | None, plugins: Mapping[str, str] | None = None
     ) -> None:
         self._token = cluster_token
-        self.default = SearcherClient(default_address, cluster_token)
+        self.default = SearcherClient(default_address, cluster_token, replays_exactly=True)
         self._plugins = dict(plugins or {})
         self._custom: dict[str, SearcherClient] = {}
         self._lock = threading.Lock()
@@ -108,8 +109,9 @@ class SearcherDirectory:
         with self._lock:
             client = self._custom.get(address)
             if client is None:
-                # Custom searchers are the user's processes: they get no cluster token.
-                client = self._custom[address] = SearcherClient(address, None)
+                # Custom searchers are the user's processes: they get no cluster token, and
+                # nothing says their sessions are deterministic.
+                client = self._custom[address] = SearcherClient(address, None, replays_exactly=False)
             return client
 
     def shutdown(self) -> None:

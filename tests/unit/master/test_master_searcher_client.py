@@ -13,7 +13,7 @@ from cairn.searcher.v1 import searcher_pb2 as pb
 from cairn.searcher.v1 import searcher_pb2_grpc
 from cairn.searcher_plugin.servicer import SERVICE_NAME, SearcherServicer
 from services.common.server import ServiceServer, start_server
-from services.master.remotes.searcher import SearcherClient
+from services.master.remotes.searcher import SearcherClient, SearcherDirectory
 from services.searcher.domain.factory import BuiltinSearches
 from services.searcher.domain.registry import builtin_registry
 
@@ -36,7 +36,7 @@ def serving(servicer: SearcherServicer) -> ServiceServer:
 def client(request: pytest.FixtureRequest) -> Iterator[tuple[str, SearcherClient]]:
     kind = SearcherServicer if request.param == "batches" else WithoutBatches
     server = serving(kind(BuiltinSearches(builtin_registry())))
-    searcher = SearcherClient(f"127.0.0.1:{server.port}", None)
+    searcher = SearcherClient(f"127.0.0.1:{server.port}", None, replays_exactly=True)
     try:
         yield request.param, searcher
     finally:
@@ -68,3 +68,17 @@ def test_a_backlog_is_sent_whole_or_one_event_at_a_time(client: tuple[str, Searc
         seq = answer.snapshot.seq
     assert seq == 4
     assert calls == (1 if kind == "batches" else 4)
+
+
+def test_only_cairns_own_searcher_is_taken_to_replay_exactly() -> None:
+    """The pump stores a search's state every thousand events only where the searcher's sessions
+    replay exactly (searcher_pump.py): the directory's built-in client; a custom searcher's, at the
+    address its config names or as a plug-in, stores it with every answer."""
+    directory = SearcherDirectory("127.0.0.1:1", None, {"mine": "127.0.0.1:2"})
+    try:
+        assert directory.for_config({"searcher": {"name": "random"}}).replays_exactly
+        at_address = {"searcher": {"name": "custom", "address": "127.0.0.1:3"}}
+        assert not directory.for_config(at_address).replays_exactly
+        assert not directory.for_config({"searcher": {"name": "custom", "plugin": "mine"}}).replays_exactly
+    finally:
+        directory.shutdown()

@@ -49,31 +49,24 @@ _FORGET_REPLAYS = (
     .where(models.SearcherReplay.experiment_id == bindparam("of_experiment"))
     .execution_options(synchronize_session=False)
 )
-_ADVANCE = (
+# Either advance is a compare-and-set: the stored snapshot moves only from the seq its caller read.
+_ADVANCE_FROM = (
     update(models.SearcherSnapshot)
     .where(
         models.SearcherSnapshot.experiment_id == bindparam("of_experiment"),
         models.SearcherSnapshot.seq == bindparam("from_seq"),
     )
-    .values(
-        seq=bindparam("new_seq"),
-        method=bindparam("new_method"),
-        version=bindparam("new_version"),
-        state=bindparam("new_state"),
-        state_seq=bindparam("new_seq"),
-        updated_at=bindparam("new_updated_at"),
-    )
     .execution_options(synchronize_session=False)
 )
-_ADVANCE_SEQ = (
-    update(models.SearcherSnapshot)
-    .where(
-        models.SearcherSnapshot.experiment_id == bindparam("of_experiment"),
-        models.SearcherSnapshot.seq == bindparam("from_seq"),
-    )
-    .values(seq=bindparam("new_seq"), updated_at=bindparam("new_updated_at"))
-    .execution_options(synchronize_session=False)
+_ADVANCE = _ADVANCE_FROM.values(
+    seq=bindparam("new_seq"),
+    method=bindparam("new_method"),
+    version=bindparam("new_version"),
+    state=bindparam("new_state"),
+    state_seq=bindparam("new_seq"),
+    updated_at=bindparam("new_updated_at"),
 )
+_ADVANCE_SEQ = _ADVANCE_FROM.values(seq=bindparam("new_seq"), updated_at=bindparam("new_updated_at"))
 _KEEP_REPLAY = insert(models.SearcherReplay)
 
 

@@ -18,7 +18,6 @@ searcher leaves the events queued; they are delivered when it is back.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import Select, bindparam, delete, func, literal, select, union_all
@@ -103,12 +102,6 @@ _REPLAYS = (
 )
 
 
-def replays_exactly(config: Mapping[str, Any]) -> bool:
-    """Whether the experiment's searcher is the built-in one, whose sessions replay exactly."""
-    searcher = config.get("searcher")
-    return not (isinstance(searcher, dict) and searcher.get("name") == "custom")
-
-
 _DELETE_EVENTS = (
     delete(models.SearcherEvent)
     .where(models.SearcherEvent.id.in_(bindparam("ids", expanding=True)))
@@ -177,8 +170,7 @@ class SearcherPump:
             events = [spb.SearcherEvent.FromString(payload) for _, payload in event_rows]
             # The state is asked for when it is to be stored: always from a searcher that may not
             # replay exactly, else once STATE_EVERY_EVENTS events went unsaved.
-            exact = replays_exactly(config)
-            state_needed = not exact or unsaved + len(events) >= STATE_EVERY_EVENTS
+            state_needed = not client.replays_exactly or unsaved + len(events) >= STATE_EVERY_EVENTS
             try:
                 response = client.handle_many(session_id, seq, events, state_needed)
             except (NotFound, FailedPrecondition) as exc:
@@ -214,7 +206,7 @@ class SearcherPump:
             with self._ctx.unit_of_work() as w:
                 # Whatever state comes is stored (a searcher without batches took fewer events
                 # than asked, with the state asked for them).
-                if response.snapshot.state or not exact:
+                if response.snapshot.state or not client.replays_exactly:
                     advanced = advance_snapshot(w, experiment_id, seq, response.snapshot)
                 else:
                     payloads = [payload for _, payload in event_rows[:applied]]

@@ -34,6 +34,11 @@ class Searcher(Protocol):
     """One searcher's sessions (SearcherService). Raises NotFound / FailedPrecondition /
     InvalidArgument / Unavailable as the service answers."""
 
+    # Whether a session restored from a stored state and sent the same events again answers as it
+    # did: then its state need only be stored every so often (searcher_pump.py). Cairn's own
+    # searcher's sessions do; a user's own searcher promises nothing.
+    replays_exactly: bool
+
     def start(self, session_id: str, spec: spb.SearchSpec) -> spb.SearcherResponse: ...
 
     def handle(

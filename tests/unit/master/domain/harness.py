@@ -125,6 +125,8 @@ class InProcessSearcher:
         # as the remote client falls back.
         self.batches = True
         self.calls: list[int] = []  # events per call, as the pump sent them
+        # Cairn's own searcher, in process: its sessions replay exactly (a test may say otherwise).
+        self.replays_exactly = True
 
     def restart(self) -> None:
         self.sessions = SessionManager(self.registry)

@@ -97,12 +97,8 @@ def test_a_stored_state_drops_the_replays_it_covers(master: Master, monkeypatch:
     assert len(master.trials(experiment_id)) == 6
 
 
-def test_a_searcher_that_may_not_replay_exactly_stores_its_state_with_every_answer(
-    master: Master, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    assert searcher_pump.replays_exactly({"searcher": {"name": "random"}})
-    assert not searcher_pump.replays_exactly({"searcher": {"name": "custom", "address": "h:1"}})
-    monkeypatch.setattr(searcher_pump, "replays_exactly", lambda _config: False)
+def test_a_searcher_that_may_not_replay_exactly_stores_its_state_with_every_answer(master: Master) -> None:
+    master.searchers.searcher.replays_exactly = False
     master.add_agent("a1")
     experiment_id = _random_search(master)
     for _ in range(3):
