@@ -3,8 +3,10 @@ brought up to date from the rows that changed, so that a pass reads and sends wh
 instead of the whole queue.
 
 Which rows changed is learned from the database sessions themselves (`ChangeTracker`): every flush
-of a unit of work lists the allocations, agents, slots and experiments it wrote, and the list is
-handed over once the unit commits (a rolled-back unit changed nothing). A bulk statement on those
+of a unit of work lists the allocations, agents, slots and experiments it wrote in a way a pass
+reads (a container's PULLING and STARTING write their allocation's row and change nothing the
+scheduler is told; an allocation that ended is only dropped, unread), and the list is handed over
+once the unit commits (a rolled-back unit changed nothing). A bulk statement on those
 tables, which names no rows, asks for a whole new snapshot, as does any doubt: a failed call, a
 scheduler that lost the session, a master that just started. A snapshot also runs every
 SNAPSHOT_EVERY_S, so even a change no flush reported is seen within minutes.
@@ -30,6 +32,7 @@ from services.master.domain.allocations.rendezvous import PORT_BLOCKS
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.context import MasterContext
 from services.master.domain.kernel.states import LIVE_ALLOCATION, PLACED_ALLOCATION
+from services.master.domain.kernel.states import AllocationState as A
 from services.master.domain.scheduling import fair_share_inputs
 from services.master.domain.scheduling.scheduling_rows import (
     JobLimits,
@@ -78,6 +81,8 @@ def _inserted_ids(state: ORMExecuteState) -> list[Any] | None:
 @dataclass
 class Changed:
     allocations: set[str] = field(default_factory=set)
+    # Of those, the ones that ended (TERMINATED is final): a pass drops them without reading them.
+    ended: set[str] = field(default_factory=set)
     agents: set[str] = field(default_factory=set)
     experiments: set[int] = field(default_factory=set)
     # A weight or quota changed: send the pools again.
@@ -142,7 +147,11 @@ class ChangeTracker:
         changed = self._pending(session)
         for obj in (*session.new, *session.dirty, *session.deleted):
             if isinstance(obj, models.Allocation):
-                changed.allocations.add(obj.id)
+                if obj.state == A.TERMINATED and obj not in session.new:
+                    changed.allocations.add(obj.id)
+                    changed.ended.add(obj.id)
+                elif _allocation_bears_on_passes(obj, session):
+                    changed.allocations.add(obj.id)
             elif isinstance(obj, models.Agent):
                 changed.agents.add(obj.id)
             elif isinstance(obj, models.AgentSlot):
@@ -174,6 +183,7 @@ class ChangeTracker:
             return
         with self._lock:
             self._committed.allocations |= changed.allocations
+            self._committed.ended |= changed.ended
             self._committed.agents |= changed.agents
             self._committed.experiments |= changed.experiments
             self._committed.pools |= changed.pools
@@ -193,6 +203,45 @@ _EXPERIMENT_FIELDS = ("state", "config", "start_time")
 def _bears_on_passes(experiment: models.Experiment) -> bool:
     attrs = inspect(experiment).attrs
     return any(attrs[name].history.has_changes() for name in _EXPERIMENT_FIELDS)
+
+
+# What of an allocation a pass reads (scheduling_rows._ALLOCATION_ROWS, and its placements), but
+# its state: of that a pass reads only whether it waits, holds slots or has ended
+# (`_state_class`). A container's PULLING and STARTING, an exit's reason, a preemption's flags
+# write the row too; none of them changes what the scheduler is told.
+_ALLOCATION_FIELDS = (
+    "task_id",
+    "trial_id",
+    "slots",
+    "resource_pool",
+    "priority",
+    "requested_at",
+    "start_time",
+    "port_offset",
+    "releasing",
+    "placements",
+)
+
+
+def _state_class(state: str) -> str:
+    if state == A.PENDING:
+        return "waits"
+    return "holds slots" if state in PLACED_ALLOCATION else "ended"
+
+
+def _allocation_bears_on_passes(allocation: models.Allocation, session: Session) -> bool:
+    """Whether a flush of `allocation` may change what a pass tells the scheduler of it: always for
+    a new or deleted row; else when a field a pass reads changed, or its state moved from one class
+    to another (a state whose earlier value is not known counts as moved)."""
+    if allocation in session.new or allocation in session.deleted:
+        return True
+    attrs = inspect(allocation).attrs
+    if any(attrs[name].history.has_changes() for name in _ALLOCATION_FIELDS):
+        return True
+    state = attrs["state"].history
+    if not state.has_changes():
+        return False
+    return not state.deleted or _state_class(state.deleted[0]) != _state_class(allocation.state)
 
 
 @dataclass
@@ -384,7 +433,9 @@ class SchedulingView:
             ids |= {row.id for row in live_allocation_rows_of(s, experiments)}
         if not ids:
             return
-        rows = {row.id: row for row in allocation_rows_by_id(s, ids)}
+        # An ended allocation is only dropped: there is nothing of it to read.
+        to_read = ids - changed.ended
+        rows = {row.id: row for row in allocation_rows_by_id(s, to_read)} if to_read else {}
         new_experiments = {
             r.experiment_id
             for r in rows.values()

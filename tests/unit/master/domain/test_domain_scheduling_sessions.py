@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event, insert, select
 
+from cairn.agent.v1 import agent_pb2 as apb
 from cairn.scheduler.v1 import scheduler_pb2 as pb
 from services.master.domain.config.view import config_view
 from services.master.domain.experiments import creation, experiment_edits, experiments
@@ -311,3 +312,34 @@ def test_an_agents_slots_come_in_one_order_from_a_whole_read_and_a_read_by_agent
         by_agent = scheduling_rows.agent_messages(s, placeable, None, ["a1"])
     assert [slot.id for slot in whole[0].slots] == ["0", "1", "2", "3"]
     assert whole[0] == by_agent[0]
+
+
+@pytest.mark.on_each_database
+def test_a_containers_progress_is_read_by_a_pass_only_where_it_changes_what_the_scheduler_is_told(
+    master: Master,
+) -> None:
+    """PULLING and STARTING move an allocation among the states that hold slots: nothing a pass
+    sends changes, and the tracker records nothing. RUNNING sets its start (the scheduler's
+    `started_at`): recorded. Its end is recorded as ended, which a pass drops without reading it.
+    (Every settle compares the view with a whole read of the database.)"""
+    master.add_agent("a1", slots=1)
+    master.create(grid(2))
+    master.settle()
+    with master.db.read() as s:
+        allocation_id = s.scalars(
+            select(models.Allocation.id).where(models.Allocation.state == "ASSIGNED")
+        ).one()
+    (container_id,) = [c.id for c in master.containers(allocation_id)]
+    tracker = OwnTracker(master.db)
+    tracker.take()
+    for state in (apb.CONTAINER_STATE_PULLING, apb.CONTAINER_STATE_STARTING):
+        master.container_state(container_id, state)
+        assert allocation_id not in tracker.take().allocations
+    master.container_state(container_id, apb.CONTAINER_STATE_RUNNING)
+    changed = tracker.take()
+    assert allocation_id in changed.allocations and allocation_id not in changed.ended
+    master.exit(container_id, 0)
+    changed = tracker.take()
+    assert allocation_id in changed.ended
+    assert assigned(master) == 1  # the next trial took the freed slot
+    tracker.stop()
