@@ -147,11 +147,11 @@ class ChangeTracker:
         changed = self._pending(session)
         for obj in (*session.new, *session.dirty, *session.deleted):
             if isinstance(obj, models.Allocation):
-                if obj.state == A.TERMINATED and obj not in session.new:
+                change = _allocation_change(obj, session)
+                if change is not None:
                     changed.allocations.add(obj.id)
+                if change == "ended":
                     changed.ended.add(obj.id)
-                elif _allocation_bears_on_passes(obj, session):
-                    changed.allocations.add(obj.id)
             elif isinstance(obj, models.Agent):
                 changed.agents.add(obj.id)
             elif isinstance(obj, models.AgentSlot):
@@ -229,19 +229,23 @@ def _state_class(state: str) -> str:
     return "holds slots" if state in PLACED_ALLOCATION else "ended"
 
 
-def _allocation_bears_on_passes(allocation: models.Allocation, session: Session) -> bool:
-    """Whether a flush of `allocation` may change what a pass tells the scheduler of it: always for
-    a new or deleted row; else when a field a pass reads changed, or its state moved from one class
-    to another (a state whose earlier value is not known counts as moved)."""
+def _allocation_change(allocation: models.Allocation, session: Session) -> str | None:
+    """What a flush of `allocation` changes of what a pass tells the scheduler: "ended" (its state
+    became TERMINATED, which is final), "changed" (a new or deleted row, a field a pass reads, its
+    state moved from one class to another; a state whose earlier value is not known counts as
+    moved), or None. Read from the attributes' history alone: nothing is loaded."""
     if allocation in session.new or allocation in session.deleted:
-        return True
+        return "changed"
     attrs = inspect(allocation).attrs
-    if any(attrs[name].history.has_changes() for name in _ALLOCATION_FIELDS):
-        return True
     state = attrs["state"].history
-    if not state.has_changes():
-        return False
-    return not state.deleted or _state_class(state.deleted[0]) != _state_class(allocation.state)
+    if state.added and state.added[0] == A.TERMINATED:
+        return "ended"
+    if any(attrs[name].history.has_changes() for name in _ALLOCATION_FIELDS):
+        return "changed"
+    if not state.added:
+        return None
+    moved = not state.deleted or _state_class(state.deleted[0]) != _state_class(state.added[0])
+    return "changed" if moved else None
 
 
 @dataclass
