@@ -203,7 +203,14 @@ class PoolCapacity:
         return iter(self.agents.values())
 
     def copy(self) -> PoolCapacity:
-        return PoolCapacity(self.agents, self._hosts, self.free_index().copy())
+        index = self.free_index().copy()
+        # From now on the original shares everything with the copy too: it copies an agent, a host
+        # set or its dicts before it changes them, so neither sees the other's later changes (the
+        # copy's index stays true to the agents it sees).
+        self._shared_dicts = True
+        self._own_agents = set()
+        self._own_hosts = set()
+        return PoolCapacity(self.agents, self._hosts, index)
 
     def free_index(self) -> FreeIndex:
         """The agents with free slots by their counts (built on first use)."""

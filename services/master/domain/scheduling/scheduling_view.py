@@ -219,18 +219,21 @@ def _bears_on_passes(experiment: models.Experiment) -> bool:
 # its state: of that a pass reads only whether it waits, holds slots or has ended
 # (`_state_class`). A container's PULLING and STARTING, an exit's reason, a preemption's flags
 # write the row too; none of them changes what the scheduler is told.
-_ALLOCATION_FIELDS = (
-    "task_id",
-    "trial_id",
-    "slots",
-    "resource_pool",
-    "priority",
-    "requested_at",
-    "start_time",
-    "port_offset",
-    "releasing",
-    "placements",
+_ALLOCATION_FIELDS = frozenset(
+    {
+        "task_id",
+        "trial_id",
+        "slots",
+        "resource_pool",
+        "priority",
+        "requested_at",
+        "start_time",
+        "port_offset",
+        "releasing",
+        "placements",
+    }
 )
+_ALLOCATION_WATCHED = _ALLOCATION_FIELDS | {"state"}
 
 
 def _state_class(state: str) -> str:
@@ -243,19 +246,24 @@ def _allocation_change(allocation: models.Allocation, session: Session) -> str |
     """What a flush of `allocation` changes of what a pass tells the scheduler: "ended" (its state
     became TERMINATED, which is final), "changed" (a new or deleted row, a field a pass reads, its
     state moved from one class to another; a state whose earlier value is not known counts as
-    moved), or None. Read from the attributes' history alone: nothing is loaded."""
+    moved), or None. Read from what the session recorded as set (a field set to the value it had
+    counts as changed) and the state's history: nothing is loaded. Every flush of every agent's
+    report runs this: one history, not one a field (a history each cost the agents' batches a
+    sixth of their time at 1,000 agents)."""
     if allocation in session.new or allocation in session.deleted:
         return "changed"
-    attrs = inspect(allocation).attrs
-    state = attrs["state"].history
-    if state.added and state.added[0] == A.TERMINATED:
-        return "ended"
-    if any(attrs[name].history.has_changes() for name in _ALLOCATION_FIELDS):
-        return "changed"
-    if not state.added:
+    instance = inspect(allocation)
+    modified = _ALLOCATION_WATCHED - instance.unmodified_intersection(_ALLOCATION_WATCHED)
+    if not modified:
         return None
-    moved = not state.deleted or _state_class(state.deleted[0]) != _state_class(state.added[0])
-    return "changed" if moved else None
+    if "state" in modified:
+        state = instance.attrs["state"].history
+        if state.added and state.added[0] == A.TERMINATED:
+            return "ended"
+        if state.added and not modified & _ALLOCATION_FIELDS:
+            moved = not state.deleted or _state_class(state.deleted[0]) != _state_class(state.added[0])
+            return "changed" if moved else None
+    return "changed"
 
 
 @dataclass
