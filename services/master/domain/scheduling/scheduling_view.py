@@ -6,9 +6,7 @@ Which rows changed is learned from the database sessions themselves (`ChangeTrac
 of a unit of work lists the allocations, agents, slots and experiments it wrote in a way a pass
 reads (a container's PULLING and STARTING write their allocation's row and change nothing the
 scheduler is told; an allocation that ended is only dropped, unread), and the list is handed over
-once the unit commits (a rolled-back unit changed nothing). What a pass places it tells the view
-itself once the placement committed (`placed`): a burst's pass places thousands, and reading each
-back at the next pass cost that pass as much again. A bulk statement on those
+once the unit commits (a rolled-back unit changed nothing). A bulk statement on those
 tables, which names no rows, asks for a whole new snapshot, as does any doubt: a failed call, a
 scheduler that lost the session, a master that just started. A snapshot also runs every
 SNAPSHOT_EVERY_S, so even a change no flush reported is seen within minutes.
