@@ -5,6 +5,7 @@ while the scheduler was thinking."""
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -40,7 +41,7 @@ from services.master.domain.scheduling.scheduling_rows import (
     request_message,
     ts,
 )
-from services.master.domain.scheduling.scheduling_view import Pass, SchedulingView
+from services.master.domain.scheduling.scheduling_view import PLACED_BY_PASS, Pass, SchedulingView
 from services.master.domain.scheduling.shapes import fits_shape
 from services.master.store import models
 
@@ -415,10 +416,19 @@ class SchedulingLoop:
         offsets = self.view.port_offsets() if self.view is not None else None
         assignments = list(decision.assignments)
         for start in range(0, len(assignments), APPLY_CHUNK):
+            chunk = assignments[start : start + APPLY_CHUNK]
             with ctx.unit_of_work() as w:
                 if offsets is None:
                     offsets = placement.PortOffsets.counted(w)
-                self._assign(w, assignments[start : start + APPLY_CHUNK], offsets)
+                if self.view is not None:
+                    # The view takes these placements from the pass, not from a read (placed).
+                    w.session.info[PLACED_BY_PASS] = {a.allocation_id for a in chunk}
+                placed = self._assign(w, chunk, offsets)
+                if self.view is not None:
+                    # Once committed and still under the master's lock: told after the lock was let
+                    # go, each chunk's telling let the agents' batches in between the chunks, and
+                    # a burst's 7,500 starts took half as long again (bench/README.md).
+                    w.later(functools.partial(_tell_view, self.view, placed))
         if decision.preemptions:
             with ctx.unit_of_work() as w:
                 for preemption in decision.preemptions:
@@ -434,9 +444,12 @@ class SchedulingLoop:
                         stops.request_preempt(ctx, w, alloc, why)
         ctx.telemetry.scheduling_start.observe(time.perf_counter() - started)
 
-    def _assign(self, w: Work, assignments: list[pb.Assignment], offsets: placement.PortOffsets) -> None:
+    def _assign(
+        self, w: Work, assignments: list[pb.Assignment], offsets: placement.PortOffsets
+    ) -> list[tuple[str, int | None, list[dict[str, Any]]]]:
         """Assign each allocation still pending whose slots are still free on a connected agent:
-        the cluster may have moved on while the scheduler was deciding."""
+        the cluster may have moved on while the scheduler was deciding. Returns what it placed:
+        (allocation id, port block, placements) each."""
         ctx = self._ctx
         # The slots of the agents the decision names that live work holds now: a container per
         # placement, so the agents' containers say it without reading every placement.
@@ -463,6 +476,7 @@ class SchedulingLoop:
             )
         }
         placement.preload(w, allocs.values(), named)
+        placed: list[tuple[str, int | None, list[dict[str, Any]]]] = []
         for assignment in assignments:
             alloc = allocs.get(assignment.allocation_id)
             if alloc is None or alloc.state != A.PENDING:
@@ -477,14 +491,12 @@ class SchedulingLoop:
             ):
                 continue  # stale decision; the next pass decides again
             used |= wanted
-            placement.assign(
-                ctx,
-                w,
-                alloc,
-                [{"agent_id": p.agent_id, "slot_ids": list(p.slot_ids)} for p in assignment.placements],
-                offsets,
-                releasing,
-            )
+            where: list[dict[str, Any]] = [
+                {"agent_id": p.agent_id, "slot_ids": list(p.slot_ids)} for p in assignment.placements
+            ]
+            placement.assign(ctx, w, alloc, where, offsets, releasing)
+            placed.append((alloc.id, alloc.port_offset, where))
+        return placed
 
 
 # The reads of applying a decision, built once: a pass runs them every time it places anything,
@@ -514,6 +526,11 @@ _CLOSED_SLOTS = select(models.AgentSlot.agent_id, models.AgentSlot.slot_id).wher
     models.AgentSlot.agent_id.in_(bindparam("agent_ids", expanding=True)),
     or_(models.AgentSlot.enabled.is_(False), models.AgentSlot.draining.is_(True)),
 )
+
+
+def _tell_view(view: SchedulingView, placed: list[tuple[str, int | None, list[dict[str, Any]]]]) -> None:
+    with view.lock:
+        view.placed(placed)
 
 
 def _closed_to_new_work(w: Work, agent_ids: set[str]) -> tuple[set[str], set[tuple[str, str]]]:

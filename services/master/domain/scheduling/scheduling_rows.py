@@ -4,6 +4,7 @@ session's incremental one (scheduling_view.py)."""
 
 from __future__ import annotations
 
+from collections import namedtuple
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
@@ -104,6 +105,20 @@ _ROWS_BY_ID = _ALLOCATION_ROWS.where(models.Allocation.id.in_(bindparam("ids", e
 _LIVE_ROWS_OF_EXPERIMENTS = _ALLOCATION_ROWS.where(
     models.Task.experiment_id.in_(bindparam("experiment_ids", expanding=True)), _LIVE
 )
+
+
+# A row of _ALLOCATION_ROWS changed in memory (placed_row): the same fields, by the same names.
+_ChangedRow = namedtuple("_ChangedRow", list(_ALLOCATION_ROWS.selected_columns.keys()))  # type: ignore[misc]
+
+
+def placed_row(row: Any, port_offset: int | None) -> Any:
+    """`row` of a pending allocation as it reads once a pass placed it (placement.assign: ASSIGNED,
+    its port block; nothing else a pass reads changes), for the pass's view to keep without
+    reading it back."""
+    values = row._asdict()
+    values["state"] = A.ASSIGNED
+    values["port_offset"] = port_offset
+    return _ChangedRow(**values)
 
 
 def allocation_rows(s: Session) -> list[Any]:

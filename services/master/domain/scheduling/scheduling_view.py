@@ -6,7 +6,9 @@ Which rows changed is learned from the database sessions themselves (`ChangeTrac
 of a unit of work lists the allocations, agents, slots and experiments it wrote in a way a pass
 reads (a container's PULLING and STARTING write their allocation's row and change nothing the
 scheduler is told; an allocation that ended is only dropped, unread), and the list is handed over
-once the unit commits (a rolled-back unit changed nothing). A bulk statement on those
+once the unit commits (a rolled-back unit changed nothing). What a pass places it tells the view
+itself once the placement committed (`placed`): a burst's pass places thousands, and reading each
+back at the next pass cost that pass as much again. A bulk statement on those
 tables, which names no rows, asks for a whole new snapshot, as does any doubt: a failed call, a
 scheduler that lost the session, a master that just started. A snapshot also runs every
 SNAPSHOT_EVERY_S, so even a change no flush reported is seen within minutes.
@@ -43,6 +45,7 @@ from services.master.domain.scheduling.scheduling_rows import (
     live_allocation_rows_of,
     offered,
     over_max_slots,
+    placed_row,
     pool_messages,
     request_message,
 )
@@ -59,6 +62,10 @@ _WATCHED = {
     models.Experiment.__tablename__,
     models.Task.__tablename__,
 }
+
+# In a unit of work's session: the allocations the scheduling pass places in it (placement.assign),
+# whose change the pass's view takes from the pass itself (SchedulingView.placed), not from a read.
+PLACED_BY_PASS = "cairn.placed_by_scheduling_pass"
 
 # INSERT statements whose new rows a pass learns of one by one, as from a flush: new allocations by
 # their ids (allocations.request_many inserts them so); new tasks not at all (a flush of a new Task
@@ -145,9 +152,12 @@ class ChangeTracker:
 
     def _flushed(self, session: Session, _context: Any) -> None:
         changed = self._pending(session)
+        placed_by_pass = session.info.get(PLACED_BY_PASS, ())
         for obj in (*session.new, *session.dirty, *session.deleted):
             if isinstance(obj, models.Allocation):
                 change = _allocation_change(obj, session)
+                if change == "changed" and obj.id in placed_by_pass:
+                    continue  # the pass tells its view itself (SchedulingView.placed)
                 if change is not None:
                     changed.allocations.add(obj.id)
                 if change == "ended":
@@ -307,6 +317,10 @@ class SchedulingView:
         self._grouped: set[str] = set()
         # How many live allocations hold each port block (allocations.PortOffsets).
         self._port_counts = [0] * PORT_BLOCKS
+        # What the passes placed since the last pass, as the scheduler is to be told of it
+        # (`placed`), and the allocations to read at the next pass that `placed` could not take.
+        self._due: dict[str, pb.AllocationRequest] = {}
+        self._reread: set[str] = set()
 
     @property
     def pending(self) -> int:
@@ -375,6 +389,8 @@ class SchedulingView:
         with self._ctx.lock, self.lock:
             if not self._session_id or self.tracker is None or not self.tracker.quiet():
                 return False
+            if self._due or self._reread:
+                return False
             self._check_against_database(self._placeable)
             return True
 
@@ -405,6 +421,7 @@ class SchedulingView:
         self._rows, self._of_experiment, self._requests, self._capped = {}, {}, {}, {}
         self._port_counts = [0] * PORT_BLOCKS
         self._submitted = {}
+        self._due, self._reread = {}, set()
         with self._ctx.db.read() as s:
             rows = allocation_rows(s)
             self._limits = limits_of(s, {r.experiment_id for r in rows if r.experiment_id is not None})
@@ -434,8 +451,43 @@ class SchedulingView:
 
     # -- allocations ---------------------------------------------------------------------------
 
+    def placed(self, placements: list[tuple[str, int | None, list[dict[str, Any]]]]) -> None:
+        """What a pass placed, once its unit of work committed: (allocation id, port block,
+        placements) each. The view keeps the rows as they now read and tells the scheduler at the
+        next pass, without reading them back (the tracker leaves them out: PLACED_BY_PASS). An
+        allocation of an experiment under a max_slots, whose others' messages may change with it,
+        or one the view does not hold as pending, is read at the next pass instead. Under `lock`."""
+        for allocation_id, port_offset, where in placements:
+            old = self._rows.get(allocation_id)
+            sent = self._requests.get(allocation_id)
+            if old is None or sent is None or old.state != A.PENDING or sent.placements:
+                self._reread.add(allocation_id)
+                continue
+            if old.experiment_id is not None and self._cap_of(old.experiment_id) is not None:
+                self._reread.add(allocation_id)
+                continue
+            self._rows.pop(allocation_id)
+            if old.port_offset is not None:
+                self._port_counts[old.port_offset % PORT_BLOCKS] -= 1
+            if old.experiment_id is not None:
+                self._of_experiment.get(old.experiment_id, set()).discard(allocation_id)
+            self._keep(placed_row(old, port_offset))
+            message = self._message(self._rows[allocation_id], {allocation_id: where})
+            if message is not None:
+                self._due[allocation_id] = message
+
     def _refresh_allocations(self, s: Session, changed: Changed, request: pb.ScheduleChangesRequest) -> None:
-        ids = set(changed.allocations)
+        ids = set(changed.allocations) | self._reread
+        self._reread = set()
+        # What passes placed: sent as they kept it, unless changed since (then read below).
+        due, self._due = self._due, {}
+        for request_id, placed_message in due.items():
+            if request_id in ids:
+                continue
+            before = self._requests.get(request_id)
+            self._requests[request_id] = placed_message
+            self._pending -= before is not None and not before.placements
+            request.requests.append(placed_message)
         experiments = set(changed.experiments)
         if experiments:
             # An experiment's state or max_slots bears on all its allocations.

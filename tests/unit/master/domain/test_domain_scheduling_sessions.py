@@ -17,7 +17,7 @@ from services.master.domain.config.view import config_view
 from services.master.domain.experiments import creation, experiment_edits, experiments
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.errors import Unavailable
-from services.master.domain.scheduling import scheduling, scheduling_rows
+from services.master.domain.scheduling import scheduling, scheduling_rows, scheduling_view
 from services.master.domain.scheduling.scheduling_view import ChangeTracker
 from services.master.domain.task_kinds.model_definition import ContextFile
 from services.master.store import models
@@ -343,3 +343,34 @@ def test_a_containers_progress_is_read_by_a_pass_only_where_it_changes_what_the_
     assert allocation_id in changed.ended
     assert assigned(master) == 1  # the next trial took the freed slot
     tracker.stop()
+
+
+@pytest.mark.on_each_database
+def test_what_a_pass_placed_is_told_at_the_next_pass_without_reading_it_back(
+    master: Master, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pass that places trials knows how their rows now read (ASSIGNED, their port block,
+    their placements): its view keeps that and the next pass sends it, reading none of them.
+    (Every pass is still compared with a whole read of the database.)"""
+    recording = Recording(master.ctx.scheduler)
+    master.ctx.scheduler = recording  # type: ignore[assignment]
+    master.add_agent("a1", slots=1)
+    master.create(grid(6))
+    master.settle()
+    read: list[str] = []
+    by_id = scheduling_view.allocation_rows_by_id
+
+    def counted(s: Any, ids: Any) -> list[Any]:
+        read.extend(ids)
+        return by_id(s, ids)
+
+    monkeypatch.setattr(scheduling_view, "allocation_rows_by_id", counted)
+    recording.sent.clear()
+    master.add_agent("a2", slots=3)
+    master.scheduling.run_pass()  # places three
+    assert assigned(master) == 4
+    master.scheduling.run_pass()
+    told = [r for r in recording.sent[1].requests if r.placements]
+    assert len(told) == 3 and {p.agent_id for r in told for p in r.placements} == {"a2"}
+    assert not set(read) & {r.allocation_id for r in told}
+    master.settle()  # and the view agrees with a whole read
