@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from services.scheduler.domain.capacity import AgentCapacity, PoolCapacity
-from services.scheduler.domain.free_index import hash_distance
+from services.scheduler.domain.free_index import Counts, hash_distance
 from services.scheduler.domain.model import AllocationRequest, FittingPolicy, Placement
 
 # A score from the policy: higher is better. Floats as in Determined: division is correctly
@@ -63,6 +64,22 @@ def rank_agents(
     )
 
 
+_T = TypeVar("_T")
+
+
+def _top_scored(items: Iterable[_T], score: Callable[[_T], float]) -> list[_T]:
+    """The items of the highest score: every one that has it (exact float ties, as Determined)."""
+    best: list[_T] = []
+    top = 0.0
+    for item in items:
+        value = score(item)
+        if not best or value > top:
+            top, best = value, [item]
+        elif value == top:
+            best.append(item)
+    return best
+
+
 def best_agent(
     request: AllocationRequest, candidates: Iterable[AgentCapacity], score: Score
 ) -> AgentCapacity | None:
@@ -70,14 +87,7 @@ def best_agent(
     tie-break among the agents that share it only. A request placed on a pool of 1,000 agents
     sorted all of them by (score, hash distance, id) to take the first: three quarters of the
     scheduler's CPU when trials arrive at a pace (`bench.sim_agents --paced`)."""
-    best: list[AgentCapacity] = []
-    top = 0.0
-    for agent in candidates:
-        value = score(agent)
-        if not best or value > top:
-            top, best = value, [agent]
-        elif value == top:
-            best.append(agent)
+    best = _top_scored(candidates, score)
     if len(best) <= 1:
         return best[0] if best else None
     return min(best, key=lambda agent: (hash_distance(request.allocation_id, agent.agent_id), agent.agent_id))
@@ -121,16 +131,8 @@ def filed_best_agent(request: AllocationRequest, pool: PoolCapacity, score: Scor
     the policies' scores (SCORES), which read an agent's counts alone, and a request that excludes
     no agent."""
     index = pool.free_index()
-    top = 0.0
-    best: list[tuple[int, int]] = []
-    for counts in index.counts():
-        if counts[0] < request.slots_needed:
-            continue
-        value = score(pool.agents[index.any_agent(counts)])
-        if not best or value > top:
-            top, best = value, [counts]
-        elif value == top:
-            best.append(counts)
+    roomy = (counts for counts in index.counts() if counts[0] >= request.slots_needed)
+    best: list[Counts] = _top_scored(roomy, lambda counts: score(pool.agents[index.any_agent(counts)]))
     if not best:
         return None
     _, agent_id = min(index.nearest(counts, request.allocation_id) for counts in best)

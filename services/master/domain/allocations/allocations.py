@@ -145,6 +145,11 @@ _CONTAINERS_OF = (
     .where(models.Container.allocation_id == bindparam("allocation_id"))
     .order_by(models.Container.rank)
 )
+_CONTAINERS_OF_MANY = (
+    select(models.Container)
+    .where(models.Container.allocation_id.in_(bindparam("allocation_ids", expanding=True)))
+    .order_by(models.Container.allocation_id, models.Container.rank)
+)
 
 
 # Work.memo: allocation id -> its containers, read for many allocations at once.
@@ -164,11 +169,7 @@ def preload_containers(w: Work, allocation_ids: list[str]) -> None:
         chunk = allocation_ids[start : start + _CONTAINERS_CHUNK]
         for allocation_id in chunk:
             held[allocation_id] = []
-        for container in w.session.scalars(
-            select(models.Container)
-            .where(models.Container.allocation_id.in_(chunk))
-            .order_by(models.Container.allocation_id, models.Container.rank)
-        ):
+        for container in w.session.scalars(_CONTAINERS_OF_MANY, {"allocation_ids": chunk}):
             held[container.allocation_id].append(container)
 
 

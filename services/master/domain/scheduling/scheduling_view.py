@@ -466,11 +466,7 @@ class SchedulingView:
             if old.experiment_id is not None and self._cap_of(old.experiment_id) is not None:
                 self._reread.add(allocation_id)
                 continue
-            self._rows.pop(allocation_id)
-            if old.port_offset is not None:
-                self._port_counts[old.port_offset % PORT_BLOCKS] -= 1
-            if old.experiment_id is not None:
-                self._of_experiment.get(old.experiment_id, set()).discard(allocation_id)
+            self._forget(allocation_id)
             self._keep(placed_row(old, port_offset))
             message = self._message(self._rows[allocation_id], {allocation_id: where})
             if message is not None:
@@ -509,11 +505,8 @@ class SchedulingView:
             self._limits.update(limits_of(s, new_experiments))
         touched: set[int] = set(experiments)
         for request_id in ids:
-            old = self._rows.pop(request_id, None)
-            if old is not None and old.port_offset is not None:
-                self._port_counts[old.port_offset % PORT_BLOCKS] -= 1
+            old = self._forget(request_id)
             if old is not None and old.experiment_id is not None:
-                self._of_experiment.get(old.experiment_id, set()).discard(request_id)
                 touched.add(old.experiment_id)
             row = rows.get(request_id)
             if row is not None and row.state in LIVE_ALLOCATION:
@@ -554,6 +547,15 @@ class SchedulingView:
     def port_offsets(self) -> PortOffsets:
         """The live allocations' port blocks as of this pass, for the assignments it makes."""
         return PortOffsets.of_counts(self._port_counts)
+
+    def _forget(self, request_id: str) -> Any:
+        """Undo `_keep` for the row kept of `request_id`; that row, or None."""
+        old = self._rows.pop(request_id, None)
+        if old is not None and old.port_offset is not None:
+            self._port_counts[old.port_offset % PORT_BLOCKS] -= 1
+        if old is not None and old.experiment_id is not None:
+            self._of_experiment.get(old.experiment_id, set()).discard(request_id)
+        return old
 
     def _keep(self, row: Any) -> None:
         self._rows[row.id] = row
