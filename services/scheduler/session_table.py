@@ -33,6 +33,12 @@ class SessionTable:
         # Passes of one session must not interleave, and a pass is a few milliseconds: one lock.
         self._lock = threading.Lock()
 
+    def held(self, session_id: str) -> tuple[int, SchedulingSession] | None:
+        """The session `session_id` and its version, if held."""
+        with self._lock:
+            found = self._sessions.get(session_id)
+            return (found.version, found.session) if found is not None else None
+
     def handle(self, request: pb.ScheduleChangesRequest) -> pb.ScheduleChangesResponse:
         """Apply the changes and decide. InvalidScheduleInput (naming the field) when they
         contradict the session's state; the session is then gone."""
@@ -57,4 +63,11 @@ class SessionTable:
                     raise
                 held.version = request.version
             self._sessions.move_to_end(request.session_id)
-            return pb.ScheduleChangesResponse(applied=True, decision=answer_to_proto(held.session.decide()))
+            answer = held.session.decide()
+            if request.keep_assignments:
+                held.session.keep(answer.assignments)
+            return pb.ScheduleChangesResponse(
+                applied=True,
+                decision=answer_to_proto(answer),
+                assignments_kept=request.keep_assignments,
+            )

@@ -23,13 +23,18 @@ rebuild it at any time with a snapshot, and does whenever a call fails or the sc
 that it holds no session at the master's version (it restarted, or the session was dropped).
 A change that contradicts the state ends the session (the caller gets the error, then sends a
 snapshot), so no decision is ever taken from state that disagrees with itself.
+
+Where the master asks (keep_assignments), the session takes its own answer's assignments as placed
+(`keep`): a pass that placed thousands then needs none of them sent back, only those the master
+could not apply (it sends them again as they stand). Until then such a request holds its slots
+in the session, which delays other work by at most a pass and never places two on one slot.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 
 from services.scheduler.domain import reasons
 from services.scheduler.domain.capacity import AgentCapacity, PoolCapacity, slot_order_key, topology_of
@@ -167,6 +172,11 @@ class SchedulingSession:
         for request in state.requests:
             self._put_request(request)
 
+    @property
+    def requests(self) -> Mapping[str, AllocationRequest]:
+        """The requests the session holds, by allocation id (not to be changed)."""
+        return self._requests
+
     # -- changes -------------------------------------------------------------------------------
 
     def apply(self, changes: Changes) -> None:
@@ -211,6 +221,21 @@ class SchedulingSession:
                         raise InvalidScheduleInput(
                             f"agents[{i}].slots", f"slot '{gone[0]}' is gone but '{request_id}' runs there"
                         )
+
+    def keep(self, assignments: Iterable[Assignment]) -> None:
+        """Take the last answer's `assignments` as placed (the master's keep_assignments): each
+        request is held running where it was assigned, with started_at its requested_at, as the
+        master would send it once placed and not yet running. The master sends again, as it stands,
+        any request whose assignment it did not apply; until then the session holds it placed,
+        which at worst keeps its slots from the next pass's decisions."""
+        for assignment in assignments:
+            request = self._requests.get(assignment.allocation_id)
+            if request is None or request.running:
+                continue  # not from this session's last answer: nothing to keep
+            self._drop_request(request.allocation_id)
+            self._put_request(
+                replace(request, placements=assignment.placements, started_at_ns=request.requested_at_ns)
+            )
 
     def _set_pools(self, pools: Iterable[ResourcePool]) -> None:
         configs = {pool.name: pool for pool in pools}

@@ -14,6 +14,7 @@ from services.scheduler.domain.errors import InvalidScheduleInput
 from services.scheduler.domain.model import (
     Agent,
     AllocationRequest,
+    Assignment,
     ClusterState,
     Placement,
     ResourcePool,
@@ -85,6 +86,63 @@ def test_a_session_decides_as_schedule_does_after_any_changes(states: list[Clust
         again = session.decide()
         assert again.assignments == schedule(after).assignments
         assert again.waiting == ()
+
+
+def with_kept(state: ClusterState, assignments: tuple[Assignment, ...]) -> ClusterState:
+    """`state` with `assignments` placed as a session keeps them (keep_assignments)."""
+    placed = {a.allocation_id: a.placements for a in assignments}
+    return replace(
+        state,
+        requests=tuple(
+            replace(r, placements=placed[r.allocation_id], started_at_ns=r.requested_at_ns)
+            if r.allocation_id in placed
+            else r
+            for r in state.requests
+        ),
+    )
+
+
+@PROPERTY_SETTINGS
+@given(st.lists(clusters(), min_size=1, max_size=4), st.lists(st.booleans(), min_size=4, max_size=4))
+def test_a_session_that_keeps_its_assignments_decides_as_schedule_does_over_them(
+    states: list[ClusterState], keeps: list[bool]
+) -> None:
+    """Kept assignments are the session's state from then on, as if the master had sent them back
+    placed; the master's next changes (here: to the next generated state, which may have any of
+    them waiting again or gone, as for an assignment it did not apply) replace them."""
+    session = SchedulingSession(states[0])
+    master = MasterSide()
+    held = states[0]
+    for i, state in enumerate(states):
+        if i:
+            try:
+                session.apply(changes_between(held, state))
+            except InvalidScheduleInput:
+                session = SchedulingSession(state)
+                master = MasterSide()
+        held = state
+        answer = session.decide()
+        assert answer.assignments == schedule(state).assignments
+        master.take(state, {w.allocation_id: w.reason for w in answer.waiting}, set())
+        if keeps[i]:
+            session.keep(answer.assignments)
+            held = with_kept(state, answer.assignments)
+            master.take(held, {}, {a.allocation_id for a in answer.assignments})
+            assert_same_decision(session, held, master)
+
+
+def test_kept_assignments_are_not_placed_again_and_a_request_sent_back_waiting_is() -> None:
+    state = _queue(6, 2)  # 8 slots
+    session = SchedulingSession(state)
+    first = session.decide()
+    assert len(first.assignments) == 6
+    session.keep(first.assignments)
+    assert session.decide().assignments == ()
+    # The master could not apply one: it sends it again as it stands, waiting.
+    unapplied = next(r for r in state.requests if r.allocation_id == first.assignments[0].allocation_id)
+    session.apply(Changes(requests=(unapplied,)))
+    again = session.decide()
+    assert [a.allocation_id for a in again.assignments] == [unapplied.allocation_id]
 
 
 def _queue(n: int, slots: int) -> ClusterState:

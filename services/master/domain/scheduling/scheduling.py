@@ -342,12 +342,20 @@ class SchedulingLoop:
             return False
         self._last_error = ""
         decision = answer.decision
+        if answer.assignments_kept and decision.assignments:
+            with self.view.lock:
+                self.view.kept(decision.assignments)
         self._take_reasons(step, decision)
         _remember_shares(self._ctx, decision)
         if step.any_pending or step.request.snapshot:
             clock.decided(self._ctx.telemetry)
         if decision.assignments or decision.preemptions:
-            self._apply(decision)
+            try:
+                self._apply(decision)
+            except BaseException:
+                # Which of the kept assignments were applied is in doubt: start again whole.
+                self.view.resync()
+                raise
             return False
         return True
 
@@ -428,7 +436,9 @@ class SchedulingLoop:
                     # Once committed and still under the master's lock: told after the lock was let
                     # go, each chunk's telling let the agents' batches in between the chunks, and
                     # a burst's 7,500 starts took half as long again (bench/README.md).
-                    w.later(functools.partial(_tell_view, self.view, placed))
+                    applied = {allocation_id for allocation_id, _, _ in placed}
+                    not_applied = [a.allocation_id for a in chunk if a.allocation_id not in applied]
+                    w.later(functools.partial(_tell_view, self.view, placed, not_applied))
         if decision.preemptions:
             with ctx.unit_of_work() as w:
                 for preemption in decision.preemptions:
@@ -528,9 +538,11 @@ _CLOSED_SLOTS = select(models.AgentSlot.agent_id, models.AgentSlot.slot_id).wher
 )
 
 
-def _tell_view(view: SchedulingView, placed: list[tuple[str, int | None, list[dict[str, Any]]]]) -> None:
+def _tell_view(
+    view: SchedulingView, placed: list[tuple[str, int | None, list[dict[str, Any]]]], not_applied: list[str]
+) -> None:
     with view.lock:
-        view.placed(placed)
+        view.placed(placed, not_applied)
 
 
 def _closed_to_new_work(w: Work, agent_ids: set[str]) -> tuple[set[str], set[tuple[str, str]]]:

@@ -168,6 +168,18 @@ def limits_of(s: Session, experiment_ids: set[int]) -> dict[int, JobLimits]:
     }
 
 
+def pools_read_started_at(pools: list[pb.ResourcePool]) -> bool:
+    """Whether the scheduler reads when placed work began to run in any of `pools`: a fair-share
+    pool reclaims the oldest borrowed slots first and protects young work, a pool with quotas
+    preempts the youngest first. A priority pool without quotas never reads it (nor does a pool
+    the master does not list: the scheduler orders it as Determined's default priority pool)."""
+    return any(
+        pool.scheduler_type == pb.SCHEDULER_TYPE_FAIR_SHARE
+        or any(g.max_slots > 0 or g.guaranteed_slots > 0 for g in (*pool.workspaces, *pool.users))
+        for pool in pools
+    )
+
+
 def pool_messages(
     ctx: MasterContext,
     groups: dict[str, tuple[list[pb.ShareGroup], list[pb.ShareGroup]]] | None = None,
@@ -203,9 +215,12 @@ def request_message(
     placements: list[dict[str, Any]] | None,
     submitted: dict[datetime, Timestamp],
     weight: float = 1.0,
+    started: bool = True,
 ) -> pb.AllocationRequest:
     """A row of allocation_rows as the scheduler takes it; `submitted` shares a job's time among
-    its allocations; `weight`, its job's (an experiment's `resources.weight`)."""
+    its allocations; `weight`, its job's (an experiment's `resources.weight`). A placed one's
+    started_at is when it began to run, or its requested_at before then and always where no pool
+    reads it (not `started`: pools_read_started_at), so that its start changes nothing sent."""
     experiment_id = row.experiment_id
     req = pb.AllocationRequest(
         allocation_id=row.id,
@@ -226,7 +241,7 @@ def request_message(
         weight=weight if weight != 1.0 else 0.0,
     )
     if row.state in PLACED_ALLOCATION:
-        req.started_at.CopyFrom(ts(row.start_time or row.requested_at))
+        req.started_at.CopyFrom(ts((row.start_time if started else None) or row.requested_at))
         for placement in placements or []:
             slot_ids = [str(x) for x in placement.get("slot_ids", [])]
             req.placements.append(pb.Placement(agent_id=placement["agent_id"], slot_ids=slot_ids))

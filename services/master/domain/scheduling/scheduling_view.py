@@ -20,6 +20,7 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -47,6 +48,7 @@ from services.master.domain.scheduling.scheduling_rows import (
     over_max_slots,
     placed_row,
     pool_messages,
+    pools_read_started_at,
     request_message,
 )
 from services.master.store import models
@@ -90,6 +92,9 @@ class Changed:
     allocations: set[str] = field(default_factory=set)
     # Of those, the ones that ended (TERMINATED is final): a pass drops them without reading them.
     ended: set[str] = field(default_factory=set)
+    # Allocations of which only the start of a placed one's run changed (RUNNING): only a pool that
+    # reads when work started (fair share, quotas) needs them (SchedulingView.reads_started_at).
+    started: set[str] = field(default_factory=set)
     agents: set[str] = field(default_factory=set)
     experiments: set[int] = field(default_factory=set)
     # A weight or quota changed: send the pools again.
@@ -98,7 +103,14 @@ class Changed:
     everything: bool = False
 
     def __bool__(self) -> bool:
-        return bool(self.allocations or self.agents or self.experiments or self.pools or self.everything)
+        return bool(
+            self.allocations
+            or self.started
+            or self.agents
+            or self.experiments
+            or self.pools
+            or self.everything
+        )
 
 
 class ChangeTracker:
@@ -158,7 +170,9 @@ class ChangeTracker:
                 change = _allocation_change(obj, session)
                 if change == "changed" and obj.id in placed_by_pass:
                     continue  # the pass tells its view itself (SchedulingView.placed)
-                if change is not None:
+                if change == "started":
+                    changed.started.add(obj.id)
+                elif change is not None:
                     changed.allocations.add(obj.id)
                 if change == "ended":
                     changed.ended.add(obj.id)
@@ -194,6 +208,7 @@ class ChangeTracker:
         with self._lock:
             self._committed.allocations |= changed.allocations
             self._committed.ended |= changed.ended
+            self._committed.started |= changed.started
             self._committed.agents |= changed.agents
             self._committed.experiments |= changed.experiments
             self._committed.pools |= changed.pools
@@ -244,8 +259,9 @@ def _state_class(state: str) -> str:
 
 def _allocation_change(allocation: models.Allocation, session: Session) -> str | None:
     """What a flush of `allocation` changes of what a pass tells the scheduler: "ended" (its state
-    became TERMINATED, which is final), "changed" (a new or deleted row, a field a pass reads, its
-    state moved from one class to another; a state whose earlier value is not known counts as
+    became TERMINATED, which is final), "started" (of what a pass reads, only its start_time: a
+    placed allocation began to run), "changed" (a new or deleted row, another field a pass reads,
+    its state moved from one class to another; a state whose earlier value is not known counts as
     moved), or None. Read from what the session recorded as set (a field set to the value it had
     counts as changed) and the state's history: nothing is loaded. Every flush of every agent's
     report runs this: one history, not one a field (a history each cost the agents' batches a
@@ -258,12 +274,19 @@ def _allocation_change(allocation: models.Allocation, session: Session) -> str |
         return None
     if "state" in modified:
         state = instance.attrs["state"].history
-        if state.added and state.added[0] == A.TERMINATED:
+        if not state.added:
+            return "changed"
+        if state.added[0] == A.TERMINATED:
             return "ended"
-        if state.added and not modified & _ALLOCATION_FIELDS:
-            moved = not state.deleted or _state_class(state.deleted[0]) != _state_class(state.added[0])
-            return "changed" if moved else None
-    return "changed"
+        if not state.deleted or _state_class(state.deleted[0]) != _state_class(state.added[0]):
+            return "changed"
+        modified = modified - {"state"}
+        if not modified:
+            return None
+    return "started" if modified == _STARTED_ONLY else "changed"
+
+
+_STARTED_ONLY = {"start_time"}
 
 
 @dataclass
@@ -312,6 +335,9 @@ class SchedulingView:
         # Whether a pool with guarantees was last sent (its minimum run before reclaim moves).
         self._reclaiming = False
         self._pools_sent: list[pb.ResourcePool] = []
+        # Whether a pool sent reads when placed work began to run (pools_read_started_at): if not,
+        # a start (RUNNING) is not sent, nor read.
+        self.reads_started_at = False
         self._groups_at = 0.0
         # The users (fair_share_inputs.user_key) the groups last sent name.
         self._grouped: set[str] = set()
@@ -326,6 +352,11 @@ class SchedulingView:
     def pending(self) -> int:
         """How many requests the scheduler holds that wait for a place."""
         return self._pending
+
+    @property
+    def session(self) -> tuple[str, int]:
+        """The scheduler's session this view speaks to, and its version now ("" before a snapshot)."""
+        return self._session_id, self._version
 
     def pending_requests(self) -> dict[str, pb.AllocationRequest]:
         """What the scheduler holds now; read under `lock` (passes change it)."""
@@ -356,7 +387,10 @@ class SchedulingView:
         if snapshot:
             return self._snapshot(placeable)
         request = pb.ScheduleChangesRequest(
-            session_id=self._session_id, base_version=self._version, version=self._version + 1
+            session_id=self._session_id,
+            base_version=self._version,
+            version=self._version + 1,
+            keep_assignments=True,
         )
         with self._ctx.db.read() as s:
             self._refresh_allocations(s, changed, request)
@@ -372,9 +406,14 @@ class SchedulingView:
             )
             if changed.pools or due or newcomers:
                 pools = self._pools(s)
-                if pools != self._pools_sent:
+                if pools_read_started_at(pools) != self.reads_started_at:
+                    # Every placed request's started_at means something else now: start again.
+                    self._session_id = ""
+                elif pools != self._pools_sent:
                     request.pools.extend(pools)
                     self._pools_sent = pools
+        if not self._session_id:
+            return self._snapshot(placeable)
         self._placeable = placeable
         self._version += 1
         if self.check:
@@ -430,12 +469,13 @@ class SchedulingView:
             placements = self._placements(s, [r.id for r in rows if r.state in PLACED_ALLOCATION])
             for experiment_id in list(self._of_experiment):
                 self._cap(experiment_id)
+            self._pools_sent = self._pools(s)
+            self.reads_started_at = pools_read_started_at(self._pools_sent)
             for row in rows:
                 message = self._message(row, placements)
                 if message is not None:
                     self._requests[row.id] = message
             agents = agent_messages(s, placeable, None)
-            self._pools_sent = self._pools(s)
         self._pending = sum(1 for r in self._requests.values() if not r.placements)
         self._agents = {a.id: a for a in agents}
         self._placeable = placeable
@@ -443,6 +483,7 @@ class SchedulingView:
             session_id=self._session_id,
             version=self._version,
             snapshot=True,
+            keep_assignments=True,
             pools=self._pools_sent,
             agents=agents,
             requests=list(self._requests.values()),
@@ -451,16 +492,39 @@ class SchedulingView:
 
     # -- allocations ---------------------------------------------------------------------------
 
-    def placed(self, placements: list[tuple[str, int | None, list[dict[str, Any]]]]) -> None:
+    def kept(self, assignments: Iterable[pb.Assignment]) -> None:
+        """The scheduler took an answer's `assignments` as placed (ScheduleChangesRequest's
+        keep_assignments): hold them as it now does, running where assigned with started_at their
+        requested_at, so that a pass's placements need not be sent back (`placed` sends only what
+        differs, `not_applied` what the master did not apply). Under `lock`."""
+        for assignment in assignments:
+            sent = self._requests.get(assignment.allocation_id)
+            if sent is None or sent.placements:
+                # The scheduler placed what the view does not hold as waiting: the two disagree.
+                self.resync()
+                return
+            held = pb.AllocationRequest()
+            held.CopyFrom(sent)
+            held.started_at.CopyFrom(sent.requested_at)
+            held.placements.extend(assignment.placements)
+            self._requests[assignment.allocation_id] = held
+            self._pending -= 1
+
+    def placed(
+        self, placements: list[tuple[str, int | None, list[dict[str, Any]]]], not_applied: Iterable[str] = ()
+    ) -> None:
         """What a pass placed, once its unit of work committed: (allocation id, port block,
-        placements) each. The view keeps the rows as they now read and tells the scheduler at the
-        next pass, without reading them back (the tracker leaves them out: PLACED_BY_PASS). An
-        allocation of an experiment under a max_slots, whose others' messages may change with it,
-        or one the view does not hold as pending, is read at the next pass instead. Under `lock`."""
+        placements) each, and the assignments of its chunk it did not apply (the cluster moved on
+        while the scheduler decided). The view keeps the placed rows as they now read without
+        reading them back (the tracker leaves them out: PLACED_BY_PASS), and tells the scheduler at
+        the next pass what it does not already hold of them (nothing, where it kept its
+        assignments). An allocation of an experiment under a max_slots, whose others' messages may
+        change with it, one the view does not hold as pending, and one not applied are read at the
+        next pass instead: what the scheduler holds of them is then corrected. Under `lock`."""
+        self._reread.update(not_applied)
         for allocation_id, port_offset, where in placements:
             old = self._rows.get(allocation_id)
-            sent = self._requests.get(allocation_id)
-            if old is None or sent is None or old.state != A.PENDING or sent.placements:
+            if old is None or old.state != A.PENDING or allocation_id not in self._requests:
                 self._reread.add(allocation_id)
                 continue
             if old.experiment_id is not None and self._cap_of(old.experiment_id) is not None:
@@ -469,11 +533,15 @@ class SchedulingView:
             self._forget(allocation_id)
             self._keep(placed_row(old, port_offset))
             message = self._message(self._rows[allocation_id], {allocation_id: where})
-            if message is not None:
+            if message is None:
+                self._reread.add(allocation_id)  # no longer offered: its removal is sent
+            elif message != self._requests[allocation_id]:
                 self._due[allocation_id] = message
 
     def _refresh_allocations(self, s: Session, changed: Changed, request: pb.ScheduleChangesRequest) -> None:
         ids = set(changed.allocations) | self._reread
+        if self.reads_started_at:
+            ids |= changed.started
         self._reread = set()
         # What passes placed: sent as they kept it, unless changed since (then read below).
         due, self._due = self._due, {}
@@ -590,7 +658,8 @@ class SchedulingView:
         if row.experiment_id is not None and row.id in self._capped.get(row.experiment_id, {}):
             return None
         limits = self._limits.get(row.experiment_id) if row.experiment_id is not None else None
-        return request_message(row, placements.get(row.id), self._submitted, limits.weight if limits else 1.0)
+        weight = limits.weight if limits else 1.0
+        return request_message(row, placements.get(row.id), self._submitted, weight, self.reads_started_at)
 
     @staticmethod
     def _placements(s: Session, ids: list[str]) -> dict[str, list[dict[str, Any]]]:

@@ -422,8 +422,26 @@ class Master:
             quiet = self.scheduling.run_pass()
             if not served and quiet and len(self.hub.sent) == sent:
                 break
-        if self.scheduling.view is not None:
-            self.scheduling.view.verify()
+        if self.scheduling.view is not None and self.scheduling.view.verify():
+            self._check_scheduler_session()
+
+    def _check_scheduler_session(self) -> None:
+        """The scheduler's session holds the requests the view says it does: what the view sent,
+        and the assignments both sides kept (keep_assignments)."""
+        scheduler = self.ctx.scheduler
+        while not isinstance(scheduler, InProcessScheduler) and hasattr(scheduler, "inner"):
+            scheduler = scheduler.inner
+        view = self.scheduling.view
+        if not isinstance(scheduler, InProcessScheduler) or view is None:
+            return
+        session_id, version = view.session
+        held = scheduler.sessions.held(session_id)
+        if held is None or held[0] != version:
+            return  # the next pass sends a snapshot
+        with view.lock:
+            said = schpb.ScheduleRequest(requests=list(view.pending_requests().values()))
+        expected = {r.allocation_id: r for r in state_from_proto(said).requests}
+        assert dict(held[1].requests) == expected, "the scheduler's session and the view disagree"
 
     # -- what agents would report ----------------------------------------------------------------
     def container_state(

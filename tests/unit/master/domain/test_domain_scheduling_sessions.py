@@ -20,6 +20,7 @@ from services.master.domain.kernel.errors import Unavailable
 from services.master.domain.scheduling import scheduling, scheduling_rows, scheduling_view
 from services.master.domain.scheduling.scheduling_view import ChangeTracker
 from services.master.domain.task_kinds.model_definition import ContextFile
+from services.master.domain.workspaces import pool_shares
 from services.master.store import models
 from tests.unit.master.domain.harness import Master, config_text
 
@@ -68,11 +69,9 @@ def test_a_pass_sends_only_what_changed(master: Master) -> None:
     assert not first.requests  # nothing about the 48 waiting trials changed
     assert assigned(master) == 3
     master.scheduling.run_pass()
-    # The next pass tells of the trial the last one placed, and nothing else.
-    assert [r.allocation_id for r in recording.sent[1].requests] == [
-        a.allocation_id for a in recording.sent[1].requests if a.placements
-    ]
-    assert len(recording.sent[1].requests) == 1
+    # The scheduler kept the trial the last pass placed: the next pass sends nothing of it.
+    assert recording.sent[0].keep_assignments
+    assert not recording.sent[1].requests
 
 
 def test_a_restarted_scheduler_gets_a_snapshot_and_placing_goes_on(master: Master) -> None:
@@ -320,8 +319,9 @@ def test_a_containers_progress_is_read_by_a_pass_only_where_it_changes_what_the_
 ) -> None:
     """PULLING and STARTING move an allocation among the states that hold slots: nothing a pass
     sends changes, and the tracker records nothing. RUNNING sets its start (the scheduler's
-    `started_at`): recorded. Its end is recorded as ended, which a pass drops without reading it.
-    (Every settle compares the view with a whole read of the database.)"""
+    `started_at`): recorded as started, which only pools that read it (fair share, quotas) read and
+    send; the default pool does not. Its end is recorded as ended, which a pass drops without
+    reading it. (Every settle compares the view with a whole read of the database.)"""
     master.add_agent("a1", slots=1)
     master.create(grid(2))
     master.settle()
@@ -332,12 +332,17 @@ def test_a_containers_progress_is_read_by_a_pass_only_where_it_changes_what_the_
     (container_id,) = [c.id for c in master.containers(allocation_id)]
     tracker = OwnTracker(master.db)
     tracker.take()
+    recording = Recording(master.ctx.scheduler)
+    master.ctx.scheduler = recording  # type: ignore[assignment]
+    assert master.scheduling.view is not None and not master.scheduling.view.reads_started_at
     for state in (apb.CONTAINER_STATE_PULLING, apb.CONTAINER_STATE_STARTING):
         master.container_state(container_id, state)
         assert allocation_id not in tracker.take().allocations
     master.container_state(container_id, apb.CONTAINER_STATE_RUNNING)
     changed = tracker.take()
-    assert allocation_id in changed.allocations and allocation_id not in changed.ended
+    assert allocation_id in changed.started and allocation_id not in changed.allocations | changed.ended
+    # The default pool reads no start: nothing of it was sent (the report settled the master).
+    assert not any(r.allocation_id == allocation_id for sent in recording.sent for r in sent.requests)
     master.exit(container_id, 0)
     changed = tracker.take()
     assert allocation_id in changed.ended
@@ -346,12 +351,13 @@ def test_a_containers_progress_is_read_by_a_pass_only_where_it_changes_what_the_
 
 
 @pytest.mark.on_each_database
-def test_what_a_pass_placed_is_told_at_the_next_pass_without_reading_it_back(
+def test_what_a_pass_placed_the_scheduler_kept_and_the_next_pass_neither_reads_nor_sends_it(
     master: Master, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The pass that places trials knows how their rows now read (ASSIGNED, their port block,
-    their placements): its view keeps that and the next pass sends it, reading none of them.
-    (Every pass is still compared with a whole read of the database.)"""
+    their placements), and the scheduler kept its assignments as placed (keep_assignments): the
+    next pass reads none of them and sends none of them. (Every pass is still compared with a whole
+    read of the database, and a settled master's view with the scheduler's session.)"""
     recording = Recording(master.ctx.scheduler)
     master.ctx.scheduler = recording  # type: ignore[assignment]
     master.add_agent("a1", slots=1)
@@ -370,7 +376,124 @@ def test_what_a_pass_placed_is_told_at_the_next_pass_without_reading_it_back(
     master.scheduling.run_pass()  # places three
     assert assigned(master) == 4
     master.scheduling.run_pass()
-    told = [r for r in recording.sent[1].requests if r.placements]
-    assert len(told) == 3 and {p.agent_id for r in told for p in r.placements} == {"a2"}
-    assert not set(read) & {r.allocation_id for r in told}
-    master.settle()  # and the view agrees with a whole read
+    assert not recording.sent[1].requests
+    assert not read
+    master.settle()  # and the view agrees with a whole read and with the scheduler's session
+
+
+class Answering:
+    """The scheduler port, running `meanwhile` once after the first answer that assigns anything
+    (before the master applies it), and answering as a scheduler that keeps nothing when `old`."""
+
+    def __init__(self, inner: Any, meanwhile: Any = None, old: bool = False) -> None:
+        self.inner = inner
+        self.meanwhile = meanwhile
+        self.old = old
+        self.sent: list[pb.ScheduleChangesRequest] = []
+
+    def schedule(self, request: pb.ScheduleRequest) -> pb.ScheduleResponse:
+        return self.inner.schedule(request)  # type: ignore[no-any-return]
+
+    def schedule_changes(self, request: pb.ScheduleChangesRequest) -> pb.ScheduleChangesResponse:
+        self.sent.append(request)
+        if self.old:
+            request = pb.ScheduleChangesRequest()
+            request.CopyFrom(self.sent[-1])
+            request.keep_assignments = False  # a scheduler that predates it reads no such field
+        answer = self.inner.schedule_changes(request)
+        if answer.decision.assignments and self.meanwhile is not None:
+            meanwhile, self.meanwhile = self.meanwhile, None
+            meanwhile()
+        return answer  # type: ignore[no-any-return]
+
+
+def test_an_assignment_the_master_did_not_apply_is_sent_back_waiting_and_placed_later(master: Master) -> None:
+    """The agent left while the scheduler decided: the master applies nothing there, and the
+    next pass sends the request back as it stands (waiting), so the scheduler, which kept the
+    assignment, places it again once an agent is back."""
+    master.add_agent("a1", slots=1)
+    master.create(grid(3))
+    master.settle()
+    assert assigned(master) == 1
+    answering = Answering(master.ctx.scheduler, meanwhile=lambda: master.hub.connected.discard("a2"))
+    master.ctx.scheduler = answering  # type: ignore[assignment]
+    master.add_agent("a2", slots=1)
+    master.scheduling.run_pass()
+    assert answering.sent[-1].keep_assignments
+    assert assigned(master) == 1  # the assignment on a2 was not applied
+    master.scheduling.run_pass()
+    back = [r for r in answering.sent[-1].requests if not r.placements]
+    assert len(back) == 1  # sent back waiting
+    master.settle()  # the scheduler's session holds it waiting, as the view does
+    master.hub.connected.add("a2")
+    master.settle()
+    assert assigned(master) == 2
+
+
+def test_a_scheduler_that_keeps_no_assignments_is_sent_them_back_placed(master: Master) -> None:
+    answering = Answering(master.ctx.scheduler, old=True)
+    master.ctx.scheduler = answering  # type: ignore[assignment]
+    master.add_agent("a1", slots=1)
+    master.create(grid(5))
+    assert assigned(master) == 1
+    master.add_agent("a2", slots=1)
+    master.scheduling.run_pass()
+    assert assigned(master) == 2
+    master.scheduling.run_pass()
+    told = [r for r in answering.sent[-1].requests if r.placements]
+    assert [p.agent_id for r in told for p in r.placements] == ["a2"]
+    master.settle()
+
+
+def test_a_pass_whose_placing_failed_sends_a_snapshot_next(master: Master, monkeypatch: Any) -> None:
+    """Which kept assignments were applied is in doubt after a failure: the scheduler is told the
+    whole state again."""
+    recording = Recording(master.ctx.scheduler)
+    master.ctx.scheduler = recording  # type: ignore[assignment]
+    master.add_agent("a1", slots=1)
+    master.create(grid(3))
+    master.settle()
+    real = scheduling.placement.assign
+
+    def failing(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("the database went away")
+
+    monkeypatch.setattr(scheduling.placement, "assign", failing)
+    master.add_agent("a2", slots=1)
+    with pytest.raises(RuntimeError):
+        master.scheduling.run_pass()
+    monkeypatch.setattr(scheduling.placement, "assign", real)
+    master.scheduling.run_pass()
+    assert recording.sent[-1].snapshot
+    assert assigned(master) == 2
+    master.settle()
+
+
+@pytest.mark.on_each_database
+def test_a_quota_makes_passes_send_when_placed_work_began_to_run(master: Master) -> None:
+    """Only pools with quotas or fair share read when work began to run: setting a quota starts
+    the session again with every start as it is, and a later start is sent; clearing it stops that.
+    (Every pass is compared with a whole read of the database.)"""
+    recording = Recording(master.ctx.scheduler)
+    master.ctx.scheduler = recording  # type: ignore[assignment]
+    master.add_agent("a1", slots=2)
+    team, project = master.add_workspace("Capped")
+    master.create(grid(4), project_id=project)
+    view = master.scheduling.view
+    assert view is not None and not view.reads_started_at
+    recording.sent.clear()
+    pool_shares.set_share(master.ctx, master.admin, team, "default", max_slots=2)
+    master.settle()
+    assert view.reads_started_at and recording.sent[0].snapshot
+    with master.db.read() as s:
+        allocation_id = s.scalars(
+            select(models.Allocation.id).where(models.Allocation.state == "ASSIGNED").limit(1)
+        ).one()
+    (container_id,) = [c.id for c in master.containers(allocation_id)]
+    recording.sent.clear()
+    master.container_state(container_id, apb.CONTAINER_STATE_RUNNING)  # and settles
+    (told,) = [r for r in recording.sent[0].requests if r.allocation_id == allocation_id]
+    assert told.started_at != told.requested_at  # when it began to run
+    pool_shares.clear_share(master.ctx, master.admin, team, "default")
+    master.settle()
+    assert not view.reads_started_at
