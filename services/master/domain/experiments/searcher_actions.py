@@ -73,19 +73,19 @@ def apply_response_in_part(
     response: spb.SearcherResponse,
     *,
     snapshot_stored: bool = False,
-) -> None:
+) -> bool:
     """apply_response for an answer of any size: its snapshot (unless the caller stored it:
     `snapshot_stored`) and its first INLINE_CREATES trials' worth of actions now, the rest stored
     (SearcherAnswer) for the searcher pump to apply in chunks after this transaction commits, so a
     call that creates an experiment of 10,000 trials returns at once and the experiment's first
-    trials queue with it."""
+    trials queue with it. Whether a rest was stored."""
     if not snapshot_stored:
         store_snapshot(w, exp.id, response.snapshot)
     cut = _cut_after_creates(response.actions, INLINE_CREATES)
     if cut >= len(response.actions):
         exp.progress = max(0.0, min(1.0, response.progress))
         apply_actions(ctx, w, exp, response.actions)
-        return
+        return False
     exp.progress = max(0.0, min(1.0, response.progress))
     apply_actions(ctx, w, exp, response.actions[:cut])
     rest = spb.SearcherResponse(actions=response.actions[cut:])
@@ -99,6 +99,7 @@ def apply_response_in_part(
         actions_now=cut,
         actions_later=len(rest.actions),
     )
+    return True
 
 
 def apply_stored_chunk(ctx: MasterContext, w: Work, experiment_id: int) -> bool:

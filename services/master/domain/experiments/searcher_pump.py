@@ -62,7 +62,7 @@ def _owed() -> Select[int]:
         models.SearcherEvent.experiment_id, literal(1), func.min(models.SearcherEvent.id)
     ).group_by(models.SearcherEvent.experiment_id)
     owed = union_all(answers, events).subquery()
-    return select(owed.c.experiment_id).order_by(owed.c.kind, owed.c.first)
+    return select(owed.c.experiment_id, owed.c.kind).order_by(owed.c.kind, owed.c.first)
 
 
 _OWED = _owed()
@@ -126,16 +126,20 @@ class SearcherPump:
     def deliver_all(self) -> int:
         """Deliver what every experiment owes its searcher; how many experiments were served."""
         with self._ctx.db.read() as s:
-            experiment_ids = list(dict.fromkeys(s.scalars(_OWED)))
+            owed = s.execute(_OWED).all()
+        # In order, each once; whether it has a stored answer to finish first.
+        answer_stored: dict[int, bool] = {}
+        for experiment_id, kind in owed:
+            answer_stored[experiment_id] = answer_stored.get(experiment_id, False) or kind == 0
         now = time.monotonic()
         served = 0
-        for experiment_id in experiment_ids:
+        for experiment_id, stored in answer_stored.items():
             if self._ctx.stopping.is_set():
                 break
             if self._retry_after.get(experiment_id, 0.0) > now:
                 continue
             try:
-                self._deliver(experiment_id)
+                self._deliver(experiment_id, stored)
                 self._retry_after.pop(experiment_id, None)
                 served += 1
             except Unavailable as exc:
@@ -145,17 +149,18 @@ class SearcherPump:
                 self._retry_after[experiment_id] = time.monotonic() + RETRY_BACKOFF_S
         return served
 
-    def _deliver(self, experiment_id: int) -> None:
-        # The rest of an answer too big for the call that got it comes before any later event's
-        # answer: the searcher made those trials first.
-        while not self._ctx.stopping.is_set():
-            with self._ctx.unit_of_work() as w:
-                if not apply_stored_chunk(self._ctx, w, experiment_id):
-                    break
-                self._announce(w, experiment_id)
+    def _deliver(self, experiment_id: int, answer_stored: bool = True) -> None:
         restores = 0
         batch_limit = MAX_EVENTS_PER_CALL
         while not self._ctx.stopping.is_set():
+            # The rest of an answer too big for the call that got it comes before any later event's
+            # answer: the searcher made those trials first. Looked for only where one was stored (a
+            # unit of work under the master's lock each delivery, to find none, otherwise).
+            while answer_stored and not self._ctx.stopping.is_set():
+                with self._ctx.unit_of_work() as w:
+                    answer_stored = apply_stored_chunk(self._ctx, w, experiment_id)
+                    if answer_stored:
+                        self._announce(w, experiment_id)
             with self._ctx.db.read() as s:
                 event_rows = s.execute(_EVENTS, {"experiment_id": experiment_id, "limit": batch_limit}).all()
                 if not event_rows:
@@ -218,7 +223,7 @@ class SearcherPump:
                     w.session.rollback()
                     continue  # dropped meanwhile (the experiment ended); re-read
                 exp_now = w.session.get_one(models.Experiment, experiment_id)
-                apply_response_in_part(self._ctx, w, exp_now, response, snapshot_stored=True)
+                answer_stored = apply_response_in_part(self._ctx, w, exp_now, response, snapshot_stored=True)
                 self._announce(w, experiment_id)
             restores = 0
 

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
-from sqlalchemy import exists, func, or_, select
+from sqlalchemy import bindparam, exists, func, or_, select
 from sqlalchemy.orm import Session
 
 from services.common.principal import Principal
@@ -67,24 +67,40 @@ def _check_owner(
             access.check_readable(principal, view, scopes.of_task(s, task), f"allocation {allocation_id}", s)
 
 
+# An allocation's signals and its trial's target, in one read built once: every watch reads it
+# after each wake-up of its topic (every report of its trial publishes it), and loading the two
+# rows whole decoded their JSON (placements, hyperparameters, summaries) for four fields.
+_SIGNALS = (
+    select(
+        models.Allocation.preempt_requested,
+        models.Allocation.kill_requested,
+        models.Allocation.preempt_reason,
+        models.Allocation.state,
+        models.Allocation.trial_id,
+        models.Trial.searcher_target,
+    )
+    .outerjoin(models.Trial, models.Trial.id == models.Allocation.trial_id)
+    .where(models.Allocation.id == bindparam("allocation_id"))
+)
+
+
 def signal_state(ctx: MasterContext, allocation_id: str) -> tuple[SignalState, str]:
     """The allocation's signals, and the topic its changes are published on (its trial's, whose
     searcher target is a signal too; an allocation's own for any other task)."""
     with ctx.db.read() as s:
-        alloc = s.get(models.Allocation, allocation_id)
-        if alloc is None:
-            raise NotFound(f"allocation {allocation_id} not found")
-        trial = s.get(models.Trial, alloc.trial_id) if alloc.trial_id is not None else None
-        return (
-            SignalState(
-                # A kill is a preemption the code may still see in its last moments.
-                preempt=alloc.preempt_requested or alloc.kill_requested,
-                reason=alloc.preempt_reason,
-                searcher_target=int(trial.searcher_target) if trial is not None else 0,
-                ended=alloc.state == A.TERMINATED,
-            ),
-            trial_topic(trial.id) if trial is not None else allocation_topic(alloc.id),
-        )
+        row = s.execute(_SIGNALS, {"allocation_id": allocation_id}).one_or_none()
+    if row is None:
+        raise NotFound(f"allocation {allocation_id} not found")
+    return (
+        SignalState(
+            # A kill is a preemption the code may still see in its last moments.
+            preempt=bool(row.preempt_requested or row.kill_requested),
+            reason=row.preempt_reason,
+            searcher_target=int(row.searcher_target or 0) if row.trial_id is not None else 0,
+            ended=row.state == A.TERMINATED,
+        ),
+        trial_topic(row.trial_id) if row.trial_id is not None else allocation_topic(allocation_id),
+    )
 
 
 def wait_preemption(
@@ -210,6 +226,35 @@ class Operation:
     verdict_pending: bool = False
 
 
+# What a trial's operation reads, built once: each GetCurrentTrialSearcherOperation reads them,
+# and a wait for a verdict again every time the experiment's answers move.
+_NEWEST_EVENT = select(func.max(models.SearcherEvent.id)).where(
+    models.SearcherEvent.experiment_id == bindparam("experiment_id")
+)
+_UNANSWERED = select(
+    or_(
+        exists().where(
+            models.SearcherEvent.experiment_id == bindparam("experiment_id"),
+            models.SearcherEvent.id <= bindparam("horizon"),
+        ),
+        exists().where(models.SearcherAnswer.experiment_id == bindparam("experiment_id")),
+    )
+)
+_OPERATION = (
+    select(
+        models.Trial.request_id,
+        models.Trial.experiment_id,
+        models.Trial.searcher_target,
+        models.Trial.searcher_stopped,
+        models.Trial.searcher_completed_length,
+        models.Experiment.state.label("experiment_state"),
+    )
+    .join(models.Experiment, models.Experiment.id == models.Trial.experiment_id)
+    .where(models.Trial.id == bindparam("trial_id"))
+)
+_CONFIG = select(models.Experiment.config).where(models.Experiment.id == bindparam("experiment_id"))
+
+
 def _read_operation(
     s: Session, trial_id: int, experiment_id: int, horizon: int | None
 ) -> tuple[Operation, int | None]:
@@ -224,37 +269,20 @@ def _read_operation(
     # apply_response_in_part), the answer to its result is in (a new target, a stop, or neither).
     if horizon is None:
         # 0 when none is queued: a wait then covers no event queued after it began.
-        horizon = (
-            s.scalar(
-                select(func.max(models.SearcherEvent.id)).where(
-                    models.SearcherEvent.experiment_id == experiment_id
-                )
-            )
-            or 0
-        )
-    pending = bool(
-        s.scalar(
-            select(
-                or_(
-                    exists().where(
-                        models.SearcherEvent.experiment_id == experiment_id,
-                        models.SearcherEvent.id <= horizon,
-                    ),
-                    exists().where(models.SearcherAnswer.experiment_id == experiment_id),
-                )
-            )
-        )
-    )
-    trial = s.get(models.Trial, trial_id)
+        horizon = s.scalar(_NEWEST_EVENT, {"experiment_id": experiment_id}) or 0
+    pending = bool(s.scalar(_UNANSWERED, {"experiment_id": experiment_id, "horizon": horizon}))
+    trial = s.execute(_OPERATION, {"trial_id": trial_id}).one_or_none()
     if trial is None:
         raise NotFound(f"trial {trial_id} not found")
-    exp = s.get_one(models.Experiment, trial.experiment_id)
-    length = int(trial.searcher_target) or config_view(exp.config).training_length
+    length = int(trial.searcher_target)
+    if not length:
+        config = s.scalar(_CONFIG, {"experiment_id": trial.experiment_id})
+        length = config_view(config).training_length
     if length <= 0:
         return Operation(trial.request_id, 0, True), horizon
     completed = trial.searcher_stopped or trial.searcher_completed_length >= length
     at_target = completed and not trial.searcher_stopped and trial.searcher_target > 0
-    if not at_target or exp.state in TERMINAL:
+    if not at_target or trial.experiment_state in TERMINAL:
         return Operation(trial.request_id, length, completed), horizon
     return Operation(trial.request_id, length, completed, verdict_pending=pending), horizon
 

@@ -11,9 +11,11 @@ from typing import Any
 import pytest
 from sqlalchemy import event, func, select
 
+from cairn.searcher.v1 import searcher_pb2 as spb
 from services.master.domain.experiments import creation, experiments, searcher_actions, searcher_pump
 from services.master.domain.experiments.creation import search_spec
 from services.master.domain.experiments.searcher_actions import apply_response
+from services.master.domain.kernel.clock import utcnow
 from services.master.domain.scheduling import scheduling
 from services.master.store import models
 from tests.unit.master.domain.harness import Master, config_text
@@ -129,6 +131,45 @@ def test_the_pump_sends_a_backlog_in_calls_of_at_most_its_limit(master: Master, 
     with master.db.read() as s:
         assert s.get_one(models.SearcherSnapshot, experiment_id).seq == TRIALS
     assert master.searchers.searcher.calls == [25, 25, 10]
+
+
+def test_the_rest_of_an_answer_stored_in_a_delivery_comes_before_the_next_events_answer(
+    master: Master, monkeypatch: Any
+) -> None:
+    """The searcher made the rest's trials before it heard of anything later: a delivery that
+    stores an answer's rest applies it before it sends the next events (and a delivery with none
+    stored looks for none)."""
+    master.searchers.searcher.batches = False  # the creations' events go one a call
+    real_apply = searcher_pump.apply_response_in_part
+    stored_first = []
+
+    def stores_a_rest_once(*args: Any, **kwargs: Any) -> bool:
+        real_apply(*args, **kwargs)
+        if stored_first:
+            return False
+        w = args[1]
+        rest = spb.SearcherResponse()  # nothing left to do, but stored as a rest is
+        w.session.add(
+            models.SearcherAnswer(
+                experiment_id=args[2].id, payload=rest.SerializeToString(), created_at=utcnow()
+            )
+        )
+        stored_first.append(True)
+        return True
+
+    seen_stored: list[int] = []
+    real_handle_many = master.searchers.searcher.handle_many
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        seen_stored.append(count(master, models.SearcherAnswer))
+        return real_handle_many(*args, **kwargs)
+
+    monkeypatch.setattr(searcher_pump, "apply_response_in_part", stores_a_rest_once)
+    monkeypatch.setattr(master.searchers.searcher, "handle_many", counting)
+    master.create(grid(trials=4))
+    assert stored_first and len(seen_stored) == 4
+    assert set(seen_stored) == {0}  # no call found the rest still waiting
+    assert count(master, models.SearcherAnswer) == 0
 
 
 def test_a_kill_stops_the_first_trials_now_and_the_rest_in_the_deferred_loop(master: Master) -> None:
