@@ -69,7 +69,7 @@ _ADVANCE = _ADVANCE_FROM.values(
 _ADVANCE_SEQ = _ADVANCE_FROM.values(seq=bindparam("new_seq"), updated_at=bindparam("new_updated_at"))
 # On the table, not the mapped class: one executemany of a row or two, without the ORM's bulk
 # insert machinery (a fifth of a delivery's write at a small cluster).
-_KEEP_REPLAY = insert(models.SearcherReplay.__table__)
+_KEEP_REPLAY = insert(models.Base.metadata.tables[models.SearcherReplay.__tablename__])
 
 
 def advance_snapshot(w: Work, experiment_id: int, from_seq: int, snapshot: spb.Snapshot) -> bool:

@@ -49,7 +49,7 @@ MAX_EVENTS_PER_CALL = 1000
 STATE_EVERY_EVENTS = 1000
 
 
-def _owed() -> Select[int]:
+def _owed() -> Select[int, int]:
     """The experiments owed a delivery, in one statement (the pump asks every IDLE_POLL_S): those
     with a stored answer to finish first (their events follow it), then those with events, oldest
     first."""

@@ -277,7 +277,7 @@ def _read_operation(
     length = int(trial.searcher_target)
     if not length:
         config = s.scalar(_CONFIG, {"experiment_id": trial.experiment_id})
-        length = config_view(config).training_length
+        length = config_view(config or {}).training_length
     if length <= 0:
         return Operation(trial.request_id, 0, True), horizon
     completed = trial.searcher_stopped or trial.searcher_completed_length >= length
