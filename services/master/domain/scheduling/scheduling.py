@@ -316,7 +316,17 @@ class SchedulingLoop:
 
     def _session_pass(self) -> bool:
         """A pass over the scheduler's session: the changes since the last pass go out, the
-        decision comes back. A snapshot replaces the session whenever either side is in doubt."""
+        decision comes back. A snapshot replaces the session whenever either side is in doubt,
+        as after any failure of a pass: the changes it took from the tracker, the assignments the
+        scheduler kept and those it has yet to be told were not applied would be lost with it."""
+        try:
+            return self._session_pass_once()
+        except BaseException:
+            if self.view is not None:
+                self.view.resync()
+            raise
+
+    def _session_pass_once(self) -> bool:
         assert self.view is not None
         clock = _PassClock()
         with self.view.lock:
@@ -350,12 +360,7 @@ class SchedulingLoop:
         if step.any_pending or step.request.snapshot:
             clock.decided(self._ctx.telemetry)
         if decision.assignments or decision.preemptions:
-            try:
-                self._apply(decision)
-            except BaseException:
-                # Which of the kept assignments were applied is in doubt: start again whole.
-                self.view.resync()
-                raise
+            self._apply(decision)
             return False
         return True
 
@@ -542,7 +547,11 @@ def _tell_view(
     view: SchedulingView, placed: list[tuple[str, int | None, list[dict[str, Any]]]], not_applied: list[str]
 ) -> None:
     with view.lock:
-        view.placed(placed, not_applied)
+        try:
+            view.placed(placed, not_applied)
+        except BaseException:
+            view.resync()  # an effect's failure is only logged: what the view holds is in doubt
+            raise
 
 
 def _closed_to_new_work(w: Work, agent_ids: set[str]) -> tuple[set[str], set[tuple[str, str]]]:

@@ -497,3 +497,52 @@ def test_a_quota_makes_passes_send_when_placed_work_began_to_run(master: Master)
     pool_shares.clear_share(master.ctx, master.admin, team, "default")
     master.settle()
     assert not view.reads_started_at
+
+
+def test_a_pass_that_fails_after_its_answer_or_before_its_request_is_followed_by_a_snapshot(
+    master: Master, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a failed pass took with it (the tracker's changes, assignments the scheduler kept and
+    the master did not apply) is not lost: the next pass sends the whole state again, and the
+    waiting trial is placed once its agent is back."""
+    master.add_agent("a1", slots=1)
+    master.create(grid(4))
+    master.settle()
+    answering = Answering(master.ctx.scheduler, meanwhile=lambda: master.hub.connected.discard("a2"))
+    master.ctx.scheduler = answering  # type: ignore[assignment]
+    master.add_agent("a2", slots=1)
+    master.scheduling.run_pass()  # assigned on a2, not applied: to be sent back next pass
+    assert assigned(master) == 1
+    by_id = scheduling_view.allocation_rows_by_id
+    failing = [True]
+
+    def fails_once(s: Any, ids: Any) -> list[Any]:
+        if failing:
+            failing.clear()
+            raise RuntimeError("the database went away")
+        return by_id(s, ids)
+
+    monkeypatch.setattr(scheduling_view, "allocation_rows_by_id", fails_once)
+    with pytest.raises(RuntimeError):
+        master.scheduling.run_pass()
+    master.hub.connected.add("a2")
+    master.scheduling.run_pass()
+    assert answering.sent[-1].snapshot
+    master.settle()
+    assert assigned(master) == 2
+    # And a failure between the answer and the placing (here: publishing the waiting reasons).
+    real_take = scheduling.SchedulingLoop._take_reasons
+    once = [True]
+
+    def take_fails_once(self: Any, step: Any, decision: Any) -> None:
+        if once and decision.assignments:
+            once.clear()
+            raise RuntimeError("boom")
+        real_take(self, step, decision)
+
+    monkeypatch.setattr(scheduling.SchedulingLoop, "_take_reasons", take_fails_once)
+    master.add_agent("a3", slots=1)
+    with pytest.raises(RuntimeError):
+        master.scheduling.run_pass()
+    master.settle()
+    assert assigned(master) == 3
