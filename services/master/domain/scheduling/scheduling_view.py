@@ -249,6 +249,8 @@ _ALLOCATION_FIELDS = frozenset(
     }
 )
 _ALLOCATION_WATCHED = _ALLOCATION_FIELDS | {"state"}
+# A placed allocation's start alone: read only where a pool reads it (SchedulingView.reads_started_at).
+_STARTED_ONLY = frozenset({"start_time"})
 
 
 def _state_class(state: str) -> str:
@@ -284,9 +286,6 @@ def _allocation_change(allocation: models.Allocation, session: Session) -> str |
         if not modified:
             return None
     return "started" if modified == _STARTED_ONLY else "changed"
-
-
-_STARTED_ONLY = {"start_time"}
 
 
 @dataclass

@@ -381,18 +381,15 @@ def test_what_a_pass_placed_the_scheduler_kept_and_the_next_pass_neither_reads_n
     master.settle()  # and the view agrees with a whole read and with the scheduler's session
 
 
-class Answering:
-    """The scheduler port, running `meanwhile` once after the first answer that assigns anything
-    (before the master applies it), and answering as a scheduler that keeps nothing when `old`."""
+class Answering(Recording):
+    """A recording scheduler port that runs `meanwhile` once after the first answer that assigns
+    anything (before the master applies it), and answers as a scheduler that keeps nothing when
+    `old`."""
 
     def __init__(self, inner: Any, meanwhile: Any = None, old: bool = False) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.meanwhile = meanwhile
         self.old = old
-        self.sent: list[pb.ScheduleChangesRequest] = []
-
-    def schedule(self, request: pb.ScheduleRequest) -> pb.ScheduleResponse:
-        return self.inner.schedule(request)  # type: ignore[no-any-return]
 
     def schedule_changes(self, request: pb.ScheduleChangesRequest) -> pb.ScheduleChangesResponse:
         self.sent.append(request)
