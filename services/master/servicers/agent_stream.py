@@ -5,7 +5,8 @@ thread: a thousand connected agents are a thousand idle tasks on one loop, and a
 timestamp set there. Per stream, a reader task applies what the agent sends, in order, each message
 in a small shared thread pool (the database work); the handler's own task sends what the master
 queues for the agent (Welcome first, then any backlog, then new commands), woken by the queue
-(agent_hub.AgentLink.put). An agent past --max-agents is refused at once with RESOURCE_EXHAUSTED
+(agent_hub.AgentLink.put), or by the one task that watches every stream's agent for silence
+(SilenceWatch). An agent past --max-agents is refused at once with RESOURCE_EXHAUSTED
 (it retries with backoff).
 
 What an agent reports of its containers (state changes, refused starts) is applied in units of work
@@ -28,6 +29,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar, cast
 
@@ -56,8 +58,8 @@ from services.master.domain.scheduling.agent_hub import AgentLink
 log = get_logger(__name__)
 
 CONTEXT_CHUNK = 1024 * 1024
-# The shortest sleep of a stream's sender between looks at whether its agent went silent.
-SEND_RECHECK_S = 0.5
+# How often the silence watch looks at every stream's agent.
+SILENCE_CHECK_S = 0.5
 # Threads applying the streams' messages: a batch of units' worth (kernel/batched_units.py).
 APPLY_THREADS = 64
 
@@ -77,6 +79,8 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
         self._threads = ThreadPoolExecutor(max_workers=APPLY_THREADS, thread_name_prefix="agent-apply")
         # The containers' system metrics the agents sample (issue 46).
         self._system_metrics = SystemMetricsStore(ctx)
+        # Which streams' agents went silent: one watch for them all.
+        self._silence = SilenceWatch(ctx)
 
     def Enrol(self, request: apb.EnrolRequest, context: grpc.ServicerContext) -> apb.EnrolResponse:
         means = request.WhichOneof("means")
@@ -211,28 +215,30 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
 
     async def _send(self, link: AgentLink, ready: asyncio.Event) -> AsyncIterator[apb.MasterMessage]:
         """What the master queues for the agent, until the stream closes. The sender sleeps until
-        a message comes (link.put wakes it) or the agent would count as silent. Everything that
-        ends a stream wakes it (link.close: the reader's end, a replaced or refused stream, the
-        master's stop; the RPC's own end through its callback)."""
-        timeout = self.ctx.settings.agent_heartbeat_timeout_s
-        while not link.closed.is_set() and not self.ctx.stopping.is_set():
-            silent_for = time.monotonic() - link.last_heard
-            if silent_for > timeout and not link.applying:
-                log.warning("agent silent for too long; closing its stream", agent_id=link.agent_id)
-                return
-            try:
-                message = link.outbox.get_nowait()
-            except queue.Empty:
-                ready.clear()
-                if not link.outbox.empty():
-                    continue  # put between the look and the clear: its wake-up may be lost
-                # Past the deadline while a message is applied: look again shortly.
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(ready.wait(), timeout=max(SEND_RECHECK_S, timeout - silent_for))
-                continue
-            if message is None:
-                return
-            yield message
+        a message comes (link.put wakes it) or the silence watch finds the agent silent (it wakes
+        it too). Everything else that ends a stream wakes it (link.close: the reader's end, a
+        replaced or refused stream, the master's stop; the RPC's own end through its callback)."""
+        watched = self._silence.watch(link, ready)
+        try:
+            while not link.closed.is_set() and not self.ctx.stopping.is_set():
+                if watched.silent:
+                    log.warning("agent silent for too long; closing its stream", agent_id=link.agent_id)
+                    return
+                try:
+                    message = link.outbox.get_nowait()
+                except queue.Empty:
+                    ready.clear()
+                    if not link.outbox.empty():
+                        continue  # put between the look and the clear: its wake-up may be lost
+                    # No timer of its own: a thousand senders each arming one at every wake-up
+                    # were a tenth of the loop's time at 500 starts a second (bench/README.md).
+                    await ready.wait()
+                    continue
+                if message is None:
+                    return
+                yield message
+        finally:
+            self._silence.forget(watched)
 
     async def _read(self, link: AgentLink, messages: AsyncIterator[apb.AgentMessage]) -> None:
         """Apply what the agent sends, one message at a time and in order. A heartbeat is a
@@ -386,6 +392,52 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
             context.abort(grpc.StatusCode.NOT_FOUND, f"no live allocation {request.allocation_id}")
         for start in range(0, len(archive), CONTEXT_CHUNK):
             yield apb.FetchTaskContextChunk(data=archive[start : start + CONTEXT_CHUNK])
+
+
+@dataclass(eq=False)  # watched by identity
+class _Watched:
+    link: AgentLink
+    ready: asyncio.Event
+    silent: bool = False
+
+
+class SilenceWatch:
+    """Closes the streams of agents silent for longer than the heartbeat timeout: one task on the
+    loop looks at every watched stream each SILENCE_CHECK_S, and wakes the sender of a silent one
+    (which then ends its stream). An agent whose message the master is still applying is not
+    silent (AgentLink.applying: the master is the one behind). The task runs while any stream is
+    watched and starts again with the next."""
+
+    def __init__(self, ctx: MasterContext) -> None:
+        self._ctx = ctx
+        self._watched: set[_Watched] = set()
+        self._task: asyncio.Task[None] | None = None
+
+    def watch(self, link: AgentLink, ready: asyncio.Event) -> _Watched:
+        """On the loop: watch `link`'s agent; `ready` is what its sender sleeps on."""
+        watched = _Watched(link, ready)
+        self._watched.add(watched)
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="agent-silence-watch")
+        return watched
+
+    def forget(self, watched: _Watched) -> None:
+        self._watched.discard(watched)
+
+    async def _run(self) -> None:
+        while self._watched:
+            await asyncio.sleep(SILENCE_CHECK_S)
+            self.check()
+
+    def check(self) -> None:
+        now = time.monotonic()
+        timeout = self._ctx.settings.agent_heartbeat_timeout_s
+        stopping = self._ctx.stopping.is_set()
+        for watched in self._watched:
+            link = watched.link
+            if stopping or (not link.applying and now - link.last_heard > timeout):
+                watched.silent = not stopping
+                watched.ready.set()
 
 
 def _start_refused(ctx: MasterContext, w: Work, *, container_id: str, error: str, stopping: bool) -> None:

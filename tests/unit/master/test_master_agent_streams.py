@@ -1,7 +1,8 @@
 """Agent streams (servicers/agent_stream.py, coroutines on the master's asyncio server): past
 --max-agents an agent is refused at once with RESOURCE_EXHAUSTED (it retries), and its slot comes
-back when a stream ends; an agent whose message the master is still
-applying is not cut off as silent, however long the database keeps the master behind."""
+back when a stream ends; one watch ends the streams of silent agents, and every stream at the
+master's stop; an agent whose message the master is still applying is not cut off as silent,
+however long the database keeps the master behind."""
 
 from __future__ import annotations
 
@@ -81,5 +82,48 @@ def test_an_agent_is_not_cut_off_while_its_message_is_applied() -> None:
         started = time.monotonic()
         assert [m async for m in send] == []  # silent and nothing being applied: the stream is closed
         assert time.monotonic() - started < 5
+
+    asyncio.run(scenario())
+
+
+def test_one_watch_ends_the_streams_of_silent_agents_only_and_every_stream_at_the_masters_stop() -> None:
+    # The senders arm no timer of their own: the silence watch (one task for every stream) wakes
+    # the sender of an agent silent past the timeout, and leaves the others asleep.
+    settings = SimpleNamespace(agent_heartbeat_timeout_s=1.0)
+    ctx = SimpleNamespace(settings=settings, stopping=threading.Event())
+    servicer = AgentStreamServicer(cast(Any, ctx), cast(Any, None), max_agents=3)
+    silent, heard, busy = AgentLink("silent"), AgentLink("heard"), AgentLink("busy")
+    silent.last_heard = time.monotonic() - 100
+    busy.last_heard = time.monotonic() - 100
+    busy.applying = True  # the master is behind on its message: not silent
+    sent: dict[str, list[apb.MasterMessage]] = {"silent": [], "heard": [], "busy": []}
+
+    async def serve(link: AgentLink) -> None:
+        ready = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        link.wake = lambda: loop.call_soon_threadsafe(ready.set)
+        async for message in servicer._send(link, ready):
+            sent[link.agent_id].append(message)
+
+    async def scenario() -> None:
+        senders = {link.agent_id: asyncio.create_task(serve(link)) for link in (silent, heard, busy)}
+        started = time.monotonic()
+        await senders["silent"]
+        assert time.monotonic() - started < 2  # within a look or two of the watch
+        for _ in range(4):  # the others stay open over several looks while heard (or applied)
+            heard.heard()
+            await asyncio.sleep(0.5)
+        assert not senders["heard"].done() and not senders["busy"].done()
+        late = apb.MasterMessage(log_ack=apb.LogAck(acked_seq={"c": 2}))
+        heard.put(late)
+        for _ in range(100):
+            if sent["heard"]:
+                break
+            await asyncio.sleep(0.01)
+        assert sent == {"silent": [], "heard": [late], "busy": []}  # woken by the put, not the watch
+        ctx.stopping.set()  # the master stops: every sender ends, none taken for silent
+        await asyncio.wait_for(asyncio.gather(senders["heard"], senders["busy"]), 2)
+        await asyncio.sleep(0.6)
+        assert servicer._silence._task is not None and servicer._silence._task.done()  # none watched
 
     asyncio.run(scenario())

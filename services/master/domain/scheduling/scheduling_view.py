@@ -28,6 +28,7 @@ from typing import Any
 from google.protobuf.timestamp_pb2 import Timestamp
 from sqlalchemy import bindparam, inspect, select
 from sqlalchemy.orm import ORMExecuteState, Session
+from sqlalchemy.orm.base import PASSIVE_NO_INITIALIZE
 
 from cairn.scheduler.v1 import scheduler_pb2 as pb
 from services.master.domain.allocations.placement import PortOffsets
@@ -275,7 +276,9 @@ def _allocation_change(allocation: models.Allocation, session: Session) -> str |
     if not modified:
         return None
     if "state" in modified:
-        state = instance.attrs["state"].history
+        # As `instance.attrs["state"].history`, without making the state's namespace of every
+        # attribute (a dict of 35 on the first look at each allocation of each unit).
+        state = instance.get_history("state", PASSIVE_NO_INITIALIZE)
         if not state.added:
             return "changed"
         if state.added[0] == A.TERMINATED:
