@@ -60,7 +60,7 @@ log = get_logger(__name__)
 CONTEXT_CHUNK = 1024 * 1024
 # How often the silence watch looks at every stream's agent.
 SILENCE_CHECK_S = 0.5
-# Threads applying the streams' messages: a batch of units' worth (kernel/batched_units.py).
+# Threads applying the streams' messages that are not awaited on the loop.
 APPLY_THREADS = 64
 
 T = TypeVar("T")
@@ -74,8 +74,9 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
         self._agent_slots = threading.BoundedSemaphore(max_agents)
         # The agents' state changes and refused starts, applied in shared transactions.
         self._units = BatchedUnits(ctx, prepare=wiring.preload_agent_reports)
-        # Where the streams' database work runs: as many threads as a batch of units takes, so
-        # that a burst from many agents fills a batch, and no more however many agents there are.
+        # Where the streams' database work runs: the batches' lead, log batches, slot reports, and
+        # state changes retried through an outage (each on a thread while it waits); a fixed
+        # number however many agents there are. State changes otherwise wait on the loop.
         self._threads = ThreadPoolExecutor(max_workers=APPLY_THREADS, thread_name_prefix="agent-apply")
         # The containers' system metrics the agents sample (issue 46).
         self._system_metrics = SystemMetricsStore(ctx)

@@ -24,8 +24,12 @@ from services.master.domain.kernel.group_commit import GroupCommit, GroupStats
 T = TypeVar("T")
 
 # Enough to take the units of a thousand agents' burst in a few batches, few enough that one batch
-# holds the master's lock for tens of milliseconds, not seconds (a unit costs about a millisecond).
-MAX_BATCH = 64
+# holds the master's lock for a fraction of a second, not seconds (a unit costs about 0.3 ms of
+# CPU). At 500 starts a second the master's lock is held all the time, and each batch pays for
+# taking it and for its reads, flush and commit: 64 units a batch left the agents' RUNNING reports
+# queued for many seconds behind it; 256 keep up (bench/README.md, "The master's lock, held all
+# the time").
+MAX_BATCH = 256
 
 
 class _Unit(NamedTuple):

@@ -47,8 +47,10 @@ from services.master.store import models
 
 log = get_logger(__name__)
 
-# Assignments started per transaction (SchedulingLoop._apply).
-APPLY_CHUNK = 64
+# Assignments started per transaction (SchedulingLoop._apply): as many as an agents' batch of
+# reports (kernel/batched_units.py), so that a pass waits for the master's lock as seldom as the
+# batches do.
+APPLY_CHUNK = 256
 # Without any wake-up, look again this often (agents may have freed slots).
 MAX_IDLE_S = 2.0
 # A pass that could only repeat the last one is skipped (SchedulingLoop._step), but never for
