@@ -222,7 +222,7 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
         watched = self._silence.watch(link, ready)
         try:
             while not link.closed.is_set() and not self.ctx.stopping.is_set():
-                if watched.silent:
+                if self._silence.silent(link):
                     log.warning("agent silent for too long; closing its stream", agent_id=link.agent_id)
                     return
                 try:
@@ -399,14 +399,14 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
 class _Watched:
     link: AgentLink
     ready: asyncio.Event
-    silent: bool = False
 
 
 class SilenceWatch:
-    """Closes the streams of agents silent for longer than the heartbeat timeout: one task on the
-    loop looks at every watched stream each SILENCE_CHECK_S, and wakes the sender of a silent one
-    (which then ends its stream). An agent whose message the master is still applying is not
-    silent (AgentLink.applying: the master is the one behind). The task runs while any stream is
+    """Ends the streams of agents silent for longer than the heartbeat timeout: one task on the
+    loop looks at every watched stream each SILENCE_CHECK_S and wakes the sender of a silent one,
+    which looks again (`silent`: a message may have come meanwhile) and ends its stream. An agent
+    whose message the master is still applying is not silent (AgentLink.applying: the master is
+    the one behind). At the master's stop it wakes every sender. The task runs while any stream is
     watched and starts again with the next."""
 
     def __init__(self, ctx: MasterContext) -> None:
@@ -418,26 +418,33 @@ class SilenceWatch:
         """On the loop: watch `link`'s agent; `ready` is what its sender sleeps on."""
         watched = _Watched(link, ready)
         self._watched.add(watched)
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="agent-silence-watch")
+        loop = asyncio.get_running_loop()
+        if self._task is None or self._task.done() or self._task.get_loop() is not loop:
+            self._task = loop.create_task(self._run(), name="agent-silence-watch")
         return watched
 
     def forget(self, watched: _Watched) -> None:
         self._watched.discard(watched)
 
+    def silent(self, link: AgentLink) -> bool:
+        return (
+            not link.applying
+            and time.monotonic() - link.last_heard > self._ctx.settings.agent_heartbeat_timeout_s
+        )
+
     async def _run(self) -> None:
         while self._watched:
             await asyncio.sleep(SILENCE_CHECK_S)
-            self.check()
+            try:
+                self.check()
+            except Exception:
+                # Not the end of the watch: every stream would go unwatched until the next began.
+                log.exception("looking for silent agents failed")
 
     def check(self) -> None:
-        now = time.monotonic()
-        timeout = self._ctx.settings.agent_heartbeat_timeout_s
         stopping = self._ctx.stopping.is_set()
         for watched in self._watched:
-            link = watched.link
-            if stopping or (not link.applying and now - link.last_heard > timeout):
-                watched.silent = not stopping
+            if stopping or self.silent(watched.link):
                 watched.ready.set()
 
 

@@ -127,3 +127,31 @@ def test_one_watch_ends_the_streams_of_silent_agents_only_and_every_stream_at_th
         assert servicer._silence._task is not None and servicer._silence._task.done()  # none watched
 
     asyncio.run(scenario())
+
+
+def test_an_agent_heard_after_the_watch_found_it_silent_keeps_its_stream() -> None:
+    # The watch only wakes the sender; the sender looks again and finds the agent heard meanwhile.
+    settings = SimpleNamespace(agent_heartbeat_timeout_s=1.0)
+    ctx = SimpleNamespace(settings=settings, stopping=threading.Event())
+    servicer = AgentStreamServicer(cast(Any, ctx), cast(Any, None), max_agents=1)
+    link = AgentLink("late")
+
+    async def scenario() -> None:
+        ready = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        link.wake = lambda: loop.call_soon_threadsafe(ready.set)
+        sender = asyncio.create_task(_collect(servicer._send(link, ready)))
+        await asyncio.sleep(0.01)  # the sender sleeps
+        link.last_heard = time.monotonic() - 100
+        servicer._silence.check()  # finds the agent silent and wakes its sender...
+        link.heard()  # ...and a heartbeat is read before the sender runs
+        await asyncio.sleep(0.1)
+        assert not sender.done()
+        link.close()
+        assert await asyncio.wait_for(sender, 2) == []
+
+    asyncio.run(scenario())
+
+
+async def _collect(messages: AsyncIterator[apb.MasterMessage]) -> list[apb.MasterMessage]:
+    return [m async for m in messages]

@@ -227,6 +227,7 @@ class GroupCommit(Generic[I, R]):
             log.info("a batched write raised; writing the batch's items one by one", error=str(exc))
             for waiting in batch:
                 self._write_alone(waiting)
+                time.sleep(0)  # as between batches (_lead_in_executor): a waiting pass goes first
             return
         for waiting, result in zip(batch, results, strict=True):
             waiting.finish(result)
