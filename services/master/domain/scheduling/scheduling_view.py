@@ -199,7 +199,11 @@ class ChangeTracker:
                 return
         if name in _WATCHED:
             self._pending(state.session).everything = True
-        elif name == models.PoolShare.__tablename__:
+        elif name == models.PoolShare.__tablename__ or (
+            # A workspace's deletion takes its pool shares with it (ON DELETE CASCADE), in the
+            # database, where no statement of the unit names them.
+            state.is_delete and name == models.Workspace.__tablename__
+        ):
             self._pending(state.session).pools = True
 
     def _commit(self, session: Session) -> None:

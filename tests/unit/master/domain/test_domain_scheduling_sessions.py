@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sqlalchemy import event, insert, select
+from sqlalchemy import delete, event, func, insert, select
 
 from cairn.agent.v1 import agent_pb2 as apb
 from cairn.scheduler.v1 import scheduler_pb2 as pb
@@ -250,6 +250,25 @@ class OwnTracker(ChangeTracker):
     """A second tracker on the same database, keeping its unit's changes apart from the view's."""
 
     _KEY = "tests.own_scheduling_changes"
+
+
+@pytest.mark.on_each_database
+def test_a_workspace_deleted_by_a_statement_sends_the_pools_again(master: Master) -> None:
+    """A workspace's pool shares go with it by the database's cascade, which no statement of the
+    unit names: the tracker takes the workspace's DELETE as a change of the pools' quotas."""
+    with master.db.transaction() as s:
+        s.add(models.Workspace(id=901, name="gone", user_id=master.admin.user_id, created_at=utcnow()))
+        s.flush()
+        s.add(models.PoolShare(pool_name="default", workspace_id=901, user_id=0, max_slots=1))
+    tracker = OwnTracker(master.db)
+    tracker.take()
+    with master.db.transaction() as s:
+        s.execute(delete(models.Workspace).where(models.Workspace.id == 901))
+    changed = tracker.take()
+    assert changed.pools and not changed.everything
+    with master.db.read() as s:
+        assert s.scalar(select(func.count()).select_from(models.PoolShare)) == 0  # gone with it
+    tracker.stop()
 
 
 @pytest.mark.on_each_database
