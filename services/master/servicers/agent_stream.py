@@ -26,10 +26,8 @@ import asyncio
 import contextlib
 import queue
 import threading
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar, cast
 
@@ -54,12 +52,11 @@ from services.master.domain.reads.agents import allocation_runs_on
 from services.master.domain.reads.tasks import task_context_archive
 from services.master.domain.scheduling import agents as agent_registry
 from services.master.domain.scheduling.agent_hub import AgentLink
+from services.master.servicers.agent_silence import SilenceWatch
 
 log = get_logger(__name__)
 
 CONTEXT_CHUNK = 1024 * 1024
-# How often the silence watch looks at every stream's agent.
-SILENCE_CHECK_S = 0.5
 # Threads applying the streams' messages that are not awaited on the loop.
 APPLY_THREADS = 64
 
@@ -393,59 +390,6 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
             context.abort(grpc.StatusCode.NOT_FOUND, f"no live allocation {request.allocation_id}")
         for start in range(0, len(archive), CONTEXT_CHUNK):
             yield apb.FetchTaskContextChunk(data=archive[start : start + CONTEXT_CHUNK])
-
-
-@dataclass(eq=False)  # watched by identity
-class _Watched:
-    link: AgentLink
-    ready: asyncio.Event
-
-
-class SilenceWatch:
-    """Ends the streams of agents silent for longer than the heartbeat timeout: one task on the
-    loop looks at every watched stream each SILENCE_CHECK_S and wakes the sender of a silent one,
-    which looks again (`silent`: a message may have come meanwhile) and ends its stream. An agent
-    whose message the master is still applying is not silent (AgentLink.applying: the master is
-    the one behind). At the master's stop it wakes every sender. The task runs while any stream is
-    watched and starts again with the next."""
-
-    def __init__(self, ctx: MasterContext) -> None:
-        self._ctx = ctx
-        self._watched: set[_Watched] = set()
-        self._task: asyncio.Task[None] | None = None
-
-    def watch(self, link: AgentLink, ready: asyncio.Event) -> _Watched:
-        """On the loop: watch `link`'s agent; `ready` is what its sender sleeps on."""
-        watched = _Watched(link, ready)
-        self._watched.add(watched)
-        loop = asyncio.get_running_loop()
-        if self._task is None or self._task.done() or self._task.get_loop() is not loop:
-            self._task = loop.create_task(self._run(), name="agent-silence-watch")
-        return watched
-
-    def forget(self, watched: _Watched) -> None:
-        self._watched.discard(watched)
-
-    def silent(self, link: AgentLink) -> bool:
-        return (
-            not link.applying
-            and time.monotonic() - link.last_heard > self._ctx.settings.agent_heartbeat_timeout_s
-        )
-
-    async def _run(self) -> None:
-        while self._watched:
-            await asyncio.sleep(SILENCE_CHECK_S)
-            try:
-                self.check()
-            except Exception:
-                # Not the end of the watch: every stream would go unwatched until the next began.
-                log.exception("looking for silent agents failed")
-
-    def check(self) -> None:
-        stopping = self._ctx.stopping.is_set()
-        for watched in self._watched:
-            if stopping or self.silent(watched.link):
-                watched.ready.set()
 
 
 def _start_refused(ctx: MasterContext, w: Work, *, container_id: str, error: str, stopping: bool) -> None:

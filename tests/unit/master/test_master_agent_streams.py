@@ -62,19 +62,29 @@ def test_agents_past_the_limit_are_refused_and_slots_come_back() -> None:
     asyncio.run(scenario())
 
 
+def _servicer(max_agents: int) -> tuple[AgentStreamServicer, SimpleNamespace]:
+    """A servicer whose streams' agents count as silent after 1 s, and the context it reads."""
+    ctx = SimpleNamespace(settings=SimpleNamespace(agent_heartbeat_timeout_s=1.0), stopping=threading.Event())
+    return AgentStreamServicer(cast(Any, ctx), cast(Any, None), max_agents=max_agents), ctx
+
+
+def _woken_by_puts(link: AgentLink) -> asyncio.Event:
+    """On the loop: the event the link's sender sleeps on, set by every put (as _session wires it)."""
+    ready = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    link.wake = lambda: loop.call_soon_threadsafe(ready.set)
+    return ready
+
+
 def test_an_agent_is_not_cut_off_while_its_message_is_applied() -> None:
-    settings = SimpleNamespace(agent_heartbeat_timeout_s=1.0)
-    ctx = SimpleNamespace(settings=settings, stopping=threading.Event())
-    servicer = AgentStreamServicer(cast(Any, ctx), cast(Any, None), max_agents=1)
+    servicer, _ctx = _servicer(max_agents=1)
     link = AgentLink("agent-1")
     link.last_heard = time.monotonic() - 100  # long past the timeout...
     link.applying = True  # ...but the master is applying its last message
     later = apb.MasterMessage(log_ack=apb.LogAck(acked_seq={"c": 1}))
 
     async def scenario() -> None:
-        ready = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        link.wake = lambda: loop.call_soon_threadsafe(ready.set)
+        ready = _woken_by_puts(link)
         threading.Timer(1.2, link.put, args=(later,)).start()  # from another thread, as the domain
         send = servicer._send(link, ready)
         assert await anext(send) is later  # still served after more than the timeout with nothing to send
@@ -89,9 +99,7 @@ def test_an_agent_is_not_cut_off_while_its_message_is_applied() -> None:
 def test_one_watch_ends_the_streams_of_silent_agents_only_and_every_stream_at_the_masters_stop() -> None:
     # The senders arm no timer of their own: the silence watch (one task for every stream) wakes
     # the sender of an agent silent past the timeout, and leaves the others asleep.
-    settings = SimpleNamespace(agent_heartbeat_timeout_s=1.0)
-    ctx = SimpleNamespace(settings=settings, stopping=threading.Event())
-    servicer = AgentStreamServicer(cast(Any, ctx), cast(Any, None), max_agents=3)
+    servicer, ctx = _servicer(max_agents=3)
     silent, heard, busy = AgentLink("silent"), AgentLink("heard"), AgentLink("busy")
     silent.last_heard = time.monotonic() - 100
     busy.last_heard = time.monotonic() - 100
@@ -99,9 +107,7 @@ def test_one_watch_ends_the_streams_of_silent_agents_only_and_every_stream_at_th
     sent: dict[str, list[apb.MasterMessage]] = {"silent": [], "heard": [], "busy": []}
 
     async def serve(link: AgentLink) -> None:
-        ready = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        link.wake = lambda: loop.call_soon_threadsafe(ready.set)
+        ready = _woken_by_puts(link)
         async for message in servicer._send(link, ready):
             sent[link.agent_id].append(message)
 
@@ -131,15 +137,11 @@ def test_one_watch_ends_the_streams_of_silent_agents_only_and_every_stream_at_th
 
 def test_an_agent_heard_after_the_watch_found_it_silent_keeps_its_stream() -> None:
     # The watch only wakes the sender; the sender looks again and finds the agent heard meanwhile.
-    settings = SimpleNamespace(agent_heartbeat_timeout_s=1.0)
-    ctx = SimpleNamespace(settings=settings, stopping=threading.Event())
-    servicer = AgentStreamServicer(cast(Any, ctx), cast(Any, None), max_agents=1)
+    servicer, _ctx = _servicer(max_agents=1)
     link = AgentLink("late")
 
     async def scenario() -> None:
-        ready = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        link.wake = lambda: loop.call_soon_threadsafe(ready.set)
+        ready = _woken_by_puts(link)
         sender = asyncio.create_task(_collect(servicer._send(link, ready)))
         await asyncio.sleep(0.01)  # the sender sleeps
         link.last_heard = time.monotonic() - 100
