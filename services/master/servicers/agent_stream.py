@@ -46,7 +46,6 @@ from services.master.domain.kernel.batched_units import BatchedUnits
 from services.master.domain.kernel.context import MasterContext, Work
 from services.master.domain.kernel.errors import DatabaseUnavailable, DomainError, InvalidArgument
 from services.master.domain.kernel.outage import as_outage, ride_out
-from services.master.domain.kernel.priority_lock import Lane, set_thread_lane
 from services.master.domain.metrics.logs import LogStore
 from services.master.domain.metrics.system_metrics import SystemMetricsStore
 from services.master.domain.reads.agents import allocation_runs_on
@@ -74,14 +73,8 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
         self._units = BatchedUnits(ctx, prepare=wiring.preload_agent_reports)
         # Where the streams' database work runs: the batches' lead, log batches, slot reports, and
         # state changes retried through an outage (each on a thread while it waits); a fixed
-        # number however many agents there are. State changes otherwise wait on the loop. What the
-        # agents report waits for the master's lock in the first lane (priority_lock.py).
-        self._threads = ThreadPoolExecutor(
-            max_workers=APPLY_THREADS,
-            thread_name_prefix="agent-apply",
-            initializer=set_thread_lane,
-            initargs=(Lane.AGENT_REPORTS,),
-        )
+        # number however many agents there are. State changes otherwise wait on the loop.
+        self._threads = ThreadPoolExecutor(max_workers=APPLY_THREADS, thread_name_prefix="agent-apply")
         # The containers' system metrics the agents sample (issue 46).
         self._system_metrics = SystemMetricsStore(ctx)
         # Which streams' agents went silent: one watch for them all.

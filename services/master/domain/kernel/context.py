@@ -21,7 +21,6 @@ from services.master.domain.kernel.fair_shares import FairShareDivisions
 from services.master.domain.kernel.idle_clock import IdleClock
 from services.master.domain.kernel.intake_order import IntakeOrder
 from services.master.domain.kernel.metric_inserts import MetricInserts
-from services.master.domain.kernel.priority_lock import Lane, PriorityLock
 from services.master.domain.kernel.telemetry import Telemetry
 from services.master.domain.kernel.topics import Topics
 from services.master.store import models
@@ -110,8 +109,7 @@ class MasterContext:
     master_id: str
     cluster_id: str
     topics: Topics = field(default_factory=Topics)
-    # Taken by every unit of work, handed on by lane (priority_lock.py).
-    lock: PriorityLock = field(default_factory=PriorityLock)
+    lock: threading.RLock = field(default_factory=threading.RLock)
     scheduler_wakeup: Wakeup = field(default_factory=Wakeup)
     pump_wakeup: Wakeup = field(default_factory=Wakeup)
     # Wakes the webhook sender when an event was owed (domain/webhooks/outbox.py).
@@ -156,15 +154,12 @@ class MasterContext:
         self.access_version += 1
 
     @contextlib.contextmanager
-    def unit_of_work(
-        self, lock: contextlib.AbstractContextManager[object] | None = None, lane: Lane | None = None
-    ) -> Iterator[Work]:
+    def unit_of_work(self, lock: contextlib.AbstractContextManager[object] | None = None) -> Iterator[Work]:
         """A lost database connection ends the unit with DatabaseUnavailable (the store says
         whether its commit is in doubt) and runs none of its effects; callers that can run the
         whole call again do so through outage.ride_out, outside the lock. `lock`: a narrower lock
-        than the process-wide one, for the few units proven safe beside it. `lane`: where the unit
-        waits for the process-wide lock (priority_lock.py); the thread's lane if not given."""
-        with lock if lock is not None else self.lock.held(lane):
+        than the process-wide one, for the few units proven safe beside it."""
+        with lock if lock is not None else self.lock:
             work: Work | None = None
             try:
                 with self.db.transaction() as session:

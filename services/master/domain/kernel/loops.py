@@ -1,8 +1,7 @@
 """The master's background loops (scheduling, searcher pump, liveness) share one shape: a daemon
 thread that runs a step until the master stops, logs a failed step and carries on, and between steps
 waits for its wake-up (or its period), never running steps closer together than its minimum gap.
-A database outage fails steps until the database is back; the loop goes on meanwhile. A loop's units
-wait for the master's lock in the BACKGROUND lane unless it names another (priority_lock.py)."""
+A database outage fails steps until the database is back; the loop goes on meanwhile."""
 
 from __future__ import annotations
 
@@ -13,7 +12,6 @@ from collections.abc import Callable
 from services.common.logging import get_logger
 from services.master.domain.kernel.context import MasterContext, Wakeup
 from services.master.domain.kernel.outage import as_outage
-from services.master.domain.kernel.priority_lock import Lane, set_thread_lane
 
 log = get_logger(__name__)
 
@@ -28,7 +26,6 @@ class BackgroundLoop:
         period_s: float,
         wakeup: Wakeup | None = None,
         min_gap_s: float = 0.0,
-        lane: Lane = Lane.BACKGROUND,
     ) -> None:
         self._ctx = ctx
         self._name = name
@@ -36,7 +33,6 @@ class BackgroundLoop:
         self._period_s = period_s
         self._wakeup = wakeup
         self._min_gap_s = min_gap_s
-        self._lane = lane
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> None:
@@ -46,7 +42,6 @@ class BackgroundLoop:
         self._thread.join(timeout)
 
     def _run(self) -> None:
-        set_thread_lane(self._lane)
         stopping = self._ctx.stopping
         while not stopping.is_set():
             started = time.monotonic()

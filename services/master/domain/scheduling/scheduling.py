@@ -24,7 +24,6 @@ from services.master.domain.kernel.context import MasterContext, Work
 from services.master.domain.kernel.errors import DomainError
 from services.master.domain.kernel.fair_shares import GroupDivision, PoolDivision
 from services.master.domain.kernel.loops import BackgroundLoop
-from services.master.domain.kernel.priority_lock import Lane, SlicedHold
 from services.master.domain.kernel.states import (
     PLACED_ALLOCATION,
 )
@@ -52,11 +51,6 @@ log = get_logger(__name__)
 # reports (kernel/batched_units.py), so that a pass waits for the master's lock as seldom as the
 # batches do.
 APPLY_CHUNK = 256
-# How long a pass's starts keep the master's lock across their chunks before the agents' reports
-# and the other lanes get a turn (priority_lock.SlicedHold). Let go after every chunk, a burst's
-# 8,000 starts alternated with the reports' batches, each pass took seconds, and the next passes'
-# decisions grew with what they had to catch up on (p95 220-240 ms against 40-75 ms this way).
-PLACEMENT_SLICE_S = 0.5
 # Without any wake-up, look again this often (agents may have freed slots).
 MAX_IDLE_S = 2.0
 # A pass that could only repeat the last one is skipped (SchedulingLoop._step), but never for
@@ -280,8 +274,6 @@ class SchedulingLoop:
             period_s=MAX_IDLE_S,
             wakeup=ctx.scheduler_wakeup,
             min_gap_s=ctx.settings.scheduling_interval_s,
-            # A pass's starts go first: they turn free slots into work (priority_lock.py).
-            lane=Lane.PLACEMENT,
         )
 
     def start(self) -> None:
@@ -431,18 +423,29 @@ class SchedulingLoop:
         return True
 
     def _apply(self, decision: pb.ScheduleResponse) -> None:
-        """Start what the decision places, APPLY_CHUNK assignments per transaction, with the master's
-        lock held across the chunks for PLACEMENT_SLICE_S at a time (a pass that fills a thousand
-        freed slots must not hold it for seconds while agents' reports wait), then ask for the
-        preemptions."""
+        """Start what the decision places, APPLY_CHUNK assignments per transaction (a pass that
+        fills a thousand freed slots must not hold the master's lock for seconds while agents'
+        reports wait), then ask for the preemptions."""
         ctx = self._ctx
         started = time.perf_counter()
         offsets = self.view.port_offsets() if self.view is not None else None
         assignments = list(decision.assignments)
-        with SlicedHold(ctx.lock, PLACEMENT_SLICE_S) as hold:
-            for start in range(0, len(assignments), APPLY_CHUNK):
-                hold.turn()
-                offsets = self._apply_chunk(assignments[start : start + APPLY_CHUNK], offsets)
+        for start in range(0, len(assignments), APPLY_CHUNK):
+            chunk = assignments[start : start + APPLY_CHUNK]
+            with ctx.unit_of_work() as w:
+                if offsets is None:
+                    offsets = placement.PortOffsets.counted(w)
+                if self.view is not None:
+                    # The view takes these placements from the pass, not from a read (placed).
+                    w.session.info[PLACED_BY_PASS] = {a.allocation_id for a in chunk}
+                placed = self._assign(w, chunk, offsets)
+                if self.view is not None:
+                    # Once committed and still under the master's lock: told after the lock was let
+                    # go, each chunk's telling let the agents' batches in between the chunks, and
+                    # a burst's 7,500 starts took half as long again (bench/README.md).
+                    applied = {allocation_id for allocation_id, _, _ in placed}
+                    not_applied = [a.allocation_id for a in chunk if a.allocation_id not in applied]
+                    w.later(functools.partial(_tell_view, self.view, placed, not_applied))
         if decision.preemptions:
             with ctx.unit_of_work() as w:
                 for preemption in decision.preemptions:
@@ -457,27 +460,6 @@ class SchedulingLoop:
                         )
                         stops.request_preempt(ctx, w, alloc, why)
         ctx.telemetry.scheduling_start.observe(time.perf_counter() - started)
-
-    def _apply_chunk(
-        self, chunk: list[pb.Assignment], offsets: placement.PortOffsets | None
-    ) -> placement.PortOffsets:
-        """One transaction of a pass's starts; the port offsets, counted in the first if the pass
-        had none."""
-        with self._ctx.unit_of_work() as w:
-            if offsets is None:
-                offsets = placement.PortOffsets.counted(w)
-            if self.view is not None:
-                # The view takes these placements from the pass, not from a read (placed).
-                w.session.info[PLACED_BY_PASS] = {a.allocation_id for a in chunk}
-            placed = self._assign(w, chunk, offsets)
-            if self.view is not None:
-                # Once committed and still under the master's lock: told after the lock was let
-                # go, each chunk's telling let the agents' batches in between the chunks, and
-                # a burst's 7,500 starts took half as long again (bench/README.md).
-                applied = {allocation_id for allocation_id, _, _ in placed}
-                not_applied = [a.allocation_id for a in chunk if a.allocation_id not in applied]
-                w.later(functools.partial(_tell_view, self.view, placed, not_applied))
-        return offsets
 
     def _assign(
         self, w: Work, assignments: list[pb.Assignment], offsets: placement.PortOffsets
