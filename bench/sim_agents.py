@@ -62,6 +62,7 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -115,6 +116,10 @@ PASS_METRICS = {
 DIAL_CONCURRENCY = 100
 # Seconds between the last Welcome and the idle window: the passes the registrations woke end.
 IDLE_SETTLE_S = 5.0
+# Threads for --paced's creations: enough that a creation never waits for a thread at the paces
+# run here (asyncio's default executor has min(32, cores + 4): six on two cores, so creations
+# that took over 1.2 s each at 500 trials a second held the next ones back).
+CREATION_THREADS = 64
 # A trial's end: the jitter (a fraction of --trial-seconds) keeps ends from arriving in waves.
 JITTER = 0.2
 SIGTERM_EXIT, SIGKILL_EXIT = 143, 137
@@ -467,7 +472,11 @@ async def snapshot(http_url: str, tally: Tally, pids: dict[str, int]) -> Snapsho
     return Snapshot(time.perf_counter(), histograms, tally.started, tally.ended, cpu)
 
 
-async def turnover(args: argparse.Namespace, api: Api, record: ClusterRecord) -> dict[str, float]:
+async def turnover(
+    args: argparse.Namespace, api: Api, record: ClusterRecord, called_at: dict[int, float]
+) -> dict[str, float]:
+    """The run's figures; with --paced, `called_at` gets each experiment's creation call's start
+    (wall clock, as the master's rows)."""
     assert record.master_grpc_address and record.master_http_url
     pids = {
         name: p.pid for name in ("master", "scheduler", "searcher") if (p := record.by_name(name)) is not None
@@ -504,7 +513,7 @@ async def turnover(args: argparse.Namespace, api: Api, record: ClusterRecord) ->
         idle_master = (cpu_seconds(pids["master"]) - idle_from[1]) / (time.perf_counter() - idle_from[0])
         print(f"idle, {args.agents} agents connected: the master at {idle_master:.1%} of a core", flush=True)
         if args.paced:
-            figures = await paced_arrivals(args, api, record, tally, tasks, pids)
+            figures = await paced_arrivals(args, api, record, tally, tasks, pids, called_at)
             figures["idle_master_cpu"] = idle_master
             figures["connected_s"] = connected
             return figures
@@ -569,13 +578,15 @@ async def paced_arrivals(
     tally: Tally,
     tasks: list[asyncio.Task[None]],
     pids: dict[str, int],
+    called_at: dict[int, float],
 ) -> dict[str, float]:
     """--paced: trials requested at a steady pace instead of all at once. An experiment of
     --paced-batch trials is created every --paced-batch / --paced seconds for --seconds, each
-    creation on a thread of its own when it falls due (a slow one does not delay the next); then
-    the run waits for every trial to start. With --paced x --trial-seconds below the cluster's
-    slots, every request is made while slots are free: the wait from request to RUNNING is the
-    master's own latency at that load, which the one burst of the default run cannot show."""
+    creation on a thread of its own when it falls due (a slow one does not delay the next; each
+    call's time is reported); then the run waits for every trial to start. With --paced x
+    --trial-seconds below the cluster's slots, every request is made while slots are free: the
+    wait from request to RUNNING is the master's own latency at that load, which the one burst of
+    the default run cannot show."""
     assert record.master_http_url
     interval = args.paced_batch / args.paced
     count = max(1, round(args.seconds / interval))
@@ -583,12 +594,23 @@ async def paced_arrivals(
     config = CONFIG.format(trials=args.paced_batch, top=args.paced_batch - 1)
     before = await snapshot(record.master_http_url, tally, pids)
     started_before = tally.started
-    creations: list[asyncio.Task[int]] = []
-    for n in range(count):
-        await asyncio.sleep(max(0.0, before.at + n * interval - time.perf_counter()))
-        creations.append(asyncio.create_task(asyncio.to_thread(api.create, config, MODEL_DIR)))
-    experiment_ids = await asyncio.gather(*creations)
+    creations: list[asyncio.Future[tuple[int, float]]] = []
+
+    def create() -> tuple[int, float]:
+        began, wall = time.perf_counter(), time.time()
+        experiment_id = api.create(config, MODEL_DIR)
+        called_at[experiment_id] = wall
+        return experiment_id, time.perf_counter() - began
+
+    loop = asyncio.get_running_loop()
+    with ThreadPoolExecutor(max_workers=min(count, CREATION_THREADS)) as threads:
+        for n in range(count):
+            await asyncio.sleep(max(0.0, before.at + n * interval - time.perf_counter()))
+            creations.append(loop.run_in_executor(threads, create))
+        created = await asyncio.gather(*creations)
     created_s = time.perf_counter() - before.at
+    experiment_ids = [experiment_id for experiment_id, _ in created]
+    creation_s = sorted(took for _, took in created)
     await wait_until(
         lambda: tally.started - started_before >= total,
         120 + args.seconds,
@@ -603,6 +625,8 @@ async def paced_arrivals(
         "paced_total": total,
         "paced_experiments": count,
         "created_per_s": total / created_s,
+        "creation_p50_s": quantile(creation_s, 0.5),
+        "creation_p99_s": quantile(creation_s, 0.99),
         "started_per_s": total / (tally.last_start_at - before.at),
         "window_s": after.at - before.at,
         "peak_running": tally.peak_running,
@@ -651,6 +675,24 @@ def request_to_running(db_url: str, first: int) -> list[float]:
     return sorted(_seconds(started) - _seconds(requested) for requested, started in rows)
 
 
+def call_to_running(db_url: str, called_at: dict[int, float]) -> list[float]:
+    """Seconds, sorted, from the start of each trial's experiment's creation call to its RUNNING:
+    what the user waits. The request's own stamp is taken once creation holds the master's lock,
+    so a wait for the lock before it shows here and not in request_to_running."""
+    database = Database(db_url)
+    try:
+        with database.engine.connect() as connection:
+            rows = connection.execute(
+                text(
+                    "SELECT t.experiment_id, a.start_time FROM allocations a "
+                    "JOIN trials t ON t.id = a.trial_id WHERE a.start_time IS NOT NULL"
+                )
+            ).all()
+    finally:
+        database.dispose()
+    return sorted(_seconds(started) - called_at[int(e)] for e, started in rows if int(e) in called_at)
+
+
 def quantile(sorted_values: list[float], q: float) -> float:
     if not sorted_values:
         return float("nan")
@@ -673,12 +715,17 @@ def run(args: argparse.Namespace) -> dict[str, float]:
         record = load_record(paths.record_file)
         assert record is not None, "the local cluster keeps no record"
         try:
-            figures = asyncio.run(turnover(args, api, record))
+            called_at: dict[int, float] = {}
+            figures = asyncio.run(turnover(args, api, record, called_at))
             own_url = db_url or f"sqlite:///{next(Path(tmp).rglob('cairn.db'))}"
             waits = request_to_running(own_url, int(figures.get("paced_total", figures["capacity"])))
             figures["request_to_running_p50_s"] = quantile(waits, 0.5)
             figures["request_to_running_p99_s"] = quantile(waits, 0.99)
             figures["request_to_running_max_s"] = quantile(waits, 1.0)
+            if called_at:
+                from_calls = call_to_running(own_url, called_at)
+                figures["call_to_running_p50_s"] = quantile(from_calls, 0.5)
+                figures["call_to_running_p99_s"] = quantile(from_calls, 0.99)
             figures["samples_stored"] = stored_samples(own_url)
             return figures
         except Exception:
@@ -742,7 +789,10 @@ def main() -> None:
             f"{args.backend}, {args.agents} agents x {args.slots} slots, {figures['paced_total']:.0f} trials "
             f"of {args.trial_seconds:g} s in {figures['paced_experiments']:.0f} experiments of "
             f"{args.paced_batch}, created at {figures['created_per_s']:.0f} trials/s (offered "
-            f"{args.paced:g}/s, about {busy:.0f} slots busy of {figures['capacity']:.0f}; at most "
+            f"{args.paced:g}/s; a creation's call p50 {figures['creation_p50_s']:.2f} s, p99 "
+            f"{figures['creation_p99_s']:.2f} s; from the call to RUNNING p50 "
+            f"{figures['call_to_running_p50_s']:.2f} s, p99 {figures['call_to_running_p99_s']:.2f} s; "
+            f"about {busy:.0f} slots busy of {figures['capacity']:.0f}; at most "
             f"{figures['peak_running']:.0f} running); request to RUNNING p50 "
             f"{figures['request_to_running_p50_s']:.2f} s, max {figures['request_to_running_max_s']:.2f} s; "
             f"{figures['pass_count']:.0f} passes, decision p95 {figures['pass_p95_ms']:.0f} ms, its CPU p95 "
