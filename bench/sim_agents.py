@@ -39,8 +39,11 @@ With --paced RATE, trials are requested at a steady pace instead: an experiment 
 trials every --paced-batch / RATE seconds for --seconds, then the run waits for every trial to
 start. With RATE x --trial-seconds below the slots, every request is made while slots are free, so
 the p99 from request to RUNNING over all of them is the master's latency at that load (the burst's
-p99 is mostly the queue of the 7,999 requested with it). Its last line: `sim_agents paced: offered
-RATE/s, starts/s S, p99 request-to-running R s, passes p95 P ms, idle master CPU C %`.
+p99 is mostly the queue of the 7,999 requested with it). A request is stamped once its creation
+holds the master's lock, so the line before the last also gives each creation call's time and the
+wait from the call to RUNNING, what a user waits: a master that made creation wait for its lock
+would look faster from the request alone. Its last line: `sim_agents paced: offered RATE/s,
+starts/s S, p99 request-to-running R s, passes p95 P ms, idle master CPU C %`.
 
     .venv/bin/python -m bench.sim_agents [--agents 1000] [--slots 8] [--trials 10000] [--seconds 60]
         [--trial-seconds 2] [--backend sqlite|postgres] [--paced RATE [--paced-batch 100]]
