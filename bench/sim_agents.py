@@ -108,11 +108,15 @@ hyperparameters:
     maxval: {top}
     count: {trials}
 """
-# A pass's decision (wall and the scheduling thread's CPU) and the starting of what it placed.
+# A pass's decision (wall and the scheduling thread's CPU) and the starting of what it placed; the
+# units of work's waits for the master's lock and their holds (absent from a tree before them:
+# their figures are then nan).
 PASS_METRICS = {
     "pass": "cairn_scheduling_pass_seconds",
     "pass_cpu": "cairn_scheduling_pass_cpu_seconds",
     "start": "cairn_scheduling_start_seconds",
+    "lock_wait": "cairn_master_lock_wait_seconds",
+    "lock_held": "cairn_master_lock_held_seconds",
 }
 # Agents dialling at once while the cluster comes up: all of them at once would measure the
 # listen backlog more than the master.
@@ -559,10 +563,20 @@ async def turnover(
     return figures | window_figures(before, after)
 
 
+def _lock_figures(figures: dict[str, float]) -> str:
+    return (
+        f"the master's lock held {figures['lock_held_share'] * 100:.0f} % of the time, its waits p95 "
+        f"{figures['lock_wait_p95_ms']:.1f} ms"
+    )
+
+
 def window_figures(before: Snapshot, after: Snapshot) -> dict[str, float]:
-    """Between two snapshots: the passes' histograms (count, p50, p95, mean) and each process's
-    CPU seconds."""
+    """Between two snapshots: the master's histograms (count, p50, p95, mean), the share of the
+    time its lock was held, and each process's CPU seconds."""
     figures: dict[str, float] = {}
+    seconds = after.at - before.at
+    held = after.histograms["lock_held"].minus(before.histograms["lock_held"])
+    figures["lock_held_share"] = held.total / seconds if held.count and seconds > 0 else float("nan")
     for name in PASS_METRICS:
         seen = after.histograms[name].minus(before.histograms[name])
         figures[f"{name}_count"] = seen.count
@@ -799,7 +813,8 @@ def main() -> None:
             f"{figures['peak_running']:.0f} running); request to RUNNING p50 "
             f"{figures['request_to_running_p50_s']:.2f} s, max {figures['request_to_running_max_s']:.2f} s; "
             f"{figures['pass_count']:.0f} passes, decision p95 {figures['pass_p95_ms']:.0f} ms, its CPU p95 "
-            f"{figures['pass_cpu_p95_ms']:.0f} ms, starting p95 {figures['start_p95_ms']:.0f} ms; CPU s: "
+            f"{figures['pass_cpu_p95_ms']:.0f} ms, starting p95 {figures['start_p95_ms']:.0f} ms; "
+            f"{_lock_figures(figures)}; CPU s: "
             + ", ".join(
                 f"{k.removesuffix('_cpu_s')} {v:.1f}" for k, v in figures.items() if k.endswith("_cpu_s")
             ),
@@ -826,7 +841,7 @@ def main() -> None:
         f"{figures['ended_per_s']:.1f} trials ended/s, {figures['window_started_per_s']:.1f} started/s "
         f"(the {args.trials - figures['capacity']:.0f} left after the first fill), at most "
         f"{figures['peak_running']:.0f} running; "
-        "CPU s: "
+        f"{_lock_figures(figures)}; CPU s: "
         + ", ".join(
             f"{k.removesuffix('_cpu_s')} {v:.1f}" for k, v in figures.items() if k.endswith("_cpu_s")
         ),

@@ -69,6 +69,18 @@ def render(ctx: MasterContext) -> str:
         "Starting what a pass placed: allocations assigned, containers recorded, start commands sent.",
         telemetry.scheduling_start,
     )
+    _histogram(
+        lines,
+        "cairn_master_lock_wait_seconds",
+        "Each unit of work's wait for the master's process-wide lock (all state changes take it).",
+        telemetry.master_lock_wait,
+    )
+    _histogram(
+        lines,
+        "cairn_master_lock_held_seconds",
+        "Each unit of work's hold of that lock: the rate of the sum is the share of the time it is held.",
+        telemetry.master_lock_held,
+    )
     divisions = ctx.fair_shares.all()
     for name, field, help_text in (
         (

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -159,20 +160,27 @@ class MasterContext:
         whether its commit is in doubt) and runs none of its effects; callers that can run the
         whole call again do so through outage.ride_out, outside the lock. `lock`: a narrower lock
         than the process-wide one, for the few units proven safe beside it."""
+        asked = time.perf_counter()
         with lock if lock is not None else self.lock:
-            work: Work | None = None
+            taken = time.perf_counter()
             try:
-                with self.db.transaction() as session:
-                    work = Work(session)
-                    yield work
-                    work.settle()
-            finally:
-                for end in work.at_end if work is not None else ():
-                    end()
-            self.data_changed()
-            # Committed: now it is safe to tell the world.
-            for effect in work.after_commit:
+                work: Work | None = None
                 try:
-                    effect()
-                except Exception:
-                    log.exception("post-commit effect failed")
+                    with self.db.transaction() as session:
+                        work = Work(session)
+                        yield work
+                        work.settle()
+                finally:
+                    for end in work.at_end if work is not None else ():
+                        end()
+                self.data_changed()
+                # Committed: now it is safe to tell the world.
+                for effect in work.after_commit:
+                    try:
+                        effect()
+                    except Exception:
+                        log.exception("post-commit effect failed")
+            finally:
+                if lock is None:
+                    self.telemetry.master_lock_wait.observe(taken - asked)
+                    self.telemetry.master_lock_held.observe(time.perf_counter() - taken)

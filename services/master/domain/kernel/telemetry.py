@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 # Seconds: from a millisecond (a scheduling pass on a small cluster) to a minute.
 DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+# A unit of work's wait for the master's lock, and its hold: most take well under a millisecond.
+LOCK_BUCKETS = (0.0001, 0.00025, 0.0005, *DURATION_BUCKETS)
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,11 @@ class Telemetry:
     metric_batches: Counter
     # From a report's time (the trial's clock) to the commit that stored it.
     metric_intake_latency: Histogram
+    # Every unit of work under the master's process-wide lock: its wait for the lock and its hold.
+    # The rate of the holds' sum is the share of the time the lock is held: at 1 the master is at
+    # its capacity, whatever its CPU shows (bench/README.md, "The master's lock, held all the time").
+    master_lock_wait: Histogram
+    master_lock_held: Histogram
     # The audit trail (domain/audit/recorder.py): records stored, and records dropped because
     # the writer's queue was full (a gap in the trail, never silent).
     audit_events_written: Counter
@@ -111,6 +118,8 @@ class Telemetry:
             metric_rows=Counter(),
             metric_batches=Counter(),
             metric_intake_latency=Histogram(),
+            master_lock_wait=Histogram(LOCK_BUCKETS),
+            master_lock_held=Histogram(LOCK_BUCKETS),
             audit_events_written=Counter(),
             audit_events_dropped=Counter(),
         )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from datetime import timedelta
 from pathlib import Path
 
@@ -95,3 +96,33 @@ def test_a_batch_folds_into_the_summary_as_its_reports_one_by_one() -> None:
         summaries.fold_into_summary(one_by_one, report.group, report.metrics)
     summaries.fold_batch(batched, [(r, r.metrics) for r in reports])
     assert batched == one_by_one
+
+
+def test_the_master_locks_waits_and_holds_show_on_the_scrape(master: Master) -> None:
+    """Each unit of work under the process-wide lock counts its wait and its hold; a unit kept
+    waiting by another holder shows that wait."""
+    before = master.ctx.telemetry.master_lock_wait.snapshot()
+    held = threading.Event()
+    let_go = threading.Event()
+
+    def hold() -> None:
+        with master.ctx.unit_of_work():
+            held.set()
+            let_go.wait(10)
+
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
+    assert held.wait(10)
+    threading.Timer(0.2, let_go.set).start()
+    with master.ctx.unit_of_work():
+        pass
+    holder.join(10)
+    after = master.ctx.telemetry.master_lock_wait.snapshot()
+    assert after.count - before.count == 2
+    assert after.total - before.total >= 0.2  # the second unit's wait for the first
+    scraped = prometheus.render(master.ctx)
+    assert _value(scraped, "cairn_master_lock_wait_seconds_count") == after.count
+    assert _value(scraped, "cairn_master_lock_held_seconds_sum") >= 0.2  # the first unit's hold
+    assert _value(scraped, 'cairn_master_lock_held_seconds_bucket{le="+Inf"}') == _value(
+        scraped, "cairn_master_lock_held_seconds_count"
+    )
