@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 
 log = get_logger(__name__)
 
+# How many units of work this thread is inside (MasterContext.unit_of_work times the outermost).
+_units_held = threading.local()
+
 # Raised where an ending finds no hook to tell: the master (or a test) skipped wiring.connect(ctx).
 NOT_CONNECTED = "the master's lifecycles are not connected: call wiring.connect(ctx) at start-up"
 
@@ -160,9 +163,13 @@ class MasterContext:
         whether its commit is in doubt) and runs none of its effects; callers that can run the
         whole call again do so through outage.ride_out, outside the lock. `lock`: a narrower lock
         than the process-wide one, for the few units proven safe beside it."""
+        # Only the outermost unit on a thread is timed: one inside another neither waits nor
+        # holds the lock beyond the outer one's hold.
+        timed = lock is None and not getattr(_units_held, "depth", 0)
         asked = time.perf_counter()
         with lock if lock is not None else self.lock:
             taken = time.perf_counter()
+            _units_held.depth = getattr(_units_held, "depth", 0) + 1
             try:
                 work: Work | None = None
                 try:
@@ -181,6 +188,7 @@ class MasterContext:
                     except Exception:
                         log.exception("post-commit effect failed")
             finally:
-                if lock is None:
+                _units_held.depth -= 1
+                if timed:
                     self.telemetry.master_lock_wait.observe(taken - asked)
                     self.telemetry.master_lock_held.observe(time.perf_counter() - taken)
