@@ -6,9 +6,10 @@ scratch database, dropped afterwards). In this process, --agents simulated agent
 slots each, on one asyncio loop, each holding its own AgentService.Connect stream over its own
 socket, enrolled as the local cluster enrols its agents (a join token made with the cluster token
 the local cluster keeps in its record, then the agent's own credential on its stream): Hello, the
-Welcome, heartbeats at the interval the Welcome asks, an ok for every command, and a fake process
-runtime (a start is RUNNING at once and TERMINATED with exit code 0 after --trial-seconds, with a
-little jitter; a kill or terminate signal ends it at once).
+Welcome, a heartbeat after each silence of the interval the Welcome asks for (as the agent's
+session sends them), an ok for every command, and a fake process runtime (a start is RUNNING at
+once and TERMINATED with exit code 0 after --trial-seconds, with a little jitter; a kill or
+terminate signal ends it at once).
 
 An experiment of --trials one-slot trials (a grid; its entrypoint never runs) then fills the
 cluster, and turns over for --seconds after it is full: each trial that ends frees a slot and the
@@ -181,6 +182,8 @@ class SimAgent:
         self.timers: dict[str, asyncio.TimerHandle] = {}
         self.allocations: dict[str, str] = {}
         self.channel: grpc.aio.Channel | None = None
+        # When the stream last carried a message (heartbeats follow silence only).
+        self.last_sent = time.monotonic()
 
     def hello(self) -> apb.Hello:
         slots = [
@@ -244,15 +247,24 @@ class SimAgent:
     async def write_loop(self, call: grpc.aio.StreamStreamCall) -> None:
         while True:
             await call.write(await self.outgoing.get())
+            self.last_sent = time.monotonic()
 
     async def heartbeat_loop(self, interval_s: float) -> None:
+        """As the agent's session does (services/agent/session/session.py): a heartbeat only after
+        an interval of silence, since whatever an agent sends tells the master it is alive (a busy
+        agent's stream carries none)."""
         seq = 0
+        self.last_sent = time.monotonic()
         while True:
-            await asyncio.sleep(interval_s)
+            await asyncio.sleep(max(0.0, self.last_sent + interval_s - time.monotonic()))
+            if time.monotonic() < self.last_sent + interval_s:
+                continue  # something went out meanwhile
             seq += 1
             self.outgoing.put_nowait(
                 apb.AgentMessage(heartbeat=apb.Heartbeat(seq=seq, sent_at=now_timestamp()))
             )
+            # Counted as sent once queued: the writer's stamp follows when it goes out.
+            self.last_sent = time.monotonic()
 
     async def system_metrics_loop(self, interval_s: float) -> None:
         """As the agent's collector does: every interval, one batch with a sample of each running

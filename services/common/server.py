@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
+import uvloop
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
@@ -56,7 +57,11 @@ class EventLoopThread:
     """An asyncio event loop running in a daemon thread of its own, for a synchronous process."""
 
     def __init__(self, name: str) -> None:
-        self.loop = asyncio.new_event_loop()
+        # uvloop's loop (libuv, in C) rather than asyncio's pure-Python one: the master's loop
+        # carries every agent's stream, and its selector, handles and the wake-ups other threads
+        # send it ran under the process's one GIL (bench/README.md, "The master's loop on
+        # uvloop"). grpc.aio runs on any loop: it polls its completion queue in a thread of its own.
+        self.loop = uvloop.new_event_loop()
         self._thread = threading.Thread(target=self._run, name=f"{name}-asyncio", daemon=True)
         self._thread.start()
 
