@@ -23,7 +23,8 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, cast
 
-from sqlalchemy import bindparam, select
+from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy.orm.attributes import set_committed_value
 
 from services.common.logging import get_logger
 from services.master.domain.config import config_view
@@ -34,7 +35,6 @@ from services.master.domain.kernel.states import allocation_advances
 from services.master.domain.kernel.task_ids import trial_task_id
 from services.master.domain.kernel.topics import allocation_topic, task_topic, trial_topic
 from services.master.store import models
-from services.master.store.inserted import insert_returning
 
 log = get_logger(__name__)
 
@@ -181,8 +181,12 @@ def containers_of(w: Work, alloc: models.Allocation) -> list[models.Container]:
 
 
 def publish(ctx: MasterContext, w: Work, alloc: models.Allocation) -> None:
-    owner = trial_topic(alloc.trial_id) if alloc.trial_id is not None else task_topic(alloc.task_id)
-    topics = (allocation_topic(alloc.id), owner)
+    _publish(ctx, w, alloc.id, alloc.trial_id, alloc.task_id)
+
+
+def _publish(ctx: MasterContext, w: Work, allocation_id: str, trial_id: int | None, task_id: str) -> None:
+    owner = trial_topic(trial_id) if trial_id is not None else task_topic(task_id)
+    topics = (allocation_topic(allocation_id), owner)
 
     def publish() -> None:
         for topic in topics:
@@ -211,19 +215,34 @@ def _pending(**fields: Any) -> models.Allocation:
     return models.Allocation(**_pending_row(**fields))
 
 
-def request(ctx: MasterContext, w: Work, trial: models.Trial, exp: models.Experiment) -> models.Allocation:
+def request(ctx: MasterContext, w: Work, trial: models.Trial, exp: models.Experiment) -> None:
     """A new allocation request for the trial; the scheduler places it."""
-    return request_many(ctx, w, [trial], exp)[0]
+    request_many(ctx, w, [trial], exp)
 
 
-def request_many(
-    ctx: MasterContext, w: Work, trials: list[models.Trial], exp: models.Experiment
-) -> list[models.Allocation]:
-    """New allocation requests for the trials (none has a live one), in one statement."""
+# Each trial's next run, numbered by one statement however many trials ask at once (a search's
+# new trials come by the hundred, and a flush updates each changed object with its own row).
+_NEXT_RUNS = (
+    update(models.Trial)
+    .where(models.Trial.id.in_(bindparam("ids", expanding=True)))
+    .values(run_id=models.Trial.run_id + 1)
+    .execution_options(synchronize_session=False)
+)
+
+
+def request_many(ctx: MasterContext, w: Work, trials: list[models.Trial], exp: models.Experiment) -> None:
+    """New allocation requests for the trials (none has a live one), in one statement. Nothing
+    in the unit that asks reads them back, so they are stored as rows, not loaded as objects:
+    reading back a hundred allocations a grid makes cost more than inserting them (a unit that
+    does look for one later finds it in the database, in its transaction)."""
     view = config_view(exp.config)
+    # The rows' new run numbers, written by the statement and kept by the objects as stored (a
+    # flush writes nothing more of them); a trial's other changes flush first, on its execution.
+    w.session.execute(_NEXT_RUNS, {"ids": [trial.id for trial in trials]})
+    for trial in trials:
+        set_committed_value(trial, "run_id", trial.run_id + 1)
     rows: list[dict[str, Any]] = []
     for trial in trials:
-        trial.run_id += 1
         rows.append(
             _pending_row(
                 id=f"{exp.id}.{trial.id}.{trial.run_id}",
@@ -240,23 +259,26 @@ def request_many(
         )
     # One INSERT; the scheduling view learns the new ids from the statement, as from a flush
     # (scheduling_view.ChangeTracker).
-    made = insert_returning(w.session, models.Allocation, rows, "id")
-    for alloc in made:
-        publish(ctx, w, alloc)
+    w.session.execute(insert(models.Allocation), rows)
+    for row in rows:
+        _publish(ctx, w, row["id"], row["trial_id"], row["task_id"])
     w.later(ctx.scheduler_wakeup.set)
-    if len(made) == 1:
+    first = rows[0]
+    if len(rows) == 1:
         log.info(
-            "allocation requested", allocation_id=made[0].id, trial_id=made[0].trial_id, slots=made[0].slots
+            "allocation requested",
+            allocation_id=first["id"],
+            trial_id=first["trial_id"],
+            slots=first["slots"],
         )
     else:
         log.info(
             "allocations requested",
             experiment_id=exp.id,
-            count=len(made),
-            allocation_ids=f"{made[0].id}..{made[-1].id}",
-            slots=made[0].slots,
+            count=len(rows),
+            allocation_ids=f"{first['id']}..{rows[-1]['id']}",
+            slots=first["slots"],
         )
-    return made
 
 
 def request_for_task(ctx: MasterContext, w: Work, task: models.Task) -> models.Allocation:
