@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
-import uvloop
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
@@ -57,6 +56,8 @@ class EventLoopThread:
     """An asyncio event loop running in a daemon thread of its own, for a synchronous process."""
 
     def __init__(self, name: str) -> None:
+        import uvloop  # imported where it runs, as the HTTP port's server does
+
         # uvloop's loop (libuv, in C) rather than asyncio's pure-Python one: the master's loop
         # carries every agent's stream, and its selector, handles and the wake-ups other threads
         # send it ran under the process's one GIL (bench/README.md, "The master's loop on
@@ -67,7 +68,11 @@ class EventLoopThread:
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
+        try:
+            self.loop.run_forever()
+        finally:
+            # A uvloop loop left open logs an error when it is freed and keeps its descriptors.
+            self.loop.close()
 
     def call(self, coroutine: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run `coroutine` on the loop and wait for its result here."""

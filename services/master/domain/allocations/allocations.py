@@ -236,11 +236,18 @@ def request_many(ctx: MasterContext, w: Work, trials: list[models.Trial], exp: m
     reading back a hundred allocations a grid makes cost more than inserting them (a unit that
     does look for one later finds it in the database, in its transaction)."""
     view = config_view(exp.config)
-    # The rows' new run numbers, written by the statement and kept by the objects as stored (a
-    # flush writes nothing more of them); a trial's other changes flush first, on its execution.
-    w.session.execute(_NEXT_RUNS, {"ids": [trial.id for trial in trials]})
-    for trial in trials:
-        set_committed_value(trial, "run_id", trial.run_id + 1)
+    if len(trials) == 1:
+        trials[0].run_id += 1  # written by the flush, with the trial's other changes
+    else:
+        if any(trial.id is None for trial in trials):
+            w.session.flush()  # the statement names the trials by id
+        runs = [(trial, trial.run_id + 1) for trial in trials]
+        # The rows' new run numbers, written by the statement and kept by the objects as stored
+        # (a flush writes nothing more of them); the trials' other changes flush first, on its
+        # execution.
+        w.session.execute(_NEXT_RUNS, {"ids": [trial.id for trial in trials]})
+        for trial, run_id in runs:
+            set_committed_value(trial, "run_id", run_id)
     rows: list[dict[str, Any]] = []
     for trial in trials:
         rows.append(
