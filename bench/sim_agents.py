@@ -70,6 +70,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import grpc
 import grpc.aio
@@ -674,14 +675,20 @@ def database(backend: str) -> Iterator[str | None]:
         raise SystemExit(f"--backend: no backend {backend!r} (sqlite, postgres)")
 
 
-def stored_samples(db_url: str) -> int:
-    """System-metric samples the master stored, from its own table."""
+def _master_rows(db_url: str, sql: str, parameters: dict[str, Any] | None = None) -> list[Any]:
+    """The rows of one statement on the master's database, opened as the master opens it (its own
+    URL handling), once the run is over."""
     database = Database(db_url)
     try:
         with database.engine.connect() as connection:
-            return int(connection.execute(text("SELECT count(*) FROM task_system_metrics")).scalar() or 0)
+            return list(connection.execute(text(sql), parameters or {}).all())
     finally:
         database.dispose()
+
+
+def stored_samples(db_url: str) -> int:
+    """System-metric samples the master stored, from its own table."""
+    return int(_master_rows(db_url, "SELECT count(*) FROM task_system_metrics")[0][0] or 0)
 
 
 def request_to_running(db_url: str, first: int) -> list[float]:
@@ -689,18 +696,12 @@ def request_to_running(db_url: str, first: int) -> list[float]:
     master's own rows. In the default run those of the first fill: every one of them requested and
     placed while slots were free (the later ones waited for slots in the queue by design). With
     --paced, every allocation of the run."""
-    database = Database(db_url)  # the master's own URL handling
-    try:
-        with database.engine.connect() as connection:
-            rows = connection.execute(
-                text(
-                    "SELECT requested_at, start_time FROM allocations WHERE start_time IS NOT NULL "
-                    "ORDER BY start_time LIMIT :first"
-                ),
-                {"first": first},
-            ).all()
-    finally:
-        database.dispose()
+    rows = _master_rows(
+        db_url,
+        "SELECT requested_at, start_time FROM allocations WHERE start_time IS NOT NULL "
+        "ORDER BY start_time LIMIT :first",
+        {"first": first},
+    )
     return sorted(_seconds(started) - _seconds(requested) for requested, started in rows)
 
 
@@ -708,17 +709,11 @@ def call_to_running(db_url: str, called_at: dict[int, float]) -> list[float]:
     """Seconds, sorted, from the start of each trial's experiment's creation call to its RUNNING:
     what the user waits. The request's own stamp is taken once creation holds the master's lock,
     so a wait for the lock before it shows here and not in request_to_running."""
-    database = Database(db_url)
-    try:
-        with database.engine.connect() as connection:
-            rows = connection.execute(
-                text(
-                    "SELECT t.experiment_id, a.start_time FROM allocations a "
-                    "JOIN trials t ON t.id = a.trial_id WHERE a.start_time IS NOT NULL"
-                )
-            ).all()
-    finally:
-        database.dispose()
+    rows = _master_rows(
+        db_url,
+        "SELECT t.experiment_id, a.start_time FROM allocations a "
+        "JOIN trials t ON t.id = a.trial_id WHERE a.start_time IS NOT NULL",
+    )
     return sorted(_seconds(started) - called_at[int(e)] for e, started in rows if int(e) in called_at)
 
 
