@@ -18,6 +18,7 @@ from sqlalchemy import exc as exc_module
 from sqlalchemy.orm import Session, sessionmaker
 
 from services.common.errors import DatabaseUnavailable
+from services.master.store import sqlite_batches
 from services.master.store.outages import count_commit, is_disconnect
 from services.master.store.sqlite_file import make_owner_only
 
@@ -158,6 +159,7 @@ class Database:
                 json_deserializer=load_json_column,
             )
             event.listen(self.engine, "connect", _tune_sqlite)
+            sqlite_batches.install(self.engine)
         else:
             self.engine = create_engine(
                 self.url,
