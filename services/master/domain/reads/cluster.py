@@ -8,7 +8,7 @@ from datetime import datetime
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from services.master.domain.kernel.states import AllocationState
+from services.master.domain.kernel.states import LIVE_ALLOCATION_STATES, AllocationState
 from services.master.store import models
 
 
@@ -34,7 +34,7 @@ def cluster_counts(s: Session) -> ClusterCounts:
         experiments_by_state=by_state(models.Experiment.state),
         trials_by_state=by_state(models.Trial.state),
         live_allocations_by_state=by_state(
-            models.Allocation.state, models.Allocation.state != AllocationState.TERMINATED
+            models.Allocation.state, models.Allocation.state.in_(LIVE_ALLOCATION_STATES)
         ),
         agents=int(s.scalar(select(func.count()).select_from(models.Agent)) or 0),
         slots=int(s.scalar(select(func.count()).select_from(models.AgentSlot)) or 0),

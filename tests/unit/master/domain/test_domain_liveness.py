@@ -7,15 +7,19 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
+from typing import Any
 
 import pytest
+from sqlalchemy import event
 
 from cairn.agent.v1 import agent_pb2 as apb
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.kernel.states import AllocationState as A
-from services.master.domain.scheduling import agents
+from services.master.domain.scheduling import agents, liveness
 from services.master.domain.scheduling.liveness import LivenessLoop
 from services.master.store import models
+from services.master.store.db import Database
 from tests.unit.master.domain.harness import Master
 
 
@@ -65,3 +69,31 @@ def test_an_agent_back_between_the_read_and_the_unit_of_work_keeps_its_container
     LivenessLoop(master.ctx)._give_up_on_absent_agents()
     assert came_back and came_back[0].keep_container_ids == [container]
     assert _state(master, allocation_id) == A.RUNNING
+
+
+def test_the_loops_reads_find_live_allocations_by_the_states_index(tmp_path: Path) -> None:
+    """Each read the loop makes every second asks for the live states by name, which the state's
+    index answers: `state != TERMINATED` read every allocation the cluster ever ran."""
+    db = Database(f"sqlite:///{tmp_path / 'cairn.db'}")
+    db.migrate()
+    ran: list[tuple[str, Any]] = []
+
+    def seen(_conn: Any, _cursor: Any, statement: str, parameters: Any, _context: Any, _many: bool) -> None:
+        ran.append((statement, parameters))
+
+    event.listen(db.engine, "before_cursor_execute", seen)
+    with db.read() as s:
+        s.execute(liveness.EXPIRED_PREEMPTIONS, {"now": utcnow()}).all()
+        s.execute(liveness.KILLS_OWED).all()
+    event.remove(db.engine, "before_cursor_execute", seen)
+    with db.engine.connect() as connection:
+        raw = connection.connection.driver_connection
+        assert raw is not None
+        plans = [
+            raw.execute("EXPLAIN QUERY PLAN " + statement, parameters).fetchall()
+            for statement, parameters in ran
+        ]
+    db.engine.dispose()
+    assert len(plans) == 2
+    for plan in plans:
+        assert any("INDEX ix_allocations_state" in step[-1] for step in plan), plan
