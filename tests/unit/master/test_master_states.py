@@ -7,6 +7,8 @@ import pytest
 from services.master.domain.kernel.states import (
     ALLOCATION_ORDER,
     EXPERIMENT_TRANSITIONS,
+    LIVE_ALLOCATION,
+    LIVE_ALLOCATION_STATES,
     STOPPING_TO_TERMINAL,
     TERMINAL,
     TRIAL_TRANSITIONS,
@@ -70,3 +72,14 @@ def test_allocations_only_move_forward() -> None:
         for j, other in enumerate(ALLOCATION_ORDER):
             assert allocation_advances(state, other) == (j > i)
     assert allocation_advances(AllocationState.PENDING, AllocationState.TERMINATED)
+
+
+def test_the_live_allocation_states_are_every_state_but_terminated() -> None:
+    # Queries name them (`state IN ...`, which the state's index answers): a state missing here
+    # would hide its allocations from the liveness loop.
+    assert (
+        set(LIVE_ALLOCATION_STATES)
+        == set(LIVE_ALLOCATION)
+        == set(AllocationState) - {AllocationState.TERMINATED}
+    )
+    assert set(ALLOCATION_ORDER) == set(AllocationState)
