@@ -19,8 +19,8 @@ in statements of 1, 2, 4, ... up to MAX_ROWS rows (Shape says how the last is fi
 connection's cache of prepared statements holds a few small texts per shape, not one per count
 of rows. The same rows are written, with the row count executemany would give (the ORM compares
 it with the rows it meant to write). Anything else goes to executemany as before: a statement of
-another shape, and UPDATEs naming one row twice (executemany writes the later over the earlier;
-one UPDATE ... FROM would write either).
+another shape, UPDATEs naming one row twice (executemany writes the later over the earlier;
+one UPDATE ... FROM would write either), and UPDATEs that set a key column.
 """
 
 from __future__ import annotations
@@ -90,7 +90,10 @@ def in_few_statements(cursor: Any, statement: str, parameters: Sequence[Any], co
     if shape.keys_from is not None:
         # executemany writes a row named twice twice, the later last; UPDATE ... FROM would write
         # it once, from either row.
-        named = {tuple(row[shape.keys_from :]) for row in parameters}
+        try:
+            named = {tuple(row[shape.keys_from :]) for row in parameters}
+        except TypeError:  # a key value that cannot be compared here (an unhashable adapter)
+            return False
         if len(named) != len(parameters):
             return False
     changed = 0
@@ -161,6 +164,10 @@ def _update_shape(match: re.Match[str], width: int) -> Shape | None:
     columns = [item[: -len("=?")] for item in match["sets"].split(", ")]
     keys = [item[: -len(" = ?")] for item in match["keys"].split(" AND ")]
     if len(columns) + len(keys) != width or any(not key.startswith(table + ".") for key in keys):
+        return None
+    # A row that sets a key column may make a later row's key match (executemany applies them in
+    # turn; one UPDATE ... FROM matches every row against the table as it was).
+    if {key.split(".", 1)[1] for key in keys} & set(columns):
         return None
     # A VALUES subquery's columns are column1, column2, ... (no WITH: Python's sqlite3 gives a
     # row count only for a statement that starts with its verb).

@@ -1,8 +1,8 @@
 """The task_system_metrics table as the agents' samples fill it: hundreds of rows a second at a
 thousand containers, so the rows bypass the ORM's per-row work (as metric_rows.py does for
-metrics): to PostgreSQL through COPY, to SQLite through the driver's executemany, in the session's
-own transaction. The ORM model (models.TaskSystemMetric) reads them back; a test holds COLUMNS and
-the model's table together.
+metrics): to PostgreSQL through COPY, to SQLite as an executemany (written in a few statements,
+sqlite_batches.py), in the session's own transaction. The ORM model (models.TaskSystemMetric)
+reads them back; a test holds COLUMNS and the model's table together.
 """
 
 from __future__ import annotations
@@ -51,9 +51,11 @@ Row = tuple[
     str,
 ]
 
+# `thinned` as a parameter, not a literal: a plain INSERT of parameters goes in a few statements
+# on SQLite (sqlite_batches.py), not a step a row.
 _SQLITE_INSERT = (
     f"INSERT INTO task_system_metrics ({', '.join(COLUMNS)}, thinned) "
-    f"VALUES ({', '.join('?' for _ in COLUMNS)}, 0)"
+    f"VALUES ({', '.join('?' for _ in COLUMNS)}, ?)"
 )
 _COPY = f"COPY task_system_metrics ({', '.join(COLUMNS)}) FROM STDIN"
 _COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
@@ -72,7 +74,7 @@ def insert(session: Session, rows: Sequence[Row]) -> None:
         _copy(connection.connection.dbapi_connection, rows, stamps)
         return
     connection.exec_driver_sql(
-        _SQLITE_INSERT, [(*row[:5], stamp, *row[6:]) for row, stamp in zip(rows, stamps, strict=True)]
+        _SQLITE_INSERT, [(*row[:5], stamp, *row[6:], 0) for row, stamp in zip(rows, stamps, strict=True)]
     )
 
 

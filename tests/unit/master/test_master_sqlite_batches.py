@@ -170,6 +170,7 @@ def test_one_flush_after_another_reuses_a_few_statement_texts(db: Any) -> None:
         "UPDATE rows SET count=(rows.count + ?) WHERE rows.id = ?",  # an expression, not a value
         "UPDATE rows SET state=?, count=? WHERE other.id = ?",  # a key of another table
         "UPDATE rows SET state=? WHERE rows.id = ? AND rows.count > ?",
+        "UPDATE rows SET state=?, id=? WHERE rows.id = ?",  # a key set: rows would chain
         "INSERT INTO rows (id, state) VALUES (?, ?) ON CONFLICT DO NOTHING",
         "INSERT INTO rows (id, state) SELECT ?, ?",
         "DELETE FROM rows WHERE rows.id = ? AND rows.state = ?",
