@@ -57,13 +57,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import random
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
@@ -170,13 +167,10 @@ class SimAgent:
         trial_seconds: float,
         tally: Tally,
         system_metrics_s: float = 0.0,
-        stream_address: str | None = None,
     ):
         self.agent_id = agent_id
         self.slots = slots
         self.address = address
-        # Where its Connect stream goes: the master, or an agent relay in front of it (--relay).
-        self.stream_address = stream_address or address
         self.token = token
         self.trial_seconds = trial_seconds
         self.tally = tally
@@ -189,7 +183,6 @@ class SimAgent:
         self.timers: dict[str, asyncio.TimerHandle] = {}
         self.allocations: dict[str, str] = {}
         self.channel: grpc.aio.Channel | None = None
-        self.stream_channel: grpc.aio.Channel | None = None
         # When the stream last carried a message (heartbeats follow silence only).
         self.last_sent = time.monotonic()
 
@@ -229,10 +222,6 @@ class SimAgent:
                     metadata=((CLUSTER_TOKEN_KEY, self.token),),
                 )
                 enrolled = await stub.Enrol(apb.EnrolRequest(agent_id=self.agent_id, join_token=made.token))
-                if self.stream_address != self.address:
-                    stream_channel = grpc.aio.insecure_channel(self.stream_address, options=CHANNEL_OPTIONS)
-                    self.stream_channel = stream_channel
-                    stub = agent_pb2_grpc.AgentServiceStub(stream_channel)
                 call = stub.Connect(metadata=((AGENT_CREDENTIAL_KEY, enrolled.credential),))
                 await call.write(apb.AgentMessage(hello=self.hello()))
                 first = await call.read()
@@ -255,8 +244,6 @@ class SimAgent:
                 for timer in self.timers.values():
                     timer.cancel()
                 call.cancel()
-                if self.stream_channel is not None:
-                    await self.stream_channel.close()
 
     async def write_loop(self, call: grpc.aio.StreamStreamCall) -> None:
         while True:
@@ -506,21 +493,14 @@ async def snapshot(http_url: str, tally: Tally, pids: dict[str, int]) -> Snapsho
 
 
 async def turnover(
-    args: argparse.Namespace,
-    api: Api,
-    record: ClusterRecord,
-    called_at: dict[int, float],
-    relay: tuple[str, int] | None = None,
+    args: argparse.Namespace, api: Api, record: ClusterRecord, called_at: dict[int, float]
 ) -> dict[str, float]:
     """The run's figures; with --paced, `called_at` gets each experiment's creation call's start
-    (wall clock, as the master's rows). `relay`: an agent relay's address and pid, which the
-    agents' streams go through."""
+    (wall clock, as the master's rows)."""
     assert record.master_grpc_address and record.master_http_url
     pids = {
         name: p.pid for name in ("master", "scheduler", "searcher") if (p := record.by_name(name)) is not None
     }
-    if relay is not None:
-        pids["relay"] = relay[1]
     tally = Tally()
     agents = [
         SimAgent(
@@ -531,7 +511,6 @@ async def turnover(
             args.trial_seconds,
             tally,
             system_metrics_s=args.system_metrics_interval,
-            stream_address=relay[0] if relay is not None else None,
         )
         for i in range(args.agents)
     ]
@@ -750,49 +729,6 @@ def _seconds(stamp: datetime | str) -> float:
     return moment.replace(tzinfo=UTC).timestamp() if moment.tzinfo is None else moment.timestamp()
 
 
-@contextlib.contextmanager
-def agent_relay(wanted: bool, record: ClusterRecord, tmp: Path) -> Iterator[tuple[str, int] | None]:
-    """With --relay, an agent relay process (services/agent_relay) in front of the cluster's
-    master: its address and pid. Stopped when the run ends."""
-    if not wanted:
-        yield None
-        return
-    assert record.master_grpc_address
-    ready = tmp / "relay.ready"
-    env = {**os.environ, "CAIRN_CLUSTER_TOKEN": record.cluster_token or ""}
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "services.agent_relay",
-            "--master",
-            record.master_grpc_address,
-            "--port",
-            "0",
-            "--ready-file",
-            str(ready),
-            "--log-level",
-            "WARNING",
-        ],
-        env=env,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while not ready.exists():
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the agent relay did not start")
-            time.sleep(0.1)
-        port = json.loads(ready.read_text())["grpc_port"]
-        yield f"127.0.0.1:{port}", process.pid
-    finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
 def run(args: argparse.Namespace) -> dict[str, float]:
     with (
         database(args.backend) as db_url,
@@ -804,8 +740,7 @@ def run(args: argparse.Namespace) -> dict[str, float]:
         assert record is not None, "the local cluster keeps no record"
         try:
             called_at: dict[int, float] = {}
-            with agent_relay(args.relay, record, Path(tmp)) as relay:
-                figures = asyncio.run(turnover(args, api, record, called_at, relay))
+            figures = asyncio.run(turnover(args, api, record, called_at))
             own_url = db_url or f"sqlite:///{next(Path(tmp).rglob('cairn.db'))}"
             waits = request_to_running(own_url, int(figures.get("paced_total", figures["capacity"])))
             figures["request_to_running_p50_s"] = quantile(waits, 0.5)
@@ -864,12 +799,6 @@ def main() -> None:
         default=0.0,
         help="trials a second requested at a steady pace for --seconds, instead of --trials at once "
         "(0: the burst); reports the p99 from request to RUNNING over all of them",
-    )
-    parser.add_argument(
-        "--relay",
-        action="store_true",
-        help="the agents' streams through an agent relay process in front of the master "
-        "(services/agent_relay); its CPU is reported beside the master's",
     )
     parser.add_argument(
         "--paced-batch", type=int, default=100, help="with --paced: the trials of each experiment created"

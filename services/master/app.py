@@ -16,7 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.engine import make_url
 
 from cairn import __version__
-from cairn.agent.v1 import agent_pb2, agent_pb2_grpc, relay_pb2, relay_pb2_grpc
+from cairn.agent.v1 import agent_pb2, agent_pb2_grpc
 from cairn.api.v1 import api_pb2, api_pb2_grpc
 from services.common.interceptors import AuthInterceptor
 from services.common.local_calls import LocalCalls
@@ -81,7 +81,6 @@ from services.master.remotes.checkpoint import CheckpointClient
 from services.master.remotes.scheduler import SchedulerClient
 from services.master.remotes.searcher import SearcherDirectory
 from services.master.servicers.agent_auth import agent_authenticator
-from services.master.servicers.agent_relay import AgentRelayServicer
 from services.master.servicers.agent_stream import AgentStreamServicer
 from services.master.servicers.api.base import ApiDeps
 from services.master.servicers.api.service import CairnServicer
@@ -250,6 +249,15 @@ class Master:
         # Opens the internal gateway service to this boot's worker processes alone (their stdin).
         gateway_key = secrets.token_urlsafe(32)
 
+        def register(server: grpc.Server) -> list[str]:
+            api_pb2_grpc.add_CairnServicer_to_server(api, server)
+            agent_pb2_grpc.add_AgentServiceServicer_to_server(agent_stream, server)
+            return [
+                api_pb2.DESCRIPTOR.services_by_name["Cairn"].full_name,
+                agent_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name,
+                register_gateway_service(server, gateway_service),
+            ]
+
         self.audit = AuditRecorder(ctx.db, ctx.telemetry)
         interceptors = [
             # First, so that it records how every change ended, refusals by the others included.
@@ -265,22 +273,6 @@ class Master:
                 PUBLIC_METHODS,
             ),
         ]
-        # Agents' streams carried by a relay process (services/agent_relay/): each passes the same
-        # interceptors as a direct stream (its credential checked, its opening recorded) and is
-        # served by the same code.
-        agent_relay = AgentRelayServicer(agent_stream, interceptors)
-
-        def register(server: grpc.Server) -> list[str]:
-            api_pb2_grpc.add_CairnServicer_to_server(api, server)
-            agent_pb2_grpc.add_AgentServiceServicer_to_server(agent_stream, server)
-            relay_pb2_grpc.add_AgentRelayServicer_to_server(agent_relay, server)
-            return [
-                api_pb2.DESCRIPTOR.services_by_name["Cairn"].full_name,
-                agent_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name,
-                relay_pb2.DESCRIPTOR.services_by_name["AgentRelay"].full_name,
-                register_gateway_service(server, gateway_service),
-            ]
-
         self.grpc = start_server(
             "master",
             register,

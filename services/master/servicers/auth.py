@@ -7,9 +7,6 @@
   checkpoints, signals, reading its own trial) and nothing else.
 - Agents present credentials of their own on their stream (agent_auth.py; the cluster token only on
   a master in compatibility mode, `--agent-auth cluster_token`).
-- An agent relay (services/agent_relay/) presents the cluster token to open its one call; each
-  agent stream it carries is then checked as a direct one is (servicers/agent_relay.py). A master
-  without a cluster token takes no relay.
 - The cluster token opens, on the public API, only CLUSTER_TOKEN_METHODS: the local cluster makes a
   join token for each agent it starts.
 - The worker processes of the master's HTTP port present the per-boot gateway key, which opens
@@ -43,7 +40,6 @@ from services.master.servicers.agent_auth import AgentAuthenticate
 API = "/cairn.api.v1.Cairn/"
 AGENT_SERVICE = "/cairn.agent.v1.AgentService/"
 GATEWAY_SERVICE = "/cairn.gateway.v1.GatewayService/"
-RELAY_SERVICE = "/cairn.agent.v1.AgentRelay/"
 
 PUBLIC_METHODS = frozenset({API + "Login", API + "GetMaster"})
 
@@ -120,16 +116,6 @@ def master_authenticator(
                     code=grpc.StatusCode.PERMISSION_DENIED,
                 )
             return Principal(internal=True, username="http-worker")
-        if method.startswith(RELAY_SERVICE):
-            # It speaks for every agent it carries (each still checked by its own credential):
-            # only the control plane's token opens it, never an agent's credential.
-            presented = metadata_value(metadata, CLUSTER_TOKEN_KEY) or ""
-            if not cluster_token or not hmac.compare_digest(presented.encode(), cluster_token.encode()):
-                raise AuthError(
-                    f"an agent relay must present the cluster token ({CLUSTER_TOKEN_KEY})",
-                    code=grpc.StatusCode.PERMISSION_DENIED,
-                )
-            return Principal(internal=True, username="agent-relay")
         if method.startswith(AGENT_SERVICE):
             if agents is not None:
                 return agents(method, metadata)
