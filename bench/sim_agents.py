@@ -90,6 +90,8 @@ from cairn.wire import CHANNEL_OPTIONS
 from services.master.store.db import Database
 
 HERE = Path(__file__).parent
+# The windows of --paced's profile of the waits over the run.
+PROFILE_WINDOW_S = 10.0
 MODEL_DIR = HERE / "trials" / "sleep_trial"
 CONFIG = """
 name: sim-agents-{trials}
@@ -705,6 +707,31 @@ def request_to_running(db_url: str, first: int) -> list[float]:
     return sorted(_seconds(started) - _seconds(requested) for requested, started in rows)
 
 
+def waits_over_the_run(
+    db_url: str, window_s: float = PROFILE_WINDOW_S
+) -> list[tuple[float, int, float, float]]:
+    """(window's start, allocations, p50 s, max s) of the request-to-RUNNING waits, by when each
+    allocation was requested, in windows of `window_s` from the first request: whether a slow
+    p99 is a backlog that grew through the run (a master short of capacity) or stalls at moments
+    (a long pass, a burst of creations, a pause of the process)."""
+    rows = _master_rows(
+        db_url, "SELECT requested_at, start_time FROM allocations WHERE start_time IS NOT NULL"
+    )
+    pairs = sorted(
+        (_seconds(requested), _seconds(started) - _seconds(requested)) for requested, started in rows
+    )
+    if not pairs:
+        return []
+    first = pairs[0][0]
+    windows: dict[int, list[float]] = {}
+    for requested, wait in pairs:
+        windows.setdefault(int((requested - first) // window_s), []).append(wait)
+    return [
+        (index * window_s, len(waits), quantile(sorted(waits), 0.5), max(waits))
+        for index, waits in sorted(windows.items())
+    ]
+
+
 def call_to_running(db_url: str, called_at: dict[int, float]) -> list[float]:
     """Seconds, sorted, from the start of each trial's experiment's creation call to its RUNNING:
     what the user waits. The request's own stamp is taken once creation holds the master's lock,
@@ -729,7 +756,14 @@ def _seconds(stamp: datetime | str) -> float:
     return moment.replace(tzinfo=UTC).timestamp() if moment.tzinfo is None else moment.timestamp()
 
 
-def run(args: argparse.Namespace) -> dict[str, float]:
+@dataclass
+class RunResult:
+    figures: dict[str, float]
+    # --paced: waits_over_the_run's windows.
+    profile: list[tuple[float, int, float, float]]
+
+
+def run(args: argparse.Namespace) -> RunResult:
     with (
         database(args.backend) as db_url,
         tempfile.TemporaryDirectory(prefix="cairn-sim-agents-") as tmp,
@@ -740,6 +774,7 @@ def run(args: argparse.Namespace) -> dict[str, float]:
         assert record is not None, "the local cluster keeps no record"
         try:
             called_at: dict[int, float] = {}
+            profile: list[tuple[float, int, float, float]] = []
             figures = asyncio.run(turnover(args, api, record, called_at))
             own_url = db_url or f"sqlite:///{next(Path(tmp).rglob('cairn.db'))}"
             waits = request_to_running(own_url, int(figures.get("paced_total", figures["capacity"])))
@@ -747,11 +782,12 @@ def run(args: argparse.Namespace) -> dict[str, float]:
             figures["request_to_running_p99_s"] = quantile(waits, 0.99)
             figures["request_to_running_max_s"] = quantile(waits, 1.0)
             if called_at:
+                profile = waits_over_the_run(own_url)
                 from_calls = call_to_running(own_url, called_at)
                 figures["call_to_running_p50_s"] = quantile(from_calls, 0.5)
                 figures["call_to_running_p99_s"] = quantile(from_calls, 0.99)
             figures["samples_stored"] = stored_samples(own_url)
-            return figures
+            return RunResult(figures, profile)
         except Exception:
             if args.keep_logs:
                 shutil.copytree(paths.logs_dir, args.keep_logs, dirs_exist_ok=True)
@@ -806,7 +842,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.paced < 0 or args.paced_batch < 1:
         parser.error("--paced must be at least 0 and --paced-batch at least 1")
-    figures = run(args)
+    result = run(args)
+    figures = result.figures
     if args.paced:
         busy = args.paced * args.trial_seconds
         print(
@@ -824,6 +861,13 @@ def main() -> None:
             f"{_lock_figures(figures)}; CPU s: "
             + ", ".join(
                 f"{k.removesuffix('_cpu_s')} {v:.1f}" for k, v in figures.items() if k.endswith("_cpu_s")
+            ),
+            flush=True,
+        )
+        print(
+            f"request to RUNNING by when requested ({PROFILE_WINDOW_S:g} s windows: trials, p50/max s): "
+            + ", ".join(
+                f"{start:.0f}s {count} {p50:.1f}/{top:.1f}" for start, count, p50, top in result.profile
             ),
             flush=True,
         )

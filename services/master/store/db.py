@@ -155,7 +155,9 @@ class Database:
             self.engine: Engine = create_engine(
                 self.url,
                 connect_args={"check_same_thread": False, "timeout": 30},
-                pool_pre_ping=True,
+                # No ping on checkout: a connection to a file cannot have been dropped by a server,
+                # and the ping's `SELECT 1` let the GIL go and waited to take it back on every
+                # checkout, which the busy master paid on each read and transaction.
                 json_deserializer=load_json_column,
             )
             event.listen(self.engine, "connect", _tune_sqlite)

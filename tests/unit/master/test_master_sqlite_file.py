@@ -1,12 +1,15 @@
 """The master's SQLite file and its -wal / -shm are owner-only (0600) whatever the umask, and a
-file an older master left readable is tightened."""
+file an older master left readable is tightened. Its pooled connections are handed out without a
+ping: a file has no server that could have dropped them, and each ping let the GIL go."""
 
 from __future__ import annotations
 
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
+import pytest
 from sqlalchemy import text
 
 from services.master.store.db import Database
@@ -44,3 +47,18 @@ def test_a_readable_file_from_before_is_tightened(tmp_path: Path) -> None:
 def test_an_in_memory_database_needs_no_file() -> None:
     Database("sqlite://").engine.dispose()
     Database("sqlite:///:memory:").engine.dispose()
+
+
+def test_pooled_connections_are_handed_out_without_a_ping(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = Database(f"sqlite:///{tmp_path / 'cairn.db'}")
+    pinged: list[Any] = []
+    monkeypatch.setattr(db.engine.dialect, "do_ping", lambda connection: pinged.append(connection) or True)
+    for _ in range(3):
+        with db.read() as session:
+            assert session.execute(text("SELECT 1")).scalar() == 1
+        with db.transaction() as session:
+            session.execute(text("SELECT 1"))
+    assert pinged == []
+    db.engine.dispose()
