@@ -98,6 +98,9 @@ class Changed:
     started: set[str] = field(default_factory=set)
     agents: set[str] = field(default_factory=set)
     experiments: set[int] = field(default_factory=set)
+    # Of those, the ones created since the last take: every allocation they have was created since
+    # too, so it is among `allocations` already, and none needs reading by its experiment.
+    new_experiments: set[int] = field(default_factory=set)
     # A weight or quota changed: send the pools again.
     pools: bool = False
     # Something changed that names no rows: read everything again.
@@ -183,6 +186,8 @@ class ChangeTracker:
                 changed.agents.add(obj.agent_id)
             elif isinstance(obj, models.Experiment) and obj.id is not None and _bears_on_passes(obj):
                 changed.experiments.add(obj.id)
+                if obj in session.new:  # after_flush still sees the flush's new objects as new
+                    changed.new_experiments.add(obj.id)
             elif isinstance(obj, models.PoolShare):
                 changed.pools = True
 
@@ -216,6 +221,7 @@ class ChangeTracker:
             self._committed.started |= changed.started
             self._committed.agents |= changed.agents
             self._committed.experiments |= changed.experiments
+            self._committed.new_experiments |= changed.new_experiments
             self._committed.pools |= changed.pools
             self._committed.everything |= changed.everything
 
@@ -564,7 +570,10 @@ class SchedulingView:
             self._limits.update(limits_of(s, experiments))
             for experiment_id in experiments:
                 ids |= self._of_experiment.get(experiment_id, set())
-            ids |= {row.id for row in live_allocation_rows_of(s, experiments)}
+            # A new experiment's allocations are all new rows, read below with the others.
+            known = experiments - changed.new_experiments
+            if known:
+                ids |= {row.id for row in live_allocation_rows_of(s, known)}
         if not ids:
             return
         # An ended allocation is only dropped: there is nothing of it to read.

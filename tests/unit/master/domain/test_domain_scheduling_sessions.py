@@ -300,6 +300,7 @@ def test_new_trials_allocations_inserted_in_one_statement_are_known_by_id(master
         )
     assert len(made) == 30 and made <= changed.allocations
     assert not changed.everything
+    assert changed.experiments == changed.new_experiments == {created.experiment_id}
     # The pass that follows places from that alone, and its comparison with a whole read holds.
     master.settle()
     assert assigned(master) == 1
@@ -314,6 +315,34 @@ def test_new_trials_allocations_inserted_in_one_statement_are_known_by_id(master
         )
     assert tracker.take().everything
     tracker.stop()
+
+
+def test_a_new_experiments_allocations_are_read_once_and_an_edited_ones_by_experiment(
+    master: Master, monkeypatch: Any
+) -> None:
+    """A new experiment's allocations are all new rows, which the pass reads by id with every
+    other new row: it does not read them a second time by experiment. An experiment edited later
+    (its max_slots bears on every allocation it has) is read by experiment."""
+    master.add_agent("a1", slots=1)
+    master.settle()
+    by_experiment: list[set[int]] = []
+    real = scheduling_view.live_allocation_rows_of
+
+    def recorded(s: Any, experiment_ids: Any) -> list[Any]:
+        by_experiment.append(set(experiment_ids))
+        return real(s, experiment_ids)
+
+    monkeypatch.setattr(scheduling_view, "live_allocation_rows_of", recorded)
+    first = master.create(grid(6))
+    master.settle()  # every pass compared with a whole read (tests/conftest.py)
+    assert assigned(master) == 1
+    assert all(first not in ids for ids in by_experiment)
+    with master.ctx.unit_of_work() as w:
+        experiment_edits.apply(
+            master.ctx, w, experiments.load(w, first), experiment_edits.ExperimentEdit(max_slots=1)
+        )
+    master.scheduling.run_pass()
+    assert {first} in by_experiment
 
 
 @pytest.mark.on_each_database
