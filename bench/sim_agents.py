@@ -67,7 +67,7 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -92,6 +92,8 @@ from services.master.store.db import Database
 HERE = Path(__file__).parent
 # The windows of --paced's profile of the waits over the run.
 PROFILE_WINDOW_S = 10.0
+# How long --paced waits, once every trial started, for the master to acknowledge their RUNNING.
+ACK_WAIT_S = 60.0
 MODEL_DIR = HERE / "trials" / "sleep_trial"
 CONFIG = """
 name: sim-agents-{trials}
@@ -149,6 +151,11 @@ class Tally:
     samples_sent: int = 0
     # When the latest StartContainer came (time.perf_counter()).
     last_start_at: float = 0.0
+    # Seconds from queueing each RUNNING and TERMINATED report to the master's acknowledgement of
+    # it (sent once the report's batch committed): how long the agents' reports wait for the
+    # master, beside how long their starts did.
+    running_acked: list[float] = field(default_factory=list)
+    ended_acked: list[float] = field(default_factory=list)
 
 
 def now_timestamp() -> Timestamp:
@@ -181,6 +188,8 @@ class SimAgent:
         # One writer per stream (grpc.aio allows no concurrent writes): everything goes through it.
         self.outgoing: asyncio.Queue[apb.AgentMessage] = asyncio.Queue()
         self.seq: dict[str, int] = {}
+        # Reports not yet acknowledged: (container, seq) -> (queued at, whether it ends it).
+        self.unacked: dict[tuple[str, int], tuple[float, bool]] = {}
         # Running containers: their trial's end, and their allocation (for a kill's report).
         self.timers: dict[str, asyncio.TimerHandle] = {}
         self.allocations: dict[str, str] = {}
@@ -313,7 +322,17 @@ class SimAgent:
                     self.terminate(message.signal.container_id, SIGTERM_EXIT)
             elif kind == "shutdown":
                 return
-            # log_ack: nothing kept to forget (every state change is sent once, on a live stream).
+            elif kind == "log_ack":
+                self.acknowledged(message.log_ack)
+
+    def acknowledged(self, ack: apb.LogAck) -> None:
+        """The master stored reports up to these seqs: each one's wait is over (nothing else is
+        kept to forget: every state change is sent once, on a live stream)."""
+        now = time.perf_counter()
+        for container_id, seq in ack.acked_seq.items():
+            sent = self.unacked.pop((container_id, seq), None)
+            if sent is not None:
+                (self.tally.ended_acked if sent[1] else self.tally.running_acked).append(now - sent[0])
 
     def command_done(self, command_id: str) -> None:
         self.outgoing.put_nowait(apb.AgentMessage(ack=apb.CommandAck(command_id=command_id, ok=True)))
@@ -372,6 +391,7 @@ class SimAgent:
             time=now_timestamp(),
             seq=seq,
         )
+        self.unacked[(container_id, seq)] = (time.perf_counter(), state == apb.CONTAINER_STATE_TERMINATED)
         self.outgoing.put_nowait(apb.AgentMessage(container_state=change))
 
 
@@ -651,9 +671,19 @@ async def paced_arrivals(
         tally,
     )
     after = await snapshot(record.master_http_url, tally, pids)
+    # The last starts' RUNNING reports acknowledged too (bounded: a master far behind is reported
+    # with what it acknowledged by then).
+    deadline = time.perf_counter() + ACK_WAIT_S
+    while len(tally.running_acked) < tally.started and time.perf_counter() < deadline:
+        await asyncio.sleep(0.1)
+    running_acked, ended_acked = sorted(tally.running_acked), sorted(tally.ended_acked)
     for experiment_id in experiment_ids:
         await asyncio.to_thread(kill_unless_ended, api, experiment_id)
     return {
+        "running_acked_p50_s": quantile(running_acked, 0.5),
+        "running_acked_p99_s": quantile(running_acked, 0.99),
+        "ended_acked_p50_s": quantile(ended_acked, 0.5),
+        "ended_acked_p99_s": quantile(ended_acked, 0.99),
         "paced_total": total,
         "paced_experiments": count,
         "created_per_s": total / created_s,
@@ -858,6 +888,9 @@ def main() -> None:
             f"{figures['request_to_running_p50_s']:.2f} s, max {figures['request_to_running_max_s']:.2f} s; "
             f"{figures['pass_count']:.0f} passes, decision p95 {figures['pass_p95_ms']:.0f} ms, its CPU p95 "
             f"{figures['pass_cpu_p95_ms']:.0f} ms, starting p95 {figures['start_p95_ms']:.0f} ms; "
+            f"the agents' reports from sent to stored: RUNNING p50 {figures['running_acked_p50_s']:.2f} s, "
+            f"p99 {figures['running_acked_p99_s']:.2f} s, "
+            f"TERMINATED p50 {figures['ended_acked_p50_s']:.2f} s, p99 {figures['ended_acked_p99_s']:.2f} s; "
             f"{_lock_figures(figures)}; CPU s: "
             + ", ".join(
                 f"{k.removesuffix('_cpu_s')} {v:.1f}" for k, v in figures.items() if k.endswith("_cpu_s")

@@ -23,13 +23,15 @@ from services.master.domain.kernel.group_commit import GroupCommit, GroupStats
 
 T = TypeVar("T")
 
-# Enough to take the units of a thousand agents' burst in a few batches, few enough that one batch
-# holds the master's lock for a fraction of a second, not seconds (a unit costs about 0.3 ms of
-# CPU). At 500 starts a second the master's lock is held all the time, and each batch pays for
-# taking it and for its reads, flush and commit: 64 units a batch left the agents' RUNNING reports
-# queued for many seconds behind it; 256 keep up (bench/README.md, "The master's lock, held all
-# the time").
-MAX_BATCH = 256
+# Enough to take, in one batch, the unit each of a thousand agents may have waiting: an agent's
+# stream reader awaits each unit before it reads the agent's next message, so each batch stored at
+# most one report of each agent. With 256, at 500 starts a second (a RUNNING and a TERMINATED
+# each) the batches, taking turns with the lock's other holders, fell behind the agents: their
+# reports waited 8-9 s p50 to be stored, nearly all of a trial's wait from request to RUNNING, and
+# 1,024 halved it (bench/README.md, "What a paced run's RUNNING waits for"). Few enough that a
+# batch holds the master's lock for a fraction of a second (a unit costs about 0.2 ms of CPU):
+# a burst's passes wait behind it (passes p95 98 against 75 ms in one pair).
+MAX_BATCH = 1024
 
 
 class _Unit(NamedTuple):
