@@ -327,11 +327,16 @@ class SimAgent:
 
     def acknowledged(self, ack: apb.LogAck) -> None:
         """The master stored reports up to these seqs: each one's wait is over (nothing else is
-        kept to forget: every state change is sent once, on a live stream)."""
+        kept to forget: every state change is sent once, on a live stream). An acknowledgement
+        covers the container's earlier reports too (the master acknowledges a batch's reports of
+        one container in one seq); acknowledgements come in order, so the walk down stops at the
+        first report already acknowledged."""
         now = time.perf_counter()
         for container_id, seq in ack.acked_seq.items():
-            sent = self.unacked.pop((container_id, seq), None)
-            if sent is not None:
+            for covered in range(seq, 0, -1):
+                sent = self.unacked.pop((container_id, covered), None)
+                if sent is None:
+                    break
                 (self.tally.ended_acked if sent[1] else self.tally.running_acked).append(now - sent[0])
 
     def command_done(self, command_id: str) -> None:

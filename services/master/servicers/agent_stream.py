@@ -11,8 +11,8 @@ queues for the agent (Welcome first, then any backlog, then new commands), woken
 
 What an agent reports of its containers (state changes, refused starts) is applied in units of work
 shared with the other agents' reports of the same moment (kernel/batched_units.py): one transaction
-for a burst from many agents, each agent's messages still applied in its order and acknowledged only
-once stored.
+for a burst from many agents. The reader hands them on as it reads them, several in flight at once
+(agent_reports.py), each agent's still stored in its order and acknowledged only once stored.
 
 Who the agent is was established by the interceptor (agent_auth.py); here every hello and every
 context download is checked against it: an agent known by its credential speaks only as the id the
@@ -45,13 +45,14 @@ from services.master.domain.identity import agent_credentials
 from services.master.domain.kernel.batched_units import BatchedUnits
 from services.master.domain.kernel.context import MasterContext, Work
 from services.master.domain.kernel.errors import DatabaseUnavailable, DomainError, InvalidArgument
-from services.master.domain.kernel.outage import as_outage, ride_out
+from services.master.domain.kernel.outage import ride_out
 from services.master.domain.metrics.logs import LogStore
 from services.master.domain.metrics.system_metrics import SystemMetricsStore
 from services.master.domain.reads.agents import allocation_runs_on
 from services.master.domain.reads.tasks import task_context_archive
 from services.master.domain.scheduling import agents as agent_registry
 from services.master.domain.scheduling.agent_hub import AgentLink
+from services.master.servicers.agent_reports import ReportPipeline, StreamEnded
 from services.master.servicers.agent_silence import SilenceWatch
 
 log = get_logger(__name__)
@@ -239,11 +240,12 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
             self._silence.forget(watched)
 
     async def _read(self, link: AgentLink, messages: AsyncIterator[apb.AgentMessage]) -> None:
-        """Apply what the agent sends, one message at a time and in order. A heartbeat is a
-        timestamp on the loop; state changes and refused starts are awaited on the loop while the
-        stream's thread pool commits the units of many agents' readers together
-        (kernel/batched_units.py); everything else is applied in that pool."""
+        """Apply what the agent sends, in order. A heartbeat is a timestamp on the loop; state
+        changes and refused starts are handed on as they are read, in flight while the stream's
+        thread pool commits the units of many agents' readers together (agent_reports.py); every
+        other message waits until those are stored, then is applied in that pool."""
         agent_id = link.agent_id
+        reports = ReportPipeline(link, self._units, self._threads, partial(self._apply, link))
         try:
             async for message in messages:
                 link.heard()
@@ -252,19 +254,21 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
                     continue
                 if kind == "container_state":
                     change = message.container_state
-                    await self._apply_unit(
-                        link,
+                    await reports.submit(
                         "a container state change",
                         partial(containers.on_container_state, self.ctx, message=change),
                         containers.ReportKey(
                             change.container_id, ends=change.state == apb.CONTAINER_STATE_TERMINATED
                         ),
+                        # Once stored the agent may forget it (and retire a finished container).
+                        ack=(change.container_id, change.seq) if change.seq else None,
                     )
-                    if change.seq:
-                        # Stored: the agent may forget it (and retire a finished container).
-                        ack = apb.LogAck(acked_seq={change.container_id: change.seq})
-                        link.put(apb.MasterMessage(log_ack=ack))
-                elif kind == "log_batch":
+                    continue
+                if kind == "ack" and message.ack.ok:
+                    self.ctx.hub.acknowledged(message.ack.command_id)
+                    continue
+                await reports.settle()
+                if kind == "log_batch":
                     batch = message.log_batch
                     acked = await self._apply(link, "a log batch", partial(self.logs.store, agent_id, batch))
                     if acked:
@@ -279,8 +283,7 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
                             self.ctx.hub.mark_stopping(agent_id)
                         if started is not None:
                             error = message.ack.error
-                            await self._apply_unit(
-                                link,
+                            await reports.submit(
                                 "a refused start",
                                 partial(
                                     _start_refused,
@@ -290,6 +293,7 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
                                     stopping=stopping,
                                 ),
                                 containers.ReportKey(started, ends=True),
+                                ack=None,
                             )
                 elif kind == "slot_report":
                     report = message.slot_report
@@ -304,7 +308,10 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
                 elif kind == "hello":
                     log.warning("second hello on one stream; closing it", agent_id=agent_id)
                     break
-        except (grpc.RpcError, asyncio.CancelledError):
+            else:
+                # The agent half-closed: what it reported is stored and acknowledged before the end.
+                await reports.settle()
+        except (grpc.RpcError, asyncio.CancelledError, StreamEnded):
             pass  # the agent went away, or the stream ended first; the stream's end says the rest
         except DatabaseUnavailable as exc:
             # The outage outlasted the ride-out. Closing the stream loses nothing: the agent keeps
@@ -313,6 +320,7 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
         except Exception:
             log.exception("failed handling a message from an agent; closing its stream", agent_id=agent_id)
         finally:
+            reports.close()
             link.close()
 
     async def _apply(self, link: AgentLink, what: str, apply: Callable[[], T]) -> T:
@@ -330,23 +338,6 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
                     apply, what=what, idempotent=True, stopping=self.ctx.stopping, waiting=link.heard
                 )
             )
-
-    async def _apply_unit(
-        self, link: AgentLink, what: str, apply: Callable[[Work], object], key: containers.ReportKey
-    ) -> None:
-        """Apply one message that is a unit of work (a container's state change, a refused start)
-        with the units other agents' readers apply at the same moment (kernel/batched_units.py),
-        awaited on the loop: no thread is taken while it waits. A database outage is ridden out
-        as `_apply` rides it out, each try in a later batch."""
-        with link.master_behind():
-            try:
-                await self._units.run_async(apply, self._threads, key=key)
-                return
-            except Exception as exc:
-                if as_outage(exc) is None:
-                    raise
-                log.warning("database outage; riding it out", what=what, error=str(exc))
-        await self._apply(link, what, lambda: self._units.run(apply, key=key))
 
     async def _report(self, link: AgentLink, store: Callable[[], None]) -> None:
         """Store a report the agent sent and forgot (system metrics): while it is stored the agent

@@ -80,7 +80,7 @@ def test_an_agent_is_not_cut_off_while_its_message_is_applied() -> None:
     servicer, _ctx = _servicer(max_agents=1)
     link = AgentLink("agent-1")
     link.last_heard = time.monotonic() - 100  # long past the timeout...
-    link.applying = True  # ...but the master is applying its last message
+    link.applying = 1  # ...but the master is applying its last message
     later = apb.MasterMessage(log_ack=apb.LogAck(acked_seq={"c": 1}))
 
     async def scenario() -> None:
@@ -88,7 +88,7 @@ def test_an_agent_is_not_cut_off_while_its_message_is_applied() -> None:
         threading.Timer(1.2, link.put, args=(later,)).start()  # from another thread, as the domain
         send = servicer._send(link, ready)
         assert await anext(send) is later  # still served after more than the timeout with nothing to send
-        link.applying = False
+        link.applying = 0
         started = time.monotonic()
         assert [m async for m in send] == []  # silent and nothing being applied: the stream is closed
         assert time.monotonic() - started < 5
@@ -103,7 +103,7 @@ def test_one_watch_ends_the_streams_of_silent_agents_only_and_every_stream_at_th
     silent, heard, busy = AgentLink("silent"), AgentLink("heard"), AgentLink("busy")
     silent.last_heard = time.monotonic() - 100
     busy.last_heard = time.monotonic() - 100
-    busy.applying = True  # the master is behind on its message: not silent
+    busy.applying = 1  # the master is behind on its message: not silent
     sent: dict[str, list[apb.MasterMessage]] = {"silent": [], "heard": [], "busy": []}
 
     async def serve(link: AgentLink) -> None:

@@ -14,12 +14,13 @@ front, in one statement, what each unit would read on its own.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import Executor
 from typing import Any, NamedTuple, TypeVar, cast
 
 from services.master.domain.kernel.context import MasterContext, Work
-from services.master.domain.kernel.group_commit import GroupCommit, GroupStats
+from services.master.domain.kernel.group_commit import GroupCommit, GroupStats, Lane
 
 T = TypeVar("T")
 
@@ -78,6 +79,13 @@ class BatchedUnits:
         `executor`, and no thread waits for this unit's outcome."""
         unit = _Unit(cast(Callable[[Work], Any], apply), key)
         return cast(T, await self._commits.run_async(unit, executor))
+
+    def submit_async(
+        self, apply: Callable[[Work], object], executor: Executor, key: Hashable | None, lane: Lane
+    ) -> asyncio.Future[object]:
+        """Queue `apply` from a coroutine on the running loop, in `lane` (group_commit.py): the
+        future of its outcome; the caller may queue more before it comes."""
+        return self._commits.submit_async(_Unit(apply, key), executor, lane)
 
     def _apply(self, units: Sequence[_Unit]) -> list[object]:
         with self._ctx.unit_of_work() as w:

@@ -23,6 +23,14 @@ For a caller, nothing changes but the cost:
 - **Outages**: a lost database connection fails every item of its batch with DatabaseUnavailable
   (each its own exception object), and each caller rides it out as before (outage.ride_out), its
   next try joining a later batch.
+
+A caller on a loop may also have several items queued at once (`submit_async`, in a `Lane`): an
+agent's stream hands on its reports as it reads them rather than one at a time. The lane keeps
+them in order: batches are written one after another and each in queue order, and once one of a
+lane's items ends in an error, its later items are not written (they fail with EarlierItemFailed)
+until the caller has written the failed one again and reopens the lane. So no item of a lane is
+ever stored after a later one (an agent's container reports: a later sequence number stored first
+would make the master drop the earlier one as a resend).
 """
 
 from __future__ import annotations
@@ -45,6 +53,22 @@ I = TypeVar("I")  # noqa: E741 - an item, as R is a result
 R = TypeVar("R")
 
 
+class EarlierItemFailed(Exception):
+    """An item not written because an earlier item of its lane ended in an error."""
+
+
+class Lane:
+    """One caller's items that may be queued at once, written in the order they were queued. Closed
+    by the writer when one of them ends in an error; reopened by the caller (`reopen`) once every
+    item it queued has its outcome and it has written the failed ones again."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def reopen(self) -> None:
+        self.closed = False
+
+
 @dataclass(eq=False)
 class _Waiting(Generic[I, R]):
     item: I
@@ -59,9 +83,13 @@ class _Waiting(Generic[I, R]):
     loop: asyncio.AbstractEventLoop | None = None
     future: asyncio.Future[R] | None = None
     executor: Executor | None = None
+    lane: Lane | None = None
 
     def finish(self, result: R | None = None, error: BaseException | None = None) -> None:
         self.result, self.error, self.finished = result, error, True
+        if error is not None and self.lane is not None:
+            # Set by the writer before it takes the next batch: the lane's later items wait.
+            self.lane.closed = True
         self.done.set()
 
 
@@ -112,16 +140,21 @@ class GroupCommit(Generic[I, R]):
         """`run` for a caller on an event loop: no thread waits for the outcome. Where no batch is
         being written, a lead is started in `executor`; it writes this item's batch and every
         batch queued behind it."""
+        return await self.submit_async(item, executor)
+
+    def submit_async(self, item: I, executor: Executor, lane: Lane | None = None) -> asyncio.Future[R]:
+        """Queue `item` from a coroutine on the running loop; the future of its outcome. A caller
+        that queues more before that outcome comes names a lane, which keeps them in order."""
         loop = asyncio.get_running_loop()
-        waiting: _Waiting[I, R] = _Waiting(item, loop=loop, future=loop.create_future(), executor=executor)
+        future: asyncio.Future[R] = loop.create_future()
+        waiting: _Waiting[I, R] = _Waiting(item, loop=loop, future=future, executor=executor, lane=lane)
         with self._mutex:
             self._queue.append(waiting)
             leads = not self._leading
             self._leading = True
         if leads:
             self._start_lead(waiting)
-        assert waiting.future is not None
-        return await waiting.future
+        return future
 
     @property
     def queued(self) -> int:
@@ -206,6 +239,9 @@ class GroupCommit(Generic[I, R]):
             return None
 
     def _write_batch(self, batch: list[_Waiting[I, R]]) -> None:
+        batch = [waiting for waiting in batch if not _behind_a_failure(waiting)]
+        if not batch:
+            return
         self.stats.batches += 1
         self.stats.items += len(batch)
         try:
@@ -226,8 +262,9 @@ class GroupCommit(Generic[I, R]):
             self.stats.split += 1
             log.info("a batched write raised; writing the batch's items one by one", error=str(exc))
             for waiting in batch:
-                self._write_alone(waiting)
-                time.sleep(0)  # as between batches (_lead_in_executor): a waiting pass goes first
+                if not _behind_a_failure(waiting):  # an earlier item of its lane failed alone
+                    self._write_alone(waiting)
+                    time.sleep(0)  # as between batches (_lead_in_executor): a waiting pass goes first
             return
         for waiting, result in zip(batch, results, strict=True):
             waiting.finish(result)
@@ -239,6 +276,15 @@ class GroupCommit(Generic[I, R]):
             waiting.finish(error=exc)
         else:
             waiting.finish(result)
+
+
+def _behind_a_failure(waiting: _Waiting[I, R]) -> bool:
+    """Whether `waiting` is an item of a lane closed by an earlier item's error: it is then finished
+    with EarlierItemFailed, unwritten."""
+    if waiting.lane is None or not waiting.lane.closed:
+        return False
+    waiting.finish(error=EarlierItemFailed("an earlier item of its lane was not stored"))
+    return True
 
 
 def _settle_futures(batch: Sequence[_Waiting[I, R]]) -> None:

@@ -30,9 +30,10 @@ class AgentLink:
     agent_id: str
     outbox: queue.Queue[apb.MasterMessage | None] = field(default_factory=queue.Queue)
     last_heard: float = field(default_factory=time.monotonic)
-    # True while the stream's reader applies one of the agent's messages: the agent is not silent
-    # then, the master is behind (its messages wait unread while the database is busy).
-    applying: bool = False
+    # How many of the agent's messages the stream is still applying (one the reader awaits, and
+    # its reports in flight count once): the agent is not silent then, the master is behind (its
+    # messages wait unread, or unstored, while the database is busy).
+    applying: int = 0
     closed: threading.Event = field(default_factory=threading.Event)
     # Why the master shut this agent out (revoked, or its credential replaced): the stream ends
     # with PERMISSION_DENIED saying so, instead of ending quietly for the agent to reconnect.
@@ -55,12 +56,20 @@ class AgentLink:
     def master_behind(self) -> Iterator[None]:
         """While the master applies or stores what the agent sent: the agent counts as heard all
         along (it is the master that is not listening), and heard again once it is done."""
-        self.applying = True
+        self.behind()
         try:
             yield
         finally:
-            self.applying = False
-            self.heard()
+            self.caught_up()
+
+    def behind(self) -> None:
+        """The master has begun applying something the agent sent (see `master_behind`)."""
+        self.applying += 1
+
+    def caught_up(self) -> None:
+        """What `behind` began is applied: heard again now."""
+        self.applying -= 1
+        self.heard()
 
     def close(self) -> None:
         if not self.closed.is_set():
