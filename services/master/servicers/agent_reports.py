@@ -15,32 +15,35 @@ What the stream keeps, as it was with one report at a time:
   container's acknowledged one).
 - **Acknowledgement after the commit, in order**: a report is acknowledged once it and every report
   the agent sent before it are stored; the acknowledgements one batch settles go out as one message.
-- **Outages are ridden out**: the report that failed, then each one behind it, is written again
-  on its own and in order (the stream's `retry`, outage.ride_out in a thread), before the lane
-  opens again. A report that fails with an error of its own (not an outage) ends the stream, as
-  it did; the agent sends what was not acknowledged again when it reconnects.
+- **Outages are ridden out** as outage.ride_out rides out a call's (its policy's pauses and
+  budget): the lane is closed at the first failure, and after a pause the report that failed and
+  every one behind it are queued again in order, still in batches; no thread waits meanwhile.
+  A report that fails with an error of its own (not an outage) ends the stream, as it did; the
+  agent sends what was not acknowledged again when it reconnects.
 - **Bounded**: at most `depth` reports in flight; the reader waits for the oldest beyond that.
-- **The rest waits**: what the stream applies otherwise (log lines, slot reports) waits until the
-  reports in flight are stored (`settle`): log lines share the containers' sequence numbers, and
-  a slot report is applied after the ends the agent sent before it.
+- **The rest waits**: what the stream applies otherwise (log lines, slot reports, system metrics;
+  not heartbeats and command acknowledgements, which store nothing) waits until the reports in
+  flight are stored (`settle`): log lines share the containers' sequence numbers, and a slot
+  report is applied after the ends the agent sent before it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Callable, Hashable
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from functools import partial
 
 from cairn.agent.v1 import agent_pb2 as apb
 from services.common.logging import get_logger
+from services.master.domain.kernel import outage
 from services.master.domain.kernel.batched_units import BatchedUnits
 from services.master.domain.kernel.context import Work
 from services.master.domain.kernel.errors import DatabaseUnavailable
 from services.master.domain.kernel.group_commit import EarlierItemFailed, Lane
-from services.master.domain.kernel.outage import as_outage
 from services.master.domain.scheduling.agent_hub import AgentLink
 
 log = get_logger(__name__)
@@ -48,9 +51,6 @@ log = get_logger(__name__)
 # Reports of one agent in flight at once. An agent of 8 slots sends about two a slot per trial;
 # a resend after a reconnect may be longer, and waits for room.
 MAX_IN_FLIGHT = 64
-
-# How the stream writes one report again on its own, riding out an outage: (what, write).
-Retry = Callable[[str, Callable[[], object]], Awaitable[object]]
 
 
 class StreamEnded(Exception):
@@ -66,32 +66,36 @@ class _Report:
     key: Hashable | None
     # The container and sequence number to acknowledge once stored, or None (nothing to forget).
     ack: tuple[str, int] | None
+    # Its outcome: the pipeline's own (never cancelled); a new one each time it is queued again.
     future: asyncio.Future[object]
 
 
 class ReportPipeline:
-    """One agent stream's reports in flight, on the stream's event loop."""
+    """One agent stream's reports in flight, on the stream's event loop. `executor` runs the
+    batches' writer (group_commit.py); `stopping` is the master's stop, which ends an outage's
+    pauses."""
 
     def __init__(
         self,
         link: AgentLink,
         units: BatchedUnits,
         executor: Executor,
-        retry: Retry,
+        stopping: threading.Event,
         depth: int = MAX_IN_FLIGHT,
     ) -> None:
         self._link = link
         self._units = units
         self._executor = executor
-        self._retry = retry
+        self._stopping = stopping
         self._depth = depth
         self._lane = Lane()
         self._in_flight: deque[_Report] = deque()
-        # Writing a failed report and those behind it again; the reader waits for it.
+        # Riding out an outage: queuing the failed report and those behind it again, after a
+        # pause. The reader queues nothing new meanwhile.
         self._recovery: asyncio.Task[None] | None = None
         self._ended = False
         # Whether the link counts the agent as waiting on the master (AgentLink.behind): from the
-        # first report in flight until none is.
+        # first report in flight until none is, or the stream ends.
         self._behind = False
 
     @property
@@ -110,12 +114,11 @@ class ReportPipeline:
                 self._advance()
             self._check_open()
         self._check_open()
-        future = self._units.submit_async(apply, self._executor, key, self._lane)
+        report = _Report(what, apply, key, ack, self._queue(apply, key))
         if not self._behind:
             self._behind = True
             self._link.behind()
-        self._in_flight.append(_Report(what, apply, key, ack, future))
-        future.add_done_callback(self._on_done)
+        self._in_flight.append(report)
 
     async def settle(self) -> None:
         """Wait until every report in flight is stored and acknowledged."""
@@ -128,11 +131,18 @@ class ReportPipeline:
             self._check_open()
 
     def close(self) -> None:
-        """The stream is over: outcomes still to come are not acted on (the reports are stored all
-        the same; the agent sends the unacknowledged ones again on its next stream)."""
+        """The stream is over: outcomes still to come are not acted on. Reports already queued are
+        written all the same unless their lane closed first; whatever was not acknowledged the
+        agent sends again on its next stream (stored once: sequence numbers)."""
         self._ended = True
         if self._recovery is not None:
             self._recovery.cancel()
+        self._catch_up()
+
+    def _queue(self, apply: Callable[[Work], object], key: Hashable | None) -> asyncio.Future[object]:
+        future = self._units.submit_async(apply, self._executor, key, self._lane)
+        future.add_done_callback(self._on_done)
+        return future
 
     def _check_open(self) -> None:
         if self._ended:
@@ -141,21 +151,29 @@ class ReportPipeline:
     def _on_done(self, future: asyncio.Future[object]) -> None:
         if not future.cancelled():
             future.exception()  # looked at here, whoever acts on it: never reported as unretrieved
-        if not self._ended:
-            self._advance()
+        self._advance()
 
     def _advance(self) -> None:
-        """Acknowledge the stored reports at the head, in order; start writing again from the first
-        that failed."""
-        if self._recovery is not None:
+        """Acknowledge the stored reports at the head, in order; ride out the failure of the first
+        that was not."""
+        if self._ended or self._recovery is not None:
             return
+        if self._take_stored():
+            self._recovery = asyncio.get_running_loop().create_task(
+                self._recover(), name=f"agent-{self._link.agent_id}-reports-again"
+            )
+        elif not self._in_flight:
+            self._catch_up()
+
+    def _take_stored(self) -> bool:
+        """Take the stored reports off the head and acknowledge them, in one message; whether the
+        head is then a report that failed."""
         acked: dict[str, int] = {}
+        failed = False
         while self._in_flight and self._in_flight[0].future.done():
             head = self._in_flight[0]
             if head.future.cancelled() or head.future.exception() is not None:
-                self._recovery = asyncio.get_running_loop().create_task(
-                    self._recover(), name=f"agent-{self._link.agent_id}-reports-again"
-                )
+                failed = True
                 break
             self._in_flight.popleft()
             if head.ack is not None:
@@ -163,37 +181,56 @@ class ReportPipeline:
                 acked[container_id] = max(seq, acked.get(container_id, 0))
         if acked:
             self._link.put(apb.MasterMessage(log_ack=apb.LogAck(acked_seq=acked)))
-        if not self._in_flight and self._recovery is None:
-            self._catch_up()
+        return failed
 
     async def _recover(self) -> None:
-        """Write the failed report at the head, and every report behind it, again: each on its own
-        and in order, riding out an outage. Whatever cannot be stored ends the stream."""
+        """Ride out the failure at the head: once every report in flight has its outcome (those
+        behind the failed one were not written: their lane is closed), pause, reopen the lane and
+        queue the failed report and every one behind it again, in order; until all are stored, or
+        the outage outlasts the policy's budget, or a report fails with an error of its own.
+        Either of those ends the stream."""
+        policy = outage.OUTAGE_POLICY
+        delays = policy.delays()
+        started = time.monotonic()
+        tries = 0
         try:
-            # Those behind the failed one end too: their lane is closed, they are not written.
-            await asyncio.wait([r.future for r in self._in_flight])
-            self._lane.reopen()
-            warned = False
-            while self._in_flight:
-                report = self._in_flight[0]
-                error = None if report.future.cancelled() else report.future.exception()
-                if error is not None and not isinstance(error, EarlierItemFailed):
-                    if as_outage(error) is None:
-                        raise error
-                    if not warned:
-                        log.warning("database outage; riding it out", what=report.what, error=str(error))
-                        warned = True
-                if error is not None or report.future.cancelled():
-                    await self._retry(report.what, partial(self._units.run, report.apply, key=report.key))
-                self._in_flight.popleft()
-                if report.ack is not None:
-                    container_id, seq = report.ack
-                    self._link.put(apb.MasterMessage(log_ack=apb.LogAck(acked_seq={container_id: seq})))
+            while True:
+                await asyncio.wait([r.future for r in self._in_flight])
+                if not self._take_stored():
+                    break
+                head = self._in_flight[0]
+                if head.future.cancelled():
+                    raise RuntimeError("a report's outcome was cancelled")  # the pipeline's own: never
+                error = head.future.exception()
+                assert error is not None
+                lost = outage.as_outage(error)
+                if lost is None and not isinstance(error, EarlierItemFailed):
+                    raise error
+                tries += 1
+                delay = next(delays)
+                elapsed = time.monotonic() - started
+                if elapsed + delay > policy.budget_s or self._stopping.is_set():
+                    raise DatabaseUnavailable(
+                        f"{head.what}: {error}; gave up after {tries} tries over {elapsed:.0f} s"
+                    ) from error
+                log.warning(
+                    "database outage; storing an agent's reports again",
+                    what=head.what,
+                    reports=len(self._in_flight),
+                    attempt=tries,
+                    in_s=round(delay, 2),
+                    error=str(error),
+                )
+                self._link.heard()
+                await asyncio.sleep(delay)
+                self._lane.reopen()
+                for report in self._in_flight:
+                    report.future = self._queue(report.apply, report.key)
         except asyncio.CancelledError:
             raise
         except DatabaseUnavailable as exc:
-            # The outage outlasted the ride-out. Closing the stream loses nothing: the agent keeps
-            # what the master has not acknowledged and sends it again when it reconnects.
+            # Closing the stream loses nothing: the agent keeps what the master has not
+            # acknowledged and sends it again when it reconnects.
             self._end()
             log.warning(
                 "database unavailable; closing an agent's stream",
@@ -207,7 +244,7 @@ class ReportPipeline:
             )
         finally:
             self._recovery = None
-            if not self._in_flight and not self._ended:
+            if not self._in_flight:
                 self._catch_up()
 
     def _catch_up(self) -> None:
@@ -217,6 +254,7 @@ class ReportPipeline:
 
     def _end(self) -> None:
         self._ended = True
+        self._catch_up()
         self._link.close()
 
 

@@ -70,11 +70,13 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
         self.logs = logs
         self.max_agents = max_agents
         self._agent_slots = threading.BoundedSemaphore(max_agents)
-        # The agents' state changes and refused starts, applied in shared transactions.
+        # The agents' state changes and refused starts, applied in shared transactions, and the
+        # thread that writes them batch after batch: one of its own, never queued behind the
+        # pool's other work (nor behind threads that wait for it).
         self._units = BatchedUnits(ctx, prepare=wiring.preload_agent_reports)
-        # Where the streams' database work runs: the batches' lead, log batches, slot reports, and
-        # state changes retried through an outage (each on a thread while it waits); a fixed
-        # number however many agents there are. State changes otherwise wait on the loop.
+        self._report_writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-reports")
+        # Where the streams' other database work runs: log batches, slot reports, system metrics,
+        # hellos (each on a thread while it waits); a fixed number however many agents there are.
         self._threads = ThreadPoolExecutor(max_workers=APPLY_THREADS, thread_name_prefix="agent-apply")
         # The containers' system metrics the agents sample (issue 46).
         self._system_metrics = SystemMetricsStore(ctx)
@@ -240,12 +242,13 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
             self._silence.forget(watched)
 
     async def _read(self, link: AgentLink, messages: AsyncIterator[apb.AgentMessage]) -> None:
-        """Apply what the agent sends, in order. A heartbeat is a timestamp on the loop; state
-        changes and refused starts are handed on as they are read, in flight while the stream's
-        thread pool commits the units of many agents' readers together (agent_reports.py); every
-        other message waits until those are stored, then is applied in that pool."""
+        """Apply what the agent sends, in order. A heartbeat is a timestamp on the loop, a
+        command's ok an entry in the hub; state changes and refused starts are handed on as they
+        are read, in flight while one thread commits the units of many agents' readers together
+        (agent_reports.py); every other message waits until those are stored, then is applied in
+        the stream's thread pool."""
         agent_id = link.agent_id
-        reports = ReportPipeline(link, self._units, self._threads, partial(self._apply, link))
+        reports = ReportPipeline(link, self._units, self._report_writer, self.ctx.stopping)
         try:
             async for message in messages:
                 link.heard()

@@ -1,6 +1,6 @@
 """Many small units of work from many threads, committed together (a group commit of units).
 
-Each agent's stream applies its messages one at a time and in order, and each message (a
+Each agent's stream applies its messages in order, and each message (a
 container's state change, a refused start) is a unit of work of its own. At a thousand agents that
 was a thousand transactions a second, one after another under the master's lock, each paying for
 its lock, its BEGIN and COMMIT (an fsync on SQLite, round trips on PostgreSQL) and its post-commit
@@ -24,14 +24,14 @@ from services.master.domain.kernel.group_commit import GroupCommit, GroupStats, 
 
 T = TypeVar("T")
 
-# Enough to take, in one batch, the unit each of a thousand agents may have waiting: an agent's
-# stream reader awaits each unit before it reads the agent's next message, so each batch stored at
-# most one report of each agent. With 256, at 500 starts a second (a RUNNING and a TERMINATED
-# each) the batches, taking turns with the lock's other holders, fell behind the agents: their
-# reports waited 8-9 s p50 to be stored, nearly all of a trial's wait from request to RUNNING, and
-# 1,024 halved it (bench/README.md, "What a paced run's RUNNING waits for"). Few enough that a
-# batch holds the master's lock for a fraction of a second (a unit costs about 0.2 ms of CPU):
-# a burst's passes wait behind it (passes p95 98 against 75 ms in one pair).
+# Enough that the batches keep up with a thousand agents' reports at 500 starts a second (a
+# RUNNING and a TERMINATED each). While an agent's stream reader awaited each report, a batch took
+# at most one of each agent, and batches of 256 fell behind (reports stored 8-9 s p50 after they
+# were sent; 1,024 halved it). With an agent's reports in flight together
+# (servicers/agent_reports.py) 256 and 1,024 did the same on SQLite, while on PostgreSQL, whose
+# statements cost more, 256 fell behind again (reports p50 9.8 against 3.5 s): bench/README.md,
+# "An agent's reports in flight at once". Few enough that a batch holds the master's lock for a
+# fraction of a second on SQLite (a unit costs about 0.2 ms of CPU).
 MAX_BATCH = 1024
 
 

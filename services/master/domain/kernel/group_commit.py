@@ -6,16 +6,17 @@ go, and the others wait for their outcome. No thread of its own: nothing to star
 lone caller writes at once, as if there were no batching. The agent stream uses it for its
 agents' state changes (batched_units.py) and log lines (metrics/logs.py).
 
-Callers on an event loop (the agent streams' readers) await `run_async` instead: they hold no
-thread while they wait. The first of them to find no leader starts one in the executor it names,
-which writes batch after batch while async callers' items are queued; each batch's outcomes reach
-the loop in one callback. A thread per message, woken to lead or to read its outcome, cost more
-than the message's own work (bench.trial_phases: a state change's end 0.6 ms of CPU with a thread
-each, 0.3 in batches one thread writes).
+Callers on an event loop (the agent streams' readers) queue theirs with `submit_async` (or await
+`run_async`) instead: they hold no thread while they wait. The first of them to find no leader
+starts one in the executor it names, which writes batch after batch while async callers' items
+are queued; each batch's outcomes reach the loop in one callback. A thread per message, woken to
+lead or to read its outcome, cost more than the message's own work (bench.trial_phases: a state
+change's end 0.6 ms of CPU with a thread each, 0.3 in batches one thread writes).
 
 For a caller, nothing changes but the cost:
-- **Order**: a caller waits for its item before it asks again, so one caller's items are written
-  in the order it asked; items of different callers were never ordered.
+- **Order**: a caller that waits for its item before it asks again has its items written in the
+  order it asked (one with several queued at once names a lane: below); items of different
+  callers were never ordered.
 - **All or nothing, then each alone**: `write` stores a batch as a whole or raises. When it raises,
   each item of the batch is written again on its own, so the one that raised fails with its own
   error and the others are stored as they would have been alone. Items must therefore be safe to
@@ -28,8 +29,9 @@ A caller on a loop may also have several items queued at once (`submit_async`, i
 agent's stream hands on its reports as it reads them rather than one at a time. The lane keeps
 them in order: batches are written one after another and each in queue order, and once one of a
 lane's items ends in an error, its later items are not written (they fail with EarlierItemFailed)
-until the caller has written the failed one again and reopens the lane. So no item of a lane is
-ever stored after a later one (an agent's container reports: a later sequence number stored first
+until the caller, once every item it queued has its outcome, reopens the lane and queues the
+failed ones again, queuing nothing new meanwhile. So no item of a lane is ever stored after a
+later one (an agent's container reports: a later sequence number stored first
 would make the master drop the earlier one as a resend).
 """
 
@@ -60,7 +62,7 @@ class EarlierItemFailed(Exception):
 class Lane:
     """One caller's items that may be queued at once, written in the order they were queued. Closed
     by the writer when one of them ends in an error; reopened by the caller (`reopen`) once every
-    item it queued has its outcome and it has written the failed ones again."""
+    item it queued has its outcome, before it queues the failed ones again."""
 
     def __init__(self) -> None:
         self.closed = False

@@ -1,21 +1,25 @@
 """An agent's reports in flight at once (servicers/agent_reports.py, on the agent stream's reader):
 they share batches instead of waiting for one another, yet each agent's are stored in the order it
 sent them, each once, and acknowledged only once stored and in order; an outage makes the failed
-report and every one behind it be written again, in order; an error of a report's own ends the
-stream with nothing after it stored."""
+report and every one behind it be written again, in order, until the outage outlasts its budget;
+an error of a report's own ends the stream with nothing after it stored; the stream's other
+messages wait for the reports in flight."""
 
 from __future__ import annotations
 
 import asyncio
+import random
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 from typing import Any, TypeVar
 
 import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
+from sqlalchemy import func, select
 
 from cairn.agent.v1 import agent_pb2 as apb
+from services.master.domain.kernel import outage
 from services.master.domain.kernel.batched_units import BatchedUnits
 from services.master.domain.kernel.context import Work
 from services.master.domain.kernel.errors import DatabaseUnavailable, NotFound
@@ -23,6 +27,7 @@ from services.master.domain.metrics.logs import LogStore
 from services.master.domain.scheduling.agent_hub import AgentLink
 from services.master.servicers.agent_reports import ReportPipeline, StreamEnded
 from services.master.servicers.agent_stream import AgentStreamServicer
+from services.master.store import models
 from tests.unit.master.domain.harness import Master
 from tests.unit.master.domain.test_domain_batched_units import _container, _grid
 
@@ -31,19 +36,32 @@ pytestmark = pytest.mark.on_each_database  # locks and transactions as each data
 T = TypeVar("T")
 
 
+@pytest.fixture(autouse=True)
+def _short_outage_pauses(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(
+        outage, "OUTAGE_POLICY", outage.OutagePolicy(budget_s=5.0, first_delay_s=0.01, max_delay_s=0.05)
+    )
+
+
 def _while_the_lock_is_held(
-    master: Master, units: BatchedUnits, queued: int, scenario: Callable[[], Coroutine[Any, Any, T]]
+    master: Master,
+    units: BatchedUnits,
+    total: int,
+    scenario: Callable[[], Coroutine[Any, Any, T]],
+    then_s: float = 0.0,
 ) -> T:
-    """Run `scenario` on an event loop of its own thread. The master's lock is held until `queued`
-    units wait behind the first batch's lead (which stops at the lock), so that they share batches."""
+    """Run `scenario` on an event loop of its own thread. The master's lock is held until all
+    `total` units are queued, in the first batch (whose lead stops at the lock) or behind it, so
+    that they share batches; and `then_s` longer."""
     with ThreadPoolExecutor(1) as loop_thread:
         master.ctx.lock.acquire()
         try:
             outcome = loop_thread.submit(asyncio.run, scenario())
             for _ in range(500):
-                if units.queued >= queued:
+                if units.stats.items + units.queued >= total:
                     break
                 threading.Event().wait(0.01)
+            threading.Event().wait(then_s)
         finally:
             master.ctx.lock.release()
         return outcome.result(timeout=60)
@@ -78,17 +96,19 @@ def test_an_agents_reports_share_batches_and_are_acknowledged_once_stored_in_ord
             yield apb.AgentMessage(container_state=change)
 
     link = AgentLink("a1")
-    _while_the_lock_is_held(master, servicer._units, len(sent) - 1, lambda: servicer._read(link, messages()))
-    # One agent's sixteen reports in two transactions (its first alone), not sixteen.
+    _while_the_lock_is_held(master, servicer._units, len(sent), lambda: servicer._read(link, messages()))
+    # One agent's sixteen reports in two transactions (the first lead's, then the rest), not sixteen.
     assert (servicer._units.stats.items, servicer._units.stats.batches) == (16, 2)
     master.settle()
     for container_id in ids:
         container = _container(master, container_id)
         assert (container.state, container.exit_code, container.acked_seq) == ("TERMINATED", 0, 2)
     assert {t.state for t in master.trials(experiment_id)} == {"COMPLETED"}
-    acks = _acks(link)
-    # The first report's own acknowledgement, then one message for the batch of the fifteen others.
-    assert acks == [{ids[0]: 1}, dict.fromkeys(ids, 2)]
+    first, rest = _acks(link)
+    # The first batch's acknowledgements (its lead took the first report, or the first few), then
+    # one message for the batch of all the others: each container up to its TERMINATED.
+    assert first == dict.fromkeys(ids[: len(first)], 1)
+    assert rest == dict.fromkeys(ids, 2)
     assert link.applying == 0
 
 
@@ -113,7 +133,6 @@ def _committed_report(
 
 
 def test_an_outage_writes_the_failed_report_and_every_one_behind_it_again_in_order(master: Master) -> None:
-    servicer = _servicer(master)
     units = BatchedUnits(master.ctx, max_batch=3)  # a lane's reports spread over many batches
     committed: list[tuple[str, int]] = []
     links = {name: AgentLink(name) for name in ("a", "b")}
@@ -123,7 +142,7 @@ def test_an_outage_writes_the_failed_report_and_every_one_behind_it_again_in_ord
 
     async def agent(name: str, executor: ThreadPoolExecutor) -> None:
         link = links[name]
-        reports = ReportPipeline(link, units, executor, partial(servicer._apply, link))
+        reports = ReportPipeline(link, units, executor, master.ctx.stopping)
         for step in range(12):
             fails = lost if (name, step) == ("a", 4) else None
             apply = _committed_report(committed, name, step, fails)
@@ -135,7 +154,7 @@ def test_an_outage_writes_the_failed_report_and_every_one_behind_it_again_in_ord
         with ThreadPoolExecutor(2) as executor:
             await asyncio.gather(agent("a", executor), agent("b", executor))
 
-    _while_the_lock_is_held(master, units, 23, both)
+    _while_the_lock_is_held(master, units, 24, both)
     # a4's batch (with a b report) failed whole; a's and b's later reports already queued were not
     # written until each agent had written its failed ones again.
     for name in ("a", "b"):
@@ -148,7 +167,6 @@ def test_an_outage_writes_the_failed_report_and_every_one_behind_it_again_in_ord
 
 
 def test_a_reports_own_error_ends_the_stream_and_nothing_behind_it_is_stored(master: Master) -> None:
-    servicer = _servicer(master)
     units = BatchedUnits(master.ctx)
     committed: list[tuple[str, int]] = []
     link = AgentLink("a")
@@ -158,7 +176,7 @@ def test_a_reports_own_error_ends_the_stream_and_nothing_behind_it_is_stored(mas
 
     async def agent() -> None:
         with ThreadPoolExecutor(2) as executor:
-            reports = ReportPipeline(link, units, executor, partial(servicer._apply, link))
+            reports = ReportPipeline(link, units, executor, master.ctx.stopping)
             for step in range(6):
                 apply = _committed_report(
                     committed, "a", step, refused if step == 2 else None, tries_failing=9
@@ -167,7 +185,7 @@ def test_a_reports_own_error_ends_the_stream_and_nothing_behind_it_is_stored(mas
             with pytest.raises(StreamEnded):
                 await reports.settle()
 
-    _while_the_lock_is_held(master, units, 5, agent)
+    _while_the_lock_is_held(master, units, 6, agent)
     # Its batch was written again one by one: the reports before it stored, none after it.
     assert committed == [("a", 0), ("a", 1)]
     assert [ack["c"] for ack in _acks(link)] == [1, 2]
@@ -176,7 +194,6 @@ def test_a_reports_own_error_ends_the_stream_and_nothing_behind_it_is_stored(mas
 
 
 def test_at_most_depth_reports_are_in_flight(master: Master) -> None:
-    servicer = _servicer(master)
     units = BatchedUnits(master.ctx)
     committed: list[tuple[str, int]] = []
     link = AgentLink("a")
@@ -184,7 +201,7 @@ def test_at_most_depth_reports_are_in_flight(master: Master) -> None:
 
     async def agent() -> None:
         with ThreadPoolExecutor(2) as executor:
-            reports = ReportPipeline(link, units, executor, partial(servicer._apply, link), depth=3)
+            reports = ReportPipeline(link, units, executor, master.ctx.stopping, depth=3)
             for step in range(10):
                 await reports.submit("a report", _committed_report(committed, "a", step), None, ack=None)
                 seen.append(reports.in_flight)
@@ -195,3 +212,128 @@ def test_at_most_depth_reports_are_in_flight(master: Master) -> None:
     assert max(seen) == 3
     assert committed == [("a", step) for step in range(10)]
     assert link.applying == 0
+
+
+def test_a_log_batch_waits_for_the_reports_in_flight_before_it(master: Master) -> None:
+    """Log lines share their container's sequence numbers with its state changes: stored before
+    the RUNNING sent ahead of them, they would make the master drop it as a resend."""
+    _, (container_id,) = _grid(master, 1)
+    servicer = _servicer(master)
+    allocation_id = _container(master, container_id).allocation_id
+    now = Timestamp()
+    now.GetCurrentTime()
+    lines = [
+        apb.LogEntry(
+            container_id=container_id, allocation_id=allocation_id, seq=seq, timestamp=now, message="x"
+        )
+        for seq in (2, 3)
+    ]
+    sent = [
+        apb.AgentMessage(
+            container_state=apb.ContainerStateChanged(
+                container_id=container_id, state=apb.CONTAINER_STATE_RUNNING, seq=1
+            )
+        ),
+        apb.AgentMessage(log_batch=apb.LogBatch(entries=lines)),
+        apb.AgentMessage(
+            container_state=apb.ContainerStateChanged(
+                container_id=container_id, state=apb.CONTAINER_STATE_TERMINATED, seq=4, exit_code=0
+            )
+        ),
+    ]
+
+    async def messages() -> AsyncIterator[apb.AgentMessage]:
+        for message in sent:
+            yield message
+
+    link = AgentLink("a1")
+    # The lock holds the RUNNING back; the log batch (which does not take it) would go first.
+    _while_the_lock_is_held(master, servicer._units, 1, lambda: servicer._read(link, messages()), then_s=0.5)
+    container = _container(master, container_id)
+    assert (container.state, container.acked_seq) == ("TERMINATED", 4)
+    with master.db.read() as s:
+        allocation = s.get_one(models.Allocation, allocation_id)
+        assert allocation.start_time is not None  # its RUNNING was stored
+        assert s.scalar(select(func.count()).select_from(models.TaskLog)) == 2
+    assert [ack[container_id] for ack in _acks(link)] == [1, 3, 4]
+
+
+def test_an_outage_that_outlasts_its_budget_ends_the_stream(
+    master: Master, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(outage, "OUTAGE_POLICY", outage.OutagePolicy(budget_s=0.3, first_delay_s=0.01))
+    units = BatchedUnits(master.ctx)
+    committed: list[tuple[str, int]] = []
+    link = AgentLink("a")
+
+    def lost() -> Exception:
+        return DatabaseUnavailable("the connection was lost", commit_unknown=False)
+
+    async def agent() -> None:
+        with ThreadPoolExecutor(1) as executor:
+            reports = ReportPipeline(link, units, executor, master.ctx.stopping)
+            for step in range(3):
+                apply = _committed_report(
+                    committed, "a", step, lost if step == 1 else None, tries_failing=10_000
+                )
+                await reports.submit("a report", apply, None, ack=("c", step + 1))
+            with pytest.raises(StreamEnded):
+                await reports.settle()
+
+    asyncio.run(agent())
+    assert committed == [("a", 0)]
+    assert [ack["c"] for ack in _acks(link)] == [1]
+    assert link.closed.is_set() and link.applying == 0
+    assert units.idle
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_outages_and_errors_keep_each_agents_order(master: Master, seed: int) -> None:
+    """Three agents' reports through batches of a random size, a tenth of their tries failing as
+    outages (each failing its whole batch), some agents with a report that always fails: no
+    agent's report is stored before an earlier one or twice, acknowledgements are in order and of
+    stored reports only, and an agent whose reports all could be stored had them all stored."""
+    chance, faults = random.Random(seed), random.Random(seed + 1000)  # the loop's, the writer's
+    units = BatchedUnits(master.ctx, max_batch=chance.randint(1, 6))
+    committed: list[tuple[str, int]] = []
+    links = {name: AgentLink(name) for name in "abc"}
+    refused_at = {name: chance.randint(0, 19) if chance.random() < 0.3 else None for name in "abc"}
+
+    def report(name: str, step: int) -> Callable[[Work], None]:
+        def apply(w: Work) -> None:
+            if refused_at[name] == step:
+                raise NotFound("no such container")
+            if faults.random() < 0.1:
+                raise DatabaseUnavailable("the connection was lost", commit_unknown=False)
+            w.later(lambda: committed.append((name, step)))
+
+        return apply
+
+    async def agent(name: str, executor: ThreadPoolExecutor) -> None:
+        reports = ReportPipeline(
+            links[name], units, executor, master.ctx.stopping, depth=chance.randint(1, 8)
+        )
+        try:
+            for step in range(20):
+                await reports.submit("a report", report(name, step), None, ack=(f"{name}-c", step + 1))
+                if chance.random() < 0.3:
+                    await asyncio.sleep(0)
+            await reports.settle()
+        except StreamEnded:
+            pass
+        finally:
+            reports.close()
+
+    async def all_three() -> None:
+        with ThreadPoolExecutor(1) as executor:
+            await asyncio.gather(*(agent(name, executor) for name in "abc"))
+
+    asyncio.run(all_three())
+    for name in "abc":
+        stored = [step for agent, step in committed if agent == name]
+        expected = list(range(20 if refused_at[name] is None else refused_at[name]))
+        assert stored == expected
+        acked = [ack[f"{name}-c"] for ack in _acks(links[name])]
+        assert acked == sorted(acked) and set(range(max(acked, default=0))) <= set(stored)
+        assert links[name].applying == 0
+    assert units.idle
