@@ -176,6 +176,7 @@ class SimAgent:
         trial_seconds: float,
         tally: Tally,
         system_metrics_s: float = 0.0,
+        log_s: float = 0.0,
     ):
         self.agent_id = agent_id
         self.slots = slots
@@ -184,12 +185,14 @@ class SimAgent:
         self.trial_seconds = trial_seconds
         self.tally = tally
         self.system_metrics_s = system_metrics_s
+        # Seconds between each running container's log lines (--log-interval; 0: none).
+        self.log_s = log_s
         self.welcomed = asyncio.Event()
         # One writer per stream (grpc.aio allows no concurrent writes): everything goes through it.
         self.outgoing: asyncio.Queue[apb.AgentMessage] = asyncio.Queue()
         self.seq: dict[str, int] = {}
-        # Reports not yet acknowledged: (container, seq) -> (queued at, whether it ends it).
-        self.unacked: dict[tuple[str, int], tuple[float, bool]] = {}
+        # Reports not yet acknowledged, by container: seq -> (queued at, whether it ends it).
+        self.unacked: dict[str, dict[int, tuple[float, bool]]] = {}
         # Running containers: their trial's end, and their allocation (for a kill's report).
         self.timers: dict[str, asyncio.TimerHandle] = {}
         self.allocations: dict[str, str] = {}
@@ -329,15 +332,17 @@ class SimAgent:
         """The master stored reports up to these seqs: each one's wait is over (nothing else is
         kept to forget: every state change is sent once, on a live stream). An acknowledgement
         covers the container's earlier reports too (the master acknowledges a batch's reports of
-        one container in one seq); acknowledgements come in order, so the walk down stops at the
-        first report already acknowledged."""
+        one container in one seq, and a log batch's seq covers the reports before its lines)."""
         now = time.perf_counter()
         for container_id, seq in ack.acked_seq.items():
-            for covered in range(seq, 0, -1):
-                sent = self.unacked.pop((container_id, covered), None)
-                if sent is None:
-                    break
-                (self.tally.ended_acked if sent[1] else self.tally.running_acked).append(now - sent[0])
+            waiting = self.unacked.get(container_id)
+            if not waiting:
+                continue
+            for covered in [s for s in waiting if s <= seq]:
+                queued_at, ends = waiting.pop(covered)
+                (self.tally.ended_acked if ends else self.tally.running_acked).append(now - queued_at)
+            if not waiting:
+                del self.unacked[container_id]
 
     def command_done(self, command_id: str) -> None:
         self.outgoing.put_nowait(apb.AgentMessage(ack=apb.CommandAck(command_id=command_id, ok=True)))
@@ -353,6 +358,26 @@ class SimAgent:
         seconds = self.trial_seconds * random.uniform(1 - JITTER, 1 + JITTER)
         loop = asyncio.get_running_loop()
         self.timers[container_id] = loop.call_later(seconds, self.exit, container_id, allocation_id, 0)
+        if self.log_s > 0:
+            loop.call_later(self.log_s * random.uniform(0.5, 1.0), self.log_line, container_id, allocation_id)
+
+    def log_line(self, container_id: str, allocation_id: str) -> None:
+        """A line of the container's output, with its next sequence number (lines and state
+        changes share them), then the next one after --log-interval, until the container ends."""
+        if container_id not in self.timers:
+            return  # ended
+        seq = self.seq.get(container_id, 0) + 1
+        self.seq[container_id] = seq
+        entry = apb.LogEntry(
+            container_id=container_id,
+            allocation_id=allocation_id,
+            seq=seq,
+            timestamp=now_timestamp(),
+            stdtype="stdout",
+            message=f"step {seq}",
+        )
+        self.outgoing.put_nowait(apb.AgentMessage(log_batch=apb.LogBatch(entries=[entry])))
+        asyncio.get_running_loop().call_later(self.log_s, self.log_line, container_id, allocation_id)
 
     def terminate(self, container_id: str, exit_code: int) -> None:
         timer = self.timers.get(container_id)
@@ -396,7 +421,10 @@ class SimAgent:
             time=now_timestamp(),
             seq=seq,
         )
-        self.unacked[(container_id, seq)] = (time.perf_counter(), state == apb.CONTAINER_STATE_TERMINATED)
+        self.unacked.setdefault(container_id, {})[seq] = (
+            time.perf_counter(),
+            state == apb.CONTAINER_STATE_TERMINATED,
+        )
         self.outgoing.put_nowait(apb.AgentMessage(container_state=change))
 
 
@@ -538,6 +566,7 @@ async def turnover(
             args.trial_seconds,
             tally,
             system_metrics_s=args.system_metrics_interval,
+            log_s=args.log_interval,
         )
         for i in range(args.agents)
     ]
@@ -854,6 +883,13 @@ def main() -> None:
         default=0.0,
         help="seconds between each agent's batches of system-metric samples, one per running "
         "container, as the agent's collector sends them (0: none)",
+    )
+    parser.add_argument(
+        "--log-interval",
+        type=float,
+        default=0.0,
+        help="seconds between each running container's log lines, each in a batch of its own, "
+        "as a trial that prints a line per step (0: none)",
     )
     parser.add_argument(
         "--keep-logs", type=Path, help="a folder to copy the cluster's logs to if the run fails"

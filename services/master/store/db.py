@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlalchemy import Connection, Engine, create_engine, event, make_url, text
 from sqlalchemy import exc as exc_module
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -48,6 +48,14 @@ def _tune_sqlite(dbapi_connection: Any, _record: Any) -> None:
 # With the write pool's 16 + 16, a master stays at or under 64 of PostgreSQL's default 100.
 READ_POOL_SIZE = 24
 READ_POOL_OVERFLOW = 8
+
+# SQLite connections kept, and how many more a burst may open. Enough for the agent streams'
+# threads that read at once (each log batch reads its containers' owners): with SQLAlchemy's
+# default 5 + 10, at 1,000 agents whose trials print, most checkouts opened a new connection and
+# ran _tune_sqlite's PRAGMAs again, a tenth of the master's samples (bench/README.md, "Agents whose
+# trials print"). A connection to a file costs a file handle and its page cache.
+SQLITE_POOL_SIZE = 32
+SQLITE_POOL_OVERFLOW = 16
 
 # A pooled connection back from use within this long is handed out without a ping.
 PING_AFTER_IDLE_S = 2.0
@@ -144,6 +152,14 @@ def _keep_what_a_transaction_loads(sessions: sessionmaker[Session]) -> None:
         event.listen(sessions, moment, keep)
 
 
+def _sqlite_pool(url: str) -> dict[str, int]:
+    """The pool's bounds for a SQLite file; none for an in-memory database, whose one connection
+    per thread (SQLAlchemy's SingletonThreadPool) takes no overflow."""
+    if make_url(url).database in (None, "", ":memory:"):
+        return {}
+    return {"pool_size": SQLITE_POOL_SIZE, "max_overflow": SQLITE_POOL_OVERFLOW}
+
+
 class Database:
     """The master's database: an engine, a session factory and transactions."""
 
@@ -155,6 +171,7 @@ class Database:
             self.engine: Engine = create_engine(
                 self.url,
                 connect_args={"check_same_thread": False, "timeout": 30},
+                **_sqlite_pool(self.url),
                 # No ping on checkout: a connection to a file cannot have been dropped by a server,
                 # and the ping's `SELECT 1` let the GIL go and waited to take it back on every
                 # checkout, which the busy master paid on each read and transaction.

@@ -1,16 +1,19 @@
 """The master's SQLite file and its -wal / -shm are owner-only (0600) whatever the umask, and a
 file an older master left readable is tightened. Its pooled connections are handed out without a
-ping: a file has no server that could have dropped them, and each ping let the GIL go."""
+ping: a file has no server that could have dropped them, and each ping let the GIL go; and kept for
+the many threads that read at once, not opened (and tuned) again for each burst."""
 
 from __future__ import annotations
 
 import os
 import stat
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from services.master.store.db import Database
 
@@ -61,4 +64,25 @@ def test_pooled_connections_are_handed_out_without_a_ping(
         with db.transaction() as session:
             session.execute(text("SELECT 1"))
     assert pinged == []
+    db.engine.dispose()
+
+
+def test_connections_of_many_threads_reading_at_once_are_kept_for_the_next_burst(tmp_path: Path) -> None:
+    db = Database(f"sqlite:///{tmp_path / 'cairn.db'}")
+    opened: list[object] = []
+    event.listen(db.engine, "connect", lambda connection, _record: opened.append(connection))
+    readers = 20  # the agent streams' threads reading at once (a log batch reads its owners)
+    together = threading.Barrier(readers)
+
+    def read(_: int) -> None:
+        with db.read() as session:
+            together.wait(timeout=10)  # every reader holds its connection at once
+            session.execute(text("SELECT 1"))
+
+    with ThreadPoolExecutor(readers) as pool:
+        list(pool.map(read, range(readers)))
+        first_burst = len(opened)
+        list(pool.map(read, range(readers)))
+    assert first_burst == readers
+    assert len(opened) == readers  # the second burst opened none
     db.engine.dispose()
