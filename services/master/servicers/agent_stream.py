@@ -11,8 +11,9 @@ queues for the agent (Welcome first, then any backlog, then new commands), woken
 
 What an agent reports of its containers (state changes, refused starts) is applied in units of work
 shared with the other agents' reports of the same moment (kernel/batched_units.py): one transaction
-for a burst from many agents. The reader hands them on as it reads them, several in flight at once
-(agent_reports.py), each agent's still stored in its order and acknowledged only once stored.
+for a burst from many agents; their log lines likewise, in the log store's. The reader hands them
+on as it reads them, several in flight at once (agent_reports.py), each container's still stored in
+the agent's order and acknowledged only once stored.
 
 Who the agent is was established by the interceptor (agent_auth.py); here every hello and every
 context download is checked against it: an agent known by its credential speaks only as the id the
@@ -75,8 +76,10 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
         # pool's other work (nor behind threads that wait for it).
         self._units = BatchedUnits(ctx, prepare=wiring.preload_agent_reports)
         self._report_writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-reports")
-        # Where the streams' other database work runs: log batches, slot reports, system metrics,
-        # hellos (each on a thread while it waits); a fixed number however many agents there are.
+        # The same for the agents' log lines (metrics/logs.py), queued beside the reports.
+        self._log_writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-logs")
+        # Where the streams' other database work runs: slot reports, system metrics, hellos (each
+        # on a thread while it waits); a fixed number however many agents there are.
         self._threads = ThreadPoolExecutor(max_workers=APPLY_THREADS, thread_name_prefix="agent-apply")
         # The containers' system metrics the agents sample (issue 46).
         self._system_metrics = SystemMetricsStore(ctx)
@@ -243,10 +246,10 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
 
     async def _read(self, link: AgentLink, messages: AsyncIterator[apb.AgentMessage]) -> None:
         """Apply what the agent sends, in order. A heartbeat is a timestamp on the loop, a
-        command's ok an entry in the hub; state changes and refused starts are handed on as they
-        are read, in flight while one thread commits the units of many agents' readers together
-        (agent_reports.py); every other message waits until those are stored, then is applied in
-        the stream's thread pool."""
+        command's ok an entry in the hub; state changes, refused starts and log batches are handed
+        on as they are read, in flight while a thread for each kind commits many agents' readers'
+        together (agent_reports.py); every other message waits until those are stored, then is
+        applied in the stream's thread pool."""
         agent_id = link.agent_id
         reports = ReportPipeline(link, self._units, self._report_writer, self.ctx.stopping)
         try:
@@ -265,18 +268,22 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
                         ),
                         # Once stored the agent may forget it (and retire a finished container).
                         ack=(change.container_id, change.seq) if change.seq else None,
+                        containers=(change.container_id,),
+                    )
+                    continue
+                if kind == "log_batch":
+                    batch = message.log_batch
+                    await reports.submit_logs(
+                        "a log batch",
+                        partial(self.logs.submit_async, agent_id, batch, self._log_writer),
+                        containers={entry.container_id for entry in batch.entries},
                     )
                     continue
                 if kind == "ack" and message.ack.ok:
                     self.ctx.hub.acknowledged(message.ack.command_id)
                     continue
                 await reports.settle()
-                if kind == "log_batch":
-                    batch = message.log_batch
-                    acked = await self._apply(link, "a log batch", partial(self.logs.store, agent_id, batch))
-                    if acked:
-                        link.put(apb.MasterMessage(log_ack=apb.LogAck(acked_seq=acked)))
-                elif kind == "ack":
+                if kind == "ack":
                     started = self.ctx.hub.acknowledged(message.ack.command_id)
                     if not message.ack.ok:
                         log.warning("agent refused a command", agent_id=agent_id, error=message.ack.error)
@@ -297,6 +304,7 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
                                 ),
                                 containers.ReportKey(started, ends=True),
                                 ack=None,
+                                containers=(started,),
                             )
                 elif kind == "slot_report":
                     report = message.slot_report

@@ -3,9 +3,11 @@ resent) and reading it back."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -18,7 +20,7 @@ from sqlalchemy.orm import Session
 from cairn.agent.v1 import agent_pb2 as apb
 from services.common.logging import get_logger
 from services.master.domain.kernel.context import MasterContext, StripedLocks
-from services.master.domain.kernel.group_commit import GroupCommit
+from services.master.domain.kernel.group_commit import GroupCommit, Lane
 from services.master.domain.kernel.topics import task_logs_topic, trial_logs_topic
 from services.master.domain.metrics.container_owners import ContainerOwner, ContainerOwners
 from services.master.domain.trials import log_policies
@@ -50,20 +52,24 @@ class LogStore:
         # Experiments' log policies: a trial's match is recorded in the lines' own transaction.
         self._log_policies = log_policies.TrialPolicies()
         # Agents' batches shipped at the same moment, stored together (store()).
-        self._commits: GroupCommit[_Shipped, dict[str, int]] = GroupCommit(self._write, MAX_BATCHES)
+        self._commits: GroupCommit[_Received, dict[str, int]] = GroupCommit(self._write, MAX_BATCHES)
 
     def store(self, agent_id: str, batch: apb.LogBatch) -> dict[str, int]:
         """Store a batch; returns the highest stored seq per container (to acknowledge). Batches
         that agents' streams ship at the same moment are stored in one transaction (a group
         commit: kernel/group_commit.py), each still acknowledged only once stored."""
-        shipped = self._rows(agent_id, batch)
-        if not shipped.rows:
-            return shipped.highest
-        return self._commits.run(shipped)
+        return self._commits.run(_Received(agent_id, batch))
 
-    def _rows(self, agent_id: str, batch: apb.LogBatch) -> _Shipped:
+    def submit_async(
+        self, agent_id: str, batch: apb.LogBatch, executor: Executor, lane: Lane
+    ) -> asyncio.Future[dict[str, int]]:
+        """`store` queued from a coroutine on the running loop, in `lane` (group_commit.py): the
+        future of what to acknowledge. An agent's stream queues its batches this way, several at
+        once, beside its reports (servicers/agent_reports.py); `executor` writes the batches."""
+        return self._commits.submit_async(_Received(agent_id, batch), executor, lane)
+
+    def _rows(self, agent_id: str, batch: apb.LogBatch, owners: dict[str, ContainerOwner]) -> _Shipped:
         shipped = _Shipped(agent_id)
-        owners = self._owners.of(entry.container_id for entry in batch.entries)
         unknown: set[str] = set()
         foreign: set[str] = set()
         for entry in batch.entries:
@@ -109,10 +115,15 @@ class LogStore:
             )
         return shipped
 
-    def _write(self, batches: Sequence[_Shipped]) -> list[dict[str, int]]:
+    def _write(self, received: Sequence[_Received]) -> list[dict[str, int]]:
         """One transaction for the batches of one group commit: their lines, the webhook and log
-        policy matches they owe, and each container's acknowledged seq."""
+        policy matches they owe, and each container's acknowledged seq. Whose each line's
+        container is, is read once for the batches together (most are remembered)."""
+        owners_of = self._owners.of(entry.container_id for r in received for entry in r.batch.entries)
+        batches = [self._rows(r.agent_id, r.batch, owners_of) for r in received]
         rows = [row for shipped in batches for row in shipped.rows]
+        if not rows:
+            return [shipped.highest for shipped in batches]
         owners = {owner for shipped in batches for owner in shipped.owners}
         highest: dict[str, int] = {}
         for shipped in batches:
@@ -149,9 +160,17 @@ class LogStore:
         return [shipped.highest for shipped in batches]
 
 
+@dataclass(frozen=True)
+class _Received:
+    """One agent's batch of lines as its stream read it, waiting for its group commit."""
+
+    agent_id: str
+    batch: apb.LogBatch
+
+
 @dataclass
 class _Shipped:
-    """One agent's batch of lines, made rows, waiting for its group commit."""
+    """One agent's batch of lines, made rows (those of its own known containers)."""
 
     agent_id: str
     rows: list[dict[str, object]] = field(default_factory=list)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import random
 import threading
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -23,6 +23,7 @@ from services.master.domain.kernel import outage
 from services.master.domain.kernel.batched_units import BatchedUnits
 from services.master.domain.kernel.context import Work
 from services.master.domain.kernel.errors import DatabaseUnavailable, NotFound
+from services.master.domain.kernel.group_commit import GroupCommit
 from services.master.domain.metrics.logs import LogStore
 from services.master.domain.scheduling.agent_hub import AgentLink
 from services.master.servicers.agent_reports import ReportPipeline, StreamEnded
@@ -258,6 +259,69 @@ def test_a_log_batch_waits_for_the_reports_in_flight_before_it(master: Master) -
     assert [ack[container_id] for ack in _acks(link)] == [1, 3, 4]
 
 
+def _state(container_id: str, state: apb.ContainerState.ValueType, seq: int) -> apb.AgentMessage:
+    return apb.AgentMessage(
+        container_state=apb.ContainerStateChanged(
+            container_id=container_id,
+            state=state,
+            seq=seq,
+            exit_code=0 if state == apb.CONTAINER_STATE_TERMINATED else None,
+        )
+    )
+
+
+def test_a_log_batch_holds_back_its_containers_later_reports_and_no_one_elses(master: Master) -> None:
+    """An acknowledged seq stored ahead of lines still in flight would let the agent forget those
+    lines were the master to stop before storing them: a container's report after its log batch
+    waits for it. Another container's report does not."""
+    _, (printing, other) = _grid(master, 2)
+    servicer = _servicer(master)
+    now = Timestamp()
+    now.GetCurrentTime()
+    lines = apb.LogBatch(
+        entries=[apb.LogEntry(container_id=printing, seq=seq, timestamp=now, message="x") for seq in (2, 3)]
+    )
+    sent = [
+        _state(printing, apb.CONTAINER_STATE_RUNNING, 1),
+        apb.AgentMessage(log_batch=lines),
+        _state(printing, apb.CONTAINER_STATE_TERMINATED, 4),
+        _state(other, apb.CONTAINER_STATE_RUNNING, 1),
+    ]
+    # The log store's writer waits at the gate: the batch is in flight until it opens.
+    gate = threading.Event()
+    write = servicer.logs._commits._write
+    servicer.logs._commits._write = lambda batches: (gate.wait(10), write(batches))[1]
+
+    async def messages() -> AsyncIterator[apb.AgentMessage]:
+        for message in sent:
+            yield message
+
+    link = AgentLink("a1")
+    with ThreadPoolExecutor(1) as loop_thread:
+        reading = loop_thread.submit(asyncio.run, servicer._read(link, messages()))
+        try:
+            for _ in range(500):
+                if _container(master, other).state == "RUNNING":
+                    break
+                threading.Event().wait(0.01)
+            # The other container's RUNNING, sent after the lines, is stored; the printing one's
+            # end, sent after them too, is not.
+            assert _container(master, other).state == "RUNNING"
+            assert _container(master, printing).state == "RUNNING"
+            assert _acks(link) == [{printing: 1}]
+        finally:
+            gate.set()
+        reading.result(timeout=30)
+    container = _container(master, printing)
+    assert (container.state, container.acked_seq) == ("TERMINATED", 4)
+    with master.db.read() as s:
+        assert s.scalar(select(func.count()).select_from(models.TaskLog)) == 2
+    # In the agent's order: the lines, then the end with the other container's RUNNING stored
+    # long before (acknowledged only now, behind the lines).
+    assert _acks(link) == [{printing: 3}, {printing: 4, other: 1}]
+    assert link.applying == 0
+
+
 def test_an_outage_that_outlasts_its_budget_ends_the_stream(
     master: Master, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -337,3 +401,83 @@ def test_random_outages_and_errors_keep_each_agents_order(master: Master, seed: 
         assert acked == sorted(acked) and set(range(max(acked, default=0))) <= set(stored)
         assert links[name].applying == 0
     assert units.idle
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_reports_and_log_batches_keep_each_containers_order(master: Master, seed: int) -> None:
+    """Three agents' reports and log batches about three containers each, through two group
+    commits of random batch sizes (as the stream's units and log store), a tenth of the tries of
+    each failing as outages: every item is stored once, and no container's item after an earlier
+    one of that container; acknowledgements go out in order and for stored items only."""
+    chance, faults = random.Random(seed), random.Random(seed + 1000)
+    units = BatchedUnits(master.ctx, max_batch=chance.randint(1, 6))
+    committed: list[tuple[str, str, int]] = []  # (agent, container, step), in the order stored
+    recording = threading.Lock()
+
+    def write_lines(batch: Sequence[tuple[str, str, int]]) -> list[dict[str, int]]:
+        if faults.random() < 0.1:
+            raise DatabaseUnavailable("the connection was lost", commit_unknown=False)
+        with recording:
+            committed.extend(batch)
+        return [{f"{name}-{container}": step + 1} for name, container, step in batch]
+
+    lines: GroupCommit[tuple[str, str, int], dict[str, int]] = GroupCommit(write_lines, chance.randint(1, 6))
+    links = {name: AgentLink(name) for name in "abc"}
+
+    def report(name: str, container: str, step: int) -> Callable[[Work], None]:
+        def apply(w: Work) -> None:
+            if faults.random() < 0.1:
+                raise DatabaseUnavailable("the connection was lost", commit_unknown=False)
+            w.later(lambda: committed.append((name, container, step)))
+
+        return apply
+
+    async def agent(name: str, executors: tuple[ThreadPoolExecutor, ThreadPoolExecutor]) -> None:
+        reports = ReportPipeline(
+            links[name], units, executors[0], master.ctx.stopping, depth=chance.randint(1, 8)
+        )
+        try:
+            for step in range(30):
+                container = chance.choice("xyz")
+                key = f"{name}-{container}"
+                if chance.random() < 0.5:
+                    await reports.submit(
+                        "a report",
+                        report(name, container, step),
+                        None,
+                        ack=(key, step + 1),
+                        containers=(key,),
+                    )
+                else:
+                    item = (name, container, step)
+                    await reports.submit_logs(
+                        "a log batch",
+                        lambda lane, item=item: lines.submit_async(item, executors[1], lane),  # type: ignore[misc]
+                        containers=(key,),
+                    )
+                if chance.random() < 0.3:
+                    await asyncio.sleep(0)
+            await reports.settle()
+        finally:
+            reports.close()
+
+    async def all_three() -> None:
+        with ThreadPoolExecutor(1) as report_writer, ThreadPoolExecutor(1) as log_writer:
+            await asyncio.gather(*(agent(name, (report_writer, log_writer)) for name in "abc"))
+
+    asyncio.run(all_three())
+    for name in "abc":
+        stored = [(container, step) for agent, container, step in committed if agent == name]
+        assert sorted(step for _, step in stored) == list(range(30))  # each once
+        for container in "xyz":
+            steps = [step for c, step in stored if c == container]
+            assert steps == sorted(steps), f"agent {name} container {container}: {steps}"
+        sent = _acks(links[name])
+        for container in "xyz":
+            key = f"{name}-{container}"
+            acked = [ack[key] for ack in sent if key in ack]
+            seqs = [step + 1 for c, step in stored if c == container]
+            assert acked == sorted(acked) and set(acked) <= set(seqs)
+            assert acked[-1:] == seqs[-1:]  # all stored in the end: acknowledged up to the last
+        assert links[name].applying == 0
+    assert units.idle and lines.idle
