@@ -1,6 +1,7 @@
-"""Whose a container is (its task, trial, allocation and agent), for what agents send by container
-id alone: log lines and system-metric samples. A container's owner never changes once it exists,
-so it is read once and remembered; what a batch does not find here is read in one statement."""
+"""Whose a container is (its task, trial and experiment, allocation and agent), for what agents
+send by container id alone: log lines and system-metric samples. A container's owner never changes
+once it exists, so it is read once and remembered; what a batch does not find here is read in one
+statement."""
 
 from __future__ import annotations
 
@@ -27,9 +28,11 @@ _OWNERS = (
         models.Allocation.trial_id,
         models.Allocation.id,
         models.Container.agent_id,
+        models.Trial.experiment_id,
     )
     .select_from(models.Container)
     .join(models.Allocation, models.Allocation.id == models.Container.allocation_id)
+    .outerjoin(models.Trial, models.Trial.id == models.Allocation.trial_id)
     .where(models.Container.id.in_(bindparam("ids", expanding=True)))
 )
 
@@ -40,6 +43,9 @@ class ContainerOwner:
     trial_id: int | None
     allocation_id: str
     agent_id: str
+    # The trial's experiment (whose log policies its lines are matched against); None for a task
+    # that is no trial.
+    experiment_id: int | None = None
 
 
 class ContainerOwners:
@@ -60,7 +66,11 @@ class ContainerOwners:
             for start in range(0, len(missing), IDS_PER_READ):
                 for row in s.execute(_OWNERS, {"ids": missing[start : start + IDS_PER_READ]}):
                     found[row[0]] = ContainerOwner(
-                        task_id=row[1], trial_id=row[2], allocation_id=row[3], agent_id=row[4]
+                        task_id=row[1],
+                        trial_id=row[2],
+                        allocation_id=row[3],
+                        agent_id=row[4],
+                        experiment_id=row[5],
                     )
         with self._lock:
             if len(self._remembered) > MAX_REMEMBERED:

@@ -10,9 +10,9 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Select, insert, select
+from sqlalchemy import Select, Table, bindparam, insert, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -36,6 +36,15 @@ MAX_BATCHES = 32
 LEVELS = ("TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
+# A container's acknowledged seq raised to what a group commit stored of it (an executemany).
+_CONTAINERS = cast(Table, models.Container.__table__)
+_RAISE_ACKED_SEQ = (
+    update(_CONTAINERS)
+    .where(_CONTAINERS.c.id == bindparam("container"), _CONTAINERS.c.acked_seq < bindparam("seq"))
+    .values(acked_seq=bindparam("seq"))
+)
+
+
 class LogStore:
     def __init__(self, ctx: MasterContext) -> None:
         self._ctx = ctx
@@ -50,7 +59,7 @@ class LogStore:
         # Webhooks' TASK_LOG triggers: a match owes its post in the lines' own transaction.
         self._webhook_patterns = TaskLogMatcher()
         # Experiments' log policies: a trial's match is recorded in the lines' own transaction.
-        self._log_policies = log_policies.TrialPolicies()
+        self._log_policies = log_policies.ExperimentPolicies()
         # Agents' batches shipped at the same moment, stored together (store()).
         self._commits: GroupCommit[_Received, dict[str, int]] = GroupCommit(self._write, MAX_BATCHES)
 
@@ -84,6 +93,12 @@ class LogStore:
                 foreign.add(entry.container_id)
                 continue
             shipped.owners.add(owner)
+            # Text columns cannot hold NUL on PostgreSQL; a program may well print one.
+            message = entry.message.replace("\x00", "\ufffd")
+            if owner.trial_id is not None and owner.experiment_id is not None:
+                shipped.policy_lines.append(
+                    log_policies.Line(owner.trial_id, owner.experiment_id, agent_id, message)
+                )
             shipped.highest[entry.container_id] = max(shipped.highest.get(entry.container_id, 0), entry.seq)
             timestamp = entry.timestamp.ToDatetime(UTC) if entry.HasField("timestamp") else datetime.now(UTC)
             shipped.rows.append(
@@ -99,8 +114,7 @@ class LogStore:
                     "level": entry.level.upper() if entry.level.upper() in LEVELS else "",
                     "source": entry.source or "task",
                     "timestamp": timestamp,
-                    # Text columns cannot hold NUL on PostgreSQL; a program may well print one.
-                    "message": entry.message.replace("\x00", "\ufffd"),
+                    "message": message,
                 }
             )
         if unknown:
@@ -140,19 +154,13 @@ class LogStore:
                 s.execute(insert(models.TaskLog).on_conflict_do_nothing(), rows)
                 owed_posts = self._webhook_patterns.scan(self._ctx, s, _lines(rows))
                 log_policies.record_matches(
-                    s,
-                    self._log_policies,
-                    (
-                        log_policies.Line(int(row["trial_id"]), str(row["agent_id"]), str(row["message"]))  # type: ignore[call-overload]
-                        for row in rows
-                        if row["trial_id"] is not None
-                    ),
+                    s, self._log_policies, [line for shipped in batches for line in shipped.policy_lines]
                 )
-                # The batches' containers in one read, not one each.
-                for container in s.scalars(
-                    select(models.Container).where(models.Container.id.in_(list(highest)))
-                ):
-                    container.acked_seq = max(container.acked_seq, highest[container.id])
+                # The batches' containers in one statement, not one each; never lowered (an
+                # agent's batches of one container come in order, yet a resend may come late).
+                s.connection().execute(
+                    _RAISE_ACKED_SEQ, [{"container": c, "seq": seq} for c, seq in highest.items()]
+                )
         for owner in owners:
             self._ctx.topics.publish(_topic(owner.trial_id, owner.task_id))
         if owed_posts:
@@ -176,6 +184,8 @@ class _Shipped:
     rows: list[dict[str, object]] = field(default_factory=list)
     highest: dict[str, int] = field(default_factory=dict)
     owners: set[ContainerOwner] = field(default_factory=set)
+    # Its trials' lines, to be matched against their experiments' log policies.
+    policy_lines: list[log_policies.Line] = field(default_factory=list)
 
 
 def _lines(rows: list[dict[str, object]]) -> list[LogLine]:

@@ -39,47 +39,60 @@ EXCLUDED_TEXT = "therefore will not schedule on"
 # At most MAX_EXCLUDED agents are remembered per trial (a cluster larger than that has other
 # agents to go to).
 MAX_EXCLUDED = 256
+# Experiments whose compiled policies are remembered at most (a cache emptied when full).
+MAX_REMEMBERED = 10_000
+# Experiment ids per read (well inside either database's bound on parameters).
+IDS_PER_READ = 500
 
 
-class TrialPolicies:
-    """Each trial's policies, compiled once (an experiment's `log_policies` do not change)."""
+class ExperimentPolicies:
+    """Each experiment's policies, compiled once (an experiment's `log_policies` do not change):
+    a trial's lines are matched against its experiment's."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._by_trial: dict[int, tuple[LogPolicy, ...]] = {}
+        self._by_experiment: dict[int, tuple[LogPolicy, ...]] = {}
 
-    def of(self, s: Session, trial_id: int) -> tuple[LogPolicy, ...]:
+    def of(self, s: Session, experiment_ids: Iterable[int]) -> dict[int, tuple[LogPolicy, ...]]:
+        """The policies of each of `experiment_ids` that exists; those not compiled yet are read in
+        one statement (the lines of one batch of many agents' come from many experiments)."""
+        wanted = set(experiment_ids)
         with self._lock:
-            found = self._by_trial.get(trial_id)
-        if found is not None:
+            found = {e: p for e in wanted if (p := self._by_experiment.get(e)) is not None}
+        missing = sorted(wanted - found.keys())
+        if not missing:
             return found
-        config = s.scalar(
-            select(models.Experiment.config)
-            .join(models.Trial, models.Trial.experiment_id == models.Experiment.id)
-            .where(models.Trial.id == trial_id)
-        )
-        policies = parse((config or {}).get("log_policies"))
+        read = {}
+        for start in range(0, len(missing), IDS_PER_READ):
+            rows = s.execute(
+                select(models.Experiment.id, models.Experiment.config).where(
+                    models.Experiment.id.in_(missing[start : start + IDS_PER_READ])
+                )
+            )
+            read.update({row[0]: parse((row[1] or {}).get("log_policies")) for row in rows})
         with self._lock:
-            if len(self._by_trial) > 50_000:
-                self._by_trial.clear()
-            self._by_trial[trial_id] = policies
-        return policies
+            if len(self._by_experiment) > MAX_REMEMBERED:
+                self._by_experiment.clear()
+            self._by_experiment.update(read)
+        return found | read
 
 
 @dataclass(frozen=True)
 class Line:
     trial_id: int
+    experiment_id: int
     agent_id: str
     message: str
 
 
-def record_matches(s: Session, known: TrialPolicies, lines: Iterable[Line]) -> None:
+def record_matches(s: Session, known: ExperimentPolicies, lines: Sequence[Line]) -> None:
     """Match a batch's trial lines against their trials' policies; record what matched on the
     trials, in the lines' transaction `s`."""
+    policies_of = known.of(s, {line.experiment_id for line in lines})
     no_retry: set[int] = set()
     excluded: dict[int, set[str]] = {}
     for line in lines:
-        policies = known.of(s, line.trial_id)
+        policies = policies_of.get(line.experiment_id)
         if not policies:
             continue
         text = line.message[:MAX_MATCHED_CHARS]
