@@ -51,8 +51,8 @@ class LogStore:
         self._owners = ContainerOwners(ctx)
         # A follower reads a key's lines (a trial's, or a task's) by id (`id > last seen`), so
         # they must become visible in id order. PostgreSQL takes a line's id at its INSERT, not at
-        # the COMMIT: two agents of one trial storing at once (each agent's lines come on its own
-        # stream thread) could commit the later ids first, the follower would read past the
+        # the COMMIT: two stores of one trial's lines at once (the streams' log writer and a caller
+        # of `store`) could commit the later ids first, the follower would read past the
         # earlier ones, and they would never be followed (read back whole, they are there). So on
         # PostgreSQL the stores of one key commit one at a time; SQLite's one writer does that.
         self._key_locks = StripedLocks() if ctx.db.dialect == "postgresql" else None
