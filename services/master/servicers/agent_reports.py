@@ -243,13 +243,17 @@ class ReportPipeline:
 
     def _pump(self) -> None:
         """Queue the held items that now may be, in the agent's order."""
-        still: list[_Item] = []
-        for item in self._held:
+        held, self._held = self._held, []
+        for n, item in enumerate(held):
             if self._ready(item):
-                self._send(item)
+                try:
+                    self._send(item)
+                except BaseException:
+                    # Not queued: it and those after it stay held, in order.
+                    self._held += held[n:]
+                    raise
             else:
-                still.append(item)
-        self._held = still
+                self._held.append(item)
 
     def _send(self, item: _Item) -> None:
         item.after = []  # queued: what it waited for is behind it (or ahead in its lane)
@@ -322,6 +326,11 @@ class ReportPipeline:
                     raise RuntimeError("a report's outcome was cancelled")  # the pipeline's own: never
                 error = head.future.exception()
                 assert error is not None
+                if isinstance(error, EarlierItemFailed):
+                    # Its lane closed behind another item's failure. That may be an item queued
+                    # ahead of it in the lane though later in the agent's order (it was held
+                    # meanwhile): an error of its own ends the stream now, not after a pause.
+                    error = next((e for e in self._errors() if not isinstance(e, EarlierItemFailed)), error)
                 lost = outage.as_outage(error)
                 if lost is None and not isinstance(error, EarlierItemFailed):
                     raise error
@@ -375,6 +384,17 @@ class ReportPipeline:
                 self._catch_up()
             elif not self._ended and self._held:
                 self._pump()
+
+    def _errors(self) -> list[BaseException]:
+        """The errors of the items in flight that failed, in the agent's order."""
+        return [
+            error
+            for item in self._in_flight
+            if item.future is not None
+            and item.future.done()
+            and not item.future.cancelled()
+            and (error := item.future.exception()) is not None
+        ]
 
     def _catch_up(self) -> None:
         if self._behind:

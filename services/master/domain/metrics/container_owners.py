@@ -29,10 +29,12 @@ _OWNERS = (
         models.Allocation.id,
         models.Container.agent_id,
         models.Trial.experiment_id,
+        models.Experiment.config_version,
     )
     .select_from(models.Container)
     .join(models.Allocation, models.Allocation.id == models.Container.allocation_id)
     .outerjoin(models.Trial, models.Trial.id == models.Allocation.trial_id)
+    .outerjoin(models.Experiment, models.Experiment.id == models.Trial.experiment_id)
     .where(models.Container.id.in_(bindparam("ids", expanding=True)))
 )
 
@@ -43,9 +45,11 @@ class ContainerOwner:
     trial_id: int | None
     allocation_id: str
     agent_id: str
-    # The trial's experiment (whose log policies its lines are matched against); None for a task
-    # that is no trial.
+    # The trial's experiment (whose log policies its lines are matched against) and the version
+    # of its config when the container was made (a continued experiment's may differ); None for
+    # a task that is no trial.
     experiment_id: int | None = None
+    config_version: int = 0
 
 
 class ContainerOwners:
@@ -71,6 +75,7 @@ class ContainerOwners:
                         allocation_id=row[3],
                         agent_id=row[4],
                         experiment_id=row[5],
+                        config_version=row[6] or 0,
                     )
         with self._lock:
             if len(self._remembered) > MAX_REMEMBERED:

@@ -97,10 +97,12 @@ class LogStore:
             message = entry.message.replace("\x00", "\ufffd")
             if owner.trial_id is not None and owner.experiment_id is not None:
                 shipped.policy_lines.append(
-                    log_policies.Line(owner.trial_id, owner.experiment_id, agent_id, message)
+                    log_policies.Line(
+                        owner.trial_id, (owner.experiment_id, owner.config_version), agent_id, message
+                    )
                 )
             shipped.highest[entry.container_id] = max(shipped.highest.get(entry.container_id, 0), entry.seq)
-            timestamp = entry.timestamp.ToDatetime(UTC) if entry.HasField("timestamp") else datetime.now(UTC)
+            timestamp = _timestamp(entry)
             shipped.rows.append(
                 {
                     "task_id": owner.task_id,
@@ -159,13 +161,24 @@ class LogStore:
                 # The batches' containers in one statement, not one each; never lowered (an
                 # agent's batches of one container come in order, yet a resend may come late).
                 s.connection().execute(
-                    _RAISE_ACKED_SEQ, [{"container": c, "seq": seq} for c, seq in highest.items()]
+                    # In one order (by id), as the reports' flushes take their rows' locks.
+                    _RAISE_ACKED_SEQ,
+                    [{"container": c, "seq": seq} for c, seq in sorted(highest.items())],
                 )
         for owner in owners:
             self._ctx.topics.publish(_topic(owner.trial_id, owner.task_id))
         if owed_posts:
             self._ctx.webhook_wakeup.set()
         return [shipped.highest for shipped in batches]
+
+
+def _timestamp(entry: apb.LogEntry) -> datetime:
+    """When the line was written, as the agent says; now, where it says nothing or nothing a
+    datetime can hold (one line's bad timestamp must not fail the batches stored with it)."""
+    if entry.HasField("timestamp"):
+        with contextlib.suppress(ValueError, OverflowError):
+            return entry.timestamp.ToDatetime(UTC)
+    return datetime.now(UTC)
 
 
 @dataclass(frozen=True)

@@ -45,42 +45,56 @@ MAX_REMEMBERED = 10_000
 IDS_PER_READ = 500
 
 
+# An experiment's id and the version of its config.
+ConfigVersion = tuple[int, int]
+
+
 class ExperimentPolicies:
-    """Each experiment's policies, compiled once (an experiment's `log_policies` do not change):
-    a trial's lines are matched against its experiment's."""
+    """Each experiment's policies, compiled once per version of its config: a trial's lines are
+    matched against its experiment's. (Continuing or editing an experiment replaces its config,
+    its policies among it, and bumps the config's version: the trial's containers made since carry
+    the new version.)"""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._by_experiment: dict[int, tuple[LogPolicy, ...]] = {}
+        self._by_version: dict[ConfigVersion, tuple[LogPolicy, ...]] = {}
 
-    def of(self, s: Session, experiment_ids: Iterable[int]) -> dict[int, tuple[LogPolicy, ...]]:
-        """The policies of each of `experiment_ids` that exists; those not compiled yet are read in
-        one statement (the lines of one batch of many agents' come from many experiments)."""
-        wanted = set(experiment_ids)
+    def of(self, s: Session, versions: Iterable[ConfigVersion]) -> dict[ConfigVersion, tuple[LogPolicy, ...]]:
+        """The policies of each of `versions` (experiment id, config version); those not compiled
+        yet are read in one statement (a batch of many agents' lines comes from many experiments).
+        An experiment whose config has moved on since is read at its current version: the lines
+        of a container made before are matched against the newer policies."""
+        wanted = set(versions)
         with self._lock:
-            found = {e: p for e in wanted if (p := self._by_experiment.get(e)) is not None}
-        missing = sorted(wanted - found.keys())
+            found = {v: p for v in wanted if (p := self._by_version.get(v)) is not None}
+        missing = sorted({experiment_id for experiment_id, _ in wanted - found.keys()})
         if not missing:
             return found
-        read = {}
+        read: dict[int, tuple[int, tuple[LogPolicy, ...]]] = {}
         for start in range(0, len(missing), IDS_PER_READ):
             rows = s.execute(
-                select(models.Experiment.id, models.Experiment.config).where(
-                    models.Experiment.id.in_(missing[start : start + IDS_PER_READ])
-                )
+                select(
+                    models.Experiment.id, models.Experiment.config_version, models.Experiment.config
+                ).where(models.Experiment.id.in_(missing[start : start + IDS_PER_READ]))
             )
-            read.update({row[0]: parse((row[1] or {}).get("log_policies")) for row in rows})
+            read.update({row[0]: (row[1] or 0, parse((row[2] or {}).get("log_policies"))) for row in rows})
+        for experiment_id, version in wanted - found.keys():
+            if experiment_id in read:
+                found[(experiment_id, version)] = read[experiment_id][1]
         with self._lock:
-            if len(self._by_experiment) > MAX_REMEMBERED:
-                self._by_experiment.clear()
-            self._by_experiment.update(read)
-        return found | read
+            if len(self._by_version) > MAX_REMEMBERED:
+                self._by_version.clear()
+            # Under the version asked for as well: a container made before an edit of its
+            # experiment's config asks for that version again with each of its batches.
+            self._by_version.update({(e, version): policies for e, (version, policies) in read.items()})
+            self._by_version.update(found)
+        return found
 
 
 @dataclass(frozen=True)
 class Line:
     trial_id: int
-    experiment_id: int
+    config: ConfigVersion
     agent_id: str
     message: str
 
@@ -88,11 +102,11 @@ class Line:
 def record_matches(s: Session, known: ExperimentPolicies, lines: Sequence[Line]) -> None:
     """Match a batch's trial lines against their trials' policies; record what matched on the
     trials, in the lines' transaction `s`."""
-    policies_of = known.of(s, {line.experiment_id for line in lines})
+    policies_of = known.of(s, {line.config for line in lines})
     no_retry: set[int] = set()
     excluded: dict[int, set[str]] = {}
     for line in lines:
-        policies = policies_of.get(line.experiment_id)
+        policies = policies_of.get(line.config)
         if not policies:
             continue
         text = line.message[:MAX_MATCHED_CHARS]

@@ -403,26 +403,34 @@ def test_random_outages_and_errors_keep_each_agents_order(master: Master, seed: 
     assert units.idle
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(8))
 def test_random_reports_and_log_batches_keep_each_containers_order(master: Master, seed: int) -> None:
-    """Three agents' reports and log batches about three containers each, through two group
-    commits of random batch sizes (as the stream's units and log store), a tenth of the tries of
-    each failing as outages: every item is stored once, and no container's item after an earlier
-    one of that container; acknowledgements go out in order and for stored items only."""
+    """Three agents' reports and log batches (each about one or two of three containers) through
+    two group commits of random batch sizes, as the stream's units and log store, a tenth of the
+    tries of each failing as outages, and some agents with a log batch that always fails with an
+    error of its own: no container's item is stored after a later one of its own, none twice; an
+    agent with no such batch has all stored; one with it has nothing after it about its containers
+    stored; acknowledgements go out in order, for stored items only; nothing is left behind."""
     chance, faults = random.Random(seed), random.Random(seed + 1000)
     units = BatchedUnits(master.ctx, max_batch=chance.randint(1, 6))
     committed: list[tuple[str, str, int]] = []  # (agent, container, step), in the order stored
     recording = threading.Lock()
+    poisoned = {name: chance.randint(0, 29) if chance.random() < 0.4 else None for name in "abc"}
+    Batch = tuple[str, tuple[str, ...], int]  # agent, containers, step
 
-    def write_lines(batch: Sequence[tuple[str, str, int]]) -> list[dict[str, int]]:
+    def write_lines(batch: Sequence[Batch]) -> list[dict[str, int]]:
+        if any(poisoned[name] == step for name, _, step in batch):
+            raise ValueError("a line no database takes")  # split: it fails alone, every try
         if faults.random() < 0.1:
             raise DatabaseUnavailable("the connection was lost", commit_unknown=False)
         with recording:
-            committed.extend(batch)
-        return [{f"{name}-{container}": step + 1} for name, container, step in batch]
+            committed.extend((name, c, step) for name, containers, step in batch for c in containers)
+        return [{f"{name}-{c}": step + 1 for c in containers} for name, containers, step in batch]
 
-    lines: GroupCommit[tuple[str, str, int], dict[str, int]] = GroupCommit(write_lines, chance.randint(1, 6))
+    lines: GroupCommit[Batch, dict[str, int]] = GroupCommit(write_lines, chance.randint(1, 6))
     links = {name: AgentLink(name) for name in "abc"}
+    sent: dict[str, list[tuple[tuple[str, ...], int]]] = {name: [] for name in "abc"}
+    pipelines: dict[str, ReportPipeline] = {}
 
     def report(name: str, container: str, step: int) -> Callable[[Work], None]:
         def apply(w: Work) -> None:
@@ -433,31 +441,36 @@ def test_random_reports_and_log_batches_keep_each_containers_order(master: Maste
         return apply
 
     async def agent(name: str, executors: tuple[ThreadPoolExecutor, ThreadPoolExecutor]) -> None:
-        reports = ReportPipeline(
+        reports = pipelines[name] = ReportPipeline(
             links[name], units, executors[0], master.ctx.stopping, depth=chance.randint(1, 8)
         )
         try:
             for step in range(30):
-                container = chance.choice("xyz")
-                key = f"{name}-{container}"
-                if chance.random() < 0.5:
+                if chance.random() < 0.5 and step != poisoned[name]:
+                    (container,) = chance.sample("xyz", 1)
+                    sent[name].append(((container,), step))
                     await reports.submit(
                         "a report",
                         report(name, container, step),
                         None,
-                        ack=(key, step + 1),
-                        containers=(key,),
+                        ack=(f"{name}-{container}", step + 1),
+                        containers=(f"{name}-{container}",),
                     )
                 else:
-                    item = (name, container, step)
+                    containers = tuple(chance.sample("xyz", chance.randint(1, 2)))
+                    sent[name].append((containers, step))
+                    item = (name, containers, step)
                     await reports.submit_logs(
                         "a log batch",
                         lambda lane, item=item: lines.submit_async(item, executors[1], lane),  # type: ignore[misc]
-                        containers=(key,),
+                        containers=[f"{name}-{c}" for c in containers],
                     )
                 if chance.random() < 0.3:
                     await asyncio.sleep(0)
             await reports.settle()
+            assert not reports._latest and not reports._held and not reports.in_flight
+        except StreamEnded:
+            assert poisoned[name] is not None
         finally:
             reports.close()
 
@@ -468,16 +481,23 @@ def test_random_reports_and_log_batches_keep_each_containers_order(master: Maste
     asyncio.run(all_three())
     for name in "abc":
         stored = [(container, step) for agent, container, step in committed if agent == name]
-        assert sorted(step for _, step in stored) == list(range(30))  # each once
+        assert len(stored) == len(set(stored))  # none twice
         for container in "xyz":
             steps = [step for c, step in stored if c == container]
             assert steps == sorted(steps), f"agent {name} container {container}: {steps}"
-        sent = _acks(links[name])
+        expected = {(c, step) for containers, step in sent[name] for c in containers}
+        if poisoned[name] is None:
+            assert set(stored) == expected
+        else:
+            bad = next(containers for containers, step in sent[name] if step == poisoned[name])
+            assert not {(c, step) for c, step in stored if c in bad and step >= poisoned[name]}
+        acks = _acks(links[name])
         for container in "xyz":
             key = f"{name}-{container}"
-            acked = [ack[key] for ack in sent if key in ack]
+            acked = [ack[key] for ack in acks if key in ack]
             seqs = [step + 1 for c, step in stored if c == container]
             assert acked == sorted(acked) and set(acked) <= set(seqs)
-            assert acked[-1:] == seqs[-1:]  # all stored in the end: acknowledged up to the last
+            if poisoned[name] is None:
+                assert acked[-1:] == seqs[-1:]  # all stored in the end: acknowledged up to the last
         assert links[name].applying == 0
     assert units.idle and lines.idle

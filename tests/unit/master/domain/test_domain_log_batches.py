@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 
 from sqlalchemy import func, select
 
@@ -112,3 +113,28 @@ def test_lines_for_another_agents_container_are_dropped_and_its_own_are_stored(m
 
     # a1's own line for its container is stored as ever.
     assert store.store("a1", _batch(on["a1"], range(1, 2))) == {on["a1"]: 1}
+
+
+def test_a_late_resend_never_lowers_the_acknowledged_seq_and_a_bad_timestamp_fails_no_batch(
+    master: Master,
+) -> None:
+    master.add_agent("a1", slots=1)
+    experiment_id = master.create(
+        searcher={"name": "grid", "metric": "loss", "max_length": {"batches": 1}, "max_concurrent_trials": 0},
+        hyperparameters={"x": {"type": "categorical", "vals": [1]}},
+    )
+    (trial,) = master.trials(experiment_id)
+    (container,) = master.run_containers(master.live(trial.id).id)
+    store = LogStore(master.ctx)
+    assert store.store("a1", _batch(container, range(1, 6))) == {container: 5}
+    assert store.store("a1", _batch(container, range(2, 4))) == {container: 3}  # a late resend
+    # A timestamp no datetime holds (a clock gone wrong, or a hostile agent): the line is stored
+    # at the time it came, the batch with it.
+    wild = apb.LogEntry(container_id=container, seq=6, message="from the far future")
+    wild.timestamp.seconds = 10**12
+    assert store.store("a1", apb.LogBatch(entries=[wild])) == {container: 6}
+    with master.db.read() as s:
+        assert s.get_one(models.Container, container).acked_seq == 6
+        assert s.scalar(select(func.count()).select_from(models.TaskLog)) == 6
+        stored = s.scalar(select(models.TaskLog.timestamp).where(models.TaskLog.seq == 6))
+    assert stored is not None and stored.year == datetime.now(UTC).year

@@ -11,8 +11,10 @@ import pytest
 
 from cairn.agent.v1 import agent_pb2 as apb
 from services.master.domain.config import log_policies
+from services.master.domain.experiments.experiment_edits import replace_config
 from services.master.domain.kernel.errors import InvalidArgument
 from services.master.domain.metrics.logs import LogFilter, LogStore, read_logs
+from services.master.store import models
 from tests.unit.master.domain.harness import Master
 
 PATTERN = r"executing.*action.*exit.*code.*7"
@@ -83,6 +85,26 @@ def test_exclude_node_keeps_the_next_run_off_the_agent_and_waits_without_another
     placed = master.live(trial.id)
     assert placed.state != "PENDING"
     assert [p["agent_id"] for p in placed.placements] == ["a2"]
+
+
+def test_a_replaced_config_s_policies_match_the_lines_of_the_runs_after_it(master: Master) -> None:
+    """Continuing an experiment may bring new policies (experiment_edits.replace_config bumps the
+    config's version): the policies compiled for the old version are not used for the new runs."""
+    master.add_agent("a1")
+    experiment_id = master.create(
+        log_policies=_policies({"type": "cancel_retries"}, r"(.*) this should not match (.*)"), max_restarts=2
+    )
+    (trial,) = master.trials(experiment_id)
+    store = LogStore(master.ctx)
+    _say(master, store, "a1", trial.id, "executing action: exit code 7")
+    (trial,) = master.trials(experiment_id)
+    assert (trial.state, trial.restarts) == ("ACTIVE", 1)  # no policy matched: restarted
+    with master.ctx.unit_of_work() as w:
+        exp = w.session.get_one(models.Experiment, experiment_id)
+        replace_config(exp, {**exp.config, "log_policies": _policies({"type": "cancel_retries"})})
+    _say(master, store, "a1", trial.id, "executing action: exit code 7")
+    (trial,) = master.trials(experiment_id)
+    assert (trial.state, trial.restarts, trial.log_policy_no_retry) == ("ERROR", 1, True)
 
 
 def test_bad_policies_are_refused_naming_the_field(master: Master) -> None:
