@@ -87,7 +87,9 @@ class _Item:
     # The container and sequence number to acknowledge once stored (a report), or None: nothing to
     # forget, or (a log batch) what its store returns, the highest stored seq per container.
     ack: tuple[str, int] | None
-    # The nearest earlier item about each of its containers, while it waits for them (_ready).
+    # Earlier items about its containers not known to be stored when it was last looked at: it
+    # waits for them (_ready). The nearest one per container as it is read; every one after an
+    # outage's requeue.
     after: list[_Item] = field(default_factory=list)
     # Its outcome: the pipeline's own (never cancelled); a new one each time it is queued again,
     # None while it waits for an earlier item of another group commit.
@@ -108,9 +110,9 @@ class _Item:
 
 
 class ReportPipeline:
-    """One agent stream's reports in flight, on the stream's event loop. `executor` runs the
-    batches' writer (group_commit.py); `stopping` is the master's stop, which ends an outage's
-    pauses."""
+    """One agent stream's reports and log batches in flight, on the stream's event loop.
+    `executor` runs the report batches' writer (group_commit.py; a log batch's is named by its
+    `queue`); `stopping` is the master's stop, which ends an outage's pauses."""
 
     def __init__(
         self,
@@ -200,7 +202,7 @@ class ReportPipeline:
             self._held.append(item)
 
     async def settle(self) -> None:
-        """Wait until every report in flight is stored and acknowledged."""
+        """Wait until every item in flight is stored and acknowledged."""
         while self._in_flight or self._recovery is not None:
             if self._recovery is not None:
                 await self._recovery

@@ -49,11 +49,13 @@ def _tune_sqlite(dbapi_connection: Any, _record: Any) -> None:
 READ_POOL_SIZE = 24
 READ_POOL_OVERFLOW = 8
 
-# SQLite connections kept, and how many more a burst may open. Enough for the agent streams'
-# threads that read at once (each log batch reads its containers' owners): with SQLAlchemy's
-# default 5 + 10, at 1,000 agents whose trials print, most checkouts opened a new connection and
-# ran _tune_sqlite's PRAGMAs again, a tenth of the master's samples (bench/README.md, "Agents whose
-# trials print"). A connection to a file costs a file handle and its page cache.
+# SQLite connections kept, and how many more a burst may open. Enough for the threads that read
+# at once: with SQLAlchemy's default 5 + 10, at 1,000 agents whose trials print (each log batch
+# then read its containers' owners on a thread of its own), most checkouts opened a new connection
+# and ran _tune_sqlite's PRAGMAs again, a tenth of the master's samples (bench/README.md, "Agents
+# whose trials print"). The log batches now read once per group commit; the API's readers and the
+# streams' other work still come in bursts. A connection to a file costs a file handle and its
+# page cache.
 SQLITE_POOL_SIZE = 32
 SQLITE_POOL_OVERFLOW = 16
 

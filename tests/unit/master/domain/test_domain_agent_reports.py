@@ -133,6 +133,35 @@ def _committed_report(
     return apply
 
 
+def _until_the_stream_ends(
+    master: Master,
+    units: BatchedUnits,
+    link: AgentLink,
+    committed: list[tuple[str, int]],
+    *,
+    steps: int,
+    failing: int,
+    fails: Callable[[], Exception],
+    tries_failing: int,
+) -> Callable[[int], Coroutine[Any, Any, None]]:
+    """Agent "a" sends `steps` reports of one container, the one at `failing` raising `fails()`
+    for its first `tries_failing` tries; the stream is expected to end. The scenario takes the
+    number of writer threads."""
+
+    async def agent(threads: int) -> None:
+        with ThreadPoolExecutor(threads) as executor:
+            reports = ReportPipeline(link, units, executor, master.ctx.stopping)
+            for step in range(steps):
+                apply = _committed_report(
+                    committed, "a", step, fails if step == failing else None, tries_failing=tries_failing
+                )
+                await reports.submit("a report", apply, None, ack=("c", step + 1))
+            with pytest.raises(StreamEnded):
+                await reports.settle()
+
+    return agent
+
+
 def test_an_outage_writes_the_failed_report_and_every_one_behind_it_again_in_order(master: Master) -> None:
     units = BatchedUnits(master.ctx, max_batch=3)  # a lane's reports spread over many batches
     committed: list[tuple[str, int]] = []
@@ -175,18 +204,10 @@ def test_a_reports_own_error_ends_the_stream_and_nothing_behind_it_is_stored(mas
     def refused() -> Exception:
         return NotFound("no such container")
 
-    async def agent() -> None:
-        with ThreadPoolExecutor(2) as executor:
-            reports = ReportPipeline(link, units, executor, master.ctx.stopping)
-            for step in range(6):
-                apply = _committed_report(
-                    committed, "a", step, refused if step == 2 else None, tries_failing=9
-                )
-                await reports.submit("a report", apply, None, ack=("c", step + 1))
-            with pytest.raises(StreamEnded):
-                await reports.settle()
-
-    _while_the_lock_is_held(master, units, 6, agent)
+    scenario = _until_the_stream_ends(
+        master, units, link, committed, steps=6, failing=2, fails=refused, tries_failing=9
+    )
+    _while_the_lock_is_held(master, units, 6, lambda: scenario(2))
     # Its batch was written again one by one: the reports before it stored, none after it.
     assert committed == [("a", 0), ("a", 1)]
     assert [ack["c"] for ack in _acks(link)] == [1, 2]
@@ -333,18 +354,10 @@ def test_an_outage_that_outlasts_its_budget_ends_the_stream(
     def lost() -> Exception:
         return DatabaseUnavailable("the connection was lost", commit_unknown=False)
 
-    async def agent() -> None:
-        with ThreadPoolExecutor(1) as executor:
-            reports = ReportPipeline(link, units, executor, master.ctx.stopping)
-            for step in range(3):
-                apply = _committed_report(
-                    committed, "a", step, lost if step == 1 else None, tries_failing=10_000
-                )
-                await reports.submit("a report", apply, None, ack=("c", step + 1))
-            with pytest.raises(StreamEnded):
-                await reports.settle()
-
-    asyncio.run(agent())
+    scenario = _until_the_stream_ends(
+        master, units, link, committed, steps=3, failing=1, fails=lost, tries_failing=10_000
+    )
+    asyncio.run(scenario(1))
     assert committed == [("a", 0)]
     assert [ack["c"] for ack in _acks(link)] == [1]
     assert link.closed.is_set() and link.applying == 0
