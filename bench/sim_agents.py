@@ -124,6 +124,10 @@ PASS_METRICS = {
     "lock_wait": "cairn_master_lock_wait_seconds",
     "lock_held": "cairn_master_lock_held_seconds",
 }
+# Figures' keys for the share of the time each holder held the master's lock; the run's line
+# names the largest few.
+HELD_BY = "lock_held_by:"
+TOP_HOLDERS = 4
 # Agents dialling at once while the cluster comes up: all of them at once would measure the
 # listen backlog more than the master.
 DIAL_CONCURRENCY = 100
@@ -500,6 +504,9 @@ class Snapshot:
     started: int
     ended: int
     cpu: dict[str, float]
+    # Seconds the master's lock was held so far, by what held it (absent from a tree before the
+    # counter: empty).
+    held_by: dict[str, float] = field(default_factory=dict)
 
 
 # -- the run -----------------------------------------------------------------------------------------
@@ -544,7 +551,18 @@ async def snapshot(http_url: str, tally: Tally, pids: dict[str, int]) -> Snapsho
     cpu = {name: cpu_seconds(pid) for name, pid in pids.items()}
     cpu["bench"] = time.process_time()
     histograms = {name: histogram_buckets(text, metric) for name, metric in PASS_METRICS.items()}
-    return Snapshot(time.perf_counter(), histograms, tally.started, tally.ended, cpu)
+    return Snapshot(time.perf_counter(), histograms, tally.started, tally.ended, cpu, held_by(text))
+
+
+def held_by(text: str) -> dict[str, float]:
+    """The scrape's seconds of the master's lock held, by what held it."""
+    # The labels are module names and purposes the master's code names: nothing to unescape.
+    return {
+        unit: float(value)
+        for unit, value in re.findall(
+            r'^cairn_master_lock_held_by_seconds_total{unit="([^"]*)"} ([0-9.eE+-]+)$', text, re.M
+        )
+    }
 
 
 async def turnover(
@@ -633,9 +651,15 @@ async def turnover(
 
 
 def _lock_figures(figures: dict[str, float]) -> str:
+    holders = sorted(
+        ((name.removeprefix(HELD_BY), share) for name, share in figures.items() if name.startswith(HELD_BY)),
+        key=lambda pair: -pair[1],
+    )
+    by = ", ".join(f"{unit} {share * 100:.0f} %" for unit, share in holders[:TOP_HOLDERS] if share >= 0.005)
     return (
-        f"the master's lock held {figures['lock_held_share'] * 100:.0f} % of the time, its waits p95 "
-        f"{figures['lock_wait_p95_ms']:.1f} ms"
+        f"the master's lock held {figures['lock_held_share'] * 100:.0f} % of the time"
+        + (f" ({by})" if by else "")
+        + f", its waits p95 {figures['lock_wait_p95_ms']:.1f} ms"
     )
 
 
@@ -654,6 +678,10 @@ def window_figures(before: Snapshot, after: Snapshot) -> dict[str, float]:
         figures[f"{name}_mean_ms"] = seen.total / seen.count * 1000 if seen.count else float("nan")
     for name, seconds in after.cpu.items():
         figures[f"{name}_cpu_s"] = seconds - before.cpu[name]
+    window = after.at - before.at
+    for unit, total in after.held_by.items():
+        if window > 0:
+            figures[HELD_BY + unit] = (total - before.held_by.get(unit, 0.0)) / window
     return figures
 
 

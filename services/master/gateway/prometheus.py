@@ -81,6 +81,22 @@ def render(ctx: MasterContext) -> str:
         "Each unit of work's hold of that lock: the rate of the sum is the share of the time it is held.",
         telemetry.master_lock_held,
     )
+    held_by = telemetry.master_lock_held_by.snapshot()
+    _gauge(
+        lines,
+        "cairn_master_lock_held_by_seconds_total",
+        "Seconds the master's lock was held, by what held it (the module that opened the unit of work, "
+        "or the purpose it named): which work the master's capacity goes to.",
+        [({"unit": unit}, round(seconds, 6)) for unit, (seconds, _) in held_by.items()],
+        kind="counter",
+    )
+    _gauge(
+        lines,
+        "cairn_master_lock_holds_total",
+        "Units of work that held the master's lock, by what held it.",
+        [({"unit": unit}, count) for unit, (_, count) in held_by.items()],
+        kind="counter",
+    )
     divisions = ctx.fair_shares.all()
     for name, field, help_text in (
         (

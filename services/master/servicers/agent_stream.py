@@ -74,7 +74,7 @@ class AgentStreamServicer(agent_pb2_grpc.AgentServiceServicer):
         # The agents' state changes and refused starts, applied in shared transactions, and the
         # thread that writes them batch after batch: one of its own, never queued behind the
         # pool's other work (nor behind threads that wait for it).
-        self._units = BatchedUnits(ctx, prepare=wiring.preload_agent_reports)
+        self._units = BatchedUnits(ctx, prepare=wiring.preload_agent_reports, purpose="agent_stream.reports")
         self._report_writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-reports")
         # The same for the agents' log lines (metrics/logs.py), queued beside the reports.
         self._log_writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-logs")

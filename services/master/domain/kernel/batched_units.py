@@ -50,9 +50,12 @@ class BatchedUnits:
         ctx: MasterContext,
         max_batch: int = MAX_BATCH,
         prepare: Callable[[Work, list[Hashable]], None] | None = None,
+        purpose: str | None = None,
     ) -> None:
         self._ctx = ctx
         self._prepare = prepare
+        # What its batches' holds of the master's lock are counted under (context.unit_of_work).
+        self._purpose = purpose or "kernel.batched_units"
         self._commits: GroupCommit[_Unit, object] = GroupCommit(self._apply, max_batch)
 
     @property
@@ -88,7 +91,7 @@ class BatchedUnits:
         return self._commits.submit_async(_Unit(apply, key), executor, lane)
 
     def _apply(self, units: Sequence[_Unit]) -> list[object]:
-        with self._ctx.unit_of_work() as w:
+        with self._ctx.unit_of_work(purpose=self._purpose) as w:
             if self._prepare is not None and len(units) > 1:
                 self._prepare(w, [unit.key for unit in units if unit.key is not None])
             return [unit.apply(w) for unit in units]

@@ -8,6 +8,8 @@ one, under one process-wide lock, so two events about the same trial never inter
 from __future__ import annotations
 
 import contextlib
+import functools
+import sys
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterator
@@ -38,6 +40,17 @@ _units_held = threading.local()
 
 # Raised where an ending finds no hook to tell: the master (or a test) skipped wiring.connect(ctx).
 NOT_CONNECTED = "the master's lifecycles are not connected: call wiring.connect(ctx) at start-up"
+
+
+_MASTER_PACKAGE = "services.master."
+
+
+@functools.lru_cache(maxsize=512)
+def _module_purpose(module: str) -> str:
+    """A module's name as a unit's purpose: relative to the master's package, and to its domain
+    (`experiments.creation`, `servicers.api.experiments`)."""
+    relative = module.removeprefix(_MASTER_PACKAGE)
+    return relative.removeprefix("domain.") or "unknown"
 
 
 @dataclass
@@ -158,14 +171,21 @@ class MasterContext:
         self.access_version += 1
 
     @contextlib.contextmanager
-    def unit_of_work(self, lock: contextlib.AbstractContextManager[object] | None = None) -> Iterator[Work]:
+    def unit_of_work(
+        self, lock: contextlib.AbstractContextManager[object] | None = None, *, purpose: str | None = None
+    ) -> Iterator[Work]:
         """A lost database connection ends the unit with DatabaseUnavailable (the store says
         whether its commit is in doubt) and runs none of its effects; callers that can run the
         whole call again do so through outage.ride_out, outside the lock. `lock`: a narrower lock
-        than the process-wide one, for the few units proven safe beside it."""
+        than the process-wide one, for the few units proven safe beside it. `purpose`: what the
+        lock's hold is counted under (telemetry.master_lock_held_by); by default the module that
+        opened the unit, which a shared helper (a batch of units) names better itself."""
         # Only the outermost unit on a thread is timed: one inside another neither waits nor
         # holds the lock beyond the outer one's hold.
         timed = lock is None and not getattr(_units_held, "depth", 0)
+        if timed and purpose is None:
+            # This generator's frame, contextlib's __enter__, then the caller's.
+            purpose = _module_purpose(sys._getframe(2).f_globals.get("__name__", ""))
         asked = time.perf_counter()
         with lock if lock is not None else self.lock:
             taken = time.perf_counter()
@@ -191,4 +211,6 @@ class MasterContext:
                 _units_held.depth -= 1
                 if timed:
                     self.telemetry.master_lock_wait.observe(taken - asked)
-                    self.telemetry.master_lock_held.observe(time.perf_counter() - taken)
+                    held = time.perf_counter() - taken
+                    self.telemetry.master_lock_held.observe(held)
+                    self.telemetry.master_lock_held_by.add(purpose or "", held)
