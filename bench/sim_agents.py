@@ -124,9 +124,11 @@ PASS_METRICS = {
     "lock_wait": "cairn_master_lock_wait_seconds",
     "lock_held": "cairn_master_lock_held_seconds",
 }
-# Figures' keys for the share of the time each holder held the master's lock; the run's line
-# names the largest few.
+# Figures' keys for the share of the time each holder held the master's lock, and for the share
+# of it that was the holding thread's own CPU (the rest: waits for the database and the GIL);
+# the run's line names the largest few.
 HELD_BY = "lock_held_by:"
+HELD_CPU_BY = "lock_held_cpu_by:"
 TOP_HOLDERS = 4
 # Agents dialling at once while the cluster comes up: all of them at once would measure the
 # listen backlog more than the master.
@@ -504,9 +506,9 @@ class Snapshot:
     started: int
     ended: int
     cpu: dict[str, float]
-    # Seconds the master's lock was held so far, by what held it (absent from a tree before the
-    # counter: empty).
-    held_by: dict[str, float] = field(default_factory=dict)
+    # Seconds the master's lock was held so far, and the holders' CPU seconds in those holds, by
+    # what held it (absent from a tree before the counters: empty).
+    held_by: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
 # -- the run -----------------------------------------------------------------------------------------
@@ -554,14 +556,21 @@ async def snapshot(http_url: str, tally: Tally, pids: dict[str, int]) -> Snapsho
     return Snapshot(time.perf_counter(), histograms, tally.started, tally.ended, cpu, held_by(text))
 
 
-def held_by(text: str) -> dict[str, float]:
-    """The scrape's seconds of the master's lock held, by what held it."""
-    # The labels are module names and purposes the master's code names: nothing to unescape.
+def held_by(text: str) -> dict[str, tuple[float, float]]:
+    """The scrape's seconds of the master's lock held, and the holders' CPU seconds, by what held
+    it."""
+
+    def by_unit(metric: str) -> dict[str, float]:
+        # The labels are module names and purposes the master's code names: nothing to unescape.
+        return {
+            unit: float(value)
+            for unit, value in re.findall(rf'^{metric}{{unit="([^"]*)"}} ([0-9.eE+-]+)$', text, re.M)
+        }
+
+    cpu = by_unit("cairn_master_lock_held_by_cpu_seconds_total")
     return {
-        unit: float(value)
-        for unit, value in re.findall(
-            r'^cairn_master_lock_held_by_seconds_total{unit="([^"]*)"} ([0-9.eE+-]+)$', text, re.M
-        )
+        unit: (seconds, cpu.get(unit, 0.0))
+        for unit, seconds in by_unit("cairn_master_lock_held_by_seconds_total").items()
     }
 
 
@@ -655,7 +664,11 @@ def _lock_figures(figures: dict[str, float]) -> str:
         ((name.removeprefix(HELD_BY), share) for name, share in figures.items() if name.startswith(HELD_BY)),
         key=lambda pair: -pair[1],
     )
-    by = ", ".join(f"{unit} {share * 100:.0f} %" for unit, share in holders[:TOP_HOLDERS] if share >= 0.005)
+    by = ", ".join(
+        f"{unit} {share * 100:.0f} % (CPU {figures[HELD_CPU_BY + unit] * 100:.0f} %)"
+        for unit, share in holders[:TOP_HOLDERS]
+        if share >= 0.005
+    )
     return (
         f"the master's lock held {figures['lock_held_share'] * 100:.0f} % of the time"
         + (f" ({by})" if by else "")
@@ -679,9 +692,11 @@ def window_figures(before: Snapshot, after: Snapshot) -> dict[str, float]:
     for name, seconds in after.cpu.items():
         figures[f"{name}_cpu_s"] = seconds - before.cpu[name]
     window = after.at - before.at
-    for unit, total in after.held_by.items():
+    for unit, (total, cpu) in after.held_by.items():
         if window > 0:
-            figures[HELD_BY + unit] = (total - before.held_by.get(unit, 0.0)) / window
+            total_before, cpu_before = before.held_by.get(unit, (0.0, 0.0))
+            figures[HELD_BY + unit] = (total - total_before) / window
+            figures[HELD_CPU_BY + unit] = (cpu - cpu_before) / window
     return figures
 
 

@@ -87,14 +87,22 @@ def render(ctx: MasterContext) -> str:
         "cairn_master_lock_held_by_seconds_total",
         "Seconds the master's lock was held, by what held it (the module that opened the unit of work, "
         "or the purpose it named): which work the master's capacity goes to.",
-        [({"unit": unit}, round(seconds, 6)) for unit, (seconds, _) in held_by.items()],
+        [({"unit": unit}, round(seconds, 6)) for unit, (seconds, _, _) in held_by.items()],
+        kind="counter",
+    )
+    _gauge(
+        lines,
+        "cairn_master_lock_held_by_cpu_seconds_total",
+        "The holding threads' own CPU seconds in those holds: the rest of a hold is waits (for the "
+        "database, for the GIL).",
+        [({"unit": unit}, round(cpu, 6)) for unit, (_, cpu, _) in held_by.items()],
         kind="counter",
     )
     _gauge(
         lines,
         "cairn_master_lock_holds_total",
         "Units of work that held the master's lock, by what held it.",
-        [({"unit": unit}, count) for unit, (_, count) in held_by.items()],
+        [({"unit": unit}, count) for unit, (_, _, count) in held_by.items()],
         kind="counter",
     )
     divisions = ctx.fair_shares.all()

@@ -189,6 +189,7 @@ class MasterContext:
         asked = time.perf_counter()
         with lock if lock is not None else self.lock:
             taken = time.perf_counter()
+            taken_cpu = time.thread_time() if timed else 0.0
             _units_held.depth = getattr(_units_held, "depth", 0) + 1
             try:
                 work: Work | None = None
@@ -213,4 +214,6 @@ class MasterContext:
                     self.telemetry.master_lock_wait.observe(taken - asked)
                     held = time.perf_counter() - taken
                     self.telemetry.master_lock_held.observe(held)
-                    self.telemetry.master_lock_held_by.add(purpose or "", held)
+                    self.telemetry.master_lock_held_by.add(
+                        purpose or "", held, time.thread_time() - taken_cpu
+                    )

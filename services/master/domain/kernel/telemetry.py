@@ -86,23 +86,27 @@ class Counter:
 
 
 class SecondsByLabel:
-    """Seconds and occurrences summed per label, for a counter pair with one label (the master's
-    lock held, by what held it). The labels are few and fixed (modules of the master's code)."""
+    """Seconds, CPU seconds and occurrences summed per label, for counters with one label (the
+    master's lock held, by what held it). The labels are few and fixed (modules of the master's
+    code)."""
 
     def __init__(self) -> None:
-        self._seconds: dict[str, float] = {}
-        self._counts: dict[str, int] = {}
+        self._sums: dict[str, list[float]] = {}
         self._lock = threading.Lock()
 
-    def add(self, label: str, seconds: float) -> None:
+    def add(self, label: str, seconds: float, cpu_seconds: float = 0.0) -> None:
         with self._lock:
-            self._seconds[label] = self._seconds.get(label, 0.0) + seconds
-            self._counts[label] = self._counts.get(label, 0) + 1
+            sums = self._sums.get(label)
+            if sums is None:
+                sums = self._sums[label] = [0.0, 0.0, 0]
+            sums[0] += seconds
+            sums[1] += cpu_seconds
+            sums[2] += 1
 
-    def snapshot(self) -> dict[str, tuple[float, int]]:
-        """Each label's (seconds, occurrences), in descending order of seconds."""
+    def snapshot(self) -> dict[str, tuple[float, float, int]]:
+        """Each label's (seconds, CPU seconds, occurrences), in descending order of seconds."""
         with self._lock:
-            pairs = [(label, (seconds, self._counts[label])) for label, seconds in self._seconds.items()]
+            pairs = [(label, (sums[0], sums[1], int(sums[2]))) for label, sums in self._sums.items()]
         return dict(sorted(pairs, key=lambda pair: -pair[1][0]))
 
 
@@ -126,9 +130,9 @@ class Telemetry:
     master_lock_wait: Histogram
     master_lock_held: Histogram
     # The same holds summed by what held the lock (the module that opened the unit of work, or
-    # the purpose it named): which work the master's capacity goes to. On a saturated master,
-    # a share of a held lock says more than a share of CPU, which leaves out the waits for the
-    # database under the lock (bench/README.md, "Who holds the master's lock").
+    # the purpose it named): which work the master's capacity goes to; with the holding thread's
+    # own CPU time, so that a hold's waits (for the database, for the GIL) show as the rest
+    # (bench/README.md, "Who holds the master's lock").
     master_lock_held_by: SecondsByLabel
     # The audit trail (domain/audit/recorder.py): records stored, and records dropped because
     # the writer's queue was full (a gap in the trail, never silent).

@@ -146,27 +146,32 @@ def test_a_unit_inside_a_unit_is_timed_once(master: Master) -> None:
 
 def test_the_locks_holds_are_counted_by_what_held_it(master: Master) -> None:
     """Each timed hold is also summed under what held the lock: the module that opened the unit
-    (here an experiment's creation and this test), or the purpose a shared helper names; the
-    labelled sums add up to the histogram's, and the scrape serves them as counters."""
+    (here an experiment's creation and this test), or the purpose a shared helper names, with the
+    holding thread's own CPU time; the labelled sums add up to the histogram's, and the scrape
+    serves them as counters."""
     master.add_agent("a1", slots=1)
     master.create(searcher={"name": "single", "metric": "loss", "max_length": {"batches": 10}})
     master.settle()
     with master.ctx.unit_of_work():
-        time.sleep(0.05)
+        time.sleep(0.05)  # a wait: no CPU
     with master.ctx.unit_of_work(purpose="a named batch"), master.ctx.unit_of_work(purpose="inner"):
-        time.sleep(0.05)
+        spin_until = time.thread_time() + 0.05
+        while time.thread_time() < spin_until:  # work: CPU
+            pass
     held_by = master.ctx.telemetry.master_lock_held_by.snapshot()
-    assert held_by["experiments.creation"][1] >= 1
-    assert held_by["a named batch"][0] >= 0.05 and held_by["a named batch"][1] == 1
+    seconds, cpu, count = held_by["experiments.creation"]
+    assert count >= 1 and 0 < cpu <= seconds + 0.01
+    seconds, cpu, count = held_by["a named batch"]
+    assert count == 1 and seconds >= 0.05 and cpu >= 0.05
     assert "inner" not in held_by  # an inner unit is not timed: its outer one's hold covers it
     this_module = "tests.unit.master.domain.test_domain_telemetry"
-    assert held_by[this_module][0] >= 0.05
+    seconds, cpu, count = held_by[this_module]
+    assert seconds >= 0.05 and cpu < 0.04
     histogram = master.ctx.telemetry.master_lock_held.snapshot()
-    assert sum(count for _, count in held_by.values()) == histogram.count
-    assert abs(sum(seconds for seconds, _ in held_by.values()) - histogram.total) < 1e-6
+    assert sum(count for _, _, count in held_by.values()) == histogram.count
+    assert abs(sum(seconds for seconds, _, _ in held_by.values()) - histogram.total) < 1e-6
     scraped = prometheus.render(master.ctx)
     assert "# TYPE cairn_master_lock_held_by_seconds_total counter" in scraped
     assert _value(scraped, 'cairn_master_lock_held_by_seconds_total{unit="a named batch"}') >= 0.05
-    assert (
-        _value(scraped, f'cairn_master_lock_holds_total{{unit="{this_module}"}}') == held_by[this_module][1]
-    )
+    assert _value(scraped, 'cairn_master_lock_held_by_cpu_seconds_total{unit="a named batch"}') >= 0.05
+    assert _value(scraped, f'cairn_master_lock_holds_total{{unit="{this_module}"}}') == count
