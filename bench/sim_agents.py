@@ -665,7 +665,7 @@ def _lock_figures(figures: dict[str, float]) -> str:
         key=lambda pair: -pair[1],
     )
     by = ", ".join(
-        f"{unit} {share * 100:.0f} % (CPU {figures[HELD_CPU_BY + unit] * 100:.0f} %)"
+        f"{unit} {share * 100:.0f} % [CPU {figures[HELD_CPU_BY + unit] * 100:.0f} %]"
         for unit, share in holders[:TOP_HOLDERS]
         if share >= 0.005
     )
@@ -680,18 +680,17 @@ def window_figures(before: Snapshot, after: Snapshot) -> dict[str, float]:
     """Between two snapshots: the master's histograms (count, p50, p95, mean), the share of the
     time its lock was held, and each process's CPU seconds."""
     figures: dict[str, float] = {}
-    seconds = after.at - before.at
+    window = after.at - before.at
     held = after.histograms["lock_held"].minus(before.histograms["lock_held"])
-    figures["lock_held_share"] = held.total / seconds if held.count and seconds > 0 else float("nan")
+    figures["lock_held_share"] = held.total / window if held.count and window > 0 else float("nan")
     for name in PASS_METRICS:
         seen = after.histograms[name].minus(before.histograms[name])
         figures[f"{name}_count"] = seen.count
         figures[f"{name}_p50_ms"] = seen.quantile(0.5) * 1000
         figures[f"{name}_p95_ms"] = seen.quantile(0.95) * 1000
         figures[f"{name}_mean_ms"] = seen.total / seen.count * 1000 if seen.count else float("nan")
-    for name, seconds in after.cpu.items():
-        figures[f"{name}_cpu_s"] = seconds - before.cpu[name]
-    window = after.at - before.at
+    for name, cpu_s in after.cpu.items():
+        figures[f"{name}_cpu_s"] = cpu_s - before.cpu[name]
     for unit, (total, cpu) in after.held_by.items():
         if window > 0:
             total_before, cpu_before = before.held_by.get(unit, (0.0, 0.0))

@@ -93,8 +93,8 @@ def render(ctx: MasterContext) -> str:
     _gauge(
         lines,
         "cairn_master_lock_held_by_cpu_seconds_total",
-        "The holding threads' own CPU seconds in those holds: the rest of a hold is waits (for the "
-        "database, for the GIL).",
+        "The holding threads' own CPU seconds in those holds: the rest of a hold is time off the CPU "
+        "(waits for a core, the GIL, the database).",
         [({"unit": unit}, round(cpu, 6)) for unit, (_, cpu, _) in held_by.items()],
         kind="counter",
     )

@@ -178,13 +178,15 @@ class MasterContext:
         whether its commit is in doubt) and runs none of its effects; callers that can run the
         whole call again do so through outage.ride_out, outside the lock. `lock`: a narrower lock
         than the process-wide one, for the few units proven safe beside it. `purpose`: what the
-        lock's hold is counted under (telemetry.master_lock_held_by); by default the module that
-        opened the unit, which a shared helper (a batch of units) names better itself."""
+        lock's hold is counted under (telemetry.master_lock_held_by), a constant string (it is a
+        metric's label); by default the module whose code runs the `with`, which a shared helper
+        (a batch of units) names better itself."""
         # Only the outermost unit on a thread is timed: one inside another neither waits nor
         # holds the lock beyond the outer one's hold.
         timed = lock is None and not getattr(_units_held, "depth", 0)
         if timed and purpose is None:
-            # This generator's frame, contextlib's __enter__, then the caller's.
+            # This generator's frame, contextlib's __enter__, then the caller's. (A wrapper around
+            # unit_of_work, as a bench's timer, is counted under its own module.)
             purpose = _module_purpose(sys._getframe(2).f_globals.get("__name__", ""))
         asked = time.perf_counter()
         with lock if lock is not None else self.lock:

@@ -87,8 +87,8 @@ class Counter:
 
 class SecondsByLabel:
     """Seconds, CPU seconds and occurrences summed per label, for counters with one label (the
-    master's lock held, by what held it). The labels are few and fixed (modules of the master's
-    code)."""
+    master's lock held, by what held it). The labels are few and fixed (the modules whose code
+    opens units of work, and constant purposes)."""
 
     def __init__(self) -> None:
         self._sums: dict[str, list[float]] = {}
@@ -131,8 +131,8 @@ class Telemetry:
     master_lock_held: Histogram
     # The same holds summed by what held the lock (the module that opened the unit of work, or
     # the purpose it named): which work the master's capacity goes to; with the holding thread's
-    # own CPU time, so that a hold's waits (for the database, for the GIL) show as the rest
-    # (bench/README.md, "Who holds the master's lock").
+    # own CPU time, so that a hold's time off the CPU (waits for a core, the GIL, the database)
+    # shows as the rest (bench/README.md, "Who holds the master's lock").
     master_lock_held_by: SecondsByLabel
     # The audit trail (domain/audit/recorder.py): records stored, and records dropped because
     # the writer's queue was full (a gap in the trail, never silent).
