@@ -1,0 +1,75 @@
+"""SIGTERM and SIGINT become a request to stop (services/common/server.py): the handler takes no
+lock, so a signal handled while the main thread holds the termination event's own lock (as it
+does for a moment at each poll of `wait_for_termination`) still stops the service. Each case runs
+in a fresh interpreter: handlers and the event are per process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+
+# Where the main thread is for a moment at each poll: inside the event's lock. The handler runs
+# there, on this thread (raise_signal runs it before it returns). A handler that set the event
+# waited for this thread's own lock, and the process never went on.
+HANDLED_UNDER_THE_EVENTS_LOCK = """
+import signal, sys
+from services.common import server
+server.install_termination_handlers()
+with server._termination._cond:
+    signal.raise_signal(signal.SIGTERM)
+print("handler returned", flush=True)
+sys.exit(0 if server._termination.wait(10) else 3)
+"""
+
+SERVICE = """
+import sys
+from services.common import server
+server.install_termination_handlers()
+print("ready", flush=True)
+server.wait_for_termination(lambda: print("stopped", flush=True))
+"""
+
+
+def _python(code: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def test_a_signal_handled_while_the_main_thread_holds_the_events_lock_still_stops() -> None:
+    child = _python(HANDLED_UNDER_THE_EVENTS_LOCK)
+    try:
+        out, _ = child.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        out, _ = child.communicate()
+        raise AssertionError(f"the handler waited for the main thread's own lock:\n{out}") from None
+    assert child.returncode == 0, out
+    assert "handler returned" in out
+    assert "signal received" in out and "SIGTERM" in out  # logged by the watcher, not the handler
+
+
+def test_sigterm_stops_a_service_waiting_for_termination() -> None:
+    child = _python(SERVICE)
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "ready"
+        time.sleep(0.5)  # into the wait's polls
+        child.send_signal(signal.SIGTERM)
+        out, _ = child.communicate(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == 0, out
+    assert "stopped" in out and "SIGTERM" in out
