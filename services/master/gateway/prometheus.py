@@ -82,29 +82,29 @@ def render(ctx: MasterContext) -> str:
         telemetry.master_lock_held,
     )
     held_by = telemetry.master_lock_held_by.snapshot()
-    _gauge(
-        lines,
-        "cairn_master_lock_held_by_seconds_total",
-        "Seconds the master's lock was held, by what held it (the module that opened the unit of work, "
-        "or the purpose it named): which work the master's capacity goes to.",
-        [({"unit": unit}, round(seconds, 6)) for unit, (seconds, _, _) in held_by.items()],
-        kind="counter",
-    )
-    _gauge(
-        lines,
-        "cairn_master_lock_held_by_cpu_seconds_total",
-        "The holding threads' own CPU seconds in those holds: the rest of a hold is time off the CPU "
-        "(waits for a core, the GIL, the database).",
-        [({"unit": unit}, round(cpu, 6)) for unit, (_, cpu, _) in held_by.items()],
-        kind="counter",
-    )
-    _gauge(
-        lines,
-        "cairn_master_lock_holds_total",
-        "Units of work that held the master's lock, by what held it.",
-        [({"unit": unit}, count) for unit, (_, _, count) in held_by.items()],
-        kind="counter",
-    )
+    # One snapshot's three sums per holder: (seconds, CPU seconds, holds).
+    for name, index, help_text in (
+        (
+            "cairn_master_lock_held_by_seconds_total",
+            0,
+            "Seconds the master's lock was held, by what held it (the module that opened the unit of "
+            "work, or the purpose it named): which work the master's capacity goes to.",
+        ),
+        (
+            "cairn_master_lock_held_by_cpu_seconds_total",
+            1,
+            "The holding threads' own CPU seconds in those holds: the rest of a hold is time off the "
+            "CPU (waits for a core, the GIL, the database).",
+        ),
+        ("cairn_master_lock_holds_total", 2, "Units of work that held the master's lock, by what held it."),
+    ):
+        _gauge(
+            lines,
+            name,
+            help_text,
+            [({"unit": unit}, round(sums[index], 6)) for unit, sums in held_by.items()],
+            kind="counter",
+        )
     divisions = ctx.fair_shares.all()
     for name, field, help_text in (
         (
