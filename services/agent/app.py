@@ -5,12 +5,12 @@ master; and the order in which they stop."""
 from __future__ import annotations
 
 import os
-import signal
 import threading
 import time
 from importlib import metadata
 
 from cairn.client.address import InvalidMasterAddress, parse_master_addresses
+from cairn.termination_signals import route_termination_signals
 from cairn.tls import channel_credentials
 from services.agent import host
 from services.agent.containers.context_cache import ContextCache
@@ -65,6 +65,7 @@ class Agent:
     def __init__(self, settings: AgentSettings) -> None:
         self.settings = settings
         self._stop = threading.Event()
+        self._stop_lock = threading.Lock()
         self._exit_code = 0
         self._reason = ""
         self._server: ServiceServer | None = None
@@ -97,15 +98,18 @@ class Agent:
         self.request_stop(reason, 1)
 
     def request_stop(self, reason: str, exit_code: int) -> None:
-        if not self._stop.is_set():
-            self._reason, self._exit_code = reason, exit_code
-            self._stop.set()
+        # The first request's reason and exit code stand: a signal and a fatal error may race.
+        with self._stop_lock:
+            if not self._stop.is_set():
+                self._reason, self._exit_code = reason, exit_code
+                self._stop.set()
 
     def run(self) -> int:
         s = self.settings
         boot_time = time.time()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda signum, _frame: self.request_stop(f"{signal.Signals(signum).name}", 0))
+        # Not in the handler itself: it would run inside the main thread's poll of `_stop`
+        # (cairn.termination_signals says why).
+        route_termination_signals(lambda sig: self.request_stop(sig.name, 0))
         try:
             # Over every --master address: after a failover the reconnect finds the new leader.
             master_target = parse_master_addresses(s.master).dial_target

@@ -12,7 +12,6 @@ synchronous ones, adapted (_OnAsyncioServer); a coroutine handler they wrap stay
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import signal
@@ -27,6 +26,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from cairn.termination_signals import route_termination_signals
 from services.common.channels import MAX_MESSAGE_BYTES
 from services.common.held_ports import bind_when_free, probe_bind
 from services.common.logging import get_logger
@@ -255,48 +255,20 @@ def write_ready_file(path: str | None, **fields: int | str) -> None:
 
 _termination = threading.Event()
 TERMINATION_POLL_S = 0.2
-# The handler's pipe to the watcher thread (install_termination_handlers): made once per process.
-_signal_pipe: tuple[int, int] | None = None
-_signal_pipe_lock = threading.Lock()
 
 
 def install_termination_handlers() -> None:
     """Turn SIGTERM/SIGINT into a request to stop. Call it first thing in a service's main: a
     signal that arrives between its ready file and the wait must stop it cleanly, not kill it.
 
-    The handler takes no lock: Python runs it in the main thread between two bytecodes, wherever
-    that thread was, and the main thread spends its life in `_termination.wait()`, holding the
-    event's lock for a moment at each poll. A handler that set the event (or logged) there waited
-    for a lock its own thread held, and the service never stopped (a master SIGKILLed after its
-    grace period, seen once under load). The handler writes the signal's number to a pipe; a
-    thread of its own reads it, logs it and sets the event."""
-    global _signal_pipe
-    with _signal_pipe_lock:
-        if _signal_pipe is None:
-            read_end, write_end = os.pipe()
-            os.set_blocking(write_end, False)  # a handler never waits, whatever is unread
-            _signal_pipe = (read_end, write_end)
-            threading.Thread(
-                target=_watch_signals, args=(read_end,), name="termination-signals", daemon=True
-            ).start()
-        write_end = _signal_pipe[1]
-
-    def handle(signum: int, _frame: object) -> None:
-        with contextlib.suppress(OSError):  # a full pipe: a request is already there to be read
-            os.write(write_end, bytes([signum]))
-
-    signal.signal(signal.SIGTERM, handle)
-    signal.signal(signal.SIGINT, handle)
+    The handler takes no lock (cairn.termination_signals says why): the signal is logged and the
+    event set on a thread of their own, not in the main thread that polls the event."""
+    route_termination_signals(_on_termination_signal)
 
 
-def _watch_signals(read_end: int) -> None:
-    while True:
-        data = os.read(read_end, 64)
-        if not data:
-            return
-        for signum in data:
-            log.info("signal received", signal=signal.Signals(signum).name)
-        _termination.set()
+def _on_termination_signal(sig: signal.Signals) -> None:
+    log.info("signal received", signal=sig.name)
+    _termination.set()
 
 
 def termination_requested() -> threading.Event:

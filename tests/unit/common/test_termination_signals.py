@@ -1,6 +1,7 @@
-"""SIGTERM and SIGINT become a request to stop (services/common/server.py): the handler takes no
+"""SIGTERM and SIGINT become a request to stop (cairn.termination_signals, used by the services'
+bootstrap, the agent, the local cluster's watchdog and the searcher plugin): the handler takes no
 lock, so a signal handled while the main thread holds the termination event's own lock (as it
-does for a moment at each poll of `wait_for_termination`) still stops the service. Each case runs
+does for a moment at each poll of `wait_for_termination`) still stops the process. Each case runs
 in a fresh interpreter: handlers and the event are per process."""
 
 from __future__ import annotations
@@ -25,6 +26,29 @@ with server._termination._cond:
     signal.raise_signal(signal.SIGTERM)
 print("handler returned", flush=True)
 sys.exit(0 if server._termination.wait(10) else 3)
+"""
+
+# The same, through the shared routing every long-running process uses, with the event the agent,
+# the watchdog and the searcher plugin each poll. A first callback that fails leaves the thread
+# alive for the next signal.
+ROUTED_UNDER_THE_EVENTS_LOCK = """
+import signal, sys, threading
+from cairn.termination_signals import route_termination_signals
+stop = threading.Event()
+calls = []
+failed = threading.Event()
+def failing(sig):
+    calls.append(sig.name)
+    failed.set()
+    raise RuntimeError("a callback that fails")
+route_termination_signals(failing)
+signal.raise_signal(signal.SIGINT)
+failed.wait(10)
+route_termination_signals(lambda sig: (calls.append(sig.name), stop.set()))
+with stop._cond:
+    signal.raise_signal(signal.SIGTERM)
+print("handler returned", flush=True)
+sys.exit(0 if stop.wait(10) and calls == ["SIGINT", "SIGTERM"] else 3)
 """
 
 SERVICE = """
@@ -58,6 +82,36 @@ def test_a_signal_handled_while_the_main_thread_holds_the_events_lock_still_stop
     assert child.returncode == 0, out
     assert "handler returned" in out
     assert "signal received" in out and "SIGTERM" in out  # logged by the watcher, not the handler
+
+
+def test_routed_signals_reach_their_callback_off_the_main_thread_even_after_a_failing_one() -> None:
+    child = _python(ROUTED_UNDER_THE_EVENTS_LOCK)
+    try:
+        out, _ = child.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        out, _ = child.communicate()
+        raise AssertionError(f"the handler waited for the main thread's own lock:\n{out}") from None
+    assert child.returncode == 0, out
+    assert "handler returned" in out
+    assert "handling SIGINT failed" in out and "a callback that fails" in out
+
+
+def test_no_long_running_process_acts_in_a_termination_handler_of_its_own() -> None:
+    """The agent, the watchdog and the searcher plugin each once set their stop event in the
+    handler: the same deadlock. Forwarding a signal to a child (launchers, notebook and TensorBoard
+    servers) takes no lock the main thread holds and stays."""
+    handlers = {
+        str(path.relative_to(ROOT))
+        for tree in ("services", "clients/python/cairn")
+        for path in (ROOT / tree).rglob("*.py")
+        if "/gen/" not in str(path)
+        and any(
+            "signal.signal(" in line and not any(ok in line for ok in ("send_signal", "forward", "SIG_DFL"))
+            for line in path.read_text().splitlines()
+        )
+    }
+    assert handlers == {"clients/python/cairn/termination_signals.py"}
 
 
 def test_sigterm_stops_a_service_waiting_for_termination() -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import sys
 import threading
 import time
@@ -24,6 +23,7 @@ from cairn.localcluster.processes import is_recorded_process_running
 from cairn.localcluster.record import ClusterRecord, ProcessRecord, load_record, record_lock, save_record
 from cairn.localcluster.respawn import describe_exit, respawn
 from cairn.localcluster.supervision import RestartPolicy, decide
+from cairn.termination_signals import route_termination_signals
 
 log = logging.getLogger("cairn.localcluster.watchdog")
 
@@ -103,8 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stdout)
     stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda _signum, _frame: stop.set())
+    # Set on a thread of its own, not in the handler, which runs inside the main thread's poll of
+    # `stop` (cairn.termination_signals says why).
+    route_termination_signals(lambda _sig: stop.set())
     watchdog = Watchdog(ClusterPaths(args.state_dir), RestartPolicy())
     log.info("watching the cluster in %s", args.state_dir)
     while not stop.is_set():

@@ -22,6 +22,7 @@ from grpc_reflection.v1alpha import reflection
 from cairn.searcher.v1 import searcher_pb2_grpc
 from cairn.searcher_plugin.method import SearchFactory
 from cairn.searcher_plugin.servicer import SERVICE_NAME, SearcherServicer
+from cairn.termination_signals import route_termination_signals
 from cairn.wire import MAX_MESSAGE_BYTES
 
 log = logging.getLogger(__name__)
@@ -103,12 +104,13 @@ def serve(
     # Handlers go in before serving, so a signal right after the ready file is never missed.
     stop_requested = threading.Event()
 
-    def request_stop(signum: int, _frame: object) -> None:
-        log.info("signal received signal=%s", signal.Signals(signum).name)
+    def request_stop(sig: signal.Signals) -> None:
+        log.info("signal received signal=%s", sig.name)
         stop_requested.set()
 
-    signal.signal(signal.SIGTERM, request_stop)
-    signal.signal(signal.SIGINT, request_stop)
+    # Run on a thread of its own, not in the handler, which runs inside the main thread's poll of
+    # `stop_requested` (cairn.termination_signals says why).
+    route_termination_signals(request_stop)
     running = start(factory, host, port, max_workers=max_workers)
     write_ready_file(ready_file, running.port)
     log.info("searcher ready port=%d pid=%d", running.port, os.getpid())
