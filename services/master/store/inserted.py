@@ -1,4 +1,5 @@
-"""Many new rows in one INSERT ... RETURNING, handed back as the session's objects.
+"""Many new rows in one INSERT, as rows (`insert_rows`) or handed back as the session's objects
+(`insert_returning`); on PostgreSQL as one JSON document (json_rows.py says why).
 
 The unit of work's own insert of new objects wants their generated ids back in the order it sent
 them, which SQLite does not promise for a multi-row INSERT ... RETURNING against a ROWID key, so
@@ -15,12 +16,36 @@ from typing import Any, TypeVar
 from sqlalchemy import insert
 from sqlalchemy.orm import Session
 
+from services.master.store import json_rows
+
 M = TypeVar("M")
+
+
+def insert_rows(session: Session, model: type[Any], rows: Sequence[dict[str, Any]]) -> None:
+    """`rows` (each a dict of the same columns) inserted into `model`'s table in one statement."""
+    if json_rows.applies(session, rows):
+        try:
+            stmt, params = json_rows.statement(session, model, rows)
+        except TypeError:
+            pass  # a value JSON cannot carry: the ordinary way below
+        else:
+            session.execute(stmt, params)
+            return
+    session.execute(insert(model), rows)
 
 
 def insert_returning(session: Session, model: type[M], rows: Sequence[dict[str, Any]], key: str) -> list[M]:
     """`rows` inserted in one statement; their objects (persistent in `session`, as a flush leaves
     them) in the order of `rows`, matched by the attribute and column `key`, unique among them."""
-    made = session.scalars(insert(model).returning(model), rows)
+    made = None
+    if json_rows.applies(session, rows):
+        try:
+            stmt, params = json_rows.statement(session, model, rows)
+        except TypeError:
+            pass
+        else:
+            made = session.scalars(stmt.returning(model), params)
+    if made is None:
+        made = session.scalars(insert(model).returning(model), rows)
     by_key = {getattr(obj, key): obj for obj in made}
     return [by_key[row[key]] for row in rows]

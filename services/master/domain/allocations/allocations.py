@@ -23,7 +23,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, cast
 
-from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.orm.attributes import set_committed_value
 
 from services.common.logging import get_logger
@@ -35,6 +35,7 @@ from services.master.domain.kernel.states import allocation_advances
 from services.master.domain.kernel.task_ids import trial_task_id
 from services.master.domain.kernel.topics import allocation_topic, task_topic, trial_topic
 from services.master.store import models
+from services.master.store.inserted import insert_rows
 
 log = get_logger(__name__)
 
@@ -266,7 +267,7 @@ def request_many(ctx: MasterContext, w: Work, trials: list[models.Trial], exp: m
         )
     # One INSERT; the scheduling view learns the new ids from the statement, as from a flush
     # (scheduling_view.ChangeTracker).
-    w.session.execute(insert(models.Allocation), rows)
+    insert_rows(w.session, models.Allocation, rows)
     for row in rows:
         _publish(ctx, w, row["id"], row["trial_id"], row["task_id"])
     w.later(ctx.scheduler_wakeup.set)

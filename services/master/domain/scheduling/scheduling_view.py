@@ -54,6 +54,7 @@ from services.master.domain.scheduling.scheduling_rows import (
 )
 from services.master.store import models
 from services.master.store.db import Database
+from services.master.store.json_rows import INSERTED_IDS
 
 CHECK_ENV = "CAIRN_CHECK_SCHEDULING_VIEW"
 # A snapshot even when nothing asked for one: a safety net, not a mechanism.
@@ -79,7 +80,11 @@ _INSERTS_KNOWN_BY_ROW = {models.Allocation.__tablename__, models.Task.__tablenam
 def _inserted_ids(state: ORMExecuteState) -> list[Any] | None:
     """The `id` of every row an INSERT statement's parameters give (a dict, or a list of them for
     many rows); None when they give none or not all give one (an INSERT ... SELECT, values in the
-    statement itself), and the caller records the statement as changing everything."""
+    statement itself), and the caller records the statement as changing everything. Rows sent as
+    one JSON document (store/json_rows.py) give their ids in an execution option instead."""
+    given = state.execution_options.get(INSERTED_IDS)
+    if given is not None:
+        return list(given)
     parameters: Any = state.parameters
     rows: list[Any] = [parameters] if isinstance(parameters, dict) else list(parameters or [])
     ids = [row.get("id") if isinstance(row, dict) else None for row in rows]

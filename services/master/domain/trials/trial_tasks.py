@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import ColumnElement, String, cast, insert
+from sqlalchemy import ColumnElement, String, cast
 
 from services.master.domain.kernel.context import MasterContext, Work
 from services.master.domain.kernel.states import TASK_ENDED, RunState, TaskKind, TaskState
@@ -14,6 +14,7 @@ from services.master.domain.kernel.task_ids import trial_task_id
 from services.master.domain.reads.jobs import experiment_job_id
 from services.master.domain.tasks import tasks
 from services.master.store import models
+from services.master.store.inserted import insert_rows
 
 # The trial's terminal states, as its task's.
 _ENDED_AS = {
@@ -36,7 +37,7 @@ def insert_many(w: Work, exp: models.Experiment, trials: list[models.Trial]) -> 
     than storing it. Nothing reads them back in the unit that makes them (a trial's later changes
     read its task anew, trial_tasks.follow)."""
     workspace_id = _workspace_id(w, exp)
-    w.session.execute(insert(models.Task), [_task_row(exp, trial, workspace_id) for trial in trials])
+    insert_rows(w.session, models.Task, [_task_row(exp, trial, workspace_id) for trial in trials])
 
 
 def _workspace_id(w: Work, exp: models.Experiment) -> int | None:
