@@ -18,7 +18,7 @@ from sqlalchemy import exc as exc_module
 from sqlalchemy.orm import Session, sessionmaker
 
 from services.common.errors import DatabaseUnavailable
-from services.master.store import sqlite_batches
+from services.master.store import json_updates, sqlite_batches
 from services.master.store.outages import count_commit, is_disconnect
 from services.master.store.sqlite_file import make_owner_only
 
@@ -195,6 +195,7 @@ class Database:
                 executemany_mode="values_plus_batch",
             )
             _ping_idle_connections(self.engine)
+            json_updates.install(self.engine)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         _keep_what_a_transaction_loads(self._sessions)
         # Reads on PostgreSQL run without a transaction: under READ COMMITTED every statement takes

@@ -16,6 +16,7 @@ have read from the parameters, are in the execution option INSERTED_IDS."""
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -36,7 +37,7 @@ from sqlalchemy import (
 )
 from sqlalchemy import column as sql_column
 from sqlalchemy.orm import Session
-from sqlalchemy.types import TypeDecorator
+from sqlalchemy.types import Float, TypeDecorator
 
 # The execution option that carries the inserted rows' `id`s (a list in the rows' order), for a
 # listener that would read them from an ordinary INSERT's parameters.
@@ -64,8 +65,8 @@ def statement(
     session: Session, model: type[Any], rows: Sequence[dict[str, Any]]
 ) -> tuple[Any, dict[str, str]]:
     """The ORM INSERT ... SELECT FROM json_to_recordset(:rows) of `rows` into `model`'s table, and
-    its parameters. Raises TypeError (orjson's error) for a value JSON cannot carry: the caller
-    then inserts them the ordinary way."""
+    its parameters. Raises TypeError (orjson's error, or a float JSON has no form for) for a value
+    JSON cannot carry: the caller then inserts them the ordinary way."""
     table = model.__table__
     given = tuple(rows[0])
     plan = _plan(table, given)
@@ -91,6 +92,8 @@ class _Plan:
                 raise TypeError(f"{table.name}.{col.name}: a SQL expression default")
             self.defaults.append((col.name, col.default))
         self.names = given + tuple(name for name, _ in self.defaults)
+        # JSON has no NaN or infinity (orjson writes null); psycopg2 sends them as floats.
+        self.floats = [name for name in self.names if isinstance(table.c[name].type, Float)]
         self.binders = {
             name: table.c[name].type for name in self.names if isinstance(table.c[name].type, TypeDecorator)
         }
@@ -128,6 +131,10 @@ def _selected(col: Column[Any], value: ColumnElement[Any]) -> ColumnElement[Any]
 def _json_row(plan: _Plan, row: dict[str, Any], dialect: Any, order: int) -> dict[str, Any]:
     out = dict(row)
     out[_ORDER] = order
+    for name in plan.floats:
+        value = out.get(name)
+        if value is not None and not math.isfinite(value):
+            raise TypeError(f"{name}: {value} has no JSON form")
     for name, default in plan.defaults:
         out[name] = default.arg if default.is_scalar else default.arg(None)
     for name, decorated in plan.binders.items():

@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy import Column, Integer, MetaData, String, Table, bindparam, insert, select, text, update
 
 from services.master.store import db as db_module
+from services.master.store import json_updates
 from services.master.store.db import Database
 from tests.support.databases import fresh_database
 
@@ -103,13 +104,14 @@ def test_reads_leave_the_write_pool_transactional(pg: Database) -> None:
         assert s.scalar(text("SELECT count(*) FROM rollback_probe")) == 0
 
 
-def test_an_update_of_many_rows_goes_in_batches_not_a_round_trip_a_row(
+def test_an_update_of_many_rows_goes_in_one_statement_or_in_batches_not_a_round_trip_a_row(
     pg: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A flush that ends 40 allocations updates 40 rows of a table with one statement and 40 sets of
     parameters. psycopg2's own executemany sends them one round trip each, while the master holds
-    its lock; the write engine hands them to psycopg2's execute_batch (100 statements a round
-    trip) instead."""
+    its lock. The write engine sends a by-key UPDATE as one statement over a JSON document of the
+    rows (store/json_updates.py), and any other shape through psycopg2's execute_batch (100
+    statements a round trip)."""
     table = Table("batch_probe", MetaData(), Column("id", Integer, primary_key=True), Column("state", String))
     table.create(pg.engine)
     with pg.transaction() as s:
@@ -123,11 +125,23 @@ def test_an_update_of_many_rows_goes_in_batches_not_a_round_trip_a_row(
         real(cursor, statement, rows, page_size=page_size)
 
     monkeypatch.setattr(psycopg2.extras, "execute_batch", counted)
+    sent = json_updates.SENT["statements"]
     with pg.transaction() as s:
         s.execute(
             update(table).where(table.c.id == bindparam("row")).values(state=bindparam("to")),
             [{"row": n, "to": "TERMINATED"} for n in range(40)],
         )
-    assert batches == [40]
+    assert batches == [] and json_updates.SENT["statements"] == sent + 1
     with pg.read() as s:
         assert s.scalars(select(table.c.state).distinct()).all() == ["TERMINATED"]
+
+    with pg.transaction() as s:  # a shape of its own: two conditions
+        s.execute(
+            update(table)
+            .where(table.c.id == bindparam("row"), table.c.state == bindparam("from"))
+            .values(state=bindparam("to")),
+            [{"row": n, "from": "TERMINATED", "to": "DELETED"} for n in range(40)],
+        )
+    assert batches == [40] and json_updates.SENT["statements"] == sent + 1
+    with pg.read() as s:
+        assert s.scalars(select(table.c.state).distinct()).all() == ["DELETED"]

@@ -1,19 +1,23 @@
-"""A search's new trials, tasks and allocation requests sent to PostgreSQL as one JSON document each
-(store/json_rows.py) are stored exactly as the ordinary INSERT stores them: the same columns, the
-Python-side defaults, None in a JSON column as JSON null, timestamps through UtcDateTime; the
-scheduling view learns the new allocations by id, not as a change of everything; and a value JSON
-cannot carry falls back to the ordinary INSERT. On SQLite both sides are the ordinary INSERT."""
+"""Many rows sent to PostgreSQL as one JSON document are stored exactly as the ordinary statements
+store them. A search's new trials, tasks and allocation requests (store/json_rows.py): the same
+columns, the Python-side defaults, None in a JSON column as JSON null, timestamps through
+UtcDateTime; the scheduling view learns the new allocations by id, not as a change of everything.
+A flush's UPDATE of many rows (store/json_updates.py): the same values of every type. Either way a
+value JSON cannot carry, or a row an executemany names twice, goes the ordinary way. On SQLite
+both sides are the ordinary statements."""
 
 from __future__ import annotations
 
+import math
+from datetime import datetime
 from typing import Any
 
 import pytest
-from sqlalchemy import select, text
+from sqlalchemy import bindparam, select, text, update
 
 from services.master.domain.kernel.clock import utcnow
 from services.master.domain.scheduling import scheduling_view
-from services.master.store import json_rows, models
+from services.master.store import json_rows, json_updates, models
 from services.master.store.inserted import insert_rows
 from tests.unit.master.domain.harness import Master, config_text
 
@@ -132,3 +136,83 @@ def test_a_value_json_cannot_carry_is_inserted_the_ordinary_way(master: Master) 
         stored = s.scalars(select(models.Task).where(models.Task.id.like("json-rows-%")).order_by("id")).all()
     assert [task.config for task in stored] == [row["config"] for row in rows]
     assert all(task.start_time == now and task.resource_pool == "" for task in stored)
+
+
+def _trials_of(master: Master, experiment_id: int) -> list[dict[str, Any]]:
+    table = models.Trial.__table__
+    with master.db.read() as s:
+        rows = s.execute(
+            select(table).where(table.c.experiment_id == experiment_id).order_by(table.c.id)
+        ).mappings()
+        return [{k: v for k, v in row.items() if k not in _OWN} for row in rows]
+
+
+def _change_every_trial(master: Master, experiment_id: int, when: datetime) -> None:
+    """One flush that updates every trial alike (an executemany of one UPDATE): a string, a
+    timestamp, a float, a JSON value, a NULL."""
+    with master.db.transaction() as s:
+        trials = s.scalars(
+            select(models.Trial).where(models.Trial.experiment_id == experiment_id).order_by(models.Trial.id)
+        ).all()
+        for n, trial in enumerate(trials):
+            trial.runner_status = f"status {n}"
+            trial.progress_at = when
+            trial.progress = (n + 1) / 3
+            trial.summary_metrics = {"n": n, "list": [1, None, "é"]}
+            trial.early_exit_reason = None
+
+
+def test_a_flushs_updates_of_many_rows_are_stored_alike_as_one_json_document(
+    master: Master, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    as_json, ordinary = master.create(_grid()), master.create(_grid())
+    when = utcnow()
+    before = dict(json_updates.SENT)
+    _change_every_trial(master, as_json, when)
+    sent = json_updates.SENT["rows"] - before["rows"]
+    assert sent == (TRIALS if master.db.dialect == "postgresql" else 0)
+
+    monkeypatch.setattr(json_updates, "MIN_ROWS", 10**6)
+    _change_every_trial(master, ordinary, when)
+    assert json_updates.SENT["rows"] - before["rows"] == sent
+    assert _trials_of(master, as_json) == _trials_of(master, ordinary)
+    assert _trials_of(master, as_json)[4]["runner_status"] == "status 4"
+
+
+def test_what_json_cannot_carry_or_a_row_named_twice_is_updated_as_before(master: Master) -> None:
+    """A NaN (JSON has none) goes the ordinary way and is stored as NaN; an executemany naming one
+    row twice applies both in order, the last one standing (a join would apply one of them)."""
+    experiment_id = master.create(_grid())
+    with master.db.transaction() as s:
+        trials = s.scalars(select(models.Trial).where(models.Trial.experiment_id == experiment_id)).all()
+        for trial in trials:
+            trial.searcher_metric_value = math.nan
+            trial.runner_status = "nan"
+    stored = [row["searcher_metric_value"] for row in _trials_of(master, experiment_id)]
+    if master.db.dialect == "postgresql":
+        assert all(math.isnan(value) for value in stored)
+    else:
+        assert stored == [None] * TRIALS  # SQLite keeps no NaN
+
+    table = models.Trial.__table__
+    ids = _ids_of(master, experiment_id)
+    twice = [{"trial": trial_id, "status": f"first {trial_id}"} for trial_id in ids]
+    twice += [{"trial": ids[0], "status": "second"}]
+    with master.db.transaction() as s:
+        s.execute(
+            update(table).where(table.c.id == bindparam("trial")).values(runner_status=bindparam("status")),
+            twice,
+        )
+    statuses = [row["runner_status"] for row in _trials_of(master, experiment_id)]
+    assert statuses[0] == "second" and statuses[1] == f"first {ids[1]}"
+
+
+def _ids_of(master: Master, experiment_id: int) -> list[int]:
+    with master.db.read() as s:
+        return list(
+            s.scalars(
+                select(models.Trial.id)
+                .where(models.Trial.experiment_id == experiment_id)
+                .order_by(models.Trial.id)
+            )
+        )

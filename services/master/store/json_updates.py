@@ -1,0 +1,125 @@
+"""An executemany of a by-key UPDATE on PostgreSQL sent as one statement over a JSON document.
+
+A unit of work's flush updates many rows of a table with one statement and a parameter set per row
+(a batch of agents' reports: 256 containers, their allocations, trials and tasks). psycopg2's
+execute_batch renders every row's values into the text of one statement each on the client,
+holding the GIL and the master's lock: it was a ninth of the agents' batches' GIL samples at
+500 starts a second (bench/README.md, "Rows as one JSON parameter"). Here the rows go as one JSON
+document instead, joined to the table by its key in the server:
+
+    UPDATE t SET a = r.a, b = CAST(r.b AS JSON) FROM json_to_recordset(%(rows)s) AS r(...)
+    WHERE t.id = r.k
+
+Only the plain shape is taken (`UPDATE t SET c = %(p)s, ... WHERE t.key = %(k)s`, as the ORM's
+flush writes it); anything else, rows that name a key twice (applied one after another, the last
+one wins; a join would pick one), values JSON cannot carry as psycopg2 would (bytes, non-finite
+floats), or fewer rows than MIN_ROWS, goes through psycopg2 as before. Values reach here already
+through their types' bind processing (a JSON column's as its text, cast back in the statement).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import orjson
+from sqlalchemy import Engine, event
+from sqlalchemy.sql.sqltypes import Float
+
+MIN_ROWS = 8
+# The statements' shapes are the ORM's few: a bound on what is kept, whatever comes.
+MAX_PLANS = 1000
+
+_UPDATE = re.compile(r"UPDATE (\w+) SET (.+) WHERE (\w+)\.(\w+) = %\((\w+)\)s", re.DOTALL)
+_ASSIGNMENT = re.compile(r"(\w+)=%\((\w+)\)s(::JSONB?)?")
+_ROWS = "json_updates_rows"
+
+# How many statements and rows went as JSON documents (for tests and probes).
+SENT = {"statements": 0, "rows": 0}
+
+# Per statement text: its rewrite, or None where it does not apply.
+_plans: dict[str, _Plan | None] = {}
+
+
+class _Plan:
+    def __init__(self, sql: str, key: str, floats: list[str]) -> None:
+        self.sql = sql
+        self.key = key  # the parameter that names each row
+        self.floats = floats  # the parameters of float columns
+
+
+def install(engine: Engine) -> None:
+    """Send the engine's qualifying executemany UPDATEs as one statement (a PostgreSQL engine)."""
+    event.listen(engine, "do_executemany", _do_executemany)
+
+
+def _do_executemany(cursor: Any, statement: str, parameters: Any, context: Any) -> bool | None:
+    if len(parameters) < MIN_ROWS or not statement.startswith("UPDATE "):
+        return None
+    if statement in _plans:
+        plan = _plans[statement]
+    else:
+        plan = _plan(statement, context)
+        if len(_plans) < MAX_PLANS:
+            _plans[statement] = plan
+    if plan is None:
+        return None
+    rows = [row for row in parameters if isinstance(row, dict)]
+    if len(rows) != len(parameters):
+        return None
+    if len({row[plan.key] for row in rows}) != len(rows):
+        return None  # one row updated twice: in order, as psycopg2 would
+    for name in plan.floats:
+        for row in rows:
+            value = row[name]
+            if value is not None and not math.isfinite(value):
+                return None  # JSON has no NaN; psycopg2 sends it as 'NaN'::float
+    try:
+        # The parameters' names are str subclasses (SQLAlchemy's quoted_name), which orjson takes
+        # as keys only when told.
+        document = orjson.dumps(rows, option=orjson.OPT_NON_STR_KEYS)
+    except TypeError:
+        return None  # bytes, or a value orjson does not know
+    cursor.execute(plan.sql, {_ROWS: document.decode()})
+    SENT["statements"] += 1
+    SENT["rows"] += len(rows)
+    return True
+
+
+def _plan(statement: str, context: Any) -> _Plan | None:
+    match = _UPDATE.fullmatch(statement.strip())
+    compiled = getattr(context, "compiled", None)
+    table = getattr(getattr(compiled, "statement", None), "table", None)
+    if match is None or table is None or match.group(1) != table.name or match.group(3) != table.name:
+        return None
+    name, assignments, _, key_column, key = match.groups()
+    columns = table.columns
+    dialect = context.dialect
+    sets: list[str] = []
+    record: list[str] = []
+    floats: list[str] = []
+    for item in assignments.split(", "):
+        assigned = _ASSIGNMENT.fullmatch(item)
+        if assigned is None:
+            return None
+        column, param, cast = assigned.groups()
+        if column not in columns or param == key:
+            return None
+        if cast:  # a JSON value, already its text: carried as text, cast back
+            record.append(f'"{param}" TEXT')
+            sets.append(f'{column} = CAST(r."{param}" AS {cast[2:]})')
+        else:
+            record.append(f'"{param}" {columns[column].type.compile(dialect)}')
+            sets.append(f'{column} = r."{param}"')
+        if isinstance(columns[column].type, Float):
+            floats.append(param)
+    if key_column not in columns:
+        return None
+    record.append(f'"{key}" {columns[key_column].type.compile(dialect)}')
+    sql = (
+        f"UPDATE {name} SET {', '.join(sets)} "
+        f"FROM json_to_recordset(%({_ROWS})s) AS r({', '.join(record)}) "
+        f'WHERE {name}.{key_column} = r."{key}"'
+    )
+    return _Plan(sql, key, floats)
