@@ -132,7 +132,11 @@ def main() -> None:
             for way in order:
                 picked = random.sample(range(args.rows), count)
                 state = "RUNNING" if repeat % 2 else "ASSIGNED"
-                rows = [{"state": state, "start_time": now, "row_id": f"kept.{n}"} for n in picked]
+                # In key order, as the flush sorts them.
+                rows = sorted(
+                    ({"state": state, "start_time": now, "row_id": f"kept.{n}"} for n in picked),
+                    key=lambda row: row["row_id"],
+                )
                 update = _update_json if way == "json" else _update_rendered
                 wall, cpu = _measure(lambda up=update, r=rows: (up(cur, r), conn.commit()))  # type: ignore[misc]
                 walls[way].append(wall)
@@ -193,10 +197,14 @@ def _update_rendered(cur: Any, rows: list[dict[str, Any]]) -> None:
 
 
 def _update_json(cur: Any, rows: list[dict[str, Any]]) -> None:
+    # As store/json_updates.py sends it: the rows locked first, in the document's order.
     cur.execute(
         f'UPDATE {_TABLE} SET state = r."state", start_time = r."start_time" '
-        f'FROM json_to_recordset(%(rows)s) AS r("state" VARCHAR(32), "start_time" TIMESTAMP WITH TIME ZONE, '
-        f'"row_id" VARCHAR(128)) WHERE {_TABLE}.id = r."row_id"',
+        f"FROM (SELECT r.* FROM ROWS FROM (json_to_recordset(%(rows)s) AS "
+        f'("state" VARCHAR(32), "start_time" TIMESTAMP WITH TIME ZONE, "row_id" VARCHAR(128))) '
+        f'WITH ORDINALITY AS r("state", "start_time", "row_id", n) '
+        f'JOIN {_TABLE} AS locked ON locked.id = r."row_id" ORDER BY r.n FOR NO KEY UPDATE OF locked) AS r '
+        f'WHERE {_TABLE}.id = r."row_id"',
         {"rows": orjson.dumps(rows).decode()},
     )
 

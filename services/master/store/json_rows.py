@@ -9,8 +9,10 @@ cost 0.15 ms of CPU and 0.9 ms of wall.
 
 What the ordinary INSERT does for its values is done here too, so a row stores the same either
 way: each column's Python-side default for a column the rows leave out, a type's own bind
-processing (UtcDateTime's check and conversion), JSON columns' None stored as JSON null (SQLAlchemy
-JSON's none_as_null=False). The statement stays an ORM INSERT on the model's table, so the
+processing (UtcDateTime's check and conversion), a JSON column's value encoded by its own type
+(the same text, None as JSON null) and cast back from text in the server. What JSON cannot carry
+as psycopg2 would (a non-finite float, a float for an integer column, bytes) goes the ordinary
+way. The statement stays an ORM INSERT on the model's table, so the
 session's listeners see it as they see the ordinary one; the ids of its rows, which they would
 have read from the parameters, are in the execution option INSERTED_IDS."""
 
@@ -22,19 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import orjson
-from sqlalchemy import (
-    JSON,
-    Column,
-    ColumnElement,
-    Executable,
-    Integer,
-    Text,
-    bindparam,
-    func,
-    insert,
-    literal_column,
-    select,
-)
+from sqlalchemy import JSON, Executable, Integer, Text, bindparam, cast, func, insert, select
 from sqlalchemy import column as sql_column
 from sqlalchemy.orm import Session
 from sqlalchemy.types import Float, TypeDecorator
@@ -51,6 +41,9 @@ _ROWS = "rows"
 # Each row's place in the document, carried in it.
 _ORDER = "json_rows_order"
 
+# How many statements and rows went as JSON documents (for tests and probes).
+SENT = {"statements": 0, "rows": 0}
+
 
 def applies(session: Session, rows: Sequence[dict[str, Any]]) -> bool:
     """Whether `rows` go as one JSON document: on PostgreSQL, enough of them, all with the same
@@ -65,17 +58,22 @@ def statement(
     session: Session, model: type[Any], rows: Sequence[dict[str, Any]]
 ) -> tuple[Any, dict[str, str]]:
     """The ORM INSERT ... SELECT FROM json_to_recordset(:rows) of `rows` into `model`'s table, and
-    its parameters. Raises TypeError (orjson's error, or a float JSON has no form for) for a value
-    JSON cannot carry: the caller then inserts them the ordinary way."""
+    its parameters. Raises TypeError for rows it does not take (a key that is not a column, a SQL
+    expression default) and for a value JSON cannot carry as psycopg2 would (orjson's error, a
+    non-finite float, a float for an integer column): the caller then inserts them the ordinary
+    way."""
     table = model.__table__
     given = tuple(rows[0])
-    plan = _plan(table, given)
     dialect = session.get_bind().dialect
-    document = [_json_row(plan, row, dialect, n) for n, row in enumerate(rows)]
+    plan = _plan(table, given, dialect)
+    document = [_json_row(plan, row, n) for n, row in enumerate(rows)]
     stmt = plan.statement(model)
     if "id" in given:
         stmt = stmt.execution_options(**{INSERTED_IDS: [row["id"] for row in rows]})
-    return stmt, {_ROWS: orjson.dumps(document).decode()}
+    encoded = orjson.dumps(document).decode()
+    SENT["statements"] += 1
+    SENT["rows"] += len(rows)
+    return stmt, {_ROWS: encoded}
 
 
 class _Plan:
@@ -83,7 +81,11 @@ class _Plan:
     through their type, and the statement's shape (built once; each call binds its own
     document)."""
 
-    def __init__(self, table: Any, given: tuple[str, ...]) -> None:
+    def __init__(self, table: Any, given: tuple[str, ...], dialect: Any) -> None:
+        self.dialect = dialect
+        unknown = [name for name in given if name not in table.c]
+        if unknown:
+            raise TypeError(f"{table.name}: not columns: {unknown}")  # an attribute's name, say
         self.defaults: list[tuple[str, Any]] = []
         for col in table.columns:
             if col.name in given or col.default is None:
@@ -92,19 +94,32 @@ class _Plan:
                 raise TypeError(f"{table.name}.{col.name}: a SQL expression default")
             self.defaults.append((col.name, col.default))
         self.names = given + tuple(name for name, _ in self.defaults)
-        # JSON has no NaN or infinity (orjson writes null); psycopg2 sends them as floats.
-        self.floats = [name for name in self.names if isinstance(table.c[name].type, Float)]
-        self.binders = {
-            name: table.c[name].type for name in self.names if isinstance(table.c[name].type, TypeDecorator)
+        types = {name: table.c[name].type for name in self.names}
+        # JSON has no NaN or infinity (orjson writes null), which psycopg2 sends as floats; an
+        # integer column's parser refuses "2.0", which PostgreSQL rounds from a literal.
+        self.floats = [name for name, kind in types.items() if isinstance(kind, Float)]
+        self.integers = [name for name, kind in types.items() if isinstance(kind, Integer)]
+        self.binders = {name: kind for name, kind in types.items() if isinstance(kind, TypeDecorator)}
+        # A JSON column's value encoded by its own type (its serializer, None as JSON null), as
+        # the ordinary INSERT sends it: carried as text, cast back, stored as the same text.
+        self.json_encoders = {
+            name: kind.bind_processor(dialect) for name, kind in types.items() if isinstance(kind, JSON)
         }
         record = (
             func.json_to_recordset(bindparam(_ROWS, type_=Text))
             .table_valued(
-                *(sql_column(name, table.c[name].type) for name in self.names), sql_column(_ORDER, Integer)
+                *(
+                    sql_column(name, Text if name in self.json_encoders else kind)
+                    for name, kind in types.items()
+                ),
+                sql_column(_ORDER, Integer),
             )
             .render_derived(name="r", with_types=True)
         )
-        selected = [_selected(table.c[name], record.c[name]) for name in self.names]
+        selected = [
+            cast(record.c[name], kind) if name in self.json_encoders else record.c[name]
+            for name, kind in types.items()
+        ]
         # In the document's order, as a many-row VALUES inserts them: a serial id numbers them so.
         self._select = select(*selected).order_by(record.c[_ORDER])
         self._columns = [table.c[name] for name in self.names]
@@ -121,36 +136,35 @@ class _Plan:
         return made
 
 
-def _selected(col: Column[Any], value: ColumnElement[Any]) -> ColumnElement[Any]:
-    # A JSON value null arrives as SQL NULL; the ordinary INSERT stores Python's None as JSON null.
-    if isinstance(col.type, JSON) and not col.type.none_as_null:
-        return func.coalesce(value, literal_column("'null'::json"))
-    return value
-
-
-def _json_row(plan: _Plan, row: dict[str, Any], dialect: Any, order: int) -> dict[str, Any]:
+def _json_row(plan: _Plan, row: dict[str, Any], order: int) -> dict[str, Any]:
     out = dict(row)
     out[_ORDER] = order
-    for name in plan.floats:
-        value = out.get(name)
-        if value is not None and not math.isfinite(value):
-            raise TypeError(f"{name}: {value} has no JSON form")
     for name, default in plan.defaults:
         out[name] = default.arg if default.is_scalar else default.arg(None)
+    for name in plan.floats:
+        value = out[name]
+        if isinstance(value, float) and not math.isfinite(value):
+            raise TypeError(f"{name}: {value} has no JSON form")
+    for name in plan.integers:
+        if isinstance(out[name], float):
+            raise TypeError(f"{name}: a float for an integer column")
     for name, decorated in plan.binders.items():
-        out[name] = decorated.process_bind_param(out[name], dialect)
+        out[name] = decorated.process_bind_param(out[name], plan.dialect)
+    for name, encode in plan.json_encoders.items():
+        if encode is not None:
+            out[name] = encode(out[name])
     return out
 
 
-_plans: dict[tuple[str, tuple[str, ...]], _Plan] = {}
+_plans: dict[tuple[str, str, tuple[str, ...]], _Plan] = {}
 _plans_lock = threading.Lock()
 
 
-def _plan(table: Any, given: tuple[str, ...]) -> _Plan:
-    key = (table.name, given)
+def _plan(table: Any, given: tuple[str, ...], dialect: Any) -> _Plan:
+    key = (dialect.name, table.name, given)
     plan = _plans.get(key)
     if plan is None:
         with _plans_lock:
-            plan = _plans.get(key) or _Plan(table, given)
+            plan = _plans.get(key) or _Plan(table, given, dialect)
             _plans[key] = plan
     return plan

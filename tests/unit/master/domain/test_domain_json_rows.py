@@ -8,8 +8,9 @@ both sides are the ordinary statements."""
 
 from __future__ import annotations
 
+import json
 import math
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -24,6 +25,7 @@ from tests.unit.master.domain.harness import Master, config_text
 pytestmark = pytest.mark.on_each_database
 
 TRIALS = json_rows.MIN_ROWS + 4
+UPDATES_MIN_ROWS = json_updates.MIN_ROWS  # as the module has it, before a test sets it
 
 # What differs between two experiments' rows by nature: their ids and times.
 _OWN = {
@@ -91,7 +93,10 @@ def test_a_searchs_rows_are_stored_alike_as_one_json_document_and_as_ordinary_in
     monkeypatch.setattr(
         scheduling_view, "_inserted_ids", lambda state: learned.append(inserted_ids(state)) or learned[-1]
     )
+    sent = json_rows.SENT["rows"]
     as_json = master.create(_grid())
+    # The trials, their tasks and their allocation requests; none on SQLite.
+    assert json_rows.SENT["rows"] - sent == (3 * TRIALS if master.db.dialect == "postgresql" else 0)
     with master.db.read() as s:
         allocations = list(
             s.scalars(
@@ -110,32 +115,63 @@ def test_a_searchs_rows_are_stored_alike_as_one_json_document_and_as_ordinary_in
     assert _rows(master, as_json) == _rows(master, ordinary)
 
 
-def test_a_value_json_cannot_carry_is_inserted_the_ordinary_way(master: Master) -> None:
-    """orjson refuses an integer past 64 bits, which Python's json (the JSON column's own
-    encoder) writes."""
+def _task_rows(master: Master, prefix: str, **values: Any) -> list[dict[str, Any]]:
     experiment_id = master.create(config_text())
     owner_id = master.experiment(experiment_id).owner_id
-    now = utcnow()
-    rows = [
+    return [
         {
-            "id": f"json-rows-{n}",
+            "id": f"{prefix}-{n}",
             "kind": "COMMAND",
             "owner_id": owner_id,
             "description": f"task {n}",
-            "config": {"huge": 2**70 + n, "none": None},
+            "config": {"huge": 2**70 + n, "none": None, "text": 'é\n"', "float": 1e16, "list": [1.5, None]},
             "job_id": "job",
             "state": "ACTIVE",
-            "start_time": now,
+            "start_time": datetime(2026, 1, 2, 3, 4, 5, 678901 + n, tzinfo=timezone(timedelta(hours=2))),
             "experiment_id": experiment_id,
+            "slots": n,
+            **values,
         }
         for n in range(json_rows.MIN_ROWS)
     ]
+
+
+def _tasks_like(master: Master, prefix: str) -> list[models.Task]:
+    with master.db.read() as s:
+        return list(s.scalars(select(models.Task).where(models.Task.id.like(f"{prefix}-%")).order_by("id")))
+
+
+def test_an_inserted_rows_timestamps_and_json_text_are_stored_as_the_ordinary_insert_stores_them(
+    master: Master,
+) -> None:
+    """Microseconds and a zone other than UTC (stored as the same instant); a JSON column's text
+    as its own encoder writes it (an integer past 64 bits, an escaped string, 1e16)."""
+    rows = _task_rows(master, "json-rows")
+    sent = json_rows.SENT["rows"]
     with master.db.transaction() as s:
         insert_rows(s, models.Task, rows)
-    with master.db.read() as s:
-        stored = s.scalars(select(models.Task).where(models.Task.id.like("json-rows-%")).order_by("id")).all()
+    assert json_rows.SENT["rows"] - sent == (len(rows) if master.db.dialect == "postgresql" else 0)
+    stored = _tasks_like(master, "json-rows")
     assert [task.config for task in stored] == [row["config"] for row in rows]
-    assert all(task.start_time == now and task.resource_pool == "" for task in stored)
+    assert [task.start_time for task in stored] == [row["start_time"] for row in rows]
+    assert [task.start_time.microsecond for task in stored] == [678901 + n for n in range(len(rows))]
+    assert [task.slots for task in stored] == list(range(len(rows)))
+    assert all(task.resource_pool == "" for task in stored)  # the column's default
+    with master.db.read() as s:
+        texts = s.scalars(
+            text("SELECT CAST(config AS TEXT) FROM tasks WHERE id LIKE 'json-rows-%' ORDER BY id")
+        )
+        assert list(texts) == [json.dumps(row["config"]) for row in rows]
+
+
+def test_a_value_json_cannot_carry_is_inserted_the_ordinary_way(master: Master) -> None:
+    """A float for an integer column: PostgreSQL rounds a literal 2.0, and refuses "2.0" from JSON."""
+    rows = _task_rows(master, "float-slots", slots=2.0)
+    sent = json_rows.SENT["rows"]
+    with master.db.transaction() as s:
+        insert_rows(s, models.Task, rows)
+    assert json_rows.SENT["rows"] == sent
+    assert [task.slots for task in _tasks_like(master, "float-slots")] == [2] * len(rows)
 
 
 def _trials_of(master: Master, experiment_id: int) -> list[dict[str, Any]]:
@@ -172,11 +208,23 @@ def test_a_flushs_updates_of_many_rows_are_stored_alike_as_one_json_document(
     sent = json_updates.SENT["rows"] - before["rows"]
     assert sent == (TRIALS if master.db.dialect == "postgresql" else 0)
 
-    monkeypatch.setattr(json_updates, "MIN_ROWS", 10**6)
+    monkeypatch.setattr(json_updates, "MIN_ROWS", 10**6)  # the same changes the ordinary way
     _change_every_trial(master, ordinary, when)
     assert json_updates.SENT["rows"] - before["rows"] == sent
     assert _trials_of(master, as_json) == _trials_of(master, ordinary)
     assert _trials_of(master, as_json)[4]["runner_status"] == "status 4"
+
+    # A JSON column set to None in a batched UPDATE: JSON null on both sides, not SQL NULL.
+    for experiment_id, min_rows in ((as_json, UPDATES_MIN_ROWS), (ordinary, 10**6)):
+        monkeypatch.setattr(json_updates, "MIN_ROWS", min_rows)
+        sent = json_updates.SENT["rows"]
+        with master.db.transaction() as s:
+            for trial in s.scalars(select(models.Trial).where(models.Trial.experiment_id == experiment_id)):
+                trial.summary_metrics = None
+        json_path = experiment_id == as_json and master.db.dialect == "postgresql"
+        assert json_updates.SENT["rows"] - sent == (TRIALS if json_path else 0)
+    assert _rows(master, as_json)["trials"] == _rows(master, ordinary)["trials"]
+    assert not _rows(master, as_json)["trials"][0]["summary_metrics_is_sql_null"]
 
 
 def test_what_json_cannot_carry_or_a_row_named_twice_is_updated_as_before(master: Master) -> None:
@@ -205,6 +253,15 @@ def test_what_json_cannot_carry_or_a_row_named_twice_is_updated_as_before(master
         )
     statuses = [row["runner_status"] for row in _trials_of(master, experiment_id)]
     assert statuses[0] == "second" and statuses[1] == f"first {ids[1]}"
+
+    sent = json_updates.SENT["rows"]
+    with master.db.transaction() as s:  # a float for an integer column: PostgreSQL rounds it
+        s.execute(
+            update(table).where(table.c.id == bindparam("trial")).values(restarts=bindparam("restarts")),
+            [{"trial": trial_id, "restarts": 2.0} for trial_id in ids],
+        )
+    assert json_updates.SENT["rows"] == sent
+    assert [row["restarts"] for row in _trials_of(master, experiment_id)] == [2] * TRIALS
 
 
 def _ids_of(master: Master, experiment_id: int) -> list[int]:
