@@ -26,6 +26,7 @@ import psycopg2
 import psycopg2.extras
 from sqlalchemy import create_engine, make_url, text
 
+from services.master.domain.allocations.allocations import _pending_row
 from services.master.store import models
 
 _TABLE = "bench_json_rows"
@@ -60,30 +61,45 @@ def _measure(run: Callable[[], None]) -> tuple[float, float]:
 
 
 def _new_rows(prefix: str, count: int, now: datetime) -> list[dict[str, Any]]:
+    """New allocation requests as the domain makes them (allocations._pending_row), with every
+    column the table's INSERT names."""
     return [
-        {
-            "id": f"{prefix}.{n}",
-            "task_id": f"{prefix}-task.{n}",
-            "trial_id": None,
-            "run_id": 1,
-            "state": "PENDING",
-            "slots": 1,
-            "resource_pool": "default",
-            "priority": 42,
-            "requested_at": now,
-            "placements": [],
-            "token_hash": f"hash-{prefix}-{n}",
-            "failure_type": "",
-            "preempt_requested": False,
-            "preempt_reason": "",
-            "preempt_acked": False,
-            "kill_requested": False,
-            "is_ready": False,
-            "releasing": False,
-            "port_offset": None,
-        }
+        _pending_row(
+            id=f"{prefix}.{n}",
+            task_id=f"{prefix}-task.{n}",
+            trial_id=None,
+            run_id=1,
+            slots=1,
+            resource_pool="default",
+            priority=42,
+            requested_at=now,
+            releasing=False,
+            port_offset=None,
+        )
         for n in range(count)
     ]
+
+
+def _compare(
+    what: str,
+    repeats: int,
+    rows_for: Callable[[str, int], list[dict[str, Any]]],
+    ways: dict[str, Callable[..., None]],
+    cur: Any,
+    conn: Any,
+) -> tuple[float, float]:
+    """Each way run `repeats` times on rows of its own, the order alternating; its medians
+    printed; the rendered and the JSON way's median walls returned."""
+    walls: dict[str, list[float]] = {way: [] for way in ways}
+    cpus: dict[str, list[float]] = {way: [] for way in ways}
+    for repeat in range(repeats):
+        for way in sorted(ways, reverse=bool(repeat % 2)):
+            rows = rows_for(way, repeat)
+            wall, cpu = _measure(lambda send=ways[way], r=rows: (send(cur, r), conn.commit()))  # type: ignore[misc]
+            walls[way].append(wall)
+            cpus[way].append(cpu)
+    _report(what, walls, cpus)
+    return statistics.median(walls["rendered"]), statistics.median(walls["json"])
 
 
 def main() -> None:
@@ -110,39 +126,29 @@ def main() -> None:
     conn.commit()
     print(f"{_TABLE}: {args.rows} rows shaped like allocations, its indexes with them")
     summary: dict[str, tuple[float, float]] = {}
-    names = list(_INSERTED)
+    inserts = {"rendered": _insert_rendered, "json": _insert_json}
     for count in (100, 1000):
-        walls: dict[str, list[float]] = {"rendered": [], "json": []}
-        cpus: dict[str, list[float]] = {"rendered": [], "json": []}
-        for repeat in range(args.repeats):
-            order = ("rendered", "json") if repeat % 2 else ("json", "rendered")
-            for way in order:
-                rows = _new_rows(f"{way}{repeat}x{count}", count, now)
-                insert = _insert_json if way == "json" else _insert_rendered
-                wall, cpu = _measure(lambda ins=insert, r=rows: (ins(cur, r), conn.commit()))  # type: ignore[misc]
-                walls[way].append(wall)
-                cpus[way].append(cpu)
-        _report(f"INSERT of {count} rows ({len(names)} columns)", walls, cpus)
-        summary[f"insert {count}"] = (statistics.median(walls["rendered"]), statistics.median(walls["json"]))
+        summary[f"insert {count}"] = _compare(
+            f"INSERT of {count} rows ({len(_INSERTED)} columns)",
+            args.repeats,
+            lambda way, repeat, c=count: _new_rows(f"{way}{repeat}x{c}", c, now),  # type: ignore[misc]
+            inserts,
+            cur,
+            conn,
+        )
+    updates = {"rendered": _update_rendered, "json": _update_json}
     for count in (100, 256, 1000):
-        walls = {"rendered": [], "json": []}
-        cpus = {"rendered": [], "json": []}
-        for repeat in range(args.repeats):
-            order = ("rendered", "json") if repeat % 2 else ("json", "rendered")
-            for way in order:
-                picked = random.sample(range(args.rows), count)
-                state = "RUNNING" if repeat % 2 else "ASSIGNED"
-                # In key order, as the flush sorts them.
-                rows = sorted(
-                    ({"state": state, "start_time": now, "row_id": f"kept.{n}"} for n in picked),
-                    key=lambda row: row["row_id"],
-                )
-                update = _update_json if way == "json" else _update_rendered
-                wall, cpu = _measure(lambda up=update, r=rows: (up(cur, r), conn.commit()))  # type: ignore[misc]
-                walls[way].append(wall)
-                cpus[way].append(cpu)
-        _report(f"UPDATE of {count} rows by key (2 columns)", walls, cpus)
-        summary[f"update {count}"] = (statistics.median(walls["rendered"]), statistics.median(walls["json"]))
+
+        def changed(_way: str, repeat: int, c: int = count) -> list[dict[str, Any]]:
+            state = "RUNNING" if repeat % 2 else "ASSIGNED"
+            picked = random.sample(range(args.rows), c)
+            # In key order, as the flush sorts them.
+            rows = ({"state": state, "start_time": now, "row_id": f"kept.{n}"} for n in picked)
+            return sorted(rows, key=lambda row: row["row_id"])
+
+        summary[f"update {count}"] = _compare(
+            f"UPDATE of {count} rows by key (2 columns)", args.repeats, changed, updates, cur, conn
+        )
     cur.execute(f"DROP TABLE {_TABLE}")
     conn.commit()
     insert, update = summary["insert 100"], summary["update 1000"]

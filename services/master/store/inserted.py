@@ -23,29 +23,21 @@ M = TypeVar("M")
 
 def insert_rows(session: Session, model: type[Any], rows: Sequence[dict[str, Any]]) -> None:
     """`rows` (each a dict of the same columns) inserted into `model`'s table in one statement."""
-    if json_rows.applies(session, rows):
-        try:
-            stmt, params = json_rows.statement(session, model, rows)
-        except TypeError:
-            pass  # a value JSON cannot carry: the ordinary way below
-        else:
-            session.execute(stmt, params)
-            return
-    session.execute(insert(model), rows)
+    as_json = json_rows.prepared(session, model, rows)
+    if as_json is not None:
+        session.execute(*as_json)
+    else:
+        session.execute(insert(model), rows)
 
 
 def insert_returning(session: Session, model: type[M], rows: Sequence[dict[str, Any]], key: str) -> list[M]:
     """`rows` inserted in one statement; their objects (persistent in `session`, as a flush leaves
     them) in the order of `rows`, matched by the attribute and column `key`, unique among them."""
-    made = None
-    if json_rows.applies(session, rows):
-        try:
-            stmt, params = json_rows.statement(session, model, rows)
-        except TypeError:
-            pass
-        else:
-            made = session.scalars(stmt.returning(model), params)
-    if made is None:
+    as_json = json_rows.prepared(session, model, rows)
+    if as_json is not None:
+        stmt, params = as_json
+        made = session.scalars(stmt.returning(model), params)
+    else:
         made = session.scalars(insert(model).returning(model), rows)
     by_key = {getattr(obj, key): obj for obj in made}
     return [by_key[row[key]] for row in rows]

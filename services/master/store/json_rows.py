@@ -45,6 +45,19 @@ _ORDER = "json_rows_order"
 SENT = {"statements": 0, "rows": 0}
 
 
+def prepared(
+    session: Session, model: type[Any], rows: Sequence[dict[str, Any]]
+) -> tuple[Any, dict[str, str]] | None:
+    """`rows`' INSERT into `model`'s table as one JSON document and its parameters (`statement`),
+    or None where they go the ordinary way (`applies`, or a value JSON does not carry)."""
+    if not applies(session, rows):
+        return None
+    try:
+        return statement(session, model, rows)
+    except TypeError:
+        return None
+
+
 def applies(session: Session, rows: Sequence[dict[str, Any]]) -> bool:
     """Whether `rows` go as one JSON document: on PostgreSQL, enough of them, all with the same
     columns (an ordinary INSERT of many rows asks the same)."""
@@ -66,6 +79,8 @@ def statement(
     given = tuple(rows[0])
     dialect = session.get_bind().dialect
     plan = _plan(table, given, dialect)
+    if not carried_alike(rows, plan.floats, plan.integers):
+        raise TypeError("a number JSON does not carry as psycopg2 would")
     document = [_json_row(plan, row, n) for n, row in enumerate(rows)]
     stmt = plan.statement(model)
     if "id" in given:
@@ -95,10 +110,9 @@ class _Plan:
             self.defaults.append((col.name, col.default))
         self.names = given + tuple(name for name, _ in self.defaults)
         types = {name: table.c[name].type for name in self.names}
-        # JSON has no NaN or infinity (orjson writes null), which psycopg2 sends as floats; an
-        # integer column's parser refuses "2.0", which PostgreSQL rounds from a literal.
-        self.floats = [name for name, kind in types.items() if isinstance(kind, Float)]
-        self.integers = [name for name, kind in types.items() if isinstance(kind, Integer)]
+        # The given numbers carried_alike looks at (a default is a value of its column's type).
+        self.floats = [name for name in given if isinstance(types[name], Float)]
+        self.integers = [name for name in given if isinstance(types[name], Integer)]
         self.binders = {name: kind for name, kind in types.items() if isinstance(kind, TypeDecorator)}
         # A JSON column's value encoded by its own type (its serializer, None as JSON null), as
         # the ordinary INSERT sends it: carried as text, cast back, stored as the same text.
@@ -136,18 +150,24 @@ class _Plan:
         return made
 
 
+def carried_alike(rows: Sequence[dict[str, Any]], floats: Sequence[str], integers: Sequence[str]) -> bool:
+    """Whether JSON carries the rows' numbers as psycopg2's literals would: JSON has no NaN or
+    infinity (orjson writes null), and an integer column's parser refuses the "2.0" a float
+    becomes, where PostgreSQL rounds a literal 2.0. `floats`, `integers`: the keys of float and
+    integer columns."""
+    for name in floats:
+        for row in rows:
+            value = row[name]
+            if isinstance(value, float) and not math.isfinite(value):
+                return False
+    return not any(isinstance(row[name], float) for name in integers for row in rows)
+
+
 def _json_row(plan: _Plan, row: dict[str, Any], order: int) -> dict[str, Any]:
     out = dict(row)
     out[_ORDER] = order
     for name, default in plan.defaults:
         out[name] = default.arg if default.is_scalar else default.arg(None)
-    for name in plan.floats:
-        value = out[name]
-        if isinstance(value, float) and not math.isfinite(value):
-            raise TypeError(f"{name}: {value} has no JSON form")
-    for name in plan.integers:
-        if isinstance(out[name], float):
-            raise TypeError(f"{name}: a float for an integer column")
     for name, decorated in plan.binders.items():
         out[name] = decorated.process_bind_param(out[name], plan.dialect)
     for name, encode in plan.json_encoders.items():

@@ -29,13 +29,14 @@ through their types' bind processing (a JSON column's as its text, cast back in 
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Any
 
 import orjson
 from sqlalchemy import Engine, event
 from sqlalchemy.sql.sqltypes import Float, Integer
+
+from services.master.store import json_rows
 
 MIN_ROWS = 8
 # The statements' shapes are the ORM's few: a bound on what is kept, whatever comes.
@@ -85,15 +86,8 @@ def _do_executemany(cursor: Any, statement: str, parameters: Any, context: Any) 
         return None
     if len({row[plan.key] for row in rows}) != len(rows):
         return None  # one row updated twice: in order, as psycopg2 would
-    for name in plan.floats:
-        for row in rows:
-            value = row[name]
-            if isinstance(value, float) and not math.isfinite(value):
-                return None  # JSON has no NaN; psycopg2 sends it as 'NaN'::float
-    for name in plan.integers:
-        for row in rows:
-            if isinstance(row[name], float):
-                return None  # an integer column's parser refuses "2.0"; a literal 2.0 is rounded
+    if not json_rows.carried_alike(rows, plan.floats, plan.integers):
+        return None
     try:
         # The parameters' names are str subclasses (SQLAlchemy's quoted_name), which orjson takes
         # as keys only when told.

@@ -71,27 +71,28 @@ def _python(code: str) -> subprocess.Popen[str]:
     )
 
 
-def test_a_signal_handled_while_the_main_thread_holds_the_events_lock_still_stops() -> None:
-    child = _python(HANDLED_UNDER_THE_EVENTS_LOCK)
+def _finished(code: str) -> tuple[subprocess.Popen[str], str]:
+    """`code` run to its end in a fresh interpreter, and its output; a failure if it hangs (a
+    handler that waited for the main thread's own lock)."""
+    child = _python(code)
     try:
         out, _ = child.communicate(timeout=30)
     except subprocess.TimeoutExpired:
         child.kill()
         out, _ = child.communicate()
         raise AssertionError(f"the handler waited for the main thread's own lock:\n{out}") from None
+    return child, out
+
+
+def test_a_signal_handled_while_the_main_thread_holds_the_events_lock_still_stops() -> None:
+    child, out = _finished(HANDLED_UNDER_THE_EVENTS_LOCK)
     assert child.returncode == 0, out
     assert "handler returned" in out
     assert "signal received" in out and "SIGTERM" in out  # logged by the watcher, not the handler
 
 
 def test_routed_signals_reach_their_callback_off_the_main_thread_even_after_a_failing_one() -> None:
-    child = _python(ROUTED_UNDER_THE_EVENTS_LOCK)
-    try:
-        out, _ = child.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        child.kill()
-        out, _ = child.communicate()
-        raise AssertionError(f"the handler waited for the main thread's own lock:\n{out}") from None
+    child, out = _finished(ROUTED_UNDER_THE_EVENTS_LOCK)
     assert child.returncode == 0, out
     assert "handler returned" in out
     assert "handling SIGINT failed" in out and "a callback that fails" in out
