@@ -2,7 +2,8 @@
 server and channel: the principal an interceptor sets reaches the handler, abort answers the status
 it names, a bidirectional synchronous handler reads and answers, and a server stream whose client
 cancels it ends at the handler's next look at is_active() (or is closed at its yield), with its
-callbacks run."""
+callbacks run; a service registered as generated code registers it is served, with health and
+reflection."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from typing import Any
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from services.common.interceptors import AuthInterceptor, current_principal
 from services.common.principal import Principal
@@ -124,3 +127,42 @@ def test_a_follower_whose_client_left_returns_and_its_callbacks_run(
     assert handlers.seen[-1] in ("client gone", "closed")
     # Each step of the stream ran with the principal its first step was given.
     assert {p.username for p in handlers.seen[:-1]} == {"alice"}
+
+
+def test_a_service_registered_as_generated_code_registers_it_is_served_with_health_and_reflection() -> None:
+    """Generated `add_*Servicer_to_server` functions add a generic handler and registered methods;
+    on the asyncio server only the generic handler is kept (server._GenericHandlersOnly): every
+    method, the health check and reflection still answer."""
+    handlers = _Handlers()
+    methods = {
+        "Unary": grpc.unary_unary_rpc_method_handler(handlers.unary, _same, _same),
+        "Echo": grpc.stream_stream_rpc_method_handler(handlers.echo, _same, _same),
+    }
+    registered: list[str] = []
+
+    def register(server: Any) -> list[str]:
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("t.Generated", methods),))
+        server.add_registered_method_handlers("t.Generated", methods)
+        registered.append("t.Generated")
+        return ["t.Generated"]
+
+    server = start_server("generated", register, host="127.0.0.1", port=0, asyncio_server=True)
+    channel = grpc.insecure_channel(f"127.0.0.1:{server.port}")
+    try:
+        assert registered == ["t.Generated"]
+        unary: Any = channel.unary_unary("/t.Generated/Unary")
+        assert unary(b"x", timeout=10) == b""  # no interceptor set a principal
+        echo: Any = channel.stream_stream("/t.Generated/Echo")
+        assert list(echo(iter([b"a", b"b"]), timeout=10)) == [b"a!", b"b!"]
+        health = health_pb2_grpc.HealthStub(channel)
+        for service in ("", "t.Generated"):
+            answer = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=10)
+            assert answer.status == health_pb2.HealthCheckResponse.SERVING
+        listing = reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo(
+            iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10
+        )
+        names = {s.name for answer in listing for s in answer.list_services_response.service}
+        assert {"t.Generated", "grpc.health.v1.Health"} <= names
+    finally:
+        channel.close()
+        server.stop(grace=1.0)
