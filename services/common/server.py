@@ -197,7 +197,13 @@ class _GenericHandlersOnly:
     to the methods registered: the master's API has over 200, and a trivial call cost 0.1 ms more
     of its CPU with them (bench/README.md, "A call's cost on the asyncio server"). The generic
     handler the same generated code adds serves every one of them by name; the thread-pool server
-    re-arms only the method that was called, so it keeps its registered methods."""
+    re-arms only the method that was called, so it keeps its registered methods.
+
+    What it gives up: every method now shares one pending request, re-armed a loop turn after each
+    call is accepted, where a burst to different methods could be taken several at once. Calls
+    that arrive meanwhile wait in gRPC core's queue, which refuses some (RESOURCE_EXHAUSTED) past
+    1,000 waiting (`grpc.server.max_pending_requests`): a burst that large to one method met the
+    same limit before."""
 
     def __init__(self, server: grpc.aio.Server) -> None:
         self._server = server

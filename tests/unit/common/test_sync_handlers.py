@@ -140,9 +140,16 @@ def test_a_service_registered_as_generated_code_registers_it_is_served_with_heal
     }
     registered: list[str] = []
 
+    # Had these reached the server, they would answer instead (grpc.aio looks a registered method
+    # up before the generic handlers): the generic handler answering shows they were left out.
+    left_out = {
+        "Unary": grpc.unary_unary_rpc_method_handler(lambda _r, _c: b"registered", _same, _same),
+        "Echo": methods["Echo"],
+    }
+
     def register(server: Any) -> list[str]:
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("t.Generated", methods),))
-        server.add_registered_method_handlers("t.Generated", methods)
+        server.add_registered_method_handlers("t.Generated", left_out)
         registered.append("t.Generated")
         return ["t.Generated"]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import bindparam, select
+from sqlalchemy import select
 
 from cairn.checkpoint.v1 import checkpoint_pb2 as cpb
 from cairn.storage import UnsafePathError, check_globs
@@ -82,12 +82,6 @@ def _steps(metadata: dict[str, Any]) -> int:
     return int(steps)
 
 
-# The reporting allocation's trial: two columns, not the mapped row (its JSON placements decoded).
-_ALLOCATION_TRIAL = select(models.Allocation.id, models.Allocation.trial_id).where(
-    models.Allocation.id == bindparam("id")
-)
-
-
 def report(ctx: MasterContext, principal: Principal, item: ReportedCheckpoint) -> None:
     if not item.uuid:
         raise InvalidArgument("checkpoint.uuid: required")
@@ -98,7 +92,7 @@ def report(ctx: MasterContext, principal: Principal, item: ReportedCheckpoint) -
             # An unmanaged trial's code (off the cluster) has no allocation: it names its task.
             trial = _unmanaged_trial_of_task(w, principal, item.task_id)
         else:
-            alloc = w.session.execute(_ALLOCATION_TRIAL, {"id": alloc_id}).first() if alloc_id else None
+            alloc = w.session.get(models.Allocation, alloc_id) if alloc_id else None
             if alloc is None:
                 raise InvalidArgument(f"checkpoint.allocation_id: no allocation {alloc_id!r}")
             allocation_access.check_allocation(w.session, principal, alloc.id)

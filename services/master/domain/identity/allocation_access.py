@@ -75,11 +75,14 @@ _LIVE = select(
 
 
 def _live_row(s: Session, allocation_id: str) -> Any:
-    """live_allocation's check, reading only the columns the checks compare."""
-    row = s.execute(_LIVE, {"allocation_id": allocation_id}).first()
-    _refuse_unless_live(row, allocation_id)
-    assert row is not None
-    return row
+    """live_allocation's check, reading only the columns the checks compare, unless the caller's
+    session holds the allocation already (metric intake reads it with its trial; a checkpoint's
+    report loads it): then that, as `Session.get` would, with no query."""
+    held = s.identity_map.get(Session.identity_key(models.Allocation, allocation_id))
+    found = held if held is not None else s.execute(_LIVE, {"allocation_id": allocation_id}).first()
+    _refuse_unless_live(found, allocation_id)
+    assert found is not None
+    return found
 
 
 def own_trial(s: Session, principal: Principal) -> int:

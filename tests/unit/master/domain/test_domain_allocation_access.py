@@ -5,9 +5,11 @@ a refused call changes nothing."""
 from __future__ import annotations
 
 import pytest
+from sqlalchemy import event
 
 from services.common.principal import Principal
 from services.master.domain.experiments import experiments
+from services.master.domain.identity import allocation_access
 from services.master.domain.identity.auth import AuthService, hash_token
 from services.master.domain.kernel.errors import NotFound, PermissionDenied, Unauthenticated
 from services.master.domain.metrics import intake, signals
@@ -85,3 +87,36 @@ def test_a_canceled_trials_token_is_refused(master: Master) -> None:
     assert 9 not in master.stored_steps(first.id)
     with pytest.raises(Unauthenticated, match="invalid allocation token"):
         auth.authenticate_allocation_token("never-issued")
+
+
+def test_a_check_reads_the_allocation_by_columns_or_not_at_all_when_its_session_holds_it(
+    master: Master,
+) -> None:
+    """Every call trial code makes is checked (allocation_access._live_row): by a read of four
+    columns, or, where the unit already loaded the allocation (metric intake reads it with its
+    trial), by that object with no query; an ended allocation is refused either way."""
+    first, _ = _two_running_trials(master)
+    code = _trial_code(master, first)
+    statements: list[str] = []
+
+    def seen(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+        statements.append(statement)
+
+    with master.ctx.unit_of_work() as w:
+        engine = w.session.get_bind()
+        event.listen(engine, "before_cursor_execute", seen)
+        try:
+            assert allocation_access.own_trial(w.session, code) == first.id
+            (read,) = statements
+            assert "placements" not in read and "FROM allocations" in read
+            loaded = w.session.get_one(models.Allocation, code.allocation_id)
+            statements.clear()
+            assert allocation_access.own_trial(w.session, code) == first.id
+            allocation_access.check_allocation(w.session, code, loaded.id)
+            assert statements == []
+            loaded.state = "TERMINATED"  # unflushed: the object the session holds is what counts
+            with pytest.raises(Unauthenticated, match="has ended"):
+                allocation_access.own_trial(w.session, code)
+            w.session.rollback()
+        finally:
+            event.remove(engine, "before_cursor_execute", seen)
