@@ -270,3 +270,30 @@ def test_recorded_pid_running_something_else_is_not_ours(tmp_path: Path) -> None
     finally:
         other.kill()
         other.wait()
+
+
+# SYS_exit (one thread, not the group) by architecture.
+_SYS_EXIT = {"x86_64": 60, "aarch64": 93}
+
+
+@pytest.mark.skipif(os.uname().machine not in _SYS_EXIT, reason="SYS_exit is known for x86_64 and aarch64")
+def test_a_child_whose_main_thread_ended_first_runs_until_its_exit_code_is_known(tmp_path: Path) -> None:
+    """The kernel shows a process's main thread as a zombie while its other threads still run, and
+    waitpid cannot reap it yet: processes.is_running must not say it ended before exit_code can
+    say how (an e2e test read exit_code None right after is_running said False)."""
+    child = (
+        "import ctypes, threading, time\n"
+        "threading.Thread(target=time.sleep, args=(1.5,)).start()\n"
+        f"ctypes.CDLL(None).syscall({_SYS_EXIT[os.uname().machine]}, 0)\n"
+    )
+    pid = processes.spawn([sys.executable, "-c", child], tmp_path / "child.log", dict(os.environ)).pid
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+        assert time.monotonic() < deadline, "the child's main thread never ended"
+        time.sleep(0.01)
+    assert processes.is_running(pid)  # its other thread still runs
+    assert processes.exit_code(pid) is None
+    while processes.is_running(pid):
+        assert time.monotonic() < deadline, "the child never ended"
+        time.sleep(0.01)
+    assert processes.exit_code(pid) == 0

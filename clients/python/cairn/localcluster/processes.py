@@ -77,8 +77,11 @@ def process_start_ticks(pid: int) -> int | None:
 
 def is_running(pid: int) -> bool:
     process = _children.get(pid)
-    if process is not None and process.poll() is not None:
-        return False
+    if process is not None:
+        # Our own child: poll() reaps it and is the one authority, so its exit code is known once
+        # this says False. /proc shows a process's main thread as a zombie while its other threads
+        # are still exiting, before waitpid can reap it (a test read exit_code None after that).
+        return process.poll() is None
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
