@@ -13,7 +13,6 @@ the master's CPU a call`.
 from __future__ import annotations
 
 import argparse
-import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -22,17 +21,12 @@ from pathlib import Path
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from bench.cairn_cluster import cairn_cluster
-from bench.process_cpu import TICKS, command_line, kind_of, process_stat
+from bench.process_cpu import TICKS, process_stat
 from cairn.api.v1 import master_pb2
+from cairn.localcluster.paths import ClusterPaths
+from cairn.localcluster.record import load_record
 
 WARM_UP_CALLS = 200
-
-
-def _master_pid() -> int:
-    for name in os.listdir("/proc"):
-        if name.isdigit() and kind_of(command_line(int(name))) == "services.master":
-            return int(name)
-    raise RuntimeError("no master process found")
 
 
 def _cpu_s(pid: int) -> float:
@@ -63,7 +57,10 @@ def main() -> None:
         tempfile.TemporaryDirectory(prefix="cairn-grpc-call-") as scratch,
         cairn_cluster(Path(scratch) / "state", agents=1, slots=1) as api,
     ):
-        pid = _master_pid()
+        record = load_record(ClusterPaths(Path(scratch) / "state").record_file)
+        master = record.by_name("master") if record is not None else None
+        assert master is not None, "the cluster's record names no master"
+        pid = master.pid
         health = health_pb2_grpc.HealthStub(api.channel)
         check = health_pb2.HealthCheckRequest(service="")
         get_master = master_pb2.GetMasterRequest()

@@ -32,19 +32,18 @@ _ENDED = "its allocation token no longer opens the API"
 
 def live_allocation(s: Session, allocation_id: str) -> models.Allocation:
     """The allocation a token names, refused once it has ended."""
-    alloc = s.get(models.Allocation, allocation_id)
-    _refuse_unless_live(alloc, allocation_id)
-    assert alloc is not None
+    alloc: models.Allocation = _live(s.get(models.Allocation, allocation_id))
     return alloc
 
 
-def _refuse_unless_live(found: Any, allocation_id: str) -> None:
-    """A token whose allocation (its mapped row, or a read of its columns) is gone or has ended
-    opens nothing."""
+def _live(found: Any) -> Any:
+    """`found`, a token's allocation (its mapped row, or a read of its columns with `id` and
+    `state`), unless it is gone or has ended: such a token opens nothing."""
     if found is None:
         raise Unauthenticated("invalid allocation token")
     if found.state == A.TERMINATED:
-        raise Unauthenticated(f"allocation {allocation_id} has ended: {_ENDED}")
+        raise Unauthenticated(f"allocation {found.id} has ended: {_ENDED}")
+    return found
 
 
 # Built once: every call trial code makes is authenticated by it. Two columns, not the mapped
@@ -60,10 +59,7 @@ _TOKEN_OWNER = select(_ALLOCATIONS.c.id, _ALLOCATIONS.c.state).where(
 def allocation_of_token(s: Session, token_hash: str) -> str:
     """The running allocation a token (by its hash) belongs to, refused as live_allocation
     refuses once it has ended. One read of two columns, on every call trial code makes."""
-    row = s.execute(_TOKEN_OWNER, {"token_hash": token_hash}).first()
-    _refuse_unless_live(row, "" if row is None else row.id)
-    assert row is not None
-    return str(row.id)
+    return str(_live(s.execute(_TOKEN_OWNER, {"token_hash": token_hash}).first()).id)
 
 
 # Built once, as _TOKEN_OWNER: the checks below need four columns of the token's allocation, not
@@ -79,10 +75,7 @@ def _live_row(s: Session, allocation_id: str) -> Any:
     session holds the allocation already (metric intake reads it with its trial; a checkpoint's
     report loads it): then that, as `Session.get` would, with no query."""
     held = s.identity_map.get(Session.identity_key(models.Allocation, allocation_id))
-    found = held if held is not None else s.execute(_LIVE, {"allocation_id": allocation_id}).first()
-    _refuse_unless_live(found, allocation_id)
-    assert found is not None
-    return found
+    return _live(held if held is not None else s.execute(_LIVE, {"allocation_id": allocation_id}).first())
 
 
 def own_trial(s: Session, principal: Principal) -> int:
